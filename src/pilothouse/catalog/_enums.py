@@ -1,0 +1,185 @@
+"""Coded values of the catalog and the conversation store.
+
+The one- and two-letter codes are the reference data model's stable wire
+values; each member carries a readable name (the member name) and the code
+(the value), so the database and the API keep the codes while code reads well.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AdvisorKind",
+    "Cardinality",
+    "ExecutionPolicy",
+    "FinishReason",
+    "FormHint",
+    "InstructionMode",
+    "McpTransport",
+    "MemoryKind",
+    "MessageRole",
+    "ModelCapability",
+    "ProcessStatus",
+    "ProviderKind",
+    "SchemaDirection",
+    "TimelineKind",
+    "ToolCallStatus",
+    "ToolKind",
+]
+
+from enum import StrEnum
+
+
+class ProcessStatus(StrEnum):
+    """Status of a conversation."""
+
+    NOT_STARTED = "NS"
+    RUNNING = "RU"
+    COMPLETED = "CO"
+    FAILED = "FA"
+    TERMINATED = "TE"
+    KILLED = "KI"
+    STUCK = "ST"
+    WAITING = "WA"
+    PAUSED = "PA"
+
+
+class FinishReason(StrEnum):
+    """Why the model stopped."""
+
+    STOP = "ST"
+    LENGTH = "LE"
+    CONTENT_FILTER = "CF"
+    TOOL_CALLS = "TC"
+    OTHER = "OT"
+
+
+class MessageRole(StrEnum):
+    """Who a message is from."""
+
+    SYSTEM = "SY"
+    USER = "US"
+    ASSISTANT = "AS"
+    TOOL = "TO"
+    QUESTION = "QU"
+
+
+class SchemaDirection(StrEnum):
+    """Which way an action's schema faces."""
+
+    INPUT = "I"
+    OUTPUT = "O"
+    MEMORY = "M"
+
+
+class Cardinality(StrEnum):
+    """Whether a schema describes one item or a list of them."""
+
+    ITEM = "I"
+    LIST = "L"
+
+
+class FormHint(StrEnum):
+    """How a user interface should render a schema."""
+
+    FORM = "form"
+    GRID = "grid"
+
+
+class McpTransport(StrEnum):
+    """How an MCP client reaches its server."""
+
+    STDIO = "ST"
+    STREAMABLE_HTTP = "SH"
+    SSE = "SE"
+
+
+class ModelCapability(StrEnum):
+    """What a model can do."""
+
+    FUNCTION_CALLING = "FC"
+    VISION = "VI"
+    STREAMING = "SR"
+    JSON_MODE = "JM"
+    EMBEDDING = "EM"
+    AUDIO = "AU"
+
+
+class ProviderKind(StrEnum):
+    """The API a provider speaks; decides which adapter serves its models."""
+
+    OPENAI = "openai"
+    OPENAI_COMPATIBLE = "openai-compatible"
+    AZURE = "azure"
+    ANTHROPIC = "anthropic"
+    BEDROCK = "bedrock"
+    GOOGLE = "google"
+    OLLAMA = "ollama"
+    SAGEMAKER = "sagemaker"
+    LOCAL = "local"
+    TEST = "test"
+
+
+class ToolKind(StrEnum):
+    """How a tool is carried out."""
+
+    PYTHON = "python"
+    REST = "rest"
+    MCP = "mcp"
+    SCRIPT = "script"
+    SCHEMA = "schema"
+
+
+class ExecutionPolicy(StrEnum):
+    """Whether a tool may run on the model's word alone."""
+
+    ALLOW = "allow"
+    AUTHORIZED = "authorized"
+
+
+class MemoryKind(StrEnum):
+    """How much chat history a turn sees."""
+
+    FULL = "FULL"
+    WINDOW = "WINDOW"
+
+
+class AdvisorKind(StrEnum):
+    """Built-in advisor families; ``custom`` resolves a Python reference."""
+
+    LOGGING = "logging"
+    CACHE = "cache"
+    CONTENT_FILTER = "content-filter"
+    RAG = "rag"
+    MEMORY = "memory"
+    CUSTOM = "custom"
+
+
+class InstructionMode(StrEnum):
+    """How a caller's instruction combines with the bundled default."""
+
+    REPLACE = "replace"
+    APPEND = "append"
+    PREPEND = "prepend"
+
+
+class ToolCallStatus(StrEnum):
+    """Where a tool call stands."""
+
+    REQUESTED = "requested"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DENIED = "denied"
+    RETURNED = "returned"
+
+
+class TimelineKind(StrEnum):
+    """Kinds of audit events in a conversation's timeline."""
+
+    STATUS_CHANGE = "status_change"
+    REQUEST = "request"
+    RESPONSE = "response"
+    ERROR = "error"
+    RETRY = "retry"
+    TOOL_EXECUTION = "tool_execution"
+    HUMAN_ANSWER = "human_answer"
+    CANCEL = "cancel"
