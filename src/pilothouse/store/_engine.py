@@ -1,0 +1,130 @@
+"""Database engines, sessions and schema upgrades.
+
+One :class:`Database` per deployment owns the async engine and its session
+factory; every command asks it to make sure the schema is at the newest
+migration before first use, so a fresh machine needs no setup step.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Database", "current_revision", "head_revision"]
+
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import anyio
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+
+def _alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(files("pilothouse.store") / "migrations"))
+    return config
+
+
+def head_revision() -> str:
+    """Return the newest migration revision shipped with this package."""
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    if head is None:  # pragma: no cover - the package always ships migrations
+        raise RuntimeError("pilothouse ships no migrations")
+    return head
+
+
+def current_revision(connection: Connection) -> str | None:
+    """Return the migration revision a database is at, or None when empty."""
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def _upgrade(connection: Connection) -> None:
+    config = _alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # Foreign keys are off by default in SQLite; WAL lets readers run beside
+    # the writer; the busy timeout makes concurrent writers wait, not fail.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+
+
+class Database:
+    """The engine and session factory of one database.
+
+    Args:
+        url: a SQLAlchemy async URL (``sqlite+aiosqlite:///path.db`` or
+            ``postgresql+asyncpg://user@host:port/db``).
+        echo: log every SQL statement (for debugging).
+    """
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        parsed = make_url(url)
+        self.url = url
+        self.is_sqlite = parsed.get_backend_name() == "sqlite"
+        kwargs: dict[str, Any] = {"echo": echo}
+        if self.is_sqlite:
+            database = parsed.database
+            if database and database != ":memory:":
+                Path(database).parent.mkdir(parents=True, exist_ok=True)
+        else:
+            kwargs["pool_pre_ping"] = True
+        self.engine: AsyncEngine = create_async_engine(url, **kwargs)
+        if self.is_sqlite:
+            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+        self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(
+            self.engine, expire_on_commit=False
+        )
+        self._schema_ready = False
+        self._schema_lock = anyio.Lock()
+
+    async def ensure_schema(self) -> None:
+        """Create or upgrade the schema to the newest migration, once per process."""
+        if self._schema_ready:
+            return
+        async with self._schema_lock:
+            if self._schema_ready:
+                return
+            head = head_revision()
+            async with self.engine.connect() as connection:
+                current = await connection.run_sync(current_revision)
+            if current != head:
+                await self.upgrade()
+            self._schema_ready = True
+
+    async def upgrade(self) -> tuple[str | None, str]:
+        """Run every pending migration.
+
+        Returns:
+            The revision before and after the upgrade.
+        """
+        async with self.engine.begin() as connection:
+            before = await connection.run_sync(current_revision)
+            await connection.run_sync(_upgrade)
+        self._schema_ready = True
+        return before, head_revision()
+
+    async def schema_is_current(self) -> bool:
+        """Tell whether the database is at the newest migration."""
+        async with self.engine.connect() as connection:
+            current = await connection.run_sync(current_revision)
+        return current == head_revision()
+
+    async def dispose(self) -> None:
+        """Close every pooled connection."""
+        await self.engine.dispose()

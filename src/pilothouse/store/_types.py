@@ -1,0 +1,58 @@
+"""Column types that behave the same on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+__all__ = ["UtcDateTime", "coded_enum"]
+
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from sqlalchemy import DateTime, Dialect, Enum
+from sqlalchemy.types import TypeDecorator
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """An aware UTC datetime on every backend.
+
+    SQLite drops the zone on the way in; this puts UTC back on the way out so
+    callers never compare naive and aware times.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Store in UTC, refusing naive times that would be ambiguous."""
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given where an aware UTC time is required")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Return aware UTC times whatever the backend kept."""
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def _codes(cls: type[StrEnum]) -> list[str]:
+    return [member.value for member in cls]
+
+
+def coded_enum(cls: type[StrEnum], name: str) -> Enum:
+    """Return a column type that stores an enum's wire code, not its member name.
+
+    A check constraint rather than a native enum type keeps migrations the
+    same on SQLite and PostgreSQL.
+    """
+    return Enum(
+        cls,
+        name=name,
+        native_enum=False,
+        length=24,
+        values_callable=_codes,
+        validate_strings=True,
+    )
