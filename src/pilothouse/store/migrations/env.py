@@ -3,9 +3,12 @@
 from alembic import context
 from sqlalchemy import Connection
 
-import pilothouse.catalog._models
-import pilothouse.store._records  # noqa: F401  (registers the conversation tables)
+from pilothouse.catalog._models import Action
 from pilothouse.store._base import Base
+from pilothouse.store._records import Conversation
+
+# Importing one model of each module registers all of its tables on Base.
+_REGISTERED = (Action, Conversation)
 
 connection = context.config.attributes.get("connection")
 if not isinstance(connection, Connection):
