@@ -1,1 +1,61 @@
-"""pilothouse.cli."""
+"""The ``pilothouse`` command line.
+
+Each command group lives in its own module and is mounted here.
+"""
+
+from __future__ import annotations
+
+__all__ = ["app", "main"]
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pilothouse.cli._catalog import app as catalog_app
+from pilothouse.cli._context import CliState
+from pilothouse.cli._conversations import app as conversations_app
+from pilothouse.cli._db import app as db_app
+from pilothouse.settings import Settings
+
+app = typer.Typer(
+    name="pilothouse",
+    help="Governed access from business applications to large language models.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(catalog_app, name="catalog")
+app.add_typer(conversations_app, name="conversations")
+app.add_typer(db_app, name="db")
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            help="SQLAlchemy async URL; defaults to $PILOTHOUSE_DATABASE_URL or ./.pilothouse/",
+        ),
+    ] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Tenant to act for (default: 'default').")
+    ] = None,
+    secrets_file: Annotated[
+        Path | None, typer.Option("--secrets-file", help="NAME=value file for @secrets(NAME).")
+    ] = None,
+) -> None:
+    overrides: dict[str, object] = {}
+    if database_url is not None:
+        overrides["database_url"] = database_url
+    if secrets_file is not None:
+        overrides["secrets_file"] = secrets_file
+    # Command-line options win over the environment, which Settings() reads.
+    settings = Settings().model_copy(update=overrides)
+    ctx.obj = CliState(settings=settings, tenant=tenant)
+
+
+def main() -> None:
+    """Entry point of the ``pilothouse`` console script."""
+    app()

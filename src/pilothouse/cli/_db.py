@@ -1,0 +1,9 @@
+"""`pilothouse db` commands."""
+
+from __future__ import annotations
+
+__all__ = ["app"]
+
+import typer
+
+app = typer.Typer(help="db commands.", no_args_is_help=True)
