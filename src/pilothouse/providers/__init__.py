@@ -1,1 +1,58 @@
-"""pilothouse.providers."""
+"""Model access: compiled catalog specs -> pydantic-ai models.
+
+pydantic-ai's model layer is the provider layer; pilothouse owns the loop
+above it. This package compiles nothing itself: the runtime hands it
+:class:`ModelSpec` objects (with secrets resolved by :class:`SecretResolver`)
+and gets back cached pydantic-ai models from :class:`ModelFactory`, settings
+from :func:`to_model_settings`, and pilothouse errors from
+:func:`translate_error`. Vendor SDKs are imported only when a kind is used.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SECRET_REFERENCE",
+    "ChatTurn",
+    "LocalServers",
+    "MissingExtraError",
+    "ModelFactory",
+    "ModelOptions",
+    "ModelSpec",
+    "ProviderConfigError",
+    "ProviderSpec",
+    "SageMakerEmbedder",
+    "SageMakerFormat",
+    "SecretResolver",
+    "is_secret_reference",
+    "redact",
+    "to_model_settings",
+    "translate_error",
+    "uses_responses_api",
+]
+
+from typing import TYPE_CHECKING, Any
+
+from pilothouse.providers._errors import (
+    MissingExtraError,
+    ProviderConfigError,
+    redact,
+    translate_error,
+)
+from pilothouse.providers._factory import LocalServers, ModelFactory
+from pilothouse.providers._options import ModelOptions, to_model_settings, uses_responses_api
+from pilothouse.providers._sagemaker_formats import ChatTurn, SageMakerFormat
+from pilothouse.providers._secrets import SECRET_REFERENCE, SecretResolver, is_secret_reference
+from pilothouse.providers._spec import ModelSpec, ProviderSpec
+
+if TYPE_CHECKING:
+    from pilothouse.providers._sagemaker import SageMakerEmbedder
+
+
+def __getattr__(name: str) -> Any:
+    # SageMakerEmbedder lives beside the SageMaker model, which imports
+    # pydantic-ai; load it only when asked for.
+    if name == "SageMakerEmbedder":
+        from pilothouse.providers._sagemaker import SageMakerEmbedder
+
+        return SageMakerEmbedder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
