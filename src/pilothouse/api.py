@@ -1,0 +1,322 @@
+"""The public Python facade of pilothouse.
+
+One :class:`Pilothouse` per application (or per tenant) opens the database
+and exposes two halves:
+
+- ``ph.query`` (:class:`QueryApi`) reads the catalog and recorded
+  conversations;
+- ``ph.command`` (:class:`CommandApi`) changes state: starts conversations,
+  and later sends messages, answers questions and cancels.
+
+Naming rule of every read: ``find_*`` returns None when nothing matches;
+``get_*`` raises :class:`~pilothouse.errors.NotFoundError`. Everything is
+scoped to the facade's tenant: another tenant's rows are never visible.
+
+Example:
+    ```python
+    async with Pilothouse(Settings(database_url="sqlite+aiosqlite:///ph.db")) as ph:
+        conversation = await ph.command.start_conversation("ANALYST", "SUMMARIZE")
+        print(await ph.query.find_conversation(conversation.uuid))
+    ```
+
+:class:`~pilothouse._sync.SyncPilothouse` offers the same methods to
+synchronous code.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CommandApi", "Pilothouse", "QueryApi", "SyncPilothouse"]
+
+from datetime import datetime
+from types import TracebackType
+from typing import Self, TypeVar
+
+from sqlalchemy import select
+
+from pilothouse._sync import SyncPilothouse
+from pilothouse.catalog._enums import ProcessStatus
+from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
+from pilothouse.errors import InvalidStateError, NotFoundError
+from pilothouse.settings import Settings
+from pilothouse.store import (
+    Conversation,
+    ConversationQueries,
+    ConversationView,
+    Database,
+    Message,
+    Page,
+)
+from pilothouse.store._writer import ConversationWriter
+
+E = TypeVar("E", bound=CatalogEntity)
+
+
+class _Facet:
+    """What both halves of the API share: the database, the tenant, the settings."""
+
+    def __init__(self, database: Database, tenant: str, settings: Settings) -> None:
+        self.database = database
+        self.tenant = tenant
+        self.settings = settings
+
+    async def _ready(self) -> Database:
+        # A no-op after the first call; makes a fresh database usable with
+        # no setup step.
+        await self.database.ensure_schema()
+        return self.database
+
+    async def _find(self, entity: type[E], key: str) -> E | None:
+        """Return the tenant's catalog row with this business key, active or not."""
+        db = await self._ready()
+        column = getattr(entity, entity.key_field)
+        async with db.sessions() as session:
+            result = await session.scalars(
+                select(entity).where(entity.tenant == self.tenant, column == key)
+            )
+            return result.unique().one_or_none()
+
+
+class QueryApi(_Facet):
+    """Reads the catalog and the recorded conversations of one tenant.
+
+    ``find_*`` returns None when nothing matches; ``get_*`` raises
+    :class:`~pilothouse.errors.NotFoundError`. Catalog rows come back with
+    their ``active`` flag, inactive ones included, so a caller can tell
+    "disabled" from "missing". Returned rows are detached from the database
+    session and safe to keep.
+    """
+
+    def _conversations(self) -> ConversationQueries:
+        return ConversationQueries(self.database, self.tenant)
+
+    async def get_all_actions(self, *, include_inactive: bool = False) -> list[Action]:
+        """Return the tenant's actions ordered by code.
+
+        Args:
+            include_inactive: also return deactivated actions.
+        """
+        db = await self._ready()
+        statement = select(Action).where(Action.tenant == self.tenant).order_by(Action.code)
+        if not include_inactive:
+            statement = statement.where(Action.active.is_(True))
+        async with db.sessions() as session:
+            return list((await session.scalars(statement)).unique())
+
+    async def find_action_by_code(self, code: str) -> Action | None:
+        """Return the action with this code, or None."""
+        return await self._find(Action, code)
+
+    async def find_agent_by_code(self, code: str) -> Agent | None:
+        """Return the agent with this code, or None."""
+        return await self._find(Agent, code)
+
+    async def find_tool_by_code(self, code: str) -> Tool | None:
+        """Return the tool with this code, or None."""
+        return await self._find(Tool, code)
+
+    async def find_mcp_client_by_name(self, name: str) -> McpClient | None:
+        """Return the MCP client with this name, or None."""
+        return await self._find(McpClient, name)
+
+    async def find_conversation(self, uuid: str) -> Conversation | None:
+        """Return the conversation with this uuid, or None."""
+        await self._ready()
+        try:
+            return await self._conversations().get(uuid)
+        except NotFoundError:
+            return None
+
+    async def get_conversation(self, uuid: str) -> Conversation:
+        """Return the conversation with this uuid.
+
+        Raises:
+            NotFoundError: no such conversation for this tenant.
+        """
+        await self._ready()
+        return await self._conversations().get(uuid)
+
+    async def get_conversation_messages(self, uuid: str) -> list[Message]:
+        """Return the conversation's messages in sequence order.
+
+        Raises:
+            NotFoundError: no such conversation for this tenant.
+        """
+        await self._ready()
+        return await self._conversations().messages(uuid)
+
+    async def get_pending_questions(self, uuid: str) -> list[Message]:
+        """Return the ``QU`` messages still waiting for answers (empty unless ``WA``).
+
+        Raises:
+            NotFoundError: no such conversation for this tenant.
+        """
+        await self._ready()
+        return await self._conversations().pending_questions(uuid)
+
+    async def list_conversations(
+        self,
+        *,
+        agent: str | None = None,
+        action: str | None = None,
+        status: ProcessStatus | None = None,
+        created_from: datetime | None = None,
+        created_to: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> Page[Conversation]:
+        """Return one page of conversations, newest first, with the total count.
+
+        Args:
+            agent: only this agent's conversations.
+            action: only this action's conversations.
+            status: only conversations in this status.
+            created_from: created at or after this aware time.
+            created_to: created before this aware time.
+            limit: page size (at least 1).
+            offset: matching conversations to skip.
+        """
+        await self._ready()
+        return await self._conversations().list(
+            agent=agent,
+            action=action,
+            status=status,
+            created_from=created_from,
+            created_to=created_to,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def get_transcript(self, uuid: str) -> ConversationView:
+        """Return the whole conversation: fields, messages, tool calls, timeline.
+
+        Raises:
+            NotFoundError: no such conversation for this tenant.
+        """
+        await self._ready()
+        return await self._conversations().transcript(uuid)
+
+
+class CommandApi(_Facet):
+    """Changes the state of conversations of one tenant.
+
+    Every command validates what it references against the catalog first,
+    so a bad request fails with a clear error and writes nothing.
+    """
+
+    def _writer(self) -> ConversationWriter:
+        return ConversationWriter(self.database, self.tenant)
+
+    async def start_conversation(
+        self,
+        agent: str | None,
+        action: str,
+        *,
+        memory_id: str | None = None,
+        audit: bool | None = None,
+    ) -> Conversation:
+        """Record a new conversation (status ``NS``) of an agent running an action.
+
+        Args:
+            agent: the agent's code, or None for an action run without agent.
+            action: the action's code.
+            memory_id: share chat memory with earlier conversations; defaults
+                to the new conversation's own uuid.
+            audit: record the audit timeline; None follows the action, then
+                the deployment setting.
+
+        Returns:
+            The new conversation.
+
+        Raises:
+            NotFoundError: the action or the agent does not exist.
+            InvalidStateError: the action or the agent is deactivated.
+        """
+        db = await self._ready()
+        async with db.sessions() as session:
+            # Only the columns the checks need: the full Action row would
+            # eager-load its whole graph (model, schemas, tools, ...).
+            found = (
+                await session.execute(
+                    select(Action.active, Action.audit).where(
+                        Action.tenant == self.tenant, Action.code == action
+                    )
+                )
+            ).one_or_none()
+            if found is None:
+                raise NotFoundError(f"action '{action}' not found")
+            if not found.active:
+                raise InvalidStateError(
+                    f"action '{action}' is inactive; activate it to start conversations"
+                )
+            if agent is not None:
+                agent_active = await session.scalar(
+                    select(Agent.active).where(Agent.tenant == self.tenant, Agent.code == agent)
+                )
+                if agent_active is None:
+                    raise NotFoundError(f"agent '{agent}' not found")
+                if not agent_active:
+                    raise InvalidStateError(
+                        f"agent '{agent}' is inactive; activate it to start conversations"
+                    )
+        if audit is not None:
+            record = audit
+        elif found.audit is not None:
+            record = bool(found.audit)
+        else:
+            record = self.settings.audit
+        return await self._writer().create(
+            action_code=action, agent_code=agent, memory_id=memory_id, audit=record
+        )
+
+
+class Pilothouse:
+    """The entry point of the Python API.
+
+    Use it as an async context manager, or call :meth:`aclose` when done::
+
+        async with Pilothouse(settings, tenant="acme") as ph:
+            actions = await ph.query.get_all_actions()
+
+    Args:
+        settings: deployment settings; read from ``PILOTHOUSE_*`` environment
+            variables when omitted.
+        tenant: the tenant every call acts for; defaults to ``settings.tenant``.
+        database: an open database to share; when given, :meth:`aclose`
+            leaves it open for its owner. Otherwise one is opened from
+            ``settings.database_url`` and closed by :meth:`aclose`.
+
+    Attributes:
+        query: reads (catalog and conversations).
+        command: state changes (conversations).
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        tenant: str | None = None,
+        database: Database | None = None,
+    ) -> None:
+        self.settings = settings if settings is not None else Settings()
+        self.tenant = tenant or self.settings.tenant
+        self._owns_database = database is None
+        self.database = database if database is not None else Database(self.settings.database_url)
+        self.query = QueryApi(self.database, self.tenant, self.settings)
+        self.command = CommandApi(self.database, self.tenant, self.settings)
+
+    async def __aenter__(self) -> Self:
+        await self.database.ensure_schema()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the database connections, unless the database was passed in."""
+        if self._owns_database:
+            await self.database.dispose()

@@ -1,0 +1,277 @@
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from pilothouse.api import CommandApi, Pilothouse, SyncPilothouse
+from pilothouse.catalog._enums import (
+    McpTransport,
+    MessageRole,
+    ProcessStatus,
+    ProviderKind,
+    ToolKind,
+)
+from pilothouse.catalog._models import (
+    Action,
+    Agent,
+    Application,
+    Configuration,
+    McpClient,
+    Model,
+    Provider,
+    Tool,
+)
+from pilothouse.errors import InvalidStateError, NotFoundError
+from pilothouse.settings import Settings
+from pilothouse.store import Database
+from pilothouse.store._writer import ConversationWriter, NewMessage, TurnBatch
+
+pytestmark = pytest.mark.anyio
+
+
+async def seed_catalog(db: Database, tenant: str = "default") -> None:
+    """A minimal catalog: model, configuration, actions, agents, a tool, an MCP client."""
+    async with db.sessions.begin() as session:
+        provider = Provider(tenant=tenant, code="TEST", kind=ProviderKind.TEST)
+        model = Model(tenant=tenant, code="TESTM", provider=provider, model_name="test")
+        configuration = Configuration(tenant=tenant, code="DEFAULT", max_tokens=256)
+        summarize = Action(
+            tenant=tenant,
+            code="SUMMARIZE",
+            model=model,
+            configuration=configuration,
+            prompt="Summarize.",
+        )
+        quiet = Action(
+            tenant=tenant,
+            code="QUIET",
+            model=model,
+            configuration=configuration,
+            prompt="Hush.",
+            audit=False,
+        )
+        retired = Action(
+            tenant=tenant,
+            code="RETIRED",
+            model=model,
+            configuration=configuration,
+            prompt="Old.",
+            active=False,
+        )
+        application = Application(tenant=tenant, code="CRM")
+        analyst = Agent(
+            tenant=tenant, code="ANALYST", application=application, goal_action=summarize
+        )
+        idle = Agent(tenant=tenant, code="IDLE", application=application, active=False)
+        tool = Tool(tenant=tenant, code="WEATHER", name="get_weather", kind=ToolKind.PYTHON)
+        mcp = McpClient(tenant=tenant, name="time", transport=McpTransport.STDIO, command="t")
+        session.add_all([summarize, quiet, retired, analyst, idle, tool, mcp])
+
+
+@pytest.fixture
+async def ph(database: Database) -> AsyncIterator[Pilothouse]:
+    await seed_catalog(database)
+    async with Pilothouse(Settings(database_url=database.url), database=database) as facade:
+        yield facade
+
+
+async def test_start_conversation_records_a_not_started_conversation(ph: Pilothouse) -> None:
+    conversation = await ph.command.start_conversation("ANALYST", "SUMMARIZE", memory_id="m-1")
+    assert conversation.status is ProcessStatus.NOT_STARTED
+    assert (conversation.agent_code, conversation.action_code) == ("ANALYST", "SUMMARIZE")
+    assert (conversation.tenant, conversation.memory_id, conversation.audit) == (
+        "default",
+        "m-1",
+        True,
+    )
+    found = await ph.query.find_conversation(conversation.uuid)
+    assert found is not None and found.uuid == conversation.uuid
+    assert (await ph.query.get_conversation(conversation.uuid)).uuid == conversation.uuid
+
+
+async def test_start_conversation_without_agent(ph: Pilothouse) -> None:
+    conversation = await ph.command.start_conversation(None, "SUMMARIZE")
+    assert conversation.agent_code is None
+    assert conversation.memory_id == conversation.uuid
+
+
+async def test_audit_follows_argument_then_action_then_settings(database: Database) -> None:
+    await seed_catalog(database)
+    settings = Settings(database_url=database.url, audit=False)
+    async with Pilothouse(settings, database=database) as ph:
+        assert (await ph.command.start_conversation(None, "SUMMARIZE")).audit is False
+        assert (await ph.command.start_conversation(None, "SUMMARIZE", audit=True)).audit is True
+    async with Pilothouse(Settings(database_url=database.url), database=database) as ph:
+        assert (await ph.command.start_conversation(None, "QUIET")).audit is False
+        assert (await ph.command.start_conversation(None, "SUMMARIZE")).audit is True
+
+
+async def test_unknown_action_or_agent_is_not_found(ph: Pilothouse) -> None:
+    with pytest.raises(NotFoundError, match="action 'NOPE' not found"):
+        await ph.command.start_conversation("ANALYST", "NOPE")
+    with pytest.raises(NotFoundError, match="agent 'NOBODY' not found"):
+        await ph.command.start_conversation("NOBODY", "SUMMARIZE")
+    assert (await ph.query.list_conversations()).total == 0
+
+
+async def test_inactive_action_or_agent_is_refused(ph: Pilothouse) -> None:
+    with pytest.raises(InvalidStateError, match="action 'RETIRED' is inactive"):
+        await ph.command.start_conversation("ANALYST", "RETIRED")
+    with pytest.raises(InvalidStateError, match="agent 'IDLE' is inactive"):
+        await ph.command.start_conversation("IDLE", "SUMMARIZE")
+    assert (await ph.query.list_conversations()).total == 0
+
+
+async def test_another_tenants_catalog_is_invisible(database: Database) -> None:
+    await seed_catalog(database, tenant="acme")
+    async with Pilothouse(Settings(database_url=database.url), database=database) as ph:
+        assert await ph.query.find_action_by_code("SUMMARIZE") is None
+        with pytest.raises(NotFoundError, match="action 'SUMMARIZE' not found"):
+            await ph.command.start_conversation(None, "SUMMARIZE")
+    async with Pilothouse(
+        Settings(database_url=database.url), tenant="acme", database=database
+    ) as ph:
+        conversation = await ph.command.start_conversation("ANALYST", "SUMMARIZE")
+        assert conversation.tenant == "acme"
+    async with Pilothouse(
+        Settings(database_url=database.url, tenant="acme"), database=database
+    ) as ph:
+        assert ph.tenant == "acme"
+        assert await ph.query.find_conversation(conversation.uuid) is not None
+
+
+async def test_catalog_finders(ph: Pilothouse) -> None:
+    assert [a.code for a in await ph.query.get_all_actions()] == ["QUIET", "SUMMARIZE"]
+    everything = await ph.query.get_all_actions(include_inactive=True)
+    assert [a.code for a in everything] == ["QUIET", "RETIRED", "SUMMARIZE"]
+    action = await ph.query.find_action_by_code("SUMMARIZE")
+    assert action is not None
+    assert (action.model.model_name, action.configuration.max_tokens) == ("test", 256)
+    retired = await ph.query.find_action_by_code("RETIRED")
+    assert retired is not None and retired.active is False
+    agent = await ph.query.find_agent_by_code("ANALYST")
+    assert agent is not None and agent.goal_action is not None
+    assert (agent.application.code, agent.goal_action.code) == ("CRM", "SUMMARIZE")
+    tool = await ph.query.find_tool_by_code("WEATHER")
+    assert tool is not None and tool.name == "get_weather"
+    mcp = await ph.query.find_mcp_client_by_name("time")
+    assert mcp is not None and mcp.transport is McpTransport.STDIO
+    assert await ph.query.find_action_by_code("NOPE") is None
+    assert await ph.query.find_agent_by_code("NOPE") is None
+    assert await ph.query.find_tool_by_code("NOPE") is None
+    assert await ph.query.find_mcp_client_by_name("nope") is None
+
+
+async def test_conversation_reads(ph: Pilothouse) -> None:
+    conversation = await ph.command.start_conversation("ANALYST", "SUMMARIZE")
+    writer = ConversationWriter(ph.database, ph.tenant)
+    handle = await writer.begin_turn(conversation.uuid)
+    await writer.write(
+        handle,
+        TurnBatch(
+            messages=[
+                NewMessage(MessageRole.USER, "plan"),
+                NewMessage(MessageRole.QUESTION, "Where?"),
+            ],
+            changes={"status": ProcessStatus.WAITING},
+        ),
+    )
+    messages = await ph.query.get_conversation_messages(conversation.uuid)
+    assert [m.content for m in messages] == ["plan", "Where?"]
+    assert [q.content for q in await ph.query.get_pending_questions(conversation.uuid)] == [
+        "Where?"
+    ]
+    page = await ph.query.list_conversations(status=ProcessStatus.WAITING)
+    assert [c.uuid for c in page.items] == [conversation.uuid]
+    transcript = await ph.query.get_transcript(conversation.uuid)
+    assert [m.role for m in transcript.messages] == [MessageRole.USER, MessageRole.QUESTION]
+
+    assert await ph.query.find_conversation("missing") is None
+    for method in (
+        ph.query.get_conversation,
+        ph.query.get_conversation_messages,
+        ph.query.get_pending_questions,
+        ph.query.get_transcript,
+    ):
+        with pytest.raises(NotFoundError, match="conversation 'missing' not found"):
+            await method("missing")
+
+
+async def test_facade_makes_a_fresh_database_usable_and_closes_what_it_opened(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}")
+    ph = Pilothouse(settings)
+    # No context manager and no setup step: the first call creates the schema.
+    assert await ph.query.find_action_by_code("SUMMARIZE") is None
+    assert await ph.database.schema_is_current()
+    await ph.aclose()
+
+
+async def test_shared_database_is_left_open(database: Database) -> None:
+    async with Pilothouse(Settings(database_url=database.url), database=database):
+        pass
+    assert await database.schema_is_current()
+
+
+def test_command_api_holds_what_new_commands_need() -> None:
+    database = Database("sqlite+aiosqlite:///:memory:")
+    api = CommandApi(database, "acme", Settings())
+    assert (api.database, api.tenant, api.settings.audit) == (database, "acme", True)
+
+
+def test_sync_wrapper_works_from_plain_sync_code(tmp_path: Path) -> None:
+    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'sync.db'}")
+
+    async def seed() -> None:
+        db = Database(settings.database_url)
+        await db.ensure_schema()
+        await seed_catalog(db)
+        await db.dispose()
+
+    anyio.run(seed)
+    threads_before = threading.active_count()
+    with SyncPilothouse(settings) as ph:
+        assert ph.tenant == "default"
+        conversation = ph.command.start_conversation("ANALYST", "SUMMARIZE")
+        assert conversation.status is ProcessStatus.NOT_STARTED
+        assert ph.query.find_conversation(conversation.uuid).uuid == conversation.uuid
+        assert ph.query.list_conversations(agent="ANALYST").total == 1
+        assert ph.query.get_transcript(conversation.uuid).messages == []
+        assert [a.code for a in ph.query.get_all_actions()] == ["QUIET", "SUMMARIZE"]
+        with pytest.raises(NotFoundError, match="action 'NOPE' not found"):
+            ph.command.start_conversation(None, "NOPE")
+        # Attributes that are not coroutines pass through unchanged.
+        assert ph.command.tenant == "default"
+        assert "start_conversation" in dir(ph.command)
+    ph.close()  # closing twice is harmless
+    # The background event loop's thread is gone.
+    assert threading.active_count() == threads_before
+
+
+def test_sync_wrapper_wraps_methods_added_later(tmp_path: Path) -> None:
+    """New async commands and async generators need no sync code of their own."""
+
+    async def echo(self: CommandApi, text: str, *, times: int = 1) -> str:
+        await anyio.sleep(0)
+        return text * times
+
+    async def count(self: CommandApi, limit: int) -> AsyncIterator[int]:
+        for number in range(limit):
+            await anyio.sleep(0)
+            yield number
+
+    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'sync.db'}")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(CommandApi, "echo", echo, raising=False)
+        patch.setattr(CommandApi, "count", count, raising=False)
+        with SyncPilothouse(settings) as ph:
+            assert ph.command.echo("ab", times=2) == "abab"
+            assert list(ph.command.count(3)) == [0, 1, 2]
+            numbers = ph.command.count(10)
+            assert next(numbers) == 0
+            numbers.close()
