@@ -170,12 +170,15 @@ class SageMakerFormat:
             options: normalized option values; ``None`` values are skipped.
 
         Returns:
-            The parameters to send.
+            The parameters to send: the fixed ones first, then the options in
+            the order of ``parameter_names``.
         """
         params: dict[str, Any] = dict(self.parameters)
-        for option, value in options.items():
-            native = self.parameter_names.get(option)
-            if native is None or value is None:
+        # Walk the format's names, not the options: the body's key order is
+        # then fixed by the format, so the same call always sends the same bytes.
+        for option, native in self.parameter_names.items():
+            value = options.get(option)
+            if value is None:
                 continue
             existing = params.get(native)
             if isinstance(existing, list) and isinstance(value, list):
