@@ -9,12 +9,12 @@ from typing import Any
 import boto3.session
 import pytest
 from botocore.stub import Stubber
+from provider_helpers import model_spec
 from pydantic_ai.messages import ModelRequest, TextPart, UserPromptPart
 from pydantic_ai.models import ModelRequestParameters
 
 from pilothouse.catalog._enums import ProviderKind
 from pilothouse.providers import ModelFactory, ModelOptions, to_model_settings
-from provider_helpers import model_spec
 
 pytestmark = pytest.mark.anyio
 

@@ -149,7 +149,7 @@ def _from_pydantic_ai(exc: BaseException, secrets: Collection[str]) -> ProviderE
         )
     if isinstance(exc, pe.ModelAPIError):
         status = exc.status_code if isinstance(exc, pe.ModelHTTPError) else None
-        code = exc.provider_error_code
+        code = exc.provider_error_code or _body_code(exc.body)
         detail = _body_message(exc.body) or exc.message
         message = redact(_describe(exc.model_name, status, code, detail), secrets)
         if _is_content_filter(code, exc.body):
