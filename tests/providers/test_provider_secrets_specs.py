@@ -115,3 +115,11 @@ def test_fingerprint_changes_with_any_field_and_is_stable() -> None:
     assert base.fingerprint() != provider(settings={"api": "responses"}).fingerprint()
     model = ModelSpec(code="M", provider=base, model_name="a")
     assert model.fingerprint() != ModelSpec(code="M", provider=base, model_name="b").fingerprint()
+
+
+def test_specs_compare_by_value_and_are_hashable() -> None:
+    first = ModelSpec(code="M", provider=provider(), model_name="a")
+    second = ModelSpec(code="M", provider=provider(), model_name="a")
+    assert first == second
+    assert {first: "cached"}[second] == "cached"
+    assert first != ModelSpec(code="M", provider=provider(api_key="sk-2"), model_name="a")

@@ -15,12 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
 from pilothouse.catalog._enums import ModelCapability, ProviderKind
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class ProviderSpec:
     """One provider (vendor endpoint and credentials) as the factory sees it.
 
@@ -54,12 +55,22 @@ class ProviderSpec:
             f"settings={setting_names!r})"
         )
 
+    def __hash__(self) -> int:
+        # The mapping fields are not hashable, so hash the digest of all fields.
+        return hash(self._digest)
+
     def fingerprint(self) -> str:
         """Return a stable digest of every field, for use as a cache key.
 
         Two specs with equal fields share one cached client; a changed key or
         setting gives a new digest, so a new catalog version rebuilds.
         """
+        return self._digest
+
+    @cached_property
+    def _digest(self) -> str:
+        # Computed once per spec: the factory looks it up on every call, and
+        # specs are immutable (the runtime compiles new ones per catalog version).
         payload = json.dumps(
             {
                 "code": self.code,
@@ -75,7 +86,7 @@ class ProviderSpec:
         return hashlib.sha256(payload.encode()).hexdigest()
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class ModelSpec:
     """One model of a provider, with what it can do and what it costs.
 
@@ -98,8 +109,15 @@ class ModelSpec:
     output_price: Decimal | None = None
     knowledge_cutoff: date | None = None
 
+    def __hash__(self) -> int:
+        return hash(self._digest)
+
     def fingerprint(self) -> str:
         """Return a stable digest of the model and its provider, for caching."""
+        return self._digest
+
+    @cached_property
+    def _digest(self) -> str:
         payload = json.dumps(
             [self.code, self.model_name, self.provider.fingerprint()], separators=(",", ":")
         )
