@@ -1,0 +1,148 @@
+"""Importing catalog files: validate everything, then upsert in one transaction.
+
+An import is all-or-nothing: every entity is checked first (against the
+files and the tenant's stored catalog), and the writes happen in a single
+transaction that any failure, including one only the database detects,
+rolls back whole. Entities are matched by (tenant, business key); one whose
+stored form already equals the file is not written, so importing the same
+files twice changes nothing, not even versions. Entities stored but absent
+from the files are left alone.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ImportSummary", "KindCounts", "apply_catalog", "import_catalog"]
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from pilothouse.catalog._kinds import KINDS
+from pilothouse.catalog._models import CatalogEntity
+from pilothouse.catalog._repository import bump_revision, load_rows, read_revision
+from pilothouse.catalog._validate import ParsedCatalog, load_existing, validate_paths
+from pilothouse.errors import CatalogValidationError, ConflictError
+from pilothouse.store import Database
+from pilothouse.store._base import utcnow
+
+
+@dataclass
+class KindCounts:
+    """What an import did to one kind."""
+
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+
+
+@dataclass
+class ImportSummary:
+    """What an import did, by kind name in dependency order.
+
+    Attributes:
+        counts: created/updated/unchanged per kind present in the files.
+        revision: the tenant's catalog revision after the import.
+    """
+
+    counts: dict[str, KindCounts] = field(default_factory=dict[str, KindCounts])
+    revision: int = 0
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything was created or updated."""
+        return any(c.created or c.updated for c in self.counts.values())
+
+
+async def apply_catalog(
+    session: AsyncSession, tenant: str, parsed: ParsedCatalog, *, user: str
+) -> ImportSummary:
+    """Upsert validated entities into a tenant's catalog, in the caller's transaction.
+
+    Args:
+        session: a session inside a transaction the caller commits or rolls back.
+        tenant: whose catalog.
+        parsed: entities that passed :func:`validate_paths` without issues.
+        user: written to ``updated_by`` of every row changed.
+
+    Returns:
+        What changed; the revision is bumped once if anything did.
+    """
+    rows = await load_rows(session, tenant)
+    summary = ImportSummary()
+    created: set[int] = set()
+
+    def resolve(kind: str, key: str) -> CatalogEntity:
+        return rows[kind][key]
+
+    # Rows are made up front so references between new entities (a skill's
+    # parent, an agent's goal action) resolve whatever their order; nothing
+    # is flushed before every row is complete.
+    with session.no_autoflush:
+        for kind in KINDS.values():
+            for entry in parsed.entries.get(kind.name, []):
+                if entry.spec.key not in rows[kind.name]:
+                    row = kind.model(tenant=tenant)
+                    setattr(row, kind.key_field, entry.spec.key)
+                    rows[kind.name][entry.spec.key] = row
+                    created.add(id(row))
+        for kind in KINDS.values():
+            for entry in parsed.entries.get(kind.name, []):
+                counts = summary.counts.setdefault(kind.name, KindCounts())
+                row = rows[kind.name][entry.spec.key]
+                is_new = id(row) in created
+                if not is_new and kind.to_spec(row) == entry.spec:
+                    counts.unchanged += 1
+                    continue
+                kind.apply(row, entry.spec, resolve)
+                # Set explicitly so a change to link rows alone still bumps
+                # the entity's version.
+                row.updated_by = user
+                row.updated_at = utcnow()
+                session.add(row)
+                if is_new:
+                    counts.created += 1
+                else:
+                    counts.updated += 1
+    await session.flush()
+    if summary.changed:
+        summary.revision = await bump_revision(session, tenant)
+    else:
+        summary.revision = await read_revision(session, tenant)
+    return summary
+
+
+async def import_catalog(
+    database: Database, tenant: str, paths: Sequence[Path], *, user: str = "pilothouse"
+) -> ImportSummary:
+    """Validate catalog files and import them into a tenant, all or nothing.
+
+    Args:
+        database: the target database (its schema is upgraded if needed).
+        tenant: whose catalog.
+        paths: files or folders of ``*.yaml``/``*.yml``.
+        user: written to ``updated_by``.
+
+    Returns:
+        What changed.
+
+    Raises:
+        CatalogValidationError: the files break rules; nothing was written.
+        ConflictError: the database refused a write; nothing was written.
+    """
+    await database.ensure_schema()
+    async with database.sessions() as session:
+        try:
+            async with session.begin():
+                existing = await load_existing(session, tenant)
+                parsed, issues = validate_paths(paths, existing)
+                if issues:
+                    raise CatalogValidationError(issues)
+                return await apply_catalog(session, tenant, parsed, user=user)
+        except DBAPIError as exc:
+            detail = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else "refused"
+            raise ConflictError(
+                f"the database refused the import, nothing was written: {detail}"
+            ) from None

@@ -1,0 +1,467 @@
+"""The wire shape of every catalog entity: one pydantic model per kind.
+
+The same models read the YAML catalog and, later, the HTTP API's request
+bodies, so a rule checked here holds on every way in. References to other
+entities are business keys (``model: SMOLLM2``), never database ids, and a
+catalog file never names a tenant.
+
+Per-field rules (types, lengths, ranges, enum values) live here; rules that
+span fields or entities (secrets, transports, references, cycles) live in
+``_validate.py`` so they can name the exact field that breaks them.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CODE_PATTERN",
+    "ActionAdvisorSpec",
+    "ActionSchemaSpec",
+    "ActionSchemasSpec",
+    "ActionSpec",
+    "ActionTypeSpec",
+    "AdvisorSpec",
+    "AdvisorTypeSpec",
+    "AgentSpec",
+    "AgentTypeSpec",
+    "ApplicationSpec",
+    "CatalogSpec",
+    "ConfigurationSpec",
+    "DocumentCollectionSpec",
+    "McpClientSpec",
+    "McpClientTypeSpec",
+    "MemoryStrategySpec",
+    "MemoryStrategyTypeSpec",
+    "ModelSpec",
+    "PersonaSpec",
+    "PersonaTypeSpec",
+    "ProviderSpec",
+    "SkillSpec",
+    "SkillTypeSpec",
+    "ToolSpec",
+    "ToolTypeSpec",
+    "TypeSpec",
+    "VectorStoreSpec",
+    "VectorStoreTypeSpec",
+    "parse_enum",
+    "wire_value",
+]
+
+from collections.abc import Callable
+from datetime import date
+from decimal import Decimal
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, TypeVar
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    model_serializer,
+    model_validator,
+)
+
+from pilothouse.catalog._enums import (
+    Cardinality,
+    ExecutionPolicy,
+    FormHint,
+    McpTransport,
+    MemoryKind,
+    ModelCapability,
+    ProviderKind,
+    SchemaDirection,
+    ToolKind,
+)
+from pilothouse.catalog._models import CODE_LENGTHS
+
+CODE_PATTERN = r"^[A-Za-z0-9_.-]+$"
+"""What a business key may contain: letters, digits, ``_``, ``.`` and ``-``."""
+
+E = TypeVar("E", bound=StrEnum)
+
+# These enums read better by name than by their one-letter code in a file a
+# person edits; the others are either readable already or known by code.
+_BY_NAME: tuple[type[StrEnum], ...] = (McpTransport, Cardinality, SchemaDirection)
+
+
+def wire_value(value: StrEnum) -> str:
+    """Return the form an enum member takes in YAML and JSON.
+
+    Args:
+        value: an enum member.
+
+    Returns:
+        ``stdio``/``item``-style readable names for transports, cardinalities
+        and directions; the stored code or value for every other enum.
+    """
+    if isinstance(value, _BY_NAME):
+        return value.name.lower().replace("_", "-")
+    return value.value
+
+
+def parse_enum(cls: type[E], value: object) -> E:
+    """Read an enum member from its code/value or its readable name.
+
+    Args:
+        cls: the enum class.
+        value: ``SH``, ``streamable-http``, ``STREAMABLE_HTTP``, ...
+
+    Returns:
+        The member.
+
+    Raises:
+        ValueError: naming the accepted values.
+    """
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        for member in cls:
+            if member.value == value:
+                return member
+        name = value.strip().upper().replace("-", "_").replace(" ", "_")
+        if name in cls.__members__:
+            return cls.__members__[name]
+    choices = ", ".join(wire_value(m) for m in cls)
+    raise ValueError(f"must be one of: {choices} (got {value!r})")
+
+
+def _enum(cls: type[E]) -> Callable[[object], E]:
+    def parse(value: object) -> E:
+        return parse_enum(cls, value)
+
+    return parse
+
+
+# Always, so a Python dump, a JSON body and the YAML file all read the same.
+_WIRE = PlainSerializer(wire_value, when_used="always")
+
+ProviderKindField = Annotated[ProviderKind, BeforeValidator(_enum(ProviderKind)), _WIRE]
+CapabilityField = Annotated[ModelCapability, BeforeValidator(_enum(ModelCapability)), _WIRE]
+ToolKindField = Annotated[ToolKind, BeforeValidator(_enum(ToolKind)), _WIRE]
+PolicyField = Annotated[ExecutionPolicy, BeforeValidator(_enum(ExecutionPolicy)), _WIRE]
+TransportField = Annotated[McpTransport, BeforeValidator(_enum(McpTransport)), _WIRE]
+MemoryKindField = Annotated[MemoryKind, BeforeValidator(_enum(MemoryKind)), _WIRE]
+CardinalityField = Annotated[Cardinality, BeforeValidator(_enum(Cardinality)), _WIRE]
+HintField = Annotated[FormHint, BeforeValidator(_enum(FormHint)), _WIRE]
+
+TypeCode = Annotated[
+    str, StringConstraints(max_length=CODE_LENGTHS["persona type"], pattern=CODE_PATTERN)
+]
+Code = Annotated[str, StringConstraints(max_length=CODE_LENGTHS["action"], pattern=CODE_PATTERN)]
+ApplicationCode = Annotated[
+    str, StringConstraints(max_length=CODE_LENGTHS["application"], pattern=CODE_PATTERN)
+]
+McpName = Annotated[
+    str, StringConstraints(max_length=CODE_LENGTHS["mcp client"], pattern=CODE_PATTERN)
+]
+Name = Annotated[str, StringConstraints(max_length=128)]
+Long = Annotated[str, StringConstraints(max_length=512)]
+ToolName = Annotated[str, StringConstraints(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+Price = Annotated[Decimal, Field(ge=0, max_digits=18, decimal_places=6)]
+JsonObject = dict[str, Any]
+
+
+class CatalogSpec(BaseModel):
+    """Fields and settings every catalog entity shares.
+
+    Attributes:
+        active: inactive entities stay in the catalog but are not offered.
+    """
+
+    # Numbers become strings where text is expected, so ``code: 2024`` works;
+    # unknown fields are refused so a typo never silently drops a setting.
+    model_config = ConfigDict(
+        extra="forbid",
+        coerce_numbers_to_str=True,
+        populate_by_name=True,
+        protected_namespaces=(),
+    )
+    key_field: ClassVar[str] = "code"
+
+    active: bool = True
+
+    @property
+    def key(self) -> str:
+        """The business key (``code``, or ``name`` for MCP clients)."""
+        value: str = getattr(self, self.key_field)
+        return value
+
+
+class TypeSpec(CatalogSpec):
+    """A classification entity: code, name, description."""
+
+    code: TypeCode
+    name: Name = ""
+    description: str | None = None
+
+
+class PersonaTypeSpec(TypeSpec):
+    """A family of personas."""
+
+
+class SkillTypeSpec(TypeSpec):
+    """A family of skills."""
+
+
+class ToolTypeSpec(TypeSpec):
+    """A family of tools."""
+
+
+class McpClientTypeSpec(TypeSpec):
+    """A family of MCP clients."""
+
+
+class AdvisorTypeSpec(TypeSpec):
+    """A family of advisors."""
+
+
+class VectorStoreTypeSpec(TypeSpec):
+    """A family of vector stores."""
+
+
+class MemoryStrategyTypeSpec(TypeSpec):
+    """A family of memory strategies."""
+
+
+class AgentTypeSpec(TypeSpec):
+    """A family of agents."""
+
+
+class ActionTypeSpec(TypeSpec):
+    """A family of actions; its constraint prompt is added to each of them."""
+
+    constraint_prompt: str | None = None
+
+
+class ProviderSpec(CatalogSpec):
+    """A model vendor or server and how to reach it."""
+
+    code: Code
+    name: Name = ""
+    kind: ProviderKindField
+    base_url: Long | None = None
+    api_key: Annotated[str, StringConstraints(max_length=256)] | None = None
+    headers: dict[str, str] = Field(default_factory=dict[str, str])
+    settings: JsonObject = Field(default_factory=dict[str, Any])
+    description: str | None = None
+
+
+class ModelSpec(CatalogSpec):
+    """One model of a provider, with its capabilities and prices per million tokens."""
+
+    code: Code
+    provider: str
+    model_name: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    knowledge_cutoff: date | None = None
+    input_price: Price | None = None
+    output_price: Price | None = None
+    capabilities: list[CapabilityField] = Field(default_factory=list[ModelCapability])
+    context_window: Annotated[int, Field(ge=1)] | None = None
+    description: str | None = None
+
+
+class ConfigurationSpec(CatalogSpec):
+    """Sampling parameters and limits of a model call."""
+
+    code: Code
+    name: Name = ""
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    top_k: Annotated[int, Field(ge=1)] | None = None
+    max_tokens: Annotated[int, Field(ge=1)]
+    stop: list[str] = Field(default_factory=list[str])
+    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    retry_count: Annotated[int, Field(ge=0)] = 2
+    retry_delay: Annotated[float, Field(ge=0)] = 1.0
+
+
+class PersonaSpec(CatalogSpec):
+    """A reusable voice or role prompt."""
+
+    code: Code
+    name: Name = ""
+    type: str | None = None
+    prompt: str
+
+
+class SkillSpec(CatalogSpec):
+    """A reusable capability prompt that may own tools and depend on other skills."""
+
+    code: Code
+    name: Name = ""
+    type: str | None = None
+    description: str | None = None
+    prompt: str
+    parent: str | None = None
+    depends_on: list[str] = Field(default_factory=list[str])
+    tools: list[str] = Field(default_factory=list[str])
+
+
+class ToolSpec(CatalogSpec):
+    """Something the model can call; ``name`` is the function name it sees."""
+
+    code: Code
+    name: ToolName
+    type: str | None = None
+    kind: ToolKindField
+    implementation: str | None = None
+    description: str | None = None
+    input_schema: JsonObject = Field(default_factory=dict[str, Any])
+    output_schema: JsonObject | None = None
+    policy: PolicyField = ExecutionPolicy.ALLOW
+    settings: JsonObject = Field(default_factory=dict[str, Any])
+
+
+class McpClientSpec(CatalogSpec):
+    """A connection to an MCP server; its business key is ``name``."""
+
+    key_field: ClassVar[str] = "name"
+
+    name: McpName
+    type: str | None = None
+    transport: TransportField
+    command: Long | None = None
+    args: list[str] = Field(default_factory=list[str])
+    env: dict[str, str] = Field(default_factory=dict[str, str])
+    url: Long | None = None
+    headers: dict[str, str] = Field(default_factory=dict[str, str])
+    confidential_headers: list[str] = Field(default_factory=list[str])
+    description: str | None = None
+
+
+class AdvisorSpec(CatalogSpec):
+    """An interceptor around the model call."""
+
+    code: Code
+    name: Name = ""
+    type: str | None = None
+    implementation: Annotated[str, StringConstraints(min_length=1, max_length=512)]
+    default_order: int = 0
+    settings: JsonObject = Field(default_factory=dict[str, Any])
+
+
+class VectorStoreSpec(CatalogSpec):
+    """Where RAG chunks live."""
+
+    code: Code
+    name: Name = ""
+    type: str | None = None
+    connection: Long | None = None
+    default_collection: Name | None = None
+
+
+class DocumentCollectionSpec(CatalogSpec):
+    """A named set of chunks in a vector store, with retrieval defaults."""
+
+    code: Code
+    name: Name = ""
+    store: str
+    collection_name: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    similarity_threshold: Annotated[float, Field(ge=0, le=1)] = 0.0
+    top_k: Annotated[int, Field(ge=1)] = 4
+
+
+class MemoryStrategySpec(CatalogSpec):
+    """How much chat history a turn sees: ``FULL`` or ``WINDOW`` of ``window_size``."""
+
+    code: Code
+    name: Name = ""
+    type: str | None = None
+    kind: MemoryKindField
+    window_size: Annotated[int, Field(ge=1)] = 20
+    token_budget: Annotated[int, Field(ge=1)] | None = None
+
+
+class ActionSchemaSpec(BaseModel):
+    """One JSON schema of an action, describing an item or a list of items."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    cardinality: CardinalityField = Cardinality.ITEM
+    hint: HintField | None = None
+    json_schema: JsonObject = Field(default_factory=dict[str, Any], alias="schema")
+
+
+class ActionSchemasSpec(BaseModel):
+    """The input, output and memory schemas of an action, each optional."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: ActionSchemaSpec | None = None
+    output: ActionSchemaSpec | None = None
+    memory: ActionSchemaSpec | None = None
+
+    def items(self) -> list[tuple[SchemaDirection, ActionSchemaSpec]]:
+        """Return the schemas present, with their direction, in a fixed order."""
+        pairs = (
+            (SchemaDirection.INPUT, self.input),
+            (SchemaDirection.OUTPUT, self.output),
+            (SchemaDirection.MEMORY, self.memory),
+        )
+        return [(direction, schema) for direction, schema in pairs if schema is not None]
+
+
+class ActionAdvisorSpec(BaseModel):
+    """An advisor of an action; written as a plain code when it keeps its default order."""
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+    advisor: str
+    order: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_code(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"advisor": data}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _as_code(self, handler: SerializerFunctionWrapHandler) -> Any:
+        if self.order is None:
+            return self.advisor
+        return handler(self)
+
+
+class ActionSpec(CatalogSpec):
+    """A repeatable LLM task: model, configuration, prompts, schemas and tools."""
+
+    code: Code
+    name: Name = ""
+    goal_description: str | None = None
+    type: str | None = None
+    model: str
+    configuration: str
+    persona: str | None = None
+    memory_strategy: str | None = None
+    prompt: str
+    audit: bool | None = None
+    schemas: ActionSchemasSpec = Field(default_factory=ActionSchemasSpec)
+    skills: list[str] = Field(default_factory=list[str])
+    tools: list[str] = Field(default_factory=list[str])
+    mcp_clients: list[str] = Field(default_factory=list[str])
+    advisors: list[ActionAdvisorSpec] = Field(default_factory=list[ActionAdvisorSpec])
+    collections: list[str] = Field(default_factory=list[str])
+
+
+class ApplicationSpec(CatalogSpec):
+    """A business application; its system prompt is shared by its agents."""
+
+    code: ApplicationCode
+    name: Name = ""
+    system_prompt: str | None = None
+
+
+class AgentSpec(CatalogSpec):
+    """An agent of an application, with its own prompt and goal action."""
+
+    code: Code
+    name: Name = ""
+    application: str
+    type: str | None = None
+    prompt: str | None = None
+    goal_action: str | None = None

@@ -1,0 +1,210 @@
+"""Reading catalog YAML with line numbers, and writing it back deterministically.
+
+Files are read with ruamel.yaml's round-trip loader because it remembers the
+line of every key and list item, which lets each validation error point at
+the offending field's own line. Values are then turned into plain Python
+before pydantic sees them.
+"""
+
+from __future__ import annotations
+
+__all__ = ["catalog_files", "dump_yaml", "line_of", "load_yaml", "to_plain"]
+
+import io
+from collections.abc import Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, cast
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.constructor import DuplicateKeyError
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.scalarstring import LiteralScalarString
+
+from pilothouse.errors import ValidationIssue
+
+_SUFFIXES = (".yaml", ".yml")
+
+
+def _issue(file: str, line: int | None, field: str, rule: str) -> ValidationIssue:
+    return ValidationIssue("catalog", None, field, rule, file=file, line=line)
+
+
+def catalog_files(paths: Sequence[Path]) -> tuple[list[Path], list[ValidationIssue]]:
+    """Expand files and folders into the catalog files to read.
+
+    A folder contributes every ``*.yaml``/``*.yml`` below it, recursively,
+    sorted by path so the merge order never depends on the file system.
+
+    Args:
+        paths: files or folders, as the user named them.
+
+    Returns:
+        The files, and an issue for each path that does not exist.
+    """
+    files: list[Path] = []
+    issues: list[ValidationIssue] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.suffix in _SUFFIXES and p.is_file())
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            issues.append(_issue(str(path), None, "path", "no such file or folder"))
+    return files, issues
+
+
+def load_yaml(path: Path) -> tuple[Any, ValidationIssue | None]:
+    """Parse one YAML file, keeping line information.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The round-trip document (``None`` for an empty file), or the one issue
+        locating the syntax error.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, _issue(str(path), None, "file", f"cannot be read ({exc.__class__.__name__})")
+    try:
+        loader: Any = YAML(typ="rt")  # ruamel ships partial type hints
+        return loader.load(text), None
+    except DuplicateKeyError as exc:
+        # ruamel's own message quotes both values, which may be a secret.
+        return None, _issue(str(path), _mark_line(exc), "yaml", "a mapping key is repeated")
+    except MarkedYAMLError as exc:
+        error: Any = exc
+        problem = str(error.problem or error.context or "invalid YAML")
+        return None, _issue(str(path), _mark_line(exc), "yaml", problem)
+    except YAMLError as exc:
+        return None, _issue(str(path), None, "yaml", str(exc).splitlines()[0])
+
+
+def _mark_line(exc: Any) -> int | None:
+    mark = exc.problem_mark or exc.context_mark
+    return None if mark is None else int(mark.line) + 1
+
+
+def line_of(node: Any, location: Sequence[str | int]) -> int | None:
+    """Find the 1-based line of the deepest part of ``location`` inside ``node``.
+
+    Args:
+        node: a round-trip mapping or sequence.
+        location: keys and indexes, e.g. ``("schemas", "output", "schema")``.
+
+    Returns:
+        The line of the innermost key or item found, else of ``node`` itself.
+    """
+    line: int | None = None
+    current: Any = node  # ruamel's line info (``.lc``) is untyped
+    if isinstance(current, CommentedMap | CommentedSeq):
+        line = int(_lc(current).line) + 1
+    for part in location:
+        if isinstance(current, CommentedMap) and part in current:
+            line = int(_lc(current).key(part)[0]) + 1
+            current = _child(current, part)
+        elif (
+            isinstance(current, CommentedSeq) and isinstance(part, int) and 0 <= part < len(current)
+        ):
+            line = int(_lc(current).item(part)[0]) + 1
+            current = _child(current, part)
+        else:
+            break
+    return line
+
+
+def _lc(node: Any) -> Any:
+    return node.lc
+
+
+def _child(node: Any, part: str | int) -> Any:
+    return node[part]
+
+
+def to_plain(node: Any) -> Any:
+    """Turn a round-trip document into plain ``dict``/``list``/scalars.
+
+    Dates become ISO strings so free-form JSON settings stay JSON; typed date
+    fields parse them back.
+    """
+    if isinstance(node, dict):
+        mapping = cast(dict[Any, Any], node)
+        return {str(k): to_plain(v) for k, v in mapping.items()}
+    if isinstance(node, list):
+        return [to_plain(v) for v in cast(list[Any], node)]
+    if isinstance(node, bool):
+        return bool(node)
+    if isinstance(node, str):
+        return str(node)
+    if isinstance(node, int):
+        # ruamel's ScalarBoolean is an int subclass; keep it a bool.
+        return bool(node) if type(node).__name__ == "ScalarBoolean" else int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, datetime | date):
+        return node.isoformat()
+    return node
+
+
+def _literal_ok(text: str) -> bool:
+    # A literal block cannot carry trailing spaces or control characters
+    # faithfully; such text stays a quoted scalar.
+    return "\n" in text and all(
+        line == line.rstrip() and (line.isprintable() or line == "") for line in text.split("\n")
+    )
+
+
+def _is_flow_scalar(value: Any) -> bool:
+    if isinstance(value, bool | int | float):
+        return True
+    return isinstance(value, str) and value.isprintable() and 0 < len(value) <= 40
+
+
+def _yaml_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        mapping = CommentedMap()
+        for k, v in cast(dict[str, Any], value).items():
+            mapping[k] = _yaml_value(v)
+        return mapping
+    if isinstance(value, list):
+        items = cast(list[Any], value)
+        sequence: Any = CommentedSeq([_yaml_value(v) for v in items])
+        if items and all(_is_flow_scalar(v) for v in items) and len(repr(items)) <= 60:
+            sequence.fa.set_flow_style()
+        return sequence
+    if isinstance(value, StrEnum):
+        return value.value
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, str) and _literal_ok(value):
+        return LiteralScalarString(value)
+    return value
+
+
+def dump_yaml(document: dict[str, Any]) -> str:
+    """Write a catalog document as YAML, one blank line between kinds.
+
+    Args:
+        document: kind names to lists of plain entity mappings.
+
+    Returns:
+        The YAML text; the same document always gives the same text.
+    """
+    yaml: Any = YAML(typ="rt")
+    yaml.width = 4096
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    buffer = io.StringIO()
+    yaml.dump(_yaml_value(document), buffer)
+    lines = buffer.getvalue().splitlines(keepends=True)
+    out: list[str] = []
+    for index, line in enumerate(lines):
+        if index and line[:1] not in (" ", "-", "\n", ""):
+            out.append("\n")
+        out.append(line)
+    return "".join(out)
