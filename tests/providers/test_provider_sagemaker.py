@@ -362,3 +362,32 @@ async def test_embedder_wrong_count_is_unparseable() -> None:
     )
     with pytest.raises(UnparseableResponseError, match="2 vector"):
         await embedder.embed(["a", "b"])
+
+
+async def test_endpoint_model_error_translates_to_server_error() -> None:
+    from pilothouse.errors import ProviderServerError
+    from pilothouse.providers import translate_error
+
+    aws = StubbedAws()
+    factory = ModelFactory(aws_client_factory=aws)
+    spec = model_spec(
+        ProviderKind.SAGEMAKER,
+        "my-llm",
+        api_key=None,
+        settings={"endpoint_name": "my-endpoint", "region": "us-east-1", "format": "falcon"},
+    )
+    try:
+        model = await factory.model(spec)
+        aws.stubbers["sagemaker-runtime"].add_client_error(
+            "invoke_endpoint",
+            service_error_code="ModelError",
+            service_message="Received server error (500) from primary",
+            http_status_code=424,
+        )
+        with pytest.raises(Exception) as info:
+            await model.request(ONE_TURN, None, ModelRequestParameters())
+    finally:
+        await factory.aclose()
+    translated = translate_error(info.value)
+    assert isinstance(translated, ProviderServerError)
+    assert "ModelError" in str(translated)

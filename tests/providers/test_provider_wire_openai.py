@@ -236,7 +236,8 @@ async def test_ollama_defaults_to_local_v1_and_drops_top_k(
 
 
 class FakeLocalServers:
-    def __init__(self) -> None:
+    def __init__(self, *urls: str) -> None:
+        self.urls = list(urls)
         self.calls: list[dict[str, Any]] = []
 
     async def base_url(
@@ -247,37 +248,58 @@ class FakeLocalServers:
         n_ctx: int = 4096,
     ) -> str:
         self.calls.append({"model_path": model_path, "chat_format": chat_format, "n_ctx": n_ctx})
-        return "http://127.0.0.1:39999/v1"
+        # The first URL until a "restart" moves the server to the next one.
+        return self.urls[0]
+
+
+LOCAL_SPEC = model_spec(
+    ProviderKind.LOCAL,
+    "smollm2",
+    api_key=None,
+    settings={"model_path": "/models/smollm2.gguf", "n_ctx": 2048},
+)
 
 
 async def test_local_kind_asks_local_servers_for_base_url(router: respx.Router) -> None:
     route = router.post("http://127.0.0.1:39999/v1/chat/completions").respond(
         json=chat_completion("tiny model", "smollm2")
     )
-    servers = FakeLocalServers()
+    servers = FakeLocalServers("http://127.0.0.1:39999/v1")
     factory = ModelFactory(servers, transport=bridge(router))
     try:
-        spec = model_spec(
-            ProviderKind.LOCAL,
-            "smollm2",
-            api_key=None,
-            settings={"model_path": "/models/smollm2.gguf", "n_ctx": 2048},
-        )
-        model = await factory.model(spec)
-        again = await factory.model(spec)
+        model = await factory.model(LOCAL_SPEC)
+        again = await factory.model(LOCAL_SPEC)
         response = await model.request(HELLO, None, ModelRequestParameters())
     finally:
         await factory.aclose()
     assert again is model
-    assert servers.calls == [
-        {
-            "model_path": "/models/smollm2.gguf",
-            "chat_format": "chatml-function-calling",
-            "n_ctx": 2048,
-        }
-    ]
+    assert servers.calls[0] == {
+        "model_path": "/models/smollm2.gguf",
+        "chat_format": "chatml-function-calling",
+        "n_ctx": 2048,
+    }
     assert response.parts == [TextPart(content="tiny model")]
     assert route.called
+
+
+async def test_local_model_follows_a_restarted_server_to_its_new_port(
+    router: respx.Router,
+) -> None:
+    route = router.post("http://127.0.0.1:40001/v1/chat/completions").respond(
+        json=chat_completion("after restart", "smollm2")
+    )
+    servers = FakeLocalServers("http://127.0.0.1:40000/v1", "http://127.0.0.1:40001/v1")
+    factory = ModelFactory(servers, transport=bridge(router))
+    try:
+        before = await factory.model(LOCAL_SPEC)
+        servers.urls.pop(0)  # the server died and came back on another port
+        after = await factory.model(LOCAL_SPEC)
+        response = await after.request(HELLO, None, ModelRequestParameters())
+    finally:
+        await factory.aclose()
+    assert after is not before
+    assert response.parts == [TextPart(content="after restart")]
+    assert route.call_count == 1
 
 
 async def test_error_status_is_translated_with_retry_after(

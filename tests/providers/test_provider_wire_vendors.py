@@ -131,3 +131,51 @@ async def test_gemini_generation_config_safety_settings_and_answer(
     ]
     assert body["systemInstruction"]["parts"][0]["text"] == "Be brief."
     assert body["contents"][0] == {"role": "user", "parts": [{"text": "hello"}]}
+
+
+async def test_anthropic_401_becomes_auth_error_without_the_key(
+    factory: ModelFactory, router: respx.Router
+) -> None:
+    from pilothouse.errors import ProviderAuthError
+    from pilothouse.providers import translate_error
+
+    router.post("https://api.anthropic.com/v1/messages").respond(
+        status_code=401,
+        json={
+            "type": "error",
+            "error": {"type": "authentication_error", "message": "invalid x-api-key"},
+        },
+    )
+    spec = model_spec(ProviderKind.ANTHROPIC, "claude-haiku-4-5", api_key="ant-key-abcdef")
+    model = await factory.model(spec)
+    with pytest.raises(Exception) as info:
+        await model.request(HELLO, {"max_tokens": 10}, ModelRequestParameters())
+    translated = translate_error(info.value, secrets=["ant-key-abcdef"])
+    assert isinstance(translated, ProviderAuthError)
+    assert "invalid x-api-key" in str(translated)
+    assert "ant-key-abcdef" not in str(translated)
+
+
+async def test_gemini_503_becomes_retryable_server_error(
+    factory: ModelFactory, router: respx.Router
+) -> None:
+    from pilothouse.errors import ProviderServerError
+    from pilothouse.providers import translate_error
+
+    router.post(
+        "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:generateContent"
+    ).respond(
+        status_code=503,
+        json={
+            "error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}
+        },
+    )
+    spec = model_spec(
+        ProviderKind.GOOGLE, "gemini-2.0-flash", api_key="AIzaTestKey0123456789012345"
+    )
+    model = await factory.model(spec)
+    with pytest.raises(Exception) as info:
+        await model.request(HELLO, None, ModelRequestParameters())
+    translated = translate_error(info.value)
+    assert isinstance(translated, ProviderServerError)
+    assert translated.retryable

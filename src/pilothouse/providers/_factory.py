@@ -135,13 +135,19 @@ class ModelFactory:
             raise ProviderConfigError("the model factory is closed")
         responses = uses_responses_api(spec, options)
         key = f"{spec.fingerprint()}:{'responses' if responses else 'default'}"
+        local_url: str | None = None
+        if spec.provider.kind is ProviderKind.LOCAL:
+            # Asked on every call: the manager restarts a server that died, on
+            # a new port, and the model must follow it there.
+            local_url = await self._local_base_url(spec.provider)
+            key = f"{key}:{local_url}"
         entry = self._models.get(key)
         if entry is not None and not _expiring(entry):
             return entry.model
         async with self._lock:
             entry = self._models.get(key)
             if entry is None or _expiring(entry):
-                entry = await self._build(spec, responses)
+                entry = await self._build(spec, responses, local_url)
                 self._models[key] = entry
             return entry.model
 
@@ -158,7 +164,7 @@ class ModelFactory:
             aws_client.close()
         self._aws_clients.clear()
 
-    async def _build(self, spec: ModelSpec, responses: bool) -> _Entry:
+    async def _build(self, spec: ModelSpec, responses: bool, local_url: str | None) -> _Entry:
         kind = spec.provider.kind
         if kind is ProviderKind.TEST:
             raise ProviderConfigError(
@@ -166,14 +172,14 @@ class ModelFactory:
                 "factory; inject them with pilothouse.testing"
             )
         try:
-            return await self._build_kind(spec, responses)
+            return await self._build_kind(spec, responses, local_url)
         except ImportError as exc:
             raise MissingExtraError(kind.value, _EXTRAS[kind]) from exc
 
-    async def _build_kind(self, spec: ModelSpec, responses: bool) -> _Entry:
+    async def _build_kind(self, spec: ModelSpec, responses: bool, local_url: str | None) -> _Entry:
         kind = spec.provider.kind
         if kind in (ProviderKind.OPENAI, ProviderKind.OPENAI_COMPATIBLE, ProviderKind.LOCAL):
-            return _Entry(await self._openai(spec, responses))
+            return _Entry(self._openai(spec, responses, local_url))
         if kind is ProviderKind.AZURE:
             return _Entry(self._azure(spec, responses))
         if kind is ProviderKind.OLLAMA:
@@ -205,7 +211,7 @@ class ModelFactory:
 
     # -- OpenAI SDK family --------------------------------------------------
 
-    async def _openai(self, spec: ModelSpec, responses: bool) -> Model:
+    def _openai(self, spec: ModelSpec, responses: bool, local_url: str | None) -> Model:
         from openai import AsyncOpenAI
         from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
         from pydantic_ai.providers.openai import OpenAIProvider
@@ -216,8 +222,8 @@ class ModelFactory:
             if not provider.api_key:
                 raise ProviderConfigError(f"provider {provider.code}: kind 'openai' needs api_key")
             base_url = provider.base_url or _OPENAI_URL
-        elif provider.kind is ProviderKind.LOCAL:
-            base_url = await self._local_base_url(provider)
+        elif local_url is not None:
+            base_url = local_url
         else:
             if not provider.base_url:
                 raise ProviderConfigError(
