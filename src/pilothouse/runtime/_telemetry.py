@@ -281,7 +281,7 @@ class Telemetry:
         return self._active_tracer() is not None
 
     def turn(
-        self, conversation_uuid: str, action_code: str, agent_code: str
+        self, conversation_uuid: str, action_code: str, agent_code: str | None
     ) -> AbstractContextManager[object]:
         """Span one turn of a conversation: ``invoke_agent {action_code}``.
 
@@ -304,7 +304,7 @@ class Telemetry:
             SpanKind.INTERNAL,
             {
                 "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": agent_code,
+                "gen_ai.agent.name": agent_code or action_code,
                 "gen_ai.conversation.id": str(conversation_uuid),
             },
         )

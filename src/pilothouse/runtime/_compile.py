@@ -1,0 +1,263 @@
+"""Compile an action (with its agent) once per catalog revision.
+
+A compiled action holds everything a turn needs that does not change
+between turns: the model spec with resolved secrets, the options, the
+assembled system prompt, the output schema and its validator, the tool
+definitions and the memory policy. Turns look it up by catalog revision, so
+the catalog is read again only after it changed.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ActionCompiler", "CompiledAction"]
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema.validators import validator_for
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from pilothouse.catalog._enums import (
+    Cardinality,
+    InstructionMode,
+    MemoryKind,
+    ModelCapability,
+    SchemaDirection,
+)
+from pilothouse.catalog._models import Action, Agent, CatalogRevision, McpClient, Model, Skill
+from pilothouse.errors import InvalidStateError, NotFoundError
+from pilothouse.memory import MemoryPolicy
+from pilothouse.providers import ModelOptions, ModelSpec, ProviderSpec, SecretResolver
+from pilothouse.runtime._prompt import (
+    PromptContext,
+    PromptContributor,
+    apply_instruction,
+    assemble,
+    default_contributors,
+    output_json_schema,
+    template_fields,
+)
+from pilothouse.store import Database
+
+
+@dataclass(frozen=True)
+class CompiledAction:
+    """An action ready to run: nothing here is recomputed per turn.
+
+    Attributes:
+        revision: the catalog revision this was compiled from.
+        action_code: the action.
+        agent_code: the agent, if any.
+        model: the model spec (secrets resolved).
+        options: the stored configuration as normalized options.
+        retry_count: retries after the first attempt.
+        retry_delay: base delay in seconds between attempts.
+        prompt_parts: ``(contributor, text)`` parts after the instruction.
+        templated: whether any part has ``{placeholders}`` to fill per turn.
+        output_schema: the JSON schema answers must match, if any.
+        output_cardinality: item or list, when there is an output schema.
+        memory: the chat memory policy.
+        audit: the action's audit switch (None follows the deployment).
+        tools: tool definitions ``(name, description, parameters schema)``.
+    """
+
+    revision: int
+    action_code: str
+    agent_code: str | None
+    model: ModelSpec
+    options: ModelOptions
+    retry_count: int
+    retry_delay: float
+    prompt_parts: tuple[tuple[str, str], ...]
+    templated: bool
+    output_schema: dict[str, Any] | None
+    output_cardinality: Cardinality | None
+    memory: MemoryPolicy
+    audit: bool | None
+    tools: tuple[tuple[str, str, dict[str, Any]], ...]
+    _validator: Any = None
+
+    def system_prompt(
+        self,
+        instruction: str | None = None,
+        mode: InstructionMode = InstructionMode.APPEND,
+        data: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Return the system prompt for one turn.
+
+        Args:
+            instruction: a caller's instruction, combined with the default.
+            mode: how the instruction combines with the default.
+            data: values for the prompt's ``{placeholders}``.
+        """
+        from pilothouse.runtime._prompt import fill_template
+
+        texts = [apply_instruction(instruction, mode)]
+        for name, text in self.prompt_parts:
+            # Only prompts written by people are templates; the schema block
+            # is JSON and its braces must stay as they are.
+            if self.templated and name in {"action", "agent"}:
+                text = fill_template(text, data or {})
+            texts.append(text)
+        return "\n\n".join(texts)
+
+    def validation_errors(self, value: Any) -> list[str]:
+        """Return why ``value`` breaks the output schema (empty when it conforms)."""
+        if self._validator is None:
+            return []
+        errors = sorted(self._validator.iter_errors(value), key=lambda e: list(e.path))
+        return [
+            f"{'/'.join(str(p) for p in error.path) or '(root)'}: {error.message}"
+            for error in errors
+        ]
+
+
+class ActionCompiler:
+    """Compiles and caches actions per (tenant, revision, action, agent).
+
+    Args:
+        database: the catalog's database.
+        secrets: resolves ``@secrets(NAME)`` references in provider fields.
+        contributors: the prompt contributors, in order; the built-ins when None.
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        secrets: SecretResolver,
+        contributors: Sequence[PromptContributor] | None = None,
+    ) -> None:
+        self._db = database
+        self._secrets = secrets
+        self._contributors = (
+            list(contributors) if contributors is not None else default_contributors()
+        )
+        self._cache: dict[tuple[str, str, str | None], CompiledAction] = {}
+
+    async def revision(self, session: AsyncSession, tenant: str) -> int:
+        """Return the tenant's catalog revision (0 before any catalog write)."""
+        value = await session.scalar(
+            select(CatalogRevision.revision).where(CatalogRevision.tenant == tenant)
+        )
+        return int(value or 0)
+
+    async def compile(
+        self, tenant: str, action_code: str, agent_code: str | None
+    ) -> CompiledAction:
+        """Return the compiled action, from the cache when the catalog is unchanged.
+
+        Raises:
+            NotFoundError: the action or agent does not exist for the tenant.
+            InvalidStateError: the action or agent is inactive.
+        """
+        key = (tenant, action_code, agent_code)
+        async with self._db.sessions() as session:
+            revision = await self.revision(session, tenant)
+            cached = self._cache.get(key)
+            if cached is not None and cached.revision == revision:
+                return cached
+            compiled = await self._compile(session, tenant, revision, action_code, agent_code)
+        self._cache[key] = compiled
+        return compiled
+
+    async def _compile(
+        self,
+        session: AsyncSession,
+        tenant: str,
+        revision: int,
+        action_code: str,
+        agent_code: str | None,
+    ) -> CompiledAction:
+        action = await session.scalar(
+            select(Action).where(Action.tenant == tenant, Action.code == action_code)
+        )
+        if action is None:
+            raise NotFoundError(f"action '{action_code}' not found")
+        if not action.active:
+            raise InvalidStateError(f"action '{action_code}' is inactive")
+        agent = None
+        if agent_code is not None:
+            agent = await session.scalar(
+                select(Agent).where(Agent.tenant == tenant, Agent.code == agent_code)
+            )
+            if agent is None:
+                raise NotFoundError(f"agent '{agent_code}' not found")
+            if not agent.active:
+                raise InvalidStateError(f"agent '{agent_code}' is inactive")
+        skills: list[Skill] = [link.skill for link in action.skills if link.skill.active]
+        clients: list[McpClient] = [
+            link.mcp_client for link in action.mcp_clients if link.mcp_client.active
+        ]
+        context = PromptContext(action=action, agent=agent, skills=skills, mcp_clients=clients)
+        parts = assemble(context, self._contributors, "")[1:]
+        templated = any(
+            template_fields(text) for name, text in parts if name in {"action", "agent"}
+        )
+        output_schema = output_json_schema(action, SchemaDirection.OUTPUT)
+        cardinality = next(
+            (s.cardinality for s in action.schemas if s.direction is SchemaDirection.OUTPUT), None
+        )
+        validator = None
+        if output_schema is not None:
+            validator = validator_for(output_schema)(output_schema)
+        configuration = action.configuration
+        strategy = action.memory_strategy
+        memory = (
+            MemoryPolicy(
+                kind=strategy.kind, window=strategy.window_size, token_budget=strategy.token_budget
+            )
+            if strategy is not None
+            else MemoryPolicy(kind=MemoryKind.WINDOW, window=20)
+        )
+        tools = tuple(
+            (link.tool.name, link.tool.description or "", dict(link.tool.input_schema))
+            for link in action.tools
+            if link.tool.active
+        )
+        return CompiledAction(
+            revision=revision,
+            action_code=action.code,
+            agent_code=agent.code if agent else None,
+            model=self._model_spec(action.model),
+            options=ModelOptions(
+                temperature=configuration.temperature,
+                max_tokens=configuration.max_tokens,
+                top_p=configuration.top_p,
+                top_k=configuration.top_k,
+                stop=[str(s) for s in configuration.stop] or None,
+                presence_penalty=configuration.presence_penalty,
+                frequency_penalty=configuration.frequency_penalty,
+            ),
+            retry_count=configuration.retry_count,
+            retry_delay=configuration.retry_delay,
+            prompt_parts=tuple(parts),
+            templated=templated,
+            output_schema=output_schema,
+            output_cardinality=cardinality,
+            memory=memory,
+            audit=action.audit,
+            tools=tools,
+            _validator=validator,
+        )
+
+    def _model_spec(self, model: Model) -> ModelSpec:
+        provider = model.provider
+        resolve = self._secrets.resolve
+        return ModelSpec(
+            code=model.code,
+            provider=ProviderSpec(
+                code=provider.code,
+                kind=provider.kind,
+                base_url=provider.base_url,
+                api_key=resolve(provider.api_key) if provider.api_key else None,
+                headers={str(k): resolve(str(v)) for k, v in provider.headers.items()},
+                settings=dict(provider.settings),
+            ),
+            model_name=model.model_name,
+            capabilities=frozenset(ModelCapability(c) for c in model.capabilities),
+            input_price=model.input_price,
+            output_price=model.output_price,
+            knowledge_cutoff=model.knowledge_cutoff,
+        )

@@ -1,0 +1,189 @@
+"""Events a running turn emits to its subscribers, and the results it returns.
+
+Events are frozen dataclasses with a literal ``type`` discriminator, so the
+HTTP service can serialize them with one TypeAdapter and a client can switch
+on ``type``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EventHub",
+    "StatusChanged",
+    "TextDelta",
+    "ThinkingDelta",
+    "ToolCallRequested",
+    "TurnEvent",
+    "TurnFinished",
+    "TurnResult",
+    "TurnRetry",
+]
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Literal
+
+from pilothouse.catalog._enums import FinishReason, ProcessStatus
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What one turn produced.
+
+    Attributes:
+        conversation_uuid: the conversation.
+        status: the conversation's status after the turn.
+        finish_reason: why the model stopped, when it answered.
+        output: the answer: text, or the parsed JSON when the action has an
+            output schema.
+        text: the answer's raw text.
+        input_tokens: tokens sent in this turn (all model calls).
+        output_tokens: tokens received in this turn.
+        cost: estimated cost of this turn from the model's prices.
+        ai_meta: the AI-generated marker of the output.
+        error: the error detail when the turn failed.
+        tool_calls: calls returned to the caller unexecuted.
+    """
+
+    conversation_uuid: str
+    status: ProcessStatus
+    finish_reason: FinishReason | None
+    output: Any
+    text: str
+    input_tokens: int
+    output_tokens: int
+    cost: Decimal
+    ai_meta: dict[str, Any] | None
+    error: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=lambda: [])
+
+    def as_json(self) -> dict[str, Any]:
+        """Return the result as JSON-ready data (codes for enums, cost as a string)."""
+        return {
+            "conversation_uuid": self.conversation_uuid,
+            "status": self.status.value,
+            "finish_reason": self.finish_reason.value if self.finish_reason else None,
+            "output": self.output,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost": str(self.cost),
+            "ai_meta": self.ai_meta,
+            "error": self.error,
+            "tool_calls": self.tool_calls,
+        }
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """A piece of the answer's text, as it arrives."""
+
+    conversation_uuid: str
+    text: str
+    type: Literal["text_delta"] = "text_delta"
+
+
+@dataclass(frozen=True)
+class ThinkingDelta:
+    """A piece of the model's reasoning text, as it arrives."""
+
+    conversation_uuid: str
+    text: str
+    type: Literal["thinking_delta"] = "thinking_delta"
+
+
+@dataclass(frozen=True)
+class ToolCallRequested:
+    """The model asked for a tool call."""
+
+    conversation_uuid: str
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    type: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True)
+class StatusChanged:
+    """The conversation moved from one status to another."""
+
+    conversation_uuid: str
+    old: ProcessStatus
+    new: ProcessStatus
+    type: Literal["status"] = "status"
+
+
+@dataclass(frozen=True)
+class TurnRetry:
+    """A model call failed and will be tried again after ``delay`` seconds."""
+
+    conversation_uuid: str
+    attempt: int
+    delay: float
+    error: str
+    type: Literal["retry"] = "retry"
+
+
+@dataclass(frozen=True)
+class TurnFinished:
+    """The turn ended; carries its result (usage, cost, output)."""
+
+    conversation_uuid: str
+    result: TurnResult
+    type: Literal["finished"] = "finished"
+
+
+TurnEvent = TextDelta | ThinkingDelta | ToolCallRequested | StatusChanged | TurnRetry | TurnFinished
+"""Every event a turn can emit."""
+
+Listener = Callable[[TurnEvent], Awaitable[None] | None]
+
+
+class EventHub:
+    """Fans turn events out to subscribers: per conversation or for all."""
+
+    def __init__(self) -> None:
+        self._all: list[Listener] = []
+        self._by_conversation: dict[str, list[Listener]] = {}
+
+    def subscribe(self, listener: Listener, conversation_uuid: str | None = None) -> None:
+        """Call ``listener`` with every event (of one conversation, when given)."""
+        if conversation_uuid is None:
+            self._all.append(listener)
+        else:
+            self._by_conversation.setdefault(conversation_uuid, []).append(listener)
+
+    def unsubscribe(self, listener: Listener, conversation_uuid: str | None = None) -> None:
+        """Stop calling ``listener``."""
+        if conversation_uuid is None:
+            self._all.remove(listener)
+            return
+        listeners = self._by_conversation.get(conversation_uuid, [])
+        listeners.remove(listener)
+        if not listeners:
+            self._by_conversation.pop(conversation_uuid, None)
+
+    @property
+    def active(self) -> bool:
+        """Whether anyone listens at all (lets the loop skip building events)."""
+        return bool(self._all or self._by_conversation)
+
+    async def emit(self, event: TurnEvent, extra: Listener | None = None) -> None:
+        """Deliver ``event`` to its subscribers and to ``extra``.
+
+        A failing listener is logged and skipped: a broken subscriber must not
+        break the turn it watches.
+        """
+        listeners = [*self._all, *self._by_conversation.get(event.conversation_uuid, ())]
+        if extra is not None:
+            listeners.append(extra)
+        for listener in listeners:
+            try:
+                outcome = listener(event)
+                if outcome is not None:
+                    await outcome
+            except Exception:
+                logger.exception("turn event listener %r failed; event dropped for it", listener)

@@ -1,0 +1,209 @@
+"""Test doubles that ship with pilothouse.
+
+:class:`ScriptedModel` is a pydantic-ai model that answers from a script, so
+the whole run loop (prompt assembly, memory, retries, structured output,
+streaming, audit) can be tested without a provider. It records what it was
+asked, so a test can assert on the exact messages and settings sent.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Fail", "Json", "Reply", "ScriptedModel", "ScriptedRequest", "ToolCall"]
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import anyio
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+)
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+from pydantic_ai.usage import RequestUsage
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A plain text answer, streamed in ``chunks`` pieces of ``chunk_delay`` seconds."""
+
+    text: str
+    input_tokens: int = 10
+    output_tokens: int | None = None
+    chunk_delay: float = 0.0
+    finish_reason: str = "stop"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """An answer that calls a tool."""
+
+    name: str
+    arguments: dict[str, Any]
+    call_id: str = "call-1"
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Json:
+    """A structured answer.
+
+    Given as the output tool's arguments when the request offers an output
+    tool, else as JSON text.
+    """
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Raise ``error`` instead of answering."""
+
+    error: BaseException
+
+
+Step = Reply | ToolCall | Json | Fail | str
+
+
+@dataclass
+class ScriptedRequest:
+    """What the model was asked once."""
+
+    messages: list[ModelMessage]
+    info: AgentInfo
+
+
+@dataclass
+class _Script:
+    steps: list[Step]
+    requests: list[ScriptedRequest] = field(default_factory=lambda: [])
+
+    def next(self, messages: list[ModelMessage], info: AgentInfo) -> Step:
+        self.requests.append(ScriptedRequest(list(messages), info))
+        if not self.steps:
+            raise AssertionError("the scripted model was called more often than scripted")
+        return self.steps.pop(0)
+
+
+def _usage(step: Reply | ToolCall | Json, text: str) -> RequestUsage:
+    if isinstance(step, Reply):
+        output = step.output_tokens if step.output_tokens is not None else len(text.split())
+        return RequestUsage(input_tokens=step.input_tokens, output_tokens=output)
+    return RequestUsage(input_tokens=10, output_tokens=max(1, len(text) // 4))
+
+
+def _output_args(value: Any, wraps_items: bool) -> dict[str, Any]:
+    # A list answer travels as {"items": [...]} when the output tool wraps it.
+    if isinstance(value, list) and wraps_items:
+        return {"items": value}
+    return cast("dict[str, Any]", value)
+
+
+def _structured(step: Json, info: AgentInfo) -> ModelResponse:
+    import json
+
+    if info.output_tools:
+        tool = info.output_tools[0]
+        properties = tool.parameters_json_schema.get("properties", {})
+        args = _output_args(step.value, "items" in properties)
+        return ModelResponse(
+            parts=[ToolCallPart(tool.name, args, tool_call_id="out-1")],
+            usage=_usage(step, json.dumps(args)),
+            model_name="scripted",
+            finish_reason="tool_call",
+        )
+    text = json.dumps(step.value)
+    return ModelResponse(
+        parts=[TextPart(text)],
+        usage=_usage(step, text),
+        model_name="scripted",
+        finish_reason="stop",
+    )
+
+
+class ScriptedModel(FunctionModel):
+    """A model that plays back a script of answers, streamed or not.
+
+    Args:
+        steps: one entry per model call: a string or :class:`Reply` (text),
+            :class:`ToolCall`, :class:`Json`, or :class:`Fail` (raise).
+    """
+
+    def __init__(self, steps: Sequence[Step]) -> None:
+        self.script = _Script(list(steps))
+        super().__init__(self._answer, stream_function=self._stream, model_name="scripted")
+
+    @property
+    def requests(self) -> list[ScriptedRequest]:
+        """Every request made so far."""
+        return self.script.requests
+
+    @property
+    def remaining(self) -> int:
+        """How many scripted answers are left."""
+        return len(self.script.steps)
+
+    def _answer(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        step = self.script.next(messages, info)
+        if isinstance(step, Fail):
+            raise step.error
+        if isinstance(step, str):
+            step = Reply(step)
+        if isinstance(step, Json):
+            return _structured(step, info)
+        if isinstance(step, ToolCall):
+            parts: list[Any] = [TextPart(step.text)] if step.text else []
+            parts.append(ToolCallPart(step.name, step.arguments, tool_call_id=step.call_id))
+            return ModelResponse(
+                parts=parts,
+                usage=_usage(step, str(step.arguments)),
+                model_name="scripted",
+                finish_reason="tool_call",
+            )
+        return ModelResponse(
+            parts=[TextPart(step.text)],
+            usage=_usage(step, step.text),
+            model_name="scripted",
+            provider_response_id="scripted-response",
+            finish_reason=step.finish_reason,  # type: ignore[arg-type]
+        )
+
+    async def _stream(
+        self, messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | dict[int, DeltaToolCall]]:
+        step = self.script.next(messages, info)
+        if isinstance(step, Fail):
+            raise step.error
+        if isinstance(step, str):
+            step = Reply(step)
+        if isinstance(step, Json):
+            import json
+
+            if info.output_tools:
+                tool = info.output_tools[0]
+                properties = tool.parameters_json_schema.get("properties", {})
+                args = _output_args(step.value, "items" in properties)
+                yield {
+                    0: DeltaToolCall(
+                        name=tool.name, json_args=json.dumps(args), tool_call_id="out-1"
+                    )
+                }
+                return
+            yield json.dumps(step.value)
+            return
+        if isinstance(step, ToolCall):
+            import json
+
+            yield {
+                0: DeltaToolCall(
+                    name=step.name, json_args=json.dumps(step.arguments), tool_call_id=step.call_id
+                )
+            }
+            return
+        words = step.text.split(" ")
+        for index, word in enumerate(words):
+            if step.chunk_delay:
+                await anyio.sleep(step.chunk_delay)
+            yield word if index == len(words) - 1 else word + " "
