@@ -453,7 +453,12 @@ def _parse_document(file: str, document: Any, parsed: ParsedCatalog) -> list[Val
             issues.append(ValidationIssue("catalog", None, name, rule, file=file, line=line))
             continue
         for index, node in enumerate(cast(list[Any], items)):
-            issues += _parse_entity(file, kind, index, node, parsed)
+            if not isinstance(node, dict):
+                rule = "must be a mapping"
+                where, line = f"{name}[{index}]", line_of(items, (index,))
+                issues.append(ValidationIssue(kind.entity_name, None, where, rule, file, line))
+                continue
+            issues += _parse_entity(file, kind, node, parsed)
     return issues
 
 
@@ -461,12 +466,9 @@ _KINDS_RULE = "must be a mapping of kinds (providers, models, actions, ...)"
 
 
 def _parse_entity(
-    file: str, kind: CatalogKind, index: int, node: Any, parsed: ParsedCatalog
+    file: str, kind: CatalogKind, node: Any, parsed: ParsedCatalog
 ) -> list[ValidationIssue]:
     line = line_of(node, ())
-    if not isinstance(node, dict):
-        where = f"{kind.name}[{index}]"
-        return [ValidationIssue(kind.entity_name, None, where, "must be a mapping", file, line)]
     raw: dict[str, Any] = to_plain(node)
     key = raw.get(kind.key_field)
     code = key if isinstance(key, str) else None
