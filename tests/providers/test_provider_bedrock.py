@@ -10,7 +10,7 @@ import boto3.session
 import pytest
 from botocore.stub import Stubber
 from provider_helpers import model_spec
-from pydantic_ai.messages import ModelRequest, TextPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, TextPart, UserPromptPart
 from pydantic_ai.models import ModelRequestParameters
 
 from pilothouse.catalog._enums import ProviderKind
@@ -18,7 +18,9 @@ from pilothouse.providers import ModelFactory, ModelOptions, to_model_settings
 
 pytestmark = pytest.mark.anyio
 
-HELLO = [ModelRequest(parts=[UserPromptPart("hello")], instructions="Be brief.")]
+HELLO: list[ModelMessage] = [
+    ModelRequest(parts=[UserPromptPart("hello")], instructions="Be brief.")
+]
 
 
 class StubbedAws:

@@ -84,7 +84,7 @@ def test_openai_summary_maps_to_responses_settings() -> None:
 
 def test_compatible_server_gets_top_k_in_body_and_unified_thinking() -> None:
     spec = model_spec(ProviderKind.OPENAI_COMPATIBLE, "m", base_url="http://127.0.0.1:1/v1")
-    settings = to_model_settings(spec, ALL)
+    settings: dict[str, object] = dict(to_model_settings(spec, ALL))
     assert settings["extra_body"] == {"top_k": 4}
     assert settings["thinking"] == "medium"
     assert settings["stop_sequences"] == ["x"]
@@ -105,7 +105,7 @@ def test_anthropic_mapping() -> None:
 
 def test_google_mapping_keeps_penalties() -> None:
     spec = model_spec(ProviderKind.GOOGLE, "gemini-2.5-flash")
-    settings = to_model_settings(spec, ALL)
+    settings: dict[str, object] = dict(to_model_settings(spec, ALL))
     assert settings["presence_penalty"] == 0.2
     assert settings["frequency_penalty"] == 0.3
     assert settings["top_k"] == 4
@@ -143,6 +143,6 @@ def test_reasoning_effort_none_turns_thinking_off() -> None:
 
 def test_sagemaker_passes_common_names_through() -> None:
     spec = model_spec(ProviderKind.SAGEMAKER, "x")
-    settings = to_model_settings(spec, ALL)
+    settings: dict[str, object] = dict(to_model_settings(spec, ALL))
     assert settings["top_k"] == 4
     assert "thinking" not in settings

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from botocore.response import StreamingBody
 from provider_helpers import model_spec
-from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models import ModelRequestParameters
 from test_provider_bedrock import StubbedAws
 
@@ -27,8 +27,8 @@ from pilothouse.providers import (
 pytestmark = pytest.mark.anyio
 
 OPTIONS = ModelOptions(max_tokens=32, temperature=0.5, top_p=0.9, top_k=10, stop=["###"])
-ONE_TURN = [ModelRequest(parts=[UserPromptPart("Say hi")])]
-CHAT = [
+ONE_TURN: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart("Say hi")])]
+CHAT: list[ModelMessage] = [
     ModelRequest(parts=[UserPromptPart("Hi")], instructions="You are terse."),
     ModelResponse(parts=[TextPart("Hello.")]),
     ModelRequest(parts=[UserPromptPart("Name a color")], instructions="You are terse."),

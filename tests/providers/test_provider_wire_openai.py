@@ -10,7 +10,7 @@ import httpx
 import pytest
 import respx
 from provider_helpers import bridge, model_spec, sent_json
-from pydantic_ai.messages import ModelRequest, TextPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, TextPart, UserPromptPart
 from pydantic_ai.models import ModelRequestParameters
 
 from pilothouse.catalog._enums import ProviderKind
@@ -18,7 +18,9 @@ from pilothouse.providers import ModelFactory, ModelOptions, to_model_settings
 
 pytestmark = pytest.mark.anyio
 
-HELLO = [ModelRequest(parts=[UserPromptPart("hello")], instructions="Be brief.")]
+HELLO: list[ModelMessage] = [
+    ModelRequest(parts=[UserPromptPart("hello")], instructions="Be brief.")
+]
 
 
 def chat_completion(text: str, model: str = "gpt-4o-mini") -> dict[str, Any]:

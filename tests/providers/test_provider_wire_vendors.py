@@ -7,7 +7,7 @@ import logging
 import pytest
 import respx
 from provider_helpers import model_spec, sent_json
-from pydantic_ai.messages import ModelRequest, TextPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, TextPart, UserPromptPart
 from pydantic_ai.models import ModelRequestParameters
 
 from pilothouse.catalog._enums import ProviderKind
@@ -15,7 +15,9 @@ from pilothouse.providers import ModelFactory, ModelOptions, to_model_settings
 
 pytestmark = pytest.mark.anyio
 
-HELLO = [ModelRequest(parts=[UserPromptPart("hello")], instructions="Be brief.")]
+HELLO: list[ModelMessage] = [
+    ModelRequest(parts=[UserPromptPart("hello")], instructions="Be brief.")
+]
 ALL_OPTIONS = ModelOptions(
     temperature=0.4,
     max_tokens=128,
