@@ -234,8 +234,9 @@ def test_sync_wrapper_works_from_plain_sync_code(tmp_path: Path) -> None:
         await db.dispose()
 
     anyio.run(seed)
-    threads_before = threading.active_count()
     with SyncPilothouse(settings) as ph:
+        loop_thread = ph._portal.call(threading.current_thread)
+        assert loop_thread is not threading.current_thread()
         assert ph.tenant == "default"
         conversation = ph.command.start_conversation("ANALYST", "SUMMARIZE")
         assert conversation.status is ProcessStatus.NOT_STARTED
@@ -250,7 +251,8 @@ def test_sync_wrapper_works_from_plain_sync_code(tmp_path: Path) -> None:
         assert "start_conversation" in dir(ph.command)
     ph.close()  # closing twice is harmless
     # The background event loop's thread is gone.
-    assert threading.active_count() == threads_before
+    loop_thread.join(timeout=5)
+    assert not loop_thread.is_alive()
 
 
 def test_sync_wrapper_wraps_methods_added_later(tmp_path: Path) -> None:
