@@ -243,10 +243,10 @@ class CatalogRepository:
                 if ref.target != kind.name:
                     continue
                 query = select(other.key_column()).where(
-                    model.tenant == self.tenant,
-                    getattr(model, ref.fk) == row.id,
-                    model.id != row.id,
+                    model.tenant == self.tenant, getattr(model, ref.fk) == row.id
                 )
+                if other is kind:
+                    query = query.where(model.id != row.id)
                 found += [
                     f"{other.entity_name} '{k}' ({ref.field})" for k in await self._keys(query)
                 ]
