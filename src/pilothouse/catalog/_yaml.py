@@ -22,7 +22,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.scalarstring import LiteralScalarString
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarString
 
 from pilothouse.errors import ValidationIssue
 
@@ -184,6 +184,10 @@ def _yaml_value(value: Any) -> Any:
         return int(value) if value == value.to_integral_value() else float(value)
     if isinstance(value, str) and _literal_ok(value):
         return LiteralScalarString(value)
+    if isinstance(value, str) and not value.isprintable():
+        # Double quotes escape line separators and control characters that
+        # a plain scalar would carry raw (and a reader would then fold).
+        return DoubleQuotedScalarString(value)
     return value
 
 
