@@ -103,6 +103,26 @@ class CompiledAction:
             texts.append(text)
         return "\n\n".join(texts)
 
+    @property
+    def is_list_output(self) -> bool:
+        """Whether the output schema describes a list of items."""
+        return self.output_cardinality is Cardinality.LIST
+
+    @property
+    def output_object_schema(self) -> dict[str, Any] | None:
+        """The output schema as an object, as tools and JSON modes require.
+
+        A list answer travels as ``{"items": [...]}`` and is unwrapped on the
+        way back.
+        """
+        if self.output_schema is None or not self.is_list_output:
+            return self.output_schema
+        return {
+            "type": "object",
+            "properties": {"items": self.output_schema},
+            "required": ["items"],
+        }
+
     def validation_errors(self, value: Any) -> list[str]:
         """Return why ``value`` breaks the output schema (empty when it conforms)."""
         if self._validator is None:

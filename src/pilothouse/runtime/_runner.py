@@ -27,29 +27,17 @@ import anyio
 from pydantic_ai.direct import model_request, model_request_stream
 from pydantic_ai.messages import (
     ModelMessage,
-    ModelRequest,
     ModelResponse,
-    PartDeltaEvent,
-    PartStartEvent,
-    RetryFeedbackPart,
-    RetryInfo,
-    TextPart,
-    TextPartDelta,
-    ThinkingPart,
-    ThinkingPartDelta,
-    ToolReturnPart,
 )
 from pydantic_ai.models import Model, ModelRequestParameters
-from pydantic_ai.output import OutputObjectDefinition
-from pydantic_ai.tools import ToolDefinition
 from sqlalchemy import select
 
 from pilothouse.catalog._enums import (
-    Cardinality,
     FinishReason,
     MessageRole,
     ModelCapability,
     ProcessStatus,
+    ProviderKind,
     TimelineKind,
     ToolCallStatus,
 )
@@ -59,7 +47,6 @@ from pilothouse.providers import ModelFactory, redact, to_model_settings, transl
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
 from pilothouse.runtime._config import RuntimeConfig
 from pilothouse.runtime._convert import (
-    OUTPUT_TOOL,
     ParsedResponse,
     build_messages,
     finish_reason_of,
@@ -77,6 +64,7 @@ from pilothouse.runtime._events import (
     TurnResult,
     TurnRetry,
 )
+from pilothouse.runtime._request import delta_text, feedback, grammar_output, request_parameters
 from pilothouse.runtime._retry import RetryPolicy
 from pilothouse.runtime._telemetry import Telemetry
 from pilothouse.store import Conversation, Database, Message
@@ -319,7 +307,9 @@ class Runner:
         options = compiled.options.merged(turn.config.options)
         settings = to_model_settings(spec, options)
         model = self._model_override or await self._models.model(spec, options)
-        params, wrapped_list = _request_parameters(compiled)
+        params, wrapped_list = request_parameters(compiled)
+        if compiled.output_schema is not None and spec.provider.kind is ProviderKind.LOCAL:
+            settings, wrapped_list = grammar_output(settings, compiled), compiled.is_list_output
         attempts_left = compiled.retry_count
         while True:
             try:
@@ -339,7 +329,7 @@ class Runner:
                 return await self._record_failed(turn, detail)
             attempts_left -= 1
             attempt = compiled.retry_count - attempts_left
-            messages = [*messages, response, _feedback(errors, parsed, attempt)]
+            messages = [*messages, response, feedback(errors, parsed, attempt)]
 
     async def _call(
         self,
@@ -436,9 +426,14 @@ class Runner:
             return response
 
     def _wants_stream(self, turn: _Turn) -> bool:
+        spec = turn.compiled.model
+        if spec.provider.kind is ProviderKind.LOCAL and turn.compiled.tools:
+            # llama-cpp-python 0.3.36 cannot stream when the model may pick a
+            # tool ("Automatic streaming tool choice is not supported").
+            return False
         if turn.config.stream is not None:
             return turn.config.stream
-        if ModelCapability.STREAMING not in turn.compiled.model.capabilities:
+        if ModelCapability.STREAMING not in spec.capabilities:
             return False
         return turn.listener is not None or self.hub.active
 
@@ -455,7 +450,7 @@ class Runner:
             model, messages, model_settings=settings, model_request_parameters=params
         ) as stream:
             async for event in stream:
-                text, thinking = _delta_text(event)
+                text, thinking = delta_text(event)
                 if text:
                     turn.partial.append(text)
                     await self._emit(turn, TextDelta(uuid, text))
@@ -720,87 +715,3 @@ def _options_for_audit(options: Any) -> dict[str, Any]:
 
 def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
-
-
-def _delta_text(event: Any) -> tuple[str, str]:
-    if isinstance(event, PartStartEvent):
-        if isinstance(event.part, TextPart):
-            return event.part.content, ""
-        if isinstance(event.part, ThinkingPart):
-            return "", event.part.content
-    elif isinstance(event, PartDeltaEvent):
-        if isinstance(event.delta, TextPartDelta):
-            return event.delta.content_delta, ""
-        if isinstance(event.delta, ThinkingPartDelta):
-            return "", event.delta.content_delta or ""
-    return "", ""
-
-
-def _feedback(errors: list[str], parsed: ParsedResponse, attempt: int) -> ModelRequest:
-    text = (
-        "Your answer does not match the required output data structure:\n- "
-        + "\n- ".join(errors)
-        + "\nAnswer again with JSON that matches the structure exactly."
-    )
-    if parsed.output_call is not None:
-        # The retry answers the output-tool call itself, so the model sees its
-        # call resolved rather than left dangling.
-        return ModelRequest(
-            parts=[
-                ToolReturnPart(
-                    tool_name=OUTPUT_TOOL,
-                    content=text,
-                    tool_call_id=parsed.output_call.tool_call_id,
-                    outcome="retried",
-                )
-            ]
-        )
-    return ModelRequest(
-        parts=[RetryFeedbackPart(content=text, retry=RetryInfo("model_retry", attempt=attempt))]
-    )
-
-
-def _request_parameters(compiled: CompiledAction) -> tuple[ModelRequestParameters, bool]:
-    tools = [
-        ToolDefinition(name=name, description=description, parameters_json_schema=schema)
-        for name, description, schema in compiled.tools
-    ]
-    schema = compiled.output_schema
-    if schema is None:
-        return ModelRequestParameters(function_tools=tools, allow_text_output=True), False
-    capabilities = compiled.model.capabilities
-    is_list = compiled.output_cardinality is Cardinality.LIST
-    # Tool parameters and native JSON schemas must be objects: a list answer
-    # travels as {"items": [...]} and is unwrapped on the way back.
-    object_schema = (
-        {"type": "object", "properties": {"items": schema}, "required": ["items"]}
-        if is_list
-        else schema
-    )
-    if ModelCapability.JSON_MODE in capabilities:
-        return (
-            ModelRequestParameters(
-                function_tools=tools,
-                output_mode="native",
-                output_object=OutputObjectDefinition(json_schema=object_schema, name="output"),
-                allow_text_output=False,
-            ),
-            is_list,
-        )
-    if ModelCapability.FUNCTION_CALLING in capabilities:
-        return (
-            ModelRequestParameters(
-                function_tools=tools,
-                output_mode="tool",
-                output_tools=[
-                    ToolDefinition(
-                        name=OUTPUT_TOOL,
-                        description="Give the final answer in the required structure.",
-                        parameters_json_schema=object_schema,
-                    )
-                ],
-                allow_text_output=False,
-            ),
-            is_list,
-        )
-    return ModelRequestParameters(function_tools=tools, allow_text_output=True), False

@@ -1,0 +1,120 @@
+"""How a turn asks the model: request parameters, output modes, retry feedback.
+
+Structured output takes the best route the model offers: native JSON mode,
+then a function-calling output tool, then a prompt; the embedded llama.cpp
+model gets a grammar instead, which it honours and the others refuse.
+"""
+
+from __future__ import annotations
+
+__all__ = ["delta_text", "feedback", "grammar_output", "request_parameters"]
+
+from typing import Any
+
+from pydantic_ai.messages import (
+    ModelRequest,
+    PartDeltaEvent,
+    PartStartEvent,
+    RetryFeedbackPart,
+    RetryInfo,
+    TextPart,
+    TextPartDelta,
+    ThinkingPart,
+    ThinkingPartDelta,
+    ToolReturnPart,
+)
+from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.output import OutputObjectDefinition
+from pydantic_ai.tools import ToolDefinition
+
+from pilothouse.catalog._enums import ModelCapability, ProviderKind
+from pilothouse.runtime._compile import CompiledAction
+from pilothouse.runtime._convert import OUTPUT_TOOL, ParsedResponse
+
+
+def delta_text(event: Any) -> tuple[str, str]:
+    if isinstance(event, PartStartEvent):
+        if isinstance(event.part, TextPart):
+            return event.part.content, ""
+        if isinstance(event.part, ThinkingPart):
+            return "", event.part.content
+    elif isinstance(event, PartDeltaEvent):
+        if isinstance(event.delta, TextPartDelta):
+            return event.delta.content_delta, ""
+        if isinstance(event.delta, ThinkingPartDelta):
+            return "", event.delta.content_delta or ""
+    return "", ""
+
+
+def feedback(errors: list[str], parsed: ParsedResponse, attempt: int) -> ModelRequest:
+    text = (
+        "Your answer does not match the required output data structure:\n- "
+        + "\n- ".join(errors)
+        + "\nAnswer again with JSON that matches the structure exactly."
+    )
+    if parsed.output_call is not None:
+        # The retry answers the output-tool call itself, so the model sees its
+        # call resolved rather than left dangling.
+        return ModelRequest(
+            parts=[
+                ToolReturnPart(
+                    tool_name=OUTPUT_TOOL,
+                    content=text,
+                    tool_call_id=parsed.output_call.tool_call_id,
+                    outcome="retried",
+                )
+            ]
+        )
+    return ModelRequest(
+        parts=[RetryFeedbackPart(content=text, retry=RetryInfo("model_retry", attempt=attempt))]
+    )
+
+
+def grammar_output(settings: Any, compiled: CompiledAction) -> Any:
+    # llama.cpp refuses OpenAI's json_schema response format and tool_choice
+    # "required", but turns a json_object format with a schema into a grammar:
+    # the local model can then only produce JSON that matches the schema.
+    extra = dict(settings.get("extra_body") or {})
+    extra["response_format"] = {"type": "json_object", "schema": compiled.output_object_schema}
+    return {**settings, "extra_body": extra}
+
+
+def request_parameters(compiled: CompiledAction) -> tuple[ModelRequestParameters, bool]:
+    tools = [
+        ToolDefinition(name=name, description=description, parameters_json_schema=schema)
+        for name, description, schema in compiled.tools
+    ]
+    object_schema = compiled.output_object_schema
+    if object_schema is None:
+        return ModelRequestParameters(function_tools=tools, allow_text_output=True), False
+    capabilities = compiled.model.capabilities
+    is_list = compiled.is_list_output
+    if compiled.model.provider.kind is ProviderKind.LOCAL:
+        return ModelRequestParameters(function_tools=tools, allow_text_output=True), is_list
+    if ModelCapability.JSON_MODE in capabilities:
+        return (
+            ModelRequestParameters(
+                function_tools=tools,
+                output_mode="native",
+                output_object=OutputObjectDefinition(json_schema=object_schema, name="output"),
+                allow_text_output=False,
+            ),
+            is_list,
+        )
+    if ModelCapability.FUNCTION_CALLING in capabilities:
+        return (
+            ModelRequestParameters(
+                function_tools=tools,
+                output_mode="tool",
+                output_tools=[
+                    ToolDefinition(
+                        name=OUTPUT_TOOL,
+                        description="Give the final answer in the required structure.",
+                        parameters_json_schema=object_schema,
+                    )
+                ],
+                allow_text_output=False,
+            ),
+            is_list,
+        )
+    return ModelRequestParameters(function_tools=tools, allow_text_output=True), False
