@@ -218,12 +218,6 @@ async def test_shared_database_is_left_open(database: Database) -> None:
     assert await database.schema_is_current()
 
 
-def test_command_api_holds_what_new_commands_need() -> None:
-    database = Database("sqlite+aiosqlite:///:memory:")
-    api = CommandApi(database, "acme", Settings())
-    assert (api.database, api.tenant, api.settings.audit) == (database, "acme", True)
-
-
 def test_sync_wrapper_works_from_plain_sync_code(tmp_path: Path) -> None:
     settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'sync.db'}")
 

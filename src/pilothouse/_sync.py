@@ -25,6 +25,7 @@ from pilothouse.store import Database
 
 if TYPE_CHECKING:
     from pilothouse.api import Pilothouse
+    from pydantic_ai.models import Model
 
 
 class _SyncProxy:
@@ -73,11 +74,13 @@ class _SyncProxy:
         return iterate
 
 
-async def _open(settings: Settings | None, tenant: str | None, database: Database | None) -> Any:
+async def _open(
+    settings: Settings | None, tenant: str | None, database: Database | None, model: Any
+) -> Any:
     from pilothouse.api import Pilothouse
 
     # Created on the portal's loop so the engine's connections belong to it.
-    return await Pilothouse(settings, tenant=tenant, database=database).__aenter__()
+    return await Pilothouse(settings, tenant=tenant, database=database, model=model).__aenter__()
 
 
 class SyncPilothouse:
@@ -110,11 +113,12 @@ class SyncPilothouse:
         *,
         tenant: str | None = None,
         database: Database | None = None,
+        model: Model | None = None,
     ) -> None:
         self._stack = ExitStack()
         self._portal = self._stack.enter_context(start_blocking_portal())
         try:
-            self.facade: Pilothouse = self._portal.call(_open, settings, tenant, database)
+            self.facade: Pilothouse = self._portal.call(_open, settings, tenant, database, model)
         except BaseException:
             self._stack.close()
             raise

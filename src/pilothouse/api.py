@@ -25,11 +25,19 @@ synchronous code.
 
 from __future__ import annotations
 
-__all__ = ["CommandApi", "Pilothouse", "QueryApi", "SyncPilothouse"]
+__all__ = [
+    "AttachmentInput",
+    "CommandApi",
+    "Pilothouse",
+    "QueryApi",
+    "SyncPilothouse",
+]
 
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from sqlalchemy import select
 
@@ -47,6 +55,14 @@ from pilothouse.store import (
     Page,
 )
 from pilothouse.store._writer import ConversationWriter
+from pilothouse.store._writer import NewAttachment as AttachmentInput
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import Model
+
+    from pilothouse.providers import ModelFactory
+    from pilothouse.providers._local import LocalModelServers
+    from pilothouse.runtime import EventHub, Runner, TurnEvent, TurnResult
 
 E = TypeVar("E", bound=CatalogEntity)
 
@@ -203,6 +219,114 @@ class CommandApi(_Facet):
     so a bad request fails with a clear error and writes nothing.
     """
 
+    def __init__(self, database: Database, tenant: str, settings: Settings, runner: Runner) -> None:
+        super().__init__(database, tenant, settings)
+        self._runner = runner
+
+    async def send_message(
+        self,
+        uuid: str,
+        text: str,
+        *,
+        input_data: Mapping[str, Any] | None = None,
+        runtime_config: Mapping[str, Any] | None = None,
+    ) -> TurnResult:
+        """Run one turn: record ``text``, call the model, record the answer.
+
+        Args:
+            uuid: the conversation (status ``NS`` or ``CO``).
+            text: the user's message.
+            input_data: values for the action prompt's ``{placeholders}``.
+            runtime_config: per-call options (``temperature``, ``max_tokens``,
+                ...) and switches (``audit``, ``instruction``,
+                ``instructionMode``, ``stream``).
+
+        Returns:
+            The turn's result. A provider failure is a result with status
+            ``FA`` and the error detail, not an exception.
+
+        Raises:
+            NotFoundError: unknown conversation, action or agent.
+            InvalidStateError: the conversation is running, waiting or finished.
+            RuntimeConfigError: the runtime config is invalid.
+        """
+        await self._ready()
+        return await self._runner.send_message(
+            uuid, text, input_data=input_data, runtime_config=runtime_config
+        )
+
+    async def send_message_with_attachments(
+        self,
+        uuid: str,
+        text: str,
+        attachments: Sequence[AttachmentInput],
+        *,
+        input_data: Mapping[str, Any] | None = None,
+        runtime_config: Mapping[str, Any] | None = None,
+    ) -> TurnResult:
+        """Like :meth:`send_message`, with files (a URL or the bytes each)."""
+        await self._ready()
+        return await self._runner.send_message(
+            uuid,
+            text,
+            attachments=attachments,
+            input_data=input_data,
+            runtime_config=runtime_config,
+        )
+
+    async def stream_message(
+        self,
+        uuid: str,
+        text: str,
+        *,
+        attachments: Sequence[AttachmentInput] = (),
+        input_data: Mapping[str, Any] | None = None,
+        runtime_config: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[TurnEvent]:
+        """Run one turn and yield its events as they happen.
+
+        Text arrives as ``TextDelta`` events; the last event is
+        ``TurnFinished`` with the result. Errors that refuse the turn
+        (unknown conversation, bad config) are raised before any event.
+        """
+        import anyio
+
+        from pilothouse.runtime import TurnEvent as _TurnEvent
+
+        await self._ready()
+        send, receive = anyio.create_memory_object_stream[_TurnEvent](max_buffer_size=1024)
+        failure: list[BaseException] = []
+
+        async def turn() -> None:
+            async with send:
+                try:
+                    await self._runner.send_message(
+                        uuid,
+                        text,
+                        attachments=attachments,
+                        input_data=input_data,
+                        runtime_config={"stream": True, **(runtime_config or {})},
+                        on_event=send.send,
+                    )
+                except Exception as exc:
+                    failure.append(exc)
+
+        async with anyio.create_task_group() as group, receive:
+            group.start_soon(turn)
+            async for event in receive:
+                yield event
+        if failure:
+            raise failure[0]
+
+    async def cancel(self, uuid: str) -> bool:
+        """Cancel a conversation: abort its running turn, or terminate it when idle.
+
+        Returns:
+            True when a turn running in this process was aborted.
+        """
+        await self._ready()
+        return await self._runner.cancel(uuid)
+
     def _writer(self) -> ConversationWriter:
         return ConversationWriter(self.database, self.tenant)
 
@@ -296,13 +420,33 @@ class Pilothouse:
         *,
         tenant: str | None = None,
         database: Database | None = None,
+        model: Model | None = None,
+        local_servers: LocalModelServers | None = None,
     ) -> None:
+        from pilothouse.providers import ModelFactory, SecretResolver
+        from pilothouse.providers._local import LocalModelServers
+        from pilothouse.runtime import ActionCompiler, EventHub, Runner
+
         self.settings = settings if settings is not None else Settings()
         self.tenant = tenant or self.settings.tenant
         self._owns_database = database is None
         self.database = database if database is not None else Database(self.settings.database_url)
+        # Local llama.cpp servers start only when a local model is first used.
+        self._owns_servers = local_servers is None
+        self._servers = local_servers if local_servers is not None else LocalModelServers()
+        self._models: ModelFactory = ModelFactory(self._servers)
+        secrets = SecretResolver(env=dict(os.environ), secrets_file=self.settings.secrets_file)
+        self.events: EventHub = EventHub()
+        self.runner: Runner = Runner(
+            database=self.database,
+            tenant=self.tenant,
+            models=self._models,
+            compiler=ActionCompiler(self.database, secrets),
+            hub=self.events,
+            model_override=model,
+        )
         self.query = QueryApi(self.database, self.tenant, self.settings)
-        self.command = CommandApi(self.database, self.tenant, self.settings)
+        self.command = CommandApi(self.database, self.tenant, self.settings, self.runner)
 
     async def __aenter__(self) -> Self:
         await self.database.ensure_schema()
@@ -317,6 +461,9 @@ class Pilothouse:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the database connections, unless the database was passed in."""
+        """Close model clients, the local servers it started, and its own database."""
+        await self._models.aclose()
+        if self._owns_servers:
+            await self._servers.aclose()
         if self._owns_database:
             await self.database.dispose()
