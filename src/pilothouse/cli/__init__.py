@@ -16,6 +16,7 @@ from pilothouse.cli._catalog import app as catalog_app
 from pilothouse.cli._context import CliState
 from pilothouse.cli._conversations import app as conversations_app
 from pilothouse.cli._db import app as db_app
+from pilothouse.cli._run import chat, run_action
 from pilothouse.settings import Settings
 
 app = typer.Typer(
@@ -27,6 +28,8 @@ app = typer.Typer(
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(conversations_app, name="conversations")
 app.add_typer(db_app, name="db")
+app.command(name="run")(run_action)
+app.command(name="chat")(chat)
 
 
 @app.callback()

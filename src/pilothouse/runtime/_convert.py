@@ -12,6 +12,7 @@ __all__ = [
     "ParsedResponse",
     "attachment_content",
     "build_messages",
+    "estimate_usage",
     "finish_reason_of",
     "parse_json_output",
     "parse_response",
@@ -39,9 +40,10 @@ from pydantic_ai.messages import (
     UserContent,
     UserPromptPart,
 )
+from pydantic_ai.usage import RequestUsage
 
 from pilothouse.catalog._enums import FinishReason, MessageRole
-from pilothouse.memory import MemoryMessage
+from pilothouse.memory import MESSAGE_OVERHEAD_TOKENS, MemoryMessage, TokenCounter
 from pilothouse.store._writer import NewAttachment
 
 OUTPUT_TOOL = "final_result"
@@ -204,3 +206,22 @@ def _loads_lenient(text: str) -> tuple[Any, str | None]:
                 except json.JSONDecodeError:
                     continue
         return None, f"the answer is not valid JSON ({exc.msg} at position {exc.pos})"
+
+
+def estimate_usage(
+    messages: Sequence[ModelMessage], response: ModelResponse, counter: TokenCounter
+) -> RequestUsage:
+    """Count a call's tokens when the provider did not report them."""
+    sent = 0
+    for message in messages:
+        for part in message.parts:
+            content = getattr(part, "content", None)
+            if isinstance(content, str):
+                sent += counter.count(content) + MESSAGE_OVERHEAD_TOKENS
+    received = 0
+    for part in response.parts:
+        if isinstance(part, TextPart | ThinkingPart):
+            received += counter.count(part.content)
+        elif isinstance(part, ToolCallPart):
+            received += counter.count(part.args_as_json_str())
+    return RequestUsage(input_tokens=sent, output_tokens=received)

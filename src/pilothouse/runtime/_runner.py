@@ -41,7 +41,7 @@ from pilothouse.catalog._enums import (
     TimelineKind,
     ToolCallStatus,
 )
-from pilothouse.errors import NotFoundError, PilothouseError, ProviderError
+from pilothouse.errors import InvalidStateError, NotFoundError, PilothouseError, ProviderError
 from pilothouse.memory import MemoryMessage, counter_for, select_history
 from pilothouse.providers import ModelFactory, redact, to_model_settings, translate_error
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
@@ -49,6 +49,7 @@ from pilothouse.runtime._config import RuntimeConfig
 from pilothouse.runtime._convert import (
     ParsedResponse,
     build_messages,
+    estimate_usage,
     finish_reason_of,
     parse_json_output,
     parse_response,
@@ -180,18 +181,33 @@ class Runner:
         for attachment in attachments:
             if attachment.url is None and attachment.content is None:
                 raise PilothouseError("an attachment needs a url or content")
-        handle = await self._writer.begin_turn(conversation_uuid)
-        if config.audit is not None:
-            handle.audit = config.audit
-        turn = _Turn(handle=handle, compiled=compiled, config=config, listener=on_event)
-        await self._emit(
-            turn, StatusChanged(conversation_uuid, ProcessStatus.NOT_STARTED, ProcessStatus.RUNNING)
-        )
+        if conversation_uuid in self._running:
+            raise InvalidStateError(
+                f"conversation '{conversation_uuid}' is running a turn; "
+                "wait for it to finish or cancel it"
+            )
+        # Registered before the conversation is taken, so a cancel that
+        # arrives while the turn starts still reaches it: a scope cancelled
+        # before it is entered cancels at its first checkpoint.
         scope = anyio.CancelScope()
         self._running[conversation_uuid] = scope
         try:
+            handle = await self._writer.begin_turn(conversation_uuid)
+        except BaseException:
+            self._running.pop(conversation_uuid, None)
+            raise
+        if config.audit is not None:
+            handle.audit = config.audit
+        turn = _Turn(handle=handle, compiled=compiled, config=config, listener=on_event)
+        try:
             with self._telemetry.turn(conversation_uuid, compiled.action_code, agent_code):
                 with scope:
+                    await self._emit(
+                        turn,
+                        StatusChanged(
+                            conversation_uuid, ProcessStatus.NOT_STARTED, ProcessStatus.RUNNING
+                        ),
+                    )
                     return await self._run(turn, system_prompt, text, attachments)
                 return await self._record_cancelled(turn)
         except BaseException as exc:
@@ -408,12 +424,20 @@ class Runner:
                 )
                 await self._sleep(delay)
                 continue
+            estimated = response.usage.input_tokens == 0 and response.usage.output_tokens == 0
+            if estimated:
+                # Some servers (llama.cpp among them) report no usage for a
+                # streamed call; count it ourselves and say so in the audit.
+                response.usage = estimate_usage(
+                    messages, response, counter_for(spec.provider.kind, spec.model_name)
+                )
             self._add_usage(turn, response)
             turn.pending.append(
                 NewEvent(
                     TimelineKind.RESPONSE,
                     {
                         "attempt": attempt,
+                        "usage_estimated": estimated,
                         "model": response.model_name,
                         "response_id": response.provider_response_id,
                         "finish_reason": response.finish_reason,

@@ -23,6 +23,7 @@ __all__ = [
 import uuid as uuid_module
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -97,6 +98,8 @@ class NewEvent:
 
     kind: TimelineKind
     data: Mapping[str, Any] = field(default_factory=lambda: {})
+    at: datetime = field(default_factory=utcnow)
+    """When it happened; batches are written later than their events occur."""
 
 
 @dataclass
@@ -390,7 +393,6 @@ class ConversationWriter:
 
     @staticmethod
     def _add_events(session: AsyncSession, handle: TurnHandle, events: list[NewEvent]) -> None:
-        now = utcnow()
         for item in events:
             session.add(
                 TimelineEvent(
@@ -398,7 +400,7 @@ class ConversationWriter:
                     sequence=handle.next_event,
                     kind=item.kind,
                     data=dict(item.data),
-                    created_at=now,
+                    created_at=item.at,
                 )
             )
             handle.next_event += 1

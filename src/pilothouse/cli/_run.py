@@ -1,0 +1,196 @@
+"""``pilothouse run`` and ``pilothouse chat``: run an action from the terminal.
+
+The answer streams to stdout as the model writes it; status, tokens, cost and
+(on request) the audit timeline follow on stderr, so stdout stays the answer.
+"""
+
+from __future__ import annotations
+
+__all__ = ["chat", "parse_assignments", "run_action"]
+
+import json
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pilothouse.cli._context import CliState, fail, run
+
+if TYPE_CHECKING:
+    from pilothouse.api import Pilothouse
+    from pilothouse.runtime import TurnResult
+
+
+def parse_assignments(pairs: list[str], option: str) -> dict[str, Any]:
+    """Turn ``key=value`` pairs into a mapping; values are JSON when they parse.
+
+    ``--set temperature=0.5`` gives a number, ``--set stop=END`` a string.
+    """
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            fail(f"{option} {pair!r}: expected key=value")
+        try:
+            values[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            values[key.strip()] = raw
+    return values
+
+
+def _summary(result: TurnResult, err: Console) -> None:
+    status = result.status
+    finish = result.finish_reason.name.lower() if result.finish_reason else "-"
+    err.print(
+        f"[bold]{status.name.lower()}[/] ({status.value}) · finish {finish} · "
+        f"tokens in {result.input_tokens} / out {result.output_tokens} · "
+        f"cost {result.cost.normalize():f} · conversation {result.conversation_uuid}"
+    )
+    if result.error:
+        err.print(f"[red]error:[/] {result.error}")
+
+
+async def _timeline(ph: Pilothouse, uuid: str, err: Console) -> None:
+    transcript = await ph.query.get_transcript(uuid)
+    table = Table(title="audit timeline", show_lines=False)
+    for column in ("#", "kind", "at", "data"):
+        table.add_column(column)
+    for event in transcript.timeline:
+        data = json.dumps(event.data, default=str)
+        table.add_row(
+            str(event.sequence),
+            str(event.kind),
+            event.created_at.strftime("%H:%M:%S.%f")[:-3],
+            data if len(data) <= 110 else data[:107] + "...",
+        )
+    err.print(table)
+
+
+async def _turn(
+    ph: Pilothouse,
+    uuid: str,
+    message: str,
+    *,
+    input_data: dict[str, Any],
+    config: dict[str, Any],
+    out: Console,
+) -> TurnResult:
+    from pilothouse.runtime import TextDelta, TurnFinished
+
+    result: TurnResult | None = None
+    streamed = False
+    async for event in ph.command.stream_message(
+        uuid, message, input_data=input_data or None, runtime_config=config or None
+    ):
+        if isinstance(event, TextDelta):
+            streamed = True
+            out.print(event.text, end="", markup=False, highlight=False, soft_wrap=True)
+        elif isinstance(event, TurnFinished):
+            result = event.result
+    if result is None:  # pragma: no cover - the runner always finishes a turn
+        raise RuntimeError("the turn ended without a result")
+    if not streamed and result.output is not None:
+        text = result.text if isinstance(result.output, str) else json.dumps(result.output)
+        out.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+    out.print()
+    # The summary goes to stderr; flush the answer first so they don't interleave.
+    out.file.flush()
+    return result
+
+
+def run_action(
+    ctx: typer.Context,
+    action: Annotated[str, typer.Argument(help="The action's code, e.g. SUMBRAND.")],
+    message: Annotated[str, typer.Argument(help="The user message.")],
+    agent: Annotated[str | None, typer.Option("--agent", help="The agent's code.")] = None,
+    memory_id: Annotated[
+        str | None, typer.Option("--memory-id", help="Share chat memory across runs.")
+    ] = None,
+    settings: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Runtime config key=value (temperature=0.5, audit=false)."),
+    ] = None,
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option("--input", help="Input data key=value for the prompt's {placeholders}."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    timeline: Annotated[
+        bool, typer.Option("--timeline", help="Print the audit timeline afterwards.")
+    ] = False,
+) -> None:
+    """Run ACTION once on MESSAGE and stream the answer."""
+    state: CliState = ctx.obj
+    config = parse_assignments(settings or [], "--set")
+    data = parse_assignments(inputs or [], "--input")
+    out = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+
+    async def body() -> int:
+        from pilothouse.api import Pilothouse
+
+        async with Pilothouse(state.settings, tenant=state.effective_tenant) as ph:
+            conversation = await ph.command.start_conversation(agent, action, memory_id=memory_id)
+            if as_json:
+                result = await ph.command.send_message(
+                    conversation.uuid,
+                    message,
+                    input_data=data or None,
+                    runtime_config=config or None,
+                )
+                typer.echo(json.dumps(result.as_json(), ensure_ascii=False))
+            else:
+                result = await _turn(
+                    ph, conversation.uuid, message, input_data=data, config=config, out=out
+                )
+                _summary(result, err)
+                if timeline:
+                    await _timeline(ph, conversation.uuid, err)
+            return 0 if result.error is None else 1
+
+    code = run(body)
+    if code:
+        raise typer.Exit(code=code)
+
+
+def chat(
+    ctx: typer.Context,
+    action: Annotated[str, typer.Argument(help="The action's code.")],
+    agent: Annotated[str | None, typer.Option("--agent", help="The agent's code.")] = None,
+    memory_id: Annotated[
+        str | None, typer.Option("--memory-id", help="Share chat memory across sessions.")
+    ] = None,
+    settings: Annotated[
+        list[str] | None, typer.Option("--set", help="Runtime config key=value.")
+    ] = None,
+) -> None:
+    """Talk with ACTION turn by turn; an empty line, /exit or Ctrl-D ends the session."""
+    state: CliState = ctx.obj
+    config = parse_assignments(settings or [], "--set")
+    out = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+
+    async def body() -> None:
+        import anyio
+
+        from pilothouse.api import Pilothouse
+
+        async with Pilothouse(state.settings, tenant=state.effective_tenant) as ph:
+            conversation = await ph.command.start_conversation(agent, action, memory_id=memory_id)
+            err.print(f"conversation {conversation.uuid}; empty line or /exit to end")
+            while True:
+                err.print("[bold cyan]you>[/] ", end="")
+                line = await anyio.to_thread.run_sync(sys.stdin.readline)
+                text = line.strip()
+                if not line or not text or text == "/exit":
+                    break
+                result = await _turn(
+                    ph, conversation.uuid, text, input_data={}, config=config, out=out
+                )
+                _summary(result, err)
+                if result.error is not None:
+                    break
+
+    run(body)
