@@ -41,10 +41,20 @@ pytest: install
 
 test: lint typecheck pytest
 
+# The demo keeps its own database so it never mixes with yours.
+DEMO := $(BIN)/pilothouse --database-url sqlite+aiosqlite:///.pilothouse/demo.db
+BRAND := examples/documents/acme-brand.md
+
 demo: install
-	@echo "make demo will import examples/catalog/ and run both example actions on the"
-	@echo "embedded local model (SmolLM2 on llama.cpp), streaming each answer and printing"
-	@echo "status, tokens, cost and timeline. It arrives with the run loop (issue 3)."
+	@rm -f .pilothouse/demo.db .pilothouse/demo.db-wal .pilothouse/demo.db-shm
+	@echo ">>> importing the example catalog (examples/catalog/)"
+	$(DEMO) catalog import examples/catalog
+	@echo ">>> action SUMBRAND: summarize a brand document (streamed from the local SmolLM2 model)"
+	$(DEMO) run SUMBRAND --agent WRITER --input document=@$(BRAND) "Summarize the brand document." --timeline
+	@echo ">>> action COMPETITORS: extract competitors as a list of {name, website, reason}"
+	$(DEMO) run COMPETITORS --agent ANALYST --input document=@$(BRAND) "Extract the competitors." --timeline
+	@echo ">>> recorded conversations"
+	$(DEMO) conversations list
 
 clean:
 	rm -rf $(VENV) .pilothouse .pytest_cache .ruff_cache

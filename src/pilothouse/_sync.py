@@ -24,8 +24,9 @@ from pilothouse.settings import Settings
 from pilothouse.store import Database
 
 if TYPE_CHECKING:
-    from pilothouse.api import Pilothouse
     from pydantic_ai.models import Model
+
+    from pilothouse.api import Pilothouse
 
 
 class _SyncProxy:

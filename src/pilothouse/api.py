@@ -318,6 +318,23 @@ class CommandApi(_Facet):
         if failure:
             raise failure[0]
 
+    async def check_message(
+        self,
+        action: str,
+        agent: str | None,
+        text: str,
+        *,
+        input_data: Mapping[str, Any] | None = None,
+        runtime_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Check that a message would be accepted, without writing anything.
+
+        Raises the same errors :meth:`send_message` raises for bad input, so a
+        caller can refuse a request before it starts a conversation.
+        """
+        await self._ready()
+        await self._runner.prepare(action, agent, text, input_data, runtime_config)
+
     async def cancel(self, uuid: str) -> bool:
         """Cancel a conversation: abort its running turn, or terminate it when idle.
 

@@ -10,34 +10,50 @@ __all__ = ["chat", "parse_assignments", "run_action"]
 
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from pilothouse.catalog._enums import SchemaDirection
 from pilothouse.cli._context import CliState, fail, run
 
 if TYPE_CHECKING:
     from pilothouse.api import Pilothouse
+    from pilothouse.catalog._models import Action
     from pilothouse.runtime import TurnResult
 
 
 def parse_assignments(pairs: list[str], option: str) -> dict[str, Any]:
     """Turn ``key=value`` pairs into a mapping; values are JSON when they parse.
 
-    ``--set temperature=0.5`` gives a number, ``--set stop=END`` a string.
+    ``--set temperature=0.5`` gives a number, ``--set stop=END`` a string, and
+    ``--input document=@brand.md`` the text of a file.
     """
     values: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key.strip():
             fail(f"{option} {pair!r}: expected key=value")
+        if raw.startswith("@"):
+            try:
+                values[key.strip()] = Path(raw[1:]).read_text(encoding="utf-8")
+            except OSError as exc:
+                fail(f"{option} {key.strip()}: cannot read {raw[1:]!r} ({exc.strerror})")
+            continue
         try:
             values[key.strip()] = json.loads(raw)
         except json.JSONDecodeError:
             values[key.strip()] = raw
     return values
+
+
+def _has_output_schema(action: Action | None) -> bool:
+    return action is not None and any(
+        schema.direction is SchemaDirection.OUTPUT for schema in action.schemas
+    )
 
 
 def _summary(result: TurnResult, err: Console) -> None:
@@ -46,7 +62,8 @@ def _summary(result: TurnResult, err: Console) -> None:
     err.print(
         f"[bold]{status.name.lower()}[/] ({status.value}) · finish {finish} · "
         f"tokens in {result.input_tokens} / out {result.output_tokens} · "
-        f"cost {result.cost.normalize():f} · conversation {result.conversation_uuid}"
+        f"cost {result.cost.normalize():f} · conversation {result.conversation_uuid}",
+        soft_wrap=True,
     )
     if result.error:
         err.print(f"[red]error:[/] {result.error}")
@@ -76,6 +93,7 @@ async def _turn(
     input_data: dict[str, Any],
     config: dict[str, Any],
     out: Console,
+    structured: bool,
 ) -> TurnResult:
     from pilothouse.runtime import TextDelta, TurnFinished
 
@@ -84,7 +102,9 @@ async def _turn(
     async for event in ph.command.stream_message(
         uuid, message, input_data=input_data or None, runtime_config=config or None
     ):
-        if isinstance(event, TextDelta):
+        # Structured answers are shown once parsed and validated, not as the
+        # raw JSON the model streams.
+        if isinstance(event, TextDelta) and not structured:
             streamed = True
             out.print(event.text, end="", markup=False, highlight=False, soft_wrap=True)
         elif isinstance(event, TurnFinished):
@@ -92,8 +112,10 @@ async def _turn(
     if result is None:  # pragma: no cover - the runner always finishes a turn
         raise RuntimeError("the turn ended without a result")
     if not streamed and result.output is not None:
-        text = result.text if isinstance(result.output, str) else json.dumps(result.output)
-        out.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+        if isinstance(result.output, str):
+            out.print(result.output, end="", markup=False, highlight=False, soft_wrap=True)
+        else:
+            out.print_json(data=result.output)
     out.print()
     # The summary goes to stderr; flush the answer first so they don't interleave.
     out.file.flush()
@@ -132,6 +154,10 @@ def run_action(
         from pilothouse.api import Pilothouse
 
         async with Pilothouse(state.settings, tenant=state.effective_tenant) as ph:
+            # Refuse bad input before a conversation exists, so it leaves none behind.
+            await ph.command.check_message(
+                action, agent, message, input_data=data or None, runtime_config=config or None
+            )
             conversation = await ph.command.start_conversation(agent, action, memory_id=memory_id)
             if as_json:
                 result = await ph.command.send_message(
@@ -142,8 +168,15 @@ def run_action(
                 )
                 typer.echo(json.dumps(result.as_json(), ensure_ascii=False))
             else:
+                found = await ph.query.find_action_by_code(action)
                 result = await _turn(
-                    ph, conversation.uuid, message, input_data=data, config=config, out=out
+                    ph,
+                    conversation.uuid,
+                    message,
+                    input_data=data,
+                    config=config,
+                    out=out,
+                    structured=_has_output_schema(found),
                 )
                 _summary(result, err)
                 if timeline:
@@ -179,6 +212,7 @@ def chat(
 
         async with Pilothouse(state.settings, tenant=state.effective_tenant) as ph:
             conversation = await ph.command.start_conversation(agent, action, memory_id=memory_id)
+            structured = _has_output_schema(await ph.query.find_action_by_code(action))
             err.print(f"conversation {conversation.uuid}; empty line or /exit to end")
             while True:
                 err.print("[bold cyan]you>[/] ", end="")
@@ -187,7 +221,13 @@ def chat(
                 if not line or not text or text == "/exit":
                     break
                 result = await _turn(
-                    ph, conversation.uuid, text, input_data={}, config=config, out=out
+                    ph,
+                    conversation.uuid,
+                    text,
+                    input_data={},
+                    config=config,
+                    out=out,
+                    structured=structured,
                 )
                 _summary(result, err)
                 if result.error is not None:

@@ -173,14 +173,10 @@ class Runner:
             RuntimeConfigError: the runtime config is invalid.
             TemplateError: the input data does not fill the prompt.
         """
-        config = RuntimeConfig.parse(runtime_config)
         action_code, agent_code = await self._codes(conversation_uuid)
-        compiled = await self._compiler.compile(self._tenant, action_code, agent_code)
-        data = {"input": text, **(input_data or {})}
-        system_prompt = compiled.system_prompt(config.instruction, config.instruction_mode, data)
-        for attachment in attachments:
-            if attachment.url is None and attachment.content is None:
-                raise PilothouseError("an attachment needs a url or content")
+        compiled, config, system_prompt = await self.prepare(
+            action_code, agent_code, text, input_data, runtime_config, attachments
+        )
         if conversation_uuid in self._running:
             raise InvalidStateError(
                 f"conversation '{conversation_uuid}' is running a turn; "
@@ -219,6 +215,38 @@ class Runner:
             raise
         finally:
             self._running.pop(conversation_uuid, None)
+
+    async def prepare(
+        self,
+        action_code: str,
+        agent_code: str | None,
+        text: str,
+        input_data: Mapping[str, Any] | None = None,
+        runtime_config: Mapping[str, Any] | None = None,
+        attachments: Sequence[NewAttachment] = (),
+    ) -> tuple[CompiledAction, RuntimeConfig, str]:
+        """Check a turn's input without running it or writing anything.
+
+        A caller can use this before it starts a conversation, so bad input
+        leaves no conversation behind.
+
+        Returns:
+            The compiled action, the parsed runtime config and the system prompt.
+
+        Raises:
+            NotFoundError: unknown action or agent.
+            InvalidStateError: inactive action or agent.
+            RuntimeConfigError: invalid runtime config.
+            TemplateError: the input data does not fill the prompt.
+        """
+        config = RuntimeConfig.parse(runtime_config)
+        compiled = await self._compiler.compile(self._tenant, action_code, agent_code)
+        data = {"input": text, **(input_data or {})}
+        system_prompt = compiled.system_prompt(config.instruction, config.instruction_mode, data)
+        for attachment in attachments:
+            if attachment.url is None and attachment.content is None:
+                raise PilothouseError("an attachment needs a url or content")
+        return compiled, config, system_prompt
 
     async def cancel(self, conversation_uuid: str) -> bool:
         """Abort the conversation's running turn, or terminate it when idle.

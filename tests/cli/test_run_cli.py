@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pilothouse.cli import app
+from pilothouse.cli._run import parse_assignments
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "catalog"
+
+
+def test_assignments_parse_json_values_strings_and_files(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text("brand text", encoding="utf-8")
+    values = parse_assignments(
+        ["temperature=0.5", "stop=END", "audit=false", f"document=@{doc}"], "--set"
+    )
+    assert values == {"temperature": 0.5, "stop": "END", "audit": False, "document": "brand text"}
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
+    result = CliRunner().invoke(app, ["--database-url", url, "catalog", "import", str(EXAMPLES)])
+    assert result.exit_code == 0, result.output
+    return url
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "NOPE", "hi"], "error: action 'NOPE' not found"),
+        (["run", "SUMBRAND", "--agent", "GHOST", "hi"], "error: agent 'GHOST' not found"),
+        (
+            ["run", "SUMBRAND", "--set", "novalue", "hi"],
+            "error: --set 'novalue': expected key=value",
+        ),
+        (
+            ["run", "SUMBRAND", "--set", "temprature=1", "--input", "document=x", "hi"],
+            "error: runtime config: unknown key 'temprature'",
+        ),
+        (["run", "SUMBRAND", "hi"], "error: the action prompt needs input data for 'document'"),
+        (["run", "SUMBRAND", "--input", "document=@/no/such/file", "hi"], "cannot read"),
+    ],
+)
+def test_bad_run_input_exits_2_with_one_line(db_url: str, args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["--database-url", db_url, *args])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1
+    assert message in lines[0]
+    listed = CliRunner().invoke(app, ["--database-url", db_url, "conversations", "list", "--json"])
+    assert json.loads(listed.output)["total"] == 0
