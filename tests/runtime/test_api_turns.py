@@ -61,17 +61,20 @@ async def test_facade_cancel_aborts_a_running_turn(catalog: Database) -> None:
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
         conversation = await ph.command.start_conversation("ANALYST", "SUMBRAND")
         results = []
+        streaming = anyio.Event()
+
+        def on_event(event: TurnEvent) -> None:
+            if isinstance(event, TextDelta):
+                streaming.set()
+
+        ph.events.subscribe(on_event, conversation.uuid)
 
         async def run() -> None:
-            results.append(
-                await ph.command.send_message(
-                    conversation.uuid, "go", runtime_config={"stream": True}
-                )
-            )
+            results.append(await ph.command.send_message(conversation.uuid, "go"))
 
         async with anyio.create_task_group() as group:
             group.start_soon(run)
-            await anyio.sleep(0.2)
+            await streaming.wait()
             assert await ph.command.cancel(conversation.uuid) is True
         assert results[0].status is ProcessStatus.TERMINATED
         stored = await ph.query.get_conversation(conversation.uuid)

@@ -560,8 +560,6 @@ class Runner:
     async def _record_answer(
         self, turn: _Turn, response: ModelResponse, parsed: ParsedResponse, output: Any
     ) -> TurnResult:
-        compiled = turn.compiled
-        handle = turn.handle
         finish = finish_reason_of(response, parsed)
         calls = [
             NewToolCall(call.tool_call_id, call.tool_name, call.args_as_dict())
@@ -575,7 +573,7 @@ class Runner:
             # caller unexecuted; the conversation ends with finish reason TC.
             finish = FinishReason.TOOL_CALLS
         marker = self._marker(turn, response)
-        content = parsed.text if compiled.output_schema is None else _json_text(output)
+        content = parsed.text if turn.compiled.output_schema is None else _json_text(output)
         data: dict[str, Any] = {"ai": marker}
         if returned:
             data["tool_calls"] = returned
@@ -595,57 +593,23 @@ class Runner:
                 ToolCallOutcome(c.call_id, ToolCallStatus.RETURNED, "returned to the caller")
                 for c in calls
             ],
-            events=[
-                *turn.pending,
-                _status_event(ProcessStatus.RUNNING, ProcessStatus.COMPLETED),
-            ],
-            changes={
-                "status": ProcessStatus.COMPLETED,
-                "finish_reason": finish,
-                "response_model": response.model_name,
-                "finished_at": utcnow(),
-            },
+            changes={"finish_reason": finish, "response_model": response.model_name},
         )
-        turn_usage = (turn.input_tokens, turn.output_tokens, turn.cost)
-        batch.usage = self._usage_increments(turn)
-        turn.pending = []
-        self._log_events(turn, batch.events)
-        await self._writer.write(handle, batch)
         for call in calls:
             await self._emit(
-                turn, ToolCallRequested(handle.uuid, call.call_id, call.name, dict(call.arguments))
+                turn,
+                ToolCallRequested(turn.handle.uuid, call.call_id, call.name, dict(call.arguments)),
             )
-        totals = await self._totals(handle)
-        result = TurnResult(
-            conversation_uuid=handle.uuid,
-            status=ProcessStatus.COMPLETED,
+        return await self._end_turn(
+            turn,
+            batch,
+            ProcessStatus.COMPLETED,
             finish_reason=finish,
             output=output,
             text=content,
-            input_tokens=totals[0] if totals else turn_usage[0],
-            output_tokens=totals[1] if totals else turn_usage[1],
-            cost=totals[2] if totals else turn_usage[2],
             ai_meta=marker,
             tool_calls=returned,
         )
-        await self._emit(
-            turn, StatusChanged(handle.uuid, ProcessStatus.RUNNING, ProcessStatus.COMPLETED)
-        )
-        await self._emit(turn, TurnFinished(handle.uuid, result))
-        return result
-
-    async def _totals(self, handle: TurnHandle) -> tuple[int, int, Decimal] | None:
-        async with self._db.sessions() as session:
-            row = (
-                await session.execute(
-                    select(
-                        Conversation.input_tokens,
-                        Conversation.output_tokens,
-                        Conversation.estimated_cost,
-                    ).where(Conversation.id == handle.conversation_id)
-                )
-            ).first()
-        return (row[0], row[1], row[2]) if row else None
 
     def _marker(self, turn: _Turn, response: ModelResponse) -> dict[str, Any]:
         spec = turn.compiled.model
@@ -659,80 +623,60 @@ class Runner:
         }
 
     async def _record_failed(self, turn: _Turn, detail: str) -> TurnResult:
-        handle = turn.handle
         detail = redact(detail)
         batch = TurnBatch(
-            events=[
-                *turn.pending,
-                NewEvent(TimelineKind.ERROR, {"detail": detail}),
-                _status_event(ProcessStatus.RUNNING, ProcessStatus.FAILED),
-            ],
-            changes={
-                "status": ProcessStatus.FAILED,
-                "error_detail": detail,
-                "finished_at": utcnow(),
-            },
-            usage=self._usage_increments(turn),
+            events=[NewEvent(TimelineKind.ERROR, {"detail": detail})],
+            changes={"error_detail": detail},
         )
-        turn.pending = []
-        self._log_events(turn, batch.events)
-        await self._writer.write(handle, batch)
-        totals = await self._totals(handle) or (0, 0, Decimal(0))
-        result = TurnResult(
-            conversation_uuid=handle.uuid,
-            status=ProcessStatus.FAILED,
-            finish_reason=None,
-            output=None,
-            text="",
-            input_tokens=totals[0],
-            output_tokens=totals[1],
-            cost=totals[2],
-            ai_meta=None,
-            error=detail,
-        )
-        await self._emit(
-            turn, StatusChanged(handle.uuid, ProcessStatus.RUNNING, ProcessStatus.FAILED)
-        )
-        await self._emit(turn, TurnFinished(handle.uuid, result))
-        return result
+        return await self._end_turn(turn, batch, ProcessStatus.FAILED, error=detail)
 
     async def _record_cancelled(self, turn: _Turn) -> TurnResult:
-        handle = turn.handle
         partial = "".join(turn.partial)
-        messages: list[NewMessage] = []
+        batch = TurnBatch(events=[NewEvent(TimelineKind.CANCEL, {"partial_chars": len(partial)})])
         if partial:
-            messages.append(
-                NewMessage(
-                    MessageRole.ASSISTANT,
-                    partial,
-                    data={"interrupted": True, "ai": self._marker(turn, ModelResponse(parts=[]))},
-                )
+            marker = self._marker(turn, ModelResponse(parts=[]))
+            batch.messages.append(
+                NewMessage(MessageRole.ASSISTANT, partial, data={"interrupted": True, "ai": marker})
             )
-        batch = TurnBatch(
-            messages=messages,
-            events=[
-                *turn.pending,
-                NewEvent(TimelineKind.CANCEL, {"partial_chars": len(partial)}),
-                _status_event(ProcessStatus.RUNNING, ProcessStatus.TERMINATED),
-            ],
-            changes={"status": ProcessStatus.TERMINATED, "finished_at": utcnow()},
-            usage=self._usage_increments(turn),
+        return await self._end_turn(
+            turn, batch, ProcessStatus.TERMINATED, output=partial or None, text=partial
         )
+
+    async def _end_turn(
+        self,
+        turn: _Turn,
+        batch: TurnBatch,
+        status: ProcessStatus,
+        *,
+        finish_reason: FinishReason | None = None,
+        output: Any = None,
+        text: str = "",
+        ai_meta: dict[str, Any] | None = None,
+        error: str | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
+    ) -> TurnResult:
+        """Write the turn's last step (pending events, status, usage) and report it."""
+        handle = turn.handle
+        batch.events = [*turn.pending, *batch.events, _status_event(ProcessStatus.RUNNING, status)]
+        batch.changes = {**batch.changes, "status": status, "finished_at": utcnow()}
+        result = TurnResult(
+            conversation_uuid=handle.uuid,
+            status=status,
+            finish_reason=finish_reason,
+            output=output,
+            text=text,
+            input_tokens=turn.input_tokens,
+            output_tokens=turn.output_tokens,
+            cost=turn.cost,
+            ai_meta=ai_meta,
+            error=error,
+            tool_calls=tool_calls or [],
+        )
+        batch.usage = self._usage_increments(turn)
         turn.pending = []
         self._log_events(turn, batch.events)
         await self._writer.write(handle, batch)
-        totals = await self._totals(handle) or (0, 0, Decimal(0))
-        result = TurnResult(
-            conversation_uuid=handle.uuid,
-            status=ProcessStatus.TERMINATED,
-            finish_reason=None,
-            output=partial or None,
-            text=partial,
-            input_tokens=totals[0],
-            output_tokens=totals[1],
-            cost=totals[2],
-            ai_meta=None,
-        )
+        await self._emit(turn, StatusChanged(handle.uuid, ProcessStatus.RUNNING, status))
         await self._emit(turn, TurnFinished(handle.uuid, result))
         return result
 
