@@ -12,7 +12,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_schema_is_created_at_head_on_first_use(database: Database) -> None:
     assert await database.schema_is_current()
-    assert head_revision() == "0001"
+    assert head_revision() == "0002"
 
 
 async def test_ensure_schema_twice_is_a_no_op(database: Database) -> None:
@@ -31,3 +31,37 @@ async def test_catalog_row_versions_increment(database: Database) -> None:
         assert provider.version == 2
         stored = (await session.execute(select(Provider.kind))).scalar_one()
         assert stored is ProviderKind.OPENAI
+
+
+async def test_upgrade_from_0001_gives_question_timeout_a_server_default(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from alembic import command
+    from sqlalchemy import text
+
+    from pilothouse.store._engine import _alembic_config  # pyright: ignore[reportPrivateUsage]
+
+    assert isinstance(tmp_path, Path)
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'old.db'}")
+
+    def to_0001(connection: object) -> None:
+        config = _alembic_config()
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0001")
+
+    async with db.engine.begin() as connection:
+        await connection.run_sync(to_0001)
+        await connection.execute(
+            text(
+                "INSERT INTO provider (code, name, kind, headers, settings, tenant, active, "
+                "version, updated_at, updated_by) VALUES ('P', '', 'test', '{}', '{}', "
+                "'default', 1, 1, '2026-01-01 00:00:00', 'x')"
+            )
+        )
+    await db.ensure_schema()
+    async with db.engine.connect() as connection:
+        columns = (await connection.execute(text("PRAGMA table_info(action)"))).all()
+    default = next(row for row in columns if row[1] == "question_timeout")[4]
+    assert default == "'300'"
+    assert await db.schema_is_current()
+    await db.dispose()

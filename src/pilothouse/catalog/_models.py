@@ -455,6 +455,8 @@ class Action(CatalogEntity):
     prompt: Mapped[str] = mapped_column(Text)
     audit: Mapped[bool | None] = mapped_column(Boolean)
     """Record the audit timeline: None follows the deployment default."""
+    question_timeout: Mapped[int] = mapped_column(Integer, default=300)
+    """Seconds a conversation may wait for answers before it ends ``TE``."""
 
     type: Mapped[ActionType | None] = relationship(lazy="joined")
     model: Mapped[Model] = relationship(lazy="joined")

@@ -440,6 +440,7 @@ class ActionSpec(CatalogSpec):
     memory_strategy: str | None = None
     prompt: str
     audit: bool | None = None
+    question_timeout: int = Field(default=300, ge=1, le=30 * 24 * 3600)
     schemas: ActionSchemasSpec = Field(default_factory=ActionSchemasSpec)
     skills: list[str] = Field(default_factory=list[str])
     tools: list[str] = Field(default_factory=list[str])

@@ -4,11 +4,12 @@ from alembic import context
 from sqlalchemy import Connection
 
 from pilothouse.catalog._models import Action
+from pilothouse.store._access import ApiKey
 from pilothouse.store._base import Base
 from pilothouse.store._records import Conversation
 
 # Importing one model of each module registers all of its tables on Base.
-_REGISTERED = (Action, Conversation)
+_REGISTERED = (Action, ApiKey, Conversation)
 
 connection = context.config.attributes.get("connection")
 if not isinstance(connection, Connection):
