@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
-import pilothouse.store._types
 
+import pilothouse.store._types
 
 revision: str = "0002"
 down_revision: str | None = "0001"
