@@ -152,6 +152,7 @@ class Runner:
         input_data: Mapping[str, Any] | None = None,
         runtime_config: Mapping[str, Any] | None = None,
         on_event: Listener | None = None,
+        compiled: CompiledAction | None = None,
     ) -> TurnResult:
         """Run one turn: record ``text``, call the model, record the answer.
 
@@ -162,6 +163,8 @@ class Runner:
             input_data: values for the action prompt's ``{placeholders}``.
             runtime_config: per-call options and switches.
             on_event: called with every event of this turn.
+            compiled: run this compiled action instead of the conversation's
+                catalog action (ad-hoc actions, e.g. the one-call connector).
 
         Returns:
             The turn's result; a failed turn returns status ``FA`` with the
@@ -173,9 +176,12 @@ class Runner:
             RuntimeConfigError: the runtime config is invalid.
             TemplateError: the input data does not fill the prompt.
         """
-        action_code, agent_code = await self._codes(conversation_uuid)
+        if compiled is None:
+            action_code, agent_code = await self._codes(conversation_uuid)
+        else:
+            action_code, agent_code = compiled.action_code, compiled.agent_code
         compiled, config, system_prompt = await self.prepare(
-            action_code, agent_code, text, input_data, runtime_config, attachments
+            action_code, agent_code, text, input_data, runtime_config, attachments, compiled
         )
         if conversation_uuid in self._running:
             raise InvalidStateError(
@@ -224,6 +230,7 @@ class Runner:
         input_data: Mapping[str, Any] | None = None,
         runtime_config: Mapping[str, Any] | None = None,
         attachments: Sequence[NewAttachment] = (),
+        compiled: CompiledAction | None = None,
     ) -> tuple[CompiledAction, RuntimeConfig, str]:
         """Check a turn's input without running it or writing anything.
 
@@ -240,7 +247,8 @@ class Runner:
             TemplateError: the input data does not fill the prompt.
         """
         config = RuntimeConfig.parse(runtime_config)
-        compiled = await self._compiler.compile(self._tenant, action_code, agent_code)
+        if compiled is None:
+            compiled = await self._compiler.compile(self._tenant, action_code, agent_code)
         data = {"input": text, **(input_data or {})}
         system_prompt = compiled.system_prompt(config.instruction, config.instruction_mode, data)
         for attachment in attachments:
