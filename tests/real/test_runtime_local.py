@@ -28,7 +28,7 @@ from pilothouse.catalog._enums import (
     TimelineKind,
 )
 from pilothouse.providers._local import LocalModelServers
-from pilothouse.runtime import TextDelta, TurnEvent, TurnFinished
+from pilothouse.runtime import TextDelta, TurnEvent, TurnFinished, TurnResult
 from pilothouse.settings import Settings
 from pilothouse.store import ConversationView
 
@@ -227,9 +227,11 @@ async def test_cancelled_stream_keeps_the_partial_answer(ph: Pilothouse) -> None
 
 async def test_window_memory_limits_the_history_of_later_turns(ph: Pilothouse) -> None:
     conversation = await ph.command.start_conversation(None, "CHAT3")
+    results: list[TurnResult] = []
     for text in ("My name is Ada.", "I live in Paris.", "What is my name?"):
         result = await ph.command.send_message(conversation.uuid, text)
         assert result.status is ProcessStatus.COMPLETED, result.error
+        results.append(result)
 
     transcript = await ph.query.get_transcript(conversation.uuid)
     assert [m.sequence for m in transcript.messages] == [1, 2, 3, 4, 5, 6]
@@ -241,6 +243,13 @@ async def test_window_memory_limits_the_history_of_later_turns(ph: Pilothouse) -
     assert [r["messages"] for r in requests] == [1, 3, 3]
     changes = events_of(transcript, TimelineKind.STATUS_CHANGE)
     assert [c["to"] for c in changes] == ["RU", "CO"] * 3
+    # Each result reports its own turn's usage; the conversation sums them.
+    responses = events_of(transcript, TimelineKind.RESPONSE)
+    assert [(r.input_tokens, r.output_tokens) for r in results] == [
+        (e["input_tokens"], e["output_tokens"]) for e in responses
+    ]
+    assert transcript.input_tokens == sum(r.input_tokens for r in results)
+    assert transcript.output_tokens == sum(r.output_tokens for r in results)
 
 
 async def test_provider_down_fails_the_turn_after_its_retry(ph: Pilothouse) -> None:
