@@ -1,0 +1,306 @@
+"""The FastAPI application: routers, middlewares, error mapping and lifespan.
+
+:func:`create_app` builds the whole service. Every error leaves it as
+``application/problem+json`` (see :mod:`pilothouse.server._problems`):
+
+==========================================  ======
+error                                       status
+==========================================  ======
+malformed JSON body                         400
+other :class:`~pilothouse.errors.PilothouseError` (bad input)  400
+missing/unknown/revoked API key             401
+key without admin scope                     403
+:class:`~pilothouse.errors.NotFoundError`, unknown route  404
+wrong method                                405
+:class:`~pilothouse.errors.InvalidStateError`, :class:`~pilothouse.errors.ConflictError`  409
+body over the size limit                    413
+request validation, catalog validation, runtime config, template  422
+rate limit                                  429 (``Retry-After``)
+a model provider failed outside a turn      502
+anything unexpected                         500 (generic detail, logged here)
+==========================================  ======
+
+Protocol routers written beside this module (OpenAI-compatible, connector,
+JSON-RPC) mount themselves: each module named in :data:`PROTOCOL_ROUTERS`
+that exists is imported and its ``router`` included.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PROTOCOL_ROUTERS", "create_app"]
+
+import importlib
+import importlib.util
+import logging
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
+
+from pilothouse.errors import (
+    CatalogValidationError,
+    ConflictError,
+    InvalidStateError,
+    NotFoundError,
+    PilothouseError,
+    ProviderError,
+    SecretNotFoundError,
+)
+from pilothouse.server._limits import BodySizeLimitMiddleware
+from pilothouse.server._metrics import MetricsMiddleware
+from pilothouse.server._problems import PROBLEM_MEDIA_TYPE, ProblemError, problem, problem_bytes
+from pilothouse.server._state import ServerSettings, ServerState
+from pilothouse.settings import Settings
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+logger = logging.getLogger(__name__)
+
+# --- protocol routers -------------------------------------------------------
+# Modules of the protocols engineer. Each, when present, defines ``router``
+# (a fastapi.APIRouter) and is mounted as is; a missing module is skipped, so
+# this file never needs editing when one lands.
+PROTOCOL_ROUTERS: tuple[str, ...] = (
+    "pilothouse.server._openai",
+    "pilothouse.server._invoke",
+    "pilothouse.server._jsonrpc",
+)
+# -----------------------------------------------------------------------------
+
+
+def _protocol_routers(names: Sequence[str]) -> list[APIRouter]:
+    routers: list[APIRouter] = []
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            continue
+        # An ImportError inside an existing module is a bug there: let it show.
+        module = importlib.import_module(name)
+        router = getattr(module, "router", None)
+        if router is None:
+            logger.warning("protocol module %s defines no 'router'; not mounted", name)
+            continue
+        routers.append(router)
+    return routers
+
+
+def _status_of(exc: PilothouseError) -> tuple[int, str]:
+    from pilothouse.runtime import RuntimeConfigError, TemplateError
+
+    if isinstance(exc, NotFoundError):
+        return 404, "Not Found"
+    if isinstance(exc, InvalidStateError | ConflictError):
+        return 409, "Conflict"
+    if isinstance(exc, RuntimeConfigError | TemplateError | SecretNotFoundError):
+        return 422, "Unprocessable Content"
+    if isinstance(exc, ProviderError):
+        return 502, "Bad Gateway"
+    return 400, "Bad Request"
+
+
+async def _pilothouse_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PilothouseError)
+    if isinstance(exc, CatalogValidationError):
+        errors = [
+            {"entity": i.entity, "code": i.code, "field": i.field, "rule": i.rule}
+            for i in exc.issues
+        ]
+        count = len(errors)
+        return problem(
+            422,
+            "Catalog validation failed",
+            f"{count} rule{'s' if count != 1 else ''} broken; nothing was written",
+            errors=errors,
+        )
+    status, title = _status_of(exc)
+    if isinstance(exc, ProviderError):
+        # A provider's own message may echo the request (URLs, headers,
+        # keys); only the kind of failure leaves the process.
+        logger.warning("model provider failed outside a turn: %s", type(exc).__name__)
+        return problem(status, title, f"the model provider failed ({type(exc).__name__})")
+    return problem(status, title, str(exc))
+
+
+def _field(loc: Sequence[Any]) -> str:
+    # ("body", "attachments", 0, "url") -> "attachments[0].url"; the
+    # location kind (body/query/path/header) is kept for non-body fields.
+    parts = list(loc)
+    prefix = ""
+    if parts and parts[0] == "body":
+        parts = parts[1:]
+    elif parts:
+        prefix = f"{parts[0]}:"
+        parts = parts[1:]
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return prefix + (text or "body")
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    if any(e.get("type") == "json_invalid" for e in errors):
+        where = next(e for e in errors if e.get("type") == "json_invalid")
+        reason = where.get("ctx", {}).get("error", "invalid JSON")
+        return problem(400, "Malformed JSON", f"the request body is not valid JSON: {reason}")
+    # The offending input is deliberately left out: it may hold a secret.
+    entries: list[dict[str, Any]] = [
+        {
+            "loc": list(e.get("loc", ())),
+            "field": _field(e.get("loc", ())),
+            "msg": str(e.get("msg", "")),
+            "rule": str(e.get("msg", "")),
+            "type": str(e.get("type", "")),
+        }
+        for e in errors
+    ]
+    names = ", ".join(sorted({str(e["field"]) for e in entries}))
+    return problem(422, "Request validation failed", f"invalid field(s): {names}", errors=entries)
+
+
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = "no such route"
+    elif exc.status_code == 405:
+        detail = "this route does not accept the method"
+    return problem(exc.status_code, None, detail, headers=exc.headers)
+
+
+async def _problem_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ProblemError)
+    return exc.response()
+
+
+class _UnexpectedErrorMiddleware:
+    """Answer an unexpected exception with a generic 500 problem; log it here.
+
+    Starlette's own 500 handling re-raises after answering (so the server
+    logs it twice and test clients see an exception); this middleware ends
+    the request cleanly, and the only stack trace goes to this module's log.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            logger.exception("unexpected error answering %s %s", scope["method"], scope["path"])
+            if started:
+                # The response is under way (a stream); it can only be cut short.
+                return
+            body = problem_bytes(500, None, "an unexpected error occurred; it has been logged")
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    state: ServerState | None = None,
+    server: ServerSettings | None = None,
+) -> FastAPI:
+    """Build the HTTP service.
+
+    Args:
+        settings: deployment settings; read from the environment when omitted.
+        state: shared state to serve; the app creates (and closes) its own
+            when omitted. A passed state is drained on shutdown but closed by
+            its owner.
+        server: HTTP service settings for a state the app creates.
+
+    Returns:
+        The ASGI application.
+    """
+    from pilothouse.server._catalog_routes import router as catalog_router
+    from pilothouse.server._conversation_routes import router as conversation_router
+    from pilothouse.server._health import router as health_router
+
+    owns_state = state is None
+    if state is None:
+        state = ServerState(settings if settings is not None else Settings(), server=server)
+    served = state
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncGenerator[None]:
+        await served.open()
+        try:
+            yield
+        finally:
+            # Turns still running get the grace period, then are cancelled
+            # and recorded TE, before the database closes under them.
+            await served.drain()
+            if owns_state:
+                await served.aclose()
+
+    app = FastAPI(
+        title="pilothouse",
+        summary="Governed access from business applications to large language models.",
+        version=_version(),
+        lifespan=lifespan,
+    )
+    app.state.pilothouse = state
+    app.add_exception_handler(ProblemError, _problem_error)
+    app.add_exception_handler(PilothouseError, _pilothouse_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+
+    app.include_router(health_router)
+    app.include_router(catalog_router)
+    app.include_router(conversation_router)
+    for router in _protocol_routers(PROTOCOL_ROUTERS):
+        app.include_router(router)
+
+    # Added innermost first: a request meets metrics, then the 500 guard,
+    # then CORS, then the body limit (so a 413 still carries CORS headers).
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=state.server.max_body_bytes)
+    if state.server.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=state.server.cors_origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=["Retry-After"],
+        )
+    app.add_middleware(_UnexpectedErrorMiddleware)
+    app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    return app
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pilothouse")
+    except PackageNotFoundError:
+        return "0.0.0"

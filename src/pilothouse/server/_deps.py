@@ -1,0 +1,174 @@
+"""FastAPI dependencies every router shares: state, authentication, tenant facade, problems.
+
+This module is the contract between the service's routers (REST, OpenAI-
+compatible, connector, JSON-RPC): a route declares what it needs and gets it
+checked the same way everywhere.
+
+Example:
+    ```python
+    @router.get("/v1/things")
+    async def things(ph: Annotated[Pilothouse, Depends(get_facade)]) -> list[str]:
+        return [a.code for a in await ph.query.get_all_actions()]
+    ```
+
+Authentication accepts ``Authorization: Bearer <key>`` or ``X-API-Key:
+<key>``. An unknown, malformed or revoked key is a 401 problem; a key over
+its rate is a 429 problem with ``Retry-After``. The key itself is never
+logged or echoed.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AdminPrincipal",
+    "Authenticated",
+    "Facade",
+    "Principal",
+    "ProblemError",
+    "State",
+    "authenticate",
+    "get_facade",
+    "get_state",
+    "principal_from_request",
+    "problem",
+    "require_admin",
+]
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from pilothouse.api import Pilothouse
+from pilothouse.server._keys import ADMIN_SCOPE, find_key, touch_key
+from pilothouse.server._problems import ProblemError, problem
+from pilothouse.server._state import ServerState
+from pilothouse.store._base import utcnow
+
+logger = logging.getLogger(__name__)
+
+_UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Bearer realm="pilothouse"'}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the tenant an API key belongs to and what it may do.
+
+    Attributes:
+        tenant: every read and write of the request is scoped to it.
+        key_prefix: the key's public prefix (safe to log; the key is not).
+        scopes: e.g. ``{"admin"}`` for catalog writes.
+    """
+
+    tenant: str
+    key_prefix: str
+    scopes: frozenset[str]
+
+    @property
+    def is_admin(self) -> bool:
+        """Whether the key may change the catalog."""
+        return ADMIN_SCOPE in self.scopes
+
+
+def get_state(request: Request) -> ServerState:
+    """Return the app's :class:`ServerState` (set by :func:`create_app`)."""
+    state: ServerState = request.app.state.pilothouse
+    return state
+
+
+State = Annotated[ServerState, Depends(get_state)]
+"""A route parameter receiving the server state."""
+
+
+def _presented_key(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header is not None:
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    key = request.headers.get("x-api-key")
+    return key.strip() if key else None
+
+
+async def principal_from_request(request: Request, state: ServerState) -> Principal:
+    """Authenticate ``request`` by its API key and apply the key's rate limit.
+
+    Usable outside the dependency system (e.g. a JSON-RPC dispatcher that
+    checks per call).
+
+    Raises:
+        ProblemError: 401 without a valid key, 429 over the rate limit.
+    """
+    key = _presented_key(request)
+    if key is None:
+        raise ProblemError(
+            401,
+            "Unauthorized",
+            "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
+            headers=_UNAUTHORIZED_HEADERS,
+        )
+    info = await find_key(state.database, key)
+    if info is None:
+        raise ProblemError(
+            401,
+            "Unauthorized",
+            "the API key is unknown or revoked",
+            headers=_UNAUTHORIZED_HEADERS,
+        )
+    wait = state.limiter.acquire(info.prefix)
+    if wait is not None:
+        raise ProblemError(
+            429,
+            "Too Many Requests",
+            f"the rate limit of {state.limiter.per_minute} requests a minute for this key "
+            "is exhausted; retry later",
+            headers={"Retry-After": state.limiter.retry_after_header(wait)},
+        )
+    now = time.monotonic()
+    # A busy key costs one write a minute, not one per request.
+    last = state.key_last_touched.get(info.prefix)
+    if last is None or now - last >= state.server.last_used_interval_seconds:
+        state.key_last_touched[info.prefix] = now
+        try:
+            await touch_key(state.database, info.prefix, utcnow())
+        except Exception:
+            # Bookkeeping only: a failed write must not refuse a valid key.
+            logger.warning("could not record last use of API key %s", info.prefix)
+    principal = Principal(tenant=info.tenant, key_prefix=info.prefix, scopes=frozenset(info.scopes))
+    request.state.principal = principal
+    return principal
+
+
+async def authenticate(request: Request, state: State) -> Principal:
+    """FastAPI dependency: the caller's :class:`Principal` (401/429 problems otherwise)."""
+    return await principal_from_request(request, state)
+
+
+Authenticated = Annotated[Principal, Depends(authenticate)]
+"""A route parameter receiving the authenticated caller."""
+
+
+async def require_admin(principal: Authenticated) -> Principal:
+    """FastAPI dependency: like :func:`authenticate`, and the key must have the admin scope.
+
+    Raises:
+        ProblemError: 403 for a key without the admin scope.
+    """
+    if not principal.is_admin:
+        raise ProblemError(403, "Forbidden", "this operation needs an API key with admin scope")
+    return principal
+
+
+AdminPrincipal = Annotated[Principal, Depends(require_admin)]
+"""A route parameter receiving an admin caller."""
+
+
+def get_facade(principal: Authenticated, state: State) -> Pilothouse:
+    """FastAPI dependency: the facade of the caller's tenant."""
+    return state.facade(principal.tenant)
+
+
+Facade = Annotated[Pilothouse, Depends(get_facade)]
+"""A route parameter receiving the caller's tenant facade."""

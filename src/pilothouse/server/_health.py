@@ -1,0 +1,69 @@
+"""Health, readiness and metrics: the routes an orchestrator and a scraper call.
+
+``/healthz`` says the process answers (no database call: a liveness probe
+must not restart a healthy process because the database blinked).
+``/readyz`` says the service can serve: the database answers and its schema
+is at the newest migration; otherwise 503, so a load balancer routes around
+it. Neither needs a key. ``/metrics`` needs a key unless the service is
+bound to loopback (or ``PILOTHOUSE_SERVER_METRICS_ANONYMOUS`` says so).
+"""
+
+from __future__ import annotations
+
+__all__ = ["router"]
+
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from pilothouse.server._deps import State, principal_from_request
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="Liveness: the process answers")
+async def healthz() -> dict[str, str]:
+    """Return ``{"status": "ok"}``."""
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    summary="Readiness: the database answers and migrations are current",
+    responses={503: {"description": "Not ready; the body says why."}},
+)
+async def readyz(state: State) -> JSONResponse:
+    """Return 200 when ready, 503 with the failing check otherwise."""
+    checks: dict[str, Any] = {}
+    ready = True
+    try:
+        current = await state.database.schema_is_current()
+        checks["database"] = "ok"
+        checks["migrations"] = "current" if current else "pending"
+        ready = current
+    except Exception as exc:
+        # The driver's message may carry the database URL (and its password).
+        logger.warning("readiness: database unreachable (%s)", type(exc).__name__)
+        checks["database"] = "unreachable"
+        ready = False
+    return JSONResponse(
+        {"status": "ready" if ready else "not ready", "checks": checks},
+        status_code=200 if ready else 503,
+    )
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics (text exposition format)",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}}},
+)
+async def metrics(request: Request, state: State) -> Response:
+    """Return every metric in the Prometheus text format."""
+    if not state.server.anonymous_metrics:
+        await principal_from_request(request, state)
+    return Response(state.metrics.render(), media_type=state.metrics.content_type)

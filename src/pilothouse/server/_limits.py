@@ -1,0 +1,155 @@
+"""Request limits: body size (413) and per-key request rate (429 with Retry-After).
+
+Both are enforced in memory, per process: a deployment with several workers
+gets ``workers x rate`` per key at most, which is the usual trade for not
+needing a shared store; the documentation says so.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BodySizeLimitMiddleware", "RateLimiter"]
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from starlette.exceptions import HTTPException
+
+from pilothouse.server._problems import PROBLEM_MEDIA_TYPE, problem_bytes
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    updated: float
+
+
+class RateLimiter:
+    """A token bucket per key: ``per_minute`` requests a minute, bursts up to that.
+
+    Args:
+        per_minute: the sustained rate and the bucket's capacity; 0 or less
+            disables limiting.
+        clock: a monotonic clock in seconds (injectable for tests).
+    """
+
+    def __init__(self, per_minute: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self._clock = clock
+        self._buckets: dict[str, _Bucket] = {}
+
+    def acquire(self, key: str) -> float | None:
+        """Take one token for ``key``.
+
+        Returns:
+            None when the request may proceed, else the seconds until a
+            token is available (for ``Retry-After``).
+        """
+        if self.per_minute <= 0:
+            return None
+        now = self._clock()
+        rate = self.per_minute / 60.0
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(float(self.per_minute), now)
+        else:
+            bucket.tokens = min(
+                float(self.per_minute), bucket.tokens + (now - bucket.updated) * rate
+            )
+            bucket.updated = now
+        if bucket.tokens >= 1.0:
+            bucket.tokens -= 1.0
+            return None
+        return (1.0 - bucket.tokens) / rate
+
+    @staticmethod
+    def retry_after_header(wait: float) -> str:
+        """Return ``Retry-After`` in whole seconds, never 0 (a client would retry at once)."""
+        return str(max(1, math.ceil(wait)))
+
+
+class _TooLarge(HTTPException):
+    # An HTTPException, because FastAPI turns any other error met while it
+    # reads the body into a 400 "error parsing the body"; this one it
+    # re-raises, and the app's handler answers 413 problem+json.
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"the request body exceeds the limit of {max_bytes} bytes")
+
+
+class BodySizeLimitMiddleware:
+    """Refuse request bodies above ``max_bytes`` with 413 problem+json.
+
+    A declared ``Content-Length`` above the limit is refused before the body
+    is read; a chunked body is counted as it streams and refused once it
+    passes the limit, so an oversize body is never buffered whole.
+
+    Args:
+        app: the wrapped application.
+        max_bytes: the largest accepted body; 0 or less disables the check.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _refuse(self, send: Send) -> None:
+        body = problem_bytes(
+            413,
+            "Payload Too Large",
+            f"the request body exceeds the limit of {self.max_bytes} bytes",
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.max_bytes <= 0:
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = 0
+                if declared > self.max_bytes:
+                    await self._refuse(send)
+                    return
+        received = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _TooLarge(self.max_bytes)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except _TooLarge:
+            # Only answer when the app has not begun its own response.
+            if not started:
+                await self._refuse(send)

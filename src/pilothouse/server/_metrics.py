@@ -1,0 +1,178 @@
+"""Prometheus metrics of the HTTP service: requests, turns, model calls, tokens, cost.
+
+Every :class:`~pilothouse.server._state.ServerState` owns one
+:class:`Metrics` with its own registry, so two apps in one process (tests,
+workers of one host) never share or double-register collectors.
+
+Requests are counted by a pure ASGI middleware under the matched route's
+*template* (``/v1/conversations/{uuid}``), never the raw path: a raw path
+would create one time series per conversation and leak identifiers into
+the monitoring system. Turns are counted from the events each tenant's
+facade emits on its :class:`~pilothouse.runtime.EventHub`, so turns started
+by any protocol (REST, OpenAI-compatible, JSON-RPC, connector) are counted
+in one place.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Metrics", "MetricsMiddleware"]
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from pilothouse.catalog import ProcessStatus
+from pilothouse.runtime import (
+    StatusChanged,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallRequested,
+    TurnEvent,
+    TurnRetry,
+)
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# Latency buckets from 5 ms (a cached catalog read) to 2 minutes (a long
+# local-model turn); the defaults stop at 10 s, too short for model turns.
+_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+UNMATCHED_ROUTE = "<unmatched>"
+
+
+class Metrics:
+    """The service's collectors, in a registry of their own.
+
+    Attributes:
+        registry: the registry :meth:`render` exposes.
+        content_type: the media type of :meth:`render`'s output.
+    """
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "pilothouse_http_requests",
+            "HTTP requests by method, route template and status code.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.request_seconds = Histogram(
+            "pilothouse_http_request_duration_seconds",
+            "HTTP request latency by method and route template (until the body is sent).",
+            ["method", "route"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.turns = Counter(
+            "pilothouse_turns",
+            "Finished turns by tenant and final conversation status.",
+            ["tenant", "status"],
+            registry=self.registry,
+        )
+        self.turn_seconds = Histogram(
+            "pilothouse_turn_duration_seconds",
+            "Turn latency from RU to the finished event, by tenant.",
+            ["tenant"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.model_calls = Counter(
+            "pilothouse_model_calls",
+            "Model call attempts by tenant and outcome (retry = failed attempt retried).",
+            ["tenant", "outcome"],
+            registry=self.registry,
+        )
+        self.tokens = Counter(
+            "pilothouse_tokens",
+            "Model tokens by tenant and direction (input/output).",
+            ["tenant", "direction"],
+            registry=self.registry,
+        )
+        self.cost = Counter(
+            "pilothouse_cost",
+            "Estimated model cost by tenant, in the catalog's price currency.",
+            ["tenant"],
+            registry=self.registry,
+        )
+        self._started: dict[str, float] = {}
+
+    def listener(self, tenant: str) -> Callable[[TurnEvent], None]:
+        """Return an :class:`~pilothouse.runtime.EventHub` listener counting ``tenant``'s turns."""
+
+        def on_event(event: TurnEvent) -> None:
+            self.observe(tenant, event)
+
+        return on_event
+
+    def observe(self, tenant: str, event: TurnEvent) -> None:
+        """Count one turn event (cheap: called for every delta of every turn)."""
+        if isinstance(event, TextDelta | ThinkingDelta | ToolCallRequested):
+            return
+        if isinstance(event, StatusChanged):
+            if event.new is ProcessStatus.RUNNING:
+                self._started[event.conversation_uuid] = time.perf_counter()
+            return
+        if isinstance(event, TurnRetry):
+            self.model_calls.labels(tenant, "retry").inc()
+            return
+        result = event.result
+        started = self._started.pop(event.conversation_uuid, None)
+        if started is not None:
+            self.turn_seconds.labels(tenant).observe(time.perf_counter() - started)
+        self.turns.labels(tenant, result.status.value).inc()
+        self.model_calls.labels(tenant, "error" if result.error else "ok").inc()
+        self.tokens.labels(tenant, "input").inc(result.input_tokens)
+        self.tokens.labels(tenant, "output").inc(result.output_tokens)
+        self.cost.labels(tenant).inc(float(result.cost))
+
+    def render(self) -> bytes:
+        """Return the Prometheus text exposition of every collector."""
+        return generate_latest(self.registry)
+
+
+def _route_template(scope: Scope) -> str:
+    route = scope.get("route")
+    path = getattr(route, "path_format", None) or getattr(route, "path", None)
+    return str(path) if path else UNMATCHED_ROUTE
+
+
+class MetricsMiddleware:
+    """ASGI middleware counting every HTTP request and timing it.
+
+    Args:
+        app: the wrapped application.
+        metrics: where to count.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = _route_template(scope)
+            method = str(scope.get("method", ""))
+            self.metrics.requests.labels(method, route, str(status)).inc()
+            self.metrics.request_seconds.labels(method, route).observe(
+                time.perf_counter() - started
+            )

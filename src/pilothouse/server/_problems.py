@@ -1,0 +1,114 @@
+"""RFC 9457 problem details: the one error body shape of the HTTP service.
+
+Every error the service answers, from a route, a dependency, a middleware or
+an exception handler, is ``application/problem+json`` built here, so clients
+parse one shape. This module imports nothing else of the server so the
+middlewares (which run outside FastAPI's exception handling) can use it too.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PROBLEM_MEDIA_TYPE", "ProblemError", "problem", "problem_body"]
+
+import json
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+
+def _title(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def problem_body(
+    status: int,
+    title: str | None,
+    detail: str,
+    *,
+    errors: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Return the problem document as a dict.
+
+    ``type`` is ``about:blank``: the status code and title say everything a
+    client branches on, so no per-problem documentation URL is invented.
+    """
+    body: dict[str, Any] = {
+        "type": "about:blank",
+        "title": title or _title(status),
+        "status": status,
+        "detail": detail,
+    }
+    if errors is not None:
+        body["errors"] = [dict(error) for error in errors]
+    return body
+
+
+def problem(
+    status: int,
+    title: str | None,
+    detail: str,
+    *,
+    errors: Sequence[Mapping[str, Any]] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """Return a ``application/problem+json`` response.
+
+    Args:
+        status: the HTTP status code.
+        title: a short, fixed summary of the problem kind; None uses the
+            status code's reason phrase.
+        detail: what went wrong in this request, in words a user can act on.
+        errors: one entry per broken rule (``field``/``loc`` and ``rule``/``msg``).
+        headers: extra response headers (``Retry-After``, ``Allow``).
+    """
+    return JSONResponse(
+        problem_body(status, title, detail, errors=errors),
+        status_code=status,
+        headers=dict(headers) if headers else None,
+        media_type=PROBLEM_MEDIA_TYPE,
+    )
+
+
+def problem_bytes(status: int, title: str | None, detail: str) -> bytes:
+    """Return a problem document encoded, for raw ASGI middlewares."""
+    return json.dumps(problem_body(status, title, detail)).encode()
+
+
+class ProblemError(Exception):
+    """Raise from a route or dependency to answer with a problem document.
+
+    Args:
+        status: the HTTP status code.
+        title: a short summary; None uses the reason phrase.
+        detail: what went wrong.
+        errors: one entry per broken rule.
+        headers: extra response headers.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        title: str | None,
+        detail: str,
+        errors: Sequence[Mapping[str, Any]] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = title
+        self.detail = detail
+        self.errors = errors
+        self.headers = headers
+
+    def response(self) -> JSONResponse:
+        """Return this problem as a response."""
+        return problem(
+            self.status, self.title, self.detail, errors=self.errors, headers=self.headers
+        )

@@ -1,0 +1,203 @@
+"""What one running HTTP service shares across requests: database, models, facades, metrics.
+
+:class:`ServerState` is created once per app (by :func:`create_app` or a
+test) and reached from a request through ``request.app.state.pilothouse``
+(see :func:`pilothouse.server._deps.get_state`). It holds:
+
+- one :class:`~pilothouse.store.Database` and one
+  :class:`~pilothouse.providers._local.LocalModelServers`, shared by
+- one :class:`~pilothouse.api.Pilothouse` facade per tenant, created on first
+  use and kept (a facade caches compiled actions and model clients, so
+  building one per request would throw that work away);
+- the :class:`~pilothouse.server._metrics.Metrics` and the per-key
+  :class:`~pilothouse.server._limits.RateLimiter`;
+- the set of turns running in this process, so shutdown can cancel what did
+  not finish within the grace period and have it recorded ``TE``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ServerSettings", "ServerState"]
+
+import ipaddress
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pilothouse.api import Pilothouse
+from pilothouse.catalog import ProcessStatus
+from pilothouse.runtime import StatusChanged, TurnEvent, TurnFinished
+from pilothouse.server._limits import RateLimiter
+from pilothouse.server._metrics import Metrics
+from pilothouse.settings import Settings
+from pilothouse.store import Database
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import Model
+
+    from pilothouse.providers._local import LocalModelServers
+
+logger = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+
+
+class ServerSettings(BaseSettings):
+    """Settings of the HTTP service, read from ``PILOTHOUSE_SERVER_*`` variables.
+
+    Attributes:
+        host: the address ``pilothouse serve`` binds; also decides whether
+            ``/metrics`` is open without a key (only on loopback binds).
+        port: the port ``pilothouse serve`` binds.
+        max_body_bytes: the largest request body accepted (413 above it);
+            0 disables the limit.
+        rate_limit_per_minute: requests a minute per API key (429 above it,
+            with ``Retry-After``); 0 disables the limit. Counted per process.
+        cors_origins: origins allowed by CORS; empty (the default) leaves
+            CORS off, so browsers refuse cross-origin calls.
+        metrics_anonymous: whether ``/metrics`` needs no key; None (the
+            default) allows it only when ``host`` is a loopback address.
+        shutdown_grace_seconds: how long a shutdown waits for running turns
+            before cancelling them (recorded ``TE``).
+        last_used_interval_seconds: write a key's ``last_used_at`` at most
+            this often, so authentication does not write on every request.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_SERVER_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_body_bytes: int = MIB
+    rate_limit_per_minute: int = 600
+    cors_origins: list[str] = Field(default_factory=list)
+    metrics_anonymous: bool | None = None
+    shutdown_grace_seconds: float = 30.0
+    last_used_interval_seconds: float = 60.0
+
+    @property
+    def is_loopback(self) -> bool:
+        """Whether ``host`` only accepts connections from this machine."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    @property
+    def anonymous_metrics(self) -> bool:
+        """Whether ``/metrics`` answers without an API key."""
+        if self.metrics_anonymous is not None:
+            return self.metrics_anonymous
+        return self.is_loopback
+
+
+class ServerState:
+    """The shared state of one HTTP service.
+
+    Args:
+        settings: deployment settings (database URL, secrets file, ...).
+        model: a pydantic-ai model every turn uses instead of the catalog's
+            (tests pass a :class:`~pilothouse.testing.ScriptedModel`).
+        server: HTTP service settings; read from the environment when omitted.
+
+    Attributes:
+        settings: the deployment settings.
+        server: the HTTP service settings.
+        database: the one database every facade shares.
+        metrics: the Prometheus collectors.
+        limiter: the per-key rate limiter.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        model: Model | None = None,
+        server: ServerSettings | None = None,
+    ) -> None:
+        from pilothouse.providers._local import LocalModelServers
+
+        self.settings = settings
+        self.server = server if server is not None else ServerSettings()
+        self.database = Database(settings.database_url)
+        self.local_servers: LocalModelServers = LocalModelServers()
+        self.metrics = Metrics()
+        self.limiter = RateLimiter(self.server.rate_limit_per_minute)
+        self._model = model
+        self._facades: dict[str, Pilothouse] = {}
+        self._running: set[tuple[str, str]] = set()
+        # Per key prefix: when its last_used_at was last written (monotonic).
+        self.key_last_touched: dict[str, float] = {}
+        self._closed = False
+
+    async def open(self) -> None:
+        """Bring the database schema to the newest migration."""
+        await self.database.ensure_schema()
+
+    def facade(self, tenant: str) -> Pilothouse:
+        """Return the tenant's facade, sharing this state's database and local servers."""
+        found = self._facades.get(tenant)
+        if found is not None:
+            return found
+        facade = Pilothouse(
+            self.settings.model_copy(update={"tenant": tenant}),
+            tenant=tenant,
+            database=self.database,
+            model=self._model,
+            local_servers=self.local_servers,
+        )
+        facade.events.subscribe(self.metrics.listener(tenant))
+        facade.events.subscribe(self._tracker(tenant))
+        self._facades[tenant] = facade
+        return facade
+
+    def _tracker(self, tenant: str) -> Callable[[TurnEvent], None]:
+        def track(event: TurnEvent) -> None:
+            if isinstance(event, StatusChanged) and event.new is ProcessStatus.RUNNING:
+                self._running.add((tenant, event.conversation_uuid))
+            elif isinstance(event, TurnFinished):
+                self._running.discard((tenant, event.conversation_uuid))
+
+        return track
+
+    @property
+    def running_turns(self) -> list[tuple[str, str]]:
+        """The (tenant, conversation uuid) of every turn running in this process."""
+        return sorted(self._running)
+
+    async def drain(self, grace: float | None = None) -> None:
+        """Wait up to ``grace`` seconds for running turns, then cancel the rest.
+
+        A cancelled turn is recorded ``TE`` by the runner.
+        """
+        wait = self.server.shutdown_grace_seconds if grace is None else grace
+        with anyio.move_on_after(wait):
+            while self._running:
+                await anyio.sleep(0.05)
+        for tenant, uuid in self.running_turns:
+            logger.info("shutdown: cancelling the running turn of conversation %s", uuid)
+            try:
+                await self._facades[tenant].command.cancel(uuid)
+            except Exception:
+                # One failing cancel must not keep the others from running.
+                logger.exception("shutdown: cancelling conversation %s failed", uuid)
+        # Give cancelled turns a moment to record TE before the database closes.
+        with anyio.move_on_after(5.0):
+            while self._running:
+                await anyio.sleep(0.05)
+
+    async def aclose(self) -> None:
+        """Close every facade, the local model servers and the database."""
+        if self._closed:
+            return
+        self._closed = True
+        for facade in self._facades.values():
+            await facade.aclose()
+        self._facades.clear()
+        await self.local_servers.aclose()
+        await self.database.dispose()
