@@ -1,0 +1,335 @@
+"""One operation of an OpenAPI 3 document as an HTTP endpoint and a parameters schema.
+
+A catalog REST tool names it as ``openapi:<url-or-path>#<operationId>``. The
+operation's path, query and header parameters and its JSON request body
+become one object schema for the model; when the body is an object its
+fields sit beside the parameters (what a model fills in most reliably),
+otherwise the whole body is one ``body`` argument. Component schemas the
+operation uses travel along as ``$defs``, so recursive schemas stay finite.
+"""
+
+from __future__ import annotations
+
+__all__ = ["OpenApiOperation", "load_document", "operation", "parse_reference"]
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import urljoin, urlsplit
+
+import httpx
+
+from pilothouse.tools._base import ToolError
+from pilothouse.tools._rest import DEFAULT_MAX_RESPONSE_BYTES, HttpEndpoint
+
+_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+_LOCATIONS = ("path", "query", "header")
+_SCHEMA_REF = "#/components/schemas/"
+
+
+@dataclass(frozen=True)
+class OpenApiOperation:
+    """An operation ready to become a tool.
+
+    Attributes:
+        endpoint: how to call it.
+        parameters: the JSON schema of its arguments.
+        description: the operation's summary and description.
+    """
+
+    endpoint: HttpEndpoint
+    parameters: dict[str, Any]
+    description: str
+
+
+def parse_reference(implementation: str, tool_name: str) -> tuple[str, str]:
+    """Split ``openapi:<url-or-path>#<operationId>`` into the source and the operation id.
+
+    Args:
+        implementation: the catalog row's implementation.
+        tool_name: named in errors.
+
+    Returns:
+        ``(source, operation_id)``.
+
+    Raises:
+        ToolError: the reference is malformed.
+    """
+    body = implementation.removeprefix("openapi:")
+    source, _, operation_id = body.rpartition("#")
+    if not implementation.startswith("openapi:") or not source or not operation_id:
+        raise ToolError(
+            f"tool '{tool_name}': implementation '{implementation}' is not "
+            "'openapi:<url-or-path>#<operationId>'"
+        )
+    return source, operation_id
+
+
+async def load_document(source: str, client: httpx.AsyncClient) -> dict[str, Any]:
+    """Read an OpenAPI document (JSON or YAML) from a URL or a file.
+
+    Args:
+        source: an ``http(s)://`` URL or a file path.
+        client: used for URLs.
+
+    Returns:
+        The document.
+
+    Raises:
+        ToolError: it cannot be read or is not an OpenAPI 3 document.
+    """
+    if source.startswith(("http://", "https://")):
+        try:
+            response = await client.get(source, follow_redirects=True)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise ToolError(f"OpenAPI document {source}: cannot fetch it: {exc}") from exc
+        text = response.text
+    else:
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ToolError(f"OpenAPI document {source}: cannot read it: {exc}") from exc
+    document = _parse(text, source)
+    version = document.get("openapi")
+    if not isinstance(version, str) or not version.startswith("3."):
+        raise ToolError(f"OpenAPI document {source}: not OpenAPI 3 (openapi: {version!r})")
+    return document
+
+
+def _parse(text: str, source: str) -> dict[str, Any]:
+    try:
+        loaded: object = json.loads(text)
+    except ValueError:
+        # Imported here: only YAML documents need the YAML parser.
+        from ruamel.yaml import YAML, YAMLError
+
+        try:
+            loaded = cast(object, YAML(typ="safe", pure=True).load(text))  # pyright: ignore[reportUnknownMemberType]
+        except YAMLError as exc:
+            raise ToolError(f"OpenAPI document {source}: neither JSON nor YAML: {exc}") from exc
+    if not isinstance(loaded, dict):
+        raise ToolError(f"OpenAPI document {source}: not a mapping")
+    return cast(dict[str, Any], loaded)
+
+
+def _find(document: Mapping[str, Any], operation_id: str) -> tuple[str, str, dict[str, Any]]:
+    paths = cast(Mapping[str, Any], document.get("paths") or {})
+    for path, item in paths.items():
+        if not isinstance(item, dict):
+            continue
+        item = cast(dict[str, Any], item)
+        for method in _METHODS:
+            op = item.get(method)
+            if isinstance(op, dict) and cast(dict[str, Any], op).get("operationId") == operation_id:
+                return path, method, cast(dict[str, Any], op)
+    raise ToolError(f"OpenAPI operation '{operation_id}' is not in the document")
+
+
+class _Refs:
+    """Resolves local ``$ref``s; collects the component schemas used as ``$defs``."""
+
+    def __init__(self, document: Mapping[str, Any]) -> None:
+        self._document = document
+        self.defs: dict[str, Any] = {}
+
+    def lookup(self, ref: str) -> Any:
+        if not ref.startswith("#/"):
+            raise ToolError(f"OpenAPI $ref '{ref}': only local references are supported")
+        node: Any = self._document
+        for part in ref[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(node, dict) or part not in node:
+                raise ToolError(f"OpenAPI $ref '{ref}' points nowhere")
+            node = cast(dict[str, Any], node)[part]
+        return node
+
+    def deref(self, node: object) -> object:
+        """Follow ``$ref`` chains of a non-schema object (parameter, request body)."""
+        seen: set[str] = set()
+        current = node
+        while isinstance(current, dict):
+            ref = cast(dict[str, Any], current).get("$ref")
+            if ref is None:
+                break
+            if str(ref) in seen:
+                raise ToolError(f"OpenAPI $ref '{ref}' refers to itself")
+            seen.add(str(ref))
+            current = cast(object, self.lookup(str(ref)))
+        return cast(object, current)
+
+    def schema(self, node: Any) -> Any:
+        """Copy a schema, turning component refs into ``$defs`` refs."""
+        if isinstance(node, list):
+            return [self.schema(item) for item in cast(list[Any], node)]
+        if not isinstance(node, dict):
+            return node
+        node = cast(dict[str, Any], node)
+        copied: dict[str, Any] = {}
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str) and value.startswith(_SCHEMA_REF):
+                name = value.removeprefix(_SCHEMA_REF)
+                if name not in self.defs:
+                    # Placeholder first: a schema that refers to itself ends here.
+                    self.defs[name] = {}
+                    self.defs[name] = self.schema(self.lookup(value))
+                copied[key] = f"#/$defs/{name}"
+            elif key == "$ref" and isinstance(value, str):
+                copied.update(self.schema(self.lookup(value)))
+            else:
+                copied[key] = self.schema(value)
+        return copied
+
+    def resolved(self, schema: Any) -> dict[str, Any]:
+        """The schema a (copied) ``$defs`` ref points at, for looking inside it."""
+        seen: set[str] = set()
+        while isinstance(schema, dict) and "$ref" in schema:
+            ref = str(cast(dict[str, Any], schema)["$ref"])
+            if ref in seen or not ref.startswith("#/$defs/"):
+                break
+            seen.add(ref)
+            schema = self.defs.get(ref.removeprefix("#/$defs/"), {})
+        return cast(dict[str, Any], schema) if isinstance(schema, dict) else {}
+
+
+def _base_url(document: Mapping[str, Any], base_url: str | None, source: str) -> str:
+    if base_url:
+        return base_url
+    servers = document.get("servers")
+    server_url = ""
+    if isinstance(servers, list) and servers and isinstance(servers[0], dict):
+        server_url = str(cast(dict[str, Any], servers[0]).get("url", ""))
+    if server_url.startswith(("http://", "https://")):
+        return server_url
+    if source.startswith(("http://", "https://")):
+        # A relative (or absent) server URL is relative to where the document came from.
+        origin = urlsplit(source)
+        return urljoin(f"{origin.scheme}://{origin.netloc}/", server_url or "/")
+    raise ToolError(
+        f"OpenAPI document {source}: no absolute server URL; set settings.base_url on the tool"
+    )
+
+
+def _merged_parameters(
+    refs: _Refs, path_item: Mapping[str, Any], op: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    # Operation parameters override path-level ones with the same name and location.
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for raw in [*path_item.get("parameters", []), *op.get("parameters", [])]:
+        param = refs.deref(raw)
+        if isinstance(param, dict):
+            param = cast(dict[str, Any], param)
+            merged[(str(param.get("name")), str(param.get("in")))] = param
+    return list(merged.values())
+
+
+def operation(
+    document: Mapping[str, Any],
+    operation_id: str,
+    *,
+    source: str,
+    base_url: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+) -> OpenApiOperation:
+    """Build the endpoint and parameters schema of one operation.
+
+    Args:
+        document: the OpenAPI 3 document.
+        operation_id: the operation's ``operationId``.
+        source: where the document came from (URL or path), for relative
+            server URLs and error messages.
+        base_url: overrides the document's server URL.
+        headers: fixed headers sent with every call (may embed secrets).
+        timeout: seconds per call; None uses the call's.
+        max_response_bytes: longer responses are truncated.
+
+    Returns:
+        The operation.
+
+    Raises:
+        ToolError: the operation is missing or uses what cannot be mapped
+            (a cookie parameter that is required, a non-local ``$ref``).
+    """
+    template, method, op = _find(document, operation_id)
+    path_item = cast(Mapping[str, Any], cast(Mapping[str, Any], document["paths"])[template])
+    refs = _Refs(document)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    path: list[str] = []
+    query: dict[str, str] = {}
+    header_arguments: dict[str, str] = {}
+    for param in _merged_parameters(refs, path_item, op):
+        name, location = str(param.get("name")), str(param.get("in"))
+        if location not in _LOCATIONS:
+            if param.get("required"):
+                raise ToolError(
+                    f"OpenAPI operation '{operation_id}': required {location} parameter "
+                    f"'{name}' is not supported"
+                )
+            continue
+        argument = name if name not in properties else f"{location}_{name}"
+        schema = refs.schema(param.get("schema", {}))
+        if param.get("description") and isinstance(schema, dict):
+            schema = {**cast(dict[str, Any], schema), "description": param["description"]}
+        properties[argument] = schema
+        if param.get("required") or location == "path":
+            required.append(argument)
+        if location == "path":
+            path.append(argument)
+            template = template.replace("{" + name + "}", "{" + argument + "}")
+        elif location == "query":
+            query[name] = argument
+        else:
+            header_arguments[name] = argument
+    body, body_argument = _request_body(refs, op, properties, required)
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        parameters["required"] = required
+    if refs.defs:
+        parameters["$defs"] = refs.defs
+    summary = [str(op[key]).strip() for key in ("summary", "description") if op.get(key)]
+    endpoint = HttpEndpoint(
+        method=method.upper(),
+        url=_base_url(document, base_url, source).rstrip("/") + template,
+        headers=dict(headers or {}),
+        path=tuple(path),
+        query=query,
+        header_arguments=header_arguments,
+        body=body,
+        body_argument=body_argument,
+        timeout=timeout,
+        max_response_bytes=max_response_bytes,
+    )
+    return OpenApiOperation(endpoint, parameters, "\n\n".join(summary))
+
+
+def _request_body(
+    refs: _Refs, op: Mapping[str, Any], properties: dict[str, Any], required: list[str]
+) -> tuple[dict[str, str], str | None]:
+    """Add the JSON body's arguments; return (field -> argument, whole-body argument)."""
+    request_body = refs.deref(op.get("requestBody"))
+    if not isinstance(request_body, dict):
+        return {}, None
+    request_body = cast(dict[str, Any], request_body)
+    content = cast(Mapping[str, Any], request_body.get("content") or {})
+    media = next((m for m in content if m == "application/json" or m.endswith("+json")), None)
+    if media is None:
+        return {}, None
+    schema = refs.schema(cast(Mapping[str, Any], content[media]).get("schema", {}))
+    body_required = bool(request_body.get("required"))
+    inner = refs.resolved(schema)
+    fields = cast(Mapping[str, Any], inner.get("properties") or {})
+    if inner.get("type") == "object" and fields and not set(fields) & set(properties):
+        properties.update(fields)
+        if body_required:
+            required.extend(str(n) for n in cast(list[Any], inner.get("required", [])))
+        return {name: name for name in fields}, None
+    argument = "body" if "body" not in properties else "request_body"
+    properties[argument] = schema
+    if body_required:
+        required.append(argument)
+    return {}, argument
