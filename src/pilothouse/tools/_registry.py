@@ -255,24 +255,30 @@ class ToolRegistry:
         if kind is ToolKind.SCHEMA:
             return SchemaTool(self._definition(row, None, ""), policy)
         implementation = (row.implementation or "").strip()
+        settings: Mapping[str, Any] = row.settings or {}
+        if kind is ToolKind.REST:
+            # A REST tool is an OpenAPI operation, or declared in its settings.
+            if implementation.startswith("openapi:"):
+                return await self._openapi(row, implementation, settings, policy)
+            if implementation:
+                raise ToolError(
+                    f"tool '{row.name}': a rest implementation must be "
+                    "'openapi:<url-or-path>#<operationId>', or empty with the endpoint in settings"
+                )
+            return self._rest(row, settings, policy)
         if not implementation:
             raise ToolError(f"tool '{row.name}': implementation is required for kind {kind.value}")
-        settings: Mapping[str, Any] = row.settings or {}
         if kind is ToolKind.PYTHON:
             return self._python(row, implementation, policy)
-        if kind is ToolKind.SCRIPT:
-            return ScriptTool(
-                self._definition(row, None, ""),
-                row.implementation or "",
-                policy,
-                timeout=_number(settings, "timeout", DEFAULT_SCRIPT_TIMEOUT, row.name),
-                max_output_bytes=int(
-                    _number(settings, "max_output_bytes", DEFAULT_MAX_RESPONSE_BYTES, row.name)
-                ),
-            )
-        if implementation.startswith("openapi:"):
-            return await self._openapi(row, implementation, settings, policy)
-        return self._rest(row, settings, policy)
+        return ScriptTool(
+            self._definition(row, None, ""),
+            row.implementation or "",
+            policy,
+            timeout=_number(settings, "timeout", DEFAULT_SCRIPT_TIMEOUT, row.name),
+            max_output_bytes=int(
+                _number(settings, "max_output_bytes", DEFAULT_MAX_RESPONSE_BYTES, row.name)
+            ),
+        )
 
     def _python(self, row: Tool, implementation: str, policy: ExecutionPolicy) -> ExecutableTool:
         if ":" not in implementation:

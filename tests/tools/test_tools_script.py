@@ -1,0 +1,135 @@
+"""Script tools: result on stdout, timeout kill, no inherited secrets, failures."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from tool_rows import tool_row
+
+from pilothouse.catalog._enums import ToolKind
+from pilothouse.providers._secrets import SecretResolver
+from pilothouse.tools import ScriptTool, ToolContext, ToolRegistry
+
+pytestmark = pytest.mark.anyio
+
+CONTEXT = ToolContext(tenant="default", conversation_uuid="conv-1", call_id="call-1")
+
+
+async def script(source: str, **settings: Any) -> ScriptTool:
+    built = await ToolRegistry(SecretResolver({})).from_catalog(
+        tool_row(ToolKind.SCRIPT, name="script", implementation=source, settings=settings)
+    )
+    assert isinstance(built, ScriptTool)
+    return built
+
+
+@pytest.fixture
+def planted_secret() -> Iterator[str]:
+    value = "do-not-leak-9f2c"
+    os.environ["PILOTHOUSE_TEST_SECRET"] = value
+    try:
+        yield value
+    finally:
+        del os.environ["PILOTHOUSE_TEST_SECRET"]
+
+
+async def test_arguments_arrive_on_stdin_and_json_stdout_is_the_result() -> None:
+    tool = await script(
+        "import json, sys\n"
+        "args = json.load(sys.stdin)\n"
+        "print(json.dumps({'sum': args['a'] + args['b']}))\n"
+    )
+    result = await tool.execute({"a": 2, "b": 3}, CONTEXT)
+    assert (result.is_error, result.content, result.data) == (False, '{"sum": 5}', {"sum": 5})
+
+
+async def test_plain_text_stdout_is_the_result_as_text() -> None:
+    result = await (await script("print('hello there')")).execute({}, CONTEXT)
+    assert (result.content, result.data) == ("hello there", "hello there")
+
+
+async def test_a_script_past_its_timeout_is_killed() -> None:
+    tool = await script("import time\ntime.sleep(30)\n", timeout=0.5)
+    started = time.monotonic()
+    result = await tool.execute({}, CONTEXT)
+    assert time.monotonic() - started < 5
+    assert result.is_error
+    assert result.error_code == "tool.exec.timeout"
+    assert result.content == "script timed out after 0.5 s and was killed"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            # A zombie is dead, only not yet reaped by its new parent.
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_children_of_a_killed_script_die_with_it(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    tool = await script(
+        "import json, subprocess, sys, time\n"
+        "args = json.load(sys.stdin)\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+        "open(args['pid_file'], 'w').write(str(child.pid))\n"
+        "time.sleep(30)\n",
+        timeout=1.0,
+    )
+    result = await tool.execute({"pid_file": str(pid_file)}, CONTEXT)
+    assert result.error_code == "tool.exec.timeout"
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        await anyio.sleep(0.05)
+    assert not _alive(child)
+
+
+async def test_the_script_does_not_inherit_our_secrets(planted_secret: str) -> None:
+    tool = await script(
+        "import json, os\n"
+        "print(json.dumps({'secret': os.environ.get('PILOTHOUSE_TEST_SECRET'),"
+        " 'names': sorted(os.environ), 'home': os.environ['HOME'], 'cwd': os.getcwd()}))\n"
+    )
+    result = await tool.execute({}, CONTEXT)
+    assert result.data["secret"] is None
+    assert planted_secret not in result.content
+    allowed = {"PATH", "LANG", "LC_ALL", "TZ", "HOME", "TMPDIR", "PYTHONUTF8", "LC_CTYPE"}
+    assert set(result.data["names"]) <= allowed
+    assert result.data["home"] == result.data["cwd"]
+    assert "pilothouse-script-" in result.data["home"]
+    assert not os.path.exists(result.data["home"])
+
+
+async def test_non_zero_exit_is_an_error_with_the_stderr_tail() -> None:
+    tool = await script("import sys\nprint('partial')\nsys.exit('x' * 5000 + 'the end')\n")
+    result = await tool.execute({}, CONTEXT)
+    assert result.is_error
+    assert result.error_code == "tool.exec.exit"
+    assert result.content.startswith("script exited with status 1: xxx")
+    assert result.content.endswith("the end")
+    assert len(result.content) < 2100
+
+
+async def test_an_exception_in_the_script_shows_its_traceback_tail() -> None:
+    result = await (await script("raise ValueError('bad input')")).execute({}, CONTEXT)
+    assert result.error_code == "tool.exec.exit"
+    assert result.content.endswith("ValueError: bad input")
+
+
+async def test_a_script_that_ignores_stdin_still_works() -> None:
+    result = await (await script("print(1)")).execute({"big": "x" * 1_000_000}, CONTEXT)
+    assert (result.is_error, result.data) == (False, 1)
+
+
+async def test_long_output_is_truncated_with_a_note() -> None:
+    tool = await script("print('y' * 100, end='')", max_output_bytes=10)
+    result = await tool.execute({}, CONTEXT)
+    assert result.content == "yyyyyyyyyy…[truncated: 10 of 100 bytes]"
