@@ -168,6 +168,7 @@ async def test_object_body_fields_sit_beside_parameters_with_refs_as_defs(
         "tags": {"type": "array", "items": {"$ref": "#/$defs/Tag"}},
     }
     assert parameters["required"] == ["item_id", "name"]
+    assert list(parameters["$defs"]) == ["Tag"]
     assert parameters["$defs"]["Tag"] == {
         "type": "object",
         "properties": {

@@ -289,8 +289,10 @@ def operation(
     parameters: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         parameters["required"] = required
-    if refs.defs:
-        parameters["$defs"] = refs.defs
+    used = _used_defs(properties, refs.defs)
+    if used:
+        # Only what the arguments reach: a merged body's own schema is not.
+        parameters["$defs"] = {name: refs.defs[name] for name in refs.defs if name in used}
     summary = [str(op[key]).strip() for key in ("summary", "description") if op.get(key)]
     endpoint = HttpEndpoint(
         method=method.upper(),
@@ -305,6 +307,26 @@ def operation(
         max_response_bytes=max_response_bytes,
     )
     return OpenApiOperation(endpoint, parameters, "\n\n".join(summary))
+
+
+def _used_defs(node: object, defs: Mapping[str, Any]) -> set[str]:
+    """Names of the ``$defs`` that ``node`` reaches, directly or through other defs."""
+    used: set[str] = set()
+    pending: list[object] = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, dict):
+            for key, value in cast(dict[str, Any], current).items():
+                if key == "$ref" and isinstance(value, str) and value.startswith("#/$defs/"):
+                    name = value.removeprefix("#/$defs/")
+                    if name not in used:
+                        used.add(name)
+                        pending.append(defs.get(name))
+                else:
+                    pending.append(value)
+        elif isinstance(current, list):
+            pending.extend(cast(list[object], current))
+    return used
 
 
 def _request_body(
