@@ -1,0 +1,145 @@
+"""Real MCP servers for the MCP client tests, imported by test_mcp_servers.py.
+
+``@modelcontextprotocol/server-everything`` is installed from npm once into
+``tests/real/.node/`` (about 10 s, then cached across sessions); its HTTP
+transports are started on a free loopback port per test. Tests are skipped,
+with the reason printed, only when node or npm is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+EVERYTHING_VERSION = "2026.8.31"
+NODE_DIR = Path(__file__).parent / ".node"
+EVERYTHING_JS = (
+    NODE_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+)
+
+
+def _skip(reason: str) -> None:
+    print(f"skipping MCP server-everything tests: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def node() -> str:
+    """The node executable."""
+    path = shutil.which("node")
+    if path is None:
+        _skip("node is not on PATH")
+    assert path is not None
+    return path
+
+
+@pytest.fixture(scope="session")
+def everything_js(node: str) -> Path:
+    """server-everything's entry point, installed from npm on first use."""
+    if not EVERYTHING_JS.is_file():
+        npm = shutil.which("npm")
+        if npm is None:
+            _skip("npm is not on PATH")
+        assert npm is not None
+        NODE_DIR.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        subprocess.run(
+            [
+                npm,
+                "install",
+                "--prefix",
+                str(NODE_DIR),
+                "--no-audit",
+                "--no-fund",
+                f"@modelcontextprotocol/server-everything@{EVERYTHING_VERSION}",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        print(f"installed server-everything in {time.perf_counter() - started:.1f} s")
+    return EVERYTHING_JS
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server-everything exited with {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"server-everything did not listen on {port} within {timeout} s")
+
+
+class HttpServer:
+    """server-everything serving one HTTP transport on a loopback port."""
+
+    def __init__(self, node: str, script: Path, mode: str) -> None:
+        self.port = free_port()
+        path = "/sse" if mode == "sse" else "/mcp"
+        self.url = f"http://127.0.0.1:{self.port}{path}"
+        self.process = subprocess.Popen(
+            [node, str(script), mode],
+            env={"PATH": os.environ.get("PATH", ""), "PORT": str(self.port)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_for_port(self.port, self.process)
+
+    def stop(self) -> None:
+        """Stop the server (the test's 'server exits')."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def everything_http(
+    node: str, everything_js: Path, request: pytest.FixtureRequest
+) -> Iterator[HttpServer]:
+    """server-everything over the transport named by the test's parameter."""
+    server = HttpServer(node, everything_js, str(request.param))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def child_pids(marker: str) -> list[int]:
+    """Our child processes whose command line contains ``marker``."""
+    pids: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        # The parent pid is the 2nd field after the parenthesized command name.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == os.getpid() and marker in cmdline:
+            pids.append(int(entry.name))
+    return pids
