@@ -1,0 +1,494 @@
+"""The OpenAI chat-completions wire format: requests in, responses and chunks out.
+
+Everything here is pure: validating a request body, mapping its messages
+onto one pilothouse turn, and shaping a :class:`TurnResult` or turn events
+into OpenAI's ``chat.completion`` and ``chat.completion.chunk`` objects. The
+routes in :mod:`pilothouse.server._openai` do the I/O around it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChatCompletionRequest",
+    "OpenAIError",
+    "TurnInput",
+    "chunk",
+    "completion",
+    "error_body",
+    "finish_reason",
+    "inline_schema",
+    "map_messages",
+    "parse_request",
+    "runtime_config",
+    "usage",
+]
+
+import base64
+import binascii
+import json
+import mimetypes
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pilothouse.catalog._enums import FinishReason, MessageRole
+from pilothouse.providers._options import ReasoningEffort
+from pilothouse.runtime import TurnResult
+from pilothouse.store._writer import NewAttachment, NewMessage
+
+_FINISH = {
+    FinishReason.STOP: "stop",
+    FinishReason.LENGTH: "length",
+    FinishReason.TOOL_CALLS: "tool_calls",
+    FinishReason.CONTENT_FILTER: "content_filter",
+    # OpenAI has no "other"; the answer ended normally as far as a client can tell.
+    FinishReason.OTHER: "stop",
+}
+
+
+class OpenAIError(Exception):
+    """An error answered in OpenAI's shape ``{"error": {message, type, param, code}}``.
+
+    Args:
+        status: the HTTP status (the official client picks its exception class by it).
+        message: what is wrong, naming the field.
+        type: OpenAI's error type, e.g. ``invalid_request_error``.
+        param: the offending request field, when there is one.
+        code: a machine-readable code, e.g. ``model_not_found``.
+        headers: extra response headers (``WWW-Authenticate``, ``Retry-After``).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        """Return the JSON body of the error response."""
+        return error_body(self.message, self.type, self.param, self.code)
+
+
+def error_body(
+    message: str, type: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """Return OpenAI's error object: ``{"error": {message, type, param, code}}``."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+class _Wire(BaseModel):
+    # Clients send fields we do not use (seed, logprobs, metadata, ...);
+    # they are accepted and ignored rather than refused one by one.
+    model_config = ConfigDict(extra="allow")
+
+
+class ImageUrl(_Wire):
+    """The ``image_url`` member of an image content part."""
+
+    url: str = Field(min_length=1)
+
+
+class ContentPart(_Wire):
+    """One part of a message's content: text or an image."""
+
+    type: str
+    text: str | None = None
+    image_url: ImageUrl | None = None
+
+
+class FunctionCall(_Wire):
+    """The function of a tool call in an earlier assistant message."""
+
+    name: str
+    arguments: str = "{}"
+
+
+class ToolCallIn(_Wire):
+    """A tool call in an earlier assistant message."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Wire):
+    """One message of the request."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+
+
+class StreamOptions(_Wire):
+    """``stream_options``: only ``include_usage`` has a meaning here."""
+
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(_Wire):
+    """The body of ``POST /v1/chat/completions`` (the fields pilothouse honors).
+
+    ``input_data`` is a pilothouse extension (``extra_body`` in the official
+    client): values for the action prompt's ``{placeholders}``.
+    """
+
+    model: str = Field(min_length=1, max_length=200)
+    messages: list[ChatMessage] = Field(min_length=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    reasoning_effort: ReasoningEffort | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int | None = Field(default=None, ge=1, le=1)
+    user: str | None = Field(default=None, max_length=64)
+    tools: list[dict[str, Any]] | None = Field(default=None, max_length=0)
+    input_data: dict[str, Any] | None = None
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def parse_request(raw: bytes) -> ChatCompletionRequest:
+    """Validate a request body.
+
+    Raises:
+        OpenAIError: 400 naming the first offending field.
+    """
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise OpenAIError(400, f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise OpenAIError(400, "the request body must be a JSON object")
+    try:
+        return ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        param = _location(error["loc"])
+        message = error["msg"]
+        if param == "tools":
+            message = "client-defined tools are not supported; the action's catalog tools are used"
+        elif param == "n":
+            message = "only n=1 is supported"
+        raise OpenAIError(400, f"{param}: {message}", param=param) from None
+
+
+@dataclass
+class TurnInput:
+    """One request's messages as one pilothouse turn.
+
+    Attributes:
+        instruction: the system and developer messages, joined; the caller's
+            instruction appended to the default.
+        history: the earlier user, assistant and tool messages, to replay
+            into chat memory.
+        text: the last user message's text.
+        attachments: its images.
+    """
+
+    instruction: str | None
+    history: list[NewMessage]
+    text: str
+    attachments: list[NewAttachment] = field(default_factory=lambda: [])
+
+
+def _text(message: ChatMessage, index: int) -> tuple[str, list[NewAttachment]]:
+    content = message.content
+    if content is None:
+        return "", []
+    if isinstance(content, str):
+        return content, []
+    texts: list[str] = []
+    attachments: list[NewAttachment] = []
+    for number, part in enumerate(content):
+        where = f"messages[{index}].content[{number}]"
+        if part.type == "text" and part.text is not None:
+            texts.append(part.text)
+        elif part.type == "image_url" and part.image_url is not None:
+            attachments.append(_image(part.image_url.url, where))
+        else:
+            raise OpenAIError(
+                400,
+                f"{where}: content part type '{part.type}' is not supported (text, image_url)",
+                param=where,
+            )
+    return "\n".join(texts), attachments
+
+
+def _image(url: str, where: str) -> NewAttachment:
+    if url.startswith("data:"):
+        header, _, payload = url[5:].partition(",")
+        media_type, _, encoding = header.partition(";")
+        if encoding != "base64" or not media_type.startswith("image/"):
+            raise OpenAIError(
+                400, f"{where}: a data URL must be a base64 image", param=f"{where}.image_url"
+            )
+        try:
+            content = base64.b64decode(payload, validate=True)
+        except binascii.Error:
+            raise OpenAIError(
+                400, f"{where}: the data URL is not valid base64", param=f"{where}.image_url"
+            ) from None
+        return NewAttachment(media_type, content=content)
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise OpenAIError(
+            400, f"{where}: image_url must be an http(s) or data URL", param=f"{where}.image_url"
+        )
+    guessed = mimetypes.guess_type(parsed.path)[0]
+    media_type = guessed if guessed and guessed.startswith("image/") else "image/jpeg"
+    return NewAttachment(media_type, url=url)
+
+
+def _replayed(message: ChatMessage, index: int, tool_names: dict[str, str]) -> NewMessage | None:
+    text, _ = _text(message, index)
+    if message.role == "user":
+        return NewMessage(MessageRole.USER, text, data={"replayed": True})
+    if message.role == "assistant":
+        data: dict[str, Any] = {"replayed": True}
+        if message.tool_calls:
+            calls: list[dict[str, Any]] = []
+            for call in message.tool_calls:
+                tool_names[call.id] = call.function.name
+                try:
+                    arguments = json.loads(call.function.arguments or "{}")
+                except json.JSONDecodeError:
+                    arguments = {"raw": call.function.arguments}
+                calls.append({"id": call.id, "name": call.function.name, "arguments": arguments})
+            data["tool_calls"] = calls
+        return NewMessage(MessageRole.ASSISTANT, text, data=data)
+    if message.role == "tool":
+        call_id = message.tool_call_id or ""
+        return NewMessage(
+            MessageRole.TOOL,
+            text,
+            tool_call_id=call_id,
+            data={"replayed": True, "tool_name": tool_names.get(call_id, message.name or "tool")},
+        )
+    return None
+
+
+def map_messages(messages: list[ChatMessage]) -> TurnInput:
+    """Map a request's messages onto one turn.
+
+    System and developer messages become the caller's instruction; the last
+    message must be a user message and is the turn's text; every message
+    before it becomes replayable history.
+
+    Raises:
+        OpenAIError: 400 when the last message is not a user message or is empty.
+    """
+    instructions: list[str] = []
+    conversation: list[tuple[int, ChatMessage]] = []
+    for index, message in enumerate(messages):
+        if message.role in ("system", "developer"):
+            text, attachments = _text(message, index)
+            if attachments:
+                raise OpenAIError(
+                    400,
+                    f"messages[{index}]: a {message.role} message cannot carry images",
+                    param=f"messages[{index}].content",
+                )
+            if text.strip():
+                instructions.append(text)
+        else:
+            conversation.append((index, message))
+    if not conversation or conversation[-1][1].role != "user":
+        raise OpenAIError(
+            400,
+            "messages: the last message (after system messages) must be a user message",
+            param="messages",
+        )
+    last_index, last = conversation[-1]
+    text, attachments = _text(last, last_index)
+    if not text.strip() and not attachments:
+        raise OpenAIError(
+            400,
+            f"messages[{last_index}].content: the user message is empty",
+            param=f"messages[{last_index}].content",
+        )
+    tool_names: dict[str, str] = {}
+    history = [
+        replayed
+        for index, message in conversation[:-1]
+        if (replayed := _replayed(message, index, tool_names)) is not None
+    ]
+    return TurnInput(
+        instruction="\n\n".join(instructions) or None,
+        history=history,
+        text=text,
+        attachments=attachments,
+    )
+
+
+def runtime_config(request: ChatCompletionRequest, instruction: str | None) -> dict[str, Any]:
+    """Return the turn's runtime config: the request's options and the instruction."""
+    config: dict[str, Any] = {
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        # max_completion_tokens is the newer name; it wins when both are sent.
+        "max_tokens": request.max_completion_tokens or request.max_tokens,
+        "stop": [request.stop] if isinstance(request.stop, str) else request.stop,
+        "presence_penalty": request.presence_penalty,
+        "frequency_penalty": request.frequency_penalty,
+        "reasoning_effort": request.reasoning_effort,
+    }
+    config = {key: value for key, value in config.items() if value is not None}
+    if instruction is not None:
+        config["instruction"] = instruction
+        config["instruction_mode"] = "append"
+    return config
+
+
+def finish_reason(reason: FinishReason | None) -> str:
+    """Return OpenAI's ``finish_reason`` for a pilothouse finish reason."""
+    return _FINISH.get(reason, "stop") if reason is not None else "stop"
+
+
+def usage(result: TurnResult) -> dict[str, int]:
+    """Return OpenAI's usage object for a turn."""
+    return {
+        "prompt_tokens": result.input_tokens,
+        "completion_tokens": result.output_tokens,
+        "total_tokens": result.input_tokens + result.output_tokens,
+    }
+
+
+def _tool_calls(result: TurnResult) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": call["id"],
+            "type": "function",
+            "function": {
+                "name": call["name"],
+                "arguments": json.dumps(call.get("arguments") or {}, ensure_ascii=False),
+            },
+        }
+        for call in result.tool_calls
+    ]
+
+
+def completion(
+    result: TurnResult, model: str, created: int, memory_id: str | None
+) -> dict[str, Any]:
+    """Return the ``chat.completion`` object for a finished turn.
+
+    The ``pilothouse`` member (ignored by OpenAI clients) names the recorded
+    conversation, its memory id and the turn's estimated cost.
+    """
+    calls = _tool_calls(result)
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": result.text if result.text or not calls else None,
+        "refusal": None,
+    }
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": f"chatcmpl-{result.conversation_uuid}",
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": finish_reason(result.finish_reason),
+                "logprobs": None,
+            }
+        ],
+        "usage": usage(result),
+        "system_fingerprint": None,
+        "pilothouse": {
+            "conversation_uuid": result.conversation_uuid,
+            "memory_id": memory_id,
+            "status": result.status.value,
+            "cost": str(result.cost),
+        },
+    }
+
+
+def chunk(
+    conversation_uuid: str,
+    model: str,
+    created: int,
+    delta: dict[str, Any] | None,
+    *,
+    finish: str | None = None,
+    with_usage: bool = False,
+    usage_value: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Return one ``chat.completion.chunk``.
+
+    Args:
+        conversation_uuid: names the completion (``chatcmpl-<uuid>``).
+        model: the model id the client asked for.
+        created: the completion's creation time (seconds).
+        delta: the choice's delta; None for the usage-only chunk (no choices).
+        finish: the finish reason on the last content chunk.
+        with_usage: the client asked for usage, so every chunk carries a
+            ``usage`` member (null until the last).
+        usage_value: the usage for the usage-only chunk.
+    """
+    body: dict[str, Any] = {
+        "id": f"chatcmpl-{conversation_uuid}",
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": []
+        if delta is None
+        else [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+    }
+    if with_usage:
+        body["usage"] = usage_value
+    return body
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """Return the model's JSON schema with its ``$defs`` inlined.
+
+    The route reads the raw body (to answer errors in OpenAI's shape), so the
+    schema goes into the OpenAPI document by hand, where ``#/$defs`` refs
+    would not resolve.
+    """
+    schema = model.model_json_schema()
+    definitions = cast("dict[str, Any]", schema.pop("$defs", {}))
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            mapping = cast("dict[str, Any]", node)
+            ref = mapping.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return resolve(definitions[ref.removeprefix("#/$defs/")])
+            return {key: resolve(value) for key, value in mapping.items()}
+        if isinstance(node, list):
+            return [resolve(item) for item in cast("list[Any]", node)]
+        return node
+
+    return cast("dict[str, Any]", resolve(schema))
