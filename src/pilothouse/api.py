@@ -222,6 +222,9 @@ class CommandApi(_Facet):
     def __init__(self, database: Database, tenant: str, settings: Settings, runner: Runner) -> None:
         super().__init__(database, tenant, settings)
         self._runner = runner
+        from pilothouse.runtime._hitl import Resumption
+
+        self._resumption = Resumption(database, tenant, runner, runner.compiler)
 
     async def send_message(
         self,
@@ -334,6 +337,40 @@ class CommandApi(_Facet):
         """
         await self._ready()
         await self._runner.prepare(action, agent, text, input_data, runtime_config)
+
+    async def submit_answers(self, uuid: str, answers: Mapping[str, str]) -> TurnResult:
+        """Answer the questions a waiting conversation asked, and continue it.
+
+        Args:
+            uuid: a conversation in status ``WA``.
+            answers: ``{question_id: answer}`` for every pending question.
+
+        Raises:
+            InvalidStateError: not waiting, or the questions expired.
+            AnswerError: unknown, missing or out-of-choice answers.
+        """
+        await self._ready()
+        return await self._resumption.submit_answers(uuid, answers)
+
+    async def submit_tool_result(self, uuid: str, tool_call_id: str, result: Any) -> TurnResult:
+        """Give the result of a custom-schema tool call returned to the caller.
+
+        Args:
+            uuid: the conversation (``CO`` with finish reason ``TC``).
+            tool_call_id: the call's id from the turn result.
+            result: text, or JSON-serializable data.
+        """
+        await self._ready()
+        return await self._resumption.submit_tool_result(uuid, tool_call_id, result)
+
+    async def expire_waiting(self) -> int:
+        """End conversations whose questions waited past their action's limit.
+
+        Returns:
+            How many conversations were terminated (``TE``).
+        """
+        await self._ready()
+        return await self._resumption.expire_waiting()
 
     async def cancel(self, uuid: str) -> bool:
         """Cancel a conversation: abort its running turn, or terminate it when idle.

@@ -128,7 +128,7 @@ async def test_system_prompt_follows_the_design_order(
         "You work for Brand intelligence.",
         "You analyse brands.",
         "You are a concise editor.",
-        "Your skill: Brand voice. Keep the brand's voice.",
+        "Your skill: Brand voice (VOICE): Keep the brand's voice.",
         "Answer in at most two sentences.",
         "Summarize the brand document the user sends.",
     ]

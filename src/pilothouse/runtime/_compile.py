@@ -12,7 +12,7 @@ from __future__ import annotations
 __all__ = ["ActionCompiler", "CompiledAction"]
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jsonschema.validators import validator_for
@@ -25,11 +25,22 @@ from pilothouse.catalog._enums import (
     MemoryKind,
     ModelCapability,
     SchemaDirection,
+    ToolKind,
 )
-from pilothouse.catalog._models import Action, Agent, CatalogRevision, McpClient, Model, Skill
+from pilothouse.catalog._models import (
+    Action,
+    Agent,
+    CatalogRevision,
+    McpClient,
+    Model,
+    Skill,
+    Tool,
+)
 from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.memory import MemoryPolicy
 from pilothouse.providers import ModelOptions, ModelSpec, ProviderSpec, SecretResolver
+from pilothouse.runtime._advisors import AdvisorChain, resolve_advisor
+from pilothouse.runtime._cache import RedisClientPool
 from pilothouse.runtime._prompt import (
     PromptContext,
     PromptContributor,
@@ -39,6 +50,7 @@ from pilothouse.runtime._prompt import (
     output_json_schema,
     template_fields,
 )
+from pilothouse.runtime._toolset import SkillInfo
 from pilothouse.store import Database
 
 
@@ -60,7 +72,14 @@ class CompiledAction:
         output_cardinality: item or list, when there is an output schema.
         memory: the chat memory policy.
         audit: the action's audit switch (None follows the deployment).
-        tools: tool definitions ``(name, description, parameters schema)``.
+        tools: extra tool definitions ``(name, description, parameters schema)``
+            whose calls go back to the caller (ad-hoc actions).
+        tool_rows: the action's own catalog tools, loaded directly.
+        skills: the action's skills (progressive disclosure).
+        mcp_clients: MCP clients whose tools the action offers.
+        mcp_lookup: MCP clients by name, for catalog tools of kind mcp.
+        question_timeout: seconds to wait for answers before ending ``TE``.
+        advisors: the action's advisors around each model call.
     """
 
     revision: int
@@ -78,6 +97,12 @@ class CompiledAction:
     audit: bool | None
     tools: tuple[tuple[str, str, dict[str, Any]], ...]
     _validator: Any = None
+    tool_rows: tuple[Tool, ...] = ()
+    skills: tuple[SkillInfo, ...] = ()
+    mcp_clients: tuple[McpClient, ...] = ()
+    mcp_lookup: Mapping[str, McpClient] = field(default_factory=lambda: {})
+    question_timeout: int = 300
+    advisors: AdvisorChain = field(default_factory=lambda: AdvisorChain(()))
 
     def system_prompt(
         self,
@@ -155,6 +180,17 @@ class ActionCompiler:
             list(contributors) if contributors is not None else default_contributors()
         )
         self._cache: dict[tuple[str, str, str | None], CompiledAction] = {}
+        # One Redis pool for every cache advisor of every compiled action.
+        self._redis = RedisClientPool()
+
+    async def aclose(self) -> None:
+        """Close the connections advisors opened (Redis)."""
+        await self._redis.aclose()
+
+    @property
+    def secrets(self) -> SecretResolver:
+        """The resolver for ``@secrets(NAME)`` references."""
+        return self._secrets
 
     async def revision(self, session: AsyncSession, tenant: str) -> int:
         """Return the tenant's catalog revision (0 before any catalog write)."""
@@ -231,11 +267,9 @@ class ActionCompiler:
             if strategy is not None
             else MemoryPolicy(kind=MemoryKind.WINDOW, window=20)
         )
-        tools = tuple(
-            (link.tool.name, link.tool.description or "", dict(link.tool.input_schema))
-            for link in action.tools
-            if link.tool.active
-        )
+        tool_rows = tuple(link.tool for link in action.tools if link.tool.active)
+        skill_infos = _skill_infos(skills)
+        mcp_lookup = await _mcp_lookup(session, tenant, [*tool_rows, *_skill_tools(skill_infos)])
         return CompiledAction(
             revision=revision,
             action_code=action.code,
@@ -258,8 +292,20 @@ class ActionCompiler:
             output_cardinality=cardinality,
             memory=memory,
             audit=action.audit,
-            tools=tools,
+            tools=(),
             _validator=validator,
+            tool_rows=tool_rows,
+            skills=skill_infos,
+            mcp_clients=tuple(clients),
+            mcp_lookup=mcp_lookup,
+            question_timeout=action.question_timeout,
+            advisors=AdvisorChain(
+                [
+                    resolve_advisor(link.advisor, link.order, redis_factory=self._redis)
+                    for link in action.advisors
+                    if link.advisor.active
+                ]
+            ),
         )
 
     def _model_spec(self, model: Model) -> ModelSpec:
@@ -281,3 +327,43 @@ class ActionCompiler:
             output_price=model.output_price,
             knowledge_cutoff=model.knowledge_cutoff,
         )
+
+
+def _skill_infos(skills: Sequence[Skill]) -> tuple[SkillInfo, ...]:
+    """The action's skills and, transitively, the skills they depend on."""
+    infos: dict[str, SkillInfo] = {}
+    pending = list(skills)
+    while pending:
+        skill = pending.pop(0)
+        if skill.code in infos or not skill.active:
+            continue
+        dependencies = [link.depends_on for link in skill.dependencies]
+        infos[skill.code] = SkillInfo(
+            code=skill.code,
+            name=skill.name or skill.code,
+            description=skill.description or "",
+            prompt=skill.prompt,
+            tools=tuple(link.tool for link in skill.tools if link.tool.active),
+            depends_on=tuple(d.code for d in dependencies),
+        )
+        pending.extend(dependencies)
+    return tuple(infos.values())
+
+
+def _skill_tools(skills: Sequence[SkillInfo]) -> list[Tool]:
+    return [tool for skill in skills for tool in skill.tools]
+
+
+async def _mcp_lookup(
+    session: AsyncSession, tenant: str, tools: Sequence[Tool]
+) -> dict[str, McpClient]:
+    """MCP clients named by catalog tools of kind mcp (``client:tool``)."""
+    names = {
+        (tool.implementation or "").partition(":")[0] for tool in tools if tool.kind is ToolKind.MCP
+    }
+    if not names:
+        return {}
+    rows = await session.scalars(
+        select(McpClient).where(McpClient.tenant == tenant, McpClient.name.in_(names))
+    )
+    return {row.name: row for row in rows}

@@ -12,11 +12,14 @@ __all__ = ["RuntimeConfig", "RuntimeConfigError"]
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pilothouse.catalog._enums import InstructionMode
 from pilothouse.errors import PilothouseError
 from pilothouse.providers import ModelOptions
+
+if TYPE_CHECKING:
+    from pilothouse.runtime._toolexec import OverrideRule
 
 _SWITCHES = {
     "audit": "audit",
@@ -24,6 +27,8 @@ _SWITCHES = {
     "instruction_mode": "instruction_mode",
     "instructionMode": "instruction_mode",
     "stream": "stream",
+    "toolParameterOverride": "overrides",
+    "tool_parameter_override": "overrides",
 }
 
 
@@ -41,6 +46,7 @@ class RuntimeConfig:
         instruction: the caller's instruction, combined with the default.
         instruction_mode: replace / append / prepend.
         stream: ask for a streamed model call even without subscribers.
+        overrides: tool parameter overrides (``toolParameterOverride``).
     """
 
     options: ModelOptions = ModelOptions()
@@ -48,6 +54,7 @@ class RuntimeConfig:
     instruction: str | None = None
     instruction_mode: InstructionMode = InstructionMode.APPEND
     stream: bool | None = None
+    overrides: tuple[OverrideRule, ...] = ()
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None) -> RuntimeConfig:
@@ -90,7 +97,13 @@ class RuntimeConfig:
                 f"runtime config: instruction mode '{mode_value}' is not one of "
                 "replace, append, prepend"
             ) from None
+        from pilothouse.runtime._toolexec import OverrideRule
+
+        overrides = (
+            tuple(OverrideRule.parse(switches["overrides"])) if "overrides" in switches else ()
+        )
         return cls(
+            overrides=overrides,
             options=parsed_options,
             audit=switches.get("audit"),
             instruction=instruction,

@@ -12,6 +12,7 @@ __all__ = [
     "ParsedResponse",
     "attachment_content",
     "build_messages",
+    "history_messages",
     "estimate_usage",
     "finish_reason_of",
     "parse_json_output",
@@ -120,6 +121,16 @@ def build_messages(
         messages[0] = ModelRequest(parts=head)
     else:
         messages.insert(0, ModelRequest(parts=[system]))
+    return messages
+
+
+def history_messages(system_prompt: str, history: Sequence[MemoryMessage]) -> list[ModelMessage]:
+    """Return the request messages for a resumed turn: system prompt and kept history."""
+    messages: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart(system_prompt)])]
+    for item in history:
+        converted = _history_message(item)
+        if converted is not None:
+            messages.append(converted)
     return messages
 
 

@@ -85,7 +85,15 @@ def _persona(context: PromptContext) -> str | None:
 
 
 def _skills(context: PromptContext) -> str | None:
-    parts = [f"Your skill: {skill.name or skill.code}. {skill.prompt}" for skill in context.skills]
+    # Progressive disclosure: only what each skill is for; its instructions
+    # and tools arrive when the model activates it with use_skill.
+    parts = [
+        f"Your skill: {skill.name or skill.code} ({skill.code}): "
+        f"{skill.description or skill.prompt.splitlines()[0]}"
+        for skill in context.skills
+    ]
+    if parts:
+        parts.append("Call use_skill with a skill's code to get its instructions and tools.")
     return "\n".join(parts) or None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = ["delta_text", "feedback", "grammar_output", "request_parameters"]
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -30,6 +31,7 @@ from pydantic_ai.tools import ToolDefinition
 from pilothouse.catalog._enums import ModelCapability, ProviderKind
 from pilothouse.runtime._compile import CompiledAction
 from pilothouse.runtime._convert import OUTPUT_TOOL, ParsedResponse
+from pilothouse.tools._base import ToolDefinition as OfferedTool
 
 
 def delta_text(event: Any) -> tuple[str, str]:
@@ -79,10 +81,16 @@ def grammar_output(settings: Any, compiled: CompiledAction) -> Any:
     return {**settings, "extra_body": extra}
 
 
-def request_parameters(compiled: CompiledAction) -> tuple[ModelRequestParameters, bool]:
+def request_parameters(
+    compiled: CompiledAction, definitions: Sequence[OfferedTool] = ()
+) -> tuple[ModelRequestParameters, bool]:
     tools = [
-        ToolDefinition(name=name, description=description, parameters_json_schema=schema)
-        for name, description, schema in compiled.tools
+        ToolDefinition(
+            name=d.name,
+            description=d.description,
+            parameters_json_schema=dict(d.parameters) or {"type": "object", "properties": {}},
+        )
+        for d in definitions
     ]
     object_schema = compiled.output_object_schema
     if object_schema is None:

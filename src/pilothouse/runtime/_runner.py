@@ -16,26 +16,22 @@ __all__ = ["Runner"]
 
 import json
 import logging
-import time
-import uuid as uuid_module
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import anyio
-from pydantic_ai.direct import model_request, model_request_stream
 from pydantic_ai.messages import (
     ModelMessage,
     ModelResponse,
 )
-from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.models import Model
 from sqlalchemy import select
 
 from pilothouse.catalog._enums import (
     FinishReason,
+    InstructionMode,
     MessageRole,
-    ModelCapability,
     ProcessStatus,
     ProviderKind,
     TimelineKind,
@@ -43,32 +39,34 @@ from pilothouse.catalog._enums import (
 )
 from pilothouse.errors import InvalidStateError, NotFoundError, PilothouseError, ProviderError
 from pilothouse.memory import MemoryMessage, counter_for, select_history
-from pilothouse.providers import ModelFactory, redact, to_model_settings, translate_error
+from pilothouse.providers import ModelFactory, redact, to_model_settings
+from pilothouse.runtime._advisors import ContentBlocked
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
 from pilothouse.runtime._config import RuntimeConfig
 from pilothouse.runtime._convert import (
     ParsedResponse,
     build_messages,
-    estimate_usage,
     finish_reason_of,
+    history_messages,
     parse_json_output,
     parse_response,
 )
 from pilothouse.runtime._events import (
     EventHub,
     StatusChanged,
-    TextDelta,
-    ThinkingDelta,
     ToolCallRequested,
     TurnEvent,
     TurnFinished,
     TurnResult,
-    TurnRetry,
 )
-from pilothouse.runtime._request import delta_text, feedback, grammar_output, request_parameters
-from pilothouse.runtime._retry import RetryPolicy
+from pilothouse.runtime._modelcall import ModelCaller, TurnState
+from pilothouse.runtime._repair import repair_calls
+from pilothouse.runtime._request import feedback, grammar_output, request_parameters
 from pilothouse.runtime._telemetry import Telemetry
-from pilothouse.store import Conversation, Database, Message
+from pilothouse.runtime._toolexec import Authorizer, ToolExecutor
+from pilothouse.runtime._toolset import ToolSet, ToolSource, offered_tools
+from pilothouse.runtime._toolstep import StepOutcome, normalized_response, run_tool_step
+from pilothouse.store import Conversation, ConversationQueries, Database
 from pilothouse.store._base import utcnow
 from pilothouse.store._writer import (
     ConversationWriter,
@@ -87,24 +85,6 @@ Listener = Callable[[TurnEvent], Awaitable[None] | None]
 _MILLION = Decimal(1_000_000)
 
 
-@dataclass
-class _Turn:
-    """Mutable state of one running turn."""
-
-    handle: TurnHandle
-    compiled: CompiledAction
-    config: RuntimeConfig
-    listener: Listener | None
-    run_id: str = field(default_factory=lambda: str(uuid_module.uuid4()))
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
-    cost: Decimal = Decimal(0)
-    partial: list[str] = field(default_factory=lambda: [])
-    pending: list[NewEvent] = field(default_factory=lambda: [])
-
-
 class Runner:
     """Runs turns of conversations for one tenant.
 
@@ -118,6 +98,12 @@ class Runner:
         sleep: how retries wait (replaceable in tests).
         model_override: a model used for every call instead of the catalog's
             (tests inject the scripted model here).
+        tool_source: resolves catalog tools and MCP clients to executable tools.
+        authorizer: asked before every tool execution; ``authorized`` tools
+            never run without its yes.
+        tool_timeout: default seconds a tool call may take.
+        tool_concurrency: how many calls of one response run at once.
+        max_tool_steps: tool rounds one turn may take before it fails.
     """
 
     def __init__(
@@ -131,6 +117,11 @@ class Runner:
         telemetry: Telemetry | None = None,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         model_override: Model | None = None,
+        tool_source: ToolSource | None = None,
+        authorizer: Authorizer | None = None,
+        tool_timeout: float = 30.0,
+        tool_concurrency: int = 4,
+        max_tool_steps: int = 10,
     ) -> None:
         self._db = database
         self._tenant = tenant
@@ -141,7 +132,19 @@ class Runner:
         self._sleep = sleep
         self._model_override = model_override
         self._writer = ConversationWriter(database, tenant)
+        self._queries = ConversationQueries(database, tenant)
         self._running: dict[str, anyio.CancelScope] = {}
+        self._caller = ModelCaller(
+            telemetry=self._telemetry,
+            sleep=sleep,
+            emit=self._emit,
+            hub_active=lambda: self.hub.active,
+        )
+        self._tool_source = tool_source
+        self._authorizer = authorizer
+        self._tool_timeout = tool_timeout
+        self._tool_concurrency = tool_concurrency
+        self._max_tool_steps = max_tool_steps
 
     async def send_message(
         self,
@@ -183,6 +186,27 @@ class Runner:
         compiled, config, system_prompt = await self.prepare(
             action_code, agent_code, text, input_data, runtime_config, attachments, compiled
         )
+        data = {**(input_data or {})}
+        return await self._drive(
+            conversation_uuid,
+            compiled,
+            config,
+            on_event,
+            begin=lambda: self._writer.begin_turn(conversation_uuid),
+            body=lambda turn: self._run(turn, system_prompt, text, attachments, data),
+        )
+
+    async def _drive(
+        self,
+        conversation_uuid: str,
+        compiled: CompiledAction,
+        config: RuntimeConfig,
+        listener: Listener | None,
+        *,
+        begin: Callable[[], Awaitable[TurnHandle]],
+        body: Callable[[TurnState], Awaitable[TurnResult]],
+    ) -> TurnResult:
+        """Take the conversation, run ``body`` under a cancel scope, and record its end."""
         if conversation_uuid in self._running:
             raise InvalidStateError(
                 f"conversation '{conversation_uuid}' is running a turn; "
@@ -194,23 +218,23 @@ class Runner:
         scope = anyio.CancelScope()
         self._running[conversation_uuid] = scope
         try:
-            handle = await self._writer.begin_turn(conversation_uuid)
+            handle = await begin()
         except BaseException:
             self._running.pop(conversation_uuid, None)
             raise
         if config.audit is not None:
             handle.audit = config.audit
-        turn = _Turn(handle=handle, compiled=compiled, config=config, listener=on_event)
+        turn = TurnState(handle=handle, compiled=compiled, config=config, listener=listener)
         try:
-            with self._telemetry.turn(conversation_uuid, compiled.action_code, agent_code):
+            with self._telemetry.turn(conversation_uuid, compiled.action_code, compiled.agent_code):
                 with scope:
                     await self._emit(
                         turn,
                         StatusChanged(
-                            conversation_uuid, ProcessStatus.NOT_STARTED, ProcessStatus.RUNNING
+                            conversation_uuid, handle.previous_status, ProcessStatus.RUNNING
                         ),
                     )
-                    return await self._run(turn, system_prompt, text, attachments)
+                    return await body(turn)
                 return await self._record_cancelled(turn)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
@@ -221,6 +245,71 @@ class Runner:
             raise
         finally:
             self._running.pop(conversation_uuid, None)
+
+    async def resume(
+        self,
+        conversation_uuid: str,
+        replies: Sequence[tuple[str, str, str]],
+        *,
+        allowed: frozenset[ProcessStatus],
+        event: NewEvent,
+        on_event: Listener | None = None,
+        still_pending: Sequence[dict[str, Any]] = (),
+    ) -> TurnResult:
+        """Record answers to pending calls and let the model go on.
+
+        Args:
+            conversation_uuid: the conversation.
+            replies: ``(call_id, tool name, content)`` for each answered call.
+            allowed: statuses the conversation may be in.
+            event: the audit event of the answer (human answer, tool result).
+            on_event: called with every event of this turn.
+            still_pending: calls of the caller's still without a result; when
+                there are any, the replies are recorded and the model waits.
+        """
+        action_code, agent_code = await self._codes(conversation_uuid)
+        compiled = await self._compiler.compile(self._tenant, action_code, agent_code)
+
+        async def body(turn: TurnState) -> TurnResult:
+            batch = TurnBatch(events=[event])
+            for call_id, name, content in replies:
+                batch.messages.append(
+                    NewMessage(
+                        MessageRole.TOOL, content, tool_call_id=call_id, data={"tool_name": name}
+                    )
+                )
+                batch.outcomes.append(ToolCallOutcome(call_id, ToolCallStatus.SUCCEEDED, content))
+            if still_pending:
+                batch.changes["finish_reason"] = FinishReason.TOOL_CALLS
+                return await self._end_turn(
+                    turn,
+                    batch,
+                    ProcessStatus.COMPLETED,
+                    finish_reason=FinishReason.TOOL_CALLS,
+                    tool_calls=list(still_pending),
+                )
+            self._log_events(turn, batch.events)
+            await self._writer.write(turn.handle, batch)
+            history = await self._history(turn.handle)
+            last = next((m for m in reversed(history) if m.role is MessageRole.USER), None)
+            stored = dict((last.data or {}).get("input_data") or {}) if last else {}
+            data = {"input": last.content if last else "", **stored}
+            system_prompt = compiled.system_prompt(None, InstructionMode.APPEND, data)
+            counter = counter_for(compiled.model.provider.kind, compiled.model.model_name)
+            kept = select_history(
+                history, compiled.memory, system_prompt=system_prompt, counter=counter
+            )
+            turn.active_skills = _activated_skills(history)
+            return await self._loop(turn, history_messages(system_prompt, kept))
+
+        return await self._drive(
+            conversation_uuid,
+            compiled,
+            RuntimeConfig(),
+            on_event,
+            begin=lambda: self._writer.begin_turn(conversation_uuid, allowed=allowed),
+            body=body,
+        )
 
     async def prepare(
         self,
@@ -256,6 +345,11 @@ class Runner:
                 raise PilothouseError("an attachment needs a url or content")
         return compiled, config, system_prompt
 
+    @property
+    def compiler(self) -> ActionCompiler:
+        """The action compiler this runner uses."""
+        return self._compiler
+
     async def cancel(self, conversation_uuid: str) -> bool:
         """Abort the conversation's running turn, or terminate it when idle.
 
@@ -266,6 +360,14 @@ class Runner:
         if scope is not None:
             scope.cancel()
             return True
+        await self.terminate(conversation_uuid, "cancelled")
+        return False
+
+    async def terminate(self, conversation_uuid: str, reason: str) -> None:
+        """End a conversation that no turn is running here: status ``TE``.
+
+        Also ends a conversation left ``RU`` by a process that died.
+        """
         handle = await self._writer.begin_turn(
             conversation_uuid,
             allowed=(
@@ -281,13 +383,12 @@ class Runner:
             handle,
             TurnBatch(
                 events=[
-                    NewEvent(TimelineKind.CANCEL, {"running_here": False}),
+                    NewEvent(TimelineKind.CANCEL, {"reason": reason, "running_here": False}),
                     _status_event(ProcessStatus.RUNNING, ProcessStatus.TERMINATED),
                 ],
                 changes={"status": ProcessStatus.TERMINATED, "finished_at": utcnow()},
             ),
         )
-        return False
 
     async def _codes(self, conversation_uuid: str) -> tuple[str, str | None]:
         async with self._db.sessions() as session:
@@ -304,35 +405,28 @@ class Runner:
         return row[0], row[1]
 
     async def _history(self, handle: TurnHandle) -> list[MemoryMessage]:
-        async with self._db.sessions() as session:
-            rows = await session.scalars(
-                select(Message)
-                .join(Conversation, Conversation.id == Message.conversation_id)
-                .where(
-                    Conversation.tenant == self._tenant,
-                    Conversation.memory_id == handle.memory_id,
-                    Message.role != MessageRole.SYSTEM,
-                )
-                .order_by(Message.created_at, Message.conversation_id, Message.sequence)
+        """Every stored message sharing the conversation's memory id, oldest first."""
+        rows = await self._queries.memory_messages(handle.memory_id)
+        return [
+            MemoryMessage(
+                role=row.role,
+                content=row.content,
+                tool_call_id=row.tool_call_id,
+                data=row.data,
+                token_count=row.token_count,
             )
-            return [
-                MemoryMessage(
-                    role=row.role,
-                    content=row.content,
-                    tool_call_id=row.tool_call_id,
-                    data=row.data,
-                    token_count=row.token_count,
-                )
-                for row in rows
-                if not (row.data or {}).get("invalid_output")
-            ]
+            for row in rows
+            # Rejected structured answers and system messages are not memory.
+            if row.role is not MessageRole.SYSTEM and not (row.data or {}).get("invalid_output")
+        ]
 
     async def _run(
         self,
-        turn: _Turn,
+        turn: TurnState,
         system_prompt: str,
         text: str,
         attachments: Sequence[NewAttachment],
+        input_data: Mapping[str, Any],
     ) -> TurnResult:
         compiled = turn.compiled
         spec = compiled.model
@@ -352,23 +446,101 @@ class Runner:
                         text,
                         token_count=counter.count(text),
                         attachments=tuple(attachments),
+                        # Kept so a turn resumed later (answers, tool results)
+                        # can fill the prompt's placeholders again.
+                        data={"input_data": dict(input_data)} if input_data else None,
                     )
                 ]
             ),
         )
+        turn.active_skills = _activated_skills(history)
+        return await self._loop(turn, messages)
+
+    async def _loop(self, turn: TurnState, messages: list[ModelMessage]) -> TurnResult:
+        """Call the model until it answers: tool rounds, repairs, output retries."""
+        compiled = turn.compiled
+        spec = compiled.model
         options = compiled.options.merged(turn.config.options)
         settings = to_model_settings(spec, options)
         model = self._model_override or await self._models.model(spec, options)
-        params, wrapped_list = request_parameters(compiled)
-        if compiled.output_schema is not None and spec.provider.kind is ProviderKind.LOCAL:
-            settings, wrapped_list = grammar_output(settings, compiled), compiled.is_list_output
-        attempts_left = compiled.retry_count
+        executor = ToolExecutor(
+            authorizer=self._authorizer,
+            rules=turn.config.overrides,
+            timeout=self._tool_timeout,
+            concurrency=self._tool_concurrency,
+            telemetry=self._telemetry,
+        )
+        output_attempts = repair_attempts = compiled.retry_count
+        steps = 0
         while True:
+            toolset = await self._toolset(turn)
+            params, wrapped_list = request_parameters(compiled, toolset.definitions())
+            call_settings = settings
+            if compiled.output_schema is not None and spec.provider.kind is ProviderKind.LOCAL:
+                call_settings, wrapped_list = (
+                    grammar_output(settings, compiled),
+                    compiled.is_list_output,
+                )
+            turn.offers_tools = bool(toolset.executable or toolset.returned)
             try:
-                response = await self._call(turn, model, messages, settings, params, options)
+                response = await self._caller.call(
+                    turn, model, messages, call_settings, params, options, self._tenant
+                )
             except ProviderError as error:
                 return await self._record_failed(turn, f"{type(error).__name__}: {error}")
+            except ContentBlocked as blocked:
+                return await self._record_blocked(turn, blocked)
             parsed = parse_response(response)
+            calls, problems = repair_calls(
+                parsed.tool_calls,
+                parsed.text,
+                toolset.validators,
+                look_in_text=compiled.output_schema is None and bool(toolset.validators),
+            )
+            if calls or problems:
+                steps += 1
+                if steps > self._max_tool_steps:
+                    return await self._record_failed(
+                        turn,
+                        f"the model made more than {self._max_tool_steps} rounds of tool calls",
+                    )
+                if problems and not calls:
+                    repair_attempts -= 1
+                    if repair_attempts < 0:
+                        detail = "; ".join(p.message for p in problems)
+                        return await self._record_failed(
+                            turn, f"tool calls could not be repaired: {detail}"
+                        )
+                response = normalized_response(response, calls, problems)
+                step = await run_tool_step(
+                    tenant=self._tenant,
+                    conversation_uuid=turn.handle.uuid,
+                    response=response,
+                    text="" if any(c.from_text for c in calls) else parsed.text,
+                    calls=calls,
+                    problems=problems,
+                    toolset=toolset,
+                    executor=executor,
+                    skills=compiled.skills,
+                    marker=self._marker(turn, response),
+                )
+                turn.active_skills.update(step.activated)
+                for call in calls:
+                    await self._emit(
+                        turn,
+                        ToolCallRequested(
+                            turn.handle.uuid, call.call_id, call.name, call.arguments
+                        ),
+                    )
+                if step.request is None:
+                    return await self._pause_or_return(turn, response, step)
+                step.batch.events[:0] = turn.pending
+                turn.pending = []
+                step.batch.usage = turn.usage_increments()
+                self._log_events(turn, step.batch.events)
+                await self._writer.write(turn.handle, step.batch)
+                messages = [*messages, response, step.request]
+                continue
             if compiled.output_schema is None:
                 return await self._record_answer(turn, response, parsed, parsed.text)
             value, problem = parse_json_output(parsed, wrapped_list)
@@ -376,175 +548,59 @@ class Runner:
             if not errors:
                 return await self._record_answer(turn, response, parsed, value)
             await self._record_invalid_output(turn, response, parsed, errors)
-            if attempts_left <= 0:
+            if output_attempts <= 0:
                 detail = "output does not match the schema: " + "; ".join(errors)
                 return await self._record_failed(turn, detail)
-            attempts_left -= 1
-            attempt = compiled.retry_count - attempts_left
+            output_attempts -= 1
+            attempt = compiled.retry_count - output_attempts
             messages = [*messages, response, feedback(errors, parsed, attempt)]
 
-    async def _call(
-        self,
-        turn: _Turn,
-        model: Model,
-        messages: list[ModelMessage],
-        settings: Any,
-        params: ModelRequestParameters,
-        options: Any,
-    ) -> ModelResponse:
-        spec = turn.compiled.model
-        policy = RetryPolicy(turn.compiled.retry_count, turn.compiled.retry_delay)
-        stream = self._wants_stream(turn)
-        attempt = 0
-        while True:
-            attempt += 1
-            started = time.perf_counter()
-            turn.pending.append(
-                NewEvent(
-                    TimelineKind.REQUEST,
-                    {
-                        "attempt": attempt,
-                        "provider": spec.provider.code,
-                        "model": spec.model_name,
-                        "messages": len(messages),
-                        "stream": stream,
-                        "options": _options_for_audit(options),
-                    },
-                )
+    async def _toolset(self, turn: TurnState) -> ToolSet:
+        compiled = turn.compiled
+        needs_source = bool(
+            compiled.tool_rows or compiled.mcp_clients or any(s.tools for s in compiled.skills)
+        )
+        source = self._tool_source or (self._default_tool_source() if needs_source else None)
+        return await offered_tools(source, compiled, turn.active_skills, self._tool_timeout)
+
+    def _default_tool_source(self) -> ToolSource:
+        from pilothouse.runtime._toolset import CatalogToolSource
+
+        self._tool_source = CatalogToolSource(self._compiler.secrets)
+        return self._tool_source
+
+    async def _pause_or_return(
+        self, turn: TurnState, response: ModelResponse, step: StepOutcome
+    ) -> TurnResult:
+        """End the turn waiting for answers, or with calls for the caller."""
+        batch = step.batch
+        if step.questions is not None:
+            batch.changes["response_model"] = response.model_name
+            questions = [
+                {"id": q["id"], "question": q["question"], "choices": q["choices"]}
+                for q in step.questions
+            ]
+            return await self._end_turn(
+                turn,
+                batch,
+                ProcessStatus.WAITING,
+                finish_reason=FinishReason.TOOL_CALLS,
+                output={"questions": questions},
             )
-            try:
-                with self._telemetry.model_call(
-                    spec.provider.kind, spec.model_name, _options_for_audit(options)
-                ) as span:
-                    if stream:
-                        response = await self._stream(turn, model, messages, settings, params)
-                    else:
-                        response = await model_request(
-                            model,
-                            messages,
-                            model_settings=settings,
-                            model_request_parameters=params,
-                        )
-                    span.record_response(
-                        response.model_name,
-                        response.provider_response_id,
-                        [response.finish_reason] if response.finish_reason else [],
-                        response.usage.input_tokens,
-                        response.usage.output_tokens,
-                    )
-            except Exception as exc:
-                error = translate_error(exc)
-                if error is None:
-                    raise
-                elapsed = round((time.perf_counter() - started) * 1000, 1)
-                turn.pending.append(
-                    NewEvent(
-                        TimelineKind.ERROR,
-                        {
-                            "attempt": attempt,
-                            "error": type(error).__name__,
-                            "detail": redact(str(error)),
-                            "ms": elapsed,
-                        },
-                    )
-                )
-                if not policy.should_retry(error, attempt):
-                    raise error from exc
-                delay = policy.delay_for(error, attempt)
-                turn.pending.append(
-                    NewEvent(TimelineKind.RETRY, {"attempt": attempt + 1, "delay": delay})
-                )
-                turn.partial.clear()
-                await self._emit(
-                    turn, TurnRetry(turn.handle.uuid, attempt + 1, delay, type(error).__name__)
-                )
-                await self._sleep(delay)
-                continue
-            estimated = response.usage.input_tokens == 0 and response.usage.output_tokens == 0
-            if estimated:
-                # Some servers (llama.cpp among them) report no usage for a
-                # streamed call; count it ourselves and say so in the audit.
-                response.usage = estimate_usage(
-                    messages, response, counter_for(spec.provider.kind, spec.model_name)
-                )
-            self._add_usage(turn, response)
-            turn.pending.append(
-                NewEvent(
-                    TimelineKind.RESPONSE,
-                    {
-                        "attempt": attempt,
-                        "usage_estimated": estimated,
-                        "model": response.model_name,
-                        "response_id": response.provider_response_id,
-                        "finish_reason": response.finish_reason,
-                        "input_tokens": response.usage.input_tokens,
-                        "output_tokens": response.usage.output_tokens,
-                        "ms": round((time.perf_counter() - started) * 1000, 1),
-                    },
-                )
-            )
-            return response
-
-    def _wants_stream(self, turn: _Turn) -> bool:
-        spec = turn.compiled.model
-        if spec.provider.kind is ProviderKind.LOCAL and turn.compiled.tools:
-            # llama-cpp-python 0.3.36 cannot stream when the model may pick a
-            # tool ("Automatic streaming tool choice is not supported").
-            return False
-        if turn.config.stream is not None:
-            return turn.config.stream
-        if ModelCapability.STREAMING not in spec.capabilities:
-            return False
-        return turn.listener is not None or self.hub.active
-
-    async def _stream(
-        self,
-        turn: _Turn,
-        model: Model,
-        messages: list[ModelMessage],
-        settings: Any,
-        params: ModelRequestParameters,
-    ) -> ModelResponse:
-        uuid = turn.handle.uuid
-        async with model_request_stream(
-            model, messages, model_settings=settings, model_request_parameters=params
-        ) as stream:
-            async for event in stream:
-                text, thinking = delta_text(event)
-                if text:
-                    turn.partial.append(text)
-                    await self._emit(turn, TextDelta(uuid, text))
-                elif thinking:
-                    await self._emit(turn, ThinkingDelta(uuid, thinking))
-            return stream.get()
-
-    def _add_usage(self, turn: _Turn, response: ModelResponse) -> None:
-        usage = response.usage
-        spec = turn.compiled.model
-        turn.input_tokens += usage.input_tokens
-        turn.output_tokens += usage.output_tokens
-        turn.cached_tokens += usage.cache_read_tokens
-        turn.reasoning_tokens += int(usage.details.get("reasoning_tokens", 0))
-        if spec.input_price is not None:
-            turn.cost += Decimal(usage.input_tokens) * spec.input_price / _MILLION
-        if spec.output_price is not None:
-            turn.cost += Decimal(usage.output_tokens) * spec.output_price / _MILLION
-
-    def _usage_increments(self, turn: _Turn) -> dict[str, int | Decimal]:
-        increments: dict[str, int | Decimal] = {
-            "input_tokens": turn.input_tokens,
-            "output_tokens": turn.output_tokens,
-            "cached_tokens": turn.cached_tokens,
-            "reasoning_tokens": turn.reasoning_tokens,
-            "estimated_cost": turn.cost,
-        }
-        # Usage is counted once: whatever a batch wrote is not written again.
-        turn.input_tokens = turn.output_tokens = turn.cached_tokens = turn.reasoning_tokens = 0
-        turn.cost = Decimal(0)
-        return increments
+        returned = step.returned or []
+        batch.changes.update(
+            {"finish_reason": FinishReason.TOOL_CALLS, "response_model": response.model_name}
+        )
+        return await self._end_turn(
+            turn,
+            batch,
+            ProcessStatus.COMPLETED,
+            finish_reason=FinishReason.TOOL_CALLS,
+            tool_calls=returned,
+        )
 
     async def _record_invalid_output(
-        self, turn: _Turn, response: ModelResponse, parsed: ParsedResponse, errors: list[str]
+        self, turn: TurnState, response: ModelResponse, parsed: ParsedResponse, errors: list[str]
     ) -> None:
         content = parsed.text
         if parsed.output_call is not None:
@@ -559,14 +615,14 @@ class Runner:
                 )
             ],
             events=[*turn.pending, NewEvent(TimelineKind.ERROR, {"output_errors": errors})],
-            usage=self._usage_increments(turn),
+            usage=turn.usage_increments(),
         )
         turn.pending = []
         self._log_events(turn, batch.events)
         await self._writer.write(turn.handle, batch)
 
     async def _record_answer(
-        self, turn: _Turn, response: ModelResponse, parsed: ParsedResponse, output: Any
+        self, turn: TurnState, response: ModelResponse, parsed: ParsedResponse, output: Any
     ) -> TurnResult:
         finish = finish_reason_of(response, parsed)
         calls = [
@@ -619,7 +675,7 @@ class Runner:
             tool_calls=returned,
         )
 
-    def _marker(self, turn: _Turn, response: ModelResponse) -> dict[str, Any]:
+    def _marker(self, turn: TurnState, response: ModelResponse) -> dict[str, Any]:
         spec = turn.compiled.model
         return {
             "aiGenerated": True,
@@ -630,7 +686,25 @@ class Runner:
             "generatedAt": utcnow().isoformat(),
         }
 
-    async def _record_failed(self, turn: _Turn, detail: str) -> TurnResult:
+    async def _record_blocked(self, turn: TurnState, blocked: ContentBlocked) -> TurnResult:
+        """A content filter refused the input or the answer: finish reason CF."""
+        batch = TurnBatch(
+            events=[
+                NewEvent(
+                    TimelineKind.ERROR, {"content_filter": blocked.where, "rule": blocked.rule}
+                )
+            ],
+            changes={"finish_reason": FinishReason.CONTENT_FILTER},
+        )
+        return await self._end_turn(
+            turn,
+            batch,
+            ProcessStatus.COMPLETED,
+            finish_reason=FinishReason.CONTENT_FILTER,
+            error=str(blocked),
+        )
+
+    async def _record_failed(self, turn: TurnState, detail: str) -> TurnResult:
         detail = redact(detail)
         batch = TurnBatch(
             events=[NewEvent(TimelineKind.ERROR, {"detail": detail})],
@@ -638,7 +712,7 @@ class Runner:
         )
         return await self._end_turn(turn, batch, ProcessStatus.FAILED, error=detail)
 
-    async def _record_cancelled(self, turn: _Turn) -> TurnResult:
+    async def _record_cancelled(self, turn: TurnState) -> TurnResult:
         partial = "".join(turn.partial)
         batch = TurnBatch(events=[NewEvent(TimelineKind.CANCEL, {"partial_chars": len(partial)})])
         if partial:
@@ -652,7 +726,7 @@ class Runner:
 
     async def _end_turn(
         self,
-        turn: _Turn,
+        turn: TurnState,
         batch: TurnBatch,
         status: ProcessStatus,
         *,
@@ -673,14 +747,14 @@ class Runner:
             finish_reason=finish_reason,
             output=output,
             text=text,
-            input_tokens=turn.input_tokens,
-            output_tokens=turn.output_tokens,
-            cost=turn.cost,
+            input_tokens=turn.turn_input,
+            output_tokens=turn.turn_output,
+            cost=turn.turn_cost,
             ai_meta=ai_meta,
             error=error,
             tool_calls=tool_calls or [],
         )
-        batch.usage = self._usage_increments(turn)
+        batch.usage = turn.usage_increments()
         turn.pending = []
         self._log_events(turn, batch.events)
         await self._writer.write(handle, batch)
@@ -688,7 +762,7 @@ class Runner:
         await self._emit(turn, TurnFinished(handle.uuid, result))
         return result
 
-    def _log_events(self, turn: _Turn, events: list[NewEvent]) -> None:
+    def _log_events(self, turn: TurnState, events: list[NewEvent]) -> None:
         # With the audit timeline off the events still reach the log, so an
         # operator keeps a trace even where the store keeps none.
         if turn.handle.audit or not logger.isEnabledFor(logging.INFO):
@@ -701,7 +775,7 @@ class Runner:
                 json.dumps(dict(item.data), default=str),
             )
 
-    async def _emit(self, turn: _Turn, event: TurnEvent) -> None:
+    async def _emit(self, turn: TurnState, event: TurnEvent) -> None:
         if turn.listener is None and not self.hub.active:
             return
         await self.hub.emit(event, turn.listener)
@@ -711,11 +785,15 @@ def _status_event(old: ProcessStatus, new: ProcessStatus) -> NewEvent:
     return NewEvent(TimelineKind.STATUS_CHANGE, {"from": old.value, "to": new.value})
 
 
-def _options_for_audit(options: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return {key: value for key, value in asdict(options).items() if value is not None}
-
-
 def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+def _activated_skills(history: Sequence[MemoryMessage]) -> set[str]:
+    """Skills activated earlier in the conversation stay active (progressive disclosure)."""
+    active: set[str] = set()
+    for message in history:
+        codes = (message.data or {}).get("activated")
+        if message.role is MessageRole.TOOL and isinstance(codes, list):
+            active.update(str(code) for code in cast("list[Any]", codes))
+    return active

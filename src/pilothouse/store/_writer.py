@@ -147,6 +147,7 @@ class TurnHandle:
     next_message: int
     next_event: int
     last_assistant_sequence: int | None = None
+    previous_status: ProcessStatus = ProcessStatus.NOT_STARTED
 
 
 _USAGE_COLUMNS = {
@@ -271,6 +272,7 @@ class ConversationWriter:
                 next_message=int(next_message or 0) + 1,
                 next_event=int(next_event or 0) + 1,
                 last_assistant_sequence=last_assistant,
+                previous_status=row.status,
             )
             if handle.audit:
                 self._add_events(

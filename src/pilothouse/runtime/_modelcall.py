@@ -1,0 +1,303 @@
+"""One model call of a turn: advisors, retries, streaming, usage and its audit.
+
+The advisor chain wraps the whole call, retries included, so a cache or a
+filter acts once per call; inside it each attempt is an audit event, a
+failed attempt backs off and tries again, and a streamed answer reaches the
+turn's listeners delta by delta.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ModelCaller", "TurnState"]
+
+import time
+import uuid as uuid_module
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from pydantic_ai.direct import model_request, model_request_stream
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models import Model, ModelRequestParameters
+
+from pilothouse.catalog._enums import ModelCapability, ProviderKind, TimelineKind
+from pilothouse.memory import counter_for
+from pilothouse.providers import redact, translate_error
+from pilothouse.runtime._advisors import AdvisedCall
+from pilothouse.runtime._compile import CompiledAction
+from pilothouse.runtime._config import RuntimeConfig
+from pilothouse.runtime._convert import estimate_usage
+from pilothouse.runtime._events import TextDelta, ThinkingDelta, TurnEvent, TurnRetry
+from pilothouse.runtime._request import delta_text
+from pilothouse.runtime._retry import RetryPolicy
+from pilothouse.runtime._telemetry import Telemetry
+from pilothouse.store._writer import NewEvent, TurnHandle
+
+Listener = Callable[[TurnEvent], Awaitable[None] | None]
+_MILLION = Decimal(1_000_000)
+
+
+@dataclass
+class TurnState:
+    """Mutable state of one running turn."""
+
+    handle: TurnHandle
+    compiled: CompiledAction
+    config: RuntimeConfig
+    listener: Listener | None
+    run_id: str = field(default_factory=lambda: str(uuid_module.uuid4()))
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost: Decimal = Decimal(0)
+    partial: list[str] = field(default_factory=lambda: [])
+    pending: list[NewEvent] = field(default_factory=lambda: [])
+    active_skills: set[str] = field(default_factory=lambda: set[str]())
+    offers_tools: bool = False
+    # What the whole turn used: the fields above are reset whenever a batch
+    # writes them, these are not.
+    turn_input: int = 0
+    turn_output: int = 0
+    turn_cost: Decimal = Decimal(0)
+
+    def add_usage(self, response: ModelResponse) -> None:
+        """Count a response's tokens and cost for the turn."""
+        usage = response.usage
+        spec = self.compiled.model
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.turn_input += usage.input_tokens
+        self.turn_output += usage.output_tokens
+        self.cached_tokens += usage.cache_read_tokens
+        self.reasoning_tokens += int(usage.details.get("reasoning_tokens", 0))
+        cost = Decimal(0)
+        if spec.input_price is not None:
+            cost += Decimal(usage.input_tokens) * spec.input_price / _MILLION
+        if spec.output_price is not None:
+            cost += Decimal(usage.output_tokens) * spec.output_price / _MILLION
+        self.cost += cost
+        self.turn_cost += cost
+
+    def usage_increments(self) -> dict[str, int | Decimal]:
+        """Usage not yet written, for the next batch; resets it."""
+        increments: dict[str, int | Decimal] = {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cached_tokens": self.cached_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "estimated_cost": self.cost,
+        }
+        # Usage is counted once: whatever a batch wrote is not written again.
+        self.input_tokens = self.output_tokens = self.cached_tokens = self.reasoning_tokens = 0
+        self.cost = Decimal(0)
+        return increments
+
+
+def options_for_audit(options: Any) -> dict[str, Any]:
+    """The options that are set, for the audit record."""
+    return {key: value for key, value in asdict(options).items() if value is not None}
+
+
+@dataclass
+class ModelCaller:
+    """Calls the model for a turn.
+
+    Attributes:
+        telemetry: OpenTelemetry spans.
+        sleep: how retries wait.
+        emit: delivers a turn event to the turn's listeners.
+        hub_active: whether anyone subscribed to all turns.
+    """
+
+    telemetry: Telemetry
+    sleep: Callable[[float], Awaitable[None]]
+    emit: Callable[[TurnState, TurnEvent], Awaitable[None]]
+    hub_active: Callable[[], bool]
+
+    async def call(
+        self,
+        turn: TurnState,
+        model: Model,
+        messages: list[ModelMessage],
+        settings: Any,
+        params: ModelRequestParameters,
+        options: Any,
+        tenant: str,
+    ) -> ModelResponse:
+        """Call the model through the action's advisors.
+
+        Raises:
+            ProviderError: the provider failed and retries are spent.
+            ContentBlocked: a content filter advisor refused input or output.
+        """
+        chain = turn.compiled.advisors
+        if not chain:
+            return await self._attempts(turn, model, messages, settings, params, options)
+        advised = AdvisedCall(
+            conversation_uuid=turn.handle.uuid,
+            tenant=tenant,
+            spec=turn.compiled.model,
+            messages=messages,
+            settings=settings,
+            parameters=params,
+            streaming=self.wants_stream(turn),
+        )
+
+        async def terminal(current: AdvisedCall) -> ModelResponse:
+            return await self._attempts(
+                turn, model, current.messages, current.settings, current.parameters, options
+            )
+
+        response = await chain.call(advised, terminal)
+        if advised.notes.get("cache") == "hit":
+            # A cached answer was not paid for again: no usage, and listeners
+            # of a streamed call get it in one piece.
+            turn.pending.append(
+                NewEvent(TimelineKind.RESPONSE, {"cache": "hit", "model": response.model_name})
+            )
+            text = "".join(
+                getattr(p, "content", "") for p in response.parts if p.part_kind == "text"
+            )
+            if advised.streaming and text:
+                turn.partial.append(text)
+                await self.emit(turn, TextDelta(turn.handle.uuid, text))
+        elif advised.notes:
+            turn.pending.append(NewEvent(TimelineKind.RESPONSE, {"advisors": advised.notes}))
+        return response
+
+    async def _attempts(
+        self,
+        turn: TurnState,
+        model: Model,
+        messages: list[ModelMessage],
+        settings: Any,
+        params: ModelRequestParameters,
+        options: Any,
+    ) -> ModelResponse:
+        spec = turn.compiled.model
+        policy = RetryPolicy(turn.compiled.retry_count, turn.compiled.retry_delay)
+        stream = self.wants_stream(turn)
+        attempt = 0
+        while True:
+            attempt += 1
+            started = time.perf_counter()
+            turn.pending.append(
+                NewEvent(
+                    TimelineKind.REQUEST,
+                    {
+                        "attempt": attempt,
+                        "provider": spec.provider.code,
+                        "model": spec.model_name,
+                        "messages": len(messages),
+                        "stream": stream,
+                        "options": options_for_audit(options),
+                    },
+                )
+            )
+            try:
+                with self.telemetry.model_call(
+                    spec.provider.kind, spec.model_name, options_for_audit(options)
+                ) as span:
+                    if stream:
+                        response = await self._stream(turn, model, messages, settings, params)
+                    else:
+                        response = await model_request(
+                            model,
+                            messages,
+                            model_settings=settings,
+                            model_request_parameters=params,
+                        )
+                    span.record_response(
+                        response.model_name,
+                        response.provider_response_id,
+                        [response.finish_reason] if response.finish_reason else [],
+                        response.usage.input_tokens,
+                        response.usage.output_tokens,
+                    )
+            except Exception as exc:
+                error = translate_error(exc)
+                if error is None:
+                    raise
+                elapsed = round((time.perf_counter() - started) * 1000, 1)
+                turn.pending.append(
+                    NewEvent(
+                        TimelineKind.ERROR,
+                        {
+                            "attempt": attempt,
+                            "error": type(error).__name__,
+                            "detail": redact(str(error)),
+                            "ms": elapsed,
+                        },
+                    )
+                )
+                if not policy.should_retry(error, attempt):
+                    raise error from exc
+                delay = policy.delay_for(error, attempt)
+                turn.pending.append(
+                    NewEvent(TimelineKind.RETRY, {"attempt": attempt + 1, "delay": delay})
+                )
+                turn.partial.clear()
+                await self.emit(
+                    turn, TurnRetry(turn.handle.uuid, attempt + 1, delay, type(error).__name__)
+                )
+                await self.sleep(delay)
+                continue
+            estimated = response.usage.input_tokens == 0 and response.usage.output_tokens == 0
+            if estimated:
+                # Some servers (llama.cpp among them) report no usage for a
+                # streamed call; count it ourselves and say so in the audit.
+                response.usage = estimate_usage(
+                    messages, response, counter_for(spec.provider.kind, spec.model_name)
+                )
+            turn.add_usage(response)
+            turn.pending.append(
+                NewEvent(
+                    TimelineKind.RESPONSE,
+                    {
+                        "attempt": attempt,
+                        "usage_estimated": estimated,
+                        "model": response.model_name,
+                        "response_id": response.provider_response_id,
+                        "finish_reason": response.finish_reason,
+                        "input_tokens": response.usage.input_tokens,
+                        "output_tokens": response.usage.output_tokens,
+                        "ms": round((time.perf_counter() - started) * 1000, 1),
+                    },
+                )
+            )
+            return response
+
+    def wants_stream(self, turn: TurnState) -> bool:
+        spec = turn.compiled.model
+        if spec.provider.kind is ProviderKind.LOCAL and turn.offers_tools:
+            # llama-cpp-python 0.3.36 cannot stream when the model may pick a
+            # tool ("Automatic streaming tool choice is not supported").
+            return False
+        if turn.config.stream is not None:
+            return turn.config.stream
+        if ModelCapability.STREAMING not in spec.capabilities:
+            return False
+        return turn.listener is not None or self.hub_active()
+
+    async def _stream(
+        self,
+        turn: TurnState,
+        model: Model,
+        messages: list[ModelMessage],
+        settings: Any,
+        params: ModelRequestParameters,
+    ) -> ModelResponse:
+        uuid = turn.handle.uuid
+        async with model_request_stream(
+            model, messages, model_settings=settings, model_request_parameters=params
+        ) as stream:
+            async for event in stream:
+                text, thinking = delta_text(event)
+                if text:
+                    turn.partial.append(text)
+                    await self.emit(turn, TextDelta(uuid, text))
+                elif thinking:
+                    await self.emit(turn, ThinkingDelta(uuid, thinking))
+            return stream.get()

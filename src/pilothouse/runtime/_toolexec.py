@@ -1,0 +1,224 @@
+"""Authorize, override and run the tool calls of one model response.
+
+Policy first: an ``authorized`` tool never runs without an authorizer's yes,
+and an authorizer, when configured, is asked before every execution. Then
+the caller's parameter overrides, then execution: independent calls run
+concurrently (bounded), each under a timeout, and results come back in call
+order. A tool that raises or hangs becomes a recorded tool error; it never
+takes the conversation down with it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Authorizer",
+    "Execution",
+    "OverrideRule",
+    "ToolExecutor",
+    "apply_overrides",
+]
+
+import inspect
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import anyio
+
+from pilothouse.catalog._enums import ExecutionPolicy, ToolCallStatus
+from pilothouse.runtime._config import RuntimeConfigError
+from pilothouse.runtime._repair import RepairedCall
+from pilothouse.runtime._telemetry import Telemetry
+from pilothouse.tools._base import ExecutableTool, ToolContext, ToolResult
+
+Authorizer = Callable[[str, Mapping[str, Any]], Awaitable[bool] | bool]
+"""Given a tool name and its arguments, say whether the call may run."""
+
+
+@dataclass(frozen=True)
+class OverrideRule:
+    """Replace an argument before execution.
+
+    Matches by parameter name, by a substring of the value, or both.
+    """
+
+    value: Any
+    parameter: str | None = None
+    contains: str | None = None
+
+    @classmethod
+    def parse(cls, raw: Any) -> list[OverrideRule]:
+        """Read ``toolParameterOverride``: one rule or a list of them.
+
+        Raises:
+            RuntimeConfigError: a rule has no matcher or no value.
+        """
+        items: list[Any] = cast("list[Any]", raw) if isinstance(raw, list) else [raw]
+        rules: list[OverrideRule] = []
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise RuntimeConfigError(
+                    f"toolParameterOverride[{index}]: must be an object with 'value' and "
+                    "'parameter' and/or 'contains'"
+                )
+            rule = cast("dict[str, Any]", item)
+            unknown = set(rule) - {"parameter", "name", "contains", "valueContains", "value"}
+            if unknown:
+                raise RuntimeConfigError(
+                    f"toolParameterOverride[{index}]: unknown key '{sorted(unknown)[0]}'"
+                )
+            parameter = rule.get("parameter", rule.get("name"))
+            contains = rule.get("contains", rule.get("valueContains"))
+            if "value" not in rule or (parameter is None and contains is None):
+                raise RuntimeConfigError(
+                    f"toolParameterOverride[{index}]: needs 'value' and 'parameter' "
+                    "and/or 'contains'"
+                )
+            rules.append(cls(rule["value"], parameter, contains))
+        return rules
+
+    def matches(self, name: str, value: Any) -> bool:
+        """Whether this rule applies to argument ``name`` with ``value``."""
+        if self.parameter is not None and self.parameter != name:
+            return False
+        if self.contains is not None:
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            return self.contains in text
+        return True
+
+
+def apply_overrides(
+    arguments: Mapping[str, Any], rules: Sequence[OverrideRule]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Return the overridden arguments and what was changed (names only, for audit)."""
+    result = dict(arguments)
+    applied: list[dict[str, Any]] = []
+    for name, value in arguments.items():
+        for rule in rules:
+            if rule.matches(name, value):
+                result[name] = rule.value
+                applied.append(
+                    {"parameter": name, "by": "parameter" if rule.parameter else "value"}
+                )
+                break
+    return result, applied
+
+
+@dataclass
+class Execution:
+    """The outcome of one call, ready to record."""
+
+    call: RepairedCall
+    status: ToolCallStatus
+    content: str
+    error_code: str | None = None
+    ms: float = 0.0
+    overrides: list[dict[str, Any]] = field(default_factory=lambda: [])
+
+
+@dataclass
+class ToolExecutor:
+    """Runs calls under policy, overrides, timeouts and a concurrency bound.
+
+    Attributes:
+        authorizer: asked before every execution when set.
+        rules: parameter overrides from the runtime config.
+        timeout: default seconds per call (a tool's own setting wins).
+        concurrency: how many calls of one response run at once.
+        telemetry: spans per tool call.
+    """
+
+    authorizer: Authorizer | None = None
+    rules: Sequence[OverrideRule] = ()
+    timeout: float = 30.0
+    concurrency: int = 4
+    telemetry: Telemetry = field(default_factory=Telemetry)
+
+    async def run(
+        self,
+        calls: Sequence[tuple[RepairedCall, ExecutableTool]],
+        *,
+        tenant: str,
+        conversation_uuid: str,
+        timeouts: Mapping[str, float] | None = None,
+    ) -> list[Execution]:
+        """Run every call; results in call order."""
+        results: list[Execution | None] = [None] * len(calls)
+        limiter = anyio.CapacityLimiter(max(1, self.concurrency))
+
+        async def one(index: int, call: RepairedCall, tool: ExecutableTool) -> None:
+            async with limiter:
+                timeout = (timeouts or {}).get(call.name, self.timeout)
+                results[index] = await self._one(call, tool, tenant, conversation_uuid, timeout)
+
+        async with anyio.create_task_group() as group:
+            for index, (call, tool) in enumerate(calls):
+                group.start_soon(one, index, call, tool)
+        return [r for r in results if r is not None]
+
+    async def _allowed(self, call: RepairedCall, tool: ExecutableTool) -> str | None:
+        """Return why the call is denied, or None when it may run."""
+        if self.authorizer is not None:
+            verdict = self.authorizer(call.name, dict(call.arguments))
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+            return None if verdict else "the authorizer denied this call"
+        if tool.policy is ExecutionPolicy.AUTHORIZED:
+            return "this tool needs an authorizer's approval and none is configured"
+        return None
+
+    async def _one(
+        self,
+        call: RepairedCall,
+        tool: ExecutableTool,
+        tenant: str,
+        conversation_uuid: str,
+        timeout: float,
+    ) -> Execution:
+        started = time.perf_counter()
+        with self.telemetry.tool_call(call.name, call.call_id):
+            try:
+                denial = await self._allowed(call, tool)
+            except Exception as exc:
+                denial = f"the authorizer failed ({type(exc).__name__})"
+            if denial is not None:
+                return Execution(
+                    call,
+                    ToolCallStatus.DENIED,
+                    f"tool.exec.denied: {denial}",
+                    "tool.exec.denied",
+                    _ms(started),
+                )
+            arguments, applied = apply_overrides(call.arguments, self.rules)
+            call.arguments = arguments
+            context = ToolContext(tenant, conversation_uuid, call.call_id, timeout)
+            try:
+                with anyio.fail_after(timeout):
+                    result: ToolResult = await tool.execute(arguments, context)
+            except TimeoutError:
+                return Execution(
+                    call,
+                    ToolCallStatus.FAILED,
+                    f"tool.exec.timeout: the tool did not answer within {timeout:g} s",
+                    "tool.exec.timeout",
+                    _ms(started),
+                    applied,
+                )
+            except Exception as exc:
+                return Execution(
+                    call,
+                    ToolCallStatus.FAILED,
+                    f"tool.exec.error: {type(exc).__name__}: {exc}",
+                    "tool.exec.error",
+                    _ms(started),
+                    applied,
+                )
+        status = ToolCallStatus.FAILED if result.is_error else ToolCallStatus.SUCCEEDED
+        code = (result.error_code or "tool.exec.error") if result.is_error else None
+        return Execution(call, status, result.content, code, _ms(started), applied)
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 1)

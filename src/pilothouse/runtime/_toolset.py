@@ -1,0 +1,333 @@
+"""The tools a turn offers: catalog tools, MCP tools, skills and built-ins.
+
+Without skills an action's tools are loaded directly. With skills, the
+system prompt carries only each skill's description and the model activates
+a skill with the built-in ``use_skill`` tool; that skill's tools, and those
+of the skills it depends on, are then offered for the rest of the
+conversation (progressive disclosure). ``AskUserQuestion`` is offered in
+every conversation.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ASK_USER",
+    "USE_SKILL",
+    "CatalogToolSource",
+    "SkillInfo",
+    "ToolSet",
+    "ToolSource",
+    "activate",
+    "build_toolset",
+    "offered_tools",
+    "skill_reply",
+]
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from jsonschema.validators import validator_for
+
+from pilothouse.catalog._enums import ToolKind
+from pilothouse.catalog._models import McpClient, Tool
+from pilothouse.providers import SecretResolver
+from pilothouse.tools._base import ExecutableTool, ToolDefinition, ToolError
+
+if TYPE_CHECKING:
+    from pilothouse.mcp import McpClientPool
+    from pilothouse.runtime._compile import CompiledAction
+    from pilothouse.tools import ToolRegistry
+
+ASK_USER = "AskUserQuestion"
+USE_SKILL = "use_skill"
+
+_QUESTION_TEXT: dict[str, Any] = {"type": "string", "description": "The question to ask."}
+_CHOICES: dict[str, Any] = {
+    "type": "array",
+    "items": {"type": "string"},
+    "description": "Allowed answers, when the answer is a choice.",
+}
+_QUESTION: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "description": "A short id for the question."},
+        "question": _QUESTION_TEXT,
+        "choices": _CHOICES,
+    },
+    "required": ["question"],
+}
+
+ASK_USER_DEFINITION = ToolDefinition(
+    name=ASK_USER,
+    description=(
+        "Ask the user one or more questions when you need information only they have. "
+        "The conversation pauses until they answer."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "question": _QUESTION_TEXT,
+            "choices": _CHOICES,
+            "questions": {"type": "array", "items": _QUESTION, "minItems": 1},
+        },
+        "anyOf": [{"required": ["question"]}, {"required": ["questions"]}],
+    },
+)
+
+
+@dataclass(frozen=True)
+class SkillInfo:
+    """A skill as a compiled action knows it."""
+
+    code: str
+    name: str
+    description: str
+    prompt: str
+    tools: tuple[Tool, ...]
+    depends_on: tuple[str, ...]
+
+
+def use_skill_definition(skills: Sequence[SkillInfo]) -> ToolDefinition:
+    """The ``use_skill`` tool for an action's skills."""
+    return ToolDefinition(
+        name=USE_SKILL,
+        description=(
+            "Activate one of your skills to receive its instructions and tools. "
+            "Skills: " + "; ".join(f"{s.code}: {s.description or s.name}" for s in skills)
+        ),
+        parameters={
+            "type": "object",
+            "properties": {"skill": {"type": "string", "enum": [s.code for s in skills]}},
+            "required": ["skill"],
+        },
+    )
+
+
+@dataclass
+class ToolSet:
+    """What one step of a turn offers the model.
+
+    Attributes:
+        executable: tools the loop runs, by name.
+        returned: custom-schema tools whose calls go back to the caller.
+        builtins: built-in tools handled by the loop itself.
+        validators: compiled argument validators, by name.
+        timeouts: per-tool timeouts in seconds, by name.
+    """
+
+    executable: dict[str, ExecutableTool] = field(default_factory=lambda: {})
+    returned: dict[str, ToolDefinition] = field(default_factory=lambda: {})
+    builtins: dict[str, ToolDefinition] = field(default_factory=lambda: {})
+    validators: dict[str, Any] = field(default_factory=lambda: {})
+    timeouts: dict[str, float] = field(default_factory=lambda: {})
+
+    def add(self, definition: ToolDefinition, *, tool: ExecutableTool | None = None) -> None:
+        """Offer a tool; ``tool`` None means returned to the caller."""
+        if tool is not None:
+            self.executable[definition.name] = tool
+        else:
+            self.returned[definition.name] = definition
+        self._validate_with(definition)
+
+    def add_builtin(self, definition: ToolDefinition) -> None:
+        """Offer a tool the loop handles itself."""
+        self.builtins[definition.name] = definition
+        self._validate_with(definition)
+
+    def _validate_with(self, definition: ToolDefinition) -> None:
+        schema = dict(definition.parameters) or {"type": "object"}
+        self.validators[definition.name] = validator_for(schema)(schema)
+
+    def definitions(self) -> list[ToolDefinition]:
+        """Every definition offered, builtins last."""
+        return [
+            *(t.definition for t in self.executable.values()),
+            *self.returned.values(),
+            *self.builtins.values(),
+        ]
+
+
+class ToolSource(Protocol):
+    """Turns catalog tools and MCP clients into executable tools."""
+
+    async def tool(self, row: Tool) -> ExecutableTool:
+        """Return the executable tool of a catalog tool row (not of kind mcp)."""
+        ...
+
+    async def mcp_tools(self, row: McpClient) -> list[ExecutableTool]:
+        """Return every tool of an MCP client."""
+        ...
+
+    async def mcp_tool(self, row: McpClient, name: str) -> ExecutableTool:
+        """Return one tool of an MCP client."""
+        ...
+
+
+class CatalogToolSource:
+    """The default source: the tool registry and the MCP client pool.
+
+    Both are created on first use, so actions without tools import neither.
+
+    Args:
+        secrets: resolves secret references in tool and MCP settings.
+        registry: a tool registry with programmatic registrations, if any.
+        mcp: an MCP client pool to share, if any.
+    """
+
+    def __init__(
+        self,
+        secrets: SecretResolver,
+        *,
+        registry: ToolRegistry | None = None,
+        mcp: McpClientPool | None = None,
+    ) -> None:
+        self._secrets = secrets
+        self._registry = registry
+        self._mcp = mcp
+        self._owns_mcp = mcp is None
+
+    def _tools(self) -> ToolRegistry:
+        if self._registry is None:
+            from pilothouse.tools import ToolRegistry
+
+            self._registry = ToolRegistry(self._secrets)
+        return self._registry
+
+    async def _pool(self) -> McpClientPool:
+        if self._mcp is None:
+            from pilothouse.mcp import McpClientPool
+
+            self._mcp = McpClientPool()
+            await self._mcp.start()
+        return self._mcp
+
+    async def tool(self, row: Tool) -> ExecutableTool:
+        """Return the executable tool of a catalog tool row (not of kind mcp)."""
+        return await self._tools().from_catalog(row)
+
+    async def mcp_tools(self, row: McpClient) -> list[ExecutableTool]:
+        """Return every tool of an MCP client."""
+        from pilothouse.mcp import McpClientConfig
+
+        pool = await self._pool()
+        return await pool.tools(McpClientConfig.from_row(row, self._secrets))
+
+    async def mcp_tool(self, row: McpClient, name: str) -> ExecutableTool:
+        """Return one tool of an MCP client."""
+        from pilothouse.mcp import McpClientConfig
+
+        pool = await self._pool()
+        return await pool.tool(McpClientConfig.from_row(row, self._secrets), name)
+
+    async def aclose(self) -> None:
+        """Close the registry's HTTP client and the MCP sessions this source opened."""
+        if self._registry is not None:
+            await self._registry.aclose()
+        if self._mcp is not None and self._owns_mcp:
+            await self._mcp.aclose()
+
+
+def tool_timeout(row: Tool, default: float) -> float:
+    """A tool's timeout from its settings, else the default."""
+    value = (row.settings or {}).get("timeout")
+    return float(value) if isinstance(value, int | float) and value > 0 else default
+
+
+async def build_toolset(
+    source: ToolSource,
+    *,
+    tools: Sequence[Tool],
+    mcp_clients: Sequence[McpClient],
+    skills: Sequence[SkillInfo],
+    active_skills: set[str],
+    default_timeout: float,
+    mcp_lookup: Mapping[str, McpClient] | None = None,
+) -> ToolSet:
+    """Resolve what a step offers: direct tools, active skills' tools, builtins."""
+    toolset = ToolSet()
+    rows: list[Tool] = list(tools)
+    by_code = {skill.code: skill for skill in skills}
+    for code in sorted(active_skills):
+        skill = by_code.get(code)
+        if skill is not None:
+            rows.extend(skill.tools)
+    seen: set[str] = set()
+    for row in rows:
+        if row.name in seen:
+            continue
+        seen.add(row.name)
+        if row.kind is ToolKind.SCHEMA:
+            toolset.add(ToolDefinition(row.name, row.description or "", dict(row.input_schema)))
+            continue
+        if row.kind is ToolKind.MCP:
+            # An MCP tool in the catalog names its client: "client:tool".
+            client_name, _, tool_name = (row.implementation or "").partition(":")
+            client = (mcp_lookup or {}).get(client_name)
+            if client is None:
+                raise ToolError(
+                    f"tool '{row.code}': MCP client '{client_name}' is not in the catalog"
+                )
+            executable = await source.mcp_tool(client, tool_name or row.name)
+        else:
+            executable = await source.tool(row)
+        toolset.add(executable.definition, tool=executable)
+        toolset.timeouts[executable.definition.name] = tool_timeout(row, default_timeout)
+    for client in mcp_clients:
+        for executable in await source.mcp_tools(client):
+            if executable.definition.name not in toolset.executable:
+                toolset.add(executable.definition, tool=executable)
+    if skills:
+        toolset.add_builtin(use_skill_definition(skills))
+    toolset.add_builtin(ASK_USER_DEFINITION)
+    return toolset
+
+
+def activate(skills: Sequence[SkillInfo], code: str) -> list[SkillInfo]:
+    """Return the skill and every skill it depends on, transitively, in order."""
+    by_code = {skill.code: skill for skill in skills}
+    ordered: list[SkillInfo] = []
+    pending = [code]
+    while pending:
+        current = by_code.get(pending.pop(0))
+        if current is None or current in ordered:
+            continue
+        ordered.append(current)
+        pending.extend(current.depends_on)
+    return ordered
+
+
+def skill_reply(activated: Sequence[SkillInfo]) -> str:
+    """What ``use_skill`` answers: the skills' instructions and their tools."""
+    parts = [f"Skill {s.code} ({s.name}): {s.prompt}" for s in activated]
+    tools = sorted({t.name for s in activated for t in s.tools})
+    if tools:
+        parts.append("Tools now available: " + ", ".join(tools))
+    return "\n".join(parts)
+
+
+async def offered_tools(
+    source: ToolSource | None,
+    compiled: CompiledAction,
+    active_skills: set[str],
+    default_timeout: float,
+) -> ToolSet:
+    """What a step of a compiled action offers; no source is needed without catalog tools."""
+    if source is None:
+        toolset = ToolSet()
+        if compiled.skills:
+            toolset.add_builtin(use_skill_definition(compiled.skills))
+        toolset.add_builtin(ASK_USER_DEFINITION)
+    else:
+        toolset = await build_toolset(
+            source,
+            tools=compiled.tool_rows,
+            mcp_clients=compiled.mcp_clients,
+            skills=compiled.skills,
+            active_skills=active_skills,
+            default_timeout=default_timeout,
+            mcp_lookup=compiled.mcp_lookup,
+        )
+    for name, description, schema in compiled.tools:
+        toolset.add(ToolDefinition(name, description, schema))
+    return toolset
