@@ -7,20 +7,23 @@
   module, or build a state yourself, for other limits).
 - ``server_state``: a :class:`ServerState` on a fresh SQLite file, with the
   example catalog (``examples/catalog``) imported for tenants ``default``
-  and ``other``; closed after the test.
+  and ``other``, plus the plain action ``ECHO`` (no skills, no input data
+  needed); closed after the test.
 - ``app``: the FastAPI app serving ``server_state``.
 - ``client``: an ``httpx.AsyncClient`` over ``httpx.ASGITransport(app)``,
   with the app's lifespan running (so shutdown draining is exercised).
 - ``api_key`` / ``admin_key`` / ``other_tenant_key``: keys (strings) of
   tenant ``default`` (plain and admin) and of tenant ``other`` (admin).
-- ``auth(key)``: the request headers carrying a key.
+``server_helpers.auth(key)`` gives the request headers carrying a key.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -30,13 +33,20 @@ from pilothouse.server._app import create_app
 from pilothouse.server._keys import create_key
 from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.settings import Settings
+from pilothouse.store import Database
 from pilothouse.testing import ScriptedModel
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "catalog"
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
+# A plain action beside the examples: no skills, no placeholders besides the
+# message, so route tests exercise the service rather than prompt assembly.
+ECHO_ACTION = """
+actions:
+  - code: ECHO
+    name: Echo
+    model: SMOLLM2
+    configuration: DEFAULT
+    prompt: "Answer the user: {input}"
+"""
 
 
 @pytest.fixture
@@ -49,9 +59,35 @@ def server_config() -> ServerSettings:
     return ServerSettings(host="127.0.0.1", shutdown_grace_seconds=2.0)
 
 
+def _sqlite_url(path: Path) -> str:
+    return f"sqlite+aiosqlite:///{path}"
+
+
+@pytest.fixture(scope="session")
+def template_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite file with the examples imported, built once and copied per test."""
+    path = tmp_path_factory.mktemp("template") / "server.db"
+
+    async def build() -> None:
+        database = Database(_sqlite_url(path))
+        try:
+            await database.ensure_schema()
+            extra = path.parent / "echo.yaml"
+            extra.write_text(ECHO_ACTION, encoding="utf-8")
+            for tenant in ("default", "other"):
+                await import_catalog(database, tenant, [EXAMPLES, extra])
+        finally:
+            await database.dispose()
+
+    anyio.run(build)
+    return path
+
+
 @pytest.fixture
-def server_settings(tmp_path: Path) -> Settings:
-    return Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'server.db'}", secrets_file=None)
+def server_settings(tmp_path: Path, template_database: Path) -> Settings:
+    path = tmp_path / "server.db"
+    shutil.copyfile(template_database, path)
+    return Settings(database_url=_sqlite_url(path), secrets_file=None)
 
 
 @pytest.fixture
@@ -60,8 +96,6 @@ async def server_state(
 ) -> AsyncIterator[ServerState]:
     state = ServerState(server_settings, model=scripted, server=server_config)
     await state.open()
-    for tenant in ("default", "other"):
-        await import_catalog(state.database, tenant, [EXAMPLES])
     yield state
     await state.aclose()
 

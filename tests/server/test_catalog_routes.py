@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+from typing import get_args
+
+import httpx
+import pytest
+from server_helpers import auth
+
+from pilothouse.catalog import KINDS
+from pilothouse.server._catalog_routes import KindName
+
+pytestmark = pytest.mark.anyio
+
+PERSONA = {"code": "CRITIC", "name": "Critic", "type": "EDIT", "prompt": "Be critical."}
+
+
+def test_kind_names_follow_the_catalog() -> None:
+    assert list(get_args(KindName)) == list(KINDS)
+
+
+async def test_list_needs_a_key(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/catalog/actions")
+    assert response.status_code == 401
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+async def test_x_api_key_header_is_accepted(client: httpx.AsyncClient, api_key: str) -> None:
+    response = await client.get("/v1/catalog/actions", headers={"X-API-Key": api_key})
+    assert response.status_code == 200
+
+
+async def test_unknown_key_is_401(client: httpx.AsyncClient, api_key: str) -> None:
+    response = await client.get("/v1/catalog/actions", headers=auth(api_key + "x"))
+    assert response.status_code == 401
+    assert api_key not in response.text
+
+
+async def test_list_and_get(client: httpx.AsyncClient, api_key: str) -> None:
+    response = await client.get("/v1/catalog/actions", headers=auth(api_key))
+    assert response.status_code == 200
+    codes = [item["code"] for item in response.json()["items"]]
+    assert codes == ["COMPETITORS", "ECHO", "SUMBRAND"]
+    one = await client.get("/v1/catalog/actions/SUMBRAND", headers=auth(api_key))
+    assert one.status_code == 200
+    assert one.json()["persona"] == "EDITOR"
+    assert one.headers["etag"] == f'"{one.json()["version"]}"'
+
+
+async def test_unknown_kind_is_422_naming_the_kinds(
+    client: httpx.AsyncClient, api_key: str
+) -> None:
+    response = await client.get("/v1/catalog/widgets", headers=auth(api_key))
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["field"] == "path:kind"
+
+
+async def test_missing_entity_is_404(client: httpx.AsyncClient, api_key: str) -> None:
+    response = await client.get("/v1/catalog/actions/NOPE", headers=auth(api_key))
+    assert response.status_code == 404
+    assert response.json()["detail"] == "action 'NOPE' not found"
+
+
+async def test_create_needs_admin(client: httpx.AsyncClient, api_key: str) -> None:
+    response = await client.post("/v1/catalog/personas", json=PERSONA, headers=auth(api_key))
+    assert response.status_code == 403
+
+
+async def test_create_update_delete(client: httpx.AsyncClient, admin_key: str) -> None:
+    headers = auth(admin_key)
+    created = await client.post("/v1/catalog/personas", json=PERSONA, headers=headers)
+    assert created.status_code == 201, created.text
+    assert created.json()["version"] == 1
+    assert created.headers["location"] == "/v1/catalog/personas/CRITIC"
+    duplicate = await client.post("/v1/catalog/personas", json=PERSONA, headers=headers)
+    assert duplicate.status_code == 409
+
+    changed = {**PERSONA, "prompt": "Be very critical."}
+    updated = await client.put(
+        "/v1/catalog/personas/CRITIC", json=changed, headers={**headers, "If-Match": '"1"'}
+    )
+    assert updated.status_code == 200, updated.text
+    assert updated.json()["version"] == 2
+    stale = await client.put(
+        "/v1/catalog/personas/CRITIC",
+        json={**changed, "prompt": "x", "version": 1},
+        headers=headers,
+    )
+    assert stale.status_code == 409
+    assert "version 2" in stale.json()["detail"]
+    unversioned = await client.put("/v1/catalog/personas/CRITIC", json=changed, headers=headers)
+    assert unversioned.status_code == 428
+
+    deleted = await client.delete("/v1/catalog/personas/CRITIC", headers=headers)
+    assert deleted.status_code == 204
+    gone = await client.get("/v1/catalog/personas/CRITIC", headers=headers)
+    assert gone.status_code == 404
+
+
+async def test_validation_error_names_field_and_rule(
+    client: httpx.AsyncClient, admin_key: str
+) -> None:
+    bad = {"code": "bad code!", "prompt": "x", "type": "NOPE"}
+    response = await client.post("/v1/catalog/personas", json=bad, headers=auth(admin_key))
+    assert response.status_code == 422
+    body = response.json()
+    assert response.headers["content-type"] == "application/problem+json"
+    assert body["title"] == "Catalog validation failed"
+    fields = {e["field"] for e in body["errors"]}
+    assert "code" in fields
+    assert all(set(e) == {"entity", "code", "field", "rule"} for e in body["errors"])
+
+
+async def test_unknown_reference_is_422(client: httpx.AsyncClient, admin_key: str) -> None:
+    response = await client.post(
+        "/v1/catalog/personas", json={**PERSONA, "type": "NOPE"}, headers=auth(admin_key)
+    )
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["rule"] == "unknown persona type 'NOPE'"
+
+
+async def test_delete_referenced_is_409_naming_the_referrer(
+    client: httpx.AsyncClient, admin_key: str
+) -> None:
+    response = await client.delete("/v1/catalog/personas/EDITOR", headers=auth(admin_key))
+    assert response.status_code == 409
+    assert "action 'SUMBRAND'" in response.json()["detail"]
+
+
+async def test_export_yaml_and_json(client: httpx.AsyncClient, api_key: str) -> None:
+    yaml = await client.get("/v1/catalog", headers=auth(api_key))
+    assert yaml.status_code == 200
+    assert yaml.headers["content-type"].startswith("application/yaml")
+    assert "SUMBRAND" in yaml.text
+    as_json = await client.get(
+        "/v1/catalog", headers={**auth(api_key), "Accept": "application/json"}
+    )
+    assert [a["code"] for a in as_json.json()["actions"]] == ["COMPETITORS", "ECHO", "SUMBRAND"]
+
+
+async def test_import_yaml_all_or_nothing(client: httpx.AsyncClient, admin_key: str) -> None:
+    headers = {**auth(admin_key), "Content-Type": "application/yaml"}
+    good = "personas:\n  - code: CRITIC\n    type: EDIT\n    prompt: Be critical.\n"
+    response = await client.put("/v1/catalog", content=good, headers=headers)
+    assert response.status_code == 200, response.text
+    assert response.json()["counts"]["personas"]["created"] == 1
+    bad = (
+        "personas:\n  - code: OTHER\n    type: EDIT\n    prompt: x\n"
+        "  - code: BROKEN\n    type: NOPE\n    prompt: y\n"
+    )
+    refused = await client.put("/v1/catalog", content=bad, headers=headers)
+    assert refused.status_code == 422
+    assert refused.json()["errors"][0]["rule"] == "unknown persona type 'NOPE'"
+    missing = await client.get("/v1/catalog/personas/OTHER", headers=auth(admin_key))
+    assert missing.status_code == 404
+
+
+async def test_import_json(client: httpx.AsyncClient, admin_key: str) -> None:
+    document = {"personas": [{"code": "CRITIC", "type": "EDIT", "prompt": "Be critical."}]}
+    response = await client.put("/v1/catalog", json=document, headers=auth(admin_key))
+    assert response.status_code == 200, response.text
+    assert response.json()["changed"] is True
+
+
+async def test_import_malformed_json_is_400(client: httpx.AsyncClient, admin_key: str) -> None:
+    response = await client.put(
+        "/v1/catalog",
+        content=b"{nope",
+        headers={**auth(admin_key), "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400
+
+
+async def test_tenants_never_see_each_other(
+    client: httpx.AsyncClient, admin_key: str, other_tenant_key: str
+) -> None:
+    created = await client.post("/v1/catalog/personas", json=PERSONA, headers=auth(admin_key))
+    assert created.status_code == 201
+    other = await client.get("/v1/catalog/personas/CRITIC", headers=auth(other_tenant_key))
+    assert other.status_code == 404
+    deleted = await client.delete("/v1/catalog/personas/CRITIC", headers=auth(other_tenant_key))
+    assert deleted.status_code == 404
+    listed = await client.get("/v1/catalog/personas", headers=auth(other_tenant_key))
+    assert "CRITIC" not in [p["code"] for p in listed.json()["items"]]
