@@ -231,8 +231,10 @@ async def test_aclose_closes_every_session(demo_server: InMemoryMcpServer) -> No
     assert demo_server.live == 1
     await pool.aclose()
     assert demo_server.live == 0
-    with pytest.raises(RuntimeError, match="not started"):
+    with pytest.raises(McpUnavailableError, match="the pool is closed"):
         await pool.tools(config())
+    with pytest.raises(RuntimeError, match="not started"):
+        await McpClientPool().tools(config())
 
 
 async def test_a_pre_2026_list_changed_notification_drops_the_cached_list(
@@ -251,3 +253,24 @@ async def test_a_pre_2026_list_changed_notification_drops_the_cached_list(
     second = await pool.tools(config())
     assert [t.definition.name for t in second] == [t.definition.name for t in first]
     assert second[0] is not first[0]
+
+
+async def test_a_call_running_while_the_pool_closes_is_unavailable(
+    demo_server: InMemoryMcpServer,
+) -> None:
+    pool = McpClientPool(transport_factory=in_memory_transports({"demo": demo_server}))
+    outcome: list[ToolResult] = []
+
+    async def call(slow: ExecutableTool) -> None:
+        outcome.append(await slow.execute({"seconds": 5}, CONTEXT))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            # The pool is started and closed by the same task, at the same
+            # nesting, as anyio requires of a task group.
+            await pool.start()
+            tg.start_soon(call, await pool.tool(config(), "slow"))
+            await anyio.sleep(0.1)
+            await pool.aclose()
+    assert outcome[0].error_code == "tool.exec.unavailable"
+    assert "pool is closed" in outcome[0].content

@@ -25,13 +25,13 @@ import anyio
 import anyio.abc
 import httpx2
 import mcp_types as types
-from mcp import Client
 from mcp.client.session import IncomingMessage
 from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcp import Client
 from pilothouse.mcp._config import McpClientConfig
 from pilothouse.mcp._tool import McpTool, exposed_name, to_tool_result
 from pilothouse.mcp._transports import TransportFactory, open_transport
@@ -237,6 +237,7 @@ class McpClientPool:
         self._sessions: dict[tuple[str, str], _Session] = {}
         self._locks: dict[tuple[str, str], anyio.Lock] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._closed = False
         self.opened = 0
         """How many sessions were opened so far (reconnects included)."""
 
@@ -254,6 +255,7 @@ class McpClientPool:
         if task_group is None:
             return
         self._task_group = None
+        self._closed = True
         for session in self._sessions.values():
             session.stop()
         self._sessions.clear()
@@ -473,6 +475,12 @@ class McpClientPool:
 
     async def _open(self, config: McpClientConfig) -> _Session:
         task_group = self._task_group
+        if task_group is None and self._closed:
+            # A call still running while the pool shuts down: report it like
+            # any unreachable server instead of raising into the turn.
+            raise McpUnavailableError(
+                f"mcp client '{config.name}' is unavailable: the pool is closed"
+            )
         if task_group is None:
             raise RuntimeError(
                 "the MCP client pool is not started: use 'async with McpClientPool()'"
