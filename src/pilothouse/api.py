@@ -516,6 +516,7 @@ class Pilothouse:
 
     async def aclose(self) -> None:
         """Close model clients, the local servers it started, and its own database."""
+        await self.runner.aclose()
         await self._models.aclose()
         if self._owns_servers:
             await self._servers.aclose()

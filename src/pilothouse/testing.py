@@ -8,7 +8,7 @@ asked, so a test can assert on the exact messages and settings sent.
 
 from __future__ import annotations
 
-__all__ = ["Fail", "Json", "Reply", "ScriptedModel", "ScriptedRequest", "ToolCall"]
+__all__ = ["Calls", "Fail", "Json", "Reply", "ScriptedModel", "ScriptedRequest", "ToolCall"]
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -38,12 +38,22 @@ class Reply:
 
 @dataclass(frozen=True)
 class ToolCall:
-    """An answer that calls a tool."""
+    """An answer that calls a tool.
+
+    ``arguments`` may be a JSON string or None, as malformed models send them.
+    """
 
     name: str
-    arguments: dict[str, Any]
+    arguments: dict[str, Any] | str | None
     call_id: str = "call-1"
     text: str = ""
+
+
+@dataclass(frozen=True)
+class Calls:
+    """An answer that calls several tools at once."""
+
+    calls: tuple[ToolCall, ...]
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,7 @@ class Fail:
     error: BaseException
 
 
-Step = Reply | ToolCall | Json | Fail | str
+Step = Reply | ToolCall | Calls | Json | Fail | str
 
 
 @dataclass
@@ -153,12 +163,13 @@ class ScriptedModel(FunctionModel):
             step = Reply(step)
         if isinstance(step, Json):
             return _structured(step, info)
-        if isinstance(step, ToolCall):
-            parts: list[Any] = [TextPart(step.text)] if step.text else []
-            parts.append(ToolCallPart(step.name, step.arguments, tool_call_id=step.call_id))
+        if isinstance(step, ToolCall | Calls):
+            calls = step.calls if isinstance(step, Calls) else (step,)
+            parts: list[Any] = [TextPart(c.text) for c in calls if c.text]
+            parts.extend(ToolCallPart(c.name, c.arguments, tool_call_id=c.call_id) for c in calls)
             return ModelResponse(
                 parts=parts,
-                usage=_usage(step, str(step.arguments)),
+                usage=_usage(calls[0], str([c.arguments for c in calls])),
                 model_name="scripted",
                 finish_reason="tool_call",
             )
@@ -193,13 +204,19 @@ class ScriptedModel(FunctionModel):
                 return
             yield json.dumps(step.value)
             return
-        if isinstance(step, ToolCall):
+        if isinstance(step, ToolCall | Calls):
             import json
 
+            calls = step.calls if isinstance(step, Calls) else (step,)
             yield {
-                0: DeltaToolCall(
-                    name=step.name, json_args=json.dumps(step.arguments), tool_call_id=step.call_id
+                index: DeltaToolCall(
+                    name=c.name,
+                    json_args=c.arguments
+                    if isinstance(c.arguments, str)
+                    else json.dumps(c.arguments),
+                    tool_call_id=c.call_id,
                 )
+                for index, c in enumerate(calls)
             }
             return
         words = step.text.split(" ")

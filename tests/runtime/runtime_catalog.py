@@ -6,15 +6,18 @@ from decimal import Decimal
 
 from pilothouse.catalog._enums import (
     Cardinality,
+    ExecutionPolicy,
     MemoryKind,
     ModelCapability,
     ProviderKind,
     SchemaDirection,
+    ToolKind,
 )
 from pilothouse.catalog._models import (
     Action,
     ActionSchema,
     ActionSkill,
+    ActionTool,
     ActionType,
     Agent,
     Application,
@@ -24,6 +27,9 @@ from pilothouse.catalog._models import (
     Persona,
     Provider,
     Skill,
+    SkillDependency,
+    SkillTool,
+    Tool,
 )
 from pilothouse.store import Database
 
@@ -89,4 +95,68 @@ async def seed_catalog(db: Database, *, capabilities: list[str] | None = None) -
             ],
         )
         agent = Agent(code="ANALYST", application=application, prompt="You analyse brands.")
-        session.add_all([summarize, templated, extract, agent])
+        session.add_all([summarize, templated, extract, agent, *_tool_actions(model, config)])
+
+
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TRANSFER = {
+    "type": "object",
+    "properties": {"account": {"type": "string"}, "amount": {"type": "number"}},
+    "required": ["account", "amount"],
+}
+INVOICE = {"type": "object", "properties": {"total": {"type": "number"}}, "required": ["total"]}
+
+
+def _tool_actions(model: Model, config: Configuration) -> list[Action]:
+    """Actions with tools: direct tools (WEATHER), and skills with tools (SKILLED)."""
+
+    def tool(code: str, name: str, schema: dict[str, object], **kw: object) -> Tool:
+        return Tool(
+            code=code,
+            name=name,
+            kind=kw.pop("kind", ToolKind.PYTHON),
+            implementation="tests:fake",
+            description=f"{name} tool",
+            input_schema=schema,
+            **kw,
+        )
+
+    weather = tool("WEATHER", "get_weather", CITY)
+    slow = tool("SLOW", "slow_lookup", CITY, settings={"timeout": 0.2})
+    transfer = tool("TRANSFER", "transfer_money", TRANSFER, policy=ExecutionPolicy.AUTHORIZED)
+    invoice = tool("INVOICE", "extract_invoice", INVOICE, kind=ToolKind.SCHEMA)
+    boom = tool("BOOM", "explode", CITY)
+    base = Skill(
+        code="GEO",
+        name="Geography",
+        description="Knows places",
+        prompt="Use maps.",
+        tools=[SkillTool(tool=tool("MAP", "find_city", CITY))],
+    )
+    skilled = Skill(
+        code="TRAVEL",
+        name="Travel",
+        description="Plans trips",
+        prompt="Plan the trip step by step.",
+        tools=[SkillTool(tool=tool("FLIGHT", "book_flight", CITY))],
+        dependencies=[SkillDependency(depends_on=base)],
+    )
+    return [
+        Action(
+            code="TOOLS",
+            model=model,
+            configuration=config,
+            prompt="Use your tools.",
+            tools=[
+                ActionTool(tool=t, position=i)
+                for i, t in enumerate([weather, slow, transfer, invoice, boom])
+            ],
+        ),
+        Action(
+            code="SKILLED",
+            model=model,
+            configuration=config,
+            prompt="Help with travel.",
+            skills=[ActionSkill(skill=skilled)],
+        ),
+    ]

@@ -405,17 +405,18 @@ async def test_memory_id_shares_history_across_conversations(
     assert texts == ["hello", "what did I say?"]
 
 
-async def test_tool_calls_without_executor_are_returned_to_the_caller(
+async def test_unknown_tool_goes_back_to_the_model_with_the_closest_name(
     catalog: Database, make_runner: RunnerFactory
 ) -> None:
-    model = ScriptedModel([ToolCall("lookup", {"brand": "Acme"}, call_id="c-9")])
+    model = ScriptedModel([ToolCall("AskUserQuestio", {"question": "?"}, call_id="c-9"), "ok"])
     uuid = await start(catalog, "SUMBRAND")
     result = await make_runner(model).send_message(uuid, "x")
-    assert result.finish_reason is FinishReason.TOOL_CALLS
-    assert result.tool_calls == [{"id": "c-9", "name": "lookup", "arguments": {"brand": "Acme"}}]
+    assert result.status is ProcessStatus.COMPLETED
+    feedback = str(model.requests[1].messages[-1])
+    assert "unknown tool 'AskUserQuestio'; did you mean 'AskUserQuestion'?" in feedback
     async with catalog.sessions() as session:
         call = await session.scalar(select(ToolCallRow))
-        assert call is not None and call.status is ToolCallStatus.RETURNED
+        assert call is not None and call.status is ToolCallStatus.FAILED
 
 
 async def test_audit_off_per_call_records_no_timeline(

@@ -25,13 +25,13 @@ import anyio
 import anyio.abc
 import httpx2
 import mcp_types as types
+from mcp import Client
 from mcp.client.session import IncomingMessage
 from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcp import Client
 from pilothouse.mcp._config import McpClientConfig
 from pilothouse.mcp._tool import McpTool, exposed_name, to_tool_result
 from pilothouse.mcp._transports import TransportFactory, open_transport

@@ -268,7 +268,9 @@ class ActionCompiler:
             else MemoryPolicy(kind=MemoryKind.WINDOW, window=20)
         )
         tool_rows = tuple(link.tool for link in action.tools if link.tool.active)
-        skill_infos = _skill_infos(skills)
+        # Dependencies nest deeper than eager loading reaches; run_sync lets the
+        # walk load them lazily inside this session.
+        skill_infos = await session.run_sync(lambda _: _skill_infos(skills))
         mcp_lookup = await _mcp_lookup(session, tenant, [*tool_rows, *_skill_tools(skill_infos)])
         return CompiledAction(
             revision=revision,

@@ -345,6 +345,13 @@ class Runner:
                 raise PilothouseError("an attachment needs a url or content")
         return compiled, config, system_prompt
 
+    async def aclose(self) -> None:
+        """Close what the runner opened: tool clients, MCP sessions, advisor pools."""
+        close = getattr(self._tool_source, "aclose", None)
+        if close is not None:
+            await close()
+        await self._compiler.aclose()
+
     @property
     def compiler(self) -> ActionCompiler:
         """The action compiler this runner uses."""

@@ -186,6 +186,8 @@ class CatalogToolSource:
         self._registry = registry
         self._mcp = mcp
         self._owns_mcp = mcp is None
+        self._mcp_stop: Any = None
+        self._mcp_task: Any = None
 
     def _tools(self) -> ToolRegistry:
         if self._registry is None:
@@ -196,10 +198,25 @@ class CatalogToolSource:
 
     async def _pool(self) -> McpClientPool:
         if self._mcp is None:
+            import asyncio
+
             from pilothouse.mcp import McpClientPool
 
-            self._mcp = McpClientPool()
-            await self._mcp.start()
+            # The pool's task group must be entered and left by one task; a
+            # task of its own lets any turn start it and any caller close it.
+            pool = McpClientPool()
+            ready = asyncio.Event()
+            self._mcp_stop = asyncio.Event()
+
+            async def own_pool() -> None:
+                async with pool:
+                    ready.set()
+                    assert self._mcp_stop is not None
+                    await self._mcp_stop.wait()
+
+            self._mcp_task = asyncio.get_running_loop().create_task(own_pool())
+            await ready.wait()
+            self._mcp = pool
         return self._mcp
 
     async def tool(self, row: Tool) -> ExecutableTool:
@@ -224,8 +241,10 @@ class CatalogToolSource:
         """Close the registry's HTTP client and the MCP sessions this source opened."""
         if self._registry is not None:
             await self._registry.aclose()
-        if self._mcp is not None and self._owns_mcp:
-            await self._mcp.aclose()
+        if self._mcp_task is not None:
+            self._mcp_stop.set()
+            await self._mcp_task
+            self._mcp_task = None
 
 
 def tool_timeout(row: Tool, default: float) -> float:
