@@ -8,7 +8,7 @@ import httpx
 import pytest
 from server_helpers import auth, parse_sse
 
-from pilothouse.testing import Reply, ScriptedModel
+from pilothouse.testing import Reply, ScriptedModel, ToolCall
 
 pytestmark = pytest.mark.anyio
 
@@ -242,3 +242,47 @@ async def test_tenant_isolation(
     assert listed["total"] == 0
     mine = (await client.get(f"/v1/conversations/{uuid}", headers=auth(api_key))).json()
     assert mine["status"] == "NS"
+
+
+async def test_question_then_answers_resume_the_turn(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    uuid = await start(client, api_key)
+    question = {"questions": [{"id": "size", "question": "Which size?", "choices": ["S", "M"]}]}
+    scripted.script.steps.append(ToolCall("AskUserQuestion", question, call_id="q1"))
+    paused = await client.post(
+        f"/v1/conversations/{uuid}/messages", json={"text": "Order"}, headers=auth(api_key)
+    )
+    assert paused.json()["status"] == "WA"
+    wrong = await client.post(
+        f"/v1/conversations/{uuid}/answers", json={"answers": {"size": "XL"}}, headers=auth(api_key)
+    )
+    assert wrong.status_code == 422
+    assert "must be one of" in wrong.json()["detail"]
+    scripted.script.steps.append(Reply("Ordered size M."))
+    done = await client.post(
+        f"/v1/conversations/{uuid}/answers", json={"answers": {"size": "M"}}, headers=auth(api_key)
+    )
+    assert done.status_code == 200, done.text
+    assert (done.json()["status"], done.json()["output"]) == ("CO", "Ordered size M.")
+
+
+async def test_answers_to_a_conversation_not_waiting_is_409(
+    client: httpx.AsyncClient, api_key: str
+) -> None:
+    uuid = await start(client, api_key)
+    response = await client.post(
+        f"/v1/conversations/{uuid}/answers", json={"answers": {"a": "b"}}, headers=auth(api_key)
+    )
+    assert response.status_code == 409
+
+
+async def test_tool_result_for_unknown_conversation_is_404(
+    client: httpx.AsyncClient, api_key: str
+) -> None:
+    response = await client.post(
+        "/v1/conversations/nope/tool-results",
+        json={"toolCallId": "c1", "result": {"ok": True}},
+        headers=auth(api_key),
+    )
+    assert response.status_code == 404

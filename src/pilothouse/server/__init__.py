@@ -1,1 +1,36 @@
-"""pilothouse.server."""
+"""The HTTP service: REST, Server-Sent Events, OpenAI-compatible, connector, JSON-RPC.
+
+:func:`create_app` builds the FastAPI application over a
+:class:`ServerState` (one database, one set of local model servers, one
+facade per tenant); ``pilothouse serve`` runs it with uvicorn through
+:func:`app_from_environment`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Principal",
+    "ServerSettings",
+    "ServerState",
+    "app_from_environment",
+    "create_app",
+]
+
+from typing import TYPE_CHECKING
+
+from pilothouse.server._app import create_app
+from pilothouse.server._deps import Principal
+from pilothouse.server._state import ServerSettings, ServerState
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+
+def app_from_environment() -> FastAPI:
+    """Build the app from ``PILOTHOUSE_*`` and ``PILOTHOUSE_SERVER_*`` variables.
+
+    uvicorn calls it (``factory=True``) in every worker process.
+    """
+    from pilothouse.settings import Settings
+
+    return create_app(Settings(), server=ServerSettings())

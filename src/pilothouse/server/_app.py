@@ -14,7 +14,7 @@ key without admin scope                     403
 wrong method                                405
 :class:`~pilothouse.errors.InvalidStateError`, :class:`~pilothouse.errors.ConflictError`  409
 body over the size limit                    413
-request validation, catalog validation, runtime config, template  422
+request validation, catalog validation, runtime config, template, answers  422
 rate limit                                  429 (``Retry-After``)
 a model provider failed outside a turn      502
 anything unexpected                         500 (generic detail, logged here)
@@ -92,12 +92,13 @@ def _protocol_routers(names: Sequence[str]) -> list[APIRouter]:
 
 def _status_of(exc: PilothouseError) -> tuple[int, str]:
     from pilothouse.runtime import RuntimeConfigError, TemplateError
+    from pilothouse.runtime._hitl import AnswerError
 
     if isinstance(exc, NotFoundError):
         return 404, "Not Found"
     if isinstance(exc, InvalidStateError | ConflictError):
         return 409, "Conflict"
-    if isinstance(exc, RuntimeConfigError | TemplateError | SecretNotFoundError):
+    if isinstance(exc, RuntimeConfigError | TemplateError | AnswerError | SecretNotFoundError):
         return 422, "Unprocessable Content"
     if isinstance(exc, ProviderError):
         return 502, "Bad Gateway"

@@ -43,7 +43,6 @@ from pilothouse.runtime import (
     ToolCallRequested,
     TurnEvent,
     TurnFinished,
-    TurnResult,
     TurnRetry,
 )
 from pilothouse.server._deps import Facade
@@ -126,7 +125,7 @@ class SendMessage(_Body):
 class SubmitAnswers(_Body):
     """The body of ``POST .../answers``."""
 
-    answers: dict[str, Any] = Field(description="Answer per pending question id.")
+    answers: dict[str, str] = Field(description="The answer per pending question id.")
 
 
 class SubmitToolResult(_Body):
@@ -315,30 +314,25 @@ async def send_message(
     return result.as_json()
 
 
-def _result_json(result: Any) -> Any:
-    # The resuming commands return the resumed turn's result; anything else
-    # (None) means the conversation still waits, and its state says so.
-    if isinstance(result, TurnResult):
-        return result.as_json()
-    return result
-
-
 @router.post(
     "/{uuid}/answers",
-    summary="Answer the pending questions of a waiting (WA) conversation",
+    summary="Answer the pending questions of a waiting (WA) conversation; the turn resumes",
+    response_model=TurnResultBody,
 )
 async def submit_answers(uuid: str, body: SubmitAnswers, ph: Facade) -> Any:
-    """Record the answers; once all are answered the turn resumes and its result returns."""
-    return _result_json(await ph.command.submit_answers(uuid, body.answers))
+    """Record the answers and resume the turn; returns the resumed turn's result."""
+    return (await ph.command.submit_answers(uuid, body.answers)).as_json()
 
 
 @router.post(
     "/{uuid}/tool-results",
-    summary="Return the result of a custom-schema tool call",
+    summary="Return the result of a custom-schema tool call; the turn resumes",
+    response_model=TurnResultBody,
 )
 async def submit_tool_result(uuid: str, body: SubmitToolResult, ph: Facade) -> Any:
-    """Record the tool result; the turn resumes when no call is left open."""
-    return _result_json(await ph.command.submit_tool_result(uuid, body.tool_call_id, body.result))
+    """Record the tool result and resume the turn; returns the resumed turn's result."""
+    result = await ph.command.submit_tool_result(uuid, body.tool_call_id, body.result)
+    return result.as_json()
 
 
 @router.post("/{uuid}/cancel", summary="Cancel the running turn, or terminate an idle conversation")

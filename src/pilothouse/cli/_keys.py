@@ -1,0 +1,120 @@
+"""`pilothouse keys` commands: create, list and revoke API keys of the HTTP service.
+
+A key is printed once, when it is created; only its SHA-256 digest is
+stored, so a lost key cannot be shown again: revoke it and create another.
+"""
+
+from __future__ import annotations
+
+__all__ = ["app"]
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pilothouse.cli._context import CliState, run
+
+if TYPE_CHECKING:
+    from pilothouse.server._keys import KeyInfo
+
+# pilothouse.server is imported inside each command: importing it loads
+# FastAPI, which every other CLI command should not pay for at startup.
+
+app = typer.Typer(
+    help="Create, list and revoke API keys of the HTTP service.", no_args_is_help=True
+)
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S") if moment is not None else "never"
+
+
+@app.command()
+def create(
+    ctx: typer.Context,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="The key's tenant (default: the global one).")
+    ] = None,
+    name: Annotated[str, typer.Option("--name", help="A label shown in listings.")] = "",
+    admin: Annotated[
+        bool, typer.Option("--admin", help="Allow catalog writes (the admin scope).")
+    ] = False,
+) -> None:
+    """Create a key and print it once (only its digest is stored)."""
+    state: CliState = ctx.obj
+    owner = tenant or state.effective_tenant
+
+    async def body() -> tuple[str, KeyInfo]:
+        from pilothouse.server._keys import create_key
+
+        database = state.database()
+        try:
+            return await create_key(database, owner, name=name, admin=admin)
+        finally:
+            await database.dispose()
+
+    key, info = run(body)
+    # The key alone on stdout, so scripts can capture it; the rest on stderr.
+    typer.echo(key)
+    scopes = ",".join(info.scopes) or "-"
+    typer.echo(
+        f"created key {info.prefix} for tenant '{info.tenant}' (scopes: {scopes}); "
+        "store it now, it is not shown again",
+        err=True,
+    )
+
+
+@app.command("list")
+def list_(
+    ctx: typer.Context,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's keys.")] = None,
+) -> None:
+    """List keys: prefix, name, tenant, scopes, created, last used (never the key)."""
+    state: CliState = ctx.obj
+
+    async def body() -> list[KeyInfo]:
+        from pilothouse.server._keys import list_keys
+
+        database = state.database()
+        try:
+            return await list_keys(database, tenant or state.tenant)
+        finally:
+            await database.dispose()
+
+    keys = run(body)
+    table = Table("prefix", "name", "tenant", "scopes", "active", "created", "last used")
+    for info in keys:
+        table.add_row(
+            info.prefix,
+            info.name,
+            info.tenant,
+            ",".join(info.scopes) or "-",
+            "yes" if info.active else "revoked",
+            _when(info.created_at),
+            _when(info.last_used_at),
+        )
+    Console(soft_wrap=True).print(table)
+
+
+@app.command()
+def revoke(
+    ctx: typer.Context,
+    prefix: Annotated[str, typer.Argument(help="The key's prefix, as 'keys list' shows it.")],
+) -> None:
+    """Revoke a key: every request with it is refused (401) from now on."""
+    state: CliState = ctx.obj
+
+    async def body() -> KeyInfo:
+        from pilothouse.server._keys import revoke_key
+
+        database = state.database()
+        try:
+            return await revoke_key(database, prefix)
+        finally:
+            await database.dispose()
+
+    info = run(body)
+    typer.echo(f"revoked key {info.prefix} of tenant '{info.tenant}'")

@@ -1,0 +1,67 @@
+"""`pilothouse serve`: run the HTTP service with uvicorn.
+
+Settings reach the worker processes through the environment
+(``PILOTHOUSE_*`` and ``PILOTHOUSE_SERVER_*``), because uvicorn starts each
+worker by importing :func:`pilothouse.server.app_from_environment`; the
+command-line options are written there first, so they win.
+
+Shutdown is graceful: on SIGTERM or Ctrl-C uvicorn stops accepting
+connections and gives open requests ``--grace`` seconds; turns still
+running after that are cancelled and recorded ``TE`` before the process
+exits (code 0).
+"""
+
+from __future__ import annotations
+
+__all__ = ["serve"]
+
+import os
+from typing import Annotated
+
+import typer
+
+from pilothouse.cli._context import CliState, fail
+
+
+def serve(
+    ctx: typer.Context,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind; 127.0.0.1 serves this machine only.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to bind.")] = 8000,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, help="Worker processes (rate limits are per worker).")
+    ] = 1,
+    grace: Annotated[
+        float,
+        typer.Option("--grace", min=0, help="Seconds running turns get to finish on shutdown."),
+    ] = 30.0,
+    log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve the HTTP API (REST, SSE, OpenAI-compatible, JSON-RPC) with uvicorn."""
+    import uvicorn
+
+    state: CliState = ctx.obj
+    settings = state.settings
+    if not 0 < port < 65536:
+        fail(f"--port must be between 1 and 65535, not {port}")
+    os.environ["PILOTHOUSE_DATABASE_URL"] = settings.database_url
+    os.environ["PILOTHOUSE_TENANT"] = state.effective_tenant
+    if settings.secrets_file is not None:
+        os.environ["PILOTHOUSE_SECRETS_FILE"] = str(settings.secrets_file)
+    os.environ["PILOTHOUSE_SERVER_HOST"] = host
+    os.environ["PILOTHOUSE_SERVER_PORT"] = str(port)
+    os.environ["PILOTHOUSE_SERVER_SHUTDOWN_GRACE_SECONDS"] = str(grace)
+    uvicorn.run(
+        "pilothouse.server:app_from_environment",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+        timeout_graceful_shutdown=int(grace) if grace else None,
+        # The service answers its own problem documents; uvicorn's server
+        # header adds nothing but a fingerprint.
+        server_header=False,
+        proxy_headers=False,
+    )

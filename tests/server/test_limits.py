@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from server_helpers import auth
+
+from pilothouse.server._app import create_app
+from pilothouse.server._limits import RateLimiter
+from pilothouse.server._state import ServerSettings, ServerState
+from pilothouse.settings import Settings
+
+pytestmark = pytest.mark.anyio
+
+
+async def serve(state: ServerState) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(state.settings, state=state)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
+    ):
+        yield http
+
+
+@pytest.fixture
+def server_config() -> ServerSettings:
+    return ServerSettings(max_body_bytes=1024, rate_limit_per_minute=3, cors_origins=[])
+
+
+async def test_declared_oversize_body_is_413(client: httpx.AsyncClient, api_key: str) -> None:
+    response = await client.post(
+        "/v1/conversations",
+        content=b"x" * 2048,
+        headers={**auth(api_key), "Content-Type": "application/json"},
+    )
+    assert response.status_code == 413
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["status"] == 413
+
+
+async def test_streamed_oversize_body_is_413(client: httpx.AsyncClient, api_key: str) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(4):
+            yield b'{"pad": "' + b"x" * 500 + b'"}'
+
+    response = await client.post(
+        "/v1/conversations",
+        content=chunks(),
+        headers={**auth(api_key), "Content-Type": "application/json"},
+    )
+    assert response.status_code == 413
+
+
+async def test_rate_limit_is_429_with_retry_after(
+    client: httpx.AsyncClient, api_key: str, admin_key: str
+) -> None:
+    for _ in range(3):
+        ok = await client.get("/v1/catalog/actions", headers=auth(api_key))
+        assert ok.status_code == 200
+    limited = await client.get("/v1/catalog/actions", headers=auth(api_key))
+    assert limited.status_code == 429
+    assert limited.headers["content-type"] == "application/problem+json"
+    assert int(limited.headers["retry-after"]) >= 1
+    # Per key: another key still has its own budget.
+    other = await client.get("/v1/catalog/actions", headers=auth(admin_key))
+    assert other.status_code == 200
+
+
+def test_token_bucket_refills() -> None:
+    now = [0.0]
+    limiter = RateLimiter(60, clock=lambda: now[0])
+    assert all(limiter.acquire("k") is None for _ in range(60))
+    wait = limiter.acquire("k")
+    assert wait == pytest.approx(1.0)
+    now[0] += 1.0
+    assert limiter.acquire("k") is None
+    assert RateLimiter(0).acquire("k") is None
+
+
+async def test_cors_off_by_default(client: httpx.AsyncClient) -> None:
+    response = await client.options(
+        "/healthz",
+        headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "GET"},
+    )
+    assert "access-control-allow-origin" not in response.headers
+
+
+async def test_cors_on_for_listed_origins(server_settings: Settings) -> None:
+    config = ServerSettings(cors_origins=["https://app.example"])
+    state = ServerState(server_settings, server=config)
+    try:
+        async for http in serve(state):
+            response = await http.options(
+                "/healthz",
+                headers={"Origin": "https://app.example", "Access-Control-Request-Method": "GET"},
+            )
+            assert response.headers["access-control-allow-origin"] == "https://app.example"
+    finally:
+        await state.aclose()
+
+
+async def test_metrics_need_a_key_off_loopback(server_settings: Settings) -> None:
+    state = ServerState(server_settings, server=ServerSettings(host="0.0.0.0"))
+    try:
+        async for http in serve(state):
+            assert (await http.get("/metrics")).status_code == 401
+    finally:
+        await state.aclose()
+
+
+async def test_revoked_key_is_refused(client: httpx.AsyncClient, server_state: ServerState) -> None:
+    from pilothouse.server._keys import create_key, list_keys, revoke_key
+
+    key, info = await create_key(server_state.database, "default", name="short-lived")
+    assert (await client.get("/v1/catalog/actions", headers=auth(key))).status_code == 200
+    listed = {k.prefix: k for k in await list_keys(server_state.database, "default")}
+    assert listed[info.prefix].last_used_at is not None
+    await revoke_key(server_state.database, info.prefix)
+    assert (await client.get("/v1/catalog/actions", headers=auth(key))).status_code == 401
