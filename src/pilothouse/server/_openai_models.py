@@ -20,6 +20,7 @@ __all__ = [
     "map_messages",
     "parse_request",
     "runtime_config",
+    "tool_calls",
     "usage",
 ]
 
@@ -379,7 +380,8 @@ def usage(result: TurnResult) -> dict[str, int]:
     }
 
 
-def _tool_calls(result: TurnResult) -> list[dict[str, Any]]:
+def tool_calls(result: TurnResult) -> list[dict[str, Any]]:
+    """Return the calls returned to the caller, in OpenAI's ``tool_calls`` shape."""
     return [
         {
             "id": call["id"],
@@ -401,7 +403,7 @@ def completion(
     The ``pilothouse`` member (ignored by OpenAI clients) names the recorded
     conversation, its memory id and the turn's estimated cost.
     """
-    calls = _tool_calls(result)
+    calls = tool_calls(result)
     message: dict[str, Any] = {
         "role": "assistant",
         "content": result.text if result.text or not calls else None,

@@ -1,0 +1,447 @@
+"""The OpenAI-compatible endpoints: ``POST /v1/chat/completions`` and ``GET /v1/models``.
+
+Every active action of the caller's tenant is a model (``action:<CODE>``, or
+the plain ``<CODE>``), and so is every active agent with an active goal
+action (``agent:<CODE>`` runs the goal action as that agent). A request is
+one new conversation and one turn:
+
+- system and developer messages become the caller's instruction, appended
+  to the default instruction;
+- the last message must be a user message: it is the turn's text (images
+  become attachments);
+- the earlier user/assistant/tool messages are replayed into the new
+  conversation as chat memory (the action's memory strategy still trims
+  them), unless the request names a memory id (``X-Pilothouse-Memory-Id``
+  header, else the ``user`` field) whose memory already holds messages: then
+  the server's record is the history and the request's copy is ignored.
+
+Errors come back in OpenAI's shape, ``{"error": {message, type, param,
+code}}``, with the status codes the official client maps to its exception
+classes. See ``docs/openai-compatible.md``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["router"]
+
+import json
+import logging
+import re
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Annotated, Any, cast
+
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from sqlalchemy import select
+
+from pilothouse.api import Pilothouse
+from pilothouse.catalog._enums import ProcessStatus
+from pilothouse.catalog._models import Action, Agent
+from pilothouse.errors import NotFoundError, PilothouseError, ProviderError
+from pilothouse.runtime import (
+    RuntimeConfigError,
+    TemplateError,
+    TextDelta,
+    ThinkingDelta,
+    TurnEvent,
+    TurnFinished,
+    TurnResult,
+)
+from pilothouse.runtime._prompt import template_fields
+from pilothouse.server._deps import State, principal_from_request
+from pilothouse.server._openai_models import (
+    ChatCompletionRequest,
+    OpenAIError,
+    TurnInput,
+    chunk,
+    completion,
+    error_body,
+    finish_reason,
+    inline_schema,
+    map_messages,
+    parse_request,
+    runtime_config,
+    tool_calls,
+    usage,
+)
+from pilothouse.server._problems import ProblemError
+from pilothouse.server._replay import append_messages
+from pilothouse.store import ConversationQueries
+from pilothouse.store._writer import NewAttachment
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(tags=["openai-compatible"])
+
+MEMORY_HEADER = "X-Pilothouse-Memory-Id"
+_MEMORY_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,64}$")
+# The official client retries 408/409/429/5xx unless told not to; a failed
+# turn is recorded and was already retried by the runner, so a client retry
+# would only start another conversation.
+_NO_RETRY = {"x-should-retry": "false"}
+
+
+def _error_response(error: OpenAIError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers or None)
+
+
+def _from_problem(problem: ProblemError) -> OpenAIError:
+    headers = dict(problem.headers or {})
+    if problem.status == 401:
+        return OpenAIError(401, problem.detail, code="invalid_api_key", headers=headers)
+    if problem.status == 429:
+        return OpenAIError(
+            429, problem.detail, type="requests", code="rate_limit_exceeded", headers=headers
+        )
+    return OpenAIError(problem.status, problem.detail, headers=headers)
+
+
+def _from_pilothouse(error: PilothouseError) -> OpenAIError:
+    if isinstance(error, NotFoundError):
+        return OpenAIError(404, str(error), code="not_found")
+    if isinstance(error, ProviderError):
+        # A provider's message may echo URLs or headers: only its kind leaves.
+        return OpenAIError(
+            502,
+            f"the model provider failed ({type(error).__name__})",
+            type="api_error",
+            code="upstream_error",
+            headers=_NO_RETRY,
+        )
+    if isinstance(error, RuntimeConfigError | TemplateError):
+        return OpenAIError(400, str(error), code="invalid_value")
+    return OpenAIError(400, str(error))
+
+
+async def _facade(request: Request, state: State) -> Pilothouse:
+    try:
+        principal = await principal_from_request(request, state)
+    except ProblemError as problem:
+        raise _from_problem(problem) from None
+    return state.facade(principal.tenant)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What a model id names: an action, run by an agent or not."""
+
+    action: Action
+    agent: Agent | None
+
+
+async def _resolve(ph: Pilothouse, model: str) -> _Target:
+    kind, colon, code = model.partition(":")
+    if not colon:
+        kind, code = "action", model
+    target: _Target | None = None
+    if kind == "action":
+        action = await ph.query.find_action_by_code(code)
+        if action is not None and action.active:
+            target = _Target(action, None)
+    elif kind == "agent":
+        agent = await ph.query.find_agent_by_code(code)
+        goal = agent.goal_action if agent is not None else None
+        if agent is not None and agent.active and goal is not None and goal.active:
+            target = _Target(goal, agent)
+    if target is None:
+        # Inactive and other tenants' models are as absent as unknown ones.
+        raise OpenAIError(
+            404,
+            f"The model '{model}' does not exist or you do not have access to it.",
+            param="model",
+            code="model_not_found",
+        )
+    return target
+
+
+def _memory_id(header: str | None, user: str | None) -> str | None:
+    for where, value in ((MEMORY_HEADER, header), ("user", user)):
+        if value is None:
+            continue
+        if not _MEMORY_ID.match(value):
+            raise OpenAIError(
+                400,
+                f"{where}: a memory id is 1 to 64 letters, digits or . _ : @ -",
+                param="user" if where == "user" else None,
+            )
+        return value
+    return None
+
+
+def _input_data(target: _Target, request: ChatCompletionRequest, text: str) -> dict[str, Any]:
+    """Fill the prompt's placeholders: ``input_data`` first, the user's text for the rest.
+
+    Without this, an action whose prompt has a ``{document}`` placeholder
+    could not be called by a client that knows nothing but messages.
+    """
+    data = dict(request.input_data or {})
+    prompts = [target.action.prompt, target.agent.prompt if target.agent else None]
+    for prompt in prompts:
+        for name in template_fields(prompt or ""):
+            data.setdefault(name, text)
+    return data
+
+
+@dataclass
+class _Turn:
+    """A request, validated and with its conversation started."""
+
+    ph: Pilothouse
+    model: str
+    uuid: str
+    text: str
+    attachments: list[NewAttachment]
+    input_data: dict[str, Any]
+    config: dict[str, Any]
+    memory_id: str | None
+    created: int
+
+
+async def _start(
+    ph: Pilothouse, request: ChatCompletionRequest, memory_header: str | None
+) -> _Turn:
+    target = await _resolve(ph, request.model)
+    turn_input: TurnInput = map_messages(request.messages)
+    memory_id = _memory_id(memory_header, request.user)
+    config = runtime_config(request, turn_input.instruction)
+    data = _input_data(target, request, turn_input.text)
+    agent_code = target.agent.code if target.agent else None
+    # Validate everything before writing anything: a bad request leaves no conversation.
+    await ph.command.check_message(
+        target.action.code, agent_code, turn_input.text, input_data=data, runtime_config=config
+    )
+    replay = bool(turn_input.history)
+    if replay and memory_id is not None:
+        queries = ConversationQueries(ph.database, ph.tenant)
+        replay = not await queries.memory_messages(memory_id, limit=1)
+    conversation = await ph.command.start_conversation(
+        agent_code, target.action.code, memory_id=memory_id
+    )
+    if replay:
+        await append_messages(
+            ph.database,
+            ph.tenant,
+            conversation.uuid,
+            turn_input.history,
+            status=ProcessStatus.NOT_STARTED,
+        )
+    return _Turn(
+        ph=ph,
+        model=request.model,
+        uuid=conversation.uuid,
+        text=turn_input.text,
+        attachments=turn_input.attachments,
+        input_data=data,
+        config=config,
+        memory_id=memory_id,
+        created=int(time.time()),
+    )
+
+
+_REQUEST_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": inline_schema(ChatCompletionRequest)}},
+    }
+}
+
+
+@router.post(
+    "/v1/chat/completions",
+    openapi_extra=_REQUEST_BODY,
+    summary="Run one turn of an action or agent, OpenAI chat-completions style",
+    response_model=None,
+)
+async def chat_completions(
+    request: Request,
+    state: State,
+    memory_header: Annotated[str | None, Header(alias=MEMORY_HEADER)] = None,
+) -> Response:
+    """Answer a chat completion, streamed (``stream: true``) as SSE chunks or not."""
+    try:
+        ph = await _facade(request, state)
+        body = parse_request(await request.body())
+        turn = await _start(ph, body, memory_header)
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return StreamingResponse(
+                _stream(turn, include_usage),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        if turn.attachments:
+            result = await ph.command.send_message_with_attachments(
+                turn.uuid,
+                turn.text,
+                turn.attachments,
+                input_data=turn.input_data,
+                runtime_config=turn.config,
+            )
+        else:
+            result = await ph.command.send_message(
+                turn.uuid, turn.text, input_data=turn.input_data, runtime_config=turn.config
+            )
+    except OpenAIError as error:
+        return _error_response(error)
+    except PilothouseError as error:
+        return _error_response(_from_pilothouse(error))
+    failure = _failure(result)
+    if failure is not None:
+        return _error_response(failure)
+    return JSONResponse(completion(result, turn.model, turn.created, turn.memory_id))
+
+
+def _failure(result: TurnResult) -> OpenAIError | None:
+    if result.status is not ProcessStatus.FAILED:
+        return None
+    return OpenAIError(
+        502,
+        f"the turn failed: {result.error or 'unknown error'} "
+        f"(conversation {result.conversation_uuid})",
+        type="api_error",
+        code="turn_failed",
+        headers=_NO_RETRY,
+    )
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+async def _stream(turn: _Turn, include_usage: bool) -> AsyncIterator[bytes]:
+    """Yield the turn as ``chat.completion.chunk`` events, then ``[DONE]``."""
+
+    def make(delta: dict[str, Any] | None, **kwargs: Any) -> bytes:
+        return _sse(
+            chunk(turn.uuid, turn.model, turn.created, delta, with_usage=include_usage, **kwargs)
+        )
+
+    yield make({"role": "assistant", "content": ""})
+    streamed_text = False
+    finished: TurnResult | None = None
+    # Typed as an iterator, it is an async generator (so it can be closed).
+    events = cast(
+        "AsyncGenerator[TurnEvent, None]",
+        turn.ph.command.stream_message(
+            turn.uuid,
+            turn.text,
+            attachments=turn.attachments,
+            input_data=turn.input_data,
+            runtime_config=turn.config,
+        ),
+    )
+    try:
+        # aclosing: the turn's task group must be closed in this task, not
+        # by the garbage collector in another one.
+        async with aclosing(events):
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    streamed_text = True
+                    yield make({"content": event.text})
+                elif isinstance(event, ThinkingDelta):
+                    # The name DeepSeek, vLLM and llama.cpp use for reasoning deltas.
+                    yield make({"reasoning_content": event.text})
+                elif isinstance(event, TurnFinished):
+                    finished = event.result
+    except PilothouseError as error:
+        failure = _from_pilothouse(error)
+        yield _sse(error_body(failure.message, failure.type, failure.param, failure.code))
+    if finished is not None:
+        for data in _finish(finished, streamed_text, make, include_usage):
+            yield data
+    yield b"data: [DONE]\n\n"
+
+
+def _finish(result: TurnResult, streamed_text: bool, make: Any, include_usage: bool) -> list[bytes]:
+    """The chunks after the deltas: leftovers, tool calls, finish reason, usage.
+
+    Tool calls are sent only here, from the result: those are the calls
+    returned to the caller; calls the runtime executed itself are not the
+    client's business.
+    """
+    failure = _failure(result)
+    if failure is not None:
+        return [_sse(error_body(failure.message, failure.type, failure.param, failure.code))]
+    out: list[bytes] = []
+    if not streamed_text and result.text:
+        # The model was called without streaming (e.g. a local model with
+        # tools cannot stream): the answer arrives as one delta.
+        out.append(make({"content": result.text}))
+    calls = tool_calls(result)
+    if calls:
+        out.append(make({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}))
+    out.append(make({}, finish=finish_reason(result.finish_reason)))
+    if include_usage:
+        out.append(make(None, usage_value=usage(result)))
+    return out
+
+
+def _model_entry(model_id: str, created: float, description: str) -> dict[str, Any]:
+    return {
+        "id": model_id,
+        "object": "model",
+        "created": int(created),
+        "owned_by": "pilothouse",
+        "description": description,
+    }
+
+
+async def _models(ph: Pilothouse) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    actions = await ph.query.get_all_actions()
+    for action in actions:
+        entries.append(
+            _model_entry(
+                f"action:{action.code}",
+                action.updated_at.timestamp(),
+                action.goal_description or action.name,
+            )
+        )
+    active = {action.code for action in actions}
+    async with ph.database.sessions() as session:
+        agents = list(
+            (
+                await session.scalars(
+                    select(Agent)
+                    .where(Agent.tenant == ph.tenant, Agent.active.is_(True))
+                    .order_by(Agent.code)
+                )
+            ).unique()
+        )
+        for agent in agents:
+            goal = agent.goal_action
+            if goal is not None and goal.code in active:
+                entries.append(
+                    _model_entry(f"agent:{agent.code}", agent.updated_at.timestamp(), agent.name)
+                )
+    return entries
+
+
+@router.get("/v1/models", summary="List the actions and agents as OpenAI models")
+async def list_models(request: Request, state: State) -> Response:
+    """List every active action (``action:<CODE>``) and agent (``agent:<CODE>``)."""
+    try:
+        ph = await _facade(request, state)
+    except OpenAIError as error:
+        return _error_response(error)
+    return JSONResponse({"object": "list", "data": await _models(ph)})
+
+
+@router.get("/v1/models/{model_id}", summary="Describe one action or agent as an OpenAI model")
+async def retrieve_model(model_id: str, request: Request, state: State) -> Response:
+    """Describe one model id (``action:<CODE>``, ``<CODE>`` or ``agent:<CODE>``)."""
+    try:
+        ph = await _facade(request, state)
+        target = await _resolve(ph, model_id)
+    except OpenAIError as error:
+        return _error_response(error)
+    row = target.agent if target.agent is not None else target.action
+    description = (
+        row.name
+        if target.agent is not None
+        else (target.action.goal_description or target.action.name)
+    )
+    return JSONResponse(_model_entry(model_id, row.updated_at.timestamp(), description))

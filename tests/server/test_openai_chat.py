@@ -1,0 +1,384 @@
+"""The OpenAI-compatible endpoints, through raw HTTP and the official client."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from fastapi import FastAPI
+from pydantic_ai.messages import ModelRequest, ModelResponse, SystemPromptPart, UserPromptPart
+
+from conftest import EXAMPLES
+from pilothouse.catalog import import_catalog
+from pilothouse.catalog._enums import MessageRole
+from pilothouse.server._state import ServerState
+from pilothouse.testing import Fail, Reply, ScriptedModel, ToolCall
+
+pytestmark = pytest.mark.anyio
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+# A skill-free action and an agent for it, beside the examples: these tests
+# are about the wire format, not about prompt assembly of the examples.
+EXTRA = """
+tools:
+  - code: LOOKUP
+    name: lookup
+    kind: schema
+    description: Look a brand up; the caller answers.
+    input_schema:
+      type: object
+      properties:
+        q: {type: string}
+actions:
+  - code: CHAT
+    name: Chat about a document
+    goal_description: Answers questions about a document.
+    model: SMOLLM2
+    configuration: DEFAULT
+    memory_strategy: WINDOW20
+    tools: [LOOKUP]
+    prompt: "Answer about this document:\\n{document}"
+agents:
+  - code: HELPER
+    name: Helper
+    application: BRANDS
+    prompt: Be helpful.
+    goal_action: CHAT
+"""
+
+
+@pytest.fixture(autouse=True)
+async def chat_action(server_state: ServerState, tmp_path: Path) -> None:
+    (tmp_path / "extra.yaml").write_text(EXTRA)
+    await import_catalog(server_state.database, "default", [EXAMPLES, tmp_path / "extra.yaml"])
+
+
+@pytest.fixture
+async def oai(app: FastAPI, client: httpx.AsyncClient, api_key: str) -> AsyncIterator[Any]:
+    # ``client`` runs the app's lifespan; the official client shares its transport.
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
+    async with openai.AsyncOpenAI(
+        base_url="http://testserver/v1", api_key=api_key, http_client=http, max_retries=0
+    ) as sdk:
+        yield sdk
+
+
+def _events(body: str) -> list[Any]:
+    out: list[Any] = []
+    for line in body.splitlines():
+        if line.startswith("data: "):
+            payload = line.removeprefix("data: ")
+            out.append(payload if payload == "[DONE]" else json.loads(payload))
+    return out
+
+
+async def test_models_list_actions_and_agents(oai: Any) -> None:
+    page = await oai.models.list()
+    ids = [m.id for m in page.data]
+    assert {"action:CHAT", "action:SUMBRAND", "agent:HELPER", "agent:WRITER"} <= set(ids)
+    # Actions first, then agents, each sorted by code; plain codes are aliases, not listed.
+    actions = [i for i in ids if i.startswith("action:")]
+    agents = [i for i in ids if i.startswith("agent:")]
+    assert ids == actions + agents and actions == sorted(actions) and agents == sorted(agents)
+    assert "CHAT" not in ids
+    assert page.data[0].owned_by == "pilothouse"
+
+
+async def test_retrieve_model_accepts_plain_codes_and_refuses_unknown(oai: Any) -> None:
+    assert (await oai.models.retrieve("CHAT")).id == "CHAT"
+    with pytest.raises(openai.NotFoundError):
+        await oai.models.retrieve("action:NOPE")
+
+
+async def test_completion_non_streaming(oai: Any, scripted: ScriptedModel) -> None:
+    scripted.script.steps.append(Reply("Acme sells rockets.", input_tokens=12, output_tokens=4))
+    answer = await oai.chat.completions.create(
+        model="action:CHAT",
+        messages=[
+            {"role": "system", "content": "Answer in English."},
+            {"role": "user", "content": "Acme brand book"},
+        ],
+        temperature=0.1,
+        max_completion_tokens=50,
+    )
+    assert answer.object == "chat.completion"
+    assert answer.choices[0].message.content == "Acme sells rockets."
+    assert answer.choices[0].finish_reason == "stop"
+    assert answer.usage.completion_tokens == 4
+    assert answer.usage.total_tokens == answer.usage.prompt_tokens + 4
+    request = scripted.requests[0]
+    first = request.messages[0]
+    assert isinstance(first, ModelRequest)
+    system = next(p for p in first.parts if isinstance(p, SystemPromptPart))
+    assert "Answer in English." in system.content
+    # The user's text fills the prompt's {document} placeholder.
+    assert "Answer about this document:\nAcme brand book" in system.content
+    assert request.info.model_settings is not None
+    assert request.info.model_settings.get("temperature") == 0.1
+    assert request.info.model_settings.get("max_tokens") == 50
+
+
+async def test_agent_model_runs_the_goal_action_as_the_agent(
+    oai: Any, scripted: ScriptedModel, server_state: ServerState
+) -> None:
+    scripted.script.steps.append(Reply("A summary."))
+    answer = await oai.chat.completions.create(
+        model="agent:HELPER", messages=[{"role": "user", "content": "text"}]
+    )
+    uuid = answer.model_extra["pilothouse"]["conversation_uuid"]
+    stored = await server_state.facade("default").query.get_conversation(uuid)
+    assert (stored.agent_code, stored.action_code) == ("HELPER", "CHAT")
+
+
+async def test_earlier_messages_are_replayed_as_memory(
+    oai: Any, scripted: ScriptedModel, server_state: ServerState
+) -> None:
+    scripted.script.steps.append(Reply("Third answer."))
+    answer = await oai.chat.completions.create(
+        model="CHAT",
+        messages=[
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "first answer"},
+            {"role": "user", "content": "second"},
+        ],
+    )
+    sent = scripted.requests[0].messages
+    texts = [
+        part.content
+        for message in sent
+        for part in message.parts
+        if isinstance(part, UserPromptPart)
+    ]
+    assert texts == ["first", "second"]
+    assert isinstance(sent[1], ModelResponse)
+    uuid = answer.model_extra["pilothouse"]["conversation_uuid"]
+    messages = await server_state.facade("default").query.get_conversation_messages(uuid)
+    assert [(m.role, m.content) for m in messages] == [
+        (MessageRole.USER, "first"),
+        (MessageRole.ASSISTANT, "first answer"),
+        (MessageRole.USER, "second"),
+        (MessageRole.ASSISTANT, "Third answer."),
+    ]
+    assert messages[0].data == {"replayed": True}
+
+
+async def test_memory_id_makes_the_server_record_the_history(
+    oai: Any, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.extend([Reply("one"), Reply("two")])
+    headers = {"X-Pilothouse-Memory-Id": "chat-42"}
+    await oai.chat.completions.create(
+        model="CHAT", messages=[{"role": "user", "content": "hello"}], extra_headers=headers
+    )
+    # The client's copy of the history is ignored: the server's memory has it.
+    await oai.chat.completions.create(
+        model="CHAT",
+        messages=[
+            {"role": "user", "content": "hello (client copy)"},
+            {"role": "assistant", "content": "one"},
+            {"role": "user", "content": "again"},
+        ],
+        extra_headers=headers,
+    )
+    second = scripted.requests[1].messages
+    texts = [p.content for m in second for p in m.parts if isinstance(p, UserPromptPart)]
+    assert texts == ["hello", "again"]
+
+
+async def test_streaming_chunks_and_usage(oai: Any, scripted: ScriptedModel) -> None:
+    scripted.script.steps.append(Reply("alpha beta gamma", input_tokens=7, output_tokens=3))
+    stream = await oai.chat.completions.create(
+        model="action:CHAT",
+        messages=[{"role": "user", "content": "doc"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [c async for c in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "alpha beta gamma"
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == "stop"
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 3
+    assert chunks[-1].usage.prompt_tokens > 0
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+
+
+async def test_streaming_wire_format_ends_with_done(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.append(Reply("hi there"))
+    response = await client.post(
+        "/v1/chat/completions",
+        json={"model": "CHAT", "messages": [{"role": "user", "content": "x"}], "stream": True},
+        headers=auth(api_key),
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = _events(response.text)
+    assert events[-1] == "[DONE]"
+    assert "usage" not in events[0]
+
+
+async def test_tool_calls_finish_with_tool_calls(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.append(ToolCall("lookup", {"q": "acme"}, call_id="c1"))
+    response = await client.post(
+        "/v1/chat/completions",
+        json={"model": "CHAT", "messages": [{"role": "user", "content": "x"}]},
+        headers=auth(api_key),
+    )
+    choice = response.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["tool_calls"] == [
+        {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "lookup", "arguments": '{"q": "acme"}'},
+        }
+    ]
+
+
+async def test_bad_key_is_an_authentication_error(app: FastAPI, client: httpx.AsyncClient) -> None:
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
+    async with openai.AsyncOpenAI(
+        base_url="http://testserver/v1", api_key="ph_wrong", http_client=http, max_retries=0
+    ) as sdk:
+        with pytest.raises(openai.AuthenticationError) as caught:
+            await sdk.chat.completions.create(
+                model="CHAT", messages=[{"role": "user", "content": "x"}]
+            )
+    assert caught.value.code == "invalid_api_key"
+
+
+async def test_unknown_model_is_not_found(oai: Any) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        await oai.chat.completions.create(model="NOPE", messages=[{"role": "user", "content": "x"}])
+    assert caught.value.code == "model_not_found"
+    assert caught.value.param == "model"
+
+
+async def test_other_tenants_action_is_not_found(
+    client: httpx.AsyncClient,
+    api_key: str,
+    other_tenant_key: str,
+    server_state: ServerState,
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "other.yaml").write_text(
+        "actions:\n"
+        "  - code: SECRETACT\n"
+        "    name: Only the other tenant's\n"
+        "    model: SMOLLM2\n"
+        "    configuration: DEFAULT\n"
+        "    prompt: Say hi.\n"
+    )
+    await import_catalog(server_state.database, "other", [EXAMPLES, tmp_path / "other.yaml"])
+    listed = await client.get("/v1/models", headers=auth(other_tenant_key))
+    assert "action:SECRETACT" in [m["id"] for m in listed.json()["data"]]
+    response = await client.post(
+        "/v1/chat/completions",
+        json={"model": "action:SECRETACT", "messages": [{"role": "user", "content": "x"}]},
+        headers=auth(api_key),
+    )
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "model_not_found"
+    mine = await client.get("/v1/models", headers=auth(api_key))
+    assert "action:SECRETACT" not in [m["id"] for m in mine.json()["data"]]
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "CHAT", "messages": []}, "messages"),
+        (
+            {"model": "CHAT", "messages": [{"role": "wizard", "content": "x"}]},
+            "messages[0].role",
+        ),
+        (
+            {"model": "CHAT", "messages": [{"role": "user", "content": "x"}], "temperature": 9},
+            "temperature",
+        ),
+        ({"model": "CHAT", "messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
+        ({"model": "CHAT", "messages": [{"role": "assistant", "content": "x"}]}, "messages"),
+        ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+    ],
+)
+async def test_bad_requests_are_400_naming_the_param(
+    client: httpx.AsyncClient, api_key: str, body: dict[str, Any], param: str
+) -> None:
+    response = await client.post("/v1/chat/completions", json=body, headers=auth(api_key))
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == param
+    assert param.split("[")[0] in error["message"]
+
+
+async def test_bad_request_is_a_bad_request_error_in_the_client(oai: Any) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await oai.chat.completions.create(
+            model="CHAT", messages=[{"role": "user", "content": "x"}], temperature=5
+        )
+    assert caught.value.param == "temperature"
+
+
+async def test_malformed_json_is_400_in_openai_shape(
+    client: httpx.AsyncClient, api_key: str
+) -> None:
+    response = await client.post(
+        "/v1/chat/completions",
+        content=b"{nope",
+        headers={**auth(api_key), "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+async def test_failed_turn_is_502_and_not_retried(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    from pilothouse.errors import ProviderAuthError
+
+    scripted.script.steps.append(Fail(ProviderAuthError("bad upstream key sk-secret")))
+    response = await client.post(
+        "/v1/chat/completions",
+        json={"model": "CHAT", "messages": [{"role": "user", "content": "x"}]},
+        headers=auth(api_key),
+    )
+    assert response.status_code == 502
+    assert response.headers["x-should-retry"] == "false"
+    assert response.json()["error"]["code"] == "turn_failed"
+
+
+async def test_image_parts_become_attachments(oai: Any, scripted: ScriptedModel) -> None:
+    scripted.script.steps.append(Reply("A red dot."))
+    await oai.chat.completions.create(
+        model="CHAT",
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is this?"},
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="},
+                    },
+                ],
+            }
+        ],
+    )
+    last = scripted.requests[0].messages[-1]
+    assert "BinaryContent" in repr(last.parts[-1])
