@@ -8,12 +8,16 @@ import httpx
 import pytest
 from pydantic_ai.messages import ModelRequest, SystemPromptPart, UserPromptPart
 
-from conftest import auth
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.server._state import ServerState
 from pilothouse.testing import Fail, Reply, ScriptedModel
 
 pytestmark = pytest.mark.anyio
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
 
 PLANTED_KEY = "sk-planted-invoke-secret-0042"
 

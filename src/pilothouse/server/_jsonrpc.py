@@ -1,0 +1,260 @@
+"""JSON-RPC 2.0 at ``POST /jsonrpc``, and the legacy envelope at the same URL.
+
+A request names one method of :data:`~pilothouse.server._jsonrpc_methods.METHODS`
+(``pilothouse/<service>/<action>/<version>``) with params by name. Batches
+(a JSON array) are answered with an array in request order, calls run one
+after another; notifications (no ``id``) run but get no entry, and a batch of
+notifications only is answered ``204 No Content``. Every answer that has a
+body is HTTP 200: errors travel inside it, with the spec codes
+
+=======  ================================================================
+code     meaning
+=======  ================================================================
+-32700   parse error: the body is not JSON
+-32600   invalid request: not a request object, wrong ``jsonrpc``, empty batch
+-32601   method not found
+-32602   invalid params (``data`` is the problem detail, naming the field)
+-32603   internal error (no stack trace leaves the process)
+-32001   not found (a conversation or catalog entity)
+-32002   invalid state (e.g. the conversation is running)
+-32003   conflict
+-32004   bad input the operation refused (runtime config, template, answers)
+-32005   a model provider failed
+=======  ================================================================
+
+and ``data`` carrying an RFC 9457 problem document.
+
+The legacy envelope ``{host, service, action, version, data}`` is the same
+call (method ``pilothouse/<service>/<action>/<version>``, params ``data``) and
+is answered ``{host, service, action, version, data}`` or ``{..., error:
+{code, message, data}}``. See ``docs/jsonrpc.md``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["router"]
+
+import json
+import logging
+from typing import Any, cast
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+from pydantic.alias_generators import to_camel
+
+from pilothouse.api import Pilothouse
+from pilothouse.errors import (
+    ConflictError,
+    InvalidStateError,
+    NotFoundError,
+    PilothouseError,
+    ProviderError,
+)
+from pilothouse.server._deps import Facade
+from pilothouse.server._jsonrpc_methods import METHODS, to_json
+from pilothouse.server._problems import problem_body
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(tags=["json-rpc"])
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+NOT_FOUND = -32001
+INVALID_STATE = -32002
+CONFLICT = -32003
+BAD_INPUT = -32004
+PROVIDER_FAILED = -32005
+
+_LEGACY_KEYS = ("host", "service", "action", "version")
+_MISSING = object()
+
+
+class RpcError(Exception):
+    """A JSON-RPC error object: code, message and a problem document as data."""
+
+    def __init__(self, code: int, message: str, status: int, detail: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = problem_body(status, message, detail, **extra)
+
+    def as_json(self) -> dict[str, Any]:
+        """Return the ``error`` member."""
+        return {"code": self.code, "message": self.message, "data": self.data}
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{to_camel(part)}" if text else to_camel(part)
+    return text or "params"
+
+
+def _invalid_params(exc: ValidationError) -> RpcError:
+    errors = [
+        {"field": _field(e["loc"]), "rule": e["msg"].removeprefix("Value error, ")}
+        for e in exc.errors(include_url=False, include_input=False)
+    ]
+    detail = "; ".join(f"{e['field']}: {e['rule']}" for e in errors)
+    return RpcError(INVALID_PARAMS, "Invalid params", 400, detail, errors=errors)
+
+
+def _from_pilothouse(exc: PilothouseError) -> RpcError:
+    if isinstance(exc, NotFoundError):
+        return RpcError(NOT_FOUND, "Not found", 404, str(exc))
+    if isinstance(exc, InvalidStateError):
+        return RpcError(INVALID_STATE, "Invalid state", 409, str(exc))
+    if isinstance(exc, ConflictError):
+        return RpcError(CONFLICT, "Conflict", 409, str(exc))
+    if isinstance(exc, ProviderError):
+        # A provider's message may echo URLs or headers: only its kind leaves.
+        return RpcError(
+            PROVIDER_FAILED,
+            "Provider failed",
+            502,
+            f"the model provider failed ({type(exc).__name__})",
+        )
+    return RpcError(BAD_INPUT, "Bad input", 422, str(exc))
+
+
+async def _call(ph: Pilothouse, method: str, params: Any) -> Any:
+    """Run one method and return its JSON result.
+
+    Raises:
+        RpcError: anything that went wrong, as a JSON-RPC error.
+    """
+    entry = METHODS.get(method)
+    if entry is None:
+        raise RpcError(METHOD_NOT_FOUND, "Method not found", 404, f"no method '{method}'")
+    if params is _MISSING or params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise RpcError(INVALID_PARAMS, "Invalid params", 400, "params must be an object (by name)")
+    try:
+        parsed = entry.params.model_validate(params)
+    except ValidationError as exc:
+        raise _invalid_params(exc) from None
+    try:
+        return to_json(await entry.call(ph, parsed))
+    except PilothouseError as exc:
+        raise _from_pilothouse(exc) from None
+    except ValueError as exc:
+        raise RpcError(BAD_INPUT, "Bad input", 422, str(exc)) from None
+    except Exception:
+        logger.exception("JSON-RPC method %s failed unexpectedly", method)
+        raise RpcError(
+            INTERNAL_ERROR,
+            "Internal error",
+            500,
+            "an unexpected error occurred; it has been logged",
+        ) from None
+
+
+def _valid_id(value: Any) -> bool:
+    return value is None or (isinstance(value, str | int) and not isinstance(value, bool))
+
+
+def _error(request_id: Any, error: RpcError) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": error.as_json()}
+
+
+def _invalid(detail: str) -> RpcError:
+    return RpcError(INVALID_REQUEST, "Invalid Request", 400, detail)
+
+
+async def _one(ph: Pilothouse, item: Any) -> dict[str, Any] | None:
+    """Answer one request object; None for a notification."""
+    if not isinstance(item, dict):
+        return _error(None, _invalid("a request must be a JSON object"))
+    request = cast("dict[str, Any]", item)
+    request_id = request.get("id", _MISSING)
+    if request_id is not _MISSING and not _valid_id(request_id):
+        return _error(None, _invalid("id must be a string, an integer or null"))
+    answer_id = None if request_id is _MISSING else request_id
+    if request.get("jsonrpc") != "2.0":
+        return _error(answer_id, _invalid('jsonrpc must be exactly "2.0"'))
+    method = request.get("method")
+    if not isinstance(method, str):
+        return _error(answer_id, _invalid("method must be a string"))
+    unknown = sorted(set(request) - {"jsonrpc", "method", "params", "id"})
+    if unknown:
+        return _error(answer_id, _invalid(f"unknown member(s): {', '.join(unknown)}"))
+    try:
+        result = await _call(ph, method, request.get("params", _MISSING))
+    except RpcError as error:
+        return None if request_id is _MISSING else _error(answer_id, error)
+    if request_id is _MISSING:
+        return None
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+async def _legacy(ph: Pilothouse, envelope: dict[str, Any]) -> dict[str, Any]:
+    head = {key: envelope.get(key) for key in _LEGACY_KEYS}
+    unknown = sorted(set(envelope) - {*_LEGACY_KEYS, "data"})
+    if unknown or not all(isinstance(head[key], str) for key in ("service", "action")):
+        detail = (
+            f"unknown member(s): {', '.join(unknown)}"
+            if unknown
+            else "service and action must be strings"
+        )
+        return {**head, "error": _invalid(detail).as_json()}
+    version = str(head["version"] or "v1")
+    if not version.startswith("v"):
+        version = f"v{version}"
+    method = f"pilothouse/{head['service']}/{head['action']}/{version}"
+    try:
+        result = await _call(ph, method, envelope.get("data", _MISSING))
+    except RpcError as error:
+        return {**head, "error": error.as_json()}
+    return {**head, "data": result}
+
+
+def _is_legacy(body: dict[str, Any]) -> bool:
+    return "jsonrpc" not in body and "service" in body and "action" in body
+
+
+@router.post(
+    "/jsonrpc",
+    summary="JSON-RPC 2.0 (single, batch, notifications) and the legacy envelope",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "oneOf": [
+                            {"type": "object"},
+                            {"type": "array", "items": {"type": "object"}},
+                        ]
+                    }
+                }
+            },
+        }
+    },
+    response_model=None,
+)
+async def jsonrpc(request: Request, ph: Facade) -> Response:
+    """Dispatch a request, a batch or a legacy envelope."""
+    try:
+        body: Any = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        error = RpcError(PARSE_ERROR, "Parse error", 400, f"the body is not valid JSON: {exc}")
+        return JSONResponse(_error(None, error))
+    if isinstance(body, list):
+        items = cast("list[Any]", body)
+        if not items:
+            return JSONResponse(_error(None, _invalid("a batch must not be empty")))
+        answers = [answer for item in items if (answer := await _one(ph, item)) is not None]
+        return JSONResponse(answers) if answers else Response(status_code=204)
+    if isinstance(body, dict) and _is_legacy(cast("dict[str, Any]", body)):
+        return JSONResponse(await _legacy(ph, cast("dict[str, Any]", body)))
+    answer = await _one(ph, body)
+    return JSONResponse(answer) if answer is not None else Response(status_code=204)

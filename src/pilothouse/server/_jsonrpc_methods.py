@@ -1,0 +1,361 @@
+"""The JSON-RPC methods: one per QueryApi and CommandApi operation.
+
+Methods are named ``pilothouse/<service>/<action>/<version>``, e.g.
+``pilothouse/command/sendMessage/v1``. Params are by name (a JSON object),
+in camelCase (snake_case is accepted too), validated by a pydantic model per
+method; results are JSON: catalog entities in their catalog YAML form
+(confidential header values masked), conversations as the query view
+models, turn results as :meth:`TurnResult.as_json`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["METHODS", "Method", "method_name", "to_json"]
+
+import base64
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, cast
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+from pydantic_core import to_jsonable_python
+
+from pilothouse.api import AttachmentInput, Pilothouse
+from pilothouse.catalog._enums import ProcessStatus
+from pilothouse.catalog._exporter import spec_document
+from pilothouse.catalog._kinds import catalog_kind
+from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
+from pilothouse.runtime import TurnResult
+from pilothouse.store import Conversation, ConversationInfo, ConversationView, Message, Page
+
+_CONFIDENTIAL = "***"
+
+
+def method_name(service: str, action: str, version: str = "v1") -> str:
+    """Return the JSON-RPC method name of one operation."""
+    return f"pilothouse/{service}/{action}/{version}"
+
+
+class Params(BaseModel):
+    """Base of every method's params: camelCase names, unknown names refused."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+_Text = Annotated[str, Field(min_length=1)]
+
+
+class NoParams(Params):
+    """A method without params."""
+
+
+class AllActions(Params):
+    """``getAllActions``."""
+
+    include_inactive: bool = False
+
+
+class ByCode(Params):
+    """A catalog lookup by business key."""
+
+    code: _Text
+
+
+class ByName(Params):
+    """A catalog lookup by name."""
+
+    name: _Text
+
+
+class ByUuid(Params):
+    """A conversation by uuid."""
+
+    uuid: _Text
+
+
+class ListConversations(Params):
+    """``listConversations``: filters and a page."""
+
+    agent: str | None = None
+    action: str | None = None
+    status: ProcessStatus | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    limit: int = Field(default=50, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _aware(self) -> ListConversations:
+        for name in ("created_from", "created_to"):
+            moment = getattr(self, name)
+            if moment is not None and moment.tzinfo is None:
+                raise ValueError(f"{to_camel(name)} needs a time zone offset")
+        return self
+
+
+class StartConversation(Params):
+    """``startConversation``."""
+
+    agent: str | None = None
+    action: _Text
+    memory_id: str | None = Field(default=None, max_length=64)
+    audit: bool | None = None
+
+
+class SendMessage(Params):
+    """``sendMessage``."""
+
+    uuid: _Text
+    text: _Text
+    input_data: dict[str, Any] | None = None
+    runtime_config: dict[str, Any] | None = None
+
+
+class AttachmentParam(Params):
+    """One attachment: a URL, or the bytes as base64."""
+
+    media_type: _Text
+    url: str | None = None
+    content_base64: str | None = None
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AttachmentParam:
+        if (self.url is None) == (self.content_base64 is None):
+            raise ValueError("give exactly one of url and contentBase64")
+        if self.content_base64 is not None:
+            try:
+                base64.b64decode(self.content_base64, validate=True)
+            except ValueError:
+                raise ValueError("contentBase64 is not valid base64") from None
+        return self
+
+    def to_input(self) -> AttachmentInput:
+        """Return the facade's attachment."""
+        content = base64.b64decode(self.content_base64) if self.content_base64 else None
+        return AttachmentInput(self.media_type, url=self.url, content=content, name=self.name)
+
+
+class SendMessageWithAttachments(SendMessage):
+    """``sendMessageWithAttachments``."""
+
+    attachments: list[AttachmentParam] = Field(min_length=1)
+
+
+class CheckMessage(Params):
+    """``checkMessage``."""
+
+    action: _Text
+    agent: str | None = None
+    text: _Text
+    input_data: dict[str, Any] | None = None
+    runtime_config: dict[str, Any] | None = None
+
+
+class SubmitAnswers(Params):
+    """``submitAnswers``."""
+
+    uuid: _Text
+    answers: dict[str, str]
+
+
+class SubmitToolResult(Params):
+    """``submitToolResult``."""
+
+    uuid: _Text
+    tool_call_id: _Text
+    result: Any
+
+
+def _entity(kind_name: str, row: CatalogEntity | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    kind = catalog_kind(kind_name)
+    document: dict[str, Any] = to_jsonable_python(spec_document(kind, kind.to_spec(row)))
+    document.setdefault("active", row.active)
+    if isinstance(row, McpClient):
+        confidential = {str(name).lower() for name in row.confidential_headers}
+        headers = cast("dict[str, Any]", document.get("headers") or {})
+        document["headers"] = {
+            name: _CONFIDENTIAL if name.lower() in confidential else value
+            for name, value in headers.items()
+        }
+    return document
+
+
+def _message(row: Message) -> dict[str, Any]:
+    return {
+        "sequence": row.sequence,
+        "role": row.role.value,
+        "content": row.content,
+        "tokenCount": row.token_count,
+        "toolCallId": row.tool_call_id,
+        "data": row.data,
+        "createdAt": row.created_at.isoformat(),
+    }
+
+
+def to_json(value: Any) -> Any:
+    """Return a facade result as JSON-ready data."""
+    if isinstance(value, TurnResult):
+        return value.as_json()
+    if isinstance(value, Conversation):
+        return ConversationInfo.model_validate(value).model_dump(mode="json")
+    if isinstance(value, ConversationView):
+        return value.model_dump(mode="json")
+    if isinstance(value, Message):
+        return _message(value)
+    if isinstance(value, Action):
+        return _entity("actions", value)
+    if isinstance(value, Agent):
+        return _entity("agents", value)
+    if isinstance(value, Tool):
+        return _entity("tools", value)
+    if isinstance(value, McpClient):
+        return _entity("mcp_clients", value)
+    if isinstance(value, Page):
+        page = cast("Page[Any]", value)
+        return {
+            "items": [to_json(item) for item in page.items],
+            "total": page.total,
+            "limit": page.limit,
+            "offset": page.offset,
+        }
+    if isinstance(value, list):
+        return [to_json(item) for item in cast("list[Any]", value)]
+    return to_jsonable_python(value)
+
+
+Handler = Callable[[Pilothouse, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One JSON-RPC method: its params model and what it calls."""
+
+    params: type[Params]
+    call: Handler
+    summary: str
+
+
+async def _list(ph: Pilothouse, p: ListConversations) -> Any:
+    return await ph.query.list_conversations(
+        agent=p.agent,
+        action=p.action,
+        status=p.status,
+        created_from=p.created_from,
+        created_to=p.created_to,
+        limit=p.limit,
+        offset=p.offset,
+    )
+
+
+async def _check(ph: Pilothouse, p: CheckMessage) -> Any:
+    await ph.command.check_message(
+        p.action, p.agent, p.text, input_data=p.input_data, runtime_config=p.runtime_config
+    )
+    return {"ok": True}
+
+
+async def _cancel(ph: Pilothouse, p: ByUuid) -> Any:
+    return {"abortedRunningTurn": await ph.command.cancel(p.uuid)}
+
+
+async def _expire(ph: Pilothouse, _: NoParams) -> Any:
+    return {"terminated": await ph.command.expire_waiting()}
+
+
+def _m(
+    params: type[Params], call: Callable[[Pilothouse, Any], Awaitable[Any]], summary: str
+) -> Method:
+    return Method(params, call, summary)
+
+
+METHODS: Mapping[str, Method] = {
+    method_name("query", "getAllActions"): _m(
+        AllActions,
+        lambda ph, p: ph.query.get_all_actions(include_inactive=p.include_inactive),
+        "the tenant's actions ordered by code",
+    ),
+    method_name("query", "findActionByCode"): _m(
+        ByCode, lambda ph, p: ph.query.find_action_by_code(p.code), "an action, or null"
+    ),
+    method_name("query", "findAgentByCode"): _m(
+        ByCode, lambda ph, p: ph.query.find_agent_by_code(p.code), "an agent, or null"
+    ),
+    method_name("query", "findToolByCode"): _m(
+        ByCode, lambda ph, p: ph.query.find_tool_by_code(p.code), "a tool, or null"
+    ),
+    method_name("query", "findMcpClientByName"): _m(
+        ByName, lambda ph, p: ph.query.find_mcp_client_by_name(p.name), "an MCP client, or null"
+    ),
+    method_name("query", "findConversation"): _m(
+        ByUuid, lambda ph, p: ph.query.find_conversation(p.uuid), "a conversation, or null"
+    ),
+    method_name("query", "getConversation"): _m(
+        ByUuid, lambda ph, p: ph.query.get_conversation(p.uuid), "a conversation"
+    ),
+    method_name("query", "getConversationMessages"): _m(
+        ByUuid,
+        lambda ph, p: ph.query.get_conversation_messages(p.uuid),
+        "a conversation's messages in order",
+    ),
+    method_name("query", "getPendingQuestions"): _m(
+        ByUuid,
+        lambda ph, p: ph.query.get_pending_questions(p.uuid),
+        "the questions a waiting conversation asked",
+    ),
+    method_name("query", "listConversations"): _m(
+        ListConversations, _list, "one page of conversations, newest first"
+    ),
+    method_name("query", "getTranscript"): _m(
+        ByUuid,
+        lambda ph, p: ph.query.get_transcript(p.uuid),
+        "a whole conversation: messages, tool calls, timeline",
+    ),
+    method_name("command", "startConversation"): _m(
+        StartConversation,
+        lambda ph, p: ph.command.start_conversation(
+            p.agent, p.action, memory_id=p.memory_id, audit=p.audit
+        ),
+        "a new conversation (status NS)",
+    ),
+    method_name("command", "sendMessage"): _m(
+        SendMessage,
+        lambda ph, p: ph.command.send_message(
+            p.uuid, p.text, input_data=p.input_data, runtime_config=p.runtime_config
+        ),
+        "run one turn; the turn's result",
+    ),
+    method_name("command", "sendMessageWithAttachments"): _m(
+        SendMessageWithAttachments,
+        lambda ph, p: ph.command.send_message_with_attachments(
+            p.uuid,
+            p.text,
+            [a.to_input() for a in p.attachments],
+            input_data=p.input_data,
+            runtime_config=p.runtime_config,
+        ),
+        "run one turn with files; the turn's result",
+    ),
+    method_name("command", "checkMessage"): _m(
+        CheckMessage, _check, "check a message would be accepted, writing nothing"
+    ),
+    method_name("command", "submitAnswers"): _m(
+        SubmitAnswers,
+        lambda ph, p: ph.command.submit_answers(p.uuid, p.answers),
+        "answer pending questions and continue the turn",
+    ),
+    method_name("command", "submitToolResult"): _m(
+        SubmitToolResult,
+        lambda ph, p: ph.command.submit_tool_result(p.uuid, p.tool_call_id, p.result),
+        "give a custom tool's result and continue the turn",
+    ),
+    method_name("command", "expireWaiting"): _m(
+        NoParams, _expire, "terminate conversations whose questions expired"
+    ),
+    method_name("command", "cancel"): _m(ByUuid, _cancel, "cancel a conversation"),
+}
+"""Every method, by name."""
