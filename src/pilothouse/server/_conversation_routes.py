@@ -223,6 +223,9 @@ class TurnStreamResponse(Response):
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             media_type=self.media_type,
         )
+        # Response() declares "content-length: 0" for its empty body; a
+        # stream has no length (chunked), so the header must go.
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
         self._events = events
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
