@@ -235,9 +235,9 @@ def create_app(
 
     Args:
         settings: deployment settings; read from the environment when omitted.
-        state: shared state to serve; the app creates (and closes) its own
-            when omitted. A passed state is drained on shutdown but closed by
-            its owner.
+        state: shared state to serve; the app creates its own when omitted.
+            Either way the lifespan opens it, and on shutdown drains its
+            running turns and closes it (closing twice is harmless).
         server: HTTP service settings for a state the app creates.
 
     Returns:
@@ -247,7 +247,6 @@ def create_app(
     from pilothouse.server._conversation_routes import router as conversation_router
     from pilothouse.server._health import router as health_router
 
-    owns_state = state is None
     if state is None:
         state = ServerState(settings if settings is not None else Settings(), server=server)
     served = state
@@ -261,8 +260,7 @@ def create_app(
             # Turns still running get the grace period, then are cancelled
             # and recorded TE, before the database closes under them.
             await served.drain()
-            if owns_state:
-                await served.aclose()
+            await served.aclose()
 
     app = FastAPI(
         title="pilothouse",
