@@ -65,7 +65,12 @@ from pilothouse.runtime._request import feedback, grammar_output, request_parame
 from pilothouse.runtime._telemetry import Telemetry
 from pilothouse.runtime._toolexec import Authorizer, ToolExecutor
 from pilothouse.runtime._toolset import ToolSet, ToolSource, offered_tools
-from pilothouse.runtime._toolstep import StepOutcome, normalized_response, run_tool_step
+from pilothouse.runtime._toolstep import (
+    StepOutcome,
+    normalized_response,
+    results_as_text,
+    run_tool_step,
+)
 from pilothouse.store import Conversation, ConversationQueries, Database
 from pilothouse.store._base import utcnow
 from pilothouse.store._writer import (
@@ -479,9 +484,14 @@ class Runner:
         )
         output_attempts = repair_attempts = compiled.retry_count
         steps = 0
+        force_text = False
         while True:
             toolset = await self._toolset(turn)
-            params, wrapped_list = request_parameters(compiled, toolset.definitions())
+            # Offering no tools (rather than tool_choice "none", which small
+            # local models read as a cue to write calls as text) makes the
+            # model answer from the results it has.
+            offered = [] if force_text else toolset.definitions()
+            params, wrapped_list = request_parameters(compiled, offered)
             call_settings = settings
             if compiled.output_schema is not None and spec.provider.kind is ProviderKind.LOCAL:
                 call_settings, wrapped_list = (
@@ -546,7 +556,18 @@ class Runner:
                 step.batch.usage = turn.usage_increments()
                 self._log_events(turn, step.batch.events)
                 await self._writer.write(turn.handle, step.batch)
-                messages = [*messages, response, step.request]
+                if spec.provider.kind is ProviderKind.LOCAL:
+                    # Small local models call the same tool again instead of
+                    # reading its result; one tool round, then the results as
+                    # plain text, is what they answer well from (measured with
+                    # SmolLM2: docs/local-model.md).
+                    messages = [*messages, results_as_text(step.request)]
+                    force_text = True
+                else:
+                    messages = [*messages, response, step.request]
+                    # A model asking again for results it already has is
+                    # stuck: the next request lets it answer only in text.
+                    force_text = step.only_repeats
                 continue
             if compiled.output_schema is None:
                 return await self._record_answer(turn, response, parsed, parsed.text)

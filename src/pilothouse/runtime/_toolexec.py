@@ -116,6 +116,7 @@ class Execution:
     error_code: str | None = None
     ms: float = 0.0
     overrides: list[dict[str, Any]] = field(default_factory=lambda: [])
+    repeated: bool = False
 
 
 @dataclass
@@ -135,6 +136,10 @@ class ToolExecutor:
     timeout: float = 30.0
     concurrency: int = 4
     telemetry: Telemetry = field(default_factory=Telemetry)
+    # Successful results of this turn by (tool, arguments): a model that asks
+    # again for what it already has gets the same answer without a second
+    # execution (no repeated side effects), and the loop then asks for text.
+    _done: dict[str, Execution] = field(default_factory=lambda: {})
 
     async def run(
         self,
@@ -149,9 +154,19 @@ class ToolExecutor:
         limiter = anyio.CapacityLimiter(max(1, self.concurrency))
 
         async def one(index: int, call: RepairedCall, tool: ExecutableTool) -> None:
+            key = _call_key(call)
+            earlier = self._done.get(key)
+            if earlier is not None:
+                results[index] = Execution(
+                    call, earlier.status, earlier.content, earlier.error_code, 0.0, repeated=True
+                )
+                return
             async with limiter:
                 timeout = (timeouts or {}).get(call.name, self.timeout)
-                results[index] = await self._one(call, tool, tenant, conversation_uuid, timeout)
+                result = await self._one(call, tool, tenant, conversation_uuid, timeout)
+                results[index] = result
+                if result.status is ToolCallStatus.SUCCEEDED:
+                    self._done[key] = result
 
         async with anyio.create_task_group() as group:
             for index, (call, tool) in enumerate(calls):
@@ -218,6 +233,10 @@ class ToolExecutor:
         status = ToolCallStatus.FAILED if result.is_error else ToolCallStatus.SUCCEEDED
         code = (result.error_code or "tool.exec.error") if result.is_error else None
         return Execution(call, status, result.content, code, _ms(started), applied)
+
+
+def _call_key(call: RepairedCall) -> str:
+    return call.name + ":" + json.dumps(call.arguments, sort_keys=True, default=str)
 
 
 def _ms(started: float) -> float:

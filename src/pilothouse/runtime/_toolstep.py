@@ -10,7 +10,13 @@ the caller.
 
 from __future__ import annotations
 
-__all__ = ["StepOutcome", "answers_reply", "normalized_response", "run_tool_step"]
+__all__ = [
+    "StepOutcome",
+    "answers_reply",
+    "normalized_response",
+    "results_as_text",
+    "run_tool_step",
+]
 
 import json
 from collections.abc import Sequence
@@ -25,6 +31,7 @@ from pydantic_ai.messages import (
     TextPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 
 from pilothouse.catalog._enums import MessageRole, TimelineKind, ToolCallStatus
@@ -45,6 +52,7 @@ class StepOutcome:
         questions: the questions asked, when the turn pauses for answers.
         returned: calls handed to the caller, when the turn ends with them.
         activated: skill codes activated in this step.
+        only_repeats: every call asked again for a result the turn already had.
     """
 
     batch: TurnBatch
@@ -52,6 +60,7 @@ class StepOutcome:
     questions: list[dict[str, Any]] | None = None
     returned: list[dict[str, Any]] | None = None
     activated: list[str] = field(default_factory=lambda: [])
+    only_repeats: bool = False
 
 
 def normalized_response(
@@ -142,6 +151,11 @@ async def run_tool_step(
     )
     returns: list[ModelRequestPart] = []
     outcome = StepOutcome(batch=batch)
+    outcome.only_repeats = (
+        bool(executions)
+        and len(executions) == len(calls)
+        and all(e.repeated for e in executions.values())
+    )
     asked: list[dict[str, Any]] = []
     returned: list[dict[str, Any]] = []
     for call in calls:
@@ -228,6 +242,7 @@ def _record_execution(
                 "status": execution.status.value,
                 "error_code": execution.error_code,
                 "ms": execution.ms,
+                **({"repeated": True} if execution.repeated else {}),
                 **({"overrides": execution.overrides} if execution.overrides else {}),
                 **repairs,
             },
@@ -257,3 +272,14 @@ def answers_reply(questions: Sequence[dict[str, Any]], answers: dict[str, str]) 
         },
         ensure_ascii=False,
     )
+
+
+def results_as_text(request: ModelRequest) -> ModelRequest:
+    """The tool results of a step as one user message, for models that read text best."""
+    lines = [
+        f"The {part.tool_name} tool returned: {part.model_response_str()}"
+        for part in request.parts
+        if isinstance(part, ToolReturnPart)
+    ]
+    lines.append("Answer my question using this result.")
+    return ModelRequest(parts=[UserPromptPart("\n".join(lines))])
