@@ -46,8 +46,9 @@ from pilothouse.server._deps import (
     ProblemError,
     State,
 )
+from pilothouse.server._problems import PROBLEM_RESPONSES
 
-router = APIRouter(prefix="/v1/catalog", tags=["catalog"])
+router = APIRouter(prefix="/v1/catalog", tags=["catalog"], responses=PROBLEM_RESPONSES)
 
 KindName = Literal[
     "providers",
@@ -144,11 +145,12 @@ async def list_entities(
 ) -> dict[str, list[dict[str, Any]]]:
     """Return ``{"items": [...]}``, sorted by business key."""
     catalog_kind = _kind(kind)
+    # Rendered inside the session: a spec reads relationships lazily.
     async with state.database.sessions() as session:
         rows = await CatalogRepository(session, principal.tenant).list(catalog_kind)
-    if active is not None:
-        rows = [row for row in rows if row.active is active]
-    return {"items": [_entity(catalog_kind, row) for row in rows]}
+        if active is not None:
+            rows = [row for row in rows if row.active is active]
+        return {"items": [_entity(catalog_kind, row) for row in rows]}
 
 
 @router.post("/{kind}", status_code=201, summary="Create an entity (admin)")

@@ -46,7 +46,7 @@ from pilothouse.runtime import (
     TurnRetry,
 )
 from pilothouse.server._deps import Facade
-from pilothouse.server._problems import problem_body
+from pilothouse.server._problems import PROBLEM_RESPONSES, problem_body
 from pilothouse.store import ConversationInfo, ConversationView
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
+router = APIRouter(prefix="/v1/conversations", tags=["conversations"], responses=PROBLEM_RESPONSES)
 
 
 class _Body(BaseModel):

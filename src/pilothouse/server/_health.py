@@ -19,10 +19,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from pilothouse.server._deps import State, principal_from_request
+from pilothouse.server._problems import problem_responses
 
 logger = logging.getLogger(__name__)
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], responses=problem_responses(401, 405, 429, 500))
 
 
 @router.get("/healthz", summary="Liveness: the process answers")

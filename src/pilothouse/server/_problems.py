@@ -8,7 +8,14 @@ middlewares (which run outside FastAPI's exception handling) can use it too.
 
 from __future__ import annotations
 
-__all__ = ["PROBLEM_MEDIA_TYPE", "ProblemError", "problem", "problem_body"]
+__all__ = [
+    "PROBLEM_MEDIA_TYPE",
+    "PROBLEM_RESPONSES",
+    "ProblemError",
+    "problem",
+    "problem_body",
+    "problem_responses",
+]
 
 import json
 from collections.abc import Mapping, Sequence
@@ -20,11 +27,44 @@ from starlette.responses import JSONResponse
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
 
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "errors": {
+            "type": "array",
+            "items": {"type": "object", "additionalProperties": True},
+            "description": "One entry per broken rule: field and rule (and loc/msg/type "
+            "for request validation; entity and code for catalog validation).",
+        },
+    },
+}
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """Return OpenAPI ``responses`` documenting problem documents for ``statuses``."""
+    return {
+        status: {
+            "description": _title(status),
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": PROBLEM_SCHEMA}},
+        }
+        for status in statuses
+    }
+
+
 def _title(status: int) -> str:
     try:
         return HTTPStatus(status).phrase
     except ValueError:
         return "Error"
+
+
+PROBLEM_RESPONSES = problem_responses(400, 401, 403, 404, 405, 409, 413, 422, 428, 429, 500)
+"""The problems any authenticated route may answer, for ``APIRouter(responses=...)``."""
 
 
 def problem_body(
@@ -68,7 +108,7 @@ def problem(
         errors: one entry per broken rule (``field``/``loc`` and ``rule``/``msg``).
         headers: extra response headers (``Retry-After``, ``Allow``).
     """
-    return JSONResponse(
+    return ProblemResponse(
         problem_body(status, title, detail, errors=errors),
         status_code=status,
         headers=dict(headers) if headers else None,
@@ -76,9 +116,22 @@ def problem(
     )
 
 
+class ProblemResponse(JSONResponse):
+    """A JSON response that always encodes, whatever the client sent.
+
+    A detail may quote the client's input, and JSON input may carry lone
+    surrogates (such as an escaped U+D800) that UTF-8 cannot encode; ASCII-escaped JSON
+    encodes them, so a bad request never turns into a 500.
+    """
+
+    def render(self, content: Any) -> bytes:
+        """Encode ``content`` as ASCII-escaped JSON."""
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def problem_bytes(status: int, title: str | None, detail: str) -> bytes:
     """Return a problem document encoded, for raw ASGI middlewares."""
-    return json.dumps(problem_body(status, title, detail)).encode()
+    return json.dumps(problem_body(status, title, detail), ensure_ascii=True).encode("ascii")
 
 
 class ProblemError(Exception):
