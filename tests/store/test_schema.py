@@ -12,7 +12,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_schema_is_created_at_head_on_first_use(database: Database) -> None:
     assert await database.schema_is_current()
-    assert head_revision() == "0002"
+    assert head_revision() == "0003"
 
 
 async def test_ensure_schema_twice_is_a_no_op(database: Database) -> None:

@@ -457,6 +457,8 @@ class Action(CatalogEntity):
     """Record the audit timeline: None follows the deployment default."""
     question_timeout: Mapped[int] = mapped_column(Integer, default=300)
     """Seconds a conversation may wait for answers before it ends ``TE``."""
+    ask_user: Mapped[bool] = mapped_column(Boolean, default=True)
+    """Offer the built-in AskUserQuestion tool in this action's conversations."""
 
     type: Mapped[ActionType | None] = relationship(lazy="joined")
     model: Mapped[Model] = relationship(lazy="joined")

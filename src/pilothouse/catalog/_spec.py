@@ -441,6 +441,7 @@ class ActionSpec(CatalogSpec):
     prompt: str
     audit: bool | None = None
     question_timeout: int = Field(default=300, ge=1, le=30 * 24 * 3600)
+    ask_user: bool = True
     schemas: ActionSchemasSpec = Field(default_factory=ActionSchemasSpec)
     skills: list[str] = Field(default_factory=list[str])
     tools: list[str] = Field(default_factory=list[str])

@@ -80,6 +80,7 @@ class CompiledAction:
         mcp_lookup: MCP clients by name, for catalog tools of kind mcp.
         question_timeout: seconds to wait for answers before ending ``TE``.
         advisors: the action's advisors around each model call.
+        ask_user: offer the built-in AskUserQuestion tool.
     """
 
     revision: int
@@ -103,6 +104,7 @@ class CompiledAction:
     mcp_lookup: Mapping[str, McpClient] = field(default_factory=lambda: {})
     question_timeout: int = 300
     advisors: AdvisorChain = field(default_factory=lambda: AdvisorChain(()))
+    ask_user: bool = True
 
     def system_prompt(
         self,
@@ -301,6 +303,7 @@ class ActionCompiler:
             mcp_clients=tuple(clients),
             mcp_lookup=mcp_lookup,
             question_timeout=action.question_timeout,
+            ask_user=action.ask_user,
             advisors=AdvisorChain(
                 [
                     resolve_advisor(link.advisor, link.order, redis_factory=self._redis)

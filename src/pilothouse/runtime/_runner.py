@@ -498,7 +498,7 @@ class Runner:
                     grammar_output(settings, compiled),
                     compiled.is_list_output,
                 )
-            turn.offers_tools = bool(toolset.executable or toolset.returned)
+            turn.offers_tools = bool(offered)
             try:
                 response = await self._caller.call(
                     turn, model, messages, call_settings, params, options, self._tenant

@@ -262,6 +262,7 @@ async def build_toolset(
     active_skills: set[str],
     default_timeout: float,
     mcp_lookup: Mapping[str, McpClient] | None = None,
+    ask_user: bool = True,
 ) -> ToolSet:
     """Resolve what a step offers: direct tools, active skills' tools, builtins."""
     toolset = ToolSet()
@@ -298,7 +299,8 @@ async def build_toolset(
                 toolset.add(executable.definition, tool=executable)
     if skills:
         toolset.add_builtin(use_skill_definition(skills))
-    toolset.add_builtin(ASK_USER_DEFINITION)
+    if ask_user:
+        toolset.add_builtin(ASK_USER_DEFINITION)
     return toolset
 
 
@@ -336,7 +338,8 @@ async def offered_tools(
         toolset = ToolSet()
         if compiled.skills:
             toolset.add_builtin(use_skill_definition(compiled.skills))
-        toolset.add_builtin(ASK_USER_DEFINITION)
+        if compiled.ask_user:
+            toolset.add_builtin(ASK_USER_DEFINITION)
     else:
         toolset = await build_toolset(
             source,
@@ -346,6 +349,7 @@ async def offered_tools(
             active_skills=active_skills,
             default_timeout=default_timeout,
             mcp_lookup=compiled.mcp_lookup,
+            ask_user=compiled.ask_user,
         )
     for name, description, schema in compiled.tools:
         toolset.add(ToolDefinition(name, description, schema))
