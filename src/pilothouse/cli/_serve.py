@@ -16,11 +16,17 @@ from __future__ import annotations
 __all__ = ["serve"]
 
 import os
+import signal
+from types import FrameType
 from typing import Annotated
 
 import typer
 
 from pilothouse.cli._context import CliState, fail
+
+
+def _stopped(_signum: int, _frame: FrameType | None) -> None:
+    """Accept the re-raised SIGTERM after a graceful shutdown (exit code 0)."""
 
 
 def serve(
@@ -52,6 +58,11 @@ def serve(
     os.environ["PILOTHOUSE_SERVER_HOST"] = host
     os.environ["PILOTHOUSE_SERVER_PORT"] = str(port)
     os.environ["PILOTHOUSE_SERVER_SHUTDOWN_GRACE_SECONDS"] = str(grace)
+    # uvicorn re-raises the signal that stopped it once it has shut down
+    # gracefully, for the handler that was there before; this one makes a
+    # SIGTERM-requested, completed shutdown exit with code 0, as service
+    # managers expect, instead of dying by the signal.
+    signal.signal(signal.SIGTERM, _stopped)
     uvicorn.run(
         "pilothouse.server:app_from_environment",
         factory=True,
