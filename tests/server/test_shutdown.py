@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import anyio
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from pilothouse.catalog import ProcessStatus
+from pilothouse.server._state import ServerState
+from pilothouse.settings import Settings
+from pilothouse.testing import Reply, ScriptedModel
+
+pytestmark = pytest.mark.anyio
+
+
+async def _slow(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    # Far longer than the grace period drain() is given.
+    await anyio.sleep(30)
+    return ModelResponse(parts=[TextPart("too late")])
+
+
+async def test_drain_cancels_running_turns_and_records_te(server_settings: Settings) -> None:
+    state = ServerState(server_settings, model=FunctionModel(_slow))
+    try:
+        ph = state.facade("default")
+        conversation = await ph.command.start_conversation(None, "ECHO")
+        async with anyio.create_task_group() as group:
+            group.start_soon(ph.command.send_message, conversation.uuid, "go")
+            with anyio.fail_after(5):
+                while not state.running_turns:
+                    await anyio.sleep(0.01)
+            with anyio.fail_after(10):
+                await state.drain(grace=0.2)
+        assert state.running_turns == []
+        stored = await ph.query.get_conversation(conversation.uuid)
+        assert stored.status is ProcessStatus.TERMINATED
+    finally:
+        await state.aclose()
+
+
+async def test_drain_lets_short_turns_finish(
+    server_state: ServerState, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.append(Reply("quick answer", chunk_delay=0.05))
+    ph = server_state.facade("default")
+    conversation = await ph.command.start_conversation(None, "ECHO")
+    async with anyio.create_task_group() as group:
+        group.start_soon(ph.command.send_message, conversation.uuid, "go")
+        with anyio.fail_after(5):
+            while not server_state.running_turns:
+                await anyio.sleep(0.01)
+        await server_state.drain(grace=5)
+    stored = await ph.query.get_conversation(conversation.uuid)
+    assert stored.status is ProcessStatus.COMPLETED
