@@ -63,6 +63,8 @@ if TYPE_CHECKING:
     from pilothouse.providers import ModelFactory
     from pilothouse.providers._local import LocalModelServers
     from pilothouse.runtime import EventHub, Runner, TurnEvent, TurnResult
+    from pilothouse.runtime._toolexec import Authorizer
+    from pilothouse.tools import ToolRegistry
 
 E = TypeVar("E", bound=CatalogEntity)
 
@@ -462,6 +464,11 @@ class Pilothouse:
         database: an open database to share; when given, :meth:`aclose`
             leaves it open for its owner. Otherwise one is opened from
             ``settings.database_url`` and closed by :meth:`aclose`.
+        model: a model used for every call instead of the catalog's (tests).
+        local_servers: llama.cpp servers to share; started on demand otherwise.
+        authorizer: asked before every tool execution; ``authorized`` tools
+            never run without its yes.
+        tools: a tool registry holding Python tools registered in code.
 
     Attributes:
         query: reads (catalog and conversations).
@@ -476,10 +483,13 @@ class Pilothouse:
         database: Database | None = None,
         model: Model | None = None,
         local_servers: LocalModelServers | None = None,
+        authorizer: Authorizer | None = None,
+        tools: ToolRegistry | None = None,
     ) -> None:
         from pilothouse.providers import ModelFactory, SecretResolver
         from pilothouse.providers._local import LocalModelServers
         from pilothouse.runtime import ActionCompiler, EventHub, Runner
+        from pilothouse.runtime._toolset import CatalogToolSource
 
         self.settings = settings if settings is not None else Settings()
         self.tenant = tenant or self.settings.tenant
@@ -498,6 +508,8 @@ class Pilothouse:
             compiler=ActionCompiler(self.database, secrets),
             hub=self.events,
             model_override=model,
+            authorizer=authorizer,
+            tool_source=CatalogToolSource(secrets, registry=tools) if tools is not None else None,
         )
         self.query = QueryApi(self.database, self.tenant, self.settings)
         self.command = CommandApi(self.database, self.tenant, self.settings, self.runner)
