@@ -34,8 +34,8 @@ DOCUMENT = (
 
 
 # A skill-free action and an agent for it. The examples' SUMBRAND offers its
-# skills as tools, and the 135M model calls them in a loop (see the report in
-# docs/openai-compatible.md); this test is about the client and the wire.
+# skills as tools, and the 135M model calls them until the runtime's round
+# limit fails the turn; this test is about the client and the wire.
 EXTRA_CATALOG = """\
 actions:
   - code: BRIEF
