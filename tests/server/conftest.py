@@ -39,11 +39,25 @@ from pilothouse.testing import ScriptedModel
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "catalog"
 # A plain action beside the examples: no skills, no placeholders besides the
 # message, so route tests exercise the service rather than prompt assembly.
+# Its model is not the local one: llama.cpp cannot stream while tools are
+# offered, so the runtime does not stream local models; the scripted model
+# replaces this one anyway and streams.
 ECHO_ACTION = """
+providers:
+  - code: SCRIPTED
+    kind: openai
+    base_url: http://127.0.0.1:9/v1
+models:
+  - code: SCRIPTEDM
+    provider: SCRIPTED
+    model_name: scripted
+    capabilities: [FC, SR]
+    input_price: 0
+    output_price: 0
 actions:
   - code: ECHO
     name: Echo
-    model: SMOLLM2
+    model: SCRIPTEDM
     configuration: DEFAULT
     prompt: "Answer the user: {input}"
 """

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import anyio
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
@@ -19,8 +21,14 @@ async def _slow(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return ModelResponse(parts=[TextPart("too late")])
 
 
+async def _slow_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    yield "too "
+    await anyio.sleep(30)
+    yield "late"
+
+
 async def test_drain_cancels_running_turns_and_records_te(server_settings: Settings) -> None:
-    state = ServerState(server_settings, model=FunctionModel(_slow))
+    state = ServerState(server_settings, model=FunctionModel(_slow, stream_function=_slow_stream))
     try:
         ph = state.facade("default")
         conversation = await ph.command.start_conversation(None, "ECHO")
