@@ -28,7 +28,21 @@ def auth(key: str) -> dict[str, str]:
 
 # A skill-free action and an agent for it, beside the examples: these tests
 # are about the wire format, not about prompt assembly of the examples.
+# CHAT's model is not the local one: the runtime does not stream local models
+# (llama.cpp cannot stream while tools are offered); the scripted model
+# replaces it anyway, and streams.
 EXTRA = """
+providers:
+  - code: OAITEST
+    kind: openai
+    base_url: http://127.0.0.1:9/v1
+models:
+  - code: OAITESTM
+    provider: OAITEST
+    model_name: scripted
+    capabilities: [FC, SR]
+    input_price: 0
+    output_price: 0
 tools:
   - code: LOOKUP
     name: lookup
@@ -42,11 +56,16 @@ actions:
   - code: CHAT
     name: Chat about a document
     goal_description: Answers questions about a document.
-    model: SMOLLM2
+    model: OAITESTM
     configuration: DEFAULT
     memory_strategy: WINDOW20
-    tools: [LOOKUP]
     prompt: "Answer about this document:\\n{document}"
+  - code: CHATTOOL
+    name: Chat with a caller-answered tool
+    model: SMOLLM2
+    configuration: DEFAULT
+    tools: [LOOKUP]
+    prompt: Look things up when asked.
 agents:
   - code: HELPER
     name: Helper
@@ -205,6 +224,8 @@ async def test_streaming_chunks_and_usage(oai: Any, scripted: ScriptedModel) -> 
     chunks = [c async for c in stream]
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "alpha beta gamma"
+    # Real deltas, not the whole answer at the end.
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) == 3
     assert chunks[0].choices[0].delta.role == "assistant"
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finishes[-1] == "stop"
@@ -237,11 +258,12 @@ async def test_tool_calls_finish_with_tool_calls(
     scripted.script.steps.append(ToolCall("lookup", {"q": "acme"}, call_id="c1"))
     response = await client.post(
         "/v1/chat/completions",
-        json={"model": "CHAT", "messages": [{"role": "user", "content": "x"}]},
+        json={"model": "CHATTOOL", "messages": [{"role": "user", "content": "x"}]},
         headers=auth(api_key),
     )
     choice = response.json()["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["content"] is None
     assert choice["message"]["tool_calls"] == [
         {
             "id": "c1",
@@ -249,6 +271,20 @@ async def test_tool_calls_finish_with_tool_calls(
             "function": {"name": "lookup", "arguments": '{"q": "acme"}'},
         }
     ]
+
+
+async def test_streamed_tool_calls_come_before_the_finish(
+    oai: Any, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.append(ToolCall("lookup", {"q": "acme"}, call_id="c1"))
+    stream = await oai.chat.completions.create(
+        model="action:CHATTOOL", messages=[{"role": "user", "content": "x"}], stream=True
+    )
+    chunks = [c async for c in stream]
+    calls = [c.choices[0].delta.tool_calls for c in chunks if c.choices[0].delta.tool_calls]
+    assert len(calls) == 1
+    assert (calls[0][0].index, calls[0][0].id, calls[0][0].function.name) == (0, "c1", "lookup")
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
 async def test_bad_key_is_an_authentication_error(app: FastAPI, client: httpx.AsyncClient) -> None:
