@@ -29,7 +29,7 @@ configurations = st.builds(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.lists(configurations, max_size=4, unique_by=lambda c: c.code))
 def test_configurations_round_trip_through_yaml(specs: list[ConfigurationSpec]) -> None:
     kind = KINDS["configurations"]
@@ -40,3 +40,14 @@ def test_configurations_round_trip_through_yaml(specs: list[ConfigurationSpec]) 
         parsed, issues = validate_paths([path])
     assert issues == []
     assert [e.spec for e in parsed.entries.get("configurations", [])] == specs
+
+
+def test_strings_starting_with_yaml_indicators_stay_strings(tmp_path: Path) -> None:
+    """Regression: '?0' in a flow sequence was written plain and read back as a key."""
+    kind = KINDS["configurations"]
+    spec = ConfigurationSpec(code="Q", max_tokens=1, stop=["?0", ": x", "- a", "#c"])
+    path = tmp_path / "c.yaml"
+    path.write_text(dump_yaml({"configurations": [spec_document(kind, spec)]}), encoding="utf-8")
+    parsed, issues = validate_paths([path])
+    assert issues == []
+    assert parsed.entries["configurations"][0].spec == spec

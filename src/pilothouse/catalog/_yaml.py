@@ -22,7 +22,11 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarString
+from ruamel.yaml.scalarstring import (
+    DoubleQuotedScalarString,
+    LiteralScalarString,
+    SingleQuotedScalarString,
+)
 
 from pilothouse.errors import ValidationIssue
 
@@ -166,6 +170,9 @@ def _is_flow_scalar(value: Any) -> bool:
     return isinstance(value, str) and value.isprintable() and 0 < len(value) <= 40
 
 
+_INDICATORS = frozenset("?:-,[]{}#&*!|>'\"%@`")
+
+
 def _yaml_value(value: Any) -> Any:
     if isinstance(value, dict):
         mapping = CommentedMap()
@@ -188,6 +195,10 @@ def _yaml_value(value: Any) -> Any:
         # Double quotes escape line separators and control characters that
         # a plain scalar would carry raw (and a reader would then fold).
         return DoubleQuotedScalarString(value)
+    if isinstance(value, str) and value[:1] in _INDICATORS:
+        # ruamel leaves "?0" or ": x" plain inside flow sequences, where they
+        # read back as mapping keys; quoting keeps them strings.
+        return SingleQuotedScalarString(value)
     return value
 
 
