@@ -56,5 +56,14 @@ demo: install
 	@echo ">>> recorded conversations"
 	$(DEMO) conversations list
 
+# The embedded default as a service: SQLite, the local model, the example catalog.
+SERVE := $(BIN)/pilothouse --database-url sqlite+aiosqlite:///.pilothouse/serve.db
+
+serve: install
+	$(SERVE) catalog import examples/catalog
+	@echo ">>> an admin API key for tenant 'default' (shown once):"
+	$(SERVE) keys create --tenant default --name make-serve --admin
+	$(SERVE) serve --host 127.0.0.1 --port 8000
+
 clean:
 	rm -rf $(VENV) .pilothouse .pytest_cache .ruff_cache

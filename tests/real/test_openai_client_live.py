@@ -45,6 +45,7 @@ actions:
     configuration: DEFAULT
     persona: EDITOR
     prompt: "Summarize this text in one sentence:\\n{document}"
+    ask_user: false
 agents:
   - code: BRIEFER
     name: Briefer

@@ -83,16 +83,19 @@ actions:
     configuration: SHORT
     memory_strategy: WINDOW3
     prompt: Answer the user in one short sentence.
+    ask_user: false
   - code: RAMBLE
     name: A long answer
     model: SMOLLM2
     configuration: DEFAULT
     prompt: Write a very long, detailed story. Never stop early.
+    ask_user: false
   - code: UNREACHABLE
     name: Ask a provider that is down
     model: DOWNMODEL
     configuration: ONERETRY
     prompt: Say hello.
+    ask_user: false
 """
 
 

@@ -60,14 +60,7 @@ def is_service(path: str) -> bool:
     "group",
     [
         "service",
-        pytest.param(
-            "protocols",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the protocol routers do not document their 400/404 answers yet "
-                "(pilothouse.server._problems.problem_responses does it)",
-            ),
-        ),
+        "protocols",
     ],
 )
 def test_openapi_conformance(tmp_path: Path, template_database: Path, group: str) -> None:

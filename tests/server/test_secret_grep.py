@@ -178,11 +178,6 @@ async def test_no_secret_in_any_response_or_log(
     assert_absent([PROVIDER_KEY, CLIENT_HEADER_SECRET, api_key], outputs, logs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="providers/_errors.py masks the provider's api_key but not @secrets values of "
-    "provider headers, so a vendor error quoting the header reaches the turn's error detail",
-)
 async def test_no_provider_header_secret_in_any_response_or_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

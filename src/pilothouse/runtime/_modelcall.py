@@ -23,7 +23,7 @@ from pydantic_ai.models import Model, ModelRequestParameters
 
 from pilothouse.catalog._enums import ModelCapability, ProviderKind, TimelineKind
 from pilothouse.memory import counter_for
-from pilothouse.providers import redact, translate_error
+from pilothouse.providers import ModelSpec, redact, translate_error
 from pilothouse.runtime._advisors import AdvisedCall
 from pilothouse.runtime._compile import CompiledAction
 from pilothouse.runtime._config import RuntimeConfig
@@ -93,6 +93,14 @@ class TurnState:
         self.input_tokens = self.output_tokens = self.cached_tokens = self.reasoning_tokens = 0
         self.cost = Decimal(0)
         return increments
+
+
+def secret_values(spec: ModelSpec) -> tuple[str, ...]:
+    """The provider's resolved secrets: its key and every header value."""
+    provider = spec.provider
+    values = [provider.api_key or "", *provider.headers.values()]
+    # Very short values would mask ordinary words; keys are never that short.
+    return tuple(v for v in values if len(v) >= 6)
 
 
 def options_for_audit(options: Any) -> dict[str, Any]:
@@ -217,7 +225,9 @@ class ModelCaller:
                         response.usage.output_tokens,
                     )
             except Exception as exc:
-                error = translate_error(exc)
+                # The resolved key and header values are masked wherever a
+                # vendor's message quotes them back.
+                error = translate_error(exc, secrets=secret_values(spec))
                 if error is None:
                     raise
                 elapsed = round((time.perf_counter() - started) * 1000, 1)
@@ -227,7 +237,7 @@ class ModelCaller:
                         {
                             "attempt": attempt,
                             "error": type(error).__name__,
-                            "detail": redact(str(error)),
+                            "detail": redact(str(error), secret_values(spec)),
                             "ms": elapsed,
                         },
                     )

@@ -59,7 +59,7 @@ from pilothouse.runtime._events import (
     TurnFinished,
     TurnResult,
 )
-from pilothouse.runtime._modelcall import ModelCaller, TurnState
+from pilothouse.runtime._modelcall import ModelCaller, TurnState, secret_values
 from pilothouse.runtime._repair import repair_calls
 from pilothouse.runtime._request import feedback, grammar_output, request_parameters
 from pilothouse.runtime._telemetry import Telemetry
@@ -733,7 +733,7 @@ class Runner:
         )
 
     async def _record_failed(self, turn: TurnState, detail: str) -> TurnResult:
-        detail = redact(detail)
+        detail = redact(detail, secret_values(turn.compiled.model))
         batch = TurnBatch(
             events=[NewEvent(TimelineKind.ERROR, {"detail": detail})],
             changes={"error_detail": detail},

@@ -59,7 +59,7 @@ from pilothouse.providers._options import ReasoningEffort, ReasoningSummary
 from pilothouse.runtime import CompiledAction, TurnResult
 from pilothouse.server._deps import Facade
 from pilothouse.server._openai_models import inline_schema
-from pilothouse.server._problems import ProblemError
+from pilothouse.server._problems import ProblemError, problem_responses
 from pilothouse.server._replay import append_messages
 from pilothouse.store import Conversation
 from pilothouse.store._writer import STARTABLE, ConversationWriter, NewMessage
@@ -380,6 +380,7 @@ def _response(result: TurnResult, memory_id: str, warnings: list[str]) -> dict[s
 @router.post(
     "/v1/invoke",
     summary="Run an ad-hoc agent in one call (workflow-engine connector)",
+    responses=problem_responses(400, 401, 404, 409, 413, 422, 429, 502),
     openapi_extra={
         "requestBody": {
             "required": True,

@@ -53,7 +53,7 @@ from pilothouse.errors import (
 )
 from pilothouse.server._deps import Facade
 from pilothouse.server._jsonrpc_methods import METHODS, to_json
-from pilothouse.server._problems import problem_body
+from pilothouse.server._problems import problem_body, problem_responses
 
 logger = logging.getLogger(__name__)
 
@@ -224,6 +224,10 @@ def _is_legacy(body: dict[str, Any]) -> bool:
 @router.post(
     "/jsonrpc",
     summary="JSON-RPC 2.0 (single, batch, notifications) and the legacy envelope",
+    responses={
+        204: {"description": "Only notifications: nothing to answer"},
+        **problem_responses(401, 413, 429),
+    },
     openapi_extra={
         "requestBody": {
             "required": True,

@@ -249,9 +249,40 @@ _REQUEST_BODY: dict[str, Any] = {
 }
 
 
+# Errors in OpenAI's own shape, so the official client maps them to its
+# exception classes; documented so the OpenAPI contract holds for them too.
+_OPENAI_ERROR = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+            "required": ["message", "type"],
+        }
+    },
+    "required": ["error"],
+}
+
+
+def _error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {
+        status: {
+            "description": "An error in OpenAI's shape",
+            "content": {"application/json": {"schema": _OPENAI_ERROR}},
+        }
+        for status in statuses
+    }
+
+
 @router.post(
     "/v1/chat/completions",
     openapi_extra=_REQUEST_BODY,
+    responses=_error_responses(400, 401, 404, 409, 413, 429, 502),
     summary="Run one turn of an action or agent, OpenAI chat-completions style",
     response_model=None,
 )
@@ -420,7 +451,11 @@ async def _models(ph: Pilothouse) -> list[dict[str, Any]]:
     return entries
 
 
-@router.get("/v1/models", summary="List the actions and agents as OpenAI models")
+@router.get(
+    "/v1/models",
+    summary="List the actions and agents as OpenAI models",
+    responses=_error_responses(401, 429),
+)
 async def list_models(request: Request, state: State) -> Response:
     """List every active action (``action:<CODE>``) and agent (``agent:<CODE>``)."""
     try:
@@ -430,7 +465,11 @@ async def list_models(request: Request, state: State) -> Response:
     return JSONResponse({"object": "list", "data": await _models(ph)})
 
 
-@router.get("/v1/models/{model_id}", summary="Describe one action or agent as an OpenAI model")
+@router.get(
+    "/v1/models/{model_id}",
+    summary="Describe one action or agent as an OpenAI model",
+    responses=_error_responses(401, 404, 429),
+)
 async def retrieve_model(model_id: str, request: Request, state: State) -> Response:
     """Describe one model id (``action:<CODE>``, ``<CODE>`` or ``agent:<CODE>``)."""
     try:
