@@ -278,7 +278,7 @@ class ActionCompiler:
             revision=revision,
             action_code=action.code,
             agent_code=agent.code if agent else None,
-            model=self._model_spec(action.model),
+            model=self.model_spec(action.model),
             options=ModelOptions(
                 temperature=configuration.temperature,
                 max_tokens=configuration.max_tokens,
@@ -313,7 +313,8 @@ class ActionCompiler:
             ),
         )
 
-    def _model_spec(self, model: Model) -> ModelSpec:
+    def model_spec(self, model: Model) -> ModelSpec:
+        """The spec of a catalog model, with its provider's secrets resolved."""
         provider = model.provider
         resolve = self._secrets.resolve
         return ModelSpec(

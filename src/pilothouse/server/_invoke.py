@@ -24,7 +24,6 @@ from __future__ import annotations
 __all__ = ["InvokeRequest", "router"]
 
 import json
-import os
 import uuid as uuid_module
 from typing import Annotated, Any, Literal
 from urllib.parse import urlparse, urlunparse
@@ -54,7 +53,7 @@ from pilothouse.catalog._enums import (
 )
 from pilothouse.catalog._models import DocumentCollection, Model, Tool
 from pilothouse.memory import MemoryPolicy
-from pilothouse.providers import ModelOptions, ModelSpec, ProviderSpec, SecretResolver
+from pilothouse.providers import ModelOptions, ModelSpec, ProviderSpec
 from pilothouse.providers._options import ReasoningEffort, ReasoningSummary
 from pilothouse.runtime import CompiledAction, TurnResult
 from pilothouse.server._deps import Facade
@@ -204,25 +203,8 @@ async def _model_spec(ph: Pilothouse, body: InvokeRequest) -> ModelSpec:
         )
     if body.api_key is not None or body.custom_headers:
         raise _bad_request("apiKey", "apiKey and customHeaders go with baseUrl only")
-    provider = row.provider
-    secrets = SecretResolver(env=dict(os.environ), secrets_file=ph.settings.secrets_file)
-    resolve = secrets.resolve
-    return ModelSpec(
-        code=row.code,
-        provider=ProviderSpec(
-            code=provider.code,
-            kind=provider.kind,
-            base_url=provider.base_url,
-            api_key=resolve(provider.api_key) if provider.api_key else None,
-            headers={str(k): resolve(str(v)) for k, v in provider.headers.items()},
-            settings=dict(provider.settings),
-        ),
-        model_name=row.model_name,
-        capabilities=frozenset(ModelCapability(c) for c in row.capabilities),
-        input_price=row.input_price,
-        output_price=row.output_price,
-        knowledge_cutoff=row.knowledge_cutoff,
-    )
+    # The catalog model's spec, secrets resolved, exactly as actions get it.
+    return ph.runner.compiler.model_spec(row)
 
 
 async def _tools(ph: Pilothouse, codes: list[str]) -> list[Tool]:
