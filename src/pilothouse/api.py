@@ -467,7 +467,8 @@ class Pilothouse:
         model: a model used for every call instead of the catalog's (tests).
         local_servers: llama.cpp servers to share; started on demand otherwise.
         authorizer: asked before every tool execution; ``authorized`` tools
-            never run without its yes.
+            never run without its yes. A string is the code of a catalog tool
+            that decides (see ``docs/tool-loop.md``).
         tools: a tool registry holding Python tools registered in code.
 
     Attributes:
@@ -483,12 +484,13 @@ class Pilothouse:
         database: Database | None = None,
         model: Model | None = None,
         local_servers: LocalModelServers | None = None,
-        authorizer: Authorizer | None = None,
+        authorizer: Authorizer | str | None = None,
         tools: ToolRegistry | None = None,
     ) -> None:
         from pilothouse.providers import ModelFactory, SecretResolver
         from pilothouse.providers._local import LocalModelServers
         from pilothouse.runtime import ActionCompiler, EventHub, Runner
+        from pilothouse.runtime._authorize import CatalogToolAuthorizer
         from pilothouse.runtime._toolset import CatalogToolSource
 
         self.settings = settings if settings is not None else Settings()
@@ -501,6 +503,7 @@ class Pilothouse:
         self._models: ModelFactory = ModelFactory(self._servers)
         secrets = SecretResolver(env=dict(os.environ), secrets_file=self.settings.secrets_file)
         self.events: EventHub = EventHub()
+        source = CatalogToolSource(secrets, registry=tools)
         self.runner: Runner = Runner(
             database=self.database,
             tenant=self.tenant,
@@ -508,9 +511,15 @@ class Pilothouse:
             compiler=ActionCompiler(self.database, secrets),
             hub=self.events,
             model_override=model,
-            authorizer=authorizer,
-            tool_source=CatalogToolSource(secrets, registry=tools) if tools is not None else None,
+            tool_source=source,
         )
+        if isinstance(authorizer, str):
+            # A catalog tool decides: its code was given instead of a callable.
+            self.runner.authorizer = CatalogToolAuthorizer(
+                self.database, self.tenant, authorizer, self.runner.tool_source
+            )
+        else:
+            self.runner.authorizer = authorizer
         self.query = QueryApi(self.database, self.tenant, self.settings)
         self.command = CommandApi(self.database, self.tenant, self.settings, self.runner)
 

@@ -95,7 +95,28 @@ async def seed_catalog(db: Database, *, capabilities: list[str] | None = None) -
             ],
         )
         agent = Agent(code="ANALYST", application=application, prompt="You analyse brands.")
-        session.add_all([summarize, templated, extract, agent, *_tool_actions(model, config)])
+        approve = Tool(
+            code="APPROVE",
+            name="approve_small",
+            kind=ToolKind.PYTHON,
+            implementation="runtime_catalog:approve_small",
+            description="Allows transfers under 100.",
+        )
+        session.add_all(
+            [summarize, templated, extract, agent, approve, *_tool_actions(model, config)]
+        )
+
+
+def approve_small(tool: str, arguments: dict[str, object]) -> str:
+    """Decide a tool call: transfers under 100 are allowed.
+
+    Args:
+        tool: the tool the model wants to call.
+        arguments: its arguments.
+    """
+    amount = arguments.get("amount", 0)
+    allowed = tool != "transfer_money" or (isinstance(amount, int | float) and amount < 100)
+    return "allow" if allowed else "deny"
 
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

@@ -453,3 +453,33 @@ async def test_policy_default_of_catalog_tools_is_kept(catalog: Database) -> Non
     policies = {name: policy for name, policy in rows}
     assert policies["transfer_money"] is ExecutionPolicy.AUTHORIZED
     assert policies["get_weather"] is ExecutionPolicy.ALLOW
+
+
+@pytest.mark.parametrize(("amount", "runs"), [(40, True), (400, False)])
+async def test_a_catalog_tool_can_be_the_authorizer(
+    catalog: Database, make_runner: RunnerFactory, amount: int, runs: bool
+) -> None:
+    from pilothouse.providers import SecretResolver
+    from pilothouse.runtime._authorize import CatalogToolAuthorizer
+    from pilothouse.runtime._toolset import CatalogToolSource
+
+    moved: list[Mapping[str, Any]] = []
+
+    async def transfer(arguments: Mapping[str, Any]) -> str:
+        moved.append(arguments)
+        return "done"
+
+    real_tools = CatalogToolSource(SecretResolver(env={}))
+    authorizer = CatalogToolAuthorizer(catalog, "default", "APPROVE", real_tools)
+    model = ScriptedModel(
+        [ToolCall("transfer_money", {"account": "X", "amount": amount}, call_id="t1"), "ok"]
+    )
+    uuid = await start(catalog, "TOOLS")
+    runner = make_runner(
+        model, tool_source=FakeSource({"transfer_money": transfer}), authorizer=authorizer
+    )
+    await runner.send_message(uuid, "Pay")
+    await real_tools.aclose()
+    assert bool(moved) is runs
+    _, _, calls = await stored(catalog, uuid)
+    assert calls[0].status is (ToolCallStatus.SUCCEEDED if runs else ToolCallStatus.DENIED)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 __all__ = ["Runner"]
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
@@ -39,14 +38,12 @@ from pilothouse.catalog._enums import (
 )
 from pilothouse.errors import InvalidStateError, NotFoundError, PilothouseError, ProviderError
 from pilothouse.memory import MemoryMessage, counter_for, select_history
-from pilothouse.providers import ModelFactory, redact, to_model_settings
+from pilothouse.providers import ModelFactory, to_model_settings
 from pilothouse.runtime._advisors import ContentBlocked
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
 from pilothouse.runtime._config import RuntimeConfig
 from pilothouse.runtime._convert import (
-    ParsedResponse,
     build_messages,
-    finish_reason_of,
     history_messages,
     parse_json_output,
     parse_response,
@@ -56,10 +53,10 @@ from pilothouse.runtime._events import (
     StatusChanged,
     ToolCallRequested,
     TurnEvent,
-    TurnFinished,
     TurnResult,
 )
-from pilothouse.runtime._modelcall import ModelCaller, TurnState, secret_values
+from pilothouse.runtime._modelcall import ModelCaller, TurnState
+from pilothouse.runtime._record import TurnRecording, status_event
 from pilothouse.runtime._repair import repair_calls
 from pilothouse.runtime._request import feedback, grammar_output, request_parameters
 from pilothouse.runtime._telemetry import Telemetry
@@ -78,7 +75,6 @@ from pilothouse.store._writer import (
     NewAttachment,
     NewEvent,
     NewMessage,
-    NewToolCall,
     ToolCallOutcome,
     TurnBatch,
     TurnHandle,
@@ -90,7 +86,7 @@ Listener = Callable[[TurnEvent], Awaitable[None] | None]
 _MILLION = Decimal(1_000_000)
 
 
-class Runner:
+class Runner(TurnRecording):
     """Runs turns of conversations for one tenant.
 
     Args:
@@ -358,6 +354,20 @@ class Runner:
         await self._compiler.aclose()
 
     @property
+    def authorizer(self) -> Authorizer | None:
+        """Asked before every tool execution."""
+        return self._authorizer
+
+    @authorizer.setter
+    def authorizer(self, value: Authorizer | None) -> None:
+        self._authorizer = value
+
+    @property
+    def tool_source(self) -> ToolSource:
+        """Where catalog tools and MCP clients become executable tools."""
+        return self._tool_source or self._default_tool_source()
+
+    @property
     def compiler(self) -> ActionCompiler:
         """The action compiler this runner uses."""
         return self._compiler
@@ -396,7 +406,7 @@ class Runner:
             TurnBatch(
                 events=[
                     NewEvent(TimelineKind.CANCEL, {"reason": reason, "running_here": False}),
-                    _status_event(ProcessStatus.RUNNING, ProcessStatus.TERMINATED),
+                    status_event(ProcessStatus.RUNNING, ProcessStatus.TERMINATED),
                 ],
                 changes={"status": ProcessStatus.TERMINATED, "finished_at": utcnow()},
             ),
@@ -626,195 +636,6 @@ class Runner:
             finish_reason=FinishReason.TOOL_CALLS,
             tool_calls=returned,
         )
-
-    async def _record_invalid_output(
-        self, turn: TurnState, response: ModelResponse, parsed: ParsedResponse, errors: list[str]
-    ) -> None:
-        content = parsed.text
-        if parsed.output_call is not None:
-            content = json.dumps(parsed.output_call.args_as_dict(), ensure_ascii=False)
-        batch = TurnBatch(
-            messages=[
-                NewMessage(
-                    MessageRole.ASSISTANT,
-                    content,
-                    token_count=response.usage.output_tokens,
-                    data={"invalid_output": True, "errors": errors},
-                )
-            ],
-            events=[*turn.pending, NewEvent(TimelineKind.ERROR, {"output_errors": errors})],
-            usage=turn.usage_increments(),
-        )
-        turn.pending = []
-        self._log_events(turn, batch.events)
-        await self._writer.write(turn.handle, batch)
-
-    async def _record_answer(
-        self, turn: TurnState, response: ModelResponse, parsed: ParsedResponse, output: Any
-    ) -> TurnResult:
-        finish = finish_reason_of(response, parsed)
-        calls = [
-            NewToolCall(call.tool_call_id, call.tool_name, call.args_as_dict())
-            for call in parsed.tool_calls
-        ]
-        returned: list[dict[str, Any]] = [
-            {"id": c.call_id, "name": c.name, "arguments": dict(c.arguments)} for c in calls
-        ]
-        if returned:
-            # Without executors for these tools the calls go back to the
-            # caller unexecuted; the conversation ends with finish reason TC.
-            finish = FinishReason.TOOL_CALLS
-        marker = self._marker(turn, response)
-        content = parsed.text if turn.compiled.output_schema is None else _json_text(output)
-        data: dict[str, Any] = {"ai": marker}
-        if returned:
-            data["tool_calls"] = returned
-        if parsed.thinking:
-            data["thinking"] = parsed.thinking
-        batch = TurnBatch(
-            messages=[
-                NewMessage(
-                    MessageRole.ASSISTANT,
-                    content,
-                    token_count=response.usage.output_tokens,
-                    data=data,
-                )
-            ],
-            tool_calls=calls,
-            outcomes=[
-                ToolCallOutcome(c.call_id, ToolCallStatus.RETURNED, "returned to the caller")
-                for c in calls
-            ],
-            changes={"finish_reason": finish, "response_model": response.model_name},
-        )
-        for call in calls:
-            await self._emit(
-                turn,
-                ToolCallRequested(turn.handle.uuid, call.call_id, call.name, dict(call.arguments)),
-            )
-        return await self._end_turn(
-            turn,
-            batch,
-            ProcessStatus.COMPLETED,
-            finish_reason=finish,
-            output=output,
-            text=content,
-            ai_meta=marker,
-            tool_calls=returned,
-        )
-
-    def _marker(self, turn: TurnState, response: ModelResponse) -> dict[str, Any]:
-        spec = turn.compiled.model
-        return {
-            "aiGenerated": True,
-            "runId": turn.run_id,
-            "provider": spec.provider.code,
-            "model": response.model_name or spec.model_name,
-            "responseId": response.provider_response_id,
-            "generatedAt": utcnow().isoformat(),
-        }
-
-    async def _record_blocked(self, turn: TurnState, blocked: ContentBlocked) -> TurnResult:
-        """A content filter refused the input or the answer: finish reason CF."""
-        batch = TurnBatch(
-            events=[
-                NewEvent(
-                    TimelineKind.ERROR, {"content_filter": blocked.where, "rule": blocked.rule}
-                )
-            ],
-            changes={"finish_reason": FinishReason.CONTENT_FILTER},
-        )
-        return await self._end_turn(
-            turn,
-            batch,
-            ProcessStatus.COMPLETED,
-            finish_reason=FinishReason.CONTENT_FILTER,
-            error=str(blocked),
-        )
-
-    async def _record_failed(self, turn: TurnState, detail: str) -> TurnResult:
-        detail = redact(detail, secret_values(turn.compiled.model))
-        batch = TurnBatch(
-            events=[NewEvent(TimelineKind.ERROR, {"detail": detail})],
-            changes={"error_detail": detail},
-        )
-        return await self._end_turn(turn, batch, ProcessStatus.FAILED, error=detail)
-
-    async def _record_cancelled(self, turn: TurnState) -> TurnResult:
-        partial = "".join(turn.partial)
-        batch = TurnBatch(events=[NewEvent(TimelineKind.CANCEL, {"partial_chars": len(partial)})])
-        if partial:
-            marker = self._marker(turn, ModelResponse(parts=[]))
-            batch.messages.append(
-                NewMessage(MessageRole.ASSISTANT, partial, data={"interrupted": True, "ai": marker})
-            )
-        return await self._end_turn(
-            turn, batch, ProcessStatus.TERMINATED, output=partial or None, text=partial
-        )
-
-    async def _end_turn(
-        self,
-        turn: TurnState,
-        batch: TurnBatch,
-        status: ProcessStatus,
-        *,
-        finish_reason: FinishReason | None = None,
-        output: Any = None,
-        text: str = "",
-        ai_meta: dict[str, Any] | None = None,
-        error: str | None = None,
-        tool_calls: list[dict[str, Any]] | None = None,
-    ) -> TurnResult:
-        """Write the turn's last step (pending events, status, usage) and report it."""
-        handle = turn.handle
-        batch.events = [*turn.pending, *batch.events, _status_event(ProcessStatus.RUNNING, status)]
-        batch.changes = {**batch.changes, "status": status, "finished_at": utcnow()}
-        result = TurnResult(
-            conversation_uuid=handle.uuid,
-            status=status,
-            finish_reason=finish_reason,
-            output=output,
-            text=text,
-            input_tokens=turn.turn_input,
-            output_tokens=turn.turn_output,
-            cost=turn.turn_cost,
-            ai_meta=ai_meta,
-            error=error,
-            tool_calls=tool_calls or [],
-        )
-        batch.usage = turn.usage_increments()
-        turn.pending = []
-        self._log_events(turn, batch.events)
-        await self._writer.write(handle, batch)
-        await self._emit(turn, StatusChanged(handle.uuid, ProcessStatus.RUNNING, status))
-        await self._emit(turn, TurnFinished(handle.uuid, result))
-        return result
-
-    def _log_events(self, turn: TurnState, events: list[NewEvent]) -> None:
-        # With the audit timeline off the events still reach the log, so an
-        # operator keeps a trace even where the store keeps none.
-        if turn.handle.audit or not logger.isEnabledFor(logging.INFO):
-            return
-        for item in events:
-            logger.info(
-                "conversation %s %s %s",
-                turn.handle.uuid,
-                item.kind.value,
-                json.dumps(dict(item.data), default=str),
-            )
-
-    async def _emit(self, turn: TurnState, event: TurnEvent) -> None:
-        if turn.listener is None and not self.hub.active:
-            return
-        await self.hub.emit(event, turn.listener)
-
-
-def _status_event(old: ProcessStatus, new: ProcessStatus) -> NewEvent:
-    return NewEvent(TimelineKind.STATUS_CHANGE, {"from": old.value, "to": new.value})
-
-
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
 
 
 def _activated_skills(history: Sequence[MemoryMessage]) -> set[str]:
