@@ -62,6 +62,18 @@ actions:
     model: SCRIPTED
     configuration: DEFAULT
     prompt: Take shirt orders; ask for what you need.
+  - code: CLOCK
+    model: SCRIPTED
+    configuration: DEFAULT
+    prompt: Tell the time with your tools.
+    mcp_clients: [time]
+    ask_user: false
+mcp_clients:
+  - name: time
+    transport: stdio
+    command: python
+    args: [-m, mcp_server_time, --local-timezone, UTC]
+    description: The current time in any timezone.
 """
 
 
@@ -114,3 +126,25 @@ async def test_question_survives_a_process_restart(tmp_path: Path) -> None:
     second = json.loads(answered.stdout.strip().splitlines()[-1])
     assert second["pending"] == 1
     assert (second["status"], second["output"]) == ("CO", "Ordered size M.")
+
+
+async def test_an_action_calls_a_real_mcp_server_through_the_tool_loop(tmp_path: Path) -> None:
+    from pilothouse.testing import ScriptedModel, ToolCall
+
+    url = await _catalog(tmp_path)
+    call = ToolCall("get_current_time", {"timezone": "UTC"}, call_id="c1")
+    model = ScriptedModel([call, "It is late."])
+    async with Pilothouse(Settings(database_url=url), model=model) as ph:
+        conversation = await ph.command.start_conversation(None, "CLOCK")
+        result = await ph.command.send_message(conversation.uuid, "What time is it?")
+        transcript = await ph.query.get_transcript(conversation.uuid)
+    assert result.status is ProcessStatus.COMPLETED, result.error
+    # The MCP server's tools were offered, and its answer went back to the model.
+    offered = [t.name for t in model.requests[0].info.function_tools]
+    assert "get_current_time" in offered
+    calls = transcript.tool_calls
+    assert [(c.name, c.status) for c in calls] == [
+        ("get_current_time", ToolCallStatus.SUCCEEDED.value)
+    ]
+    answer = json.loads(calls[0].result or "{}")
+    assert answer["timezone"] == "UTC" and "datetime" in answer

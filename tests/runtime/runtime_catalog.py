@@ -15,10 +15,12 @@ from pilothouse.catalog._enums import (
 )
 from pilothouse.catalog._models import (
     Action,
+    ActionAdvisor,
     ActionSchema,
     ActionSkill,
     ActionTool,
     ActionType,
+    Advisor,
     Agent,
     Application,
     Configuration,
@@ -103,8 +105,45 @@ async def seed_catalog(db: Database, *, capabilities: list[str] | None = None) -
             description="Allows transfers under 100.",
         )
         session.add_all(
-            [summarize, templated, extract, agent, approve, *_tool_actions(model, config)]
+            [
+                summarize,
+                templated,
+                extract,
+                agent,
+                approve,
+                *_tool_actions(model, config),
+                *_advised_actions(model, config),
+            ]
         )
+
+
+def _advised_actions(model: Model, config: Configuration) -> list[Action]:
+    """Actions behind a content filter (FILTERED) and a response cache (CACHED)."""
+    guard = Advisor(
+        code="GUARD",
+        implementation="content-filter",
+        default_order=100,
+        settings={"blocked_terms": ["project falcon"]},
+    )
+    cache = Advisor(code="CACHE", implementation="cache", settings={"backend": "memory"})
+    return [
+        Action(
+            code="FILTERED",
+            model=model,
+            configuration=config,
+            prompt="Answer briefly.",
+            ask_user=False,
+            advisors=[ActionAdvisor(advisor=guard)],
+        ),
+        Action(
+            code="CACHED",
+            model=model,
+            configuration=config,
+            prompt="Answer briefly.",
+            ask_user=False,
+            advisors=[ActionAdvisor(advisor=cache, order=10)],
+        ),
+    ]
 
 
 def approve_small(tool: str, arguments: dict[str, object]) -> str:

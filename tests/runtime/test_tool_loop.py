@@ -483,3 +483,41 @@ async def test_a_catalog_tool_can_be_the_authorizer(
     assert bool(moved) is runs
     _, _, calls = await stored(catalog, uuid)
     assert calls[0].status is (ToolCallStatus.SUCCEEDED if runs else ToolCallStatus.DENIED)
+
+
+async def test_content_filter_on_input_ends_with_cf_before_any_model_call(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    model = ScriptedModel([])
+    uuid = await start(catalog, "FILTERED")
+    result = await make_runner(model).send_message(uuid, "Tell me about Project Falcon.")
+    assert (result.status, result.finish_reason) == (
+        ProcessStatus.COMPLETED,
+        FinishReason.CONTENT_FILTER,
+    )
+    assert model.requests == []
+    conversation, messages, _ = await stored(catalog, uuid)
+    assert conversation.finish_reason is FinishReason.CONTENT_FILTER
+    assert [m.role for m in messages] == [MessageRole.USER]
+
+
+async def test_content_filter_on_output_ends_with_cf(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    model = ScriptedModel(["Project Falcon launches in May."])
+    uuid = await start(catalog, "FILTERED")
+    result = await make_runner(model).send_message(uuid, "What launches in May?")
+    assert result.finish_reason is FinishReason.CONTENT_FILTER
+    assert result.error is not None and "term 'project falcon'" in result.error
+
+
+async def test_cached_answer_costs_no_second_model_call(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    model = ScriptedModel([Reply("Forty-two.", input_tokens=50, output_tokens=5)])
+    runner = make_runner(model)
+    first = await runner.send_message(await start(catalog, "CACHED"), "The answer?")
+    second = await runner.send_message(await start(catalog, "CACHED"), "The answer?")
+    assert first.output == second.output == "Forty-two."
+    assert len(model.requests) == 1
+    assert (second.input_tokens, second.output_tokens) == (0, 0)
