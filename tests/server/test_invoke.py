@@ -211,17 +211,18 @@ async def test_bad_input_is_a_400_naming_the_field(
     assert page.total == 0
 
 
-async def test_rag_and_mcp_parameters_are_accepted_with_warnings(
+async def test_unreachable_mcp_server_fails_the_turn_with_the_reason(
     client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
 ) -> None:
     scripted.script.steps.append(Reply("ok"))
     response = await _invoke(
         client,
         api_key,
-        mcpServers=[{"url": "http://127.0.0.1:1/mcp", "headers": {"Authorization": "x"}}],
+        mcpServers=[{"url": "http://127.0.0.1:1/mcp", "headers": {"Authorization": "x-secret"}}],
     )
-    assert response.status_code == 200
-    assert response.json()["warnings"] == ["mcpServers were validated but are not connected yet"]
+    assert response.status_code == 502
+    assert "tools unavailable" in response.text
+    assert "x-secret" not in response.text
 
 
 async def test_invoke_needs_a_key(client: httpx.AsyncClient) -> None:

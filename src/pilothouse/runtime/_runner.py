@@ -57,7 +57,7 @@ from pilothouse.runtime._events import (
 )
 from pilothouse.runtime._modelcall import ModelCaller, TurnState
 from pilothouse.runtime._record import TurnRecording, status_event
-from pilothouse.runtime._repair import repair_calls
+from pilothouse.runtime._repair import CallProblem, RepairedCall, repair_calls
 from pilothouse.runtime._request import feedback, grammar_output, request_parameters
 from pilothouse.runtime._telemetry import Telemetry
 from pilothouse.runtime._toolexec import Authorizer, ToolExecutor
@@ -79,6 +79,7 @@ from pilothouse.store._writer import (
     TurnBatch,
     TurnHandle,
 )
+from pilothouse.tools._base import ToolError
 
 logger = logging.getLogger("pilothouse.audit")
 
@@ -496,7 +497,12 @@ class Runner(TurnRecording):
         steps = 0
         force_text = False
         while True:
-            toolset = await self._toolset(turn)
+            try:
+                toolset = await self._toolset(turn)
+            except ToolError as exc:
+                # A tool that cannot be built or an MCP server that cannot be
+                # reached ends the turn with the reason, nothing lost.
+                return await self._record_failed(turn, f"tools unavailable: {exc}")
             # Offering no tools (rather than tool_choice "none", which small
             # local models read as a cue to write calls as text) makes the
             # model answer from the results it has.
@@ -538,46 +544,12 @@ class Runner(TurnRecording):
                         return await self._record_failed(
                             turn, f"tool calls could not be repaired: {detail}"
                         )
-                response = normalized_response(response, calls, problems)
-                step = await run_tool_step(
-                    tenant=self._tenant,
-                    conversation_uuid=turn.handle.uuid,
-                    response=response,
-                    text="" if any(c.from_text for c in calls) else parsed.text,
-                    calls=calls,
-                    problems=problems,
-                    toolset=toolset,
-                    executor=executor,
-                    skills=compiled.skills,
-                    marker=self._marker(turn, response),
+                outcome = await self._tool_round(
+                    turn, response, parsed.text, calls, problems, toolset, executor
                 )
-                turn.active_skills.update(step.activated)
-                for call in calls:
-                    await self._emit(
-                        turn,
-                        ToolCallRequested(
-                            turn.handle.uuid, call.call_id, call.name, call.arguments
-                        ),
-                    )
-                if step.request is None:
-                    return await self._pause_or_return(turn, response, step)
-                step.batch.events[:0] = turn.pending
-                turn.pending = []
-                step.batch.usage = turn.usage_increments()
-                self._log_events(turn, step.batch.events)
-                await self._writer.write(turn.handle, step.batch)
-                if spec.provider.kind is ProviderKind.LOCAL:
-                    # Small local models call the same tool again instead of
-                    # reading its result; one tool round, then the results as
-                    # plain text, is what they answer well from (measured with
-                    # SmolLM2: docs/local-model.md).
-                    messages = [*messages, results_as_text(step.request)]
-                    force_text = True
-                else:
-                    messages = [*messages, response, step.request]
-                    # A model asking again for results it already has is
-                    # stuck: the next request lets it answer only in text.
-                    force_text = step.only_repeats
+                if isinstance(outcome, TurnResult):
+                    return outcome
+                messages, force_text = [*messages, *outcome[0]], outcome[1]
                 continue
             if compiled.output_schema is None:
                 return await self._record_answer(turn, response, parsed, parsed.text)
@@ -592,6 +564,58 @@ class Runner(TurnRecording):
             output_attempts -= 1
             attempt = compiled.retry_count - output_attempts
             messages = [*messages, response, feedback(errors, parsed, attempt)]
+
+    async def _tool_round(
+        self,
+        turn: TurnState,
+        response: ModelResponse,
+        text: str,
+        calls: list[RepairedCall],
+        problems: list[CallProblem],
+        toolset: ToolSet,
+        executor: ToolExecutor,
+    ) -> TurnResult | tuple[list[ModelMessage], bool]:
+        """Run one round of tool calls and record it.
+
+        Returns:
+            The turn's end (paused for answers, or calls for the caller), or
+            the messages to add for the next request and whether that request
+            must be answered in text.
+        """
+        response = normalized_response(response, calls, problems)
+        step = await run_tool_step(
+            tenant=self._tenant,
+            conversation_uuid=turn.handle.uuid,
+            response=response,
+            text="" if any(c.from_text for c in calls) else text,
+            calls=calls,
+            problems=problems,
+            toolset=toolset,
+            executor=executor,
+            skills=turn.compiled.skills,
+            marker=self._marker(turn, response),
+        )
+        turn.active_skills.update(step.activated)
+        for call in calls:
+            await self._emit(
+                turn,
+                ToolCallRequested(turn.handle.uuid, call.call_id, call.name, call.arguments),
+            )
+        if step.request is None:
+            return await self._pause_or_return(turn, response, step)
+        step.batch.events[:0] = turn.pending
+        turn.pending = []
+        step.batch.usage = turn.usage_increments()
+        self._log_events(turn, step.batch.events)
+        await self._writer.write(turn.handle, step.batch)
+        if turn.compiled.model.provider.kind is ProviderKind.LOCAL:
+            # Small local models call the same tool again instead of reading
+            # its result; one tool round, then the results as plain text, is
+            # what they answer well from (measured with SmolLM2).
+            return [results_as_text(step.request)], True
+        # A model asking again for results it already has is stuck: the next
+        # request lets it answer only in text.
+        return [response, step.request], step.only_repeats
 
     async def _toolset(self, turn: TurnState) -> ToolSet:
         compiled = turn.compiled

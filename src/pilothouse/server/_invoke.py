@@ -45,13 +45,14 @@ from sqlalchemy import select
 from pilothouse.api import Pilothouse
 from pilothouse.catalog._enums import (
     FinishReason,
+    McpTransport,
     MemoryKind,
     MessageRole,
     ModelCapability,
     ProcessStatus,
     ProviderKind,
 )
-from pilothouse.catalog._models import DocumentCollection, Model, Tool
+from pilothouse.catalog._models import DocumentCollection, McpClient, Model, Tool
 from pilothouse.memory import MemoryPolicy
 from pilothouse.providers import ModelOptions, ModelSpec, ProviderSpec
 from pilothouse.providers._options import ReasoningEffort, ReasoningSummary
@@ -84,7 +85,7 @@ def _http_url(value: str, field: str) -> str:
 
 
 class McpServerParam(_Body):
-    """One MCP server of the request: validated now, connected once supported."""
+    """One MCP server whose tools the ad-hoc agent may call."""
 
     url: str
     headers: dict[str, str] = Field(default_factory=dict[str, str])
@@ -255,9 +256,31 @@ def _compiled(body: InvokeRequest, spec: ModelSpec, tools: list[Tool]) -> Compil
         output_cardinality=None,
         memory=MemoryPolicy(kind=MemoryKind.WINDOW, window=body.chat_memory_max_messages),
         audit=body.persist_chat_log,
-        tools=tuple((t.name, t.description or "", dict(t.input_schema)) for t in tools),
+        tools=(),
         tool_rows=tuple(tools),
+        mcp_clients=tuple(_mcp_clients(body)),
     )
+
+
+def _mcp_clients(body: InvokeRequest) -> list[McpClient]:
+    """The request's MCP servers as (unsaved) catalog clients, for the tool loop.
+
+    Their headers are literal values from the caller; they stay in memory and
+    are never recorded (the audit keeps header names only).
+    """
+    transports = {"streamable-http": McpTransport.STREAMABLE_HTTP, "sse": McpTransport.SSE}
+    return [
+        McpClient(
+            name=f"invoke{index}",
+            transport=transports[server.transport],
+            url=server.url,
+            headers=dict(server.headers),
+            confidential_headers=list(server.headers),
+            args=[],
+            env={},
+        )
+        for index, server in enumerate(body.mcp_servers)
+    ]
 
 
 def _without_credentials(url: str) -> str:
@@ -300,8 +323,6 @@ def _record(body: InvokeRequest) -> dict[str, Any]:
 
 def _warnings(body: InvokeRequest) -> list[str]:
     warnings: list[str] = []
-    if body.mcp_servers:
-        warnings.append("mcpServers were validated but are not connected yet")
     if body.collection is not None:
         warnings.append("collection was validated but retrieval (RAG) is not used yet")
     if not body.use_chat_memory and body.memory_id is not None:
