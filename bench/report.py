@@ -1,0 +1,341 @@
+"""Write docs/benchmarks.md and the plots from bench/results.
+
+Usage: ``python bench/report.py --results bench/results --docs docs``.
+Numbers are copied from the run, never edited; the verdicts on the
+DESIGN.md / issue 6 targets are computed from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+FLOOR = "httpx"
+BASE = "pydantic-ai-model_request"
+LABELS = {
+    "httpx": "raw httpx (floor)",
+    "openai": "openai SDK",
+    "litellm": "LiteLLM acompletion",
+    "pydantic-ai-model_request": "pydantic-ai model_request",
+    "pydantic-ai-Agent.run": "pydantic-ai Agent.run",
+    "langchain": "LangChain ChatOpenAI.ainvoke",
+    "pilothouse-sqlite": "pilothouse, audit on SQLite",
+    "pilothouse-noaudit": "pilothouse, audit off",
+    "pilothouse-postgres": "pilothouse, audit on PostgreSQL",
+}
+TITLES = {
+    "plain-d0": "Scenario 1a: plain answer, mock delay 0 ms, concurrency 1",
+    "plain-d50": "Scenario 1b: plain answer, mock delay 50 ms, concurrency 1",
+    "tool-d0": "Scenario 1c: one tool round trip (20 tool schemas), mock delay 0 ms, concurrency 1",
+    "stream": "Scenario 3: streaming, first chunk at 200 ms, 64 chunks 20 ms apart, concurrency 1",
+}
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "n/a" if a is None or not b else f"{a / b:.2f}×"
+
+
+def _table(scenario: str, data: dict[str, Any]) -> list[str]:
+    rows = data["contenders"]
+    floor = rows.get(FLOOR, {})
+    base = rows.get(BASE, {})
+    if scenario == "stream":
+        lines = [
+            "| contender | TTFT p50 ms | added TTFT vs floor ms | TTFT p99 ms | inter-chunk gap p99 ms |"
+            " chunks received / expected | CPU ms per call |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for name, r in rows.items():
+            added = (
+                r["ttft_p50_ms"] - floor["ttft_p50_ms"]
+                if r.get("ttft_p50_ms") is not None and floor.get("ttft_p50_ms") is not None
+                else None
+            )
+            lines.append(
+                f"| {LABELS.get(name, name)} | {_f(r.get('ttft_p50_ms'))} | {_f(added)} |"
+                f" {_f(r.get('ttft_p99_ms'))} | {_f(r.get('gap_p99_ms'))} |"
+                f" {r.get('chunks_received')} / {r.get('chunks_expected')} |"
+                f" {_f(r.get('cpu_ms_per_call'))} |"
+            )
+        return lines
+    lines = [
+        "| contender | calls | errors | p50 ms | p99 ms | p50 − floor ms | p99 − floor ms |"
+        " CPU ms per call (= CPU s per 1,000) | CPU ÷ floor | CPU ÷ model_request |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in rows.items():
+        lines.append(
+            f"| {LABELS.get(name, name)} | {r['calls']} | {r['errors']} | {_f(r['p50_ms'])} |"
+            f" {_f(r['p99_ms'])} | {_f(r['p50_ms'] - floor['p50_ms']) if floor else 'n/a'} |"
+            f" {_f(r['p99_ms'] - floor['p99_ms']) if floor else 'n/a'} |"
+            f" {_f(r['cpu_ms_per_call'])} | {_ratio(r['cpu_ms_per_call'], floor.get('cpu_ms_per_call'))} |"
+            f" {_ratio(r['cpu_ms_per_call'], base.get('cpu_ms_per_call'))} |"
+        )
+    return lines
+
+
+def _spread(data: dict[str, Any]) -> list[str]:
+    lines = ["Per-round medians (p50 ms of each interleaved round), to show run-to-run spread:", ""]
+    for name, r in data["contenders"].items():
+        rounds = ", ".join(f"{x:.2f}" for x in r.get("round_p50_ms", []))
+        cpu = ", ".join(f"{x:.2f}" for x in r.get("round_cpu_ms", []))
+        lines.append(f"- {LABELS.get(name, name)}: p50 {rounds}; CPU ms/call {cpu}")
+    return lines
+
+
+def _verdicts(results: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    s1 = results["scenarios"].get("plain-d0", {}).get("contenders", {})
+    ph, base, floor = s1.get("pilothouse-sqlite"), s1.get(BASE), s1.get(FLOOR)
+    if ph and base and floor:
+        limit = 1.25 * base["cpu_ms_per_call"]
+        met = ph["cpu_ms_per_call"] <= limit
+        out.append(
+            f"- **Scenario 1, CPU per governed turn (audit on SQLite) ≤ 1.25 × model_request:"
+            f" {'MET' if met else 'MISSED'}.** pilothouse {ph['cpu_ms_per_call']:.2f} ms vs limit"
+            f" {limit:.2f} ms (model_request {base['cpu_ms_per_call']:.2f} ms): "
+            f"{ph['cpu_ms_per_call'] / base['cpu_ms_per_call']:.2f}× model_request, "
+            f"{ph['cpu_ms_per_call'] / limit:.1f}× over the budget"
+            if not met
+            else f"- **Scenario 1 CPU target MET**: {ph['cpu_ms_per_call']:.2f} ms ≤ {limit:.2f} ms."
+        )
+        added = ph["p50_ms"] - floor["p50_ms"]
+        for peer in ("langchain", "litellm", "pydantic-ai-Agent.run"):
+            if peer in s1:
+                peer_added = s1[peer]["p50_ms"] - floor["p50_ms"]
+                out.append(
+                    f"- Scenario 1, added p50 below {LABELS[peer]}: "
+                    f"{'MET' if added < peer_added else 'MISSED'} "
+                    f"(pilothouse +{added:.2f} ms vs +{peer_added:.2f} ms)."
+                )
+    s3 = results["scenarios"].get("stream", {}).get("contenders", {})
+    if s3.get("pilothouse-sqlite") and s3.get(FLOOR) and s3.get(BASE):
+        f0 = s3[FLOOR]["ttft_p50_ms"]
+        ph_add = s3["pilothouse-sqlite"]["ttft_p50_ms"] - f0
+        pai_add = s3[BASE]["ttft_p50_ms"] - f0
+        lc_add = s3["langchain"]["ttft_p50_ms"] - f0 if "langchain" in s3 else None
+        ok = ph_add <= pai_add + 1 and (lc_add is None or ph_add < lc_add)
+        lost = {
+            n: r["chunks_expected"] - r["chunks_received"]
+            for n, r in s3.items()
+            if r["chunks_expected"] != r["chunks_received"]
+        }
+        out.append(
+            f"- **Scenario 3, added TTFT ≤ pydantic-ai stream + 1 ms and below LangChain: "
+            f"{'MET' if ok else 'MISSED'}.** pilothouse +{ph_add:.2f} ms, pydantic-ai +{pai_add:.2f} ms"
+            + (f", LangChain +{lc_add:.2f} ms" if lc_add is not None else "")
+            + f". Chunks lost or batched: {lost or 'none, for every contender'}."
+        )
+    cold = {n: r["cold"]["cold_ms"] for n, r in s1.items()} if s1 else {}
+    if "pilothouse-sqlite" in cold and BASE in cold:
+        ok = cold["pilothouse-sqlite"] <= cold[BASE]
+        out.append(
+            f"- **Cold start no slower than pydantic-ai: {'MET' if ok else 'MISSED'}** "
+            f"(pilothouse {cold['pilothouse-sqlite']:.0f} ms vs model_request {cold[BASE]:.0f} ms,"
+            " one sample each; see the cold-start table)."
+        )
+    out.append("- Scenario 2 (concurrency) and scenario 4 (progressive disclosure): **not measured yet**.")
+    return out
+
+
+def _plots(results: dict[str, Any], raw: dict[str, Any], docs: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = docs / "benchmarks"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    made: list[str] = []
+    for scenario in ("plain-d0", "plain-d50", "tool-d0", "stream"):
+        data = results["scenarios"].get(scenario)
+        if not data:
+            continue
+        names = list(data["contenders"])
+        key = (lambda n: f"stream/{n}/ttft") if scenario == "stream" else (lambda n: f"{scenario}/{n}")
+        series = [raw.get(key(n), []) for n in names]
+        if not any(series):
+            continue
+        fig, ax = plt.subplots(figsize=(10, 5.5))
+        ax.boxplot(series, orientation="horizontal", whis=(1, 99), showfliers=False)
+        ax.set_yticks(range(1, len(names) + 1), [LABELS.get(n, n) for n in names])
+        ax.invert_yaxis()
+        label = "time to first content chunk (ms)" if scenario == "stream" else "latency per turn (ms)"
+        ax.set_xlabel(label + "; box: p25–p75, line: p50, whiskers: p1–p99")
+        ax.set_title(TITLES[scenario], fontsize=10)
+        if scenario == "plain-d0":
+            ax.set_xscale("log")
+        ax.grid(axis="x", alpha=0.3)
+        fig.tight_layout()
+        name = f"latency-{scenario}.png"
+        fig.savefig(out_dir / name, dpi=110)
+        plt.close(fig)
+        made.append(name)
+    s1 = results["scenarios"].get("plain-d0", {}).get("contenders", {})
+    if s1:
+        names = list(s1)
+        fig, ax = plt.subplots(figsize=(10, 5))
+        values = [s1[n]["cpu_ms_per_call"] for n in names]
+        colors = ["tab:orange" if n.startswith("pilothouse") else "tab:blue" for n in names]
+        ax.barh([LABELS.get(n, n) for n in names], values, color=colors)
+        if BASE in s1:
+            ax.axvline(1.25 * s1[BASE]["cpu_ms_per_call"], color="red", linestyle="--",
+                       label="budget: 1.25 × model_request")
+            ax.legend(loc="upper right")
+        ax.invert_yaxis()
+        ax.set_xlabel("CPU ms per call (process_time of the contender's process), mock delay 0")
+        ax.set_title("Scenario 1a: CPU per turn", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out_dir / "cpu-plain-d0.png", dpi=110)
+        plt.close(fig)
+        made.append("cpu-plain-d0.png")
+    return made
+
+
+def _profile_section(results: dict[str, Any]) -> list[str]:
+    profile = results.get("profile")
+    if not profile:
+        return ["No profile in this run."]
+    text = profile["tottime"]
+    keep = [line for line in text.splitlines() if line.strip()][:40]
+    return [
+        f"cProfile of {profile['calls']} governed turns (pilothouse, audit on SQLite, mock delay 0),"
+        " top functions by own time (cProfile inflates Python-call-heavy code, so read it for"
+        " the ranking, not for absolute figures):",
+        "",
+        "```",
+        *keep,
+        "```",
+        "",
+        "Top by cumulative time:",
+        "",
+        "```",
+        *[line for line in profile["cumulative"].splitlines() if line.strip()][:50],
+        "```",
+    ]
+
+
+def main() -> None:
+    """Read results, write the document and the plots."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--docs", type=Path, default=Path(__file__).parent.parent / "docs")
+    parser.add_argument("--commentary", type=Path, default=Path(__file__).parent / "commentary.md")
+    args = parser.parse_args()
+    results = json.loads((args.results / "results.json").read_text())
+    raw_path = args.results / "raw" / "latencies.json"
+    raw = json.loads(raw_path.read_text()) if raw_path.exists() else {}
+    plots = _plots(results, raw, args.docs)
+    m = results["machine"]
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `make bench` (`bench/run.sh` → `bench/harness.py`, then `bench/report.py`)"
+        f" on {results['started']}. Do not edit by hand: the commentary comes from"
+        " `bench/commentary.md`, the numbers from `bench/results/results.json`.",
+        "",
+        "## Machine and versions",
+        "",
+        f"- CPU: {m['cpu']}, {m['cores']} cores; Python {m['python']}; {m['platform']}",
+        f"- Pinning: {'mock + load generator on core 0, contender on core 1 (taskset)' if m['pinned'] else 'none (one core)'}",
+        "- Versions (bench/.venv): "
+        + ", ".join(f"{k} {v}" for k, v in results["versions"].items()),
+        "- Versions (bench/.venv-litellm, LiteLLM needs openai<3): "
+        + ", ".join(f"{k} {v}" for k, v in results.get("versions_litellm_env", {}).items()),
+        "",
+        "## Method",
+        "",
+        "- Upstream: `bench/mock_upstream.py`, a raw-asyncio OpenAI-compatible mock on loopback;"
+        " the model name picks the behaviour (delay, tool call, stream timing).",
+        "- Every contender runs in its own process (`bench/worker.py`), so imports, CPU"
+        " (`time.process_time()`, all threads) and memory are its own. Each makes the same call:"
+        " system prompt + one user message, `max_tokens` 256, retries off.",
+        f"- Rounds interleave the contenders (A B C … A B C …): {results['settings']['rounds']} rounds"
+        f" after a warm-up of {results['settings']['warmup']} calls each; calls per round:"
+        f" {results['settings']['calls']} (delay 0), {results['settings']['slow_calls']} (delay 50),"
+        f" {results['settings']['tool_calls']} (tool), {results['settings']['stream_calls']} (stream).",
+        "- pilothouse makes a *governed turn* per call: `start_conversation` + `send_message`"
+        " (conversation row, user message, prompt assembly, model call through pydantic-ai,"
+        " assistant message, usage/cost, status, audit timeline). Audit off is"
+        " `runtime_config={\"audit\": false}`. The catalog (`contenders.catalog_yaml`) is imported"
+        " before timing starts. PostgreSQL is the local server, a fresh database per run.",
+        "- Tool scenario: 20 tool schemas sent; the mock calls `tool_00`; the contender runs it and"
+        " sends the result back (two model requests). pydantic-ai `Agent.run` runs its own loop;"
+        " pilothouse runs its governed loop with 20 catalog tools of kind `python`.",
+        "- Cold start: wall time from the top of the worker (before any library import) to the end"
+        " of the first call: import + client setup + first call; one sample per contender per"
+        " scenario, interpreter start-up excluded.",
+        "",
+        "## Mock capacity (validity check)",
+        "",
+    ]
+    cap = results["mock_capacity"]
+    loads = {
+        s: max((r.get("requests_per_s") or 0) for r in d["contenders"].values())
+        for s, d in results["scenarios"].items()
+        if d["contenders"] and s != "stream"
+    }
+    peak = max(loads.values()) if loads else 0
+    lines += [
+        f"- Saturated from the other core: **{cap['requests_per_s']:.0f} requests/s** achieved"
+        f" ({cap['note']}); the mock spends {cap['cpu_us_per_request']:.0f} µs CPU per request,"
+        f" i.e. a CPU-bound ceiling of {cap['cpu_bound_capacity_per_s']:.0f} requests/s.",
+        f"- Highest load any contender put on it in scenario 1: {peak:.0f} requests/s"
+        " (the floor, at concurrency 1). Capacity ÷ load ="
+        f" **{cap['requests_per_s'] / peak:.1f}×**"
+        + (" (≥ 5×: the figures stand)." if peak and cap["requests_per_s"] / peak >= 5 else " (< 5×: VOID)."),
+        "",
+        "## Verdict against the targets (DESIGN.md “Performance budget”, issue 6)",
+        "",
+        *_verdicts(results),
+        "",
+    ]
+    commentary = args.commentary
+    if commentary.exists():
+        lines += [commentary.read_text().strip(), ""]
+    for scenario, data in results["scenarios"].items():
+        lines += [f"## {TITLES.get(scenario, scenario)}", ""]
+        lines += _table(scenario, data)
+        if data.get("skipped"):
+            lines += ["", "Not measured: " + "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in data["skipped"].items())]
+        mock = data.get("mock", {})
+        lines += [
+            "",
+            f"Mock: {mock.get('requests')} requests during the timed rounds,"
+            f" {_f(mock.get('cpu_us_per_request'), 0)} µs mock CPU per request.",
+            "",
+        ]
+        if scenario != "stream":
+            lines += _spread(data) + [""]
+        if f"latency-{scenario}.png" in plots:
+            lines += [f"![{scenario}](benchmarks/latency-{scenario}.png)", ""]
+    s1 = results["scenarios"].get("plain-d0", {}).get("contenders", {})
+    if s1:
+        lines += [
+            "## Cold start (import + setup + first call, mock delay 0)",
+            "",
+            "| contender | import + setup ms | import + setup + first call ms | CPU ms |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, r in s1.items():
+            c = r["cold"]
+            lines.append(
+                f"| {LABELS.get(name, name)} | {c['import_setup_ms']:.0f} | {c['cold_ms']:.0f} | {c['cold_cpu_ms']:.0f} |"
+            )
+        lines.append("")
+    if "cpu-plain-d0.png" in plots:
+        lines += ["![cpu](benchmarks/cpu-plain-d0.png)", ""]
+    lines += ["## Where pilothouse's time goes", "", *_profile_section(results), ""]
+    (args.docs / "benchmarks.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.docs / 'benchmarks.md'} and {len(plots)} plots")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Run the benchmarks and regenerate docs/benchmarks.md and docs/benchmarks/*.png.
+# Creates bench/.venv (peers + pilothouse) and bench/.venv-litellm when missing.
+# Extra arguments go to bench/harness.py (e.g. --rounds 3 --contenders httpx,openai).
+set -euo pipefail
+cd "$(dirname "$0")"
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ] || [ requirements.txt -nt .venv/.installed ]; then
+  "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --progress-bar off -r requirements.txt -e '..[openai,postgres]'
+  touch .venv/.installed
+fi
+if [ ! -x .venv-litellm/bin/python ] || [ requirements-litellm.txt -nt .venv-litellm/.installed ]; then
+  "$PYTHON" -m venv .venv-litellm
+  .venv-litellm/bin/python -m pip install --quiet --upgrade pip
+  .venv-litellm/bin/python -m pip install --progress-bar off -r requirements-litellm.txt
+  touch .venv-litellm/.installed
+fi
+.venv/bin/python harness.py --out results "$@"
+.venv/bin/python report.py --results results --docs ../docs

@@ -1,0 +1,53 @@
+"""The benchmark harness runs on a tiny load and writes well-formed results.
+
+No timing assertions: this only guards that ``make bench`` still works. It
+uses the project's own environment (raw httpx and pilothouse with audit on
+SQLite), not bench/.venv.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_harness_runs_on_a_tiny_load(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "harness.py"),
+            "--smoke",
+            "--contenders",
+            "httpx,pilothouse-sqlite",
+            "--scenarios",
+            "plain-d0,tool-d0",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["scenarios"]) == {"plain-d0", "tool-d0"}
+    for name, scenario in results["scenarios"].items():
+        assert scenario["skipped"] == {}, name
+        assert set(scenario["contenders"]) == {"httpx", "pilothouse-sqlite"}
+        for contender in scenario["contenders"].values():
+            assert contender["calls"] == 6
+            assert contender["errors"] == 0, contender["error_samples"]
+            assert contender["p50_ms"] > 0
+            assert contender["cpu_ms_per_call"] > 0
+            assert contender["cold"]["first_error"] is None
+        # every timed call reached the mock: one request per plain turn, two per tool turn
+        per_call = 2 if name == "tool-d0" else 1
+        assert scenario["mock"]["requests"] == 2 * 6 * per_call
+    assert results["mock_capacity"]["requests_per_s"] > 0
+    raw = json.loads((tmp_path / "raw" / "latencies.json").read_text())
+    assert len(raw["plain-d0/pilothouse-sqlite"]) == 6
