@@ -56,6 +56,12 @@ demo: install
 	@echo ">>> recorded conversations"
 	$(DEMO) conversations list
 
+# Creates bench/.venv and bench/.venv-litellm when missing or outdated, runs the
+# harness against the peers, regenerates docs/benchmarks.md and its plots
+# (about 10-15 minutes). Not part of make test, which only runs a tiny smoke load.
+bench:
+	PYTHON=$(PYTHON) bench/run.sh
+
 # The embedded default as a service: SQLite, the local model, the example catalog.
 SERVE := $(BIN)/pilothouse --database-url sqlite+aiosqlite:///.pilothouse/serve.db
 
