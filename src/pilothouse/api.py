@@ -444,9 +444,11 @@ class CommandApi(_Facet):
             record = bool(found.audit)
         else:
             record = self.settings.audit
-        return await self._writer().create(
+        conversation = await self._writer().create(
             action_code=action, agent_code=agent, memory_id=memory_id, audit=record
         )
+        self._runner.remember(conversation.uuid, action, agent)
+        return conversation
 
 
 class Pilothouse:

@@ -84,6 +84,8 @@ from pilothouse.tools._base import ToolError
 logger = logging.getLogger("pilothouse.audit")
 
 Listener = Callable[[TurnEvent], Awaitable[None] | None]
+_KNOWN_LIMIT = 10_000
+"""Conversations whose action and agent codes a runner keeps in memory."""
 _MILLION = Decimal(1_000_000)
 
 
@@ -136,6 +138,7 @@ class Runner(TurnRecording):
         self._writer = ConversationWriter(database, tenant)
         self._queries = ConversationQueries(database, tenant)
         self._running: dict[str, anyio.CancelScope] = {}
+        self._known: dict[str, tuple[str, str | None]] = {}
         self._caller = ModelCaller(
             telemetry=self._telemetry,
             sleep=sleep,
@@ -413,7 +416,17 @@ class Runner(TurnRecording):
             ),
         )
 
+    def remember(self, conversation_uuid: str, action_code: str, agent_code: str | None) -> None:
+        """Note a conversation's action and agent, which never change once started."""
+        if len(self._known) >= _KNOWN_LIMIT:
+            # Oldest first: dicts keep insertion order.
+            del self._known[next(iter(self._known))]
+        self._known[conversation_uuid] = (action_code, agent_code)
+
     async def _codes(self, conversation_uuid: str) -> tuple[str, str | None]:
+        known = self._known.get(conversation_uuid)
+        if known is not None:
+            return known
         async with self._db.sessions() as session:
             row = (
                 await session.execute(
@@ -425,6 +438,7 @@ class Runner(TurnRecording):
             ).first()
         if row is None:
             raise NotFoundError(f"conversation '{conversation_uuid}' not found")
+        self.remember(conversation_uuid, row[0], row[1])
         return row[0], row[1]
 
     async def _history(self, handle: TurnHandle) -> list[MemoryMessage]:

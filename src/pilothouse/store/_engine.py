@@ -82,6 +82,10 @@ class Database:
             database = parsed.database
             if database and database != ":memory:":
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
+            # Sessions end their transactions themselves (commit, or rollback
+            # on close); the pool's extra rollback on every return was a
+            # second hand-off to the SQLite thread per checkout.
+            kwargs["pool_reset_on_return"] = None
         else:
             kwargs["pool_pre_ping"] = True
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)

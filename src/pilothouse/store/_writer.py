@@ -226,7 +226,28 @@ class ConversationWriter:
         """
         allowed_set = frozenset(allowed)
         async with self._db.sessions.begin() as session:
-            row = await self._load(session, conversation_uuid)
+            # One statement reads the conversation and where its numbering
+            # stands: a turn's start is on every turn's path.
+            found = (
+                await session.execute(
+                    select(
+                        Conversation,
+                        _max_of(Message.sequence, Message.conversation_id),
+                        _max_of(TimelineEvent.sequence, TimelineEvent.conversation_id),
+                        _max_of(
+                            Message.sequence,
+                            Message.conversation_id,
+                            Message.role == MessageRole.ASSISTANT,
+                        ),
+                    ).where(
+                        Conversation.uuid == conversation_uuid,
+                        Conversation.tenant == self._tenant,
+                    )
+                )
+            ).first()
+            if found is None:
+                raise NotFoundError(f"conversation '{conversation_uuid}' not found")
+            row, next_message, next_event, last_assistant = found
             if row.status not in allowed_set:
                 raise InvalidStateError(_refusal(conversation_uuid, row.status))
             now = utcnow()
@@ -247,21 +268,6 @@ class ConversationWriter:
             )
             if getattr(result, "rowcount", 1) != 1:
                 raise InvalidStateError(_refusal(conversation_uuid, ProcessStatus.RUNNING))
-            next_message = await session.scalar(
-                select(func.coalesce(func.max(Message.sequence), 0)).where(
-                    Message.conversation_id == row.id
-                )
-            )
-            next_event = await session.scalar(
-                select(func.coalesce(func.max(TimelineEvent.sequence), 0)).where(
-                    TimelineEvent.conversation_id == row.id
-                )
-            )
-            last_assistant = await session.scalar(
-                select(func.max(Message.sequence)).where(
-                    Message.conversation_id == row.id, Message.role == MessageRole.ASSISTANT
-                )
-            )
             handle = TurnHandle(
                 conversation_id=row.id,
                 uuid=row.uuid,
@@ -416,6 +422,16 @@ class ConversationWriter:
         if row is None:
             raise NotFoundError(f"conversation '{conversation_uuid}' not found")
         return row
+
+
+def _max_of(column: Any, owner: Any, *conditions: Any) -> Any:
+    """A scalar subquery: the largest ``column`` of the outer conversation's rows."""
+    return (
+        select(func.max(column))
+        .where(owner == Conversation.id, *conditions)
+        .correlate(Conversation)
+        .scalar_subquery()
+    )
 
 
 def _refusal(conversation_uuid: str, status: ProcessStatus) -> str:
