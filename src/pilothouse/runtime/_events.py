@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "EventHub",
+    "Listener",
     "StatusChanged",
     "TextDelta",
     "ThinkingDelta",
@@ -140,6 +141,7 @@ TurnEvent = TextDelta | ThinkingDelta | ToolCallRequested | StatusChanged | Turn
 """Every event a turn can emit."""
 
 Listener = Callable[[TurnEvent], Awaitable[None] | None]
+"""Receives a turn's events; may be sync or async."""
 
 
 class EventHub:

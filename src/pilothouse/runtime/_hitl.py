@@ -20,11 +20,11 @@ from typing import Any
 from pilothouse.catalog._enums import ProcessStatus, TimelineKind, ToolCallStatus
 from pilothouse.errors import InvalidStateError, NotFoundError, PilothouseError
 from pilothouse.runtime._compile import ActionCompiler
-from pilothouse.runtime._events import TurnResult
-from pilothouse.runtime._runner import Listener, Runner
+from pilothouse.runtime._events import Listener, TurnResult
+from pilothouse.runtime._runner import Runner
 from pilothouse.runtime._toolset import ASK_USER
 from pilothouse.runtime._toolstep import answers_reply
-from pilothouse.store import ConversationQueries, Database, Message
+from pilothouse.store import Conversation, ConversationQueries, Database, Message
 from pilothouse.store._base import utcnow
 from pilothouse.store._writer import NewEvent
 
@@ -51,8 +51,7 @@ class Resumption:
         self._runner = runner
         self._compiler = compiler
 
-    async def _deadline_passed(self, uuid: str, questions: list[Message]) -> bool:
-        conversation = await self._queries.get(uuid)
+    async def _deadline_passed(self, conversation: Conversation, questions: list[Message]) -> bool:
         compiled = await self._compiler.compile(
             self._tenant, conversation.action_code, conversation.agent_code
         )
@@ -80,7 +79,7 @@ class Resumption:
         questions = await self._queries.pending_questions(uuid)
         if not questions:
             raise InvalidStateError(f"conversation '{uuid}' has no pending questions")
-        if await self._deadline_passed(uuid, questions):
+        if await self._deadline_passed(conversation, questions):
             await self._runner.terminate(uuid, "questions expired")
             raise InvalidStateError(
                 f"conversation '{uuid}': the questions expired unanswered; "
@@ -164,19 +163,19 @@ class Resumption:
             How many conversations were terminated.
         """
         # Collect first: terminating changes the status, which would shift pages.
-        waiting: list[str] = []
+        waiting: list[Conversation] = []
         while True:
             page = await self._queries.list(
                 status=ProcessStatus.WAITING, limit=100, offset=len(waiting)
             )
-            waiting.extend(c.uuid for c in page.items)
+            waiting.extend(page.items)
             if len(page.items) < 100:
                 break
         expired = 0
-        for uuid in waiting:
-            questions = await self._queries.pending_questions(uuid)
-            if questions and await self._deadline_passed(uuid, questions):
-                await self._runner.terminate(uuid, "questions expired")
+        for conversation in waiting:
+            questions = await self._queries.pending_questions(conversation.uuid)
+            if questions and await self._deadline_passed(conversation, questions):
+                await self._runner.terminate(conversation.uuid, "questions expired")
                 expired += 1
         return expired
 

@@ -28,13 +28,12 @@ from pilothouse.runtime._advisors import AdvisedCall
 from pilothouse.runtime._compile import CompiledAction
 from pilothouse.runtime._config import RuntimeConfig
 from pilothouse.runtime._convert import estimate_usage
-from pilothouse.runtime._events import TextDelta, ThinkingDelta, TurnEvent, TurnRetry
+from pilothouse.runtime._events import Listener, TextDelta, ThinkingDelta, TurnEvent, TurnRetry
 from pilothouse.runtime._request import delta_text
 from pilothouse.runtime._retry import RetryPolicy
 from pilothouse.runtime._telemetry import Telemetry
 from pilothouse.store._writer import NewEvent, TurnHandle
 
-Listener = Callable[[TurnEvent], Awaitable[None] | None]
 _MILLION = Decimal(1_000_000)
 
 

@@ -20,7 +20,6 @@ from pilothouse.catalog._enums import (
     MessageRole,
     ProcessStatus,
     TimelineKind,
-    ToolCallStatus,
 )
 from pilothouse.providers import redact
 from pilothouse.runtime._advisors import ContentBlocked
@@ -28,7 +27,6 @@ from pilothouse.runtime._convert import ParsedResponse, finish_reason_of
 from pilothouse.runtime._events import (
     EventHub,
     StatusChanged,
-    ToolCallRequested,
     TurnEvent,
     TurnFinished,
     TurnResult,
@@ -39,8 +37,6 @@ from pilothouse.store._writer import (
     ConversationWriter,
     NewEvent,
     NewMessage,
-    NewToolCall,
-    ToolCallOutcome,
     TurnBatch,
 )
 
@@ -78,23 +74,11 @@ class TurnRecording:
     async def _record_answer(
         self, turn: TurnState, response: ModelResponse, parsed: ParsedResponse, output: Any
     ) -> TurnResult:
+        # Tool calls never reach here: the loop runs, returns or pauses on them.
         finish = finish_reason_of(response, parsed)
-        calls = [
-            NewToolCall(call.tool_call_id, call.tool_name, call.args_as_dict())
-            for call in parsed.tool_calls
-        ]
-        returned: list[dict[str, Any]] = [
-            {"id": c.call_id, "name": c.name, "arguments": dict(c.arguments)} for c in calls
-        ]
-        if returned:
-            # Without executors for these tools the calls go back to the
-            # caller unexecuted; the conversation ends with finish reason TC.
-            finish = FinishReason.TOOL_CALLS
         marker = self._marker(turn, response)
         content = parsed.text if turn.compiled.output_schema is None else _json_text(output)
         data: dict[str, Any] = {"ai": marker}
-        if returned:
-            data["tool_calls"] = returned
         if parsed.thinking:
             data["thinking"] = parsed.thinking
         batch = TurnBatch(
@@ -106,18 +90,8 @@ class TurnRecording:
                     data=data,
                 )
             ],
-            tool_calls=calls,
-            outcomes=[
-                ToolCallOutcome(c.call_id, ToolCallStatus.RETURNED, "returned to the caller")
-                for c in calls
-            ],
             changes={"finish_reason": finish, "response_model": response.model_name},
         )
-        for call in calls:
-            await self._emit(
-                turn,
-                ToolCallRequested(turn.handle.uuid, call.call_id, call.name, dict(call.arguments)),
-            )
         return await self._end_turn(
             turn,
             batch,
@@ -126,7 +100,6 @@ class TurnRecording:
             output=output,
             text=content,
             ai_meta=marker,
-            tool_calls=returned,
         )
 
     def _marker(self, turn: TurnState, response: ModelResponse) -> dict[str, Any]:

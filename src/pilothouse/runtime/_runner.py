@@ -50,9 +50,9 @@ from pilothouse.runtime._convert import (
 )
 from pilothouse.runtime._events import (
     EventHub,
+    Listener,
     StatusChanged,
     ToolCallRequested,
-    TurnEvent,
     TurnResult,
 )
 from pilothouse.runtime._modelcall import ModelCaller, TurnState
@@ -83,7 +83,6 @@ from pilothouse.tools._base import ToolError
 
 logger = logging.getLogger("pilothouse.audit")
 
-Listener = Callable[[TurnEvent], Awaitable[None] | None]
 _KNOWN_LIMIT = 10_000
 """Conversations whose action and agent codes a runner keeps in memory."""
 _MILLION = Decimal(1_000_000)

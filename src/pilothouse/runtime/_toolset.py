@@ -185,7 +185,6 @@ class CatalogToolSource:
         self._secrets = secrets
         self._registry = registry
         self._mcp = mcp
-        self._owns_mcp = mcp is None
         self._mcp_stop: Any = None
         self._mcp_task: Any = None
 
