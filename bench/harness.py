@@ -401,7 +401,7 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--litellm-python", default=str(BENCH / ".venv-litellm" / "bin" / "python"))
     parser.add_argument("--contenders", default=",".join(C.CONTENDERS))
-    parser.add_argument("--scenarios", default="plain-d0,plain-d50,tool-d0,stream")
+    parser.add_argument("--scenarios", default="plain-d0,plain-d50,tool-d0,stream,disclosure")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=200, help="calls per round")
     parser.add_argument("--slow-calls", type=int, default=40, help="plain-d50 calls per round")
@@ -441,6 +441,11 @@ def main() -> None:
                 print(f"scenario {scenario}", flush=True)
                 scenario_dir = workdir / scenario
                 scenario_dir.mkdir()
+                if scenario == "disclosure":  # scenario 4: token counts, not timings
+                    import disclosure
+
+                    results["disclosure"] = disclosure.run(args.python, scenario_dir)
+                    continue
                 results["scenarios"][scenario] = _run_scenario(
                     scenario, names, args, mock, scenario_dir, raw
                 )

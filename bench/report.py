@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import report_disclosure
+
 FLOOR = "httpx"
 BASE = "pydantic-ai-model_request"
 LABELS = {
@@ -140,7 +142,8 @@ def _verdicts(results: dict[str, Any]) -> list[str]:
             f"(pilothouse {cold['pilothouse-sqlite']:.0f} ms vs model_request {cold[BASE]:.0f} ms,"
             " one sample each; see the cold-start table)."
         )
-    out.append("- Scenario 2 (concurrency) and scenario 4 (progressive disclosure): **not measured yet**.")
+    out.append("- Scenario 2 (concurrency): **not measured yet**.")
+    out.append(report_disclosure.verdict(results) or "- Scenario 4 (progressive disclosure): **not measured**.")
     return out
 
 
@@ -316,6 +319,7 @@ def main() -> None:
             lines += _spread(data) + [""]
         if f"latency-{scenario}.png" in plots:
             lines += [f"![{scenario}](benchmarks/latency-{scenario}.png)", ""]
+    lines += report_disclosure.section(results)
     s1 = results["scenarios"].get("plain-d0", {}).get("contenders", {})
     if s1:
         lines += [

@@ -51,3 +51,36 @@ def test_bench_harness_runs_on_a_tiny_load(tmp_path: Path) -> None:
     assert results["mock_capacity"]["requests_per_s"] > 0
     raw = json.loads((tmp_path / "raw" / "latencies.json").read_text())
     assert len(raw["plain-d0/pilothouse-sqlite"]) == 6
+
+
+def test_bench_disclosure_offers_fewer_prompt_tokens_than_all_tools(tmp_path: Path) -> None:
+    # Scenario 4 counts tokens of the requests the mock received: facts, not timings.
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "harness.py"),
+            "--smoke",
+            "--contenders",
+            "httpx",
+            "--scenarios",
+            "disclosure",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads((tmp_path / "results.json").read_text())["disclosure"]
+    variants = data["variants"]
+    disclosed = variants["disclosure"]["prompt_tokens"]["total"]
+    loaded = variants["all_tools"]["prompt_tokens"]["total"]
+    assert 0 < disclosed < loaded
+    # use_skill and AskUserQuestion with disclosure; the 50 tools and AskUserQuestion without
+    assert variants["disclosure"]["tools_offered"] == 2
+    assert variants["all_tools"]["tools_offered"] == data["tools"] + 1 == 51
+    # after use_skill, the activated skill's 5 tools are offered as well
+    assert variants["after_use_skill"]["tools_offered"] == 7
+    assert variants["disclosure"]["recorded_input_tokens"] == disclosed
