@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema.validators import validator_for
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -259,6 +258,8 @@ class ActionCompiler:
         )
         validator = None
         if output_schema is not None:
+            from jsonschema.validators import validator_for
+
             validator = validator_for(output_schema)(output_schema)
         configuration = action.configuration
         strategy = action.memory_strategy
