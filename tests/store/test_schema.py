@@ -6,6 +6,7 @@ from sqlalchemy import select
 from pilothouse.catalog._enums import ProviderKind
 from pilothouse.catalog._models import Provider
 from pilothouse.store import Database, head_revision
+from pilothouse.store.migrations import HEAD_REVISION
 
 pytestmark = pytest.mark.anyio
 
@@ -13,6 +14,11 @@ pytestmark = pytest.mark.anyio
 async def test_schema_is_created_at_head_on_first_use(database: Database) -> None:
     assert await database.schema_is_current()
     assert head_revision() == "0003"
+
+
+def test_known_head_revision_is_alembics_head() -> None:
+    # ensure_schema trusts HEAD_REVISION to skip Alembic; a new migration must bump it.
+    assert HEAD_REVISION == head_revision()
 
 
 async def test_ensure_schema_twice_is_a_no_op(database: Database) -> None:

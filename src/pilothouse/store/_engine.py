@@ -9,16 +9,11 @@ from __future__ import annotations
 
 __all__ = ["Database", "current_revision", "head_revision"]
 
-from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -27,8 +22,19 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from pilothouse.store.migrations import HEAD_REVISION
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+
+# Alembic is imported only to migrate (or to report the head): importing it
+# loads its DDL support for every dialect, a large share of a cold start.
 def _alembic_config() -> Config:
+    from importlib.resources import files
+
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(files("pilothouse.store") / "migrations"))
     return config
@@ -36,6 +42,8 @@ def _alembic_config() -> Config:
 
 def head_revision() -> str:
     """Return the newest migration revision shipped with this package."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
     if head is None:  # pragma: no cover - the package always ships migrations
         raise RuntimeError("pilothouse ships no migrations")
@@ -44,10 +52,19 @@ def head_revision() -> str:
 
 def current_revision(connection: Connection) -> str | None:
     """Return the migration revision a database is at, or None when empty."""
-    return MigrationContext.configure(connection).get_current_revision()
+    # Alembic's version table, read directly: what MigrationContext does,
+    # without importing Alembic on every start.
+    if not inspect(connection).has_table("alembic_version"):
+        return None
+    versions = connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    if len(versions) > 1:
+        raise RuntimeError(f"the database is at several revisions: {', '.join(versions)}")
+    return versions[0] if versions else None
 
 
 def _upgrade(connection: Connection) -> None:
+    from alembic import command
+
     config = _alembic_config()
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
@@ -104,10 +121,10 @@ class Database:
         async with self._schema_lock:
             if self._schema_ready:
                 return
-            head = head_revision()
             async with self.engine.connect() as connection:
                 current = await connection.run_sync(current_revision)
-            if current != head:
+            # The known head, not Alembic's: Alembic runs only when they differ.
+            if current != HEAD_REVISION:
                 await self.upgrade()
             self._schema_ready = True
 
