@@ -73,9 +73,15 @@ async def database(database_url: str) -> AsyncIterator[Database]:
 async def _truncate_all(db: Database) -> None:
     from sqlalchemy import text
 
+    # Importing one model of each module registers its tables on Base (as the
+    # migrations' env.py does); pilothouse.catalog and the API keys load lazily.
+    from pilothouse.catalog._models import Action
     from pilothouse.store import Base
+    from pilothouse.store._access import ApiKey
 
-    tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
+    sorted_tables = Base.metadata.sorted_tables
+    assert Action.__table__ in sorted_tables and ApiKey.__table__ in sorted_tables
+    tables = ", ".join(f'"{t.name}"' for t in sorted_tables)
     async with db.engine.begin() as conn:
         await conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
 

@@ -5,7 +5,17 @@ An application declares what it may ask a model to do as catalog entities
 database, edited as YAML files (``pilothouse catalog validate|import|export``)
 or through :class:`CatalogRepository`, and described on the wire by one
 pydantic spec per kind.
+
+Importing the package loads only the enums; every other name (the ORM
+entities, the YAML and validation tooling with ruamel.yaml and jsonschema)
+is imported on first use, so code that needs an enum or the entities does
+not pay for the catalog tooling.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from pilothouse.catalog._enums import (
     AdvisorKind,
@@ -25,85 +35,100 @@ from pilothouse.catalog._enums import (
     ToolCallStatus,
     ToolKind,
 )
-from pilothouse.catalog._exporter import export_catalog, export_document, spec_document
-from pilothouse.catalog._importer import ImportSummary, KindCounts, apply_catalog, import_catalog
-from pilothouse.catalog._kinds import KINDS, CatalogKind, catalog_kind
-from pilothouse.catalog._models import (
-    CODE_LENGTHS,
-    Action,
-    ActionAdvisor,
-    ActionCollection,
-    ActionMcpClient,
-    ActionSchema,
-    ActionSkill,
-    ActionTool,
-    ActionType,
-    Advisor,
-    AdvisorType,
-    Agent,
-    AgentType,
-    Application,
-    CatalogEntity,
-    CatalogRevision,
-    Configuration,
-    DocumentCollection,
-    McpClient,
-    McpClientType,
-    MemoryStrategy,
-    MemoryStrategyType,
-    Model,
-    Persona,
-    PersonaType,
-    Provider,
-    Skill,
-    SkillDependency,
-    SkillTool,
-    SkillType,
-    Tool,
-    ToolType,
-    VectorStore,
-    VectorStoreType,
-)
-from pilothouse.catalog._repository import CatalogRepository
-from pilothouse.catalog._spec import (
-    CODE_PATTERN,
-    ActionAdvisorSpec,
-    ActionSchemaSpec,
-    ActionSchemasSpec,
-    ActionSpec,
-    ActionTypeSpec,
-    AdvisorSpec,
-    AdvisorTypeSpec,
-    AgentSpec,
-    AgentTypeSpec,
-    ApplicationSpec,
-    CatalogSpec,
-    ConfigurationSpec,
-    DocumentCollectionSpec,
-    McpClientSpec,
-    McpClientTypeSpec,
-    MemoryStrategySpec,
-    MemoryStrategyTypeSpec,
-    ModelSpec,
-    PersonaSpec,
-    PersonaTypeSpec,
-    ProviderSpec,
-    SkillSpec,
-    SkillTypeSpec,
-    ToolSpec,
-    ToolTypeSpec,
-    TypeSpec,
-    VectorStoreSpec,
-    VectorStoreTypeSpec,
-)
-from pilothouse.catalog._validate import (
-    ExistingCatalog,
-    ParsedCatalog,
-    load_existing,
-    parse_spec,
-    validate_paths,
-)
-from pilothouse.catalog._yaml import dump_yaml
+
+if TYPE_CHECKING:
+    from pilothouse.catalog._exporter import (
+        export_catalog,
+        export_document,
+        spec_document,
+    )
+    from pilothouse.catalog._importer import (
+        ImportSummary,
+        KindCounts,
+        apply_catalog,
+        import_catalog,
+    )
+    from pilothouse.catalog._kinds import (
+        KINDS,
+        CatalogKind,
+        catalog_kind,
+    )
+    from pilothouse.catalog._models import (
+        CODE_LENGTHS,
+        Action,
+        ActionAdvisor,
+        ActionCollection,
+        ActionMcpClient,
+        ActionSchema,
+        ActionSkill,
+        ActionTool,
+        ActionType,
+        Advisor,
+        AdvisorType,
+        Agent,
+        AgentType,
+        Application,
+        CatalogEntity,
+        CatalogRevision,
+        Configuration,
+        DocumentCollection,
+        McpClient,
+        McpClientType,
+        MemoryStrategy,
+        MemoryStrategyType,
+        Model,
+        Persona,
+        PersonaType,
+        Provider,
+        Skill,
+        SkillDependency,
+        SkillTool,
+        SkillType,
+        Tool,
+        ToolType,
+        VectorStore,
+        VectorStoreType,
+    )
+    from pilothouse.catalog._repository import CatalogRepository
+    from pilothouse.catalog._spec import (
+        CODE_PATTERN,
+        ActionAdvisorSpec,
+        ActionSchemaSpec,
+        ActionSchemasSpec,
+        ActionSpec,
+        ActionTypeSpec,
+        AdvisorSpec,
+        AdvisorTypeSpec,
+        AgentSpec,
+        AgentTypeSpec,
+        ApplicationSpec,
+        CatalogSpec,
+        ConfigurationSpec,
+        DocumentCollectionSpec,
+        McpClientSpec,
+        McpClientTypeSpec,
+        MemoryStrategySpec,
+        MemoryStrategyTypeSpec,
+        ModelSpec,
+        PersonaSpec,
+        PersonaTypeSpec,
+        ProviderSpec,
+        SkillSpec,
+        SkillTypeSpec,
+        ToolSpec,
+        ToolTypeSpec,
+        TypeSpec,
+        VectorStoreSpec,
+        VectorStoreTypeSpec,
+    )
+    from pilothouse.catalog._validate import (
+        ExistingCatalog,
+        ParsedCatalog,
+        load_existing,
+        parse_spec,
+        validate_paths,
+    )
+    from pilothouse.catalog._yaml import dump_yaml
 
 __all__ = [
     "CODE_LENGTHS",
@@ -203,3 +228,101 @@ __all__ = [
     "spec_document",
     "validate_paths",
 ]
+
+_LAZY: dict[str, tuple[str, ...]] = {
+    "_exporter": ("export_catalog", "export_document", "spec_document"),
+    "_importer": ("ImportSummary", "KindCounts", "apply_catalog", "import_catalog"),
+    "_kinds": ("KINDS", "CatalogKind", "catalog_kind"),
+    "_models": (
+        "CODE_LENGTHS",
+        "Action",
+        "ActionAdvisor",
+        "ActionCollection",
+        "ActionMcpClient",
+        "ActionSchema",
+        "ActionSkill",
+        "ActionTool",
+        "ActionType",
+        "Advisor",
+        "AdvisorType",
+        "Agent",
+        "AgentType",
+        "Application",
+        "CatalogEntity",
+        "CatalogRevision",
+        "Configuration",
+        "DocumentCollection",
+        "McpClient",
+        "McpClientType",
+        "MemoryStrategy",
+        "MemoryStrategyType",
+        "Model",
+        "Persona",
+        "PersonaType",
+        "Provider",
+        "Skill",
+        "SkillDependency",
+        "SkillTool",
+        "SkillType",
+        "Tool",
+        "ToolType",
+        "VectorStore",
+        "VectorStoreType",
+    ),
+    "_repository": ("CatalogRepository",),
+    "_spec": (
+        "CODE_PATTERN",
+        "ActionAdvisorSpec",
+        "ActionSchemaSpec",
+        "ActionSchemasSpec",
+        "ActionSpec",
+        "ActionTypeSpec",
+        "AdvisorSpec",
+        "AdvisorTypeSpec",
+        "AgentSpec",
+        "AgentTypeSpec",
+        "ApplicationSpec",
+        "CatalogSpec",
+        "ConfigurationSpec",
+        "DocumentCollectionSpec",
+        "McpClientSpec",
+        "McpClientTypeSpec",
+        "MemoryStrategySpec",
+        "MemoryStrategyTypeSpec",
+        "ModelSpec",
+        "PersonaSpec",
+        "PersonaTypeSpec",
+        "ProviderSpec",
+        "SkillSpec",
+        "SkillTypeSpec",
+        "ToolSpec",
+        "ToolTypeSpec",
+        "TypeSpec",
+        "VectorStoreSpec",
+        "VectorStoreTypeSpec",
+    ),
+    "_validate": (
+        "ExistingCatalog",
+        "ParsedCatalog",
+        "load_existing",
+        "parse_spec",
+        "validate_paths",
+    ),
+    "_yaml": ("dump_yaml",),
+}
+"""The names imported on first use, by the private module that defines them."""
+
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
