@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "ASK_USER",
     "USE_SKILL",
+    "ArgumentValidators",
     "CatalogToolSource",
     "SkillInfo",
     "ToolSet",
@@ -23,11 +24,9 @@ __all__ = [
     "skill_reply",
 ]
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
-
-from jsonschema.validators import validator_for
 
 from pilothouse.catalog._enums import ToolKind
 from pilothouse.catalog._models import McpClient, Tool
@@ -104,6 +103,39 @@ def use_skill_definition(skills: Sequence[SkillInfo]) -> ToolDefinition:
     )
 
 
+class ArgumentValidators(Mapping[str, Any]):
+    """Argument validators by tool name, each compiled when first asked for.
+
+    A step offers every tool but the model calls few (often none), so a
+    validator is built only for a tool that is called, and jsonschema is not
+    imported by a turn that calls no tool.
+    """
+
+    def __init__(self) -> None:
+        self._schemas: dict[str, dict[str, Any]] = {}
+        self._compiled: dict[str, Any] = {}
+
+    def add(self, name: str, schema: dict[str, Any]) -> None:
+        """Validate the arguments of tool ``name`` against ``schema``."""
+        self._schemas[name] = schema
+        self._compiled.pop(name, None)
+
+    def __getitem__(self, name: str) -> Any:
+        validator = self._compiled.get(name)
+        if validator is None:
+            from jsonschema.validators import validator_for
+
+            schema = self._schemas[name]
+            validator = self._compiled[name] = validator_for(schema)(schema)
+        return validator
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._schemas)
+
+    def __len__(self) -> int:
+        return len(self._schemas)
+
+
 @dataclass
 class ToolSet:
     """What one step of a turn offers the model.
@@ -112,14 +144,14 @@ class ToolSet:
         executable: tools the loop runs, by name.
         returned: custom-schema tools whose calls go back to the caller.
         builtins: built-in tools handled by the loop itself.
-        validators: compiled argument validators, by name.
+        validators: argument validators (``iter_errors``), by name.
         timeouts: per-tool timeouts in seconds, by name.
     """
 
     executable: dict[str, ExecutableTool] = field(default_factory=lambda: {})
     returned: dict[str, ToolDefinition] = field(default_factory=lambda: {})
     builtins: dict[str, ToolDefinition] = field(default_factory=lambda: {})
-    validators: dict[str, Any] = field(default_factory=lambda: {})
+    validators: ArgumentValidators = field(default_factory=ArgumentValidators)
     timeouts: dict[str, float] = field(default_factory=lambda: {})
 
     def add(self, definition: ToolDefinition, *, tool: ExecutableTool | None = None) -> None:
@@ -136,8 +168,7 @@ class ToolSet:
         self._validate_with(definition)
 
     def _validate_with(self, definition: ToolDefinition) -> None:
-        schema = dict(definition.parameters) or {"type": "object"}
-        self.validators[definition.name] = validator_for(schema)(schema)
+        self.validators.add(definition.name, dict(definition.parameters) or {"type": "object"})
 
     def definitions(self) -> list[ToolDefinition]:
         """Every definition offered, builtins last."""
