@@ -1,0 +1,145 @@
+"""Cold start: what importing pilothouse and running a first turn may load.
+
+Each check runs in a fresh interpreter and looks at ``sys.modules``: these are
+facts about imports, not timings, so they hold on a busy machine.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from pilothouse.catalog import import_catalog
+from pilothouse.store import Database
+
+# Loaded only on the paths that need them: catalog tooling (YAML, validation),
+# migrations, the server, the CLI, MCP, vendor SDKs and optional extras.
+NEVER_ON_A_TURN = [
+    "alembic",
+    "anthropic",
+    "boto3",
+    "botocore",
+    "fastapi",
+    "google.genai",
+    "jsonschema",
+    "llama_cpp",
+    "mcp",
+    "pilothouse.catalog._importer",
+    "pilothouse.catalog._repository",
+    "pilothouse.catalog._spec",
+    "pilothouse.catalog._validate",
+    "pilothouse.catalog._yaml",
+    "pilothouse.cli",
+    "pilothouse.mcp._pool",
+    "pilothouse.server",
+    "pilothouse.tools._registry",
+    "redis",
+    "ruamel",
+    "starlette",
+    "tiktoken",
+    "typer",
+    "uvicorn",
+]
+
+
+def _loaded(code: str, modules: list[str]) -> list[str]:
+    """Run ``code`` in a new interpreter; return which of ``modules`` it imported."""
+    probe = (
+        "\nimport json, sys\n"
+        f"print(json.dumps(sorted(m for m in {modules!r} if m in sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code + probe], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_api_loads_no_runtime_or_catalog_tooling() -> None:
+    code = "import pilothouse.api, pilothouse.settings"
+    assert _loaded(code, [*NEVER_ON_A_TURN, "pydantic_ai", "openai"]) == []
+
+
+def test_importing_catalog_enums_loads_no_database_layer() -> None:
+    code = "from pilothouse.catalog import ProcessStatus"
+    assert _loaded(code, ["sqlalchemy", "pydantic", "ruamel", "jsonschema"]) == []
+
+
+def test_importing_tool_and_mcp_packages_loads_no_sdk() -> None:
+    code = "import pilothouse.tools, pilothouse.mcp"
+    assert _loaded(code, ["mcp", "mcp_types", "httpx", "jsonschema", "sqlalchemy"]) == []
+
+
+CATALOG = """\
+providers:
+  - code: UP
+    name: Upstream
+    kind: openai-compatible
+    base_url: http://127.0.0.1:9/v1
+models:
+  - code: M
+    provider: UP
+    model_name: m
+configurations:
+  - code: C
+    name: C
+    max_tokens: 64
+actions:
+  - code: GREET
+    name: Greet
+    model: M
+    configuration: C
+    prompt: Greet the user.
+"""
+
+FIRST_TURN = """
+import asyncio
+from pilothouse.api import Pilothouse
+from pilothouse.settings import Settings
+from pilothouse.testing import ScriptedModel
+
+async def main() -> None:
+    settings = Settings(database_url={url!r})
+    async with Pilothouse(settings, model=ScriptedModel(["Hello."])) as ph:
+        conversation = await ph.command.start_conversation(None, "GREET")
+        result = await ph.command.send_message(conversation.uuid, "Hi")
+        assert result.output == "Hello.", result
+
+asyncio.run(main())
+"""
+
+
+def test_a_first_turn_on_a_current_schema_loads_no_migration_or_tooling(tmp_path: Path) -> None:
+    # The schema is migrated and the catalog imported here; the turn runs in a
+    # fresh process, as an application's first turn after a restart does.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}"
+    (tmp_path / "catalog.yaml").write_text(CATALOG)
+
+    async def prepare() -> None:
+        database = Database(url)
+        try:
+            await import_catalog(database, "default", [tmp_path / "catalog.yaml"], user="t")
+        finally:
+            await database.dispose()
+
+    anyio.run(prepare)
+    assert _loaded(FIRST_TURN.format(url=url), NEVER_ON_A_TURN) == []
+
+
+@pytest.mark.parametrize("package", ["pilothouse.catalog", "pilothouse.tools", "pilothouse.mcp"])
+def test_every_lazily_imported_name_resolves(package: str) -> None:
+    module = importlib.import_module(package)
+    for name in module.__all__:
+        value = getattr(module, name)
+        lazy = module._MODULE_OF.get(name)
+        if lazy is not None:
+            assert value is getattr(importlib.import_module(f"{package}.{lazy}"), name), name
+    assert set(module.__all__) <= set(dir(module))
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        _ = module.missing
