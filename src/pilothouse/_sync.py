@@ -18,12 +18,11 @@ from contextlib import ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from anyio.from_thread import BlockingPortal, start_blocking_portal
-
 from pilothouse.settings import Settings
 from pilothouse.store import Database
 
 if TYPE_CHECKING:
+    from anyio.from_thread import BlockingPortal
     from pydantic_ai.models import Model
 
     from pilothouse.api import Pilothouse
@@ -116,6 +115,8 @@ class SyncPilothouse:
         database: Database | None = None,
         model: Model | None = None,
     ) -> None:
+        from anyio.from_thread import start_blocking_portal
+
         self._stack = ExitStack()
         self._portal = self._stack.enter_context(start_blocking_portal())
         try:
