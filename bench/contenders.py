@@ -428,6 +428,11 @@ def catalog_yaml(base_url: str) -> str:
         )
         for scenario, code in ACTIONS.items()
     )
+    import concurrency  # scenario 2's actions (bench/concurrency.py)
+
+    extra_models, extra_actions = concurrency.catalog_parts()
+    models += extra_models
+    actions += extra_actions
     return f"""providers:
   - code: MOCK
     name: Mock upstream

@@ -35,6 +35,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+import concurrency as CONC  # noqa: E402
 import contenders as C  # noqa: E402
 
 SUT_CORE = 1
@@ -412,11 +413,13 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=300, help="profiled calls (0: none)")
     parser.add_argument("--capacity-seconds", type=float, default=3.0)
     parser.add_argument("--smoke", action="store_true", help="tiny load: 2 rounds of 3 calls")
+    CONC.add_arguments(parser)  # scenario 2 and stream-N
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.calls, args.stream_calls, args.warmup = 2, 3, 1, 1
         args.slow_calls = args.tool_calls = 3
         args.profile, args.capacity_seconds = 0, 0.5
+        CONC.smoke(args)
     if _cores() >= 2:
         os.sched_setaffinity(0, {LOAD_CORE})
     names = [n for n in args.contenders.split(",") if n]
@@ -446,11 +449,22 @@ def main() -> None:
 
                     results["disclosure"] = disclosure.run(args.python, scenario_dir)
                     continue
+                if CONC.handles(scenario):  # scenario 2; scenario 3 at concurrency
+                    results["scenarios"][scenario] = CONC.run_scenario(
+                        sys.modules[__name__], scenario, names, args, mock, scenario_dir, raw
+                    )
+                    continue
                 results["scenarios"][scenario] = _run_scenario(
                     scenario, names, args, mock, scenario_dir, raw
                 )
             print("mock capacity", flush=True)
             results["mock_capacity"] = _capacity(mock, args.python, args.capacity_seconds)
+            conc = [s for s in args.scenarios.split(",") if CONC.handles(s)]
+            if conc:
+                print("mock capacity at concurrency", flush=True)
+                results["mock_capacity_concurrency"] = CONC.capacity(
+                    sys.modules[__name__], mock, args.python, conc, args
+                )
             if args.profile and "pilothouse-sqlite" in names:
                 print("profile pilothouse-sqlite", flush=True)
                 (workdir / "p").mkdir()

@@ -16,6 +16,11 @@ every scenario at once:
   content chunks, the first after ``<first>`` ms, the next ones ``<gap>`` ms
   apart (anchored to the request time, so no drift), then a finish chunk, a
   usage chunk and ``[DONE]``. Chunk ``i`` carries the text ``"c<i> "``.
+- ``conv-d<ms>`` (scenario 2, ``bench/concurrency.py``): after ``<ms>`` ms, a
+  call of the first tool when the request carries ``tools`` and the last
+  message is a user message containing ``[use tool]``; otherwise an answer
+  ``"re <n>: <last user text>"`` (``<n>``: how many messages the request
+  carried), so every answer is unique and shows the history that was sent.
 
 Any other model name gets a plain answer after ``--delay-ms``.
 
@@ -35,6 +40,8 @@ import time
 
 _PLAIN = re.compile(r"^(plain|tool)-d(\d+)$")
 _STREAM = re.compile(r"^stream-f(\d+)-k(\d+)-g(\d+)$")
+_CONV = re.compile(r"^conv-d(\d+)$")
+TOOL_MARK = "[use tool]"
 ANSWER = "Hello from the mock upstream."
 
 
@@ -100,6 +107,26 @@ def _sse(model: str, delta: dict[str, object], finish: str | None, usage: bool =
         chunk["usage"] = {"prompt_tokens": 20, "completion_tokens": 64, "total_tokens": 84}
     data = b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
     return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _text(content: object) -> str:
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+def _conv_message(request: dict[str, object]) -> tuple[dict[str, object], str]:
+    """Scenario 2: a tool call when the user asks for one, else a unique answer."""
+    messages = request.get("messages")
+    messages = messages if isinstance(messages, list) else []
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    said = _text(users[-1].get("content")) if users else ""
+    if request.get("tools") and last.get("role") == "user" and TOOL_MARK in said:
+        message = _tool_message(request)
+        if message is not None:
+            return message, "tool_calls"
+    return {"role": "assistant", "content": f"re {len(messages)}: {said}"}, "stop"
 
 
 class MockProtocol(asyncio.Protocol):
@@ -178,6 +205,12 @@ class MockProtocol(asyncio.Protocol):
         stream = _STREAM.match(model)
         if stream and request.get("stream"):
             await self._stream(model, started, *(int(g) for g in stream.groups()))
+            return
+        conv = _CONV.match(model)
+        if conv:
+            message, finish = _conv_message(request)
+            await asyncio.sleep(int(conv.group(1)) / 1000)
+            write(_response("200 OK", _completion(model, message, finish)))
             return
         plain = _PLAIN.match(model)
         delay = int(plain.group(2)) if plain else self.default_delay_ms

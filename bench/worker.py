@@ -81,6 +81,12 @@ async def main() -> None:
     sys.path.insert(0, options["bench_dir"])
     import contenders
 
+    if options["scenario"].startswith(("conc-", "stream-")):  # scenario 2; 3 at concurrency
+        import concurrency
+
+        await concurrency.worker(options, _send, T0, C0)
+        return
+
     contender = await contenders.make(
         options["contender"], options["base_url"], options["scenario"], options
     )

@@ -84,3 +84,53 @@ def test_bench_disclosure_offers_fewer_prompt_tokens_than_all_tools(tmp_path: Pa
     # after use_skill, the activated skill's 5 tools are offered as well
     assert variants["after_use_skill"]["tools_offered"] == 7
     assert variants["disclosure"]["recorded_input_tokens"] == disclosed
+
+
+def test_bench_concurrent_conversations_lose_no_message(tmp_path: Path) -> None:
+    # Scenario 2 and scenario 3 at concurrency, tiny: 5 users of 3 turns (the
+    # third calls the tool), 3 streams at once. Facts only: every turn done,
+    # every answer saw its whole history, the store holds each message once.
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "harness.py"),
+            "--smoke",
+            "--contenders",
+            "httpx,pilothouse-sqlite",
+            "--scenarios",
+            "conc-5,stream-3",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    conc, stream = results["scenarios"]["conc-5"], results["scenarios"]["stream-3"]
+    for scenario in (conc, stream):
+        assert scenario["skipped"] == {}
+        assert set(scenario["contenders"]) == {"httpx", "pilothouse-sqlite"}
+    for contender in conc["contenders"].values():
+        assert contender["errors"] == 0, contender["error_samples"]
+        assert contender["turns_done"] == contender["turns_expected"] == 5 * 3
+        assert contender["history_mismatches"] == 0
+        assert contender["rss_peak_mb"] >= contender["rss_before_mb"] > 0
+    # 3 turns and one tool round trip per conversation, for both contenders
+    assert conc["mock"]["requests"] == 2 * 5 * (3 + 1)
+    store = conc["contenders"]["pilothouse-sqlite"]["store"]
+    assert store["complete_conversations"] == store["conversations"] == 5
+    assert store["stored_messages"] == store["expected_messages"] == 5 * (2 * 3 + 2)
+    assert store["lost_messages"] == store["extra_messages"] == 0
+    assert store["duplicate_sequences"] == store["duplicate_contents"] == 0
+    assert store["not_idle"] == 0
+    assert store["statuses"] == {"CO": 5}
+    for contender in stream["contenders"].values():
+        assert contender["errors"] == 0, contender["error_samples"]
+        # --smoke streams 16 chunks 2 ms apart instead of 64 chunks 20 ms apart
+        assert contender["chunks_received"] == contender["chunks_expected"] == 3 * 16
+    capacity = results["mock_capacity_concurrency"]
+    assert capacity["conc"]["requests_per_s"] > 0
+    assert capacity["stream"]["chunks_received"] == capacity["stream"]["chunks_expected"]
