@@ -9,24 +9,20 @@ from __future__ import annotations
 __all__ = ["app"]
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from pilothouse.catalog import (
-    KINDS,
-    ImportSummary,
-    catalog_kind,
-    export_catalog,
-    import_catalog,
-    load_existing,
-    validate_paths,
-)
-from pilothouse.catalog._validate import ExistingCatalog
 from pilothouse.cli._context import CliState, fail, run
 from pilothouse.errors import CatalogValidationError
+
+if TYPE_CHECKING:
+    from pilothouse.catalog import ImportSummary
+
+# The catalog tooling (YAML, validation, import/export) is imported by the
+# commands that use it, so other commands (run, chat, serve) start without it.
 
 app = typer.Typer(help="Validate, import and export the catalog as YAML.", no_args_is_help=True)
 
@@ -37,6 +33,8 @@ Paths = Annotated[
 
 
 def _plural(count: int, kind: str) -> str:
+    from pilothouse.catalog import catalog_kind
+
     name = kind.replace("_", " ")
     return f"{count} {name if count != 1 else catalog_kind(kind).entity_name}"
 
@@ -54,6 +52,8 @@ def validate(
     ] = False,
 ) -> None:
     """Check catalog files; print a summary, or one line per error (exit code 2)."""
+    from pilothouse.catalog import ExistingCatalog, load_existing, validate_paths
+
     state: CliState = ctx.obj
 
     async def body() -> str:
@@ -89,6 +89,8 @@ def _summary_table(summary: ImportSummary) -> Table:
 @app.command("import")
 def import_(ctx: typer.Context, paths: Paths) -> None:
     """Validate, then upsert catalog files into the tenant's catalog, all or nothing."""
+    from pilothouse.catalog import import_catalog
+
     state: CliState = ctx.obj
 
     async def body() -> ImportSummary:
@@ -119,6 +121,8 @@ def export(
     ] = None,
 ) -> None:
     """Print the tenant's catalog as YAML, in the format `catalog import` reads."""
+    from pilothouse.catalog import KINDS, catalog_kind, export_catalog
+
     state: CliState = ctx.obj
     for name in kind or []:
         if name not in KINDS:
