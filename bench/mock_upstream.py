@@ -12,6 +12,8 @@ every scenario at once:
 - ``plain-d<ms>``: a plain answer after ``<ms>`` milliseconds;
 - ``tool-d<ms>``: when the request carries ``tools`` and its last message is
   not a tool result, a call of the first tool; otherwise a plain answer;
+  both (plain and tool) come as one SSE delta when the request says
+  ``"stream": true``;
 - ``stream-f<first>-k<chunks>-g<gap>``: with ``"stream": true``, ``<chunks>``
   content chunks, the first after ``<first>`` ms, the next ones ``<gap>`` ms
   apart (anchored to the request time, so no drift), then a finish chunk, a
@@ -129,6 +131,25 @@ def _conv_message(request: dict[str, object]) -> tuple[dict[str, object], str]:
     return {"role": "assistant", "content": f"re {len(messages)}: {said}"}, "stop"
 
 
+def _streamed(model: str, message: dict[str, object], finish: str) -> bytes:
+    """A plain or tool answer asked for with ``stream: true``: all of it in one delta."""
+    delta: dict[str, object] = {"role": "assistant"}
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
+    else:
+        delta["content"] = message.get("content")
+    done = b"data: [DONE]\n\n"
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
+        + _sse(model, delta, None)
+        + _sse(model, {}, finish)
+        + _sse(model, {}, None, usage=True)
+        + b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done)
+    )
+
+
 class MockProtocol(asyncio.Protocol):
     """One keep-alive connection; requests are answered in order."""
 
@@ -222,6 +243,9 @@ class MockProtocol(asyncio.Protocol):
             message = {"role": "assistant", "content": ANSWER}
         if delay:
             await asyncio.sleep(delay / 1000)
+        if request.get("stream"):  # e.g. pilothouse serve streams every upstream call
+            write(_streamed(model, message, finish))
+            return
         write(_response("200 OK", _completion(model, message, finish)))
 
     async def _stream(self, model: str, started: float, first: int, chunks: int, gap: int) -> None:
