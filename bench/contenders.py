@@ -39,8 +39,13 @@ CONTENDERS = [
     "pilothouse-sqlite",
     "pilothouse-noaudit",
     "pilothouse-postgres",
+    "pilothouse-serve",
+    "litellm-proxy",
 ]
 """Every contender, in the order of the tables. The floor comes first."""
+
+SERVED = {"pilothouse-serve", "litellm-proxy"}
+"""Servers called over HTTP (``bench/served.py``): reported in their own "served" table."""
 
 LITELLM = {"litellm"}
 """Contenders that run in bench/.venv-litellm (LiteLLM needs openai<3)."""
@@ -104,6 +109,8 @@ class Contender:
 
     call: Callable[[], Awaitable[dict[str, Any]]]
     aclose: Callable[[], Awaitable[None]]
+    cpu: Callable[[], float] | None = None
+    """CPU seconds so far of what is measured, when not this process (a server's)."""
 
 
 async def _noop() -> None:
@@ -517,4 +524,8 @@ BUILDERS: dict[str, Callable[[str, str, dict[str, Any]], Awaitable[Contender]]] 
 
 async def make(name: str, base_url: str, scenario: str, options: dict[str, Any]) -> Contender:
     """Build contender ``name`` for ``scenario`` against the mock at ``base_url``."""
+    if name in SERVED:
+        import served
+
+        return await served.BUILDERS[name](base_url, scenario, options)
     return await BUILDERS[name](base_url, scenario, options)

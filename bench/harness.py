@@ -112,7 +112,8 @@ class Worker:
         self.name = options["contender"]
         env = {**os.environ, "BENCH_MOCK_API_KEY": "x", "PYTHONDONTWRITEBYTECODE": "1"}
         self.process = subprocess.Popen(
-            [*_pin(SUT_CORE), python, str(BENCH / "worker.py"), json.dumps(options)],
+            # A served contender's worker is the client, on the load core; it pins its server.
+            [*_pin(options.get("worker_core", SUT_CORE)), python, str(BENCH / "worker.py"), json.dumps(options)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -209,6 +210,11 @@ def _summarize(rounds: list[dict[str, Any]], scenario: str) -> dict[str, Any]:
         "cpu_ms_per_call": cpu / calls * 1000 if calls else None,
         "round_p50_ms": [statistics.median(r["lat_ms"]) for r in rounds if r["lat_ms"]],
         "round_cpu_ms": [r["cpu_s"] / len(r["lat_ms"]) * 1000 for r in rounds if r["lat_ms"]],
+        "client_cpu_ms_per_call": (  # served contenders: cpu_s is the server's
+            sum(r["client_cpu_s"] for r in rounds) / calls * 1000
+            if calls and all("client_cpu_s" in r for r in rounds)
+            else None
+        ),
         "requests_per_s": (
             calls * (2 if scenario == "tool-d0" else 1) / wall if wall else None
         ),
@@ -251,6 +257,8 @@ def _run_scenario(
             "base_url": mock.base_url,
             "bench_dir": str(BENCH),
         }
+        if name in C.SERVED:  # bench/served.py: the server on the SUT core, the client beside the mock
+            options.update(worker_core=LOAD_CORE, sut_pin=_pin(SUT_CORE), litellm_python=args.litellm_python)
         try:
             if name.startswith("pilothouse"):
                 if name == "pilothouse-postgres" and not _postgres_available(args.pg):
@@ -402,7 +410,7 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--litellm-python", default=str(BENCH / ".venv-litellm" / "bin" / "python"))
     parser.add_argument("--contenders", default=",".join(C.CONTENDERS))
-    parser.add_argument("--scenarios", default="plain-d0,plain-d50,tool-d0,stream,disclosure")
+    parser.add_argument("--scenarios", default="plain-d0,plain-d50,tool-d0,stream,disclosure,conc-100,conc-500,conc-1000,stream-200")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=200, help="calls per round")
     parser.add_argument("--slow-calls", type=int, default=40, help="plain-d50 calls per round")
@@ -457,6 +465,13 @@ def main() -> None:
                 results["scenarios"][scenario] = _run_scenario(
                     scenario, names, args, mock, scenario_dir, raw
                 )
+                served = {  # their own table: server CPU, latency from the client
+                    n: results["scenarios"][scenario]["contenders"].pop(n)
+                    for n in C.CONTENDERS
+                    if n in C.SERVED and n in results["scenarios"][scenario]["contenders"]
+                }
+                if served:
+                    results.setdefault("served", {})[scenario] = served
             print("mock capacity", flush=True)
             results["mock_capacity"] = _capacity(mock, args.python, args.capacity_seconds)
             conc = [s for s in args.scenarios.split(",") if CONC.handles(s)]

@@ -37,6 +37,9 @@ async def _round(contender: Any, n: int) -> dict[str, Any]:
     facts: list[dict[str, Any]] = []
     errors: list[str] = []
     cpu = time.process_time()
+    # A served contender measures its server's CPU; this process is then the client.
+    server_cpu = getattr(contender, "cpu", None)
+    server = server_cpu() if server_cpu else None
     wall = time.perf_counter()
     for _ in range(n):
         start = time.perf_counter()
@@ -47,12 +50,15 @@ async def _round(contender: Any, n: int) -> dict[str, Any]:
             continue
         latencies.append((time.perf_counter() - start) * 1000)
         facts.append({k: v for k, v in fact.items() if k != "text"})
+    wall = time.perf_counter() - wall
+    client = time.process_time() - cpu
     return {
         "lat_ms": latencies,
         "facts": facts,
-        "cpu_s": time.process_time() - cpu,
-        "wall_s": time.perf_counter() - wall,
+        "cpu_s": server_cpu() - server if server_cpu and server is not None else client,
+        "wall_s": wall,
         "errors": errors,
+        **({"client_cpu_s": client} if server_cpu else {}),
     }
 
 
