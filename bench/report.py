@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import report_disclosure
+import report_served
 
 FLOOR = "httpx"
 BASE = "pydantic-ai-model_request"
@@ -320,6 +321,7 @@ def main() -> None:
         if f"latency-{scenario}.png" in plots:
             lines += [f"![{scenario}](benchmarks/latency-{scenario}.png)", ""]
     lines += report_disclosure.section(results)
+    lines += report_served.section(results)
     s1 = results["scenarios"].get("plain-d0", {}).get("contenders", {})
     if s1:
         lines += [

@@ -11,6 +11,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,27 +56,37 @@ def test_bench_harness_runs_on_a_tiny_load(tmp_path: Path) -> None:
     assert len(raw["plain-d0/pilothouse-sqlite"]) == 6
 
 
-def test_bench_disclosure_offers_fewer_prompt_tokens_than_all_tools(tmp_path: Path) -> None:
-    # Scenario 4 counts tokens of the requests the mock received: facts, not timings.
+@pytest.fixture(scope="module")
+def served_and_disclosure(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    # One tiny harness run for scenario 4 and for pilothouse serve (the LiteLLM
+    # proxy takes seconds to start and lives in bench/.venv-litellm: not here).
+    out = tmp_path_factory.mktemp("served")
     done = subprocess.run(
         [
             sys.executable,
             str(ROOT / "bench" / "harness.py"),
             "--smoke",
             "--contenders",
-            "httpx",
+            "httpx,pilothouse-serve",
             "--scenarios",
-            "disclosure",
+            "plain-d0,disclosure",
             "--out",
-            str(tmp_path),
+            str(out),
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    data = json.loads((tmp_path / "results.json").read_text())["disclosure"]
+    return json.loads((out / "results.json").read_text())
+
+
+def test_bench_disclosure_offers_fewer_prompt_tokens_than_all_tools(
+    served_and_disclosure: dict[str, Any],
+) -> None:
+    # Scenario 4 counts tokens of the requests the mock received: facts, not timings.
+    data = served_and_disclosure["disclosure"]
     variants = data["variants"]
     disclosed = variants["disclosure"]["prompt_tokens"]["total"]
     loaded = variants["all_tools"]["prompt_tokens"]["total"]
@@ -84,6 +97,24 @@ def test_bench_disclosure_offers_fewer_prompt_tokens_than_all_tools(tmp_path: Pa
     # after use_skill, the activated skill's 5 tools are offered as well
     assert variants["after_use_skill"]["tools_offered"] == 7
     assert variants["disclosure"]["recorded_input_tokens"] == disclosed
+
+
+def test_bench_served_pilothouse_answers_through_the_openai_endpoint(
+    served_and_disclosure: dict[str, Any],
+) -> None:
+    scenario = served_and_disclosure["scenarios"]["plain-d0"]
+    assert scenario["skipped"] == {}
+    # served contenders get their own table: not in the in-process one
+    assert set(scenario["contenders"]) == {"httpx"}
+    served = served_and_disclosure["served"]["plain-d0"]["pilothouse-serve"]
+    assert served["cold"]["first_error"] is None
+    assert served["calls"] == 6
+    assert served["errors"] == 0, served["error_samples"]
+    assert served["client_cpu_ms_per_call"] > 0
+    # the server's own CPU, read from /proc: a governed turn is never free
+    assert served["cpu_ms_per_call"] > 0
+    # every served call reached the mock once, as did the floor's
+    assert scenario["mock"]["requests"] == 2 * 6
 
 
 def test_bench_concurrent_conversations_lose_no_message(tmp_path: Path) -> None:
