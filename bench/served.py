@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -82,8 +83,16 @@ def process_cpu(pid: int) -> float:
 class Server:
     """A server process: started, waited for, measured, stopped."""
 
-    def __init__(self, name: str, command: list[str], env: dict[str, str], health: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        command: list[str],
+        env: dict[str, str],
+        health: str,
+        folder: Path | None = None,
+    ) -> None:
         self.name = name
+        self.folder = folder
         self.log = tempfile.NamedTemporaryFile(  # closed by stop()
             prefix=f"bench-{name}-", suffix=".log", delete=False
         )
@@ -128,6 +137,8 @@ class Server:
             self.process.wait(10)
         self.log.close()
         Path(self.log.name).unlink(missing_ok=True)
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 async def _sse_content(response: Any, clock: StreamClock) -> None:
@@ -319,7 +330,8 @@ async def _litellm_proxy(base_url: str, scenario: str, options: dict[str, Any]) 
         "--log_config",
         str(folder / "log.json"),
     ]
-    server = Server("litellm-proxy", command, env, f"http://127.0.0.1:{port}/health/liveliness")
+    health = f"http://127.0.0.1:{port}/health/liveliness"
+    server = Server("litellm-proxy", command, env, health, folder)
     return await _client_contender(
         server,
         f"http://127.0.0.1:{port}/v1",
