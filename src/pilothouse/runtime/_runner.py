@@ -15,7 +15,7 @@ from __future__ import annotations
 __all__ = ["Runner"]
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, cast
 
@@ -37,7 +37,7 @@ from pilothouse.catalog._enums import (
     ToolCallStatus,
 )
 from pilothouse.errors import InvalidStateError, NotFoundError, PilothouseError, ProviderError
-from pilothouse.memory import MemoryMessage, counter_for, select_history
+from pilothouse.memory import MemoryMessage, TokenCounter, counter_for, select_history
 from pilothouse.providers import ModelFactory, to_model_settings
 from pilothouse.runtime._advisors import ContentBlocked
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
@@ -190,14 +190,27 @@ class Runner(TurnRecording):
         compiled, config, system_prompt = await self.prepare(
             action_code, agent_code, text, input_data, runtime_config, attachments, compiled
         )
-        data = {**(input_data or {})}
+        counter = counter_for(compiled.model.provider.kind, compiled.model.model_name)
+        user = NewMessage(
+            MessageRole.USER,
+            text,
+            token_count=counter.count(text),
+            attachments=tuple(attachments),
+            # Kept so a turn resumed later (answers, tool results) can fill
+            # the prompt's placeholders again.
+            data={"input_data": dict(input_data)} if input_data else None,
+        )
         return await self._drive(
             conversation_uuid,
             compiled,
             config,
             on_event,
-            begin=lambda: self._writer.begin_turn(conversation_uuid),
-            body=lambda turn: self._run(turn, system_prompt, text, attachments, data),
+            # The user's message and the read of the memory ride in the
+            # transaction that takes the conversation: one commit, not three.
+            begin=lambda: self._writer.begin_turn(
+                conversation_uuid, first=TurnBatch(messages=[user]), read_memory=True
+            ),
+            body=lambda turn: self._run(turn, system_prompt, text, attachments, counter),
         )
 
     async def _drive(
@@ -442,19 +455,7 @@ class Runner(TurnRecording):
 
     async def _history(self, handle: TurnHandle) -> list[MemoryMessage]:
         """Every stored message sharing the conversation's memory id, oldest first."""
-        rows = await self._queries.memory_messages(handle.memory_id)
-        return [
-            MemoryMessage(
-                role=row.role,
-                content=row.content,
-                tool_call_id=row.tool_call_id,
-                data=row.data,
-                token_count=row.token_count,
-            )
-            for row in rows
-            # Rejected structured answers and system messages are not memory.
-            if row.role is not MessageRole.SYSTEM and not (row.data or {}).get("invalid_output")
-        ]
+        return _memory_messages(await self._queries.memory_messages(handle.memory_id))
 
     async def _run(
         self,
@@ -462,33 +463,16 @@ class Runner(TurnRecording):
         system_prompt: str,
         text: str,
         attachments: Sequence[NewAttachment],
-        input_data: Mapping[str, Any],
+        counter: TokenCounter,
     ) -> TurnResult:
-        compiled = turn.compiled
-        spec = compiled.model
-        history = await self._history(turn.handle)
-        counter = counter_for(spec.provider.kind, spec.model_name)
+        # The memory as it was before this turn's user message, read when the
+        # turn began.
+        history = _memory_messages(turn.handle.memory)
         user = MemoryMessage(role=MessageRole.USER, content=text)
         kept = select_history(
-            [*history, user], compiled.memory, system_prompt=system_prompt, counter=counter
+            [*history, user], turn.compiled.memory, system_prompt=system_prompt, counter=counter
         )
         messages = build_messages(system_prompt, kept[:-1], text, attachments)
-        await self._writer.write(
-            turn.handle,
-            TurnBatch(
-                messages=[
-                    NewMessage(
-                        MessageRole.USER,
-                        text,
-                        token_count=counter.count(text),
-                        attachments=tuple(attachments),
-                        # Kept so a turn resumed later (answers, tool results)
-                        # can fill the prompt's placeholders again.
-                        data={"input_data": dict(input_data)} if input_data else None,
-                    )
-                ]
-            ),
-        )
         turn.active_skills = _activated_skills(history)
         return await self._loop(turn, messages)
 
@@ -673,6 +657,25 @@ class Runner(TurnRecording):
             finish_reason=FinishReason.TOOL_CALLS,
             tool_calls=returned,
         )
+
+
+def _memory_messages(rows: Iterable[Any]) -> list[MemoryMessage]:
+    """Stored messages as chat memory: rejected structured answers and system messages are not."""
+    return [
+        MemoryMessage(
+            role=row.role,
+            content=row.content,
+            tool_call_id=row.tool_call_id,
+            data=row.data,
+            token_count=row.token_count,
+        )
+        for row in rows
+        if row.role is not MessageRole.SYSTEM and not _rejected(row.data)
+    ]
+
+
+def _rejected(data: Mapping[str, Any] | None) -> bool:
+    return bool(data and data.get("invalid_output"))
 
 
 def _activated_skills(history: Sequence[MemoryMessage]) -> set[str]:
