@@ -66,6 +66,12 @@ def test_importing_the_api_loads_no_runtime_or_catalog_tooling() -> None:
     assert _loaded(code, [*NEVER_ON_A_TURN, "pydantic_ai", "openai"]) == []
 
 
+def test_importing_the_cli_loads_no_catalog_tooling_server_or_runtime() -> None:
+    code = "import pilothouse.cli"
+    cli = {"pilothouse.cli", "typer"}
+    assert _loaded(code, [m for m in [*NEVER_ON_A_TURN, "pydantic_ai"] if m not in cli]) == []
+
+
 def test_importing_catalog_enums_loads_no_database_layer() -> None:
     code = "from pilothouse.catalog import ProcessStatus"
     assert _loaded(code, ["sqlalchemy", "pydantic", "ruamel", "jsonschema"]) == []
