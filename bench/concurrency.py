@@ -166,6 +166,8 @@ class Chat:
     stream: Callable[[], Awaitable[dict[str, Any]]]
     aclose: Callable[[], Awaitable[None]]
     count: Callable[[list[Any], list[int], int], Awaitable[dict[str, Any]]] | None = None
+    client: str = ""
+    """The HTTP client, when it is not the contender's own default."""
 
 
 def _stream_model(options: dict[str, Any]) -> str:
@@ -201,7 +203,11 @@ async def _noop() -> None:
 
 
 async def _chat_httpx(base_url: str, model: str, options: dict[str, Any]) -> Chat:
-    import httpx
+    # The floor here is httpx2, the httpx fork under openai 3, pydantic-ai,
+    # LangChain and pilothouse: httpx 0.28's pool (httpcore 1.0) rescans every
+    # connection for every queued request, which from ~150 connections costs
+    # more CPU per turn than any SDK on top of httpx2 (measured: 22 ms vs 3 ms).
+    import httpx2 as httpx
 
     client = httpx.AsyncClient(
         base_url=base_url,
@@ -244,7 +250,7 @@ async def _chat_httpx(base_url: str, model: str, options: dict[str, Any]) -> Cha
                     clock.chunk(choices[0]["delta"].get("content"))
         return clock.facts()
 
-    return Chat(start, turn, stream, client.aclose)
+    return Chat(start, turn, stream, client.aclose, client=f"httpx2 {httpx.__version__}")
 
 
 def _sdk_turn(create: Callable[..., Awaitable[Any]], model: str) -> Any:
@@ -590,6 +596,17 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * _PAGE / 2**20
 
 
+def cores_used() -> list[int]:
+    """The cores any thread of this process may run on."""
+    cores: set[int] = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            cores |= os.sched_getaffinity(int(tid))
+        except (ProcessLookupError, FileNotFoundError):
+            pass
+    return sorted(cores)
+
+
 def maxrss_mb() -> float:
     """This process's peak resident set size so far (``ru_maxrss``), in MB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -716,6 +733,7 @@ async def _conversations(chat: Chat, users: int, turns: int, measure: bool) -> d
         "rss_peak_mb": ticker.peak_rss_mb,
         "rss_after_mb": rss_mb(),
         "maxrss_mb": maxrss_mb(),
+        "cores": cores_used(),
     }
     if measure and chat.count is not None:
         begin = time.perf_counter()
@@ -762,6 +780,7 @@ async def _streams(chat: Chat, n: int) -> dict[str, Any]:
         "rss_before_mb": rss_before,
         "rss_peak_mb": ticker.peak_rss_mb,
         "maxrss_mb": maxrss_mb(),
+        "cores": cores_used(),
     }
 
 
@@ -802,6 +821,7 @@ async def worker(options: dict[str, Any], send: Callable[[dict[str, Any]], None]
             "cold_cpu_ms": (time.process_time() - c0) * 1000,
             "first_error": first_error,
             "rss_mb": rss_mb(),
+            "client": chat.client,
         }
     )
     loop = asyncio.get_running_loop()
@@ -839,6 +859,15 @@ def smoke(args: Any) -> None:
     """Shrink this module's load for ``--smoke``."""
     args.conc_turns, args.conc_delay, args.conc_rounds, args.conc_warmup = 3, 20, 1, 0
     args.conc_stream_model = QUICK_STREAM
+
+
+def _pin_threads(pid: int, core: int) -> None:
+    """Pin every thread of process ``pid`` to ``core`` (threads it starts later inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), {core})
+        except (ProcessLookupError, FileNotFoundError):  # a thread that just ended
+            pass
 
 
 def _ask_all(workers: dict[str, Any], command: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -905,6 +934,9 @@ def run_scenario(
                 "turns": args.conc_turns,
                 "stream_model": args.conc_stream_model,
             }
+            if h._pin(h.SUT_CORE):  # noqa: SLF001
+                # Start-up and warm-up may use both cores; pinned before the rounds.
+                options["worker_core"] = f"{h.LOAD_CORE},{h.SUT_CORE}"
             pending[name] = pool.submit(_start, h, name, python, options, args, mock, workdir)
         for name, future in pending.items():
             try:
@@ -924,6 +956,9 @@ def run_scenario(
         _ask_all(workers, {"op": "conc", "users": args.conc_warmup, "measure": False})
     elif args.conc_warmup:
         _ask_all(workers, {"op": "streams", "n": min(3, args.conc_warmup)})
+    if h._pin(h.SUT_CORE):  # noqa: SLF001
+        for worker in workers.values():
+            _pin_threads(worker.process.pid, h.SUT_CORE)
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in workers}
     mock_before = mock.stats()
     for index in range(args.conc_rounds):
@@ -980,6 +1015,7 @@ def summarize(kind: str, n: int, args: Any, rounds: list[dict[str, Any]]) -> dic
         "rss_before_mb": first["rss_before_mb"],
         "rss_peak_mb": first["rss_peak_mb"],
         "maxrss_mb": max(r["maxrss_mb"] for r in rounds),
+        "cores": sorted({c for r in rounds for c in r["cores"]}),
     }
     if kind == "stream":
         facts = [f for r in rounds for f in r["facts"]]
