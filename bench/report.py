@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import report_concurrency as RC
 import report_disclosure
 import report_served
 
@@ -143,7 +144,7 @@ def _verdicts(results: dict[str, Any]) -> list[str]:
             f"(pilothouse {cold['pilothouse-sqlite']:.0f} ms vs model_request {cold[BASE]:.0f} ms,"
             " one sample each; see the cold-start table)."
         )
-    out.append("- Scenario 2 (concurrency): **not measured yet**.")
+    out += RC.verdicts(results, LABELS)  # scenario 2; scenario 3 at concurrency
     out.append(report_disclosure.verdict(results) or "- Scenario 4 (progressive disclosure): **not measured**.")
     return out
 
@@ -284,7 +285,7 @@ def main() -> None:
     loads = {
         s: max((r.get("requests_per_s") or 0) for r in d["contenders"].values())
         for s, d in results["scenarios"].items()
-        if d["contenders"] and s != "stream"
+        if d["contenders"] and s != "stream" and not RC.handles(s)
     }
     peak = max(loads.values()) if loads else 0
     lines += [
@@ -305,6 +306,8 @@ def main() -> None:
     if commentary.exists():
         lines += [commentary.read_text().strip(), ""]
     for scenario, data in results["scenarios"].items():
+        if RC.handles(scenario):  # rendered by report_concurrency
+            continue
         lines += [f"## {TITLES.get(scenario, scenario)}", ""]
         lines += _table(scenario, data)
         if data.get("skipped"):
@@ -320,6 +323,7 @@ def main() -> None:
             lines += _spread(data) + [""]
         if f"latency-{scenario}.png" in plots:
             lines += [f"![{scenario}](benchmarks/latency-{scenario}.png)", ""]
+    lines += RC.section(results, args.docs, LABELS)
     lines += report_disclosure.section(results)
     lines += report_served.section(results)
     s1 = results["scenarios"].get("plain-d0", {}).get("contenders", {})
