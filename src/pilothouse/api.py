@@ -44,7 +44,7 @@ from sqlalchemy import select
 from pilothouse._sync import SyncPilothouse
 from pilothouse.catalog._enums import ProcessStatus
 from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
-from pilothouse.errors import InvalidStateError, NotFoundError
+from pilothouse.errors import NotFoundError
 from pilothouse.settings import Settings
 from pilothouse.store import (
     Conversation,
@@ -411,41 +411,14 @@ class CommandApi(_Facet):
             NotFoundError: the action or the agent does not exist.
             InvalidStateError: the action or the agent is deactivated.
         """
-        db = await self._ready()
-        async with db.sessions() as session:
-            # Only the columns the checks need: the full Action row would
-            # eager-load its whole graph (model, schemas, tools, ...).
-            found = (
-                await session.execute(
-                    select(Action.active, Action.audit).where(
-                        Action.tenant == self.tenant, Action.code == action
-                    )
-                )
-            ).one_or_none()
-            if found is None:
-                raise NotFoundError(f"action '{action}' not found")
-            if not found.active:
-                raise InvalidStateError(
-                    f"action '{action}' is inactive; activate it to start conversations"
-                )
-            if agent is not None:
-                agent_active = await session.scalar(
-                    select(Agent.active).where(Agent.tenant == self.tenant, Agent.code == agent)
-                )
-                if agent_active is None:
-                    raise NotFoundError(f"agent '{agent}' not found")
-                if not agent_active:
-                    raise InvalidStateError(
-                        f"agent '{agent}' is inactive; activate it to start conversations"
-                    )
-        if audit is not None:
-            record = audit
-        elif found.audit is not None:
-            record = bool(found.audit)
-        else:
-            record = self.settings.audit
+        await self._ready()
         conversation = await self._writer().create(
-            action_code=action, agent_code=agent, memory_id=memory_id, audit=record
+            action_code=action,
+            agent_code=agent,
+            memory_id=memory_id,
+            audit=audit,
+            default_audit=self.settings.audit,
+            check_catalog=True,
         )
         self._runner.remember(conversation.uuid, action, agent)
         return conversation

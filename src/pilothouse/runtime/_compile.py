@@ -13,9 +13,10 @@ __all__ = ["ActionCompiler", "CompiledAction"]
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from pilothouse.catalog._enums import (
@@ -160,6 +161,18 @@ class CompiledAction:
         ]
 
 
+@cache
+def _revision_statement() -> Select[int]:
+    # Built once: on every turn's path, and a statement object keeps its
+    # cache key.
+    return select(CatalogRevision.revision).where(CatalogRevision.tenant == bindparam("b_tenant"))
+
+
+def _read_revision(connection: Connection, tenant: str) -> int:
+    value = connection.scalar(_revision_statement(), {"b_tenant": tenant})
+    return int(value or 0)
+
+
 class ActionCompiler:
     """Compiles and caches actions per (tenant, revision, action, agent).
 
@@ -200,6 +213,17 @@ class ActionCompiler:
         )
         return int(value or 0)
 
+    def cached(
+        self, tenant: str, action_code: str, agent_code: str | None
+    ) -> CompiledAction | None:
+        """Return the last compilation of an action, unchecked against the catalog.
+
+        The caller must check its :attr:`CompiledAction.revision` against the
+        catalog's before trusting it (the runner does, in the statement that
+        starts the turn).
+        """
+        return self._cache.get((tenant, action_code, agent_code))
+
     async def compile(
         self, tenant: str, action_code: str, agent_code: str | None
     ) -> CompiledAction:
@@ -210,11 +234,14 @@ class ActionCompiler:
             InvalidStateError: the action or agent is inactive.
         """
         key = (tenant, action_code, agent_code)
+        cached = self._cache.get(key)
+        if cached is not None:
+            # The hit path: one statement, on the store's fastest path.
+            revision = await self._db.transaction(_read_revision, tenant)
+            if cached.revision == revision:
+                return cached
         async with self._db.sessions() as session:
             revision = await self.revision(session, tenant)
-            cached = self._cache.get(key)
-            if cached is not None and cached.revision == revision:
-                return cached
             compiled = await self._compile(session, tenant, revision, action_code, agent_code)
         self._cache[key] = compiled
         return compiled

@@ -25,11 +25,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, cast
 
-from sqlalchemy import Row, Select, Table, bindparam, func, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import (
+    Connection,
+    Insert,
+    Row,
+    Select,
+    Table,
+    Update,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
 
 from pilothouse.catalog._enums import (
     MessageRole,
@@ -37,6 +48,7 @@ from pilothouse.catalog._enums import (
     TimelineKind,
     ToolCallStatus,
 )
+from pilothouse.catalog._models import Action, Agent, CatalogRevision
 from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.store._base import utcnow
 from pilothouse.store._engine import Database
@@ -157,6 +169,8 @@ class TurnHandle:
     """Messages sharing the memory id when the turn began (``read_memory``)."""
     first_sequences: list[int] = field(default_factory=lambda: [])
     """The sequences given to the messages of ``begin_turn``'s first step."""
+    catalog_revision: int = 0
+    """The tenant's catalog revision when the turn began."""
 
 
 class ConversationWriter:
@@ -183,19 +197,29 @@ class ConversationWriter:
         action_code: str,
         agent_code: str | None,
         memory_id: str | None = None,
-        audit: bool = True,
+        audit: bool | None = None,
+        default_audit: bool = True,
+        check_catalog: bool = False,
     ) -> Conversation:
-        """Record a new conversation in status ``NS``.
+        """Record a new conversation in status ``NS``, after checking its action and agent.
 
         Args:
             action_code: the action the conversation runs.
             agent_code: the agent running it, if any.
             memory_id: shares chat memory with other conversations; defaults
                 to the conversation's own uuid.
-            audit: whether its timeline is recorded.
+            audit: whether its timeline is recorded; None follows the
+                action's switch, then ``default_audit``.
+            default_audit: the deployment's setting.
+            check_catalog: check that the action and the agent exist and are
+                active (off for ad-hoc actions, which the catalog lacks).
 
         Returns:
             The stored conversation (detached: it belongs to no session).
+
+        Raises:
+            NotFoundError: the action or the agent does not exist.
+            InvalidStateError: the action or the agent is deactivated.
         """
         conversation_uuid = str(uuid_module.uuid4())
         now = utcnow()
@@ -216,9 +240,9 @@ class ConversationWriter:
             "updated_at": now,
             "version": 1,
         }
-        async with self._db.engine.begin() as connection:
-            result = await connection.execute(insert(_CONVERSATION), values)
-        (conversation_id,) = result.inserted_primary_key or (None,)
+        conversation_id, values["audit"] = await self._db.transaction(
+            _insert_conversation, values, default_audit, check_catalog
+        )
         return Conversation(id=conversation_id, **values)
 
     async def begin_turn(
@@ -249,63 +273,9 @@ class ConversationWriter:
             NotFoundError: no such conversation for this tenant.
             InvalidStateError: the conversation is running or finished.
         """
-        allowed_set = frozenset(allowed)
-        async with self._db.engine.begin() as connection:
-            # One statement reads the conversation and where its numbering
-            # stands: a turn's start is on every turn's path.
-            found = (
-                await connection.execute(
-                    _begin_statement(), {"uuid": conversation_uuid, "tenant": self._tenant}
-                )
-            ).first()
-            if found is None:
-                raise NotFoundError(f"conversation '{conversation_uuid}' not found")
-            status: ProcessStatus = found.status
-            if status not in allowed_set:
-                raise InvalidStateError(_refusal(conversation_uuid, status))
-            now = utcnow()
-            # The status in the WHERE clause makes the flip atomic: of two
-            # concurrent turns, exactly one sees its UPDATE match.
-            result = await connection.execute(
-                update(_CONVERSATION)
-                .where(_CONVERSATION.c.id == found.id, _CONVERSATION.c.status == status)
-                .values(
-                    status=ProcessStatus.RUNNING,
-                    started_at=found.started_at or now,
-                    finished_at=None,
-                    error_detail=None,
-                    version=_CONVERSATION.c.version + 1,
-                    updated_at=now,
-                )
-            )
-            if result.rowcount != 1:
-                raise InvalidStateError(_refusal(conversation_uuid, ProcessStatus.RUNNING))
-            handle = TurnHandle(
-                conversation_id=found.id,
-                uuid=found.uuid,
-                action_code=found.action_code,
-                agent_code=found.agent_code,
-                memory_id=found.memory_id,
-                audit=found.audit,
-                next_message=int(found.next_message or 0) + 1,
-                next_event=int(found.next_event or 0) + 1,
-                last_assistant_sequence=found.last_assistant,
-                previous_status=status,
-            )
-            if read_memory:
-                handle.memory = await _memory(connection, self._tenant, handle.memory_id)
-            batch = first or TurnBatch()
-            if handle.audit:
-                batch.events = [
-                    NewEvent(
-                        TimelineKind.STATUS_CHANGE,
-                        {"from": status.value, "to": ProcessStatus.RUNNING.value},
-                        at=now,
-                    ),
-                    *batch.events,
-                ]
-            handle.first_sequences = await _write(connection, handle, batch)
-        return handle
+        return await self._db.transaction(
+            _begin, self._tenant, conversation_uuid, frozenset(allowed), first, read_memory
+        )
 
     async def write(self, handle: TurnHandle, batch: TurnBatch) -> list[int]:
         """Write one step of a turn in one transaction.
@@ -319,8 +289,7 @@ class ConversationWriter:
         """
         if not batch:
             return []
-        async with self._db.engine.begin() as connection:
-            return await _write(connection, handle, batch)
+        return await self._db.transaction(_write, handle, batch)
 
 
 _CONVERSATION = cast(Table, Conversation.__table__)
@@ -329,9 +298,69 @@ _ATTACHMENT = cast(Table, Attachment.__table__)
 _TOOL_CALL = cast(Table, ToolCall.__table__)
 _EVENT = cast(Table, TimelineEvent.__table__)
 
-_USAGE_COLUMNS = frozenset(
-    {"input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens", "estimated_cost"}
+_USAGE_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+    "estimated_cost",
 )
+
+
+@dataclass(frozen=True)
+class _Statements:
+    """The statements on every turn's path, built once.
+
+    A statement object built once also keeps its cache key, which SQLAlchemy
+    otherwise computes from the expression tree on every execution.
+    """
+
+    insert_conversation: Insert
+    insert_message: Insert
+    insert_attachment: Insert
+    insert_event: Insert
+    action_check: Select[*tuple[Any, ...]]
+    agent_check: Select[*tuple[Any, ...]]
+    take: Update
+    memory: Select[*tuple[Any, ...]]
+
+
+@cache
+def _statements() -> _Statements:
+    conversation, message = _CONVERSATION.c, _MESSAGE.c
+    return _Statements(
+        insert_conversation=insert(_CONVERSATION),
+        insert_message=insert(_MESSAGE),
+        insert_attachment=insert(_ATTACHMENT),
+        insert_event=insert(_EVENT),
+        action_check=select(Action.active, Action.audit).where(
+            Action.tenant == bindparam("b_tenant"), Action.code == bindparam("b_code")
+        ),
+        agent_check=select(Agent.active).where(
+            Agent.tenant == bindparam("b_tenant"), Agent.code == bindparam("b_code")
+        ),
+        take=update(_CONVERSATION)
+        .where(conversation.id == bindparam("b_id"), conversation.status == bindparam("b_status"))
+        .values(
+            status=ProcessStatus.RUNNING,
+            started_at=bindparam("b_started"),
+            finished_at=None,
+            error_detail=None,
+            version=conversation.version + 1,
+            updated_at=bindparam("b_now"),
+        ),
+        memory=select(
+            message.role, message.content, message.tool_call_id, message.data, message.token_count
+        )
+        .join(_CONVERSATION, conversation.id == message.conversation_id)
+        .where(
+            conversation.tenant == bindparam("b_tenant"),
+            conversation.memory_id == bindparam("b_memory_id"),
+        )
+        # Messages of one step share a timestamp; the conversation and the
+        # sequence break the tie so the order is the writing order.
+        .order_by(message.created_at, message.conversation_id, message.sequence),
+    )
 
 
 @cache
@@ -354,32 +383,128 @@ def _begin_statement() -> Select[*tuple[Any, ...]]:
             _MESSAGE.c.conversation_id,
             _MESSAGE.c.role == MessageRole.ASSISTANT,
         ).label("last_assistant"),
+        # The catalog revision, so a turn can check the compiled action it
+        # took from a cache without a statement of its own.
+        select(CatalogRevision.revision)
+        .where(CatalogRevision.tenant == conversation.tenant)
+        .correlate(_CONVERSATION)
+        .scalar_subquery()
+        .label("catalog_revision"),
     ).where(conversation.uuid == bindparam("uuid"), conversation.tenant == bindparam("tenant"))
 
 
-async def _memory(connection: AsyncConnection, tenant: str, memory_id: str) -> list[AnyRow]:
-    """Every message sharing ``memory_id``, oldest first."""
-    message = _MESSAGE.c
-    rows = (
-        await connection.execute(
-            select(
-                message.role,
-                message.content,
-                message.tool_call_id,
-                message.data,
-                message.token_count,
-            )
-            .join(_CONVERSATION, _CONVERSATION.c.id == message.conversation_id)
-            .where(_CONVERSATION.c.tenant == tenant, _CONVERSATION.c.memory_id == memory_id)
-            # Messages of one step share a timestamp; the conversation and
-            # the sequence break the tie so the order is the writing order.
-            .order_by(message.created_at, message.conversation_id, message.sequence)
+def _insert_conversation(
+    connection: Connection, values: dict[str, Any], default_audit: bool, check_catalog: bool
+) -> tuple[int, bool]:
+    """Check the action and agent, then insert; returns the id and the audit switch."""
+    action_audit = None
+    if check_catalog:
+        action_audit = _check_catalog(
+            connection, values["tenant"], values["action_code"], values["agent_code"]
         )
+    if values["audit"] is None:
+        values["audit"] = default_audit if action_audit is None else action_audit
+    key = connection.execute(_statements().insert_conversation, values).inserted_primary_key
+    if key is None:  # pragma: no cover - an INSERT always reports its key
+        raise RuntimeError("the database did not report the new conversation's id")
+    conversation_id: int = key[0]
+    return conversation_id, bool(values["audit"])
+
+
+def _check_catalog(
+    connection: Connection, tenant: str, action: str, agent: str | None
+) -> bool | None:
+    """Refuse a missing or inactive action or agent; return the action's audit switch."""
+    # Only the columns the checks need: the full Action row would eager-load
+    # its whole graph (model, schemas, tools, ...).
+    found = connection.execute(
+        _statements().action_check, {"b_tenant": tenant, "b_code": action}
+    ).one_or_none()
+    if found is None:
+        raise NotFoundError(f"action '{action}' not found")
+    if not found.active:
+        raise InvalidStateError(
+            f"action '{action}' is inactive; activate it to start conversations"
+        )
+    if agent is not None:
+        agent_active = connection.scalar(
+            _statements().agent_check, {"b_tenant": tenant, "b_code": agent}
+        )
+        if agent_active is None:
+            raise NotFoundError(f"agent '{agent}' not found")
+        if not agent_active:
+            raise InvalidStateError(
+                f"agent '{agent}' is inactive; activate it to start conversations"
+            )
+    return None if found.audit is None else bool(found.audit)
+
+
+def _begin(
+    connection: Connection,
+    tenant: str,
+    conversation_uuid: str,
+    allowed: frozenset[ProcessStatus],
+    first: TurnBatch | None,
+    read_memory: bool,
+) -> TurnHandle:
+    """The transaction of :meth:`ConversationWriter.begin_turn`."""
+    # One statement reads the conversation and where its numbering stands:
+    # a turn's start is on every turn's path.
+    found = connection.execute(
+        _begin_statement(), {"uuid": conversation_uuid, "tenant": tenant}
+    ).first()
+    if found is None:
+        raise NotFoundError(f"conversation '{conversation_uuid}' not found")
+    status: ProcessStatus = found.status
+    if status not in allowed:
+        raise InvalidStateError(_refusal(conversation_uuid, status))
+    now = utcnow()
+    # The status in the WHERE clause makes the flip atomic: of two concurrent
+    # turns, exactly one sees its UPDATE match.
+    result = connection.execute(
+        _statements().take,
+        {"b_id": found.id, "b_status": status, "b_started": found.started_at or now, "b_now": now},
+    )
+    if result.rowcount != 1:
+        raise InvalidStateError(_refusal(conversation_uuid, ProcessStatus.RUNNING))
+    handle = TurnHandle(
+        conversation_id=found.id,
+        uuid=found.uuid,
+        action_code=found.action_code,
+        agent_code=found.agent_code,
+        memory_id=found.memory_id,
+        audit=found.audit,
+        next_message=int(found.next_message or 0) + 1,
+        next_event=int(found.next_event or 0) + 1,
+        last_assistant_sequence=found.last_assistant,
+        previous_status=status,
+        catalog_revision=int(found.catalog_revision or 0),
+    )
+    if read_memory:
+        handle.memory = _memory(connection, tenant, handle.memory_id)
+    batch = first or TurnBatch()
+    if handle.audit:
+        batch.events = [
+            NewEvent(
+                TimelineKind.STATUS_CHANGE,
+                {"from": status.value, "to": ProcessStatus.RUNNING.value},
+                at=now,
+            ),
+            *batch.events,
+        ]
+    handle.first_sequences = _write(connection, handle, batch)
+    return handle
+
+
+def _memory(connection: Connection, tenant: str, memory_id: str) -> list[AnyRow]:
+    """Every message sharing ``memory_id``, oldest first."""
+    rows = connection.execute(
+        _statements().memory, {"b_tenant": tenant, "b_memory_id": memory_id}
     ).all()
     return list(rows)
 
 
-async def _write(connection: AsyncConnection, handle: TurnHandle, batch: TurnBatch) -> list[int]:
+def _write(connection: Connection, handle: TurnHandle, batch: TurnBatch) -> list[int]:
     """Write ``batch`` on ``connection``, inside the caller's transaction."""
     now = utcnow()
     sequences: list[int] = []
@@ -417,14 +542,14 @@ async def _write(connection: AsyncConnection, handle: TurnHandle, batch: TurnBat
         )
         sequences.append(sequence)
     if message_rows:
-        await connection.execute(insert(_MESSAGE), message_rows)
+        connection.execute(_statements().insert_message, message_rows)
     if attachment_rows:
-        await connection.execute(insert(_ATTACHMENT), attachment_rows)
+        connection.execute(_statements().insert_attachment, attachment_rows)
     if batch.tool_calls:
         owner = handle.last_assistant_sequence
         if owner is None:
             raise InvalidStateError("tool calls recorded before any assistant message")
-        await connection.execute(
+        connection.execute(
             insert(_TOOL_CALL),
             [
                 {
@@ -442,7 +567,7 @@ async def _write(connection: AsyncConnection, handle: TurnHandle, batch: TurnBat
             ],
         )
     for outcome in batch.outcomes:
-        await connection.execute(
+        connection.execute(
             update(_TOOL_CALL)
             .where(
                 _TOOL_CALL.c.conversation_id == handle.conversation_id,
@@ -463,20 +588,34 @@ async def _write(connection: AsyncConnection, handle: TurnHandle, batch: TurnBat
                 }
             )
             handle.next_event += 1
-        await connection.execute(insert(_EVENT), rows)
+        connection.execute(_statements().insert_event, rows)
     if batch.changes or batch.usage:
-        columns = _CONVERSATION.c
-        values: dict[str, Any] = dict(batch.changes)
-        for name, amount in batch.usage.items():
-            if name not in _USAGE_COLUMNS:
-                raise ValueError(f"unknown usage column {name!r}")
-            values[name] = columns[name] + amount
-        values["version"] = columns.version + 1
-        values["updated_at"] = now
-        await connection.execute(
-            update(_CONVERSATION).where(columns.id == handle.conversation_id).values(values)
-        )
+        unknown = batch.usage.keys() - _USAGE_COLUMNS
+        if unknown:
+            raise ValueError(f"unknown usage columns: {', '.join(sorted(unknown))}")
+        parameters: dict[str, Any] = {f"b_{name}": value for name, value in batch.changes.items()}
+        for name in _USAGE_COLUMNS:
+            parameters[f"b_add_{name}"] = batch.usage.get(name, 0)
+        parameters["b_id"] = handle.conversation_id
+        parameters["b_now"] = now
+        connection.execute(_change_statement(tuple(sorted(batch.changes))), parameters)
     return sequences
+
+
+@lru_cache(maxsize=64)
+def _change_statement(changed: tuple[str, ...]) -> Update:
+    """The conversation's UPDATE for one set of changed columns, built once per set.
+
+    Usage columns are always incremented (by zero when unused), so the few
+    call sites of :func:`_write` share a handful of statements.
+    """
+    columns = _CONVERSATION.c
+    values: dict[str, Any] = {name: bindparam(f"b_{name}") for name in changed}
+    for name in _USAGE_COLUMNS:
+        values[name] = columns[name] + bindparam(f"b_add_{name}", type_=columns[name].type)
+    values["version"] = columns.version + 1
+    values["updated_at"] = bindparam("b_now")
+    return update(_CONVERSATION).where(columns.id == bindparam("b_id")).values(values)
 
 
 def _max_of(column: Any, owner: Any, *conditions: Any) -> Any:
