@@ -454,3 +454,87 @@ async def test_concurrent_turns_on_one_conversation_are_refused(
         tg.start_soon(turn, "second")
     assert results == [ProcessStatus.COMPLETED]
     assert len(errors) == 1 and "is running a turn" in str(errors[0])
+
+
+async def _edit_action(db: Database, **changes: object) -> None:
+    """Change the SUMBRAND action the way the catalog API does: with a new revision."""
+    from pilothouse.catalog import Action
+    from pilothouse.catalog._repository import bump_revision
+
+    async with db.sessions.begin() as session:
+        action = await session.scalar(select(Action).where(Action.code == "SUMBRAND"))
+        assert action is not None
+        for name, value in changes.items():
+            setattr(action, name, value)
+        await bump_revision(session, "default")
+
+
+async def test_a_catalog_change_between_turns_reaches_the_next_turn(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    # The second turn takes the compiled action from the runner's cache and
+    # checks it against the revision read when the turn starts.
+    model = ScriptedModel(["first", "second"])
+    runner = make_runner(model)
+    uuid = await start(catalog, "SUMBRAND")
+    await runner.send_message(uuid, "one")
+    assert "Summarize the brand document" in system_text(model, 0)
+    await _edit_action(catalog, prompt="Translate the brand document into French.")
+
+    result = await runner.send_message(uuid, "two")
+
+    assert result.status is ProcessStatus.COMPLETED
+    assert "Translate the brand document into French." in system_text(model, 1)
+    assert "Summarize the brand document" not in system_text(model, 1)
+
+
+async def test_an_action_deactivated_between_turns_fails_the_turn_with_the_reason(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    model = ScriptedModel(["first", "never"])
+    runner = make_runner(model)
+    uuid = await start(catalog, "SUMBRAND")
+    await runner.send_message(uuid, "one")
+    await _edit_action(catalog, active=False)
+
+    result = await runner.send_message(uuid, "two")
+
+    assert result.status is ProcessStatus.FAILED
+    assert result.error is not None and "the catalog changed" in result.error
+    assert "inactive" in result.error
+    assert len(model.requests) == 1
+    conversation, messages, _ = await rows(catalog, uuid)
+    assert conversation.status is ProcessStatus.FAILED
+    # The user's message is kept: nothing the user sent is lost.
+    assert [m.content for m in messages if m.role is MessageRole.USER] == ["one", "two"]
+
+
+async def test_a_listener_for_all_turns_without_deltas_does_not_make_calls_stream(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    # The service's metrics and turn tracker listen to every turn; they need
+    # no deltas, so a plain call must stay a plain (unstreamed) request.
+    model = ScriptedModel([Reply("one two three"), Reply("four five six")])
+    runner = make_runner(model)
+    quiet: list[TurnEvent] = []
+    runner.hub.subscribe(quiet.append, deltas=False)
+    uuid = await start(catalog, "SUMBRAND")
+
+    await runner.send_message(uuid, "x")
+
+    assert not any(isinstance(e, TextDelta) for e in quiet)
+    assert isinstance(quiet[0], StatusChanged) and isinstance(quiet[-1], TurnFinished)
+    _, _, events = await rows(catalog, uuid)
+    requests = [e.data for e in events if e.kind is TimelineKind.REQUEST]
+    assert [r["stream"] for r in requests] == [False]
+
+    # A listener that wants deltas (an SSE client, say) turns streaming on,
+    # and the quiet one still gets none of them.
+    loud: list[TurnEvent] = []
+    runner.hub.subscribe(loud.append, uuid)
+    await runner.send_message(uuid, "y")
+    assert "".join(e.text for e in loud if isinstance(e, TextDelta)) == "four five six"
+    assert not any(isinstance(e, TextDelta) for e in quiet)
+    _, _, events = await rows(catalog, uuid)
+    requests = [e.data for e in events if e.kind is TimelineKind.REQUEST]
+    assert [r["stream"] for r in requests] == [False, True]

@@ -142,7 +142,7 @@ class Runner(TurnRecording):
             telemetry=self._telemetry,
             sleep=sleep,
             emit=self._emit,
-            hub_active=lambda: self.hub.active,
+            hub_wants_deltas=self.hub.wants_deltas,
         )
         self._tool_source = tool_source
         self._authorizer = authorizer
@@ -183,8 +183,13 @@ class Runner(TurnRecording):
             RuntimeConfigError: the runtime config is invalid.
             TemplateError: the input data does not fill the prompt.
         """
+        checked = compiled is not None
         if compiled is None:
             action_code, agent_code = await self._codes(conversation_uuid)
+            # A cached compilation saves a statement; the statement that
+            # starts the turn reads the catalog revision to check it.
+            compiled = self._compiler.cached(self._tenant, action_code, agent_code)
+            checked = compiled is None
         else:
             action_code, agent_code = compiled.action_code, compiled.agent_code
         compiled, config, system_prompt = await self.prepare(
@@ -200,6 +205,21 @@ class Runner(TurnRecording):
             # the prompt's placeholders again.
             data={"input_data": dict(input_data)} if input_data else None,
         )
+
+        async def body(turn: TurnState) -> TurnResult:
+            prompt = system_prompt
+            if not checked and turn.handle.catalog_revision != turn.compiled.revision:
+                # The catalog changed since the cached compilation: compile
+                # again. Rare, and the input is checked again with it.
+                try:
+                    turn.compiled, _, prompt = await self.prepare(
+                        action_code, agent_code, text, input_data, runtime_config, attachments
+                    )
+                except PilothouseError as exc:
+                    # Deleted, deactivated, or the input no longer fits.
+                    return await self._record_failed(turn, f"the catalog changed: {exc}")
+            return await self._run(turn, prompt, text, attachments, counter)
+
         return await self._drive(
             conversation_uuid,
             compiled,
@@ -210,7 +230,7 @@ class Runner(TurnRecording):
             begin=lambda: self._writer.begin_turn(
                 conversation_uuid, first=TurnBatch(messages=[user]), read_memory=True
             ),
-            body=lambda turn: self._run(turn, system_prompt, text, attachments, counter),
+            body=body,
         )
 
     async def _drive(
