@@ -149,19 +149,33 @@ class EventHub:
 
     def __init__(self) -> None:
         self._all: list[Listener] = []
+        self._quiet: list[Listener] = []
         self._by_conversation: dict[str, list[Listener]] = {}
 
-    def subscribe(self, listener: Listener, conversation_uuid: str | None = None) -> None:
-        """Call ``listener`` with every event (of one conversation, when given)."""
-        if conversation_uuid is None:
+    def subscribe(
+        self, listener: Listener, conversation_uuid: str | None = None, *, deltas: bool = True
+    ) -> None:
+        """Call ``listener`` with every event (of one conversation, when given).
+
+        Args:
+            listener: called with each event.
+            conversation_uuid: only this conversation's events; all when None.
+            deltas: also the text and thinking deltas of streamed answers. A
+                listener for all conversations that needs none (metrics, a
+                turn tracker) should say so: while any listener wants deltas,
+                every model call is streamed to produce them.
+        """
+        if conversation_uuid is not None:
+            self._by_conversation.setdefault(conversation_uuid, []).append(listener)
+        elif deltas:
             self._all.append(listener)
         else:
-            self._by_conversation.setdefault(conversation_uuid, []).append(listener)
+            self._quiet.append(listener)
 
     def unsubscribe(self, listener: Listener, conversation_uuid: str | None = None) -> None:
         """Stop calling ``listener``."""
         if conversation_uuid is None:
-            self._all.remove(listener)
+            (self._all if listener in self._all else self._quiet).remove(listener)
             return
         listeners = self._by_conversation.get(conversation_uuid, [])
         listeners.remove(listener)
@@ -171,7 +185,11 @@ class EventHub:
     @property
     def active(self) -> bool:
         """Whether anyone listens at all (lets the loop skip building events)."""
-        return bool(self._all or self._by_conversation)
+        return bool(self._all or self._quiet or self._by_conversation)
+
+    def wants_deltas(self, conversation_uuid: str) -> bool:
+        """Whether anyone listening to this conversation wants streamed deltas."""
+        return bool(self._all or conversation_uuid in self._by_conversation)
 
     async def emit(self, event: TurnEvent, extra: Listener | None = None) -> None:
         """Deliver ``event`` to its subscribers and to ``extra``.
@@ -180,6 +198,8 @@ class EventHub:
         break the turn it watches.
         """
         listeners = [*self._all, *self._by_conversation.get(event.conversation_uuid, ())]
+        if not isinstance(event, TextDelta | ThinkingDelta):
+            listeners.extend(self._quiet)
         if extra is not None:
             listeners.append(extra)
         for listener in listeners:

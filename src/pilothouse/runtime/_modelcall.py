@@ -115,13 +115,13 @@ class ModelCaller:
         telemetry: OpenTelemetry spans.
         sleep: how retries wait.
         emit: delivers a turn event to the turn's listeners.
-        hub_active: whether anyone subscribed to all turns.
+        hub_wants_deltas: whether a subscriber wants a conversation's streamed deltas.
     """
 
     telemetry: Telemetry
     sleep: Callable[[float], Awaitable[None]]
     emit: Callable[[TurnState, TurnEvent], Awaitable[None]]
-    hub_active: Callable[[], bool]
+    hub_wants_deltas: Callable[[str], bool]
 
     async def call(
         self,
@@ -288,7 +288,7 @@ class ModelCaller:
             return turn.config.stream
         if ModelCapability.STREAMING not in spec.capabilities:
             return False
-        return turn.listener is not None or self.hub_active()
+        return turn.listener is not None or self.hub_wants_deltas(turn.handle.uuid)
 
     async def _stream(
         self,

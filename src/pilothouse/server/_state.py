@@ -151,8 +151,9 @@ class ServerState:
             model=self._model,
             local_servers=self.local_servers,
         )
-        facade.events.subscribe(self.metrics.listener(tenant))
-        facade.events.subscribe(self._tracker(tenant))
+        # Neither needs text deltas; asking for them would stream every call.
+        facade.events.subscribe(self.metrics.listener(tenant), deltas=False)
+        facade.events.subscribe(self._tracker(tenant), deltas=False)
         self._facades[tenant] = facade
         return facade
 
