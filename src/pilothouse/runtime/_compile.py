@@ -52,6 +52,7 @@ from pilothouse.runtime._prompt import (
 )
 from pilothouse.runtime._toolset import SkillInfo
 from pilothouse.store import Database
+from pilothouse.store import _fastsql as fastsql
 
 
 @dataclass(frozen=True)
@@ -169,8 +170,8 @@ def _revision_statement() -> Select[int]:
 
 
 def _read_revision(connection: Connection, tenant: str) -> int:
-    value = connection.scalar(_revision_statement(), {"b_tenant": tenant})
-    return int(value or 0)
+    rows = fastsql.fetch(connection, _revision_statement(), {"b_tenant": tenant})
+    return int(rows[0].revision or 0) if rows else 0
 
 
 class ActionCompiler:

@@ -13,7 +13,7 @@ __all__ = ["ModelCaller", "TurnState"]
 import time
 import uuid as uuid_module
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from typing import Any
 
@@ -104,7 +104,9 @@ def secret_values(spec: ModelSpec) -> tuple[str, ...]:
 
 def options_for_audit(options: Any) -> dict[str, Any]:
     """The options that are set, for the audit record."""
-    return {key: value for key, value in asdict(options).items() if value is not None}
+    # Shallow on purpose: asdict() deep-copies every value on every call.
+    values = ((f.name, getattr(options, f.name)) for f in fields(options))
+    return {name: value for name, value in values if value is not None}
 
 
 @dataclass
@@ -186,6 +188,7 @@ class ModelCaller:
         spec = turn.compiled.model
         policy = RetryPolicy(turn.compiled.retry_count, turn.compiled.retry_delay)
         stream = self.wants_stream(turn)
+        audited_options = options_for_audit(options)
         attempt = 0
         while True:
             attempt += 1
@@ -199,13 +202,13 @@ class ModelCaller:
                         "model": spec.model_name,
                         "messages": len(messages),
                         "stream": stream,
-                        "options": options_for_audit(options),
+                        "options": audited_options,
                     },
                 )
             )
             try:
                 with self.telemetry.model_call(
-                    spec.provider.kind, spec.model_name, options_for_audit(options)
+                    spec.provider.kind, spec.model_name, audited_options
                 ) as span:
                     if stream:
                         response = await self._stream(turn, model, messages, settings, params)

@@ -16,6 +16,10 @@ from pilothouse.errors import ProviderError, RateLimitError, UnparseableResponse
 
 _MAX_DELAY = 60.0
 
+# Shared: a policy is built for every model call, and seeding a generator of
+# its own each time reads the OS entropy pool for nothing.
+_JITTER = random.Random()
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -29,7 +33,7 @@ class RetryPolicy:
 
     count: int
     delay: float
-    rng: random.Random = field(default_factory=random.Random, compare=False)
+    rng: random.Random = field(default_factory=lambda: _JITTER, compare=False)
 
     def should_retry(self, error: ProviderError, attempt: int) -> bool:
         """Tell whether attempt number ``attempt`` (1-based) may be followed by another."""

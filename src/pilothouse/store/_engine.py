@@ -120,7 +120,11 @@ class Database:
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
             if parsed.database and parsed.database != ":memory:":
-                self._sync_engine = create_engine(parsed.set(drivername="sqlite+pysqlite"))
+                # Every use is engine.begin(), which ends its own transaction:
+                # the pool's reset on return would be a second ROLLBACK.
+                self._sync_engine = create_engine(
+                    parsed.set(drivername="sqlite+pysqlite"), pool_reset_on_return=None
+                )
                 event.listen(self._sync_engine, "connect", _sqlite_pragmas)
         self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(
             self.engine, expire_on_commit=False

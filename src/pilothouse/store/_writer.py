@@ -50,6 +50,7 @@ from pilothouse.catalog._enums import (
 )
 from pilothouse.catalog._models import Action, Agent, CatalogRevision
 from pilothouse.errors import InvalidStateError, NotFoundError
+from pilothouse.store import _fastsql as fastsql
 from pilothouse.store._base import utcnow
 from pilothouse.store._engine import Database
 from pilothouse.store._records import (
@@ -165,7 +166,7 @@ class TurnHandle:
     next_event: int
     last_assistant_sequence: int | None = None
     previous_status: ProcessStatus = ProcessStatus.NOT_STARTED
-    memory: list[AnyRow] = field(default_factory=lambda: [])
+    memory: list[Any] = field(default_factory=lambda: [])
     """Messages sharing the memory id when the turn began (``read_memory``)."""
     first_sequences: list[int] = field(default_factory=lambda: [])
     """The sequences given to the messages of ``begin_turn``'s first step."""
@@ -404,10 +405,7 @@ def _insert_conversation(
         )
     if values["audit"] is None:
         values["audit"] = default_audit if action_audit is None else action_audit
-    key = connection.execute(_statements().insert_conversation, values).inserted_primary_key
-    if key is None:  # pragma: no cover - an INSERT always reports its key
-        raise RuntimeError("the database did not report the new conversation's id")
-    conversation_id: int = key[0]
+    conversation_id = fastsql.insert_one(connection, _statements().insert_conversation, values)
     return conversation_id, bool(values["audit"])
 
 
@@ -417,9 +415,10 @@ def _check_catalog(
     """Refuse a missing or inactive action or agent; return the action's audit switch."""
     # Only the columns the checks need: the full Action row would eager-load
     # its whole graph (model, schemas, tools, ...).
-    found = connection.execute(
-        _statements().action_check, {"b_tenant": tenant, "b_code": action}
-    ).one_or_none()
+    rows = fastsql.fetch(
+        connection, _statements().action_check, {"b_tenant": tenant, "b_code": action}
+    )
+    found = rows[0] if rows else None
     if found is None:
         raise NotFoundError(f"action '{action}' not found")
     if not found.active:
@@ -427,9 +426,10 @@ def _check_catalog(
             f"action '{action}' is inactive; activate it to start conversations"
         )
     if agent is not None:
-        agent_active = connection.scalar(
-            _statements().agent_check, {"b_tenant": tenant, "b_code": agent}
+        agents = fastsql.fetch(
+            connection, _statements().agent_check, {"b_tenant": tenant, "b_code": agent}
         )
+        agent_active = agents[0].active if agents else None
         if agent_active is None:
             raise NotFoundError(f"agent '{agent}' not found")
         if not agent_active:
@@ -450,9 +450,10 @@ def _begin(
     """The transaction of :meth:`ConversationWriter.begin_turn`."""
     # One statement reads the conversation and where its numbering stands:
     # a turn's start is on every turn's path.
-    found = connection.execute(
-        _begin_statement(), {"uuid": conversation_uuid, "tenant": tenant}
-    ).first()
+    rows = fastsql.fetch(
+        connection, _begin_statement(), {"uuid": conversation_uuid, "tenant": tenant}
+    )
+    found = rows[0] if rows else None
     if found is None:
         raise NotFoundError(f"conversation '{conversation_uuid}' not found")
     status: ProcessStatus = found.status
@@ -461,11 +462,12 @@ def _begin(
     now = utcnow()
     # The status in the WHERE clause makes the flip atomic: of two concurrent
     # turns, exactly one sees its UPDATE match.
-    result = connection.execute(
+    taken = fastsql.execute(
+        connection,
         _statements().take,
         {"b_id": found.id, "b_status": status, "b_started": found.started_at or now, "b_now": now},
     )
-    if result.rowcount != 1:
+    if taken != 1:
         raise InvalidStateError(_refusal(conversation_uuid, ProcessStatus.RUNNING))
     handle = TurnHandle(
         conversation_id=found.id,
@@ -496,12 +498,11 @@ def _begin(
     return handle
 
 
-def _memory(connection: Connection, tenant: str, memory_id: str) -> list[AnyRow]:
+def _memory(connection: Connection, tenant: str, memory_id: str) -> list[Any]:
     """Every message sharing ``memory_id``, oldest first."""
-    rows = connection.execute(
-        _statements().memory, {"b_tenant": tenant, "b_memory_id": memory_id}
-    ).all()
-    return list(rows)
+    return fastsql.fetch(
+        connection, _statements().memory, {"b_tenant": tenant, "b_memory_id": memory_id}
+    )
 
 
 def _write(connection: Connection, handle: TurnHandle, batch: TurnBatch) -> list[int]:
@@ -542,7 +543,7 @@ def _write(connection: Connection, handle: TurnHandle, batch: TurnBatch) -> list
         )
         sequences.append(sequence)
     if message_rows:
-        connection.execute(_statements().insert_message, message_rows)
+        fastsql.executemany(connection, _statements().insert_message, message_rows)
     if attachment_rows:
         connection.execute(_statements().insert_attachment, attachment_rows)
     if batch.tool_calls:
@@ -588,7 +589,7 @@ def _write(connection: Connection, handle: TurnHandle, batch: TurnBatch) -> list
                 }
             )
             handle.next_event += 1
-        connection.execute(_statements().insert_event, rows)
+        fastsql.executemany(connection, _statements().insert_event, rows)
     if batch.changes or batch.usage:
         unknown = batch.usage.keys() - _USAGE_COLUMNS
         if unknown:
@@ -598,7 +599,7 @@ def _write(connection: Connection, handle: TurnHandle, batch: TurnBatch) -> list
             parameters[f"b_add_{name}"] = batch.usage.get(name, 0)
         parameters["b_id"] = handle.conversation_id
         parameters["b_now"] = now
-        connection.execute(_change_statement(tuple(sorted(batch.changes))), parameters)
+        fastsql.execute(connection, _change_statement(tuple(sorted(batch.changes))), parameters)
     return sequences
 
 

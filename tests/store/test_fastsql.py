@@ -1,0 +1,140 @@
+"""The driver-level path for a turn's statements stores what SQLAlchemy would.
+
+On SQLite the writer runs its statements on the driver's cursor (see
+``pilothouse.store._fastsql``); on PostgreSQL through SQLAlchemy. These tests
+run on both and compare the stored bytes with rows the ORM writes itself.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+from sqlalchemy import select, text
+
+from pilothouse.catalog._enums import MessageRole, ProcessStatus, TimelineKind
+from pilothouse.errors import InvalidStateError
+from pilothouse.store import Conversation, Database, Message, TimelineEvent
+from pilothouse.store._writer import (
+    ConversationWriter,
+    NewEvent,
+    NewMessage,
+    NewToolCall,
+    TurnBatch,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_rows_written_by_the_turn_path_read_back_exactly(database: Database) -> None:
+    writer = ConversationWriter(database, "default")
+    conversation = await writer.create(action_code="A", agent_code=None)
+    handle = await writer.begin_turn(
+        conversation.uuid,
+        first=TurnBatch(messages=[NewMessage(MessageRole.USER, "héllo", token_count=2)]),
+    )
+    at = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    await writer.write(
+        handle,
+        TurnBatch(
+            messages=[
+                NewMessage(MessageRole.ASSISTANT, "hi", data={"ai": {"runId": "r", "n": [1, 2]}})
+            ],
+            events=[NewEvent(TimelineKind.RESPONSE, {"tokens": 3, "note": "ü"}, at=at)],
+            changes={"status": ProcessStatus.COMPLETED, "response_model": "m"},
+            usage={"input_tokens": 10, "output_tokens": 3, "estimated_cost": Decimal("0.00012")},
+        ),
+    )
+
+    async with database.sessions() as session:
+        row = await session.scalar(select(Conversation).where(Conversation.uuid == handle.uuid))
+        assert row is not None
+        messages = list(
+            await session.scalars(
+                select(Message).where(Message.conversation_id == row.id).order_by(Message.sequence)
+            )
+        )
+        events = list(
+            await session.scalars(
+                select(TimelineEvent)
+                .where(TimelineEvent.conversation_id == row.id)
+                .order_by(TimelineEvent.sequence)
+            )
+        )
+    assert row.status is ProcessStatus.COMPLETED
+    assert (row.input_tokens, row.output_tokens, row.response_model) == (10, 3, "m")
+    assert row.estimated_cost == Decimal("0.00012")
+    assert row.audit is True
+    assert row.started_at is not None and row.started_at.tzinfo is not None
+    assert [(m.sequence, m.role, m.content) for m in messages] == [
+        (1, MessageRole.USER, "héllo"),
+        (2, MessageRole.ASSISTANT, "hi"),
+    ]
+    assert messages[1].data == {"ai": {"runId": "r", "n": [1, 2]}}
+    assert [e.kind for e in events] == [TimelineKind.STATUS_CHANGE, TimelineKind.RESPONSE]
+    assert events[1].data == {"tokens": 3, "note": "ü"}
+    assert events[1].created_at == at
+
+
+async def test_stored_values_have_the_orm_s_own_format(database: Database) -> None:
+    # A message the ORM writes and one the turn path writes must be stored
+    # alike (types, datetime text, enum codes), or queries would mix formats.
+    writer = ConversationWriter(database, "default")
+    conversation = await writer.create(action_code="A", agent_code=None)
+    handle = await writer.begin_turn(
+        conversation.uuid, first=TurnBatch(messages=[NewMessage(MessageRole.USER, "fast")])
+    )
+    async with database.sessions.begin() as session:
+        session.add(
+            Message(
+                conversation_id=handle.conversation_id,
+                sequence=handle.next_message,
+                role=MessageRole.USER,
+                content="orm",
+                data={"k": 1},
+            )
+        )
+    async with database.engine.connect() as connection:
+        stored = (
+            await connection.execute(
+                text(
+                    "SELECT content, role, typeof(created_at), length(created_at),"
+                    " typeof(sequence) FROM message WHERE conversation_id = :id ORDER BY sequence"
+                    if database.is_sqlite
+                    else "SELECT content, role, pg_typeof(created_at)::text, 0,"
+                    " pg_typeof(sequence)::text FROM message WHERE conversation_id = :id"
+                    " ORDER BY sequence"
+                ),
+                {"id": handle.conversation_id},
+            )
+        ).all()
+    fast, orm = (tuple(row)[1:] for row in stored)
+    assert fast == orm
+    assert stored[0][1] == "US"
+
+
+async def test_a_step_that_fails_midway_leaves_nothing_behind(database: Database) -> None:
+    writer = ConversationWriter(database, "default")
+    conversation = await writer.create(action_code="A", agent_code=None)
+    handle = await writer.begin_turn(conversation.uuid)
+    before = handle.next_message
+    # The user message is written first, then the tool calls are refused
+    # (no assistant message owns them): the whole step must roll back.
+    with pytest.raises(InvalidStateError):
+        await writer.write(
+            handle,
+            TurnBatch(
+                messages=[NewMessage(MessageRole.USER, "lost?")],
+                tool_calls=[NewToolCall("c1", "t", {})],
+            ),
+        )
+    async with database.sessions() as session:
+        count = len(
+            list(
+                await session.scalars(
+                    select(Message).where(Message.conversation_id == handle.conversation_id)
+                )
+            )
+        )
+    assert count == before - 1
