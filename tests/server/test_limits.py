@@ -110,11 +110,12 @@ async def test_metrics_need_a_key_off_loopback(server_settings: Settings) -> Non
 
 
 async def test_revoked_key_is_refused(client: httpx.AsyncClient, server_state: ServerState) -> None:
-    from pilothouse.server._keys import create_key, list_keys, revoke_key
+    from pilothouse.server._keys import create_key, list_keys
 
     key, info = await create_key(server_state.database, "default", name="short-lived")
     assert (await client.get("/v1/catalog/actions", headers=auth(key))).status_code == 200
     listed = {k.prefix: k for k in await list_keys(server_state.database, "default")}
     assert listed[info.prefix].last_used_at is not None
-    await revoke_key(server_state.database, info.prefix)
+    # Revoked through the server's own key cache: refused at once.
+    await server_state.keys.revoke(info.prefix)
     assert (await client.get("/v1/catalog/actions", headers=auth(key))).status_code == 401

@@ -14,7 +14,9 @@ Example:
 Authentication accepts ``Authorization: Bearer <key>`` or ``X-API-Key:
 <key>``. An unknown, malformed or revoked key is a 401 problem; a key over
 its rate is a 429 problem with ``Retry-After``. The key itself is never
-logged or echoed.
+logged or echoed. A verified key is trusted for
+``ServerSettings.key_cache_seconds`` without another read (see
+:class:`~pilothouse.server._keys.KeyCache`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from pilothouse.api import Pilothouse
-from pilothouse.server._keys import ADMIN_SCOPE, find_key, touch_key
+from pilothouse.server._keys import ADMIN_SCOPE, touch_key
 from pilothouse.server._problems import ProblemError, problem
 from pilothouse.server._state import ServerState
 from pilothouse.store._base import utcnow
@@ -109,7 +111,7 @@ async def principal_from_request(request: Request, state: ServerState) -> Princi
             "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
             headers=_UNAUTHORIZED_HEADERS,
         )
-    info = await find_key(state.database, key)
+    info = await state.keys.verify(key)
     if info is None:
         raise ProblemError(
             401,

@@ -5,13 +5,15 @@ row without storing the key and names the key in listings; the secret (43
 URL-safe characters, 256 random bits from :mod:`secrets`) makes it
 unguessable. The database keeps SHA-256 of the whole key: keys are random,
 so a fast hash leaves nothing to brute-force, and verifying stays cheap on
-every request.
+every request. :class:`KeyCache` remembers keys verified in the last few
+seconds, so a busy key costs no database read per request.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "ADMIN_SCOPE",
+    "KeyCache",
     "KeyInfo",
     "create_key",
     "digest",
@@ -25,10 +27,14 @@ __all__ = [
 import hashlib
 import hmac
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
+from typing import Any, cast
 
-from sqlalchemy import select, update
+from sqlalchemy import Connection, Row, Select, Table, Update, bindparam, select, update
 
 from pilothouse.errors import NotFoundError
 from pilothouse.store import Database
@@ -127,24 +133,149 @@ async def revoke_key(database: Database, prefix: str) -> KeyInfo:
         return _info(row)
 
 
+_API_KEY = cast(Table, ApiKey.__table__)
+
+
+@cache
+def _find_statement() -> Select[*tuple[Any, ...]]:
+    # Built once: on every request's path, and a statement object keeps its
+    # cache key. Only the columns a request needs.
+    columns = _API_KEY.c
+    return select(
+        columns.prefix,
+        columns.digest,
+        columns.tenant,
+        columns.name,
+        columns.scopes,
+        columns.active,
+        columns.created_at,
+        columns.last_used_at,
+    ).where(columns.prefix == bindparam("b_prefix"))
+
+
+@cache
+def _touch_statement() -> Update:
+    columns = _API_KEY.c
+    return (
+        update(_API_KEY)
+        .where(columns.prefix == bindparam("b_prefix"))
+        .values(last_used_at=bindparam("b_when"))
+    )
+
+
+def _read_key(connection: Connection, prefix: str) -> Row[*tuple[Any, ...]] | None:
+    return connection.execute(_find_statement(), {"b_prefix": prefix}).first()
+
+
+def _verified(row: Row[*tuple[Any, ...]] | None, key_digest: str) -> KeyInfo | None:
+    if row is None or not row.active:
+        return None
+    # Constant-time, so response timing says nothing about the digest.
+    if not hmac.compare_digest(row.digest, key_digest):
+        return None
+    return KeyInfo(
+        prefix=row.prefix,
+        name=row.name,
+        tenant=row.tenant,
+        scopes=tuple(str(s) for s in row.scopes),
+        active=row.active,
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+    )
+
+
 async def find_key(database: Database, key: str) -> KeyInfo | None:
     """Return the active key matching ``key`` exactly, else None."""
     prefix = parse_key(key)
     if prefix is None:
         return None
-    async with database.sessions() as session:
-        row = await session.scalar(select(ApiKey).where(ApiKey.prefix == prefix))
-        if row is None or not row.active:
-            return None
-        # Constant-time, so response timing says nothing about the digest.
-        if not hmac.compare_digest(row.digest, digest(key)):
-            return None
-        return _info(row)
+    # One short transaction through the store's fastest path (SQLAlchemy
+    # Core, no ORM session): it runs on every request a cache does not answer.
+    return _verified(await database.transaction(_read_key, prefix), digest(key))
 
 
 async def touch_key(database: Database, prefix: str, when: datetime) -> None:
     """Record that the key was used at ``when``."""
-    async with database.sessions() as session, session.begin():
-        await session.execute(
-            update(ApiKey).where(ApiKey.prefix == prefix).values(last_used_at=when)
-        )
+    await database.transaction(_touch, prefix, when)
+
+
+def _touch(connection: Connection, prefix: str, when: datetime) -> None:
+    connection.execute(_touch_statement(), {"b_prefix": prefix, "b_when": when})
+
+
+@dataclass(frozen=True)
+class _Verified:
+    info: KeyInfo
+    until: float
+
+
+class KeyCache:
+    """Verifies keys, remembering the ones found valid for a few seconds.
+
+    A valid key is remembered under the digest of the whole key (never the
+    key itself), so a request presenting it again within ``ttl`` seconds
+    costs no database read. Unknown and revoked keys are never remembered:
+    they are looked up on every request, and a key created while the server
+    runs works at once. The price is that a key revoked from another
+    process (``pilothouse keys revoke``) keeps working in a running server
+    for at most ``ttl`` seconds; :meth:`revoke` (same process) and
+    :meth:`forget` take effect at once.
+
+    Args:
+        database: where keys are stored.
+        ttl: seconds a verified key is trusted without a read; 0 or less
+            reads the database on every request.
+        clock: a monotonic clock in seconds (injectable for tests).
+        limit: the most keys remembered; the oldest is dropped beyond it.
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        ttl: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        limit: int = 10_000,
+    ) -> None:
+        self._db = database
+        self.ttl = ttl
+        self._clock = clock
+        self._limit = limit
+        self._verified: dict[str, _Verified] = {}
+
+    async def verify(self, key: str) -> KeyInfo | None:
+        """Return the active key matching ``key`` exactly, else None."""
+        prefix = parse_key(key)
+        if prefix is None:
+            return None
+        key_digest = digest(key)
+        found = self._verified.get(key_digest)
+        if found is not None:
+            if self._clock() < found.until:
+                return found.info
+            del self._verified[key_digest]
+        info = _verified(await self._db.transaction(_read_key, prefix), key_digest)
+        if info is not None and self.ttl > 0:
+            if len(self._verified) >= self._limit:
+                # Oldest first: dicts keep insertion order.
+                del self._verified[next(iter(self._verified))]
+            self._verified[key_digest] = _Verified(info, self._clock() + self.ttl)
+        return info
+
+    def forget(self, prefix: str | None = None) -> None:
+        """Drop the remembered key with this prefix (every key when None)."""
+        if prefix is None:
+            self._verified.clear()
+            return
+        for key_digest in [d for d, v in self._verified.items() if v.info.prefix == prefix]:
+            del self._verified[key_digest]
+
+    async def revoke(self, prefix: str) -> KeyInfo:
+        """Revoke the key with this prefix; this process refuses it at once.
+
+        Raises:
+            NotFoundError: no key has this prefix.
+        """
+        info = await revoke_key(self._db, prefix)
+        self.forget(prefix)
+        return info

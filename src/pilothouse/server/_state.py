@@ -9,8 +9,9 @@ test) and reached from a request through ``request.app.state.pilothouse``
 - one :class:`~pilothouse.api.Pilothouse` facade per tenant, created on first
   use and kept (a facade caches compiled actions and model clients, so
   building one per request would throw that work away);
-- the :class:`~pilothouse.server._metrics.Metrics` and the per-key
-  :class:`~pilothouse.server._limits.RateLimiter`;
+- the :class:`~pilothouse.server._metrics.Metrics`, the per-key
+  :class:`~pilothouse.server._limits.RateLimiter` and the
+  :class:`~pilothouse.server._keys.KeyCache` of recently verified keys;
 - the set of turns running in this process, so shutdown can cancel what did
   not finish within the grace period and have it recorded ``TE``.
 """
@@ -31,6 +32,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from pilothouse.api import Pilothouse
 from pilothouse.catalog import ProcessStatus
 from pilothouse.runtime import StatusChanged, TurnEvent, TurnFinished
+from pilothouse.server._keys import KeyCache
 from pilothouse.server._limits import RateLimiter
 from pilothouse.server._metrics import Metrics
 from pilothouse.settings import Settings
@@ -65,6 +67,9 @@ class ServerSettings(BaseSettings):
             before cancelling them (recorded ``TE``).
         last_used_interval_seconds: write a key's ``last_used_at`` at most
             this often, so authentication does not write on every request.
+        key_cache_seconds: trust a verified API key this long without
+            reading it again; a key revoked by another process (the CLI)
+            keeps working here for at most this long. 0 reads every time.
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_SERVER_", extra="ignore")
@@ -77,6 +82,7 @@ class ServerSettings(BaseSettings):
     metrics_anonymous: bool | None = None
     shutdown_grace_seconds: float = 30.0
     last_used_interval_seconds: float = 60.0
+    key_cache_seconds: float = 5.0
 
     @property
     def is_loopback(self) -> bool:
@@ -111,6 +117,8 @@ class ServerState:
         database: the one database every facade shares.
         metrics: the Prometheus collectors.
         limiter: the per-key rate limiter.
+        keys: verifies API keys, remembering valid ones for
+            ``server.key_cache_seconds``.
     """
 
     def __init__(
@@ -128,6 +136,7 @@ class ServerState:
         self.local_servers: LocalModelServers = LocalModelServers()
         self.metrics = Metrics()
         self.limiter = RateLimiter(self.server.rate_limit_per_minute)
+        self.keys = KeyCache(self.database, self.server.key_cache_seconds)
         self._model = model
         self._facades: dict[str, Pilothouse] = {}
         self._running: set[tuple[str, str]] = set()
