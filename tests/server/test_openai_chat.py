@@ -418,3 +418,123 @@ async def test_image_parts_become_attachments(oai: Any, scripted: ScriptedModel)
     )
     last = scripted.requests[0].messages[-1]
     assert "BinaryContent" in repr(last.parts[-1])
+
+
+async def _change(server_state: ServerState, tmp_path: Path, yaml: str) -> None:
+    """Import a catalog change: entities not in it are kept, and the revision moves on."""
+    (tmp_path / "change.yaml").write_text(yaml)
+    await import_catalog(server_state.database, "default", [tmp_path / "change.yaml"])
+
+
+async def _conversations(server_state: ServerState) -> int:
+    page = await server_state.facade("default").query.list_conversations()
+    return page.total
+
+
+CHAT_INACTIVE = """
+actions:
+  - code: CHAT
+    name: Chat about a document
+    goal_description: Answers questions about a document.
+    model: OAITESTM
+    configuration: DEFAULT
+    memory_strategy: WINDOW20
+    prompt: "Answer about this document:\\n{document}"
+    active: false
+"""
+
+
+@pytest.mark.parametrize("model", ["CHAT", "action:CHAT", "agent:HELPER"])
+async def test_a_model_deactivated_after_use_is_not_found_and_writes_nothing(
+    client: httpx.AsyncClient,
+    api_key: str,
+    scripted: ScriptedModel,
+    server_state: ServerState,
+    tmp_path: Path,
+    model: str,
+) -> None:
+    body = {"model": model, "messages": [{"role": "user", "content": "x"}]}
+    scripted.script.steps.append(Reply("first"))
+    assert (
+        await client.post("/v1/chat/completions", json=body, headers=auth(api_key))
+    ).status_code == 200
+    before = await _conversations(server_state)
+    # The compiled action is cached now; deactivating CHAT (HELPER's goal) must still count.
+    await _change(server_state, tmp_path, CHAT_INACTIVE)
+    response = await client.post("/v1/chat/completions", json=body, headers=auth(api_key))
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "model_not_found"
+    assert (await client.get(f"/v1/models/{model}", headers=auth(api_key))).status_code == 404
+    assert await _conversations(server_state) == before
+
+
+async def test_an_inactive_agent_is_not_found(
+    client: httpx.AsyncClient, api_key: str, server_state: ServerState, tmp_path: Path
+) -> None:
+    await _change(
+        server_state,
+        tmp_path,
+        "agents:\n  - code: HELPER\n    name: Helper\n    application: BRANDS\n"
+        "    prompt: Be helpful.\n    goal_action: CHAT\n    active: false\n",
+    )
+    response = await client.post(
+        "/v1/chat/completions",
+        json={"model": "agent:HELPER", "messages": [{"role": "user", "content": "x"}]},
+        headers=auth(api_key),
+    )
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "model_not_found"
+    # The goal action itself is still a model.
+    assert (await client.get("/v1/models/action:CHAT", headers=auth(api_key))).status_code == 200
+
+
+@pytest.mark.parametrize("model", ["tool:CHAT", "agent:CHAT", "action:HELPER", "agent:", ":"])
+async def test_model_ids_naming_nothing_are_not_found_and_write_nothing(
+    client: httpx.AsyncClient, api_key: str, server_state: ServerState, model: str
+) -> None:
+    response = await client.post(
+        "/v1/chat/completions",
+        json={"model": model, "messages": [{"role": "user", "content": "x"}]},
+        headers=auth(api_key),
+    )
+    assert response.status_code == 404
+    assert response.json()["error"] == {
+        "message": f"The model '{model}' does not exist or you do not have access to it.",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
+    assert await _conversations(server_state) == 0
+
+
+async def test_a_changed_prompt_is_used_by_the_next_completion(
+    client: httpx.AsyncClient,
+    api_key: str,
+    scripted: ScriptedModel,
+    server_state: ServerState,
+    tmp_path: Path,
+) -> None:
+    body = {"model": "agent:HELPER", "messages": [{"role": "user", "content": "the text"}]}
+    scripted.script.steps.extend([Reply("one"), Reply("two")])
+    assert (
+        await client.post("/v1/chat/completions", json=body, headers=auth(api_key))
+    ).status_code == 200
+    await _change(
+        server_state,
+        tmp_path,
+        "agents:\n  - code: HELPER\n    name: Helper\n    application: BRANDS\n"
+        "    prompt: 'Be brief about {topic}.'\n    goal_action: CHAT\n",
+    )
+    assert (
+        await client.post("/v1/chat/completions", json=body, headers=auth(api_key))
+    ).status_code == 200
+
+    def system(index: int) -> str:
+        first = scripted.requests[index].messages[0]
+        assert isinstance(first, ModelRequest)
+        return next(p.content for p in first.parts if isinstance(p, SystemPromptPart))
+
+    assert "Be helpful." in system(0)
+    # The new agent prompt, its new placeholder filled with the user's text.
+    assert "Be brief about the text." in system(1)
+    assert "Be helpful." not in system(1)

@@ -39,7 +39,7 @@ from sqlalchemy import select
 
 from pilothouse.api import Pilothouse
 from pilothouse.catalog._enums import ProcessStatus
-from pilothouse.catalog._models import Action, Agent
+from pilothouse.catalog._models import Agent
 from pilothouse.errors import NotFoundError, PilothouseError, ProviderError
 from pilothouse.runtime import (
     RuntimeConfigError,
@@ -50,7 +50,6 @@ from pilothouse.runtime import (
     TurnFinished,
     TurnResult,
 )
-from pilothouse.runtime._prompt import template_fields
 from pilothouse.server._deps import State, principal_from_request
 from pilothouse.server._openai_models import (
     ChatCompletionRequest,
@@ -69,6 +68,7 @@ from pilothouse.server._openai_models import (
 )
 from pilothouse.server._problems import ProblemError
 from pilothouse.server._replay import append_messages
+from pilothouse.server._targets import Target, resolve_target
 from pilothouse.store import ConversationQueries
 from pilothouse.store._writer import NewAttachment
 
@@ -124,28 +124,8 @@ async def _facade(request: Request, state: State) -> Pilothouse:
     return state.facade(principal.tenant)
 
 
-@dataclass(frozen=True)
-class _Target:
-    """What a model id names: an action, run by an agent or not."""
-
-    action: Action
-    agent: Agent | None
-
-
-async def _resolve(ph: Pilothouse, model: str) -> _Target:
-    kind, colon, code = model.partition(":")
-    if not colon:
-        kind, code = "action", model
-    target: _Target | None = None
-    if kind == "action":
-        action = await ph.query.find_action_by_code(code)
-        if action is not None and action.active:
-            target = _Target(action, None)
-    elif kind == "agent":
-        agent = await ph.query.find_agent_by_code(code)
-        goal = agent.goal_action if agent is not None else None
-        if agent is not None and agent.active and goal is not None and goal.active:
-            target = _Target(goal, agent)
+async def _resolve(ph: Pilothouse, model: str) -> Target:
+    target = await resolve_target(ph.database, ph.tenant, model)
     if target is None:
         # Inactive and other tenants' models are as absent as unknown ones.
         raise OpenAIError(
@@ -171,18 +151,43 @@ def _memory_id(header: str | None, user: str | None) -> str | None:
     return None
 
 
-def _input_data(target: _Target, request: ChatCompletionRequest, text: str) -> dict[str, Any]:
+def _input_data(target: Target, request: ChatCompletionRequest, text: str) -> dict[str, Any]:
     """Fill the prompt's placeholders: ``input_data`` first, the user's text for the rest.
 
     Without this, an action whose prompt has a ``{document}`` placeholder
     could not be called by a client that knows nothing but messages.
     """
     data = dict(request.input_data or {})
-    prompts = [target.action.prompt, target.agent.prompt if target.agent else None]
-    for prompt in prompts:
-        for name in template_fields(prompt or ""):
-            data.setdefault(name, text)
+    for name in target.placeholders:
+        data.setdefault(name, text)
     return data
+
+
+async def _check(
+    ph: Pilothouse,
+    target: Target,
+    turn_input: TurnInput,
+    data: dict[str, Any],
+    config: dict[str, Any],
+) -> None:
+    """Check the turn as the runner will run it, writing nothing.
+
+    The compiled action the runner cached is used when it is of the catalog
+    revision read with the target (the runner's own cache check, without
+    reading the revision again); otherwise the runner compiles it.
+    """
+    compiled = ph.runner.compiler.cached(ph.tenant, target.action_code, target.agent_code)
+    if compiled is not None and compiled.revision != target.revision:
+        compiled = None
+    await ph.runner.prepare(
+        target.action_code,
+        target.agent_code,
+        turn_input.text,
+        data,
+        config,
+        turn_input.attachments,
+        compiled,
+    )
 
 
 @dataclass
@@ -208,17 +213,14 @@ async def _start(
     memory_id = _memory_id(memory_header, request.user)
     config = runtime_config(request, turn_input.instruction)
     data = _input_data(target, request, turn_input.text)
-    agent_code = target.agent.code if target.agent else None
     # Validate everything before writing anything: a bad request leaves no conversation.
-    await ph.command.check_message(
-        target.action.code, agent_code, turn_input.text, input_data=data, runtime_config=config
-    )
+    await _check(ph, target, turn_input, data, config)
     replay = bool(turn_input.history)
     if replay and memory_id is not None:
         queries = ConversationQueries(ph.database, ph.tenant)
         replay = not await queries.memory_messages(memory_id, limit=1)
     conversation = await ph.command.start_conversation(
-        agent_code, target.action.code, memory_id=memory_id
+        target.agent_code, target.action_code, memory_id=memory_id
     )
     if replay:
         await append_messages(
@@ -477,10 +479,4 @@ async def retrieve_model(model_id: str, request: Request, state: State) -> Respo
         target = await _resolve(ph, model_id)
     except OpenAIError as error:
         return _error_response(error)
-    row = target.agent if target.agent is not None else target.action
-    description = (
-        row.name
-        if target.agent is not None
-        else (target.action.goal_description or target.action.name)
-    )
-    return JSONResponse(_model_entry(model_id, row.updated_at.timestamp(), description))
+    return JSONResponse(_model_entry(model_id, target.updated_at.timestamp(), target.name))

@@ -1,0 +1,136 @@
+"""What a model id of the OpenAI-compatible endpoint names: an action, run by an agent or not.
+
+Resolving a model id is on every chat completion's path, so it reads only
+the columns it needs, with SQLAlchemy Core in one short transaction, rather
+than the full catalog rows (an :class:`~pilothouse.catalog.Action` loads its
+whole graph: model, schemas, skills, tools, ...). The same statement reads
+the tenant's catalog revision, so the caller can tell whether a compiled
+action the runtime cached is still current without reading it again.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Target", "resolve_target"]
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Connection, Row, Select, bindparam, select
+from sqlalchemy.orm import aliased
+
+from pilothouse.catalog._models import Action, Agent, CatalogRevision
+from pilothouse.runtime._prompt import template_fields
+from pilothouse.store import Database
+
+
+@dataclass(frozen=True)
+class Target:
+    """An active action (and the active agent running it) that a model id names.
+
+    Attributes:
+        action_code: the action the turn runs.
+        agent_code: the agent running it, or None.
+        placeholders: the ``{placeholders}`` of the action's and the agent's
+            prompts.
+        name: the agent's name, else the action's goal description or name.
+        updated_at: when the agent (else the action) last changed.
+        revision: the tenant's catalog revision when this was read.
+    """
+
+    action_code: str
+    agent_code: str | None
+    placeholders: frozenset[str]
+    name: str
+    updated_at: datetime
+    revision: int
+
+
+@cache
+def _statements() -> tuple[Select[*tuple[Any, ...]], Select[*tuple[Any, ...]]]:
+    """The action and the agent lookups, built once (a statement keeps its cache key)."""
+    revision = (
+        select(CatalogRevision.revision)
+        .where(CatalogRevision.tenant == bindparam("b_tenant"))
+        .scalar_subquery()
+        .label("revision")
+    )
+    action = select(
+        Action.code,
+        Action.active,
+        Action.prompt,
+        Action.name,
+        Action.goal_description,
+        Action.updated_at,
+        revision,
+    ).where(Action.tenant == bindparam("b_tenant"), Action.code == bindparam("b_code"))
+    goal = aliased(Action)
+    agent = (
+        select(
+            Agent.code,
+            Agent.active,
+            Agent.prompt,
+            Agent.name,
+            Agent.updated_at,
+            goal.code.label("action_code"),
+            goal.active.label("action_active"),
+            goal.prompt.label("action_prompt"),
+            revision,
+        )
+        .join(goal, goal.id == Agent.goal_action_id)
+        # The goal action must be the tenant's own, like everything else.
+        .where(
+            Agent.tenant == bindparam("b_tenant"),
+            Agent.code == bindparam("b_code"),
+            goal.tenant == Agent.tenant,
+        )
+    )
+    return action, agent
+
+
+def _read(connection: Connection, tenant: str, agent: bool, code: str) -> Row[Any] | None:
+    statement = _statements()[1 if agent else 0]
+    return connection.execute(statement, {"b_tenant": tenant, "b_code": code}).first()
+
+
+def _fields(*prompts: str | None) -> frozenset[str]:
+    return frozenset(name for prompt in prompts for name in template_fields(prompt or ""))
+
+
+async def resolve_target(database: Database, tenant: str, model: str) -> Target | None:
+    """Return what ``model`` names for ``tenant``, or None.
+
+    ``action:<CODE>`` and the plain ``<CODE>`` name an active action;
+    ``agent:<CODE>`` names an active agent whose goal action is active.
+    Anything else (unknown, inactive, another tenant's, another prefix) is
+    None: a tenant cannot tell "not yours" from "not there".
+    """
+    kind, colon, code = model.partition(":")
+    if not colon:
+        kind, code = "action", model
+    if kind not in ("action", "agent"):
+        return None
+    row = await database.transaction(_read, tenant, kind == "agent", code)
+    if row is None or not row.active:
+        return None
+    revision = int(row.revision or 0)
+    if kind == "action":
+        return Target(
+            action_code=row.code,
+            agent_code=None,
+            placeholders=_fields(row.prompt),
+            name=row.goal_description or row.name,
+            updated_at=row.updated_at,
+            revision=revision,
+        )
+    if not row.action_active:
+        return None
+    return Target(
+        action_code=row.action_code,
+        agent_code=row.code,
+        placeholders=_fields(row.action_prompt, row.prompt),
+        name=row.name,
+        updated_at=row.updated_at,
+        revision=revision,
+    )
