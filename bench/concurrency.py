@@ -13,10 +13,12 @@ Scenario names (``harness.py --scenarios``):
 Both sides live here: the harness calls :func:`run_scenario` (one worker
 process per contender, see ``bench/worker.py``) and the worker calls
 :func:`worker`. Every contender gets an HTTP connection pool of
-:data:`POOL` connections (keep-alive too) and a 600 s timeout, so none is
-throttled by its client's defaults (httpx: 100 connections; httpx2, which
-pilothouse uses: 100 connections, 20 kept alive; openai SDK: 1,000, 100
-kept alive; LiteLLM's aiohttp transport: 500 per host).
+:data:`POOL` connections (keep-alive too) and a 600 s timeout with a 10 s
+connect timeout (pilothouse's, which it has no setting for), so none is
+throttled by its client's defaults (httpx2, which pilothouse uses: 100
+connections, 20 kept alive; openai SDK: 1,000, 100 kept alive; LiteLLM's
+aiohttp transport: 500 per host). The floor (contender ``httpx``) is raw
+httpx2 here, not httpx 0.28 (see :func:`_chat_httpx`).
 
 What each conversation sends: the system prompt, then its whole history
 (user and assistant messages, the tool call and its result), plus the new
@@ -49,6 +51,8 @@ import contenders as C
 POOL = 1100
 """Connections each contender's HTTP client may open (and keep alive)."""
 TIMEOUT_S = 600.0
+CONNECT_TIMEOUT_S = 10.0
+"""Everyone's connect timeout: pilothouse's (fixed in its model factory); the openai SDK's is 5 s."""
 TOOL_TURN = 3
 TOOL_MARK = "[use tool]"
 CONV_DELAYS = (500, 100, 20)
@@ -191,11 +195,17 @@ def _httpx2_limits() -> Any:
     return httpx2.Limits(max_connections=POOL, max_keepalive_connections=POOL)
 
 
+def _timeout(module: Any) -> Any:
+    """600 s, connect 10 s: pilothouse's provider client's, which it has no setting for."""
+    return module.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+
+
 def _openai_http_client() -> Any:
-    """The openai SDK's own default client class, with the raised pool."""
+    """The openai SDK's own default client class, with the raised pool and pilothouse's timeouts."""
+    import httpx2
     import openai
 
-    return openai.DefaultAsyncHttpxClient(limits=_httpx2_limits())
+    return openai.DefaultAsyncHttpxClient(limits=_httpx2_limits(), timeout=_timeout(httpx2))
 
 
 async def _noop() -> None:
@@ -213,7 +223,7 @@ async def _chat_httpx(base_url: str, model: str, options: dict[str, Any]) -> Cha
         base_url=base_url,
         headers={"authorization": "Bearer x"},
         limits=httpx.Limits(max_connections=POOL, max_keepalive_connections=POOL),
-        timeout=httpx.Timeout(TIMEOUT_S, connect=10.0),
+        timeout=_timeout(httpx),
     )
     tools = _tool_schema()
 
@@ -427,6 +437,8 @@ async def _chat_langchain(base_url: str, model_name: str, options: dict[str, Any
     from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
     from langchain_openai import ChatOpenAI
 
+    import httpx2
+
     def chat(model: str) -> Any:
         return ChatOpenAI(
             model=model,
@@ -434,7 +446,7 @@ async def _chat_langchain(base_url: str, model_name: str, options: dict[str, Any
             api_key="x",  # type: ignore[arg-type]
             max_retries=0,
             max_tokens=256,  # type: ignore[call-arg]
-            timeout=TIMEOUT_S,
+            timeout=_timeout(httpx2),  # else it overrides the client's (None: no timeout)
             http_async_client=_openai_http_client(),
         )
 
@@ -1084,7 +1096,7 @@ soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 port, mode, conns, seconds, delay = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
 stream_model = sys.argv[6]
-lat, ttft, gaps, chunks = [], [], [], [0]
+lat, ttft, gaps, chunks, count = [], [], [], [0], [0]
 def request(body):
     body = json.dumps(body).encode()
     return (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
@@ -1094,13 +1106,17 @@ stream = request({"model": stream_model, "stream": True,
                   "messages": [{"role": "user", "content": "hi"}]})
 async def one_plain(deadline):
     r, w = await asyncio.open_connection("127.0.0.1", int(port))
+    first = True
     while time.perf_counter() < deadline:
         t = time.perf_counter()
         w.write(plain)
         head = await r.readuntil(b"\r\n\r\n")
         length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
         await r.readexactly(length)
-        lat.append((time.perf_counter() - t) * 1000)
+        if not first:  # the first request of a connection waits for the connect burst
+            lat.append((time.perf_counter() - t) * 1000)
+        first = False
+        count[0] += 1
     w.close()
 async def one_stream():
     r, w = await asyncio.open_connection("127.0.0.1", int(port))
@@ -1128,7 +1144,7 @@ async def main():
         await asyncio.gather(*(one_plain(start + seconds) for _ in range(conns)))
     else:
         await asyncio.gather(*(one_stream() for _ in range(conns)))
-    print(json.dumps({"seconds": time.perf_counter() - start, "lat": lat, "ttft": ttft,
+    print(json.dumps({"seconds": time.perf_counter() - start, "requests": count[0], "lat": lat, "ttft": ttft,
                       "gaps": gaps, "chunks": chunks[0]}))
 asyncio.run(main())
 """
@@ -1166,7 +1182,7 @@ def capacity(h: Any, mock: Any, python: str, scenarios: list[str], args: Any) ->
             out["conc"] = {
                 "connections": conns,
                 "delay_ms": args.conc_delay,
-                "requests_per_s": len(lat) / load["seconds"],
+                "requests_per_s": load["requests"] / load["seconds"],
                 "ideal_requests_per_s": conns / (args.conc_delay / 1000),
                 "excess_p50_ms": statistics.median(lat) - args.conc_delay if lat else None,
                 "excess_p99_ms": (_percentile(lat, 99) or 0) - args.conc_delay if lat else None,
