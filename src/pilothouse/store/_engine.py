@@ -113,19 +113,15 @@ class Database:
         else:
             kwargs["pool_pre_ping"] = True
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
-        # A file SQLite database also gets a plain pysqlite engine that runs
-        # whole transactions on one thread of its own (see transaction()).
-        self._sync_engine: Engine | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        # A file SQLite database also gets a plain pysqlite connection that
+        # runs whole transactions on one thread of its own (see transaction()).
+        self._sqlite: _SqliteThread | None = None
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
             if parsed.database and parsed.database != ":memory:":
-                # Every use is engine.begin(), which ends its own transaction:
-                # the pool's reset on return would be a second ROLLBACK.
-                self._sync_engine = create_engine(
-                    parsed.set(drivername="sqlite+pysqlite"), pool_reset_on_return=None
-                )
-                event.listen(self._sync_engine, "connect", _sqlite_pragmas)
+                sync_engine = create_engine(parsed.set(drivername="sqlite+pysqlite"))
+                event.listen(sync_engine, "connect", _sqlite_pragmas)
+                self._sqlite = _SqliteThread(sync_engine)
         self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(
             self.engine, expire_on_commit=False
         )
@@ -185,16 +181,8 @@ class Database:
         # exception and pyright cannot see that this one never does.
         result: list[T] = []
         with anyio.CancelScope(shield=True):
-            if self._sync_engine is not None:
-                if self._executor is None:
-                    # One thread: SQLite has one writer at a time anyway, and
-                    # queueing here beats waiting on its file lock.
-                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="pilothouse-sqlite")
-                engine = self._sync_engine
-                call = partial(_run_in_transaction, engine, work, *args, **kwargs)
-                result.append(
-                    await asyncio.get_running_loop().run_in_executor(self._executor, call)
-                )
+            if self._sqlite is not None:
+                result.append(await self._sqlite.run(partial(work, **kwargs), *args))
             else:
                 async with self.engine.begin() as connection:
                     result.append(await connection.run_sync(work, *args, **kwargs))
@@ -203,15 +191,46 @@ class Database:
     async def dispose(self) -> None:
         """Close every pooled connection."""
         await self.engine.dispose()
+        if self._sqlite is not None:
+            await self._sqlite.aclose()
+
+
+class _SqliteThread:
+    """One thread owning one pysqlite connection, running whole transactions on it.
+
+    One thread, because SQLite has one writer at a time anyway and queueing
+    here beats waiting on its file lock; one long-lived connection, because
+    a pool checkout and return per transaction cost more than the statements
+    of a small one.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._executor: ThreadPoolExecutor | None = None
+        self._connection: Connection | None = None
+
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="pilothouse-sqlite")
+        call = partial(self._transaction, work, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    def _transaction(self, work: Callable[..., T], *args: Any) -> T:
+        connection = self._connection
+        if connection is None or connection.closed or connection.invalidated:
+            connection = self._connection = self._engine.connect()
+        with connection.begin():
+            return work(connection, *args)
+
+    def _close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    async def aclose(self) -> None:
         if self._executor is not None:
+            # pysqlite connections belong to the thread that opened them.
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._close)
             self._executor.shutdown(wait=True)
             self._executor = None
-        if self._sync_engine is not None:
-            self._sync_engine.dispose()
-
-
-def _run_in_transaction(
-    engine: Engine, work: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
-) -> T:
-    with engine.begin() as connection:
-        return work(connection, *args, **kwargs)
+        self._engine.dispose()
