@@ -74,7 +74,12 @@ class Principal:
         return ADMIN_SCOPE in self.scopes
 
 
-def get_state(request: Request) -> ServerState:
+# The dependencies are ``async def`` though they never wait: FastAPI runs a
+# plain ``def`` dependency in a worker thread, a hand-off to a thread and back
+# on every request for a function that returns at once.
+
+
+async def get_state(request: Request) -> ServerState:
     """Return the app's :class:`ServerState` (set by :func:`create_app`)."""
     state: ServerState = request.app.state.pilothouse
     return state
@@ -167,7 +172,7 @@ AdminPrincipal = Annotated[Principal, Depends(require_admin)]
 """A route parameter receiving an admin caller."""
 
 
-def get_facade(principal: Authenticated, state: State) -> Pilothouse:
+async def get_facade(principal: Authenticated, state: State) -> Pilothouse:
     """FastAPI dependency: the facade of the caller's tenant."""
     return state.facade(principal.tenant)
 
