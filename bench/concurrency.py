@@ -489,6 +489,8 @@ async def _chat_pilothouse(base_url: str, model_name: str, options: dict[str, An
     # pilothouse builds its provider client with httpx2's default pool (100
     # connections, 20 kept alive) and has no setting for it; the model
     # factory's transport hook gives it the same pool as every other contender.
+    if not hasattr(ph._models, "_transport"):  # noqa: SLF001
+        raise RuntimeError("pilothouse's ModelFactory has no _transport: the bench cannot raise its pool")
     ph._models._transport = httpx2.AsyncHTTPTransport(limits=_httpx2_limits())  # noqa: SLF001
     await ph.__aenter__()
     action = "CONV" + model_name.removeprefix("conv-d")
