@@ -471,11 +471,16 @@ class Pilothouse:
         self.settings = settings if settings is not None else Settings()
         self.tenant = tenant or self.settings.tenant
         self._owns_database = database is None
-        self.database = database if database is not None else Database(self.settings.database_url)
+        self.database = database if database is not None else self.settings.open_database()
         # Local llama.cpp servers start only when a local model is first used.
         self._owns_servers = local_servers is None
         self._servers = local_servers if local_servers is not None else LocalModelServers()
-        self._models: ModelFactory = ModelFactory(self._servers)
+        self._models: ModelFactory = ModelFactory(
+            self._servers,
+            timeout=self.settings.provider_timeout,
+            connect_timeout=self.settings.provider_connect_timeout,
+            max_connections=self.settings.provider_max_connections,
+        )
         secrets = SecretResolver(env=dict(os.environ), secrets_file=self.settings.secrets_file)
         self.events: EventHub = EventHub()
         source = CatalogToolSource(secrets, registry=tools)

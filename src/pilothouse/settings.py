@@ -9,9 +9,13 @@ from __future__ import annotations
 __all__ = ["Settings"]
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from pilothouse.store import Database
 
 
 def _default_database_url() -> str:
@@ -29,6 +33,15 @@ class Settings(BaseSettings):
         tenant: the tenant used when a caller names none.
         audit: whether conversations record their audit timeline by default.
         user: the name written to ``updated_by`` for catalog changes.
+        database_pool_size: connections kept open to a server database
+            (PostgreSQL; SQLite uses one writer thread and ignores it).
+        database_max_overflow: further connections opened under load.
+        database_pool_timeout: seconds a transaction waits for a connection
+            before it fails.
+        provider_max_connections: connections to one provider kept open and
+            in flight at once; more concurrent model calls wait for one.
+        provider_connect_timeout: seconds to open a connection to a provider.
+        provider_timeout: seconds a model call may take in all.
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_", extra="ignore")
@@ -38,3 +51,25 @@ class Settings(BaseSettings):
     tenant: str = "default"
     audit: bool = True
     user: str = "pilothouse"
+    # Sized for hundreds of concurrent turns: a turn holds a connection only
+    # for each short transaction, but SQLAlchemy's default (5 + 10) made
+    # 1,000 concurrent conversations fail with pool timeouts (bench, issue 6).
+    database_pool_size: int = Field(default=20, ge=1)
+    database_max_overflow: int = Field(default=40, ge=0)
+    database_pool_timeout: float = Field(default=30.0, gt=0)
+    # httpx's default (100 connections, 20 kept alive) capped in-flight model
+    # calls per provider at 100 and reconnected the rest.
+    provider_max_connections: int = Field(default=1000, ge=1)
+    provider_connect_timeout: float = Field(default=10.0, gt=0)
+    provider_timeout: float = Field(default=600.0, gt=0)
+
+    def open_database(self) -> Database:
+        """Return the configured database (not connected until first use)."""
+        from pilothouse.store import Database
+
+        return Database(
+            self.database_url,
+            pool_size=self.database_pool_size,
+            max_overflow=self.database_max_overflow,
+            pool_timeout=self.database_pool_timeout,
+        )

@@ -37,7 +37,7 @@ class CliState:
 
     def database(self) -> Database:
         """Open the configured database (the schema is upgraded on first use)."""
-        return Database(self.settings.database_url)
+        return self.settings.open_database()
 
 
 def fail(message: str) -> NoReturn:

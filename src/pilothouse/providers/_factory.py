@@ -94,6 +94,9 @@ class ModelFactory:
         aws_client_factory: makes boto3 clients; defaults to a fresh boto3
             session per client.
         timeout: read timeout in seconds for provider calls.
+        connect_timeout: seconds to open a connection to a provider.
+        max_connections: connections per provider client, open and in
+            flight at once (all kept alive between calls).
     """
 
     def __init__(
@@ -103,8 +106,12 @@ class ModelFactory:
         transport: httpx2.AsyncBaseTransport | None = None,
         aws_client_factory: AwsClientFactory | None = None,
         timeout: float = 600.0,
+        connect_timeout: float = 10.0,
+        max_connections: int = 1000,
     ) -> None:
         self._local_servers = local_servers
+        self._connect_timeout = connect_timeout
+        self._max_connections = max_connections
         self._transport = transport
         self._aws_client_factory = aws_client_factory or _default_aws_client
         self._timeout = timeout
@@ -203,7 +210,11 @@ class ModelFactory:
         client = self._http_clients.get(key)
         if client is None:
             client = httpx2.AsyncClient(
-                timeout=httpx2.Timeout(self._timeout, connect=10.0),
+                timeout=httpx2.Timeout(self._timeout, connect=self._connect_timeout),
+                limits=httpx2.Limits(
+                    max_connections=self._max_connections,
+                    max_keepalive_connections=self._max_connections,
+                ),
                 transport=self._transport,
             )
             self._http_clients[key] = client

@@ -36,7 +36,6 @@ from pilothouse.server._keys import KeyCache
 from pilothouse.server._limits import RateLimiter
 from pilothouse.server._metrics import Metrics
 from pilothouse.settings import Settings
-from pilothouse.store import Database
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -132,7 +131,7 @@ class ServerState:
 
         self.settings = settings
         self.server = server if server is not None else ServerSettings()
-        self.database = Database(settings.database_url)
+        self.database = settings.open_database()
         self.local_servers: LocalModelServers = LocalModelServers()
         self.metrics = Metrics()
         self.limiter = RateLimiter(self.server.rate_limit_per_minute)

@@ -95,9 +95,20 @@ class Database:
         url: a SQLAlchemy async URL (``sqlite+aiosqlite:///path.db`` or
             ``postgresql+asyncpg://user@host:port/db``).
         echo: log every SQL statement (for debugging).
+        pool_size: connections kept open (server databases only).
+        max_overflow: further connections opened under load.
+        pool_timeout: seconds to wait for a free connection.
     """
 
-    def __init__(self, url: str, *, echo: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        echo: bool = False,
+        pool_size: int = 20,
+        max_overflow: int = 40,
+        pool_timeout: float = 30.0,
+    ) -> None:
         parsed = make_url(url)
         self.url = url
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
@@ -112,6 +123,9 @@ class Database:
             kwargs["pool_reset_on_return"] = None
         else:
             kwargs["pool_pre_ping"] = True
+            kwargs["pool_size"] = pool_size
+            kwargs["max_overflow"] = max_overflow
+            kwargs["pool_timeout"] = pool_timeout
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         # A file SQLite database also gets a plain pysqlite connection that
         # runs whole transactions on one thread of its own (see transaction()).

@@ -1,0 +1,110 @@
+"""The provider HTTP client's connection limit, against a real loopback server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import anyio
+import pytest
+from provider_helpers import model_spec
+from pydantic_ai.direct import model_request
+from pydantic_ai.messages import ModelRequest, UserPromptPart
+
+from pilothouse.catalog._enums import ProviderKind
+from pilothouse.providers import ModelFactory
+from pilothouse.settings import Settings
+
+pytestmark = pytest.mark.anyio
+
+_ANSWER = json.dumps(
+    {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+).encode()
+
+
+class _SlowServer:
+    """Answers every chat completion after 150 ms; counts connections open at once."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.most = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.open += 1
+        self.most = max(self.most, self.open)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                await reader.readexactly(length)
+                await asyncio.sleep(0.15)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    + f"content-length: {len(_ANSWER)}\r\n\r\n".encode()
+                    + _ANSWER
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+
+
+@pytest.mark.parametrize(("limit", "expected"), [(2, 2), (10, 6)])
+async def test_calls_in_flight_per_provider_follow_the_connection_limit(
+    limit: int, expected: int
+) -> None:
+    server = _SlowServer()
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    factory = ModelFactory(max_connections=limit)
+    try:
+        spec = model_spec(
+            ProviderKind.OPENAI_COMPATIBLE, "m", base_url=f"http://127.0.0.1:{port}/v1"
+        )
+        model = await factory.model(spec)
+        answers: list[str] = []
+
+        async def call() -> None:
+            response = await model_request(model, [ModelRequest(parts=[UserPromptPart("x")])])
+            answers.append(response.text or "")
+
+        async with anyio.create_task_group() as group:
+            for _ in range(6):
+                group.start_soon(call)
+    finally:
+        await factory.aclose()
+        listener.close()
+    assert answers == ["hi"] * 6
+    assert server.most == expected
+
+
+def test_pool_settings_are_validated_and_reach_the_database(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PILOTHOUSE_PROVIDER_MAX_CONNECTIONS", "0")
+    with pytest.raises(ValueError, match="provider_max_connections"):
+        Settings()
+    monkeypatch.delenv("PILOTHOUSE_PROVIDER_MAX_CONNECTIONS")
+    settings = Settings(
+        database_url="postgresql+asyncpg://u@127.0.0.1:1/x",
+        database_pool_size=7,
+        database_max_overflow=3,
+    )
+    database = settings.open_database()
+    pool = database.engine.sync_engine.pool
+    assert (pool.size(), pool._max_overflow) == (7, 3)  # type: ignore[attr-defined]
