@@ -52,8 +52,13 @@ async def test_drain_lets_short_turns_finish(
     scripted.script.steps.append(Reply("quick answer", chunk_delay=0.05))
     ph = server_state.facade("default")
     conversation = await ph.command.start_conversation(None, "ECHO")
+
+    async def turn() -> None:
+        # Streamed, so the chunk delays keep the turn running a little while.
+        await ph.command.send_message(conversation.uuid, "go", runtime_config={"stream": True})
+
     async with anyio.create_task_group() as group:
-        group.start_soon(ph.command.send_message, conversation.uuid, "go")
+        group.start_soon(turn)
         with anyio.fail_after(5):
             while not server_state.running_turns:
                 await anyio.sleep(0.01)
