@@ -478,20 +478,21 @@ async def _chat_langchain(base_url: str, model_name: str, options: dict[str, Any
 
 
 async def _chat_pilothouse(base_url: str, model_name: str, options: dict[str, Any]) -> Chat:
-    import httpx2
     from sqlalchemy import text
 
     from pilothouse.api import Pilothouse
     from pilothouse.runtime import TextDelta
     from pilothouse.settings import Settings
 
-    ph = Pilothouse(Settings(database_url=options["database_url"]), tenant="bench")
-    # pilothouse builds its provider client with httpx2's default pool (100
-    # connections, 20 kept alive) and has no setting for it; the model
-    # factory's transport hook gives it the same pool as every other contender.
-    if not hasattr(ph._models, "_transport"):  # noqa: SLF001
-        raise RuntimeError("pilothouse's ModelFactory has no _transport: the bench cannot raise its pool")
-    ph._models._transport = httpx2.AsyncHTTPTransport(limits=_httpx2_limits())  # noqa: SLF001
+    # The same pool and timeouts as every other contender, through pilothouse's
+    # own settings (PILOTHOUSE_PROVIDER_MAX_CONNECTIONS and friends).
+    settings = Settings(
+        database_url=options["database_url"],
+        provider_max_connections=POOL,
+        provider_connect_timeout=CONNECT_TIMEOUT_S,
+        provider_timeout=TIMEOUT_S,
+    )
+    ph = Pilothouse(settings, tenant="bench")
     await ph.__aenter__()
     action = "CONV" + model_name.removeprefix("conv-d")
     stream_action = STREAM_ACTION if _stream_model(options) == C.STREAM_MODEL else "STREAMQ"
