@@ -17,5 +17,8 @@ if [ ! -x .venv-litellm/bin/python ] || [ requirements-litellm.txt -nt .venv-lit
   .venv-litellm/bin/python -m pip install --progress-bar off -r requirements-litellm.txt
   touch .venv-litellm/.installed
 fi
+# pilothouse is an editable install: byte-compile it like pip compiled the
+# peers in site-packages, so cold starts compare like with like.
+.venv/bin/python -m compileall -q ../src
 .venv/bin/python harness.py --out results "$@"
 .venv/bin/python report.py --results results --docs ../docs

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+import anyio
 from sqlalchemy import Connection, Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -37,7 +38,7 @@ from pilothouse.catalog._models import (
     Tool,
 )
 from pilothouse.errors import InvalidStateError, NotFoundError
-from pilothouse.memory import MemoryPolicy
+from pilothouse.memory import MemoryPolicy, counter_for
 from pilothouse.providers import ModelOptions, ModelSpec, ProviderSpec, SecretResolver
 from pilothouse.runtime._advisors import AdvisorChain, resolve_advisor
 from pilothouse.runtime._cache import RedisClientPool
@@ -244,6 +245,13 @@ class ActionCompiler:
         async with self._db.sessions() as session:
             revision = await self.revision(session, tenant)
             compiled = await self._compile(session, tenant, revision, action_code, agent_code)
+        # An OpenAI model's token counter builds its vocabulary on first use
+        # (0.5-1 s of CPU for o200k): build it here, off the event loop,
+        # rather than in the middle of the first turn with every other
+        # request of the process waiting.
+        await anyio.to_thread.run_sync(
+            counter_for, compiled.model.provider.kind, compiled.model.model_name
+        )
         self._cache[key] = compiled
         return compiled
 
