@@ -538,3 +538,18 @@ async def test_a_changed_prompt_is_used_by_the_next_completion(
     # The new agent prompt, its new placeholder filled with the user's text.
     assert "Be brief about the text." in system(1)
     assert "Be helpful." not in system(1)
+
+
+async def test_the_list_leaves_out_inactive_actions_and_agents_with_an_inactive_goal(
+    client: httpx.AsyncClient, api_key: str, server_state: ServerState, tmp_path: Path
+) -> None:
+    async def listed() -> list[str]:
+        response = await client.get("/v1/models", headers=auth(api_key))
+        return [m["id"] for m in response.json()["data"]]
+
+    before = await listed()
+    assert {"action:CHAT", "agent:HELPER"} <= set(before)
+    await _change(server_state, tmp_path, CHAT_INACTIVE)
+    after = await listed()
+    assert "action:CHAT" not in after and "agent:HELPER" not in after
+    assert after == [i for i in before if i not in {"action:CHAT", "agent:HELPER"}]

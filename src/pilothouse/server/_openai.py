@@ -35,11 +35,9 @@ from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from sqlalchemy import select
 
 from pilothouse.api import Pilothouse
 from pilothouse.catalog._enums import ProcessStatus
-from pilothouse.catalog._models import Agent
 from pilothouse.errors import NotFoundError, PilothouseError, ProviderError
 from pilothouse.runtime import (
     RuntimeConfigError,
@@ -68,7 +66,7 @@ from pilothouse.server._openai_models import (
 )
 from pilothouse.server._problems import ProblemError
 from pilothouse.server._replay import append_messages
-from pilothouse.server._targets import Target, resolve_target
+from pilothouse.server._targets import Target, list_targets, resolve_target
 from pilothouse.store import ConversationQueries
 from pilothouse.store._writer import NewAttachment
 
@@ -422,37 +420,6 @@ def _model_entry(model_id: str, created: float, description: str) -> dict[str, A
     }
 
 
-async def _models(ph: Pilothouse) -> list[dict[str, Any]]:
-    entries: list[dict[str, Any]] = []
-    actions = await ph.query.get_all_actions()
-    for action in actions:
-        entries.append(
-            _model_entry(
-                f"action:{action.code}",
-                action.updated_at.timestamp(),
-                action.goal_description or action.name,
-            )
-        )
-    active = {action.code for action in actions}
-    async with ph.database.sessions() as session:
-        agents = list(
-            (
-                await session.scalars(
-                    select(Agent)
-                    .where(Agent.tenant == ph.tenant, Agent.active.is_(True))
-                    .order_by(Agent.code)
-                )
-            ).unique()
-        )
-        for agent in agents:
-            goal = agent.goal_action
-            if goal is not None and goal.code in active:
-                entries.append(
-                    _model_entry(f"agent:{agent.code}", agent.updated_at.timestamp(), agent.name)
-                )
-    return entries
-
-
 @router.get(
     "/v1/models",
     summary="List the actions and agents as OpenAI models",
@@ -464,7 +431,11 @@ async def list_models(request: Request, state: State) -> Response:
         ph = await _facade(request, state)
     except OpenAIError as error:
         return _error_response(error)
-    return JSONResponse({"object": "list", "data": await _models(ph)})
+    entries = [
+        _model_entry(entry.model_id, entry.updated_at.timestamp(), entry.description)
+        for entry in await list_targets(ph.database, ph.tenant)
+    ]
+    return JSONResponse({"object": "list", "data": entries})
 
 
 @router.get(

@@ -10,14 +10,14 @@ action the runtime cached is still current without reading it again.
 
 from __future__ import annotations
 
-__all__ = ["Target", "resolve_target"]
+__all__ = ["Listed", "Target", "list_targets", "resolve_target"]
 
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, bindparam, select
+from sqlalchemy import Connection, Row, Select, String, bindparam, select
 from sqlalchemy.orm import aliased
 
 from pilothouse.catalog._models import Action, Agent, CatalogRevision
@@ -134,3 +134,57 @@ async def resolve_target(database: Database, tenant: str, model: str) -> Target 
         updated_at=row.updated_at,
         revision=revision,
     )
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One entry of the model list: its id, when it last changed, what it does."""
+
+    model_id: str
+    updated_at: datetime
+    description: str
+
+
+@cache
+def _list_statements() -> tuple[Select[*tuple[Any, ...]], Select[*tuple[Any, ...]]]:
+    tenant = bindparam("b_tenant", type_=String())
+    actions = (
+        select(Action.code, Action.name, Action.goal_description, Action.updated_at)
+        .where(Action.tenant == tenant, Action.active.is_(True))
+        .order_by(Action.code)
+    )
+    goal = aliased(Action)
+    agents = (
+        select(Agent.code, Agent.name, Agent.updated_at)
+        .join(goal, goal.id == Agent.goal_action_id)
+        .where(
+            Agent.tenant == tenant,
+            Agent.active.is_(True),
+            goal.tenant == Agent.tenant,
+            goal.active.is_(True),
+        )
+        .order_by(Agent.code)
+    )
+    return actions, agents
+
+
+def _list(connection: Connection, tenant: str) -> list[Listed]:
+    actions, agents = _list_statements()
+    parameters = {"b_tenant": tenant}
+    listed = [
+        Listed(f"action:{row.code}", row.updated_at, row.goal_description or row.name)
+        for row in connection.execute(actions, parameters)
+    ]
+    listed.extend(
+        Listed(f"agent:{row.code}", row.updated_at, row.name)
+        for row in connection.execute(agents, parameters)
+    )
+    return listed
+
+
+async def list_targets(database: Database, tenant: str) -> list[Listed]:
+    """Every model of ``tenant``: active actions, then active agents with an active goal.
+
+    Each group is sorted by code; plain ``<CODE>`` aliases are not listed.
+    """
+    return await database.transaction(_list, tenant)
