@@ -158,13 +158,13 @@ def _method(results: dict[str, Any]) -> list[str]:
         " ~22 ms of CPU per turn against ~3 ms at 50 (measured while building this scenario), so"
         " it would be neither floor nor ceiling here.",
         f"- **Connection pools raised for everyone** to {settings['pool']:,} connections (keep-alive"
-        " too), and the same timeouts: 600 s, connect 10 s (pilothouse's, fixed in its model"
-        " factory; the openai SDK's default connect timeout is 5 s; LiteLLM gets `timeout=600`),"
+        " too), and the same timeouts: 600 s, connect 10 s (pilothouse's defaults; the openai"
+        " SDK's default connect timeout is 5 s; LiteLLM gets `timeout=600`),"
         " so no contender is throttled or failed by its client's defaults"
         " (httpx2 100 connections; openai SDK 1,000 with 100 kept alive; LiteLLM's aiohttp"
         " transport 500 per host, raised with `AIOHTTP_CONNECTOR_LIMIT(_PER_HOST)`; pilothouse's"
-        " httpx2 client 100 with 20 kept alive and **no setting for it**: the bench passes a"
-        " transport with the raised pool through the model factory's `transport` hook). File"
+        " provider client 1,000, set here through `PILOTHOUSE_PROVIDER_MAX_CONNECTIONS`'s"
+        " setting; before this run it had httpx2's 100 with 20 kept alive and no setting). File"
         " descriptor limits are raised to the hard limit in every worker.",
         "- **Throughput** = turns completed ÷ wall time of the round. **Ideal (Little's law)**:"
         f" N requests always in flight, each {delay} ms, so N ÷ ({delay} ms × {per_conv} requests"
