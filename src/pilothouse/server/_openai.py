@@ -181,10 +181,10 @@ async def _check(
         target.action_code,
         target.agent_code,
         turn_input.text,
-        data,
-        config,
-        turn_input.attachments,
-        compiled,
+        input_data=data,
+        runtime_config=config,
+        attachments=turn_input.attachments,
+        compiled=compiled,
     )
 
 
