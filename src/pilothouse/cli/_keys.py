@@ -104,7 +104,12 @@ def revoke(
     ctx: typer.Context,
     prefix: Annotated[str, typer.Argument(help="The key's prefix, as 'keys list' shows it.")],
 ) -> None:
-    """Revoke a key: every request with it is refused (401) from now on."""
+    """Revoke a key: requests with it are refused (401).
+
+    A running server trusts a key it has verified for a few seconds
+    (PILOTHOUSE_SERVER_KEY_CACHE_SECONDS, default 5), so it refuses the key
+    within that time.
+    """
     state: CliState = ctx.obj
 
     async def body() -> KeyInfo:
