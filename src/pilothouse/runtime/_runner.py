@@ -68,7 +68,7 @@ from pilothouse.runtime._toolstep import (
     results_as_text,
     run_tool_step,
 )
-from pilothouse.store import Conversation, ConversationQueries, Database
+from pilothouse.store import Conversation, Database
 from pilothouse.store._base import utcnow
 from pilothouse.store._writer import (
     ConversationWriter,
@@ -135,7 +135,6 @@ class Runner(TurnRecording):
         self._sleep = sleep
         self._model_override = model_override
         self._writer = ConversationWriter(database, tenant)
-        self._queries = ConversationQueries(database, tenant)
         self._running: dict[str, anyio.CancelScope] = {}
         self._known: dict[str, tuple[str, str | None]] = {}
         self._caller = ModelCaller(
@@ -475,7 +474,7 @@ class Runner(TurnRecording):
 
     async def _history(self, handle: TurnHandle) -> list[MemoryMessage]:
         """Every stored message sharing the conversation's memory id, oldest first."""
-        return _memory_messages(await self._queries.memory_messages(handle.memory_id))
+        return _memory_messages(await self._writer.memory(handle.memory_id))
 
     async def _run(
         self,

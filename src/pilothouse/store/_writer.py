@@ -31,7 +31,6 @@ from typing import Any, cast
 from sqlalchemy import (
     Connection,
     Insert,
-    Row,
     Select,
     Table,
     Update,
@@ -148,10 +147,6 @@ class TurnBatch:
         )
 
 
-AnyRow = Row[*tuple[Any, ...]]
-"""A result row of any shape."""
-
-
 @dataclass
 class TurnHandle:
     """A running turn's hold on its conversation and its sequence counters."""
@@ -168,8 +163,6 @@ class TurnHandle:
     previous_status: ProcessStatus = ProcessStatus.NOT_STARTED
     memory: list[Any] = field(default_factory=lambda: [])
     """Messages sharing the memory id when the turn began (``read_memory``)."""
-    first_sequences: list[int] = field(default_factory=lambda: [])
-    """The sequences given to the messages of ``begin_turn``'s first step."""
     catalog_revision: int = 0
     """The tenant's catalog revision when the turn began."""
 
@@ -277,6 +270,10 @@ class ConversationWriter:
         return await self._db.transaction(
             _begin, self._tenant, conversation_uuid, frozenset(allowed), first, read_memory
         )
+
+    async def memory(self, memory_id: str) -> list[Any]:
+        """Every message sharing ``memory_id``, oldest first (what ``read_memory`` reads)."""
+        return await self._db.transaction(_memory, self._tenant, memory_id)
 
     async def write(self, handle: TurnHandle, batch: TurnBatch) -> list[int]:
         """Write one step of a turn in one transaction.
@@ -494,7 +491,7 @@ def _begin(
             ),
             *batch.events,
         ]
-    handle.first_sequences = _write(connection, handle, batch)
+    _write(connection, handle, batch)
     return handle
 
 
