@@ -223,10 +223,11 @@ class ModelFactory:
     # -- OpenAI SDK family --------------------------------------------------
 
     def _openai(self, spec: ModelSpec, responses: bool, local_url: str | None) -> Model:
-        from openai import AsyncOpenAI
         from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
         from pydantic_ai.providers.openai import OpenAIProvider
         from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
+
+        from pilothouse.providers._openai_client import FastAsyncOpenAI
 
         provider = spec.provider
         if provider.kind is ProviderKind.OPENAI:
@@ -244,7 +245,7 @@ class ModelFactory:
         sdk_key = f"{provider.fingerprint()}:{base_url}"
         client = self._sdk_clients.get(sdk_key)
         if client is None:
-            client = AsyncOpenAI(
+            client = FastAsyncOpenAI(
                 # Local servers take any key, but the SDK insists on one.
                 api_key=provider.api_key or "not-set",
                 base_url=base_url,
@@ -278,9 +279,10 @@ class ModelFactory:
         )
 
     def _azure(self, spec: ModelSpec, responses: bool) -> Model:
-        from openai import AsyncAzureOpenAI
         from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
         from pydantic_ai.providers.azure import AzureProvider
+
+        from pilothouse.providers._openai_client import FastAsyncAzureOpenAI
 
         provider = spec.provider
         settings = provider.settings
@@ -302,7 +304,7 @@ class ModelFactory:
         key = provider.fingerprint()
         client = self._sdk_clients.get(key)
         if client is None:
-            client = AsyncAzureOpenAI(
+            client = FastAsyncAzureOpenAI(
                 azure_endpoint=endpoint,
                 azure_deployment=str(deployment) if deployment else None,
                 api_version=str(api_version),
@@ -318,15 +320,16 @@ class ModelFactory:
         return OpenAIChatModel(spec.model_name, provider=sdk_provider)
 
     def _ollama(self, spec: ModelSpec) -> Model:
-        from openai import AsyncOpenAI
         from pydantic_ai.models.ollama import OllamaModel
         from pydantic_ai.providers.ollama import OllamaProvider
+
+        from pilothouse.providers._openai_client import FastAsyncOpenAI
 
         provider = spec.provider
         key = provider.fingerprint()
         client = self._sdk_clients.get(key)
         if client is None:
-            client = AsyncOpenAI(
+            client = FastAsyncOpenAI(
                 api_key=provider.api_key or "ollama",
                 base_url=provider.base_url or _OLLAMA_URL,
                 default_headers=dict(provider.headers),
