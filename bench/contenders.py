@@ -484,8 +484,10 @@ async def _pilothouse(base_url: str, scenario: str, options: dict[str, Any]) -> 
     config = {"audit": False} if options.get("audit") is False else None
 
     async def plain() -> dict[str, Any]:
-        conversation = await ph.command.start_conversation(None, action)
-        r = await ph.command.send_message(conversation.uuid, USER, runtime_config=config)
+        # One governed turn of a new conversation: start_and_send writes the
+        # conversation with the first turn (what start_conversation then
+        # send_message write, one transaction fewer).
+        r = await ph.command.start_and_send(None, action, USER, runtime_config=config)
         if r.error:
             raise RuntimeError(r.error)
         return {"text": r.text, "status": str(r.status)}
@@ -494,10 +496,7 @@ async def _pilothouse(base_url: str, scenario: str, options: dict[str, Any]) -> 
         from pilothouse.runtime import TextDelta
 
         clock = StreamClock()
-        conversation = await ph.command.start_conversation(None, action)
-        async for event in ph.command.stream_message(
-            conversation.uuid, USER, runtime_config=config
-        ):
+        async for event in ph.command.start_and_stream(None, action, USER, runtime_config=config):
             if isinstance(event, TextDelta):
                 clock.chunk(event.text)
         return clock.facts()

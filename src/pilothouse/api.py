@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
@@ -294,34 +294,106 @@ class CommandApi(_Facet):
         ``TurnFinished`` with the result. Errors that refuse the turn
         (unknown conversation, bad config) are raised before any event.
         """
-        import anyio
-
-        from pilothouse.runtime import TurnEvent as _TurnEvent
-
         await self._ready()
-        send, receive = anyio.create_memory_object_stream[_TurnEvent](max_buffer_size=1024)
-        failure: list[BaseException] = []
+        config = {"stream": True, **(runtime_config or {})}
+        async for event in _events(
+            lambda on_event: self._runner.send_message(
+                uuid,
+                text,
+                attachments=attachments,
+                input_data=input_data,
+                runtime_config=config,
+                on_event=on_event,
+            )
+        ):
+            yield event
 
-        async def turn() -> None:
-            async with send:
-                try:
-                    await self._runner.send_message(
-                        uuid,
-                        text,
-                        attachments=attachments,
-                        input_data=input_data,
-                        runtime_config={"stream": True, **(runtime_config or {})},
-                        on_event=send.send,
-                    )
-                except Exception as exc:
-                    failure.append(exc)
+    async def start_and_send(
+        self,
+        agent: str | None,
+        action: str,
+        text: str,
+        *,
+        memory_id: str | None = None,
+        audit: bool | None = None,
+        attachments: Sequence[AttachmentInput] = (),
+        input_data: Mapping[str, Any] | None = None,
+        runtime_config: Mapping[str, Any] | None = None,
+    ) -> TurnResult:
+        """Start a conversation and run its first turn, in one call.
 
-        async with anyio.create_task_group() as group, receive:
-            group.start_soon(turn)
-            async for event in receive:
-                yield event
-        if failure:
-            raise failure[0]
+        The same records as :meth:`start_conversation` then
+        :meth:`send_message`, with one transaction fewer before the model is
+        called: the conversation is written already running, with the
+        user's message. Use it for one-shot calls; the result's
+        ``conversation_uuid`` names the conversation for further turns.
+
+        Args:
+            agent: the agent's code, or None for an action run without agent.
+            action: the action's code.
+            text: the user's message.
+            memory_id: share chat memory with earlier conversations.
+            audit: record the audit timeline; None follows the action, then
+                the deployment setting.
+            attachments: files sent with the message.
+            input_data: values for the action prompt's ``{placeholders}``.
+            runtime_config: per-call options and switches, as for
+                :meth:`send_message`.
+
+        Returns:
+            The turn's result. A provider failure is a result with status
+            ``FA``, not an exception.
+
+        Raises:
+            NotFoundError: the action or the agent does not exist.
+            InvalidStateError: the action or the agent is deactivated.
+            RuntimeConfigError: the runtime config is invalid.
+
+        Nothing is written when it raises.
+        """
+        await self._ready()
+        return await self._runner.start_and_send(
+            action,
+            agent,
+            text,
+            memory_id=memory_id,
+            audit=audit,
+            default_audit=self.settings.audit,
+            attachments=attachments,
+            input_data=input_data,
+            runtime_config=runtime_config,
+        )
+
+    async def start_and_stream(
+        self,
+        agent: str | None,
+        action: str,
+        text: str,
+        *,
+        memory_id: str | None = None,
+        audit: bool | None = None,
+        attachments: Sequence[AttachmentInput] = (),
+        input_data: Mapping[str, Any] | None = None,
+        runtime_config: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[TurnEvent]:
+        """:meth:`start_and_send`, yielding the turn's events as :meth:`stream_message` does."""
+        await self._ready()
+        config = {"stream": True, **(runtime_config or {})}
+        async for event in _events(
+            lambda on_event: self._runner.start_and_send(
+                action,
+                agent,
+                text,
+                memory_id=memory_id,
+                audit=audit,
+                default_audit=self.settings.audit,
+                attachments=attachments,
+                input_data=input_data,
+                runtime_config=config,
+                on_event=on_event,
+            )
+        ):
+            yield event
 
     async def check_message(
         self,
@@ -422,6 +494,35 @@ class CommandApi(_Facet):
         )
         self._runner.remember(conversation.uuid, action, agent)
         return conversation
+
+
+async def _events(
+    run: Callable[[Callable[[TurnEvent], Awaitable[None]]], Awaitable[TurnResult]],
+) -> AsyncIterator[TurnEvent]:
+    """Run ``run(on_event)`` as a task and yield the events it emits, as they come.
+
+    An exception of the turn is raised after the events it emitted.
+    """
+    import anyio
+
+    from pilothouse.runtime import TurnEvent as _TurnEvent
+
+    send, receive = anyio.create_memory_object_stream[_TurnEvent](max_buffer_size=1024)
+    failure: list[BaseException] = []
+
+    async def turn() -> None:
+        async with send:
+            try:
+                await run(send.send)
+            except Exception as exc:
+                failure.append(exc)
+
+    async with anyio.create_task_group() as group, receive:
+        group.start_soon(turn)
+        async for event in receive:
+            yield event
+    if failure:
+        raise failure[0]
 
 
 class Pilothouse:

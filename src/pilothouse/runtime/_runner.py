@@ -15,9 +15,10 @@ from __future__ import annotations
 __all__ = ["Runner"]
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+import uuid as uuid_module
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any
 
 import anyio
 from pydantic_ai.messages import (
@@ -56,6 +57,7 @@ from pilothouse.runtime._events import (
     TurnResult,
 )
 from pilothouse.runtime._modelcall import ModelCaller, TurnState
+from pilothouse.runtime._newturn import NewTurn, activated_skills, memory_messages
 from pilothouse.runtime._record import TurnRecording, status_event
 from pilothouse.runtime._repair import CallProblem, RepairedCall, repair_calls
 from pilothouse.runtime._request import feedback, grammar_output, request_parameters
@@ -185,52 +187,153 @@ class Runner(TurnRecording):
         checked = compiled is not None
         if compiled is None:
             action_code, agent_code = await self._codes(conversation_uuid)
+        else:
+            action_code, agent_code = compiled.action_code, compiled.agent_code
+        turn = await self._turn_input(
+            action_code, agent_code, text, attachments, input_data, runtime_config, compiled
+        )
+        return await self._drive(
+            conversation_uuid,
+            turn.compiled,
+            turn.config,
+            on_event,
+            # The user's message and the read of the memory ride in the
+            # transaction that takes the conversation: one commit, not three.
+            begin=lambda: self._writer.begin_turn(
+                conversation_uuid, first=turn.first(), read_memory=True
+            ),
+            body=self._new_turn_body(turn, checked=checked),
+        )
+
+    async def start_and_send(
+        self,
+        action_code: str,
+        agent_code: str | None,
+        text: str,
+        *,
+        memory_id: str | None = None,
+        audit: bool | None = None,
+        default_audit: bool = True,
+        attachments: Sequence[NewAttachment] = (),
+        input_data: Mapping[str, Any] | None = None,
+        runtime_config: Mapping[str, Any] | None = None,
+        on_event: Listener | None = None,
+    ) -> TurnResult:
+        """Start a conversation and run its first turn: one transaction before the model call.
+
+        The same records as ``create`` then :meth:`send_message`; the
+        conversation is written already taken (``RU``) with the user's
+        message, so nobody can see it in ``NS`` between the two.
+
+        Args:
+            action_code: the action the conversation runs.
+            agent_code: the agent running it, if any.
+            text: the user's message.
+            memory_id: share chat memory with earlier conversations.
+            audit: record the audit timeline; None follows the action, then
+                ``default_audit``.
+            default_audit: the deployment's setting.
+            attachments: files sent with the message.
+            input_data: values for the action prompt's ``{placeholders}``.
+            runtime_config: per-call options and switches.
+            on_event: called with every event of this turn.
+
+        Returns:
+            The turn's result (its ``conversation_uuid`` names the new
+            conversation); a failed turn returns status ``FA``.
+
+        Raises:
+            NotFoundError: unknown action or agent (nothing is written).
+            InvalidStateError: inactive action or agent (nothing is written).
+            RuntimeConfigError: the runtime config is invalid.
+            TemplateError: the input data does not fill the prompt.
+        """
+        turn = await self._turn_input(
+            action_code, agent_code, text, attachments, input_data, runtime_config
+        )
+        conversation_uuid = str(uuid_module.uuid4())
+        self.remember(conversation_uuid, action_code, agent_code)
+        return await self._drive(
+            conversation_uuid,
+            turn.compiled,
+            turn.config,
+            on_event,
+            begin=lambda: self._writer.start_turn(
+                conversation_uuid,
+                action_code=action_code,
+                agent_code=agent_code,
+                first=turn.first(),
+                memory_id=memory_id,
+                audit=audit,
+                default_audit=default_audit,
+                check_catalog=True,
+            ),
+            body=self._new_turn_body(turn, checked=False),
+        )
+
+    async def _turn_input(
+        self,
+        action_code: str,
+        agent_code: str | None,
+        text: str,
+        attachments: Sequence[NewAttachment],
+        input_data: Mapping[str, Any] | None,
+        runtime_config: Mapping[str, Any] | None,
+        compiled: CompiledAction | None = None,
+    ) -> NewTurn:
+        """Check a new turn's input, with the cached compilation when there is one."""
+        if compiled is None:
             # A cached compilation saves a statement; the statement that
             # starts the turn reads the catalog revision to check it.
             compiled = self._compiler.cached(self._tenant, action_code, agent_code)
-            checked = compiled is None
-        else:
-            action_code, agent_code = compiled.action_code, compiled.agent_code
         compiled, config, system_prompt = await self.prepare(
             action_code, agent_code, text, input_data, runtime_config, attachments, compiled
         )
-        counter = counter_for(compiled.model.provider.kind, compiled.model.model_name)
-        user = NewMessage(
-            MessageRole.USER,
-            text,
-            token_count=counter.count(text),
-            attachments=tuple(attachments),
-            # Kept so a turn resumed later (answers, tool results) can fill
-            # the prompt's placeholders again.
-            data={"input_data": dict(input_data)} if input_data else None,
+        return NewTurn(
+            action_code=action_code,
+            agent_code=agent_code,
+            text=text,
+            attachments=attachments,
+            input_data=input_data,
+            runtime_config=runtime_config,
+            compiled=compiled,
+            config=config,
+            system_prompt=system_prompt,
+            counter=counter_for(compiled.model.provider.kind, compiled.model.model_name),
         )
 
+    def _new_turn_body(
+        self, new: NewTurn, *, checked: bool
+    ) -> Callable[[TurnState], Awaitable[TurnResult]]:
+        """A new turn after its start: recompile if the catalog moved, then run it.
+
+        Args:
+            new: the turn's checked input.
+            checked: the compilation is known current (compiled for this turn,
+                or an ad-hoc action); otherwise it is checked against the
+                revision read when the turn started.
+        """
+
         async def body(turn: TurnState) -> TurnResult:
-            prompt = system_prompt
+            prompt = new.system_prompt
             if not checked and turn.handle.catalog_revision != turn.compiled.revision:
                 # The catalog changed since the cached compilation: compile
                 # again. Rare, and the input is checked again with it.
                 try:
                     turn.compiled, _, prompt = await self.prepare(
-                        action_code, agent_code, text, input_data, runtime_config, attachments
+                        new.action_code,
+                        new.agent_code,
+                        new.text,
+                        new.input_data,
+                        new.runtime_config,
+                        new.attachments,
                     )
                 except PilothouseError as exc:
                     # Deleted, deactivated, or the input no longer fits.
                     return await self._record_failed(turn, f"the catalog changed: {exc}")
-            return await self._run(turn, prompt, text, attachments, counter)
+            return await self._run(turn, prompt, new.text, new.attachments, new.counter)
 
-        return await self._drive(
-            conversation_uuid,
-            compiled,
-            config,
-            on_event,
-            # The user's message and the read of the memory ride in the
-            # transaction that takes the conversation: one commit, not three.
-            begin=lambda: self._writer.begin_turn(
-                conversation_uuid, first=TurnBatch(messages=[user]), read_memory=True
-            ),
-            body=body,
-        )
+        return body
 
     async def _drive(
         self,
@@ -335,7 +438,7 @@ class Runner(TurnRecording):
             kept = select_history(
                 history, compiled.memory, system_prompt=system_prompt, counter=counter
             )
-            turn.active_skills = _activated_skills(history)
+            turn.active_skills = activated_skills(history)
             return await self._loop(turn, history_messages(system_prompt, kept))
 
         return await self._drive(
@@ -474,7 +577,7 @@ class Runner(TurnRecording):
 
     async def _history(self, handle: TurnHandle) -> list[MemoryMessage]:
         """Every stored message sharing the conversation's memory id, oldest first."""
-        return _memory_messages(await self._writer.memory(handle.memory_id))
+        return memory_messages(await self._writer.memory(handle.memory_id))
 
     async def _run(
         self,
@@ -486,13 +589,13 @@ class Runner(TurnRecording):
     ) -> TurnResult:
         # The memory as it was before this turn's user message, read when the
         # turn began.
-        history = _memory_messages(turn.handle.memory)
+        history = memory_messages(turn.handle.memory)
         user = MemoryMessage(role=MessageRole.USER, content=text)
         kept = select_history(
             [*history, user], turn.compiled.memory, system_prompt=system_prompt, counter=counter
         )
         messages = build_messages(system_prompt, kept[:-1], text, attachments)
-        turn.active_skills = _activated_skills(history)
+        turn.active_skills = activated_skills(history)
         return await self._loop(turn, messages)
 
     async def _loop(self, turn: TurnState, messages: list[ModelMessage]) -> TurnResult:
@@ -676,32 +779,3 @@ class Runner(TurnRecording):
             finish_reason=FinishReason.TOOL_CALLS,
             tool_calls=returned,
         )
-
-
-def _memory_messages(rows: Iterable[Any]) -> list[MemoryMessage]:
-    """Stored messages as chat memory: rejected structured answers and system messages are not."""
-    return [
-        MemoryMessage(
-            role=row.role,
-            content=row.content,
-            tool_call_id=row.tool_call_id,
-            data=row.data,
-            token_count=row.token_count,
-        )
-        for row in rows
-        if row.role is not MessageRole.SYSTEM and not _rejected(row.data)
-    ]
-
-
-def _rejected(data: Mapping[str, Any] | None) -> bool:
-    return bool(data and data.get("invalid_output"))
-
-
-def _activated_skills(history: Sequence[MemoryMessage]) -> set[str]:
-    """Skills activated earlier in the conversation stay active (progressive disclosure)."""
-    active: set[str] = set()
-    for message in history:
-        codes = (message.data or {}).get("activated")
-        if message.role is MessageRole.TOOL and isinstance(codes, list):
-            active.update(str(code) for code in cast("list[Any]", codes))
-    return active

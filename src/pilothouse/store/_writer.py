@@ -215,29 +215,67 @@ class ConversationWriter:
             NotFoundError: the action or the agent does not exist.
             InvalidStateError: the action or the agent is deactivated.
         """
-        conversation_uuid = str(uuid_module.uuid4())
-        now = utcnow()
-        values: dict[str, Any] = {
-            "uuid": conversation_uuid,
-            "tenant": self._tenant,
-            "action_code": action_code,
-            "agent_code": agent_code,
-            "status": ProcessStatus.NOT_STARTED,
-            "memory_id": memory_id or conversation_uuid,
-            "audit": audit,
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "cached_tokens": 0,
-            "reasoning_tokens": 0,
-            "estimated_cost": Decimal(0),
-            "created_at": now,
-            "updated_at": now,
-            "version": 1,
-        }
+        values = _new_conversation(
+            str(uuid_module.uuid4()),
+            self._tenant,
+            action_code,
+            agent_code,
+            memory_id,
+            audit,
+            utcnow(),
+        )
         conversation_id, values["audit"] = await self._db.transaction(
             _insert_conversation, values, default_audit, check_catalog
         )
         return Conversation(id=conversation_id, **values)
+
+    async def start_turn(
+        self,
+        conversation_uuid: str,
+        *,
+        action_code: str,
+        agent_code: str | None,
+        first: TurnBatch,
+        memory_id: str | None = None,
+        audit: bool | None = None,
+        default_audit: bool = True,
+        check_catalog: bool = False,
+    ) -> TurnHandle:
+        """Record a new conversation already taken by its first turn, in one transaction.
+
+        What :meth:`create` and :meth:`begin_turn` write, minus the moment in
+        between: the checks of the action and agent, the conversation row (in
+        ``RU``), the status event ``NS`` → ``RU`` and ``first``; the memory
+        is read when ``memory_id`` is shared with earlier conversations. A
+        refused action or agent writes nothing.
+
+        Args:
+            conversation_uuid: the new conversation's uuid.
+            action_code: the action the conversation runs.
+            agent_code: the agent running it, if any.
+            first: the turn's first step (usually the user's message).
+            memory_id: shares chat memory with other conversations; defaults
+                to the conversation's own uuid.
+            audit: whether its timeline is recorded; None follows the
+                action's switch, then ``default_audit``.
+            default_audit: the deployment's setting.
+            check_catalog: check that the action and the agent exist and are
+                active, and read the catalog revision.
+
+        Returns:
+            The handle the turn writes through.
+
+        Raises:
+            NotFoundError: the action or the agent does not exist.
+            InvalidStateError: the action or the agent is deactivated.
+        """
+        now = utcnow()
+        values = _new_conversation(
+            conversation_uuid, self._tenant, action_code, agent_code, memory_id, audit, now
+        )
+        values["status"] = ProcessStatus.RUNNING
+        values["started_at"] = now
+        return await self._db.transaction(_start_turn, values, default_audit, check_catalog, first)
 
     async def begin_turn(
         self,
@@ -331,9 +369,14 @@ def _statements() -> _Statements:
         insert_message=insert(_MESSAGE),
         insert_attachment=insert(_ATTACHMENT),
         insert_event=insert(_EVENT),
-        action_check=select(Action.active, Action.audit).where(
-            Action.tenant == bindparam("b_tenant"), Action.code == bindparam("b_code")
-        ),
+        action_check=select(
+            Action.active,
+            Action.audit,
+            select(CatalogRevision.revision)
+            .where(CatalogRevision.tenant == bindparam("b_tenant"))
+            .scalar_subquery()
+            .label("catalog_revision"),
+        ).where(Action.tenant == bindparam("b_tenant"), Action.code == bindparam("b_code")),
         agent_check=select(Agent.active).where(
             Agent.tenant == bindparam("b_tenant"), Agent.code == bindparam("b_code")
         ),
@@ -391,13 +434,42 @@ def _begin_statement() -> Select[*tuple[Any, ...]]:
     ).where(conversation.uuid == bindparam("uuid"), conversation.tenant == bindparam("tenant"))
 
 
+def _new_conversation(
+    conversation_uuid: str,
+    tenant: str,
+    action_code: str,
+    agent_code: str | None,
+    memory_id: str | None,
+    audit: bool | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """The column values of a new conversation in status ``NS``."""
+    return {
+        "uuid": conversation_uuid,
+        "tenant": tenant,
+        "action_code": action_code,
+        "agent_code": agent_code,
+        "status": ProcessStatus.NOT_STARTED,
+        "memory_id": memory_id or conversation_uuid,
+        "audit": audit,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cached_tokens": 0,
+        "reasoning_tokens": 0,
+        "estimated_cost": Decimal(0),
+        "created_at": now,
+        "updated_at": now,
+        "version": 1,
+    }
+
+
 def _insert_conversation(
     connection: Connection, values: dict[str, Any], default_audit: bool, check_catalog: bool
 ) -> tuple[int, bool]:
     """Check the action and agent, then insert; returns the id and the audit switch."""
     action_audit = None
     if check_catalog:
-        action_audit = _check_catalog(
+        action_audit, _ = _check_catalog(
             connection, values["tenant"], values["action_code"], values["agent_code"]
         )
     if values["audit"] is None:
@@ -406,10 +478,63 @@ def _insert_conversation(
     return conversation_id, bool(values["audit"])
 
 
+def _start_turn(
+    connection: Connection,
+    values: dict[str, Any],
+    default_audit: bool,
+    check_catalog: bool,
+    first: TurnBatch,
+) -> TurnHandle:
+    """The transaction of :meth:`ConversationWriter.start_turn`."""
+    tenant = values["tenant"]
+    action_audit, revision = None, 0
+    if check_catalog:
+        action_audit, revision = _check_catalog(
+            connection, tenant, values["action_code"], values["agent_code"]
+        )
+    if values["audit"] is None:
+        values["audit"] = default_audit if action_audit is None else action_audit
+    handle = TurnHandle(
+        conversation_id=fastsql.insert_one(connection, _statements().insert_conversation, values),
+        uuid=values["uuid"],
+        action_code=values["action_code"],
+        agent_code=values["agent_code"],
+        memory_id=values["memory_id"],
+        audit=bool(values["audit"]),
+        next_message=1,
+        next_event=1,
+        catalog_revision=revision,
+    )
+    if handle.memory_id != handle.uuid:
+        # Shared memory: earlier conversations' messages; a conversation of
+        # its own has none yet.
+        handle.memory = _memory(connection, tenant, handle.memory_id)
+    _write(connection, handle, _with_status_event(handle, first, values["started_at"]))
+    return handle
+
+
+def _with_status_event(handle: TurnHandle, batch: TurnBatch, now: datetime) -> TurnBatch:
+    """``batch`` led by the status change of the turn's start (when audited)."""
+    if handle.audit:
+        batch.events = [
+            NewEvent(
+                TimelineKind.STATUS_CHANGE,
+                {"from": handle.previous_status.value, "to": ProcessStatus.RUNNING.value},
+                at=now,
+            ),
+            *batch.events,
+        ]
+    return batch
+
+
 def _check_catalog(
     connection: Connection, tenant: str, action: str, agent: str | None
-) -> bool | None:
-    """Refuse a missing or inactive action or agent; return the action's audit switch."""
+) -> tuple[bool | None, int]:
+    """Refuse a missing or inactive action or agent.
+
+    Returns:
+        The action's audit switch and the tenant's catalog revision.
+    """
     # Only the columns the checks need: the full Action row would eager-load
     # its whole graph (model, schemas, tools, ...).
     rows = fastsql.fetch(
@@ -433,7 +558,8 @@ def _check_catalog(
             raise InvalidStateError(
                 f"agent '{agent}' is inactive; activate it to start conversations"
             )
-    return None if found.audit is None else bool(found.audit)
+    audit = None if found.audit is None else bool(found.audit)
+    return audit, int(found.catalog_revision or 0)
 
 
 def _begin(
@@ -481,17 +607,7 @@ def _begin(
     )
     if read_memory:
         handle.memory = _memory(connection, tenant, handle.memory_id)
-    batch = first or TurnBatch()
-    if handle.audit:
-        batch.events = [
-            NewEvent(
-                TimelineKind.STATUS_CHANGE,
-                {"from": status.value, "to": ProcessStatus.RUNNING.value},
-                at=now,
-            ),
-            *batch.events,
-        ]
-    _write(connection, handle, batch)
+    _write(connection, handle, _with_status_event(handle, first or TurnBatch(), now))
     return handle
 
 

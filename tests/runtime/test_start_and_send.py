@@ -1,0 +1,171 @@
+"""start_and_send: a new conversation and its first turn, one transaction before the model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from test_runner import rows, system_text
+
+from pilothouse.api import Pilothouse
+from pilothouse.catalog import Action
+from pilothouse.catalog._enums import MessageRole, ProcessStatus
+from pilothouse.catalog._repository import bump_revision
+from pilothouse.errors import InvalidStateError, NotFoundError
+from pilothouse.runtime import TextDelta, TurnEvent, TurnFinished
+from pilothouse.settings import Settings
+from pilothouse.store import Conversation, Database
+from pilothouse.testing import Reply, ScriptedModel
+
+pytestmark = pytest.mark.anyio
+
+
+def _record(conversation: Conversation, messages: list[Any], events: list[Any]) -> Any:
+    """What a turn recorded, without ids, uuids and clocks."""
+    return (
+        (
+            conversation.action_code,
+            conversation.agent_code,
+            conversation.status,
+            conversation.audit,
+            conversation.input_tokens,
+            conversation.output_tokens,
+            conversation.finish_reason,
+            conversation.started_at is not None,
+            conversation.finished_at is not None,
+        ),
+        [(m.sequence, m.role, m.content, m.token_count) for m in messages],
+        [(e.sequence, e.kind, {k: v for k, v in e.data.items() if k not in ("run_id", "ms")}) for e in events],
+    )
+
+
+async def _count(db: Database) -> int:
+    async with db.sessions() as session:
+        return int(await session.scalar(select(func.count()).select_from(Conversation)) or 0)
+
+
+async def test_it_records_what_start_conversation_then_send_message_record(
+    catalog: Database,
+) -> None:
+    model = ScriptedModel(["Acme makes rockets.", "Acme makes rockets."])
+    async with Pilothouse(Settings(), database=catalog, model=model) as ph:
+        two_calls = await ph.command.start_conversation("ANALYST", "SUMBRAND")
+        await ph.command.send_message(two_calls.uuid, "Summarize Acme.")
+        one_call = await ph.command.start_and_send("ANALYST", "SUMBRAND", "Summarize Acme.")
+    assert one_call.status is ProcessStatus.COMPLETED
+    assert one_call.output == "Acme makes rockets."
+    assert one_call.conversation_uuid != two_calls.uuid
+    first = _record(*await rows(catalog, two_calls.uuid))
+    second = _record(*await rows(catalog, one_call.conversation_uuid))
+    assert second == first
+    # The status change NS -> RU is on the timeline, as after start + send.
+    assert {"from": "NS", "to": "RU"} in [e[2] for e in second[2]]
+    assert [m[1] for m in second[1]] == [MessageRole.USER, MessageRole.ASSISTANT]
+    assert system_text(model, 0) == system_text(model, 1)
+
+
+async def test_the_conversation_takes_further_turns(catalog: Database) -> None:
+    model = ScriptedModel(["one", "two"])
+    async with Pilothouse(Settings(), database=catalog, model=model) as ph:
+        result = await ph.command.start_and_send("ANALYST", "SUMBRAND", "first")
+        again = await ph.command.send_message(result.conversation_uuid, "second")
+    assert again.status is ProcessStatus.COMPLETED
+    _, messages, _ = await rows(catalog, result.conversation_uuid)
+    assert [m.content for m in messages] == ["first", "one", "second", "two"]
+    # The second request carried the first turn as history.
+    assert "first" in repr(model.requests[1].messages)
+
+
+@pytest.mark.parametrize(
+    ("agent", "action", "error", "match"),
+    [
+        ("ANALYST", "NOPE", NotFoundError, "action 'NOPE' not found"),
+        ("NOBODY", "SUMBRAND", NotFoundError, "agent 'NOBODY' not found"),
+    ],
+)
+async def test_an_unknown_action_or_agent_writes_nothing(
+    catalog: Database, agent: str, action: str, error: type[Exception], match: str
+) -> None:
+    model = ScriptedModel(["never"])
+    async with Pilothouse(Settings(), database=catalog, model=model) as ph:
+        before = await _count(catalog)
+        with pytest.raises(error, match=match):
+            await ph.command.start_and_send(agent, action, "hello")
+    assert await _count(catalog) == before
+    assert model.requests == []
+
+
+async def test_an_action_deactivated_after_it_was_cached_writes_nothing(
+    catalog: Database,
+) -> None:
+    # The compilation is cached by the first call; the check that refuses the
+    # second runs in the transaction that would write the conversation.
+    model = ScriptedModel(["first", "never"])
+    async with Pilothouse(Settings(), database=catalog, model=model) as ph:
+        await ph.command.start_and_send("ANALYST", "SUMBRAND", "one")
+        async with catalog.sessions.begin() as session:
+            action = await session.scalar(select(Action).where(Action.code == "SUMBRAND"))
+            assert action is not None
+            action.active = False
+            await bump_revision(session, "default")
+        before = await _count(catalog)
+        with pytest.raises(InvalidStateError, match="inactive"):
+            await ph.command.start_and_send("ANALYST", "SUMBRAND", "two")
+    assert await _count(catalog) == before
+    assert len(model.requests) == 1
+
+
+async def test_a_catalog_change_after_caching_reaches_the_turn(catalog: Database) -> None:
+    model = ScriptedModel(["first", "second"])
+    async with Pilothouse(Settings(), database=catalog, model=model) as ph:
+        await ph.command.start_and_send("ANALYST", "SUMBRAND", "one")
+        async with catalog.sessions.begin() as session:
+            action = await session.scalar(select(Action).where(Action.code == "SUMBRAND"))
+            assert action is not None
+            action.prompt = "Translate the brand document into French."
+            await bump_revision(session, "default")
+        result = await ph.command.start_and_send("ANALYST", "SUMBRAND", "two")
+    assert result.status is ProcessStatus.COMPLETED
+    assert "Translate the brand document into French." in system_text(model, 1)
+
+
+async def test_a_shared_memory_id_brings_the_earlier_conversation(catalog: Database) -> None:
+    model = ScriptedModel(["Noted: blue.", "It is blue.", "I do not know."])
+    async with Pilothouse(Settings(), database=catalog, model=model) as ph:
+        first = await ph.command.start_and_send(
+            "ANALYST", "SUMBRAND", "My colour is blue.", memory_id="customer-7"
+        )
+        second = await ph.command.start_and_send(
+            "ANALYST", "SUMBRAND", "What is my colour?", memory_id="customer-7"
+        )
+        other = await ph.command.start_and_send("ANALYST", "SUMBRAND", "What is my colour?")
+    assert first.conversation_uuid != second.conversation_uuid
+    assert "My colour is blue." in repr(model.requests[1].messages)
+    assert "Noted: blue." in repr(model.requests[1].messages)
+    assert other.status is ProcessStatus.COMPLETED
+    assert "blue" not in repr(model.requests[2].messages)
+
+
+async def test_audit_off_writes_no_timeline(catalog: Database) -> None:
+    model = ScriptedModel(["quiet"])
+    async with Pilothouse(Settings(), database=catalog, model=model) as ph:
+        result = await ph.command.start_and_send("ANALYST", "SUMBRAND", "hello", audit=False)
+    conversation, messages, events = await rows(catalog, result.conversation_uuid)
+    assert conversation.audit is False
+    assert events == []
+    assert [m.content for m in messages] == ["hello", "quiet"]
+
+
+async def test_start_and_stream_yields_deltas_then_the_result(catalog: Database) -> None:
+    model = ScriptedModel([Reply("alpha beta gamma")])
+    async with Pilothouse(Settings(), database=catalog, model=model) as ph:
+        events: list[TurnEvent] = [
+            e async for e in ph.command.start_and_stream("ANALYST", "SUMBRAND", "go")
+        ]
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "alpha beta gamma"
+    finished = events[-1]
+    assert isinstance(finished, TurnFinished)
+    assert finished.result.status is ProcessStatus.COMPLETED
+    _, messages, _ = await rows(catalog, finished.result.conversation_uuid)
+    assert [m.content for m in messages] == ["go", "alpha beta gamma"]
