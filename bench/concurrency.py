@@ -498,26 +498,33 @@ async def _chat_pilothouse(base_url: str, model_name: str, options: dict[str, An
     stream_action = STREAM_ACTION if _stream_model(options) == C.STREAM_MODEL else "STREAMQ"
     config = {"audit": False} if options.get("audit") is False else None
 
-    async def start(user: int) -> str:
-        conversation = await ph.command.start_conversation(None, action)
-        return conversation.uuid
+    async def start(user: int) -> dict[str, str]:
+        # The conversation is written with its first turn (start_and_send).
+        return {}
 
-    async def turn(uuid: str, user: int, t: int) -> str | None:
-        r = await ph.command.send_message(uuid, user_text(user, t), runtime_config=config)
+    async def turn(state: dict[str, str], user: int, t: int) -> str | None:
+        if "uuid" not in state:
+            r = await ph.command.start_and_send(None, action, user_text(user, t), runtime_config=config)
+            state["uuid"] = r.conversation_uuid
+        else:
+            r = await ph.command.send_message(state["uuid"], user_text(user, t), runtime_config=config)
         if r.error:
             raise RuntimeError(f"turn failed ({r.status}): {r.error}")
         return r.text
 
     async def stream() -> dict[str, Any]:
         clock = C.StreamClock()
-        conversation = await ph.command.start_conversation(None, stream_action)
-        async for event in ph.command.stream_message(conversation.uuid, C.USER, runtime_config=config):
+        async for event in ph.command.start_and_stream(None, stream_action, C.USER, runtime_config=config):
             if isinstance(event, TextDelta):
                 clock.chunk(event.text)
         return clock.facts()
 
-    async def count(uuids: list[str], done: list[int], turns: int) -> dict[str, Any]:
+    async def count(states: list[dict[str, str]], done: list[int], turns: int) -> dict[str, Any]:
         """Count, in the store, what each conversation of the round left behind."""
+        # A conversation whose first call raised has no uuid and wrote nothing:
+        # that call is reported as an error, not counted here.
+        kept = [(state["uuid"], d) for state, d in zip(states, done, strict=True) if "uuid" in state]
+        uuids, done = [u for u, _ in kept], [d for _, d in kept]
         stored: dict[str, tuple[str, int, int]] = {}
         duplicated_content = 0
         async with ph.database.engine.connect() as connection:

@@ -266,7 +266,9 @@ def main() -> None:
         f" after a warm-up of {results['settings']['warmup']} calls each; calls per round:"
         f" {results['settings']['calls']} (delay 0), {results['settings']['slow_calls']} (delay 50),"
         f" {results['settings']['tool_calls']} (tool), {results['settings']['stream_calls']} (stream).",
-        "- pilothouse makes a *governed turn* per call: `start_conversation` + `send_message`"
+        "- pilothouse makes a *governed turn* of a new conversation per call:"
+        " `start_and_send` (`start_and_stream` for streams), which writes what"
+        " `start_conversation` + `send_message` write with one transaction fewer"
         " (conversation row, user message, prompt assembly, model call through pydantic-ai,"
         " assistant message, usage/cost, status, audit timeline). Audit off is"
         " `runtime_config={\"audit\": false}`. The catalog (`contenders.catalog_yaml`) is imported"

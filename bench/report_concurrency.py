@@ -148,8 +148,8 @@ def _method(results: dict[str, Any]) -> list[str]:
         " whole history (the tool call and its result included) and one tool schema.",
         "- **Each contender keeps its own history**: peers a growing message list (pydantic-ai"
         " `Agent.run`: `message_history=result.all_messages()`; LangChain: `ChatOpenAI.ainvoke`"
-        " with its tool loop); pilothouse one conversation per user (`start_conversation`, then"
-        f" `send_message` × {turns}), its history read back from the store each turn. The mock"
+        " with its tool loop); pilothouse one conversation per user (`start_and_send`, then"
+        f" `send_message` × {turns - 1}), its history read back from the store each turn. The mock"
         " answers `re <n>: <user text>`, so every contender checks that each answer came back to"
         " the right turn with the whole history (*history mismatches*: must be 0).",
         "- **The floor is raw httpx2** (the httpx fork under openai 3, pydantic-ai, LangChain and"
