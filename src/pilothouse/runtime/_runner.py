@@ -218,6 +218,7 @@ class Runner(TurnRecording):
         input_data: Mapping[str, Any] | None = None,
         runtime_config: Mapping[str, Any] | None = None,
         on_event: Listener | None = None,
+        conversation_uuid: str | None = None,
     ) -> TurnResult:
         """Start a conversation and run its first turn: one transaction before the model call.
 
@@ -237,6 +238,10 @@ class Runner(TurnRecording):
             input_data: values for the action prompt's ``{placeholders}``.
             runtime_config: per-call options and switches.
             on_event: called with every event of this turn.
+            conversation_uuid: the new conversation's uuid, for a caller that
+                must name it before the turn ends (the service's stream ids);
+                a fresh one by default. It must be new: a uuid in use fails
+                the insert and nothing is written.
 
         Returns:
             The turn's result (its ``conversation_uuid`` names the new
@@ -251,7 +256,7 @@ class Runner(TurnRecording):
         turn = await self._turn_input(
             action_code, agent_code, text, attachments, input_data, runtime_config
         )
-        conversation_uuid = str(uuid_module.uuid4())
+        conversation_uuid = conversation_uuid or str(uuid_module.uuid4())
         self.remember(conversation_uuid, action_code, agent_code)
         return await self._drive(
             conversation_uuid,
