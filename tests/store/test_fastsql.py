@@ -138,3 +138,85 @@ async def test_a_step_that_fails_midway_leaves_nothing_behind(database: Database
             )
         )
     assert count == before - 1
+
+
+async def test_the_turn_path_stores_what_core_stores(database: Database) -> None:
+    # The same rows written by the turn path and by SQLAlchemy Core must read
+    # back as the same text, column by column: JSON (a None included, which
+    # SQLAlchemy stores as JSON 'null'), enum codes, numerics and datetimes.
+    from sqlalchemy import insert, update
+
+    writer = ConversationWriter(database, "default")
+    handle = await writer.start_turn(
+        "11111111-1111-1111-1111-111111111111",
+        action_code="A",
+        agent_code=None,
+        first=TurnBatch(messages=[NewMessage(MessageRole.USER, "fast")]),
+    )
+    at = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    batch = TurnBatch(
+        messages=[
+            NewMessage(MessageRole.ASSISTANT, "a", token_count=1, data={"k": [1, "é"]}),
+            NewMessage(MessageRole.TOOL, "b", tool_call_id="c1", data=None),
+        ],
+        events=[NewEvent(TimelineKind.RESPONSE, {"n": 1.5}, at=at)],
+    )
+    sequences = await writer.write(handle, batch)
+    core = [
+        {
+            "conversation_id": handle.conversation_id,
+            "sequence": sequence + 10,
+            "role": message.role,
+            "content": message.content,
+            "token_count": message.token_count,
+            "tool_call_id": message.tool_call_id,
+            "data": message.data,
+            "created_at": at,
+        }
+        for sequence, message in zip(sequences, batch.messages, strict=True)
+    ]
+    async with database.engine.begin() as connection:
+        await connection.execute(insert(Message), core)
+        # The turn path stamps its own time; Core's typed UPDATE sets the same.
+        await connection.execute(
+            update(Message)
+            .where(Message.conversation_id == handle.conversation_id, Message.sequence < 10)
+            .values(created_at=at)
+        )
+        columns = "role, content, token_count, tool_call_id, data, created_at"
+        if not database.is_sqlite:
+            columns = ", ".join(f"{name}::text" for name in columns.split(", "))
+        stored = (
+            await connection.execute(
+                text(
+                    f"SELECT sequence, {columns} FROM message"
+                    " WHERE conversation_id = :id AND sequence > 1 ORDER BY sequence"
+                ),
+                {"id": handle.conversation_id},
+            )
+        ).all()
+        # An event keeps the time it is given: compared as written.
+        await connection.execute(
+            insert(TimelineEvent),
+            {
+                "conversation_id": handle.conversation_id,
+                "sequence": 99,
+                "kind": TimelineKind.RESPONSE,
+                "data": {"n": 1.5},
+                "created_at": at,
+            },
+        )
+        cast = "" if database.is_sqlite else "::text"
+        events = (
+            await connection.execute(
+                text(
+                    f"SELECT kind{cast}, data{cast}, created_at{cast} FROM timeline_event"
+                    " WHERE conversation_id = :id AND kind = 'response' ORDER BY sequence"
+                ),
+                {"id": handle.conversation_id},
+            )
+        ).all()
+    fast, orm = stored[:2], stored[2:]
+    assert [tuple(row)[1:] for row in fast] == [tuple(row)[1:] for row in orm]
+    assert fast[1][5] == "null"
+    assert len(events) == 2 and tuple(events[0]) == tuple(events[1])

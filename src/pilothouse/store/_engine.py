@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 import anyio
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.util import await_, greenlet_spawn
 
 from pilothouse.store.migrations import HEAD_REVISION
 
@@ -88,6 +90,70 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _refuse_closed(_dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    # asyncpg marks a connection closed as soon as the event loop reads the
+    # server's goodbye (a restart, an idle timeout, pg_terminate_backend).
+    # Raised at checkout, DisconnectionError makes the pool replace it: the
+    # pre-ping's guard without its round trips.
+    if record.driver_connection.is_closed():
+        raise DisconnectionError("the pooled asyncpg connection is closed")
+
+
+def _asyncpg_transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
+    """Run ``work`` in one transaction of asyncpg's own, inside SQLAlchemy's greenlet.
+
+    The connection is in SQLAlchemy's AUTOCOMMIT mode, so its adapter sends no
+    BEGIN or COMMIT of its own, and the transaction is the driver's: begun
+    here, before ``work`` runs, which lets ``_fastsql`` send statements
+    straight to the driver, and lets a connection found dead by the BEGIN be
+    replaced once. Nothing has run yet then, so the retry is safe; a
+    connection that dies later fails the transaction, as it would have with
+    the pool's pre-ping (which also cost three round trips per checkout:
+    BEGIN, a ping, ROLLBACK). The pool resets the isolation level when the
+    connection goes back, so sessions get a transactional connection.
+    """
+    for attempt in range(2):
+        with engine.connect() as connection:
+            connection.execution_options(isolation_level="AUTOCOMMIT")
+            driver: Any = connection.connection.driver_connection
+            try:
+                transaction = driver.transaction()
+                await_(transaction.start())
+            except Exception:
+                # A failed BEGIN leaves asyncpg's transaction bookkeeping
+                # behind: the connection is not reused either way.
+                connection.invalidate()
+                if attempt or not driver.is_closed():
+                    raise
+                continue
+            try:
+                result = work(connection)
+            except BaseException:
+                _roll_back(connection, driver, transaction)
+                raise
+            try:
+                await_(transaction.commit())
+            except BaseException:
+                # Committed or not, the server has ended the transaction; a
+                # connection that failed its COMMIT is not worth keeping.
+                connection.invalidate()
+                raise
+            return result
+    raise AssertionError("unreachable: the second attempt returns or raises")
+
+
+def _roll_back(connection: Connection, driver: Any, transaction: Any) -> None:
+    """Roll back after ``work`` failed; a dead or failing connection is discarded."""
+    if driver.is_closed():
+        connection.invalidate()
+        return
+    try:
+        await_(transaction.rollback())
+    except BaseException:
+        connection.invalidate()
+        raise
+
+
 class Database:
     """The engine and session factory of one database.
 
@@ -122,7 +188,9 @@ class Database:
             # second hand-off to the SQLite thread per checkout.
             kwargs["pool_reset_on_return"] = None
         else:
-            kwargs["pool_pre_ping"] = True
+            # asyncpg connections are checked at checkout without a round
+            # trip (see _refuse_closed); other drivers are pinged.
+            kwargs["pool_pre_ping"] = parsed.get_driver_name() != "asyncpg"
             kwargs["pool_size"] = pool_size
             kwargs["max_overflow"] = max_overflow
             kwargs["pool_timeout"] = pool_timeout
@@ -130,6 +198,9 @@ class Database:
         # A file SQLite database also gets a plain pysqlite connection that
         # runs whole transactions on one thread of its own (see transaction()).
         self._sqlite: _SqliteThread | None = None
+        self._asyncpg = parsed.get_driver_name() == "asyncpg"
+        if self._asyncpg:
+            event.listen(self.engine.sync_engine, "checkout", _refuse_closed)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
             if parsed.database and parsed.database != ":memory:":
@@ -183,8 +254,12 @@ class Database:
         returns and rolled back when it raises. On a file SQLite database it
         runs on a thread of its own with the pysqlite driver: one hand-off
         per transaction, where aiosqlite hands every cursor call to its
-        thread and back (about forty hand-offs per turn, measured). On other
-        databases it runs through the async driver's greenlet bridge.
+        thread and back (about forty hand-offs per turn, measured). With
+        asyncpg it runs whole in one greenlet of SQLAlchemy's bridge, in a
+        transaction of the driver's own (see :func:`_asyncpg_transaction`):
+        one greenlet switch per statement instead of a greenlet per step
+        (checkout, begin, work, commit, close). On other databases it runs
+        through ``AsyncConnection.run_sync``.
 
         The transaction is not interrupted by cancellation: it is short, and
         a caller that is cancelled must still learn whether it committed
@@ -197,6 +272,14 @@ class Database:
         with anyio.CancelScope(shield=True):
             if self._sqlite is not None:
                 result.append(await self._sqlite.run(partial(work, **kwargs), *args))
+            elif self._asyncpg:
+
+                def call(connection: Connection) -> T:
+                    return work(connection, *args, **kwargs)
+
+                result.append(
+                    await greenlet_spawn(_asyncpg_transaction, self.engine.sync_engine, call)
+                )
             else:
                 async with self.engine.begin() as connection:
                     result.append(await connection.run_sync(work, *args, **kwargs))

@@ -1,16 +1,21 @@
-"""Run the statements on every turn's path straight on SQLite's cursor.
+"""Run the statements on every turn's path straight on the driver.
 
 SQLAlchemy Core costs about 50 µs of CPU per execution on top of SQLite's own
 5–10 µs (measured: a three-statement transaction 169 µs through Core, 23 µs
 on the driver). A governed turn runs a dozen such statements, which made the
 store the largest cost of a turn after the model call (``docs/benchmarks.md``).
+On PostgreSQL, Core and SQLAlchemy's asyncpg adapter (its DBAPI emulation,
+cursor, prepared statement cache and status parsing) cost about as much again.
 
 The statements stay SQLAlchemy constructs: each is compiled once for the
 connection's dialect, and its parameters and results go through the column
 types' own bind and result processors (``TypeEngine.bind_processor`` /
 ``result_processor``), so what is stored is byte for byte what SQLAlchemy
-would store. Only SQLite takes this path; on other databases the same calls
-run through ``Connection.execute``.
+would store. Two drivers take this path: pysqlite (its cursor) and asyncpg
+(the driver connection, awaited from inside SQLAlchemy's greenlet), the
+latter only inside a transaction the driver already runs, which is what
+``Database.transaction`` begins; elsewhere the same calls run through
+``Connection.execute``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any, cast
 
 from sqlalchemy import ColumnElement, Connection, CursorResult, Executable, Select
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.util import await_
 
 Processor = Callable[[Any], Any]
 
@@ -32,7 +38,7 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class _Plan:
-    """A statement compiled for SQLite, with its processors in parameter order."""
+    """A statement compiled for one dialect, with its processors in parameter order."""
 
     statement: Executable
     """Kept so the statement outlives its plan, and ``id()`` stays unique."""
@@ -50,7 +56,9 @@ class _Plan:
             value = values.get(name, default)
             if value is _MISSING:
                 raise KeyError(f"no value for parameter {name!r} of: {self.sql}")
-            out.append(process(value) if process is not None and value is not None else value)
+            # None goes through the processor too, as in SQLAlchemy: a JSON
+            # column stores None as the JSON text 'null', not as SQL NULL.
+            out.append(process(value) if process is not None else value)
         return tuple(out)
 
     def rows(self, raw: list[tuple[Any, ...]]) -> list[Any]:
@@ -67,17 +75,24 @@ class _Plan:
         ]
 
 
-_plans: dict[tuple[int, tuple[str, ...]], _Plan] = {}
+_plans: dict[tuple[int, tuple[str, ...], str, bool], _Plan] = {}
 
 
-def _plan(connection: Connection, statement: Executable, keys: tuple[str, ...]) -> _Plan:
-    found = _plans.get((id(statement), keys))
+def _plan(
+    connection: Connection, statement: Executable, keys: tuple[str, ...], many: bool = False
+) -> _Plan:
+    dialect = connection.dialect
+    key = (id(statement), keys, dialect.driver, many)
+    found = _plans.get(key)
     if found is not None:
         return found
-    dialect = connection.dialect
+    # ``for_executemany`` as SQLAlchemy compiles an executemany: without the
+    # RETURNING of the new key that PostgreSQL's single INSERT gets.
     compiled = cast(
         SQLCompiler,
-        statement.compile(dialect=dialect, column_keys=list(keys) if keys else None),  # type: ignore[attr-defined]
+        statement.compile(  # type: ignore[attr-defined]
+            dialect=dialect, column_keys=list(keys) if keys else None, for_executemany=many
+        ),
     )
     names = tuple(compiled.positiontup or ())
     binds = tuple(
@@ -96,7 +111,7 @@ def _plan(connection: Connection, statement: Executable, keys: tuple[str, ...]) 
         )
         row = _row_maker(tuple(str(column.key) for column in selected))
     plan = _Plan(statement, compiled.string, names, binds, defaults, results, row)
-    _plans[(id(statement), keys)] = plan
+    _plans[key] = plan
     return plan
 
 
@@ -117,10 +132,27 @@ def _cursor(connection: Connection) -> Any:
     return connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
 
 
+def _asyncpg(connection: Connection) -> Any | None:
+    """The asyncpg connection, when the statements may run on it directly.
+
+    Only inside a transaction the driver runs: outside one, SQLAlchemy's
+    adapter begins its transaction at its first statement, and a statement
+    sent past it would commit on its own.
+    """
+    if connection.dialect.driver != "asyncpg":
+        return None
+    driver = connection.connection.driver_connection
+    return driver if driver is not None and driver.is_in_transaction() else None
+
+
 def fetch(connection: Connection, statement: Select[Any], values: Mapping[str, Any]) -> list[Any]:
     """Return every row of a SELECT, each with attribute access by column key."""
     if connection.dialect.name != "sqlite":
-        return list(connection.execute(statement, dict(values)).all())
+        driver = _asyncpg(connection)
+        if driver is None:
+            return list(connection.execute(statement, dict(values)).all())
+        plan = _plan(connection, statement, ())
+        return plan.rows(await_(driver.fetch(plan.sql, *plan.parameters(values))))
     plan = _plan(connection, statement, ())
     cursor = _cursor(connection)
     try:
@@ -132,8 +164,14 @@ def fetch(connection: Connection, statement: Select[Any], values: Mapping[str, A
 def execute(connection: Connection, statement: Executable, values: Mapping[str, Any]) -> int:
     """Run an UPDATE (or DELETE) with named ``values``; return the rows it matched."""
     if connection.dialect.name != "sqlite":
-        result = connection.execute(statement, dict(values))
-        return cast(CursorResult[Any], result).rowcount
+        driver = _asyncpg(connection)
+        if driver is None:
+            result = connection.execute(statement, dict(values))
+            return cast(CursorResult[Any], result).rowcount
+        plan = _plan(connection, statement, ())
+        # asyncpg returns the command tag, "UPDATE <rows>".
+        status: str = await_(driver.execute(plan.sql, *plan.parameters(values)))
+        return int(status.rsplit(" ", 1)[-1])
     plan = _plan(connection, statement, ())
     cursor = _cursor(connection)
     try:
@@ -145,10 +183,15 @@ def execute(connection: Connection, statement: Executable, values: Mapping[str, 
 def insert_one(connection: Connection, statement: Executable, values: Mapping[str, Any]) -> int:
     """Run an INSERT of one row given column by column; return its integer key."""
     if connection.dialect.name != "sqlite":
-        key = connection.execute(statement, dict(values)).inserted_primary_key
-        if key is None:  # pragma: no cover - an INSERT always reports its key
-            raise RuntimeError("the database did not report the new row's key")
-        return int(key[0])
+        driver = _asyncpg(connection)
+        if driver is None:
+            key = connection.execute(statement, dict(values)).inserted_primary_key
+            if key is None:  # pragma: no cover - an INSERT always reports its key
+                raise RuntimeError("the database did not report the new row's key")
+            return int(key[0])
+        # Compiled for PostgreSQL, a single INSERT ends in RETURNING its key.
+        plan = _plan(connection, statement, tuple(values))
+        return int(await_(driver.fetchval(plan.sql, *plan.parameters(values))))
     plan = _plan(connection, statement, tuple(values))
     cursor = _cursor(connection)
     try:
@@ -165,9 +208,15 @@ def executemany(
     if not rows:
         return
     if connection.dialect.name != "sqlite":
-        connection.execute(statement, [dict(row) for row in rows])
+        driver = _asyncpg(connection)
+        if driver is None:
+            connection.execute(statement, [dict(row) for row in rows])
+            return
+        plan = _plan(connection, statement, tuple(rows[0]), many=True)
+        # asyncpg pipelines the rows: one round trip for all of them.
+        await_(driver.executemany(plan.sql, [plan.parameters(row) for row in rows]))
         return
-    plan = _plan(connection, statement, tuple(rows[0]))
+    plan = _plan(connection, statement, tuple(rows[0]), many=True)
     cursor = _cursor(connection)
     try:
         cursor.executemany(plan.sql, [plan.parameters(row) for row in rows])
