@@ -375,8 +375,14 @@ class CommandApi(_Facet):
         attachments: Sequence[AttachmentInput] = (),
         input_data: Mapping[str, Any] | None = None,
         runtime_config: Mapping[str, Any] | None = None,
+        conversation_uuid: str | None = None,
     ) -> AsyncIterator[TurnEvent]:
-        """:meth:`start_and_send`, yielding the turn's events as :meth:`stream_message` does."""
+        """:meth:`start_and_send`, yielding the turn's events as :meth:`stream_message` does.
+
+        ``conversation_uuid`` names the new conversation, for a caller that
+        must show it before the turn ends (the OpenAI endpoint's chunk ids);
+        a fresh one by default. It must be new: a uuid in use writes nothing.
+        """
         await self._ready()
         config = {"stream": True, **(runtime_config or {})}
         async for event in _events(
@@ -391,6 +397,7 @@ class CommandApi(_Facet):
                 input_data=input_data,
                 runtime_config=config,
                 on_event=on_event,
+                conversation_uuid=conversation_uuid,
             )
         ):
             yield event

@@ -14,8 +14,9 @@ from fastapi import FastAPI
 from pydantic_ai.messages import ModelRequest, ModelResponse, SystemPromptPart, UserPromptPart
 
 from conftest import EXAMPLES
+from pilothouse.api import CommandApi
 from pilothouse.catalog import import_catalog
-from pilothouse.catalog._enums import MessageRole
+from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.server._state import ServerState
 from pilothouse.testing import Fail, Reply, ScriptedModel, ToolCall
 
@@ -91,6 +92,35 @@ async def oai(app: FastAPI, client: httpx.AsyncClient, api_key: str) -> AsyncIte
         yield sdk
 
 
+@pytest.fixture
+def separate_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The conversations started in a transaction of their own, before their turn.
+
+    A request without history to replay has its conversation written by the
+    turn, with the user's message: none should land here.
+    """
+    started: list[str] = []
+    original = CommandApi.start_conversation
+
+    async def spy(self: CommandApi, *args: Any, **kwargs: Any) -> Any:
+        conversation = await original(self, *args, **kwargs)
+        started.append(conversation.uuid)
+        return conversation
+
+    monkeypatch.setattr(CommandApi, "start_conversation", spy)
+    return started
+
+
+async def _only_conversation(server_state: ServerState) -> tuple[Any, list[tuple[Any, str]]]:
+    """The one stored conversation and its messages as ``(role, content)``."""
+    facade = server_state.facade("default")
+    page = await facade.query.list_conversations()
+    assert page.total == 1
+    stored = page.items[0]
+    messages = await facade.query.get_conversation_messages(stored.uuid)
+    return stored, [(m.role, m.content) for m in messages]
+
+
 def _events(body: str) -> list[Any]:
     out: list[Any] = []
     for line in body.splitlines():
@@ -118,7 +148,9 @@ async def test_retrieve_model_accepts_plain_codes_and_refuses_unknown(oai: Any) 
         await oai.models.retrieve("action:NOPE")
 
 
-async def test_completion_non_streaming(oai: Any, scripted: ScriptedModel) -> None:
+async def test_completion_non_streaming(
+    oai: Any, scripted: ScriptedModel, server_state: ServerState, separate_starts: list[str]
+) -> None:
     scripted.script.steps.append(Reply("Acme sells rockets.", input_tokens=12, output_tokens=4))
     answer = await oai.chat.completions.create(
         model="action:CHAT",
@@ -144,6 +176,19 @@ async def test_completion_non_streaming(oai: Any, scripted: ScriptedModel) -> No
     assert request.info.model_settings is not None
     assert request.info.model_settings.get("temperature") == 0.1
     assert request.info.model_settings.get("max_tokens") == 50
+    # One conversation, written with its first turn, named by the answer.
+    stored, messages = await _only_conversation(server_state)
+    assert separate_starts == []
+    assert answer.model_extra["pilothouse"]["conversation_uuid"] == stored.uuid
+    assert answer.id == f"chatcmpl-{stored.uuid}"
+    assert (stored.action_code, stored.agent_code) == ("CHAT", None)
+    assert stored.status is ProcessStatus.COMPLETED
+    # The memory id defaults to the conversation's own uuid, as when it was started apart.
+    assert stored.memory_id == stored.uuid
+    assert messages == [
+        (MessageRole.USER, "Acme brand book"),
+        (MessageRole.ASSISTANT, "Acme sells rockets."),
+    ]
 
 
 async def test_agent_model_runs_the_goal_action_as_the_agent(
@@ -159,7 +204,7 @@ async def test_agent_model_runs_the_goal_action_as_the_agent(
 
 
 async def test_earlier_messages_are_replayed_as_memory(
-    oai: Any, scripted: ScriptedModel, server_state: ServerState
+    oai: Any, scripted: ScriptedModel, server_state: ServerState, separate_starts: list[str]
 ) -> None:
     scripted.script.steps.append(Reply("Third answer."))
     answer = await oai.chat.completions.create(
@@ -188,10 +233,12 @@ async def test_earlier_messages_are_replayed_as_memory(
         (MessageRole.ASSISTANT, "Third answer."),
     ]
     assert messages[0].data == {"replayed": True}
+    # The history is written before the turn, so this conversation is started apart.
+    assert separate_starts == [uuid]
 
 
 async def test_memory_id_makes_the_server_record_the_history(
-    oai: Any, scripted: ScriptedModel
+    oai: Any, scripted: ScriptedModel, server_state: ServerState, separate_starts: list[str]
 ) -> None:
     scripted.script.steps.extend([Reply("one"), Reply("two")])
     headers = {"X-Pilothouse-Memory-Id": "chat-42"}
@@ -211,9 +258,15 @@ async def test_memory_id_makes_the_server_record_the_history(
     second = scripted.requests[1].messages
     texts = [p.content for m in second for p in m.parts if isinstance(p, UserPromptPart)]
     assert texts == ["hello", "again"]
+    # Neither request replayed history: both conversations came with their turn.
+    assert separate_starts == []
+    page = await server_state.facade("default").query.list_conversations()
+    assert [c.memory_id for c in page.items] == ["chat-42", "chat-42"]
 
 
-async def test_streaming_chunks_and_usage(oai: Any, scripted: ScriptedModel) -> None:
+async def test_streaming_chunks_and_usage(
+    oai: Any, scripted: ScriptedModel, server_state: ServerState, separate_starts: list[str]
+) -> None:
     scripted.script.steps.append(Reply("alpha beta gamma", input_tokens=7, output_tokens=3))
     stream = await oai.chat.completions.create(
         model="action:CHAT",
@@ -234,6 +287,12 @@ async def test_streaming_chunks_and_usage(oai: Any, scripted: ScriptedModel) -> 
     assert chunks[-1].usage.completion_tokens == 3
     assert chunks[-1].usage.prompt_tokens > 0
     assert all(c.object == "chat.completion.chunk" for c in chunks)
+    # The ids, sent from the first chunk on, name the conversation stored with the turn.
+    stored, messages = await _only_conversation(server_state)
+    assert separate_starts == []
+    assert {c.id for c in chunks} == {f"chatcmpl-{stored.uuid}"}
+    assert stored.status is ProcessStatus.COMPLETED
+    assert messages == [(MessageRole.USER, "doc"), (MessageRole.ASSISTANT, "alpha beta gamma")]
 
 
 async def test_streaming_wire_format_ends_with_done(
@@ -299,11 +358,17 @@ async def test_bad_key_is_an_authentication_error(app: FastAPI, client: httpx.As
     assert caught.value.code == "invalid_api_key"
 
 
-async def test_unknown_model_is_not_found(oai: Any) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+async def test_unknown_model_is_not_found(
+    oai: Any, server_state: ServerState, stream: bool
+) -> None:
     with pytest.raises(openai.NotFoundError) as caught:
-        await oai.chat.completions.create(model="NOPE", messages=[{"role": "user", "content": "x"}])
+        await oai.chat.completions.create(
+            model="NOPE", messages=[{"role": "user", "content": "x"}], stream=stream
+        )
     assert caught.value.code == "model_not_found"
     assert caught.value.param == "model"
+    assert await _conversations(server_state) == 0
 
 
 async def test_other_tenants_action_is_not_found(
@@ -484,6 +549,7 @@ async def test_an_inactive_agent_is_not_found(
     )
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "model_not_found"
+    assert await _conversations(server_state) == 0
     # The goal action itself is still a model.
     assert (await client.get("/v1/models/action:CHAT", headers=auth(api_key))).status_code == 200
 
@@ -553,3 +619,43 @@ async def test_the_list_leaves_out_inactive_actions_and_agents_with_an_inactive_
     after = await listed()
     assert "action:CHAT" not in after and "agent:HELPER" not in after
     assert after == [i for i in before if i not in {"action:CHAT", "agent:HELPER"}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_model_deactivated_after_the_check_is_refused_and_writes_nothing(
+    client: httpx.AsyncClient,
+    api_key: str,
+    server_state: ServerState,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stream: bool,
+) -> None:
+    from pilothouse.server import _openai
+
+    check = _openai._check  # pyright: ignore[reportPrivateUsage]
+
+    async def check_then_deactivate(*args: Any, **kwargs: Any) -> None:
+        await check(*args, **kwargs)
+        await _change(server_state, tmp_path, CHAT_INACTIVE)
+
+    # The window between the request's checks and its turn: the turn that
+    # writes the new conversation checks the catalog again.
+    monkeypatch.setattr(_openai, "_check", check_then_deactivate)
+    response = await client.post(
+        "/v1/chat/completions",
+        json={"model": "CHAT", "messages": [{"role": "user", "content": "x"}], "stream": stream},
+        headers=auth(api_key),
+    )
+    if stream:
+        # The response has started by then: the refusal is an error event.
+        assert response.status_code == 200
+        events = _events(response.text)
+        assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+        error = events[1]["error"]
+        assert events[2:] == ["[DONE]"]
+    else:
+        assert response.status_code == 400
+        error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert "CHAT" in error["message"]
+    assert await _conversations(server_state) == 0

@@ -28,6 +28,7 @@ import json
 import logging
 import re
 import time
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -188,9 +189,22 @@ async def _check(
     )
 
 
+@dataclass(frozen=True)
+class _NewConversation:
+    """What the turn needs to write its conversation itself (no history to replay)."""
+
+    action_code: str
+    agent_code: str | None
+
+
 @dataclass
 class _Turn:
-    """A request, validated and with its conversation started."""
+    """A request, validated, with its conversation named.
+
+    ``new`` is None when the conversation is already written (it holds the
+    replayed history); otherwise the turn writes it, with the user's message,
+    in the transaction that starts the turn.
+    """
 
     ph: Pilothouse
     model: str
@@ -201,6 +215,7 @@ class _Turn:
     config: dict[str, Any]
     memory_id: str | None
     created: int
+    new: _NewConversation | None
 
 
 async def _start(
@@ -217,28 +232,92 @@ async def _start(
     if replay and memory_id is not None:
         queries = ConversationQueries(ph.database, ph.tenant)
         replay = not await queries.memory_messages(memory_id, limit=1)
-    conversation = await ph.command.start_conversation(
-        target.agent_code, target.action_code, memory_id=memory_id
-    )
+    new: _NewConversation | None = None
     if replay:
+        # The history must be in the conversation before the turn reads its
+        # memory, so the conversation is written first.
+        conversation = await ph.command.start_conversation(
+            target.agent_code, target.action_code, memory_id=memory_id
+        )
+        conversation_uuid = conversation.uuid
         await append_messages(
             ph.database,
             ph.tenant,
-            conversation.uuid,
+            conversation_uuid,
             turn_input.history,
             status=ProcessStatus.NOT_STARTED,
         )
+    else:
+        # Named now because the chunk ids carry it before the turn ends. The
+        # turn writes the conversation with the user's message: one
+        # transaction fewer, and a target refused by then writes nothing.
+        conversation_uuid = str(uuid.uuid4())
+        new = _NewConversation(target.action_code, target.agent_code)
     return _Turn(
         ph=ph,
         model=request.model,
-        uuid=conversation.uuid,
+        uuid=conversation_uuid,
         text=turn_input.text,
         attachments=turn_input.attachments,
         input_data=data,
         config=config,
         memory_id=memory_id,
         created=int(time.time()),
+        new=new,
     )
+
+
+async def _run(turn: _Turn) -> TurnResult:
+    """Run the turn to its end; a new conversation is written as the turn starts."""
+    ph = turn.ph
+    if turn.new is not None:
+        return await ph.runner.start_and_send(
+            turn.new.action_code,
+            turn.new.agent_code,
+            turn.text,
+            memory_id=turn.memory_id,
+            default_audit=ph.settings.audit,
+            attachments=turn.attachments,
+            input_data=turn.input_data,
+            runtime_config=turn.config,
+            conversation_uuid=turn.uuid,
+        )
+    if turn.attachments:
+        return await ph.command.send_message_with_attachments(
+            turn.uuid,
+            turn.text,
+            turn.attachments,
+            input_data=turn.input_data,
+            runtime_config=turn.config,
+        )
+    return await ph.command.send_message(
+        turn.uuid, turn.text, input_data=turn.input_data, runtime_config=turn.config
+    )
+
+
+def _turn_events(turn: _Turn) -> AsyncGenerator[TurnEvent, None]:
+    """Run the turn streamed, yielding its events; as :func:`_run`, for a new conversation too."""
+    if turn.new is not None:
+        events = turn.ph.command.start_and_stream(
+            turn.new.agent_code,
+            turn.new.action_code,
+            turn.text,
+            memory_id=turn.memory_id,
+            attachments=turn.attachments,
+            input_data=turn.input_data,
+            runtime_config=turn.config,
+            conversation_uuid=turn.uuid,
+        )
+    else:
+        events = turn.ph.command.stream_message(
+            turn.uuid,
+            turn.text,
+            attachments=turn.attachments,
+            input_data=turn.input_data,
+            runtime_config=turn.config,
+        )
+    # Typed as an iterator, it is an async generator (so it can be closed).
+    return cast("AsyncGenerator[TurnEvent, None]", events)
 
 
 _REQUEST_BODY: dict[str, Any] = {
@@ -303,18 +382,7 @@ async def chat_completions(
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        if turn.attachments:
-            result = await ph.command.send_message_with_attachments(
-                turn.uuid,
-                turn.text,
-                turn.attachments,
-                input_data=turn.input_data,
-                runtime_config=turn.config,
-            )
-        else:
-            result = await ph.command.send_message(
-                turn.uuid, turn.text, input_data=turn.input_data, runtime_config=turn.config
-            )
+        result = await _run(turn)
     except OpenAIError as error:
         return _error_response(error)
     except PilothouseError as error:
@@ -353,17 +421,7 @@ async def _stream(turn: _Turn, include_usage: bool) -> AsyncIterator[bytes]:
     yield make({"role": "assistant", "content": ""})
     streamed_text = False
     finished: TurnResult | None = None
-    # Typed as an iterator, it is an async generator (so it can be closed).
-    events = cast(
-        "AsyncGenerator[TurnEvent, None]",
-        turn.ph.command.stream_message(
-            turn.uuid,
-            turn.text,
-            attachments=turn.attachments,
-            input_data=turn.input_data,
-            runtime_config=turn.config,
-        ),
-    )
+    events = _turn_events(turn)
     try:
         # aclosing: the turn's task group must be closed in this task, not
         # by the garbage collector in another one.
@@ -378,6 +436,9 @@ async def _stream(turn: _Turn, include_usage: bool) -> AsyncIterator[bytes]:
                 elif isinstance(event, TurnFinished):
                     finished = event.result
     except PilothouseError as error:
+        # A new conversation's catalog check runs as its turn starts, so a
+        # target deactivated since the request was checked is refused here,
+        # in the stream, rather than with an error status.
         failure = _from_pilothouse(error)
         yield _sse(error_body(failure.message, failure.type, failure.param, failure.code))
     if finished is not None:
