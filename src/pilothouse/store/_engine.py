@@ -9,9 +9,7 @@ from __future__ import annotations
 
 __all__ = ["Database", "current_revision", "head_revision"]
 
-import asyncio
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
@@ -28,6 +26,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.util import await_, greenlet_spawn
 
+from pilothouse.store._sqlite import SqliteRunner
 from pilothouse.store.migrations import HEAD_REVISION
 
 if TYPE_CHECKING:
@@ -196,17 +195,23 @@ class Database:
             kwargs["pool_timeout"] = pool_timeout
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         # A file SQLite database also gets a plain pysqlite connection that
-        # runs whole transactions on one thread of its own (see transaction()).
-        self._sqlite: _SqliteThread | None = None
+        # runs whole transactions, on the event loop when the file is free
+        # (see SqliteRunner).
+        self._sqlite: SqliteRunner | None = None
         self._asyncpg = parsed.get_driver_name() == "asyncpg"
         if self._asyncpg:
             event.listen(self.engine.sync_engine, "checkout", _refuse_closed)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
             if parsed.database and parsed.database != ":memory:":
-                sync_engine = create_engine(parsed.set(drivername="sqlite+pysqlite"))
+                sync_engine = create_engine(
+                    parsed.set(drivername="sqlite+pysqlite"),
+                    # The event loop's thread and the runner's own both use
+                    # the connection, never at once (see SqliteRunner).
+                    connect_args={"check_same_thread": False},
+                )
                 event.listen(sync_engine, "connect", _sqlite_pragmas)
-                self._sqlite = _SqliteThread(sync_engine)
+                self._sqlite = SqliteRunner(sync_engine)
         self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(
             self.engine, expire_on_commit=False
         )
@@ -252,9 +257,11 @@ class Database:
 
         ``work`` is plain synchronous SQLAlchemy code, committed when it
         returns and rolled back when it raises. On a file SQLite database it
-        runs on a thread of its own with the pysqlite driver: one hand-off
-        per transaction, where aiosqlite hands every cursor call to its
-        thread and back (about forty hand-offs per turn, measured). With
+        runs with the pysqlite driver on the event loop's thread when it can
+        take the write lock at once, otherwise on a thread of its own (see
+        :class:`~pilothouse.store._sqlite.SqliteRunner`); aiosqlite hands
+        every cursor call to its thread and back (about forty hand-offs per
+        turn, measured). With
         asyncpg it runs whole in one greenlet of SQLAlchemy's bridge, in a
         transaction of the driver's own (see :func:`_asyncpg_transaction`):
         one greenlet switch per statement instead of a greenlet per step
@@ -290,44 +297,3 @@ class Database:
         await self.engine.dispose()
         if self._sqlite is not None:
             await self._sqlite.aclose()
-
-
-class _SqliteThread:
-    """One thread owning one pysqlite connection, running whole transactions on it.
-
-    One thread, because SQLite has one writer at a time anyway and queueing
-    here beats waiting on its file lock; one long-lived connection, because
-    a pool checkout and return per transaction cost more than the statements
-    of a small one.
-    """
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._executor: ThreadPoolExecutor | None = None
-        self._connection: Connection | None = None
-
-    async def run(self, work: Callable[..., T], *args: Any) -> T:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="pilothouse-sqlite")
-        call = partial(self._transaction, work, *args)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
-
-    def _transaction(self, work: Callable[..., T], *args: Any) -> T:
-        connection = self._connection
-        if connection is None or connection.closed or connection.invalidated:
-            connection = self._connection = self._engine.connect()
-        with connection.begin():
-            return work(connection, *args)
-
-    def _close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
-
-    async def aclose(self) -> None:
-        if self._executor is not None:
-            # pysqlite connections belong to the thread that opened them.
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._close)
-            self._executor.shutdown(wait=True)
-            self._executor = None
-        self._engine.dispose()

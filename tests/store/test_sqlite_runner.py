@@ -1,0 +1,161 @@
+"""SqliteRunner: transactions on the loop when the file is free, on its thread when not."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from sqlalchemy import Connection, create_engine, text
+from sqlalchemy.exc import OperationalError
+
+from pilothouse.store._sqlite import SqliteRunner
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    file = tmp_path / "runner.db"
+    with sqlite3.connect(file) as setup:
+        setup.execute("PRAGMA journal_mode=WAL")
+        setup.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+    return file
+
+
+def _runner(path: Path, **kwargs: float) -> SqliteRunner:
+    engine = create_engine(f"sqlite+pysqlite:///{path}", connect_args={"check_same_thread": False})
+    return SqliteRunner(engine, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def runner(path: Path) -> AsyncIterator[SqliteRunner]:
+    runner = _runner(path)
+    yield runner
+    await runner.aclose()
+
+
+@pytest.fixture
+def other(path: Path) -> Iterator[sqlite3.Connection]:
+    """Another connection to the same file, as another process would have."""
+    connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    yield connection
+    connection.close()
+
+
+def _insert(connection: Connection, value: str) -> int:
+    connection.execute(text("INSERT INTO t (v) VALUES (:v)"), {"v": value})
+    return threading.get_ident()
+
+
+def _rows(path: Path) -> list[str]:
+    with sqlite3.connect(path) as reader:
+        return [row[0] for row in reader.execute("SELECT v FROM t ORDER BY id")]
+
+
+async def test_a_free_database_runs_the_transaction_on_the_loop(
+    runner: SqliteRunner, path: Path
+) -> None:
+    thread = await runner.run(_insert, "a")
+    assert thread == threading.get_ident()
+    assert _rows(path) == ["a"]
+
+
+async def test_a_failing_transaction_is_rolled_back(runner: SqliteRunner, path: Path) -> None:
+    def fail(connection: Connection) -> None:
+        _insert(connection, "lost")
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        await runner.run(fail)
+    await runner.run(_insert, "kept")
+    assert _rows(path) == ["kept"]
+
+
+async def test_a_held_lock_sends_it_to_the_thread_which_waits_and_the_loop_goes_on(
+    runner: SqliteRunner, path: Path, other: sqlite3.Connection
+) -> None:
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO t (v) VALUES ('first')")
+    ticks = 0
+    threads: list[int] = []
+
+    async def write() -> None:
+        threads.append(await runner.run(_insert, "second"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(write)
+        # The loop is free while the transaction waits for the lock.
+        for _ in range(10):
+            await anyio.sleep(0.02)
+            ticks += 1
+        assert threads == []
+        other.execute("COMMIT")
+    assert ticks == 10
+    assert threads and threads[0] != threading.get_ident()
+    assert _rows(path) == ["first", "second"]
+
+
+async def test_transactions_behind_one_on_the_thread_keep_their_order(
+    runner: SqliteRunner, path: Path, other: sqlite3.Connection
+) -> None:
+    other.execute("BEGIN IMMEDIATE")
+    threads: list[int] = []
+
+    async def write(value: str) -> None:
+        threads.append(await runner.run(_insert, value))
+
+    async with anyio.create_task_group() as group:
+        for value in ("1", "2", "3"):
+            group.start_soon(write, value)
+            await anyio.sleep(0.01)
+        other.execute("COMMIT")
+    assert _rows(path) == ["1", "2", "3"]
+    # Never on the loop while one was on the thread: the connection is not shared.
+    assert threading.get_ident() not in threads
+
+
+async def test_a_lock_held_past_the_busy_timeout_fails_the_transaction(
+    path: Path, other: sqlite3.Connection
+) -> None:
+    runner = _runner(path, busy_timeout=0.2)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(OperationalError, match="database is locked"):
+            await runner.run(_insert, "never")
+        other.execute("ROLLBACK")
+        # Usable again once the lock is free.
+        await runner.run(_insert, "later")
+    finally:
+        await runner.aclose()
+    assert _rows(path) == ["later"]
+
+
+async def test_checkpoints_run_every_n_commits_off_the_loop(path: Path) -> None:
+    # Automatic checkpoints are off on the runner's connection: the rows stay
+    # in the WAL until the runner asks for a checkpoint on its thread.
+    size = path.stat().st_size
+    runner = _runner(path, checkpoint_every=1000)
+    try:
+        for i in range(20):
+            await runner.run(_insert, "x" * 4000 + str(i))
+        assert path.stat().st_size == size
+    finally:
+        await runner.aclose()
+    # Closing the last connection checkpointed those; measure again.
+    size = path.stat().st_size
+    runner = _runner(path, checkpoint_every=5)
+    try:
+        for i in range(5):
+            await runner.run(_insert, "y" * 4000 + str(i))
+        for _ in range(100):
+            if path.stat().st_size > size:
+                break
+            await anyio.sleep(0.01)
+        assert path.stat().st_size > size
+    finally:
+        await runner.aclose()
+    assert len(_rows(path)) == 25
