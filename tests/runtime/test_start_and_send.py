@@ -36,7 +36,10 @@ def _record(conversation: Conversation, messages: list[Any], events: list[Any]) 
             conversation.finished_at is not None,
         ),
         [(m.sequence, m.role, m.content, m.token_count) for m in messages],
-        [(e.sequence, e.kind, {k: v for k, v in e.data.items() if k not in ("run_id", "ms")}) for e in events],
+        [
+            (e.sequence, e.kind, {k: v for k, v in e.data.items() if k not in ("run_id", "ms")})
+            for e in events
+        ],
     )
 
 

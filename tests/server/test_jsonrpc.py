@@ -66,7 +66,7 @@ async def test_every_facade_operation_has_a_method() -> None:
         C.format(camel(n))
         for n in vars(CommandApi)
         # Streaming needs a stream: REST SSE or the OpenAI-compatible endpoint.
-        if not n.startswith("_") and n != "stream_message"
+        if not n.startswith("_") and n not in ("stream_message", "start_and_stream")
     }
     assert expected <= set(METHODS)
 
@@ -119,6 +119,31 @@ async def test_send_message_returns_the_turn_result(
     assert (result["status"], result["output"]) == ("CO", "summary")
     messages = await rpc(client, api_key, call(Q.format("getConversationMessages"), {"uuid": uuid}))
     assert [m["role"] for m in messages.json()["result"]] == ["US", "AS"]
+
+
+async def test_start_and_send_starts_the_conversation_with_its_first_turn(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.append(Reply("summary"))
+    sent = await rpc(
+        client,
+        api_key,
+        call(
+            C.format("startAndSend"),
+            {"action": "CHAT", "text": "t", "memoryId": "m-1", "inputData": {"document": "d"}},
+        ),
+    )
+    result = sent.json()["result"]
+    assert (result["status"], result["output"]) == ("CO", "summary")
+    uuid = result["conversation_uuid"]
+    got = await rpc(client, api_key, call(Q.format("getConversation"), {"uuid": uuid}))
+    assert got.json()["result"]["memory_id"] == "m-1"
+    messages = await rpc(client, api_key, call(Q.format("getConversationMessages"), {"uuid": uuid}))
+    assert [m["role"] for m in messages.json()["result"]] == ["US", "AS"]
+    refused = await rpc(
+        client, api_key, call(C.format("startAndSend"), {"action": "NOPE", "text": "t"})
+    )
+    assert "action 'NOPE' not found" in refused.json()["error"]["data"]["detail"]
 
 
 async def test_batch_answers_in_order_and_skips_notifications(

@@ -113,6 +113,18 @@ class SendMessage(Params):
     runtime_config: dict[str, Any] | None = None
 
 
+class StartAndSend(Params):
+    """``startAndSend``."""
+
+    agent: str | None = None
+    action: _Text
+    text: _Text
+    memory_id: str | None = Field(default=None, max_length=64)
+    audit: bool | None = None
+    input_data: dict[str, Any] | None = None
+    runtime_config: dict[str, Any] | None = None
+
+
 class AttachmentParam(Params):
     """One attachment: a URL, or the bytes as base64."""
 
@@ -328,6 +340,19 @@ METHODS: Mapping[str, Method] = {
             p.uuid, p.text, input_data=p.input_data, runtime_config=p.runtime_config
         ),
         "run one turn; the turn's result",
+    ),
+    method_name("command", "startAndSend"): _m(
+        StartAndSend,
+        lambda ph, p: ph.command.start_and_send(
+            p.agent,
+            p.action,
+            p.text,
+            memory_id=p.memory_id,
+            audit=p.audit,
+            input_data=p.input_data,
+            runtime_config=p.runtime_config,
+        ),
+        "start a conversation and run its first turn; the turn's result",
     ),
     method_name("command", "sendMessageWithAttachments"): _m(
         SendMessageWithAttachments,
