@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import anyio
+import httpx2
 import pytest
 from provider_helpers import model_spec
 from pydantic_ai.direct import model_request
@@ -13,6 +14,7 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 
 from pilothouse.catalog._enums import ProviderKind
 from pilothouse.providers import ModelFactory
+from pilothouse.providers._pool import ShardedTransport, provider_transport
 from pilothouse.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -108,3 +110,61 @@ def test_pool_settings_are_validated_and_reach_the_database(
     database = settings.open_database()
     pool = database.engine.sync_engine.pool
     assert (pool.size(), pool._max_overflow) == (7, 3)  # type: ignore[attr-defined]
+
+
+class _CountingServer(_SlowServer):
+    """_SlowServer that also counts every connection it accepted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.accepted = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        await super().handle(reader, writer)
+
+
+def test_small_limits_keep_one_pool_and_large_ones_are_split() -> None:
+    assert isinstance(provider_transport(63), httpx2.AsyncHTTPTransport)
+    sharded = provider_transport(1000)
+    assert isinstance(sharded, ShardedTransport)
+    assert len(sharded.in_flight) == 15
+    with pytest.raises(ValueError, match="one connection per pool"):
+        ShardedTransport(max_connections=3, shards=4)
+
+
+async def test_sharded_pools_keep_the_limit_and_one_pool_at_low_load() -> None:
+    server = _CountingServer()
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    transport = ShardedTransport(max_connections=12, shards=4)
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    try:
+        async with httpx2.AsyncClient(transport=transport) as client:
+            # One at a time: always the first pool, one connection kept warm.
+            for _ in range(3):
+                assert (await client.post(url, content=b"{}")).status_code == 200
+            assert server.accepted == 1
+
+            # Twenty at once: spread over the pools, never above the limit.
+            async def post() -> None:
+                assert (await client.post(url, content=b"{}")).status_code == 200
+
+            async with anyio.create_task_group() as group:
+                for _ in range(20):
+                    group.start_soon(post)
+                await anyio.sleep(0.05)
+                # 20 over 4 pools of 3 connections: 3 sent and 2 waiting each.
+                assert transport.in_flight == [5, 5, 5, 5]
+            assert server.most == 12
+            # A streamed answer holds its pool until it is closed.
+            async with client.stream("POST", url, content=b"{}") as response:
+                assert transport.in_flight == [1, 0, 0, 0]
+                await response.aread()
+            assert transport.in_flight == [0, 0, 0, 0]
+            # A failed request gives its place back.
+            with pytest.raises(httpx2.ConnectError):
+                await client.post("http://127.0.0.1:1/v1/chat/completions", content=b"{}")
+            assert transport.in_flight == [0, 0, 0, 0]
+    finally:
+        listener.close()

@@ -206,6 +206,8 @@ class ModelFactory:
     def _http_client(self, provider: ProviderSpec) -> httpx2.AsyncClient:
         import httpx2
 
+        from pilothouse.providers._pool import provider_transport
+
         key = provider.fingerprint()
         client = self._http_clients.get(key)
         if client is None:
@@ -215,7 +217,9 @@ class ModelFactory:
                     max_connections=self._max_connections,
                     max_keepalive_connections=self._max_connections,
                 ),
-                transport=self._transport,
+                # Several pools under heavy load, so no request waits on a
+                # walk of hundreds of connections (providers/_pool.py).
+                transport=self._transport or provider_transport(self._max_connections),
             )
             self._http_clients[key] = client
         return client
