@@ -504,7 +504,7 @@ class CommandApi(_Facet):
 
 
 async def _events(
-    run: Callable[[Callable[[TurnEvent], Awaitable[None]]], Awaitable[TurnResult]],
+    run: Callable[[Callable[[TurnEvent], Awaitable[None] | None]], Awaitable[TurnResult]],
 ) -> AsyncIterator[TurnEvent]:
     """Run ``run(on_event)`` as a task and yield the events it emits, as they come.
 
@@ -517,10 +517,19 @@ async def _events(
     send, receive = anyio.create_memory_object_stream[_TurnEvent](max_buffer_size=1024)
     failure: list[BaseException] = []
 
+    def deliver(event: TurnEvent) -> Awaitable[None] | None:
+        # Handed over without a checkpoint (send() yields to the loop first:
+        # one more loop pass per delta); only a full buffer waits.
+        try:
+            send.send_nowait(event)
+        except anyio.WouldBlock:
+            return send.send(event)
+        return None
+
     async def turn() -> None:
         async with send:
             try:
-                await run(send.send)
+                await run(deliver)
             except Exception as exc:
                 failure.append(exc)
 

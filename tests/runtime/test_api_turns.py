@@ -56,6 +56,23 @@ async def test_stream_message_yields_deltas_then_the_result(catalog: Database) -
     assert events[-1].result.status is ProcessStatus.COMPLETED
 
 
+async def test_a_stream_longer_than_the_event_buffer_loses_nothing(catalog: Database) -> None:
+    # 1,500 deltas against a buffer of 1,024, read slowly: the turn waits for
+    # room instead of dropping deltas.
+    words = [f"w{i}" for i in range(1500)]
+    model = ScriptedModel([Reply(" ".join(words))])
+    async with Pilothouse(Settings(), database=catalog, model=model) as ph:
+        conversation = await ph.command.start_conversation("ANALYST", "SUMBRAND")
+        deltas: list[str] = []
+        async for event in ph.command.stream_message(conversation.uuid, "go"):
+            if isinstance(event, TextDelta):
+                deltas.append(event.text)
+                if len(deltas) == 1:
+                    await anyio.sleep(0.05)
+    assert len(deltas) > 1024
+    assert "".join(deltas) == " ".join(words)
+
+
 async def test_facade_cancel_aborts_a_running_turn(catalog: Database) -> None:
     model = ScriptedModel([Reply("word " * 100, chunk_delay=0.02)])
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
