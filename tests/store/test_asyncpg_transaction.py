@@ -137,3 +137,32 @@ async def test_sessions_after_a_transaction_are_transactional_again(pg: Database
             text("SELECT response_model FROM conversation WHERE id = :id"), {"id": conversation.id}
         )
     assert model is None
+
+
+async def test_transactions_beyond_the_pool_wait_their_turn_instead_of_timing_out(
+    database: Database,
+) -> None:
+    if database.is_sqlite:
+        pytest.skip("pooled databases only")
+    # Two connections, a 0.2 s pool timeout, and twenty transactions of 50 ms
+    # at once: a second of work, which would time out waiting in the pool.
+    small = Database(database.url, pool_size=1, max_overflow=1, pool_timeout=0.2)
+
+    def slow(connection: Connection) -> int:
+        connection.execute(text("SELECT pg_sleep(0.05)"))
+        return 1
+
+    async def read() -> int:
+        # Meanwhile a session gets the connection kept free for sessions.
+        await asyncio.sleep(0.1)
+        async with small.sessions() as session:
+            return int((await session.execute(text("SELECT 2"))).scalar_one())
+
+    try:
+        *results, read_back = await asyncio.gather(
+            *(small.transaction(slow) for _ in range(20)), read()
+        )
+    finally:
+        await small.dispose()
+    assert results == [1] * 20
+    assert read_back == 2

@@ -198,6 +198,14 @@ class Database:
         # runs whole transactions, on the event loop when the file is free
         # (see SqliteRunner).
         self._sqlite: SqliteRunner | None = None
+        # Transactions queue here, in order and without a timeout, rather
+        # than in the pool: under overload (a thousand turns starting at once
+        # on a saturated event loop) a checkout can wait longer than the
+        # pool's timeout and the turn fails, though nothing is wrong. A tenth
+        # of the connections stays free for sessions (catalog reads, queries),
+        # which still wait in the pool.
+        total = pool_size + max_overflow
+        self._slots = anyio.Semaphore(max(1, total - max(1, total // 10)))
         self._asyncpg = parsed.get_driver_name() == "asyncpg"
         if self._asyncpg:
             event.listen(self.engine.sync_engine, "checkout", _refuse_closed)
@@ -276,20 +284,24 @@ class Database:
         # A list, because a shielded scope could in principle swallow an
         # exception and pyright cannot see that this one never does.
         result: list[T] = []
-        with anyio.CancelScope(shield=True):
-            if self._sqlite is not None:
+        if self._sqlite is not None:
+            with anyio.CancelScope(shield=True):
                 result.append(await self._sqlite.run(partial(work, **kwargs), *args))
-            elif self._asyncpg:
+            return result[0]
+        # Waiting for a slot may be cancelled: nothing has started then.
+        async with self._slots:
+            with anyio.CancelScope(shield=True):
+                if self._asyncpg:
 
-                def call(connection: Connection) -> T:
-                    return work(connection, *args, **kwargs)
+                    def call(connection: Connection) -> T:
+                        return work(connection, *args, **kwargs)
 
-                result.append(
-                    await greenlet_spawn(_asyncpg_transaction, self.engine.sync_engine, call)
-                )
-            else:
-                async with self.engine.begin() as connection:
-                    result.append(await connection.run_sync(work, *args, **kwargs))
+                    result.append(
+                        await greenlet_spawn(_asyncpg_transaction, self.engine.sync_engine, call)
+                    )
+                else:
+                    async with self.engine.begin() as connection:
+                        result.append(await connection.run_sync(work, *args, **kwargs))
         return result[0]
 
     async def dispose(self) -> None:
