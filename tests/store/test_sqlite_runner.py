@@ -159,3 +159,31 @@ async def test_checkpoints_run_every_n_commits_off_the_loop(path: Path) -> None:
     finally:
         await runner.aclose()
     assert len(_rows(path)) == 25
+
+
+async def test_a_running_checkpoint_keeps_no_transaction_off_the_loop(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A checkpoint can take long (it syncs the file); it has a connection of
+    # its own, so the transactions after it still run on the loop.
+    release = threading.Event()
+    started = threading.Event()
+    checkpoint = SqliteRunner._checkpoint  # pyright: ignore[reportPrivateUsage]
+
+    def slow_checkpoint(self: SqliteRunner) -> None:
+        started.set()
+        release.wait(5)
+        checkpoint(self)
+
+    monkeypatch.setattr(SqliteRunner, "_checkpoint", slow_checkpoint)
+    runner = _runner(path, checkpoint_every=2)
+    try:
+        await runner.run(_insert, "a")
+        await runner.run(_insert, "b")
+        assert await anyio.to_thread.run_sync(started.wait, 5)
+        threads = [await runner.run(_insert, v) for v in ("c", "d", "e")]
+        assert threads == [threading.get_ident()] * 3
+    finally:
+        release.set()
+        await runner.aclose()
+    assert _rows(path) == ["a", "b", "c", "d", "e"]

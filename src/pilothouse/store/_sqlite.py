@@ -18,10 +18,12 @@ write lock at once, and on a thread of its own when it cannot:
 - The connection is never used by two threads at once: while a job is
   queued or running on the thread, later transactions queue behind it
   there, which also keeps them in order.
-- WAL checkpoints run on the thread: automatic checkpoints are off on this
-  connection (a checkpoint copies pages back into the database file and
-  syncs it, milliseconds the loop must not wait for), and one is asked for
-  every ``checkpoint_every`` commits instead.
+- WAL checkpoints run on the thread, on a connection of their own:
+  automatic checkpoints are off on the runner's connection (a checkpoint
+  copies pages back into the database file and syncs it, milliseconds to
+  hundreds of them that the loop must not wait for), and one is asked for
+  every ``checkpoint_every`` commits instead. A passive checkpoint takes no
+  write lock, so transactions go on beside it, on the loop.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class SqliteRunner:
         self._checkpoint_every = checkpoint_every
         self._executor: ThreadPoolExecutor | None = None
         self._connection: Connection | None = None
+        self._checkpointer: Any = None
+        """The checkpoints' own DBAPI connection, used on the thread only."""
         self._in_thread = 0
         """Jobs queued or running on the thread; the loop keeps off the connection meanwhile."""
         self._commits = 0
@@ -144,24 +148,21 @@ class SqliteRunner:
             self._start_checkpoint()
 
     def _start_checkpoint(self) -> None:
-        """Ask the thread for a passive WAL checkpoint; the turn does not wait for it."""
+        """Ask the thread for a passive WAL checkpoint; nothing waits for it."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="pilothouse-sqlite")
-        self._in_thread += 1
         future = self._executor.submit(self._checkpoint)
         loop = asyncio.get_running_loop()
         future.add_done_callback(lambda done: loop.call_soon_threadsafe(self._checkpointed, done))
 
     def _checkpoint(self) -> None:
-        connection = self._connection
-        if connection is None or connection.closed:
-            return
-        # PASSIVE: copies what no reader still needs, never waits for a lock.
-        driver: Any = connection.connection.driver_connection
-        driver.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        if self._checkpointer is None:
+            self._checkpointer = self._engine.raw_connection()
+        # PASSIVE: copies what no reader still needs, never waits for a lock
+        # and takes none that a writer needs.
+        self._checkpointer.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def _checkpointed(self, done: Future[None]) -> None:
-        self._in_thread -= 1
         error = done.exception()
         if error is not None:
             # The WAL keeps the data; a failed checkpoint only lets it grow
@@ -172,6 +173,9 @@ class SqliteRunner:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
 
 
 def _immediate_transactions(dbapi_connection: Any, _record: Any) -> None:
