@@ -99,9 +99,9 @@ def section(results: dict[str, Any]) -> list[str]:
         " tool loop itself (one HTTP request, two upstream requests). The LiteLLM proxy"
         " (`litellm --config … --num_workers 1`, no database, no master key, logs at warning) only"
         " relays, so for the tool round trip the client sends two requests through it."
-        " `pilothouse serve` asks the upstream to stream every model call, also for a"
-        " non-streamed request (the service's metrics and running-turn listeners make the runtime"
-        " stream); the mock answers such a call in one SSE delta."
+        " A non-streamed request makes a non-streamed upstream call (the service's metrics and"
+        " running-turn listeners take no deltas), and a new conversation is written with its"
+        " first turn (`start_and_send`)."
         " Interleaved with the other contenders, same rounds and calls.",
         "",
     ]
