@@ -51,6 +51,7 @@ from pilothouse.store._records import (
     Message,
     TimelineEvent,
     ToolCall,
+    memory_order,
 )
 
 T = TypeVar("T")
@@ -350,13 +351,8 @@ class ConversationQueries:
             limit: keep only the most recent ``limit`` messages (a window);
                 None keeps them all.
         """
-        # Messages of one step share a timestamp; the conversation and the
-        # sequence break the tie so the order is the order they were written.
-        newest_first = (
-            Message.created_at.desc(),
-            Message.conversation_id.desc(),
-            Message.sequence.desc(),
-        )
+        # Newest first, so a window is a LIMIT; reversed below.
+        newest_first = [column.desc() for column in memory_order()]
         statement = (
             select(Message)
             .join(Conversation, Conversation.id == Message.conversation_id)

@@ -8,6 +8,7 @@ refused here, so no code path can rewrite the audit record.
 from __future__ import annotations
 
 __all__ = [
+    "memory_order",
     "AppendOnlyViolation",
     "Attachment",
     "Conversation",
@@ -165,6 +166,16 @@ def _refuse(mapper: Mapper[Any], connection: Any, target: Any) -> None:
     raise AppendOnlyViolation(
         f"{type(target).__name__} records are append-only: they are never updated or deleted"
     )
+
+
+def memory_order() -> tuple[Any, ...]:
+    """The columns that order a chat memory's messages in writing order.
+
+    Messages of one step share a timestamp; the conversation and the
+    sequence break the tie. The turn's memory read and the query API's
+    window both sort by them.
+    """
+    return (Message.created_at, Message.conversation_id, Message.sequence)
 
 
 for _cls in (Message, Attachment, TimelineEvent):

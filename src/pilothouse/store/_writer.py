@@ -58,6 +58,7 @@ from pilothouse.store._records import (
     Message,
     TimelineEvent,
     ToolCall,
+    memory_order,
 )
 
 #: Statuses from which a new user message may start a turn. ``CO`` is here
@@ -398,9 +399,7 @@ def _statements() -> _Statements:
             conversation.tenant == bindparam("b_tenant"),
             conversation.memory_id == bindparam("b_memory_id"),
         )
-        # Messages of one step share a timestamp; the conversation and the
-        # sequence break the tie so the order is the writing order.
-        .order_by(message.created_at, message.conversation_id, message.sequence),
+        .order_by(*memory_order()),
     )
 
 
