@@ -21,11 +21,15 @@ from pilothouse.store._writer import ConversationWriter, NewMessage, TurnBatch
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 
+@pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(postgres_url: str) -> str:
+    """Only the session's PostgreSQL database: these tests are about asyncpg."""
+    return postgres_url
+
+
 @pytest.fixture
 async def pg(database: Database) -> AsyncIterator[Database]:
     """The session's PostgreSQL database with one pooled connection, migrated and empty."""
-    if database.is_sqlite:
-        pytest.skip("asyncpg only")
     one = Database(database.url, pool_size=1, max_overflow=0)
     yield one
     await one.dispose()
@@ -142,8 +146,6 @@ async def test_sessions_after_a_transaction_are_transactional_again(pg: Database
 async def test_transactions_beyond_the_pool_wait_their_turn_instead_of_timing_out(
     database: Database,
 ) -> None:
-    if database.is_sqlite:
-        pytest.skip("pooled databases only")
     # Two connections, a 0.2 s pool timeout, and twenty transactions of 50 ms
     # at once: a second of work, which would time out waiting in the pool.
     small = Database(database.url, pool_size=1, max_overflow=1, pool_timeout=0.2)
