@@ -319,6 +319,7 @@ class CommandApi(_Facet):
         attachments: Sequence[AttachmentInput] = (),
         input_data: Mapping[str, Any] | None = None,
         runtime_config: Mapping[str, Any] | None = None,
+        conversation_uuid: str | None = None,
     ) -> TurnResult:
         """Start a conversation and run its first turn, in one call.
 
@@ -339,6 +340,10 @@ class CommandApi(_Facet):
             input_data: values for the action prompt's ``{placeholders}``.
             runtime_config: per-call options and switches, as for
                 :meth:`send_message`.
+            conversation_uuid: the new conversation's uuid, for a caller that
+                must show it before the turn ends (the OpenAI endpoint's chunk
+                ids); a fresh one by default. It must be new: a uuid in use
+                writes nothing.
 
         Returns:
             The turn's result. A provider failure is a result with status
@@ -362,6 +367,7 @@ class CommandApi(_Facet):
             attachments=attachments,
             input_data=input_data,
             runtime_config=runtime_config,
+            conversation_uuid=conversation_uuid,
         )
 
     async def start_and_stream(
@@ -377,12 +383,7 @@ class CommandApi(_Facet):
         runtime_config: Mapping[str, Any] | None = None,
         conversation_uuid: str | None = None,
     ) -> AsyncIterator[TurnEvent]:
-        """:meth:`start_and_send`, yielding the turn's events as :meth:`stream_message` does.
-
-        ``conversation_uuid`` names the new conversation, for a caller that
-        must show it before the turn ends (the OpenAI endpoint's chunk ids);
-        a fresh one by default. It must be new: a uuid in use writes nothing.
-        """
+        """:meth:`start_and_send`, yielding the turn's events as :meth:`stream_message` does."""
         await self._ready()
         config = {"stream": True, **(runtime_config or {})}
         async for event in _events(

@@ -271,12 +271,11 @@ async def _run(turn: _Turn) -> TurnResult:
     """Run the turn to its end; a new conversation is written as the turn starts."""
     ph = turn.ph
     if turn.new is not None:
-        return await ph.runner.start_and_send(
-            turn.new.action_code,
+        return await ph.command.start_and_send(
             turn.new.agent_code,
+            turn.new.action_code,
             turn.text,
             memory_id=turn.memory_id,
-            default_audit=ph.settings.audit,
             attachments=turn.attachments,
             input_data=turn.input_data,
             runtime_config=turn.config,
