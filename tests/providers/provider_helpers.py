@@ -61,3 +61,21 @@ def model_spec(
 
 def sent_json(route: respx.Route) -> Any:
     return json.loads(route.calls.last.request.content)
+
+
+def chat_completion(text: str, model: str = "gpt-4o-mini") -> dict[str, Any]:
+    """An OpenAI chat completion answering ``text``."""
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
+    }

@@ -14,6 +14,7 @@ from openai import AsyncAzureOpenAI, AsyncOpenAI
 from openai._utils import PropertyInfo
 from openai.resources.chat.completions import completions as completions_module
 from openai.types.chat import completion_create_params
+from provider_helpers import chat_completion
 from pydantic_ai.messages import (
     ImageUrl,
     ModelMessage,
@@ -39,16 +40,7 @@ from pilothouse.providers._openai_client import (
 
 pytestmark = pytest.mark.anyio
 
-_ANSWER = {
-    "id": "c1",
-    "object": "chat.completion",
-    "created": 0,
-    "model": "m",
-    "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
-    ],
-    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-}
+_ANSWER = chat_completion("hi", "m")
 _STREAM = (
     b'data: {"id":"c1","object":"chat.completion.chunk","created":0,"model":"m",'
     b'"choices":[{"index":0,"delta":{"role":"assistant","content":"hi"},"finish_reason":null}]}\n\n'

@@ -8,7 +8,7 @@ import json
 import anyio
 import httpx2
 import pytest
-from provider_helpers import model_spec
+from provider_helpers import chat_completion, model_spec
 from pydantic_ai.direct import model_request
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 
@@ -19,18 +19,7 @@ from pilothouse.settings import Settings
 
 pytestmark = pytest.mark.anyio
 
-_ANSWER = json.dumps(
-    {
-        "id": "c1",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "m",
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
-        ],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    }
-).encode()
+_ANSWER = json.dumps(chat_completion("hi", "m")).encode()
 
 
 class _SlowServer:

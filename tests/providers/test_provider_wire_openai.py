@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 import respx
-from provider_helpers import bridge, model_spec, sent_json
+from provider_helpers import bridge, chat_completion, model_spec, sent_json
 from pydantic_ai.messages import ModelMessage, ModelRequest, TextPart, UserPromptPart
 from pydantic_ai.models import ModelRequestParameters
 
@@ -21,23 +21,6 @@ pytestmark = pytest.mark.anyio
 HELLO: list[ModelMessage] = [
     ModelRequest(parts=[UserPromptPart("hello")], instructions="Be brief.")
 ]
-
-
-def chat_completion(text: str, model: str = "gpt-4o-mini") -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1700000000,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
-    }
 
 
 OPTIONS = ModelOptions(
