@@ -58,7 +58,8 @@ class KeyInfo:
     last_used_at: datetime | None
 
 
-def _info(row: ApiKey) -> KeyInfo:
+def _info(row: ApiKey | Row[*tuple[Any, ...]]) -> KeyInfo:
+    """The key's public facts, from its ORM row or a Core row of the same columns."""
     return KeyInfo(
         prefix=row.prefix,
         name=row.name,
@@ -173,15 +174,7 @@ def _verified(row: Row[*tuple[Any, ...]] | None, key_digest: str) -> KeyInfo | N
     # Constant-time, so response timing says nothing about the digest.
     if not hmac.compare_digest(row.digest, key_digest):
         return None
-    return KeyInfo(
-        prefix=row.prefix,
-        name=row.name,
-        tenant=row.tenant,
-        scopes=tuple(str(s) for s in row.scopes),
-        active=row.active,
-        created_at=row.created_at,
-        last_used_at=row.last_used_at,
-    )
+    return _info(row)
 
 
 async def find_key(database: Database, key: str) -> KeyInfo | None:

@@ -76,7 +76,7 @@ class SqliteRunner:
         self._checkpointer: Any = None
         """The checkpoints' own DBAPI connection, used on the thread only."""
         self._in_thread = 0
-        """Jobs queued or running on the thread; the loop keeps off the connection meanwhile."""
+        """Transactions queued or running on the thread; the loop keeps off meanwhile."""
         self._commits = 0
         event.listen(engine, "connect", _immediate_transactions)
         event.listen(engine, "begin", _begin_immediate)
