@@ -1,8 +1,14 @@
-"""The exceptions pilothouse raises.
+"""The exceptions pilothouse raises, and the category each belongs to.
 
 Third-party errors are translated into these at the boundary of the adapter
 that met them, so callers (API, CLI, HTTP service) handle one hierarchy and
 can turn each into a clear message or status code without a stack trace.
+
+Every error has an :class:`ErrorCategory` (``error.category``): what kind of
+failure it is, whatever the face that reports it. A face (the REST routes,
+the OpenAI-compatible endpoint, JSON-RPC, the CLI) maps each category once,
+in one table of its own, instead of testing exception classes one by one;
+``error.public_message`` is the text that may leave the process.
 """
 
 from __future__ import annotations
@@ -12,6 +18,9 @@ __all__ = [
     "CatalogValidationError",
     "ConflictError",
     "ContentFilterError",
+    "ErrorCategory",
+    "ForbiddenError",
+    "InvalidFieldError",
     "InvalidStateError",
     "NotFoundError",
     "PilothouseError",
@@ -23,15 +32,61 @@ __all__ = [
     "RateLimitError",
     "SecretNotFoundError",
     "StaleVersionError",
+    "TooManyRequestsError",
+    "UnauthorizedError",
     "UnparseableResponseError",
     "ValidationIssue",
 ]
 
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import ClassVar
+
+
+class ErrorCategory(StrEnum):
+    """What kind of failure an error is, for the faces that report it.
+
+    Each face maps every category once (HTTP status, JSON-RPC code, exit
+    code); a new error class only has to name its category.
+    """
+
+    INVALID_INPUT = "invalid_input"
+    """The request is well-formed but its content is refused (a bad value, a
+    reference to nothing usable, an unfilled template)."""
+    NOT_FOUND = "not_found"
+    """What the request names does not exist for the tenant."""
+    INVALID_STATE = "invalid_state"
+    """Not allowed in the current status (a running or finished conversation,
+    an inactive action)."""
+    CONFLICT = "conflict"
+    """Conflicts with stored data (a duplicate key, a stale version, a
+    referenced entity)."""
+    UNAUTHORIZED = "unauthorized"
+    """No valid credentials."""
+    FORBIDDEN = "forbidden"
+    """Valid credentials without the right to do this."""
+    RATE_LIMITED = "rate_limited"
+    """The caller sent too many requests; ``retry_after`` says how long to wait."""
+    UPSTREAM = "upstream"
+    """A third party (a model provider) failed; its own message stays inside."""
+    INTERNAL = "internal"
+    """A fault of pilothouse or its deployment, not of the request."""
 
 
 class PilothouseError(Exception):
-    """Base class of every error pilothouse raises on purpose."""
+    """Base class of every error pilothouse raises on purpose.
+
+    Attributes:
+        category: what kind of failure it is (class-level; bad input unless
+            a subclass says otherwise).
+    """
+
+    category: ClassVar[ErrorCategory] = ErrorCategory.INVALID_INPUT
+
+    @property
+    def public_message(self) -> str:
+        """The message a face may show a caller; the error's own text unless it could leak."""
+        return str(self)
 
 
 @dataclass(frozen=True)
@@ -70,12 +125,30 @@ class CatalogValidationError(PilothouseError):
         super().__init__("\n".join(str(i) for i in issues))
 
 
+class InvalidFieldError(PilothouseError):
+    """One field of a request is refused; ``field`` names it, ``rule`` says why.
+
+    Args:
+        field: the field's path as the caller wrote it, e.g. ``tools[0]``.
+        rule: what is wrong, in words a user can act on.
+    """
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field = field
+        self.rule = rule
+
+
 class NotFoundError(PilothouseError):
     """A referenced entity or conversation does not exist for this tenant."""
+
+    category = ErrorCategory.NOT_FOUND
 
 
 class ConflictError(PilothouseError):
     """The request conflicts with the stored state (e.g. a duplicate key)."""
+
+    category = ErrorCategory.CONFLICT
 
 
 class StaleVersionError(ConflictError):
@@ -85,6 +158,34 @@ class StaleVersionError(ConflictError):
 class InvalidStateError(PilothouseError):
     """The operation is not allowed in the conversation's current status."""
 
+    category = ErrorCategory.INVALID_STATE
+
+
+class UnauthorizedError(PilothouseError):
+    """The caller presented no valid credentials (a missing, unknown or revoked key)."""
+
+    category = ErrorCategory.UNAUTHORIZED
+
+
+class ForbiddenError(PilothouseError):
+    """The caller's credentials do not allow this operation."""
+
+    category = ErrorCategory.FORBIDDEN
+
+
+class TooManyRequestsError(PilothouseError):
+    """The caller is over its rate limit.
+
+    Attributes:
+        retry_after: seconds until a request would be accepted again.
+    """
+
+    category = ErrorCategory.RATE_LIMITED
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
 
 class SecretNotFoundError(PilothouseError):
     """A ``@secrets(NAME)`` reference names a secret that is not defined."""
@@ -93,7 +194,13 @@ class SecretNotFoundError(PilothouseError):
 class ProviderError(PilothouseError):
     """A model provider failed; subclasses say how, so retries can decide."""
 
+    category = ErrorCategory.UPSTREAM
     retryable: bool = False
+
+    @property
+    def public_message(self) -> str:
+        """Only the kind of failure: a provider's message may echo URLs, headers or keys."""
+        return f"the model provider failed ({type(self).__name__})"
 
 
 class ProviderAuthError(ProviderError):

@@ -22,9 +22,10 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import Model, ModelRequestParameters
 
 from pilothouse.catalog._enums import ModelCapability, ProviderKind, TimelineKind
+from pilothouse.errors import ContentFilterError
 from pilothouse.memory import counter_for
 from pilothouse.providers import ModelSpec, redact, translate_error
-from pilothouse.runtime._advisors import AdvisedCall
+from pilothouse.runtime._advisors import AdvisedCall, ContentBlocked
 from pilothouse.runtime._compile import CompiledAction
 from pilothouse.runtime._config import RuntimeConfig
 from pilothouse.runtime._convert import estimate_usage
@@ -139,7 +140,8 @@ class ModelCaller:
 
         Raises:
             ProviderError: the provider failed and retries are spent.
-            ContentBlocked: a content filter advisor refused input or output.
+            ContentBlocked: a content filter advisor, or the provider's own filter,
+                refused input or output.
         """
         chain = turn.compiled.advisors
         if not chain:
@@ -244,6 +246,10 @@ class ModelCaller:
                         },
                     )
                 )
+                if isinstance(error, ContentFilterError):
+                    # The provider's filter refused the prompt: the turn ends
+                    # CF, as an answer with finish_reason=content_filter does.
+                    raise ContentBlocked("input", "the provider's content filter") from exc
                 if not policy.should_retry(error, attempt):
                     raise error from exc
                 delay = policy.delay_for(error, attempt)
