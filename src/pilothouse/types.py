@@ -1,0 +1,425 @@
+"""The public types of pilothouse: what the facade takes and returns.
+
+Every face (the HTTP service, the CLI, an application) works with these
+names and :mod:`pilothouse.api`; where a type is defined elsewhere, this
+module is its public address:
+
+- **enums**: statuses, finish reasons, roles and the catalog's kinds
+  (``ProcessStatus``, ``FinishReason``, ``MessageRole``, ...);
+- **results**: ``TurnResult``, conversations and their views
+  (``Conversation``, ``Message``, ``Page``, ``ConversationInfo``,
+  ``ConversationView``), catalog rows (``Action``, ``Agent``, ``Tool``,
+  ``McpClient``), ``KeyInfo``, ``Target``, ``CatalogEntry``,
+  ``ImportSummary``;
+- **events**: ``TurnEvent`` and its kinds (``TextDelta``, ``TurnFinished``, ...);
+- **requests**: ``AttachmentInput``, ``MessageInput``, ``ModelOptions`` and the
+  ad-hoc run (``AdHocRun`` with ``ModelEndpoint``, ``McpServer``,
+  ``ChatMemory``; answered by ``AdHocResult``);
+- **extension points** passed to ``Pilothouse(...)``: ``Authorizer``,
+  ``PromptContributor`` and ``PromptContext`` (advisors are in
+  :mod:`pilothouse.advisors`, tools in :mod:`pilothouse.tools`).
+
+Names defined in the run loop are imported on first use, so importing this
+module loads neither pydantic-ai nor the catalog tooling.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ADMIN_SCOPE",
+    "AdHocResult",
+    "AdHocRun",
+    "Action",
+    "AdvisorKind",
+    "Agent",
+    "AttachmentInput",
+    "AttachmentView",
+    "Authorizer",
+    "Cardinality",
+    "CatalogCheck",
+    "CatalogEntity",
+    "CatalogEntry",
+    "ChatMemory",
+    "Conversation",
+    "ConversationInfo",
+    "ConversationView",
+    "ExecutionPolicy",
+    "FinishReason",
+    "FormHint",
+    "ImportSummary",
+    "InstructionMode",
+    "KeyInfo",
+    "KindCounts",
+    "McpClient",
+    "McpServer",
+    "McpTransport",
+    "MemoryKind",
+    "Message",
+    "MessageInput",
+    "MessageRole",
+    "MessageView",
+    "ModelCapability",
+    "ModelEndpoint",
+    "ModelOptions",
+    "Page",
+    "ProcessStatus",
+    "PromptContext",
+    "PromptContributor",
+    "ProviderKind",
+    "ReasoningEffort",
+    "ReasoningSummary",
+    "SchemaDirection",
+    "SchemaRevision",
+    "StatusChanged",
+    "Target",
+    "TargetInfo",
+    "TextDelta",
+    "ThinkingDelta",
+    "TimelineEventView",
+    "TimelineKind",
+    "Tool",
+    "ToolCallRequested",
+    "ToolCallStatus",
+    "ToolCallView",
+    "ToolKind",
+    "TurnEvent",
+    "TurnFinished",
+    "TurnResult",
+    "TurnRetry",
+]
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from pilothouse.catalog._enums import (
+    AdvisorKind,
+    Cardinality,
+    ExecutionPolicy,
+    FinishReason,
+    FormHint,
+    InstructionMode,
+    McpTransport,
+    MemoryKind,
+    MessageRole,
+    ModelCapability,
+    ProcessStatus,
+    ProviderKind,
+    SchemaDirection,
+    TimelineKind,
+    ToolCallStatus,
+    ToolKind,
+)
+from pilothouse.providers._options import ModelOptions, ReasoningEffort, ReasoningSummary
+
+if TYPE_CHECKING:
+    from pilothouse.catalog._importer import ImportSummary, KindCounts
+    from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
+    from pilothouse.runtime._events import (
+        StatusChanged,
+        TextDelta,
+        ThinkingDelta,
+        ToolCallRequested,
+        TurnEvent,
+        TurnFinished,
+        TurnResult,
+        TurnRetry,
+    )
+    from pilothouse.runtime._prompt import PromptContext, PromptContributor
+    from pilothouse.runtime._toolexec import Authorizer
+    from pilothouse.store._queries import (
+        AttachmentView,
+        ConversationInfo,
+        ConversationView,
+        MessageView,
+        Page,
+        TimelineEventView,
+        ToolCallView,
+    )
+    from pilothouse.store._records import Conversation, Message
+    from pilothouse.store._writer import NewAttachment as AttachmentInput
+    from pilothouse.store._writer import NewMessage as MessageInput
+
+
+ADMIN_SCOPE = "admin"
+"""The scope of an API key that may change the catalog."""
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """What may be shown about an API key: everything but the key itself.
+
+    Attributes:
+        prefix: the key's public prefix (names it in listings and logs).
+        name: a label given when it was created.
+        tenant: the tenant every request with it acts for.
+        scopes: e.g. ``("admin",)`` for catalog writes.
+        active: False once revoked.
+        created_at: when it was created.
+        last_used_at: when a request last presented it (written at most
+            once a minute), or None.
+    """
+
+    prefix: str
+    name: str
+    tenant: str
+    scopes: tuple[str, ...]
+    active: bool
+    created_at: datetime
+    last_used_at: datetime | None
+
+    @property
+    def is_admin(self) -> bool:
+        """Whether the key may change the catalog."""
+        return ADMIN_SCOPE in self.scopes
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One catalog entity as its spec document: the mapping the catalog YAML holds.
+
+    Attributes:
+        kind: the kind's plural name, e.g. ``actions``.
+        key: the business key (a code, or an MCP client's name).
+        version: bumped by every change; send it back to update optimistically.
+        active: whether the entity is active.
+        document: the spec document, JSON-ready (``code`` first, fields at
+            their default left out; prices as decimal strings).
+    """
+
+    kind: str
+    key: str
+    version: int
+    active: bool
+    document: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CatalogCheck:
+    """What validating catalog files found, when nothing was wrong.
+
+    Attributes:
+        files: how many files were read.
+        entities: how many entities they declare.
+        counts: entities per kind (plural name), in dependency order.
+        entity_names: the singular name of each kind in ``counts``.
+    """
+
+    files: int
+    entities: int
+    counts: dict[str, int]
+    entity_names: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Target:
+    """An active action (and the active agent running it) that a target id names.
+
+    A target id is ``action:<CODE>`` or the plain ``<CODE>`` for an action,
+    ``agent:<CODE>`` for an agent running its goal action (the model ids of
+    the OpenAI-compatible endpoint).
+
+    Attributes:
+        action_code: the action a turn runs.
+        agent_code: the agent running it, or None.
+        placeholders: the ``{placeholders}`` of the action's and the agent's prompts.
+        name: the agent's name, else the action's goal description or name.
+        updated_at: when the agent (else the action) last changed.
+        revision: the tenant's catalog revision when this was read; pass it
+            to :meth:`~pilothouse.api.CommandApi.check_message` to reuse a
+            compilation of that revision without reading the catalog again.
+    """
+
+    action_code: str
+    agent_code: str | None
+    placeholders: frozenset[str]
+    name: str
+    updated_at: datetime
+    revision: int
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """One entry of the target list: its id, when it last changed, what it does."""
+
+    target_id: str
+    updated_at: datetime
+    description: str
+
+
+@dataclass(frozen=True)
+class SchemaRevision:
+    """Where the database's schema stands.
+
+    Attributes:
+        current: the migration the database is at (None when empty).
+        head: the newest migration this version of pilothouse knows.
+    """
+
+    current: str | None
+    head: str
+
+    @property
+    def is_current(self) -> bool:
+        """Whether the database is at the newest migration."""
+        return self.current == self.head
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    """A model on an OpenAI-compatible server, called with the caller's credentials.
+
+    The key and the header values are used for the calls only: never stored,
+    logged or echoed.
+
+    Attributes:
+        base_url: the server's http(s) URL, e.g. ``https://host/v1``.
+        model_name: the model to ask for.
+        api_key: the bearer key, if the server wants one.
+        headers: extra request headers.
+    """
+
+    base_url: str
+    model_name: str
+    api_key: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict[str, str])
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """An MCP server whose tools an ad-hoc run may call.
+
+    Attributes:
+        url: the server's http(s) URL.
+        headers: request headers (sent as they are; the audit keeps their names only).
+        transport: ``streamable-http`` or ``sse``.
+    """
+
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict[str, str])
+    transport: Literal["streamable-http", "sse"] = "streamable-http"
+
+
+@dataclass(frozen=True)
+class ChatMemory:
+    """How an ad-hoc run remembers earlier calls.
+
+    Attributes:
+        memory_id: every run with the same id continues one conversation (a
+            new one, sharing the memory, only after the last one failed or
+            was cancelled); a fresh id when None.
+        max_messages: the most stored messages sent to the model.
+    """
+
+    memory_id: str | None = None
+    max_messages: int = 20
+
+
+@dataclass(frozen=True)
+class AdHocRun:
+    """One turn of an agent described inline rather than in the catalog.
+
+    Nothing is written to the catalog: conversations of ad-hoc runs have the
+    reserved action code ``INVOKE`` and no agent code; before each turn the
+    run's system prompt is recorded as a system message with ``record``.
+
+    Attributes:
+        name: the agent's name ("You are <name>.").
+        message: the user's message.
+        model: a catalog model code of the tenant, or a model endpoint.
+        description: more about the agent, after its name.
+        instruction: the caller's instruction, combined with the default.
+        instruction_mode: how it combines (append, prepend or replace).
+        options: sampling and limit options (temperature, max_tokens, ...).
+        tools: codes of active catalog tools the agent may call.
+        mcp_servers: MCP servers whose tools the agent may call.
+        memory: chat memory across runs; None for none (each run is a new
+            conversation whose memory is its own).
+        audit: record the audit timeline; None follows the deployment.
+        output_schema: a JSON schema the answer must match (the answer is
+            then parsed JSON); None for text.
+        collection: an active document collection the caller names; checked,
+            not yet used for retrieval (the result says so in ``warnings``).
+        record: JSON data kept with the run's system message (the caller's
+            own view of its parameters, for the audit); never credentials.
+    """
+
+    name: str
+    message: str
+    model: str | ModelEndpoint
+    description: str | None = None
+    instruction: str | None = None
+    instruction_mode: InstructionMode = InstructionMode.APPEND
+    options: ModelOptions = field(default_factory=ModelOptions)
+    tools: tuple[str, ...] = ()
+    mcp_servers: tuple[McpServer, ...] = ()
+    memory: ChatMemory | None = field(default_factory=ChatMemory)
+    audit: bool | None = None
+    output_schema: Mapping[str, Any] | None = None
+    collection: str | None = None
+    record: Mapping[str, Any] = field(default_factory=dict[str, Any])
+
+
+@dataclass(frozen=True)
+class AdHocResult:
+    """What an ad-hoc run produced.
+
+    Attributes:
+        result: the turn's result (status ``FA`` with the error when it failed).
+        conversation_uuid: the conversation the turn ran in.
+        memory_id: the chat memory it used; pass it again to continue.
+        warnings: what the run accepted but could not honour fully.
+    """
+
+    result: TurnResult
+    conversation_uuid: str
+    memory_id: str
+    warnings: tuple[str, ...] = ()
+
+
+_LAZY: dict[str, tuple[str, ...]] = {
+    "pilothouse.catalog._importer": ("ImportSummary", "KindCounts"),
+    "pilothouse.catalog._models": ("Action", "Agent", "CatalogEntity", "McpClient", "Tool"),
+    "pilothouse.runtime._events": (
+        "StatusChanged",
+        "TextDelta",
+        "ThinkingDelta",
+        "ToolCallRequested",
+        "TurnEvent",
+        "TurnFinished",
+        "TurnResult",
+        "TurnRetry",
+    ),
+    "pilothouse.runtime._prompt": ("PromptContext", "PromptContributor"),
+    "pilothouse.runtime._toolexec": ("Authorizer",),
+    "pilothouse.store._queries": (
+        "AttachmentView",
+        "ConversationInfo",
+        "ConversationView",
+        "MessageView",
+        "Page",
+        "TimelineEventView",
+        "ToolCallView",
+    ),
+    "pilothouse.store._records": ("Conversation", "Message"),
+}
+"""The names imported on first use, by the module that defines them."""
+
+_RENAMED = {"AttachmentInput": "NewAttachment", "MessageInput": "NewMessage"}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+_MODULE_OF.update(dict.fromkeys(_RENAMED, "pilothouse.store._writer"))
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
