@@ -514,7 +514,7 @@ async def _chat_pilothouse(base_url: str, model_name: str, options: dict[str, An
 
     async def stream() -> dict[str, Any]:
         clock = C.StreamClock()
-        async for event in ph.command.start_and_stream(None, stream_action, C.USER, runtime_config=config):
+        async for event in ph.command.start_and_stream(C.USER, action=stream_action, runtime_config=config):
             if isinstance(event, TextDelta):
                 clock.chunk(event.text)
         return clock.facts()
@@ -527,7 +527,7 @@ async def _chat_pilothouse(base_url: str, model_name: str, options: dict[str, An
         uuids, done = [u for u, _ in kept], [d for _, d in kept]
         stored: dict[str, tuple[str, int, int]] = {}
         duplicated_content = 0
-        async with ph.database.engine.connect() as connection:
+        async with ph._shared.database.engine.connect() as connection:  # pyright: ignore[reportPrivateUsage]
             for i in range(0, len(uuids), 500):
                 chunk = uuids[i : i + 500]
                 marks = ", ".join(f":u{j}" for j in range(len(chunk)))

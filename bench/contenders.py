@@ -487,7 +487,7 @@ async def _pilothouse(base_url: str, scenario: str, options: dict[str, Any]) -> 
         # One governed turn of a new conversation: start_and_send writes the
         # conversation with the first turn (what start_conversation then
         # send_message write, one transaction fewer).
-        r = await ph.command.start_and_send(None, action, USER, runtime_config=config)
+        r = await ph.command.start_and_send(USER, action=action, runtime_config=config)
         if r.error:
             raise RuntimeError(r.error)
         return {"text": r.text, "status": str(r.status)}
@@ -496,7 +496,7 @@ async def _pilothouse(base_url: str, scenario: str, options: dict[str, Any]) -> 
         from pilothouse.runtime import TextDelta
 
         clock = StreamClock()
-        async for event in ph.command.start_and_stream(None, action, USER, runtime_config=config):
+        async for event in ph.command.start_and_stream(USER, action=action, runtime_config=config):
             if isinstance(event, TextDelta):
                 clock.chunk(event.text)
         return clock.facts()

@@ -215,7 +215,7 @@ async def measure(workdir: Path) -> dict[str, Any]:
         for variant, (code, model_name) in VARIANTS.items():
             _Capture.bodies.clear()
             async with Pilothouse(Settings(database_url=url), tenant="erp-" + model_name) as ph:
-                conversation = await ph.command.start_conversation(code, code)
+                conversation = await ph.command.start_conversation(action=code, agent=code)
                 turn = await ph.command.send_message(conversation.uuid, USER)
             bodies = list(_Capture.bodies)
             if turn.error or not bodies:

@@ -1,13 +1,26 @@
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from pilothouse.api import CommandApi, Pilothouse, SyncPilothouse
+from pilothouse.api import (
+    CatalogApi,
+    CommandApi,
+    KeyApi,
+    Pilothouse,
+    QueryApi,
+    SyncCatalogApi,
+    SyncCommandApi,
+    SyncKeyApi,
+    SyncPilothouse,
+    SyncQueryApi,
+)
 from pilothouse.catalog._enums import (
     McpTransport,
     MessageRole,
@@ -29,6 +42,7 @@ from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.settings import Settings
 from pilothouse.store import Database
 from pilothouse.store._writer import ConversationWriter, NewMessage, TurnBatch
+from pilothouse.testing import Reply, ScriptedModel
 
 pytestmark = pytest.mark.anyio
 
@@ -80,7 +94,9 @@ async def ph(database: Database) -> AsyncIterator[Pilothouse]:
 
 
 async def test_start_conversation_records_a_not_started_conversation(ph: Pilothouse) -> None:
-    conversation = await ph.command.start_conversation("ANALYST", "SUMMARIZE", memory_id="m-1")
+    conversation = await ph.command.start_conversation(
+        action="SUMMARIZE", agent="ANALYST", memory_id="m-1"
+    )
     assert conversation.status is ProcessStatus.NOT_STARTED
     assert (conversation.agent_code, conversation.action_code) == ("ANALYST", "SUMMARIZE")
     assert (conversation.tenant, conversation.memory_id, conversation.audit) == (
@@ -94,7 +110,7 @@ async def test_start_conversation_records_a_not_started_conversation(ph: Pilotho
 
 
 async def test_start_conversation_without_agent(ph: Pilothouse) -> None:
-    conversation = await ph.command.start_conversation(None, "SUMMARIZE")
+    conversation = await ph.command.start_conversation(action="SUMMARIZE")
     assert conversation.agent_code is None
     assert conversation.memory_id == conversation.uuid
 
@@ -103,26 +119,26 @@ async def test_audit_follows_argument_then_action_then_settings(database: Databa
     await seed_catalog(database)
     settings = Settings(database_url=database.url, audit=False)
     async with Pilothouse(settings, database=database) as ph:
-        assert (await ph.command.start_conversation(None, "SUMMARIZE")).audit is False
-        assert (await ph.command.start_conversation(None, "SUMMARIZE", audit=True)).audit is True
+        assert (await ph.command.start_conversation(action="SUMMARIZE")).audit is False
+        assert (await ph.command.start_conversation(action="SUMMARIZE", audit=True)).audit is True
     async with Pilothouse(Settings(database_url=database.url), database=database) as ph:
-        assert (await ph.command.start_conversation(None, "QUIET")).audit is False
-        assert (await ph.command.start_conversation(None, "SUMMARIZE")).audit is True
+        assert (await ph.command.start_conversation(action="QUIET")).audit is False
+        assert (await ph.command.start_conversation(action="SUMMARIZE")).audit is True
 
 
 async def test_unknown_action_or_agent_is_not_found(ph: Pilothouse) -> None:
     with pytest.raises(NotFoundError, match="action 'NOPE' not found"):
-        await ph.command.start_conversation("ANALYST", "NOPE")
+        await ph.command.start_conversation(action="NOPE", agent="ANALYST")
     with pytest.raises(NotFoundError, match="agent 'NOBODY' not found"):
-        await ph.command.start_conversation("NOBODY", "SUMMARIZE")
+        await ph.command.start_conversation(action="SUMMARIZE", agent="NOBODY")
     assert (await ph.query.list_conversations()).total == 0
 
 
 async def test_inactive_action_or_agent_is_refused(ph: Pilothouse) -> None:
     with pytest.raises(InvalidStateError, match="action 'RETIRED' is inactive"):
-        await ph.command.start_conversation("ANALYST", "RETIRED")
+        await ph.command.start_conversation(action="RETIRED", agent="ANALYST")
     with pytest.raises(InvalidStateError, match="agent 'IDLE' is inactive"):
-        await ph.command.start_conversation("IDLE", "SUMMARIZE")
+        await ph.command.start_conversation(action="SUMMARIZE", agent="IDLE")
     assert (await ph.query.list_conversations()).total == 0
 
 
@@ -131,11 +147,11 @@ async def test_another_tenants_catalog_is_invisible(database: Database) -> None:
     async with Pilothouse(Settings(database_url=database.url), database=database) as ph:
         assert await ph.query.find_action_by_code("SUMMARIZE") is None
         with pytest.raises(NotFoundError, match="action 'SUMMARIZE' not found"):
-            await ph.command.start_conversation(None, "SUMMARIZE")
+            await ph.command.start_conversation(action="SUMMARIZE")
     async with Pilothouse(
         Settings(database_url=database.url), tenant="acme", database=database
     ) as ph:
-        conversation = await ph.command.start_conversation("ANALYST", "SUMMARIZE")
+        conversation = await ph.command.start_conversation(action="SUMMARIZE", agent="ANALYST")
         assert conversation.tenant == "acme"
     async with Pilothouse(
         Settings(database_url=database.url, tenant="acme"), database=database
@@ -167,8 +183,8 @@ async def test_catalog_finders(ph: Pilothouse) -> None:
 
 
 async def test_conversation_reads(ph: Pilothouse) -> None:
-    conversation = await ph.command.start_conversation("ANALYST", "SUMMARIZE")
-    writer = ConversationWriter(ph.database, ph.tenant)
+    conversation = await ph.command.start_conversation(action="SUMMARIZE", agent="ANALYST")
+    writer = ConversationWriter(ph._shared.database, ph.tenant)  # pyright: ignore[reportPrivateUsage]
     handle = await writer.begin_turn(conversation.uuid)
     await writer.write(
         handle,
@@ -208,7 +224,7 @@ async def test_facade_makes_a_fresh_database_usable_and_closes_what_it_opened(
     ph = Pilothouse(settings)
     # No context manager and no setup step: the first call creates the schema.
     assert await ph.query.find_action_by_code("SUMMARIZE") is None
-    assert await ph.database.schema_is_current()
+    assert (await ph.schema_revision()).is_current
     await ph.aclose()
 
 
@@ -232,14 +248,14 @@ def test_sync_wrapper_works_from_plain_sync_code(tmp_path: Path) -> None:
         loop_thread = ph._portal.call(threading.current_thread)
         assert loop_thread is not threading.current_thread()
         assert ph.tenant == "default"
-        conversation = ph.command.start_conversation("ANALYST", "SUMMARIZE")
+        conversation = ph.command.start_conversation(action="SUMMARIZE", agent="ANALYST")
         assert conversation.status is ProcessStatus.NOT_STARTED
         assert ph.query.find_conversation(conversation.uuid).uuid == conversation.uuid
         assert ph.query.list_conversations(agent="ANALYST").total == 1
         assert ph.query.get_transcript(conversation.uuid).messages == []
         assert [a.code for a in ph.query.get_all_actions()] == ["QUIET", "SUMMARIZE"]
         with pytest.raises(NotFoundError, match="action 'NOPE' not found"):
-            ph.command.start_conversation(None, "NOPE")
+            ph.command.start_conversation(action="NOPE")
         # Attributes that are not coroutines pass through unchanged.
         assert ph.command.tenant == "default"
         assert "start_conversation" in dir(ph.command)
@@ -249,25 +265,76 @@ def test_sync_wrapper_works_from_plain_sync_code(tmp_path: Path) -> None:
     assert not loop_thread.is_alive()
 
 
-def test_sync_wrapper_wraps_methods_added_later(tmp_path: Path) -> None:
-    """New async commands and async generators need no sync code of their own."""
+@pytest.mark.parametrize(
+    ("sync_half", "async_half"),
+    [
+        (SyncQueryApi, QueryApi),
+        (SyncCommandApi, CommandApi),
+        (SyncCatalogApi, CatalogApi),
+        (SyncKeyApi, KeyApi),
+        (SyncPilothouse, Pilothouse),
+    ],
+)
+def test_sync_facade_offers_every_async_method_with_its_signature(
+    sync_half: type[Any], async_half: type[Any]
+) -> None:
+    """The typed sync facade names each method; one the async facade gains fails here."""
 
-    async def echo(self: CommandApi, text: str, *, times: int = 1) -> str:
-        await anyio.sleep(0)
-        return text * times
+    def public(cls: type[Any]) -> set[str]:
+        return {
+            name
+            for name, value in vars(cls).items()
+            if not name.startswith("_") and (callable(value) or hasattr(value, "__get__"))
+        }
 
-    async def count(self: CommandApi, limit: int) -> AsyncIterator[int]:
-        for number in range(limit):
-            await anyio.sleep(0)
-            yield number
+    # Pilothouse's async close is aclose; the sync one close.
+    renamed = {"aclose": "close"}
+    assert {renamed.get(n, n) for n in public(async_half)} <= public(sync_half)
+    settings = Settings(database_url="sqlite+aiosqlite:///:memory:")
+    facade = Pilothouse(settings)
+    instances = {
+        QueryApi: facade.query,
+        CommandApi: facade.command,
+        CatalogApi: facade.catalog,
+        KeyApi: facade.keys,
+        Pilothouse: facade,
+    }
+    target = instances[async_half]
+    wrapped = (
+        sync_half(target, None)
+        if sync_half is not SyncPilothouse
+        else SyncPilothouse.__new__(SyncPilothouse)
+    )
+    if sync_half is SyncPilothouse:
+        wrapped._bind(facade, None, owner=False)  # pyright: ignore[reportPrivateUsage]
+    for name in public(async_half):
+        if name in renamed:
+            continue
+        expected = inspect.signature(getattr(target, name))
+        if expected.return_annotation == "Pilothouse":
+            expected = expected.replace(return_annotation="SyncPilothouse")
+        if inspect.isasyncgenfunction(getattr(async_half, name)):
+            assert str(expected.return_annotation).startswith("AsyncIterator[")
+            returns = str(expected.return_annotation).replace("AsyncIterator[", "Iterator[", 1)
+            expected = expected.replace(return_annotation=returns)
+        assert inspect.signature(getattr(wrapped, name)) == expected, name
+    assert inspect.signature(SyncPilothouse.__init__) == inspect.signature(Pilothouse.__init__)
 
+
+def test_sync_streams_are_iterators_that_can_stop_early(tmp_path: Path) -> None:
     settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'sync.db'}")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(CommandApi, "echo", echo, raising=False)
-        patch.setattr(CommandApi, "count", count, raising=False)
-        with SyncPilothouse(settings) as ph:
-            assert ph.command.echo("ab", times=2) == "abab"
-            assert list(ph.command.count(3)) == [0, 1, 2]
-            numbers = ph.command.count(10)
-            assert next(numbers) == 0
-            numbers.close()
+
+    async def seed() -> None:
+        db = Database(settings.database_url)
+        await db.ensure_schema()
+        await seed_catalog(db)
+        await db.dispose()
+
+    anyio.run(seed)
+    model = ScriptedModel([Reply("alpha beta gamma"), Reply("again")])
+    with SyncPilothouse(settings, model=model) as ph:
+        events = ph.command.start_and_stream("go", action="SUMMARIZE")
+        first = next(events)
+        assert first.conversation_uuid
+        events.close()
+        assert list(ph.command.start_and_stream("again", action="SUMMARIZE"))

@@ -113,7 +113,7 @@ from pilothouse.testing import ScriptedModel
 async def main() -> None:
     settings = Settings(database_url={url!r})
     async with Pilothouse(settings, model=ScriptedModel(["Hello."])) as ph:
-        conversation = await ph.command.start_conversation(None, "GREET")
+        conversation = await ph.command.start_conversation(action="GREET")
         result = await ph.command.send_message(conversation.uuid, "Hi")
         assert result.output == "Hello.", result
 

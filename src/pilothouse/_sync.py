@@ -2,22 +2,42 @@
 
 The async facade runs in an event loop on a background thread (an anyio
 blocking portal); every call from synchronous code is handed to that loop
-and waited for. The wrapper is generic: any coroutine method the async API
-gains is offered synchronously with no code here, and any async generator
-method becomes a plain iterator.
+and waited for. Each half of the sync facade names the async methods it
+offers, one line each: a coroutine method becomes a blocking call with the
+same parameters and result type, an async generator method a plain
+iterator. The types follow from the async methods, so the two facades
+cannot drift apart (a test checks that every method is offered).
 """
 
 from __future__ import annotations
 
-__all__ = ["SyncPilothouse"]
+__all__ = ["SyncCatalogApi", "SyncCommandApi", "SyncKeyApi", "SyncPilothouse", "SyncQueryApi"]
 
 import functools
 import inspect
-from collections.abc import AsyncGenerator, Callable, Iterator
+import queue
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import ExitStack
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    Self,
+    TypeVar,
+    overload,
+)
 
+import anyio
+
+from pilothouse._facade.catalog import CatalogApi
+from pilothouse._facade.command import CommandApi
+from pilothouse._facade.facet import Facet
+from pilothouse._facade.keys import KeyApi
+from pilothouse._facade.query import QueryApi
 from pilothouse.settings import Settings
 from pilothouse.store import Database
 
@@ -26,85 +46,267 @@ if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
     from pilothouse.api import Pilothouse
+    from pilothouse.providers._local import LocalModelServers
+    from pilothouse.runtime._events import Listener
+    from pilothouse.tools import ToolRegistry
+    from pilothouse.types import (
+        Authorizer,
+        CatalogEntity,
+        CatalogEntry,
+        PromptContributor,
+        SchemaRevision,
+    )
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
 
 
-class _SyncProxy:
-    """Offers an async object's methods as blocking calls through a portal."""
+class _SyncHalf:
+    """A half of the sync facade: the async half it wraps and the portal to its loop."""
 
-    def __init__(self, target: object, portal: BlockingPortal) -> None:
+    def __init__(self, target: Facet, portal: BlockingPortal) -> None:
         self._target = target
         self._portal = portal
 
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._target, name)
-        if inspect.iscoroutinefunction(attribute):
-            return self._blocking(attribute)
-        if inspect.isasyncgenfunction(attribute):
-            return self._iterating(attribute)
-        return attribute
+    @property
+    def tenant(self) -> str:
+        """The tenant every call acts for."""
+        return self._target.tenant
 
-    def __dir__(self) -> list[str]:
-        return sorted(set(dir(self._target)) | set(super().__dir__()))
 
-    def _blocking(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        portal = self._portal
+def _without_self(method: Callable[..., Any], returns: str | None = None) -> inspect.Signature:
+    signature = inspect.signature(method)
+    parameters = list(signature.parameters.values())[1:]
+    annotation = signature.return_annotation if returns is None else returns
+    return signature.replace(parameters=parameters, return_annotation=annotation)
 
-        @functools.wraps(method)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return portal.call(functools.partial(method, *args, **kwargs))
 
+class _Blocking(Generic[P, R]):
+    """A coroutine method of an async half, offered as a blocking call."""
+
+    def __init__(self, method: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) -> None:
+        self.method = method
+        self.__doc__ = method.__doc__
+        self._signature = _without_self(method)
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> Self: ...
+
+    @overload
+    def __get__(self, instance: _SyncHalf, owner: type[Any]) -> Callable[P, R]: ...
+
+    def __get__(self, instance: _SyncHalf | None, owner: type[Any]) -> Self | Callable[P, R]:
+        if instance is None:
+            return self
+        bound = getattr(instance._target, self.method.__name__)  # pyright: ignore[reportPrivateUsage]
+        portal = instance._portal  # pyright: ignore[reportPrivateUsage]
+
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            result: R = portal.call(functools.partial(bound, *args, **kwargs))
+            return result
+
+        call.__name__ = self.method.__name__
+        call.__doc__ = self.method.__doc__
+        call.__signature__ = self._signature  # type: ignore[attr-defined]
         return call
 
-    def _iterating(self, method: Callable[..., AsyncGenerator[Any]]) -> Callable[..., Any]:
-        portal = self._portal
 
-        @functools.wraps(method)
-        def iterate(*args: Any, **kwargs: Any) -> Iterator[Any]:
-            generator = method(*args, **kwargs)
-            try:
-                while True:
-                    try:
-                        yield portal.call(generator.__anext__)
-                    except StopAsyncIteration:
-                        return
-            finally:
-                # Runs the generator's own cleanup when the caller stops early.
-                portal.call(generator.aclose)
+class _Iterating(Generic[P, T]):
+    """An async generator method of an async half, offered as a plain iterator."""
 
+    def __init__(self, method: Callable[Concatenate[Any, P], AsyncIterator[T]]) -> None:
+        self.method = method
+        self.__doc__ = method.__doc__
+        returns = str(inspect.signature(method).return_annotation)
+        self._signature = _without_self(method, returns.replace("AsyncIterator[", "Iterator[", 1))
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> Self: ...
+
+    @overload
+    def __get__(self, instance: _SyncHalf, owner: type[Any]) -> Callable[P, Iterator[T]]: ...
+
+    def __get__(
+        self, instance: _SyncHalf | None, owner: type[Any]
+    ) -> Self | Callable[P, Iterator[T]]:
+        if instance is None:
+            return self
+        bound = getattr(instance._target, self.method.__name__)  # pyright: ignore[reportPrivateUsage]
+        portal = instance._portal  # pyright: ignore[reportPrivateUsage]
+
+        def iterate(*args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+            return _drain(portal, lambda: bound(*args, **kwargs))
+
+        iterate.__name__ = self.method.__name__
+        iterate.__doc__ = self.method.__doc__
+        iterate.__signature__ = self._signature  # type: ignore[attr-defined]
         return iterate
 
 
+def _drain(portal: BlockingPortal, start: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
+    """Iterate an async iterator from sync code, the whole iteration in one task of the loop.
+
+    One task, because an async generator may hold a task group or a cancel
+    scope across its yields (a streamed turn does), and those must be left
+    in the task that entered them. Items are handed over through a queue;
+    stopping early cancels the task, and waits until it has cleaned up.
+    """
+    handed: queue.SimpleQueue[tuple[Literal["item", "end", "error"], Any]] = queue.SimpleQueue()
+
+    async def pump() -> None:
+        try:
+            iterator = start()
+            try:
+                async for item in iterator:
+                    handed.put(("item", item))
+            finally:
+                close = getattr(iterator, "aclose", None)
+                if close is not None:
+                    await close()
+        except anyio.get_cancelled_exc_class():
+            handed.put(("end", None))
+            raise
+        except Exception as exc:
+            # Handed to the caller, who sees it raised from the iterator.
+            handed.put(("error", exc))
+        else:
+            handed.put(("end", None))
+
+    future = portal.start_task_soon(pump)
+    finished = False
+    try:
+        while True:
+            kind, value = handed.get()
+            if kind == "item":
+                yield value
+            elif kind == "end":
+                finished = True
+                return
+            else:
+                finished = True
+                raise value
+    finally:
+        if not finished:
+            # The caller stopped early: cancel the iteration and wait for its cleanup.
+            future.cancel()
+            while handed.get()[0] == "item":
+                pass
+
+
+class SyncQueryApi(_SyncHalf):
+    """:class:`~pilothouse.api.QueryApi` as blocking calls."""
+
+    get_all_actions = _Blocking(QueryApi.get_all_actions)
+    find_action_by_code = _Blocking(QueryApi.find_action_by_code)
+    find_agent_by_code = _Blocking(QueryApi.find_agent_by_code)
+    find_tool_by_code = _Blocking(QueryApi.find_tool_by_code)
+    find_mcp_client_by_name = _Blocking(QueryApi.find_mcp_client_by_name)
+    find_conversation = _Blocking(QueryApi.find_conversation)
+    get_conversation = _Blocking(QueryApi.get_conversation)
+    get_conversation_messages = _Blocking(QueryApi.get_conversation_messages)
+    get_pending_questions = _Blocking(QueryApi.get_pending_questions)
+    list_conversations = _Blocking(QueryApi.list_conversations)
+    get_transcript = _Blocking(QueryApi.get_transcript)
+    get_memory_messages = _Blocking(QueryApi.get_memory_messages)
+    find_target = _Blocking(QueryApi.find_target)
+    list_targets = _Blocking(QueryApi.list_targets)
+
+
+class SyncCommandApi(_SyncHalf):
+    """:class:`~pilothouse.api.CommandApi` as blocking calls; streams as iterators."""
+
+    send_message = _Blocking(CommandApi.send_message)
+    send_message_with_attachments = _Blocking(CommandApi.send_message_with_attachments)
+    stream_message = _Iterating(CommandApi.stream_message)
+    start_and_send = _Blocking(CommandApi.start_and_send)
+    start_and_stream = _Iterating(CommandApi.start_and_stream)
+    check_message = _Blocking(CommandApi.check_message)
+    submit_answers = _Blocking(CommandApi.submit_answers)
+    submit_tool_result = _Blocking(CommandApi.submit_tool_result)
+    expire_waiting = _Blocking(CommandApi.expire_waiting)
+    cancel = _Blocking(CommandApi.cancel)
+    start_conversation = _Blocking(CommandApi.start_conversation)
+    run_adhoc = _Blocking(CommandApi.run_adhoc)
+
+
+class SyncCatalogApi(_SyncHalf):
+    """:class:`~pilothouse.api.CatalogApi` as blocking calls."""
+
+    validate = _Blocking(CatalogApi.validate)
+    import_files = _Blocking(CatalogApi.import_files)
+    import_text = _Blocking(CatalogApi.import_text)
+    export = _Blocking(CatalogApi.export)
+    export_document = _Blocking(CatalogApi.export_document)
+    list_entries = _Blocking(CatalogApi.list_entries)
+    get = _Blocking(CatalogApi.get)
+    create = _Blocking(CatalogApi.create)
+    update = _Blocking(CatalogApi.update)
+    delete = _Blocking(CatalogApi.delete)
+
+    def __init__(self, target: CatalogApi, portal: BlockingPortal) -> None:
+        super().__init__(target, portal)
+        self._catalog = target
+
+    def entry(self, entity: CatalogEntity) -> CatalogEntry:
+        """:meth:`~pilothouse.api.CatalogApi.entry` (it does not wait)."""
+        return self._catalog.entry(entity)
+
+
+class SyncKeyApi(_SyncHalf):
+    """:class:`~pilothouse.api.KeyApi` as blocking calls."""
+
+    create = _Blocking(KeyApi.create)
+    list_keys = _Blocking(KeyApi.list_keys)
+    revoke = _Blocking(KeyApi.revoke)
+    verify = _Blocking(KeyApi.verify)
+    touch = _Blocking(KeyApi.touch)
+
+
 async def _open(
-    settings: Settings | None, tenant: str | None, database: Database | None, model: Any
-) -> Any:
+    settings: Settings | None,
+    tenant: str | None,
+    database: Database | None,
+    model: Model | None,
+    local_servers: LocalModelServers | None,
+    authorizer: Authorizer | str | None,
+    tools: ToolRegistry | None,
+    contributors: Sequence[PromptContributor] | None,
+) -> Pilothouse:
     from pilothouse.api import Pilothouse
 
     # Created on the portal's loop so the engine's connections belong to it.
-    return await Pilothouse(settings, tenant=tenant, database=database, model=model).__aenter__()
+    return await Pilothouse(
+        settings,
+        tenant=tenant,
+        database=database,
+        model=model,
+        local_servers=local_servers,
+        authorizer=authorizer,
+        tools=tools,
+        contributors=contributors,
+    ).__aenter__()
 
 
 class SyncPilothouse:
-    """The Python API for synchronous code; same arguments as ``Pilothouse``.
+    """The Python API for synchronous code; exactly the arguments of ``Pilothouse``.
 
-    ``query`` and ``command`` offer every method of the async
-    :class:`~pilothouse.api.QueryApi` and :class:`~pilothouse.api.CommandApi`
-    as blocking calls with the same arguments, results and exceptions::
+    ``query``, ``command``, ``catalog`` and ``keys`` offer every method of the
+    async halves as blocking calls with the same arguments, results and
+    exceptions; streaming methods return plain iterators::
 
         with SyncPilothouse(settings) as ph:
-            conversation = ph.command.start_conversation("ANALYST", "SUMMARIZE")
+            conversation = ph.command.start_conversation(action="SUMMARIZE", agent="ANALYST")
 
     Call :meth:`close` (or leave the ``with`` block) to stop the background
-    event loop and close the database.
-
-    Args:
-        settings: deployment settings; read from the environment when omitted.
-        tenant: the tenant every call acts for; defaults to ``settings.tenant``.
-        database: a database to share (left open by :meth:`close`).
+    event loop and close what the facade opened.
 
     Attributes:
+        facade: the async :class:`~pilothouse.api.Pilothouse` underneath.
         query: blocking reads.
         command: blocking state changes.
-        facade: the async facade underneath, for code that wants both.
+        catalog: blocking catalog operations.
+        keys: blocking API key management.
     """
 
     def __init__(
@@ -114,28 +316,81 @@ class SyncPilothouse:
         tenant: str | None = None,
         database: Database | None = None,
         model: Model | None = None,
+        local_servers: LocalModelServers | None = None,
+        authorizer: Authorizer | str | None = None,
+        tools: ToolRegistry | None = None,
+        contributors: Sequence[PromptContributor] | None = None,
     ) -> None:
         from anyio.from_thread import start_blocking_portal
 
         self._stack = ExitStack()
-        self._portal = self._stack.enter_context(start_blocking_portal())
+        portal = self._stack.enter_context(start_blocking_portal())
         try:
-            self.facade: Pilothouse = self._portal.call(_open, settings, tenant, database, model)
+            facade = portal.call(
+                _open,
+                settings,
+                tenant,
+                database,
+                model,
+                local_servers,
+                authorizer,
+                tools,
+                contributors,
+            )
         except BaseException:
             self._stack.close()
             raise
-        self.query: Any = _SyncProxy(self.facade.query, self._portal)
-        self.command: Any = _SyncProxy(self.facade.command, self._portal)
+        self._bind(facade, portal, owner=True)
+
+    def _bind(self, facade: Pilothouse, portal: BlockingPortal, *, owner: bool) -> None:
+        self.facade = facade
+        self._portal = portal
+        self._owner = owner
         self._closed = False
+        self.query = SyncQueryApi(facade.query, portal)
+        self.command = SyncCommandApi(facade.command, portal)
+        self.catalog = SyncCatalogApi(facade.catalog, portal)
+        self.keys = SyncKeyApi(facade.keys, portal)
 
     @property
     def tenant(self) -> str:
         """The tenant every call acts for."""
         return self.facade.tenant
 
+    def for_tenant(self, tenant: str) -> SyncPilothouse:
+        """Return a facade of ``tenant`` sharing this one's loop and everything else.
+
+        See :meth:`Pilothouse.for_tenant`; closing the view closes nothing.
+        """
+        view = SyncPilothouse.__new__(SyncPilothouse)
+        view._bind(self.facade.for_tenant(tenant), self._portal, owner=False)
+        return view
+
+    def subscribe(
+        self, listener: Listener, *, conversation_uuid: str | None = None, deltas: bool = True
+    ) -> None:
+        """See :meth:`Pilothouse.subscribe`; the listener runs on the facade's loop thread."""
+        self.facade.subscribe(listener, conversation_uuid=conversation_uuid, deltas=deltas)
+
+    def unsubscribe(self, listener: Listener, *, conversation_uuid: str | None = None) -> None:
+        """Stop calling ``listener``."""
+        self.facade.unsubscribe(listener, conversation_uuid=conversation_uuid)
+
+    def ensure_schema(self) -> None:
+        """Create or upgrade the database schema; one read when it is current."""
+        self._portal.call(self.facade.ensure_schema)
+
+    def upgrade_schema(self) -> tuple[str | None, str]:
+        """Run every pending migration; return the revision before and after."""
+        return self._portal.call(self.facade.upgrade_schema)
+
+    def schema_revision(self) -> SchemaRevision:
+        """Return where the schema stands, changing nothing."""
+        return self._portal.call(self.facade.schema_revision)
+
     def close(self) -> None:
-        """Close the database (unless shared) and stop the background loop."""
-        if self._closed:
+        """Close what the facade opened and stop the background loop (a view: nothing)."""
+        if self._closed or not self._owner:
             return
         self._closed = True
         try:

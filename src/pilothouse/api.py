@@ -1,60 +1,70 @@
-"""The public Python facade of pilothouse.
+"""The public Python facade of pilothouse: the one door into it.
 
-One :class:`Pilothouse` per application (or per tenant) opens the database
-and exposes two halves:
+One :class:`Pilothouse` per process (per application) opens the database
+and exposes four halves, each scoped to the facade's tenant:
 
 - ``ph.query`` (:class:`QueryApi`) reads the catalog and recorded
   conversations;
 - ``ph.command`` (:class:`CommandApi`) changes state: starts conversations,
-  and later sends messages, answers questions and cancels.
+  sends messages, answers questions, runs ad-hoc agents, cancels;
+- ``ph.catalog`` (:class:`CatalogApi`) validates, imports, exports and edits
+  the catalog;
+- ``ph.keys`` (:class:`KeyApi`) manages the HTTP service's API keys.
+
+A tenant is a view, not a stack: ``ph.for_tenant("acme")`` is a facade of
+another tenant over the same database, model clients and their HTTP pools,
+compile cache, tools and MCP sessions, cheap to make per call. Every face
+of pilothouse (the HTTP service, the CLI) enters through this module and
+:mod:`pilothouse.types`.
 
 Naming rule of every read: ``find_*`` returns None when nothing matches;
-``get_*`` raises :class:`~pilothouse.errors.NotFoundError`. Everything is
-scoped to the facade's tenant: another tenant's rows are never visible.
+``get_*`` raises :class:`~pilothouse.errors.NotFoundError`. Another
+tenant's rows are never visible.
 
 Example:
     ```python
     async with Pilothouse(Settings(database_url="sqlite+aiosqlite:///ph.db")) as ph:
-        conversation = await ph.command.start_conversation("ANALYST", "SUMMARIZE")
-        print(await ph.query.find_conversation(conversation.uuid))
+        result = await ph.command.start_and_send("Summarize it.", action="SUMMARIZE")
+        print(await ph.query.find_conversation(result.conversation_uuid))
     ```
 
-:class:`~pilothouse._sync.SyncPilothouse` offers the same methods to
-synchronous code.
+:class:`SyncPilothouse` offers the same methods to synchronous code.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "AttachmentInput",
+    "CatalogApi",
     "CommandApi",
+    "KeyApi",
     "Pilothouse",
     "QueryApi",
+    "SyncCatalogApi",
+    "SyncCommandApi",
+    "SyncKeyApi",
     "SyncPilothouse",
+    "SyncQueryApi",
 ]
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Self
 
-from sqlalchemy import select
-
-from pilothouse._sync import SyncPilothouse
-from pilothouse.catalog._enums import ProcessStatus
-from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
-from pilothouse.errors import NotFoundError
-from pilothouse.settings import Settings
-from pilothouse.store import (
-    Conversation,
-    ConversationQueries,
-    ConversationView,
-    Database,
-    Message,
-    Page,
+from pilothouse._facade.catalog import CatalogApi
+from pilothouse._facade.command import CommandApi
+from pilothouse._facade.keys import KeyApi
+from pilothouse._facade.query import QueryApi
+from pilothouse._sync import (
+    SyncCatalogApi,
+    SyncCommandApi,
+    SyncKeyApi,
+    SyncPilothouse,
+    SyncQueryApi,
 )
-from pilothouse.store._writer import ConversationWriter
+from pilothouse.settings import Settings
+from pilothouse.store import Database
 from pilothouse.store._writer import NewAttachment as AttachmentInput
 
 if TYPE_CHECKING:
@@ -62,484 +72,134 @@ if TYPE_CHECKING:
 
     from pilothouse.providers import ModelFactory
     from pilothouse.providers._local import LocalModelServers
-    from pilothouse.runtime import EventHub, Runner, TurnEvent, TurnResult
-    from pilothouse.runtime._toolexec import Authorizer
+    from pilothouse.runtime import ActionCompiler, EventHub, Runner
+    from pilothouse.runtime._events import Listener
+    from pilothouse.runtime._toolset import ToolSource
     from pilothouse.tools import ToolRegistry
-
-E = TypeVar("E", bound=CatalogEntity)
-
-
-class _Facet:
-    """What both halves of the API share: the database, the tenant, the settings."""
-
-    def __init__(self, database: Database, tenant: str, settings: Settings) -> None:
-        self.database = database
-        self.tenant = tenant
-        self.settings = settings
-
-    async def _ready(self) -> Database:
-        # A no-op after the first call; makes a fresh database usable with
-        # no setup step.
-        await self.database.ensure_schema()
-        return self.database
-
-    async def _find(self, entity: type[E], key: str) -> E | None:
-        """Return the tenant's catalog row with this business key, active or not."""
-        db = await self._ready()
-        column = getattr(entity, entity.key_field)
-        async with db.sessions() as session:
-            result = await session.scalars(
-                select(entity).where(entity.tenant == self.tenant, column == key)
-            )
-            return result.unique().one_or_none()
+    from pilothouse.types import Authorizer, PromptContributor, SchemaRevision
 
 
-class QueryApi(_Facet):
-    """Reads the catalog and the recorded conversations of one tenant.
+class _Shared:
+    """What every tenant view of one :class:`Pilothouse` shares.
 
-    ``find_*`` returns None when nothing matches; ``get_*`` raises
-    :class:`~pilothouse.errors.NotFoundError`. Catalog rows come back with
-    their ``active`` flag, inactive ones included, so a caller can tell
-    "disabled" from "missing". Returned rows are detached from the database
-    session and safe to keep.
+    The database, and, built on the first turn, the model factory with its
+    HTTP pools, the local model servers, the action compiler with its cache
+    and Redis pool, and the tool source with its MCP sessions. A tenant's
+    :class:`~pilothouse.runtime.Runner` is made here, in :meth:`runner`: the
+    one place that knows how the run loop is put together.
     """
 
-    def _conversations(self) -> ConversationQueries:
-        return ConversationQueries(self.database, self.tenant)
-
-    async def get_all_actions(self, *, include_inactive: bool = False) -> list[Action]:
-        """Return the tenant's actions ordered by code.
-
-        Args:
-            include_inactive: also return deactivated actions.
-        """
-        db = await self._ready()
-        statement = select(Action).where(Action.tenant == self.tenant).order_by(Action.code)
-        if not include_inactive:
-            statement = statement.where(Action.active.is_(True))
-        async with db.sessions() as session:
-            return list((await session.scalars(statement)).unique())
-
-    async def find_action_by_code(self, code: str) -> Action | None:
-        """Return the action with this code, or None."""
-        return await self._find(Action, code)
-
-    async def find_agent_by_code(self, code: str) -> Agent | None:
-        """Return the agent with this code, or None."""
-        return await self._find(Agent, code)
-
-    async def find_tool_by_code(self, code: str) -> Tool | None:
-        """Return the tool with this code, or None."""
-        return await self._find(Tool, code)
-
-    async def find_mcp_client_by_name(self, name: str) -> McpClient | None:
-        """Return the MCP client with this name, or None."""
-        return await self._find(McpClient, name)
-
-    async def find_conversation(self, uuid: str) -> Conversation | None:
-        """Return the conversation with this uuid, or None."""
-        await self._ready()
-        try:
-            return await self._conversations().get(uuid)
-        except NotFoundError:
-            return None
-
-    async def get_conversation(self, uuid: str) -> Conversation:
-        """Return the conversation with this uuid.
-
-        Raises:
-            NotFoundError: no such conversation for this tenant.
-        """
-        await self._ready()
-        return await self._conversations().get(uuid)
-
-    async def get_conversation_messages(self, uuid: str) -> list[Message]:
-        """Return the conversation's messages in sequence order.
-
-        Raises:
-            NotFoundError: no such conversation for this tenant.
-        """
-        await self._ready()
-        return await self._conversations().messages(uuid)
-
-    async def get_pending_questions(self, uuid: str) -> list[Message]:
-        """Return the ``QU`` messages still waiting for answers (empty unless ``WA``).
-
-        Raises:
-            NotFoundError: no such conversation for this tenant.
-        """
-        await self._ready()
-        return await self._conversations().pending_questions(uuid)
-
-    async def list_conversations(
+    def __init__(
         self,
-        *,
-        agent: str | None = None,
-        action: str | None = None,
-        status: ProcessStatus | None = None,
-        created_from: datetime | None = None,
-        created_to: datetime | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> Page[Conversation]:
-        """Return one page of conversations, newest first, with the total count.
-
-        Args:
-            agent: only this agent's conversations.
-            action: only this action's conversations.
-            status: only conversations in this status.
-            created_from: created at or after this aware time.
-            created_to: created before this aware time.
-            limit: page size (at least 1).
-            offset: matching conversations to skip.
-        """
-        await self._ready()
-        return await self._conversations().list(
-            agent=agent,
-            action=action,
-            status=status,
-            created_from=created_from,
-            created_to=created_to,
-            limit=limit,
-            offset=offset,
-        )
-
-    async def get_transcript(self, uuid: str) -> ConversationView:
-        """Return the whole conversation: fields, messages, tool calls, timeline.
-
-        Raises:
-            NotFoundError: no such conversation for this tenant.
-        """
-        await self._ready()
-        return await self._conversations().transcript(uuid)
-
-
-class CommandApi(_Facet):
-    """Changes the state of conversations of one tenant.
-
-    Every command validates what it references against the catalog first,
-    so a bad request fails with a clear error and writes nothing.
-    """
-
-    def __init__(self, database: Database, tenant: str, settings: Settings, runner: Runner) -> None:
-        super().__init__(database, tenant, settings)
-        self._runner = runner
-        from pilothouse.runtime._hitl import Resumption
-
-        self._resumption = Resumption(database, tenant, runner, runner.compiler)
-
-    async def send_message(
-        self,
-        uuid: str,
-        text: str,
-        *,
-        input_data: Mapping[str, Any] | None = None,
-        runtime_config: Mapping[str, Any] | None = None,
-    ) -> TurnResult:
-        """Run one turn: record ``text``, call the model, record the answer.
-
-        Args:
-            uuid: the conversation (status ``NS`` or ``CO``).
-            text: the user's message.
-            input_data: values for the action prompt's ``{placeholders}``.
-            runtime_config: per-call options (``temperature``, ``max_tokens``,
-                ...) and switches (``audit``, ``instruction``,
-                ``instructionMode``, ``stream``).
-
-        Returns:
-            The turn's result. A provider failure is a result with status
-            ``FA`` and the error detail, not an exception.
-
-        Raises:
-            NotFoundError: unknown conversation, action or agent.
-            InvalidStateError: the conversation is running, waiting or finished.
-            RuntimeConfigError: the runtime config is invalid.
-        """
-        await self._ready()
-        return await self._runner.send_message(
-            uuid, text, input_data=input_data, runtime_config=runtime_config
-        )
-
-    async def send_message_with_attachments(
-        self,
-        uuid: str,
-        text: str,
-        attachments: Sequence[AttachmentInput],
-        *,
-        input_data: Mapping[str, Any] | None = None,
-        runtime_config: Mapping[str, Any] | None = None,
-    ) -> TurnResult:
-        """Like :meth:`send_message`, with files (a URL or the bytes each)."""
-        await self._ready()
-        return await self._runner.send_message(
-            uuid,
-            text,
-            attachments=attachments,
-            input_data=input_data,
-            runtime_config=runtime_config,
-        )
-
-    async def stream_message(
-        self,
-        uuid: str,
-        text: str,
-        *,
-        attachments: Sequence[AttachmentInput] = (),
-        input_data: Mapping[str, Any] | None = None,
-        runtime_config: Mapping[str, Any] | None = None,
-    ) -> AsyncIterator[TurnEvent]:
-        """Run one turn and yield its events as they happen.
-
-        Text arrives as ``TextDelta`` events; the last event is
-        ``TurnFinished`` with the result. Errors that refuse the turn
-        (unknown conversation, bad config) are raised before any event.
-        """
-        await self._ready()
-        config = {"stream": True, **(runtime_config or {})}
-        async for event in _events(
-            lambda on_event: self._runner.send_message(
-                uuid,
-                text,
-                attachments=attachments,
-                input_data=input_data,
-                runtime_config=config,
-                on_event=on_event,
-            )
-        ):
-            yield event
-
-    async def start_and_send(
-        self,
-        agent: str | None,
-        action: str,
-        text: str,
-        *,
-        memory_id: str | None = None,
-        audit: bool | None = None,
-        attachments: Sequence[AttachmentInput] = (),
-        input_data: Mapping[str, Any] | None = None,
-        runtime_config: Mapping[str, Any] | None = None,
-        conversation_uuid: str | None = None,
-    ) -> TurnResult:
-        """Start a conversation and run its first turn, in one call.
-
-        The same records as :meth:`start_conversation` then
-        :meth:`send_message`, with one transaction fewer before the model is
-        called: the conversation is written already running, with the
-        user's message. Use it for one-shot calls; the result's
-        ``conversation_uuid`` names the conversation for further turns.
-
-        Args:
-            agent: the agent's code, or None for an action run without agent.
-            action: the action's code.
-            text: the user's message.
-            memory_id: share chat memory with earlier conversations.
-            audit: record the audit timeline; None follows the action, then
-                the deployment setting.
-            attachments: files sent with the message.
-            input_data: values for the action prompt's ``{placeholders}``.
-            runtime_config: per-call options and switches, as for
-                :meth:`send_message`.
-            conversation_uuid: the new conversation's uuid, for a caller that
-                must show it before the turn ends (the OpenAI endpoint's chunk
-                ids); a fresh one by default. It must be new: a uuid in use
-                writes nothing.
-
-        Returns:
-            The turn's result. A provider failure is a result with status
-            ``FA``, not an exception.
-
-        Raises:
-            NotFoundError: the action or the agent does not exist.
-            InvalidStateError: the action or the agent is deactivated.
-            RuntimeConfigError: the runtime config is invalid.
-
-        Nothing is written when it raises.
-        """
-        await self._ready()
-        return await self._runner.start_and_send(
-            action,
-            agent,
-            text,
-            memory_id=memory_id,
-            audit=audit,
-            default_audit=self.settings.audit,
-            attachments=attachments,
-            input_data=input_data,
-            runtime_config=runtime_config,
-            conversation_uuid=conversation_uuid,
-        )
-
-    async def start_and_stream(
-        self,
-        agent: str | None,
-        action: str,
-        text: str,
-        *,
-        memory_id: str | None = None,
-        audit: bool | None = None,
-        attachments: Sequence[AttachmentInput] = (),
-        input_data: Mapping[str, Any] | None = None,
-        runtime_config: Mapping[str, Any] | None = None,
-        conversation_uuid: str | None = None,
-    ) -> AsyncIterator[TurnEvent]:
-        """:meth:`start_and_send`, yielding the turn's events as :meth:`stream_message` does."""
-        await self._ready()
-        config = {"stream": True, **(runtime_config or {})}
-        async for event in _events(
-            lambda on_event: self._runner.start_and_send(
-                action,
-                agent,
-                text,
-                memory_id=memory_id,
-                audit=audit,
-                default_audit=self.settings.audit,
-                attachments=attachments,
-                input_data=input_data,
-                runtime_config=config,
-                on_event=on_event,
-                conversation_uuid=conversation_uuid,
-            )
-        ):
-            yield event
-
-    async def check_message(
-        self,
-        action: str,
-        agent: str | None,
-        text: str,
-        *,
-        input_data: Mapping[str, Any] | None = None,
-        runtime_config: Mapping[str, Any] | None = None,
+        settings: Settings,
+        database: Database | None,
+        model: Model | None,
+        local_servers: LocalModelServers | None,
+        authorizer: Authorizer | str | None,
+        tools: ToolRegistry | None,
+        contributors: Sequence[PromptContributor] | None,
     ) -> None:
-        """Check that a message would be accepted, without writing anything.
+        self.settings = settings
+        self.owns_database = database is None
+        self._database = database
+        self._model = model
+        self._owns_servers = local_servers is None
+        self._servers = local_servers
+        self._authorizer = authorizer
+        self._tools = tools
+        self._contributors = contributors
+        self._models: ModelFactory | None = None
+        self._compiler: ActionCompiler | None = None
+        self._tool_source: ToolSource | None = None
+        self._runners: dict[str, Runner] = {}
+        self._hubs: dict[str, EventHub] = {}
 
-        Raises the same errors :meth:`send_message` raises for bad input, so a
-        caller can refuse a request before it starts a conversation.
+    @property
+    def database(self) -> Database:
+        """The database: the one given, or one opened from the settings on first use."""
+        if self._database is None:
+            self._database = self.settings.open_database()
+        return self._database
+
+    def _parts(self) -> tuple[ModelFactory, ActionCompiler, ToolSource]:
+        if self._models is None or self._compiler is None or self._tool_source is None:
+            from pilothouse.providers import ModelFactory, SecretResolver
+            from pilothouse.providers._local import LocalModelServers
+            from pilothouse.runtime import ActionCompiler
+            from pilothouse.runtime._toolset import CatalogToolSource
+
+            settings = self.settings
+            # Local llama.cpp servers start only when a local model is first used.
+            if self._servers is None:
+                self._servers = LocalModelServers()
+            self._models = ModelFactory(
+                self._servers,
+                timeout=settings.provider_timeout,
+                connect_timeout=settings.provider_connect_timeout,
+                max_connections=settings.provider_max_connections,
+            )
+            secrets = SecretResolver(env=dict(os.environ), secrets_file=settings.secrets_file)
+            self._compiler = ActionCompiler(self.database, secrets, self._contributors)
+            self._tool_source = CatalogToolSource(secrets, registry=self._tools)
+        return self._models, self._compiler, self._tool_source
+
+    def hub(self, tenant: str) -> EventHub:
+        """Where the tenant's turn events go."""
+        hub = self._hubs.get(tenant)
+        if hub is None:
+            from pilothouse.runtime import EventHub
+
+            hub = self._hubs[tenant] = EventHub()
+        return hub
+
+    def runner(self, tenant: str) -> Runner:
+        """The tenant's runner over the shared parts (made once, then kept).
+
+        Kept, not made per call, because a runner holds the tenant's running
+        turns (for cancel) and its event hub. When the runtime offers a
+        process-wide ``Runtime`` with ``runtime.runner(tenant)`` views, this
+        is the one method that changes.
         """
-        await self._ready()
-        await self._runner.prepare(action, agent, text, input_data, runtime_config)
+        found = self._runners.get(tenant)
+        if found is not None:
+            return found
+        from pilothouse.runtime import Runner
+        from pilothouse.runtime._authorize import CatalogToolAuthorizer
 
-    async def submit_answers(self, uuid: str, answers: Mapping[str, str]) -> TurnResult:
-        """Answer the questions a waiting conversation asked, and continue it.
-
-        Args:
-            uuid: a conversation in status ``WA``.
-            answers: ``{question_id: answer}`` for every pending question.
-
-        Raises:
-            InvalidStateError: not waiting, or the questions expired.
-            AnswerError: unknown, missing or out-of-choice answers.
-        """
-        await self._ready()
-        return await self._resumption.submit_answers(uuid, answers)
-
-    async def submit_tool_result(self, uuid: str, tool_call_id: str, result: Any) -> TurnResult:
-        """Give the result of a custom-schema tool call returned to the caller.
-
-        Args:
-            uuid: the conversation (``CO`` with finish reason ``TC``).
-            tool_call_id: the call's id from the turn result.
-            result: text, or JSON-serializable data.
-        """
-        await self._ready()
-        return await self._resumption.submit_tool_result(uuid, tool_call_id, result)
-
-    async def expire_waiting(self) -> int:
-        """End conversations whose questions waited past their action's limit.
-
-        Returns:
-            How many conversations were terminated (``TE``).
-        """
-        await self._ready()
-        return await self._resumption.expire_waiting()
-
-    async def cancel(self, uuid: str) -> bool:
-        """Cancel a conversation: abort its running turn, or terminate it when idle.
-
-        Returns:
-            True when a turn running in this process was aborted.
-        """
-        await self._ready()
-        return await self._runner.cancel(uuid)
-
-    def _writer(self) -> ConversationWriter:
-        return ConversationWriter(self.database, self.tenant)
-
-    async def start_conversation(
-        self,
-        agent: str | None,
-        action: str,
-        *,
-        memory_id: str | None = None,
-        audit: bool | None = None,
-    ) -> Conversation:
-        """Record a new conversation (status ``NS``) of an agent running an action.
-
-        Args:
-            agent: the agent's code, or None for an action run without agent.
-            action: the action's code.
-            memory_id: share chat memory with earlier conversations; defaults
-                to the new conversation's own uuid.
-            audit: record the audit timeline; None follows the action, then
-                the deployment setting.
-
-        Returns:
-            The new conversation.
-
-        Raises:
-            NotFoundError: the action or the agent does not exist.
-            InvalidStateError: the action or the agent is deactivated.
-        """
-        await self._ready()
-        conversation = await self._writer().create(
-            action_code=action,
-            agent_code=agent,
-            memory_id=memory_id,
-            audit=audit,
-            default_audit=self.settings.audit,
-            check_catalog=True,
+        models, compiler, source = self._parts()
+        runner = Runner(
+            database=self.database,
+            tenant=tenant,
+            models=models,
+            compiler=compiler,
+            hub=self.hub(tenant),
+            model_override=self._model,
+            tool_source=source,
         )
-        self._runner.remember(conversation.uuid, action, agent)
-        return conversation
+        if isinstance(self._authorizer, str):
+            # A catalog tool decides: its code was given instead of a callable.
+            runner.authorizer = CatalogToolAuthorizer(
+                self.database, tenant, self._authorizer, source
+            )
+        else:
+            runner.authorizer = self._authorizer
+        self._runners[tenant] = runner
+        return runner
 
-
-async def _events(
-    run: Callable[[Callable[[TurnEvent], Awaitable[None] | None]], Awaitable[TurnResult]],
-) -> AsyncIterator[TurnEvent]:
-    """Run ``run(on_event)`` as a task and yield the events it emits, as they come.
-
-    An exception of the turn is raised after the events it emitted.
-    """
-    import anyio
-
-    from pilothouse.runtime import TurnEvent as _TurnEvent
-
-    send, receive = anyio.create_memory_object_stream[_TurnEvent](max_buffer_size=1024)
-    failure: list[BaseException] = []
-
-    def deliver(event: TurnEvent) -> Awaitable[None] | None:
-        # Handed over without a checkpoint (send() yields to the loop first:
-        # one more loop pass per delta); only a full buffer waits.
-        try:
-            send.send_nowait(event)
-        except anyio.WouldBlock:
-            return send.send(event)
-        return None
-
-    async def turn() -> None:
-        async with send:
-            try:
-                await run(deliver)
-            except Exception as exc:
-                failure.append(exc)
-
-    async with anyio.create_task_group() as group, receive:
-        group.start_soon(turn)
-        async for event in receive:
-            yield event
-    if failure:
-        raise failure[0]
+    async def aclose(self) -> None:
+        # The runners own nothing of their own: closing the shared parts closes them.
+        if self._tool_source is not None:
+            close = getattr(self._tool_source, "aclose", None)
+            if close is not None:
+                await close()
+        if self._compiler is not None:
+            await self._compiler.aclose()
+        if self._models is not None:
+            await self._models.aclose()
+        if self._owns_servers and self._servers is not None:
+            await self._servers.aclose()
+        if self.owns_database and self._database is not None:
+            await self._database.dispose()
 
 
 class Pilothouse:
@@ -563,10 +223,16 @@ class Pilothouse:
             never run without its yes. A string is the code of a catalog tool
             that decides (see ``docs/tool-loop.md``).
         tools: a tool registry holding Python tools registered in code.
+        contributors: the system prompt's contributors, in order; the
+            built-ins (``pilothouse.runtime.default_contributors()``) when None.
 
     Attributes:
+        settings: the deployment settings.
+        tenant: the tenant every call of this facade acts for.
         query: reads (catalog and conversations).
-        command: state changes (conversations).
+        command: state changes (conversations and turns).
+        catalog: catalog validation, import, export and edits.
+        keys: API keys of the HTTP service.
     """
 
     def __init__(
@@ -579,50 +245,80 @@ class Pilothouse:
         local_servers: LocalModelServers | None = None,
         authorizer: Authorizer | str | None = None,
         tools: ToolRegistry | None = None,
+        contributors: Sequence[PromptContributor] | None = None,
     ) -> None:
-        from pilothouse.providers import ModelFactory, SecretResolver
-        from pilothouse.providers._local import LocalModelServers
-        from pilothouse.runtime import ActionCompiler, EventHub, Runner
-        from pilothouse.runtime._authorize import CatalogToolAuthorizer
-        from pilothouse.runtime._toolset import CatalogToolSource
+        settings = settings if settings is not None else Settings()
+        shared = _Shared(settings, database, model, local_servers, authorizer, tools, contributors)
+        self._bind(shared, tenant or settings.tenant, owner=True)
 
-        self.settings = settings if settings is not None else Settings()
-        self.tenant = tenant or self.settings.tenant
-        self._owns_database = database is None
-        self.database = database if database is not None else self.settings.open_database()
-        # Local llama.cpp servers start only when a local model is first used.
-        self._owns_servers = local_servers is None
-        self._servers = local_servers if local_servers is not None else LocalModelServers()
-        self._models: ModelFactory = ModelFactory(
-            self._servers,
-            timeout=self.settings.provider_timeout,
-            connect_timeout=self.settings.provider_connect_timeout,
-            max_connections=self.settings.provider_max_connections,
+    def _bind(self, shared: _Shared, tenant: str, *, owner: bool) -> None:
+        self._shared = shared
+        self._owner = owner
+        self.settings = shared.settings
+        self.tenant = tenant
+
+        def database() -> Database:
+            return shared.database
+
+        self.query = QueryApi(database, tenant)
+        self.command = CommandApi(
+            database,
+            tenant,
+            default_audit=shared.settings.audit,
+            runner=lambda: shared.runner(tenant),
         )
-        secrets = SecretResolver(env=dict(os.environ), secrets_file=self.settings.secrets_file)
-        self.events: EventHub = EventHub()
-        source = CatalogToolSource(secrets, registry=tools)
-        self.runner: Runner = Runner(
-            database=self.database,
-            tenant=self.tenant,
-            models=self._models,
-            compiler=ActionCompiler(self.database, secrets),
-            hub=self.events,
-            model_override=model,
-            tool_source=source,
-        )
-        if isinstance(authorizer, str):
-            # A catalog tool decides: its code was given instead of a callable.
-            self.runner.authorizer = CatalogToolAuthorizer(
-                self.database, self.tenant, authorizer, self.runner.tool_source
-            )
-        else:
-            self.runner.authorizer = authorizer
-        self.query = QueryApi(self.database, self.tenant, self.settings)
-        self.command = CommandApi(self.database, self.tenant, self.settings, self.runner)
+        self.catalog = CatalogApi(database, tenant, shared.settings.user)
+        self.keys = KeyApi(database, tenant)
+
+    def for_tenant(self, tenant: str) -> Pilothouse:
+        """Return a facade of ``tenant`` sharing everything this one holds.
+
+        The view is cheap (a few objects over the shared parts); make one per
+        call if need be. It owns nothing: its :meth:`aclose` does nothing,
+        and it must not outlive the facade it came from.
+        """
+        view = Pilothouse.__new__(Pilothouse)
+        view._bind(self._shared, tenant, owner=False)
+        return view
+
+    def subscribe(
+        self, listener: Listener, *, conversation_uuid: str | None = None, deltas: bool = True
+    ) -> None:
+        """Call ``listener`` with every turn event of this facade's tenant.
+
+        Args:
+            listener: a function of the event (sync or async). A failing
+                listener is logged and skipped; it never breaks the turn.
+            conversation_uuid: only this conversation's events.
+            deltas: also text and thinking deltas; a listener that needs none
+                (metrics) should say so, since while anyone wants deltas every
+                model call is streamed to produce them.
+        """
+        self._shared.hub(self.tenant).subscribe(listener, conversation_uuid, deltas=deltas)
+
+    def unsubscribe(self, listener: Listener, *, conversation_uuid: str | None = None) -> None:
+        """Stop calling ``listener``."""
+        self._shared.hub(self.tenant).unsubscribe(listener, conversation_uuid)
+
+    async def ensure_schema(self) -> None:
+        """Create or upgrade the database schema; one read when it is current."""
+        await self._shared.database.ensure_schema()
+
+    async def upgrade_schema(self) -> tuple[str | None, str]:
+        """Run every pending migration; return the revision before and after."""
+        return await self._shared.database.upgrade()
+
+    async def schema_revision(self) -> SchemaRevision:
+        """Return where the schema stands, changing nothing (no migration runs)."""
+        from pilothouse.store import current_revision, head_revision
+        from pilothouse.types import SchemaRevision
+
+        async with self._shared.database.engine.connect() as connection:
+            current = await connection.run_sync(current_revision)
+        return SchemaRevision(current=current, head=head_revision())
 
     async def __aenter__(self) -> Self:
-        await self.database.ensure_schema()
+        await self.ensure_schema()
         return self
 
     async def __aexit__(
@@ -634,10 +330,9 @@ class Pilothouse:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close model clients, the local servers it started, and its own database."""
-        await self.runner.aclose()
-        await self._models.aclose()
-        if self._owns_servers:
-            await self._servers.aclose()
-        if self._owns_database:
-            await self.database.dispose()
+        """Close model clients, tool sessions, the local servers it started and its own database.
+
+        A view made by :meth:`for_tenant` owns nothing and closes nothing.
+        """
+        if self._owner:
+            await self._shared.aclose()

@@ -26,7 +26,7 @@ async def main(command: str, url: str, uuid: str | None) -> None:
             call_id="q1",
         )
         async with Pilothouse(settings, model=ScriptedModel([ask])) as ph:
-            conversation = await ph.command.start_conversation(None, "ASK")
+            conversation = await ph.command.start_conversation(action="ASK")
             result = await ph.command.send_message(conversation.uuid, "Order a shirt")
             print(json.dumps({"uuid": conversation.uuid, "status": result.status.value}))
     else:

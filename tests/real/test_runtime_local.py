@@ -19,7 +19,6 @@ import jsonschema
 import pytest
 
 from pilothouse.api import Pilothouse
-from pilothouse.catalog import import_catalog
 from pilothouse.catalog._enums import (
     FinishReason,
     MessageRole,
@@ -112,7 +111,7 @@ async def ph(tmp_path: Path, local_model_servers: LocalModelServers) -> AsyncIte
     extra.write_text(EXTRA_CATALOG.replace("{port}", str(free_port())), encoding="utf-8")
     settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'pilothouse.db'}")
     async with Pilothouse(settings, local_servers=local_model_servers) as facade:
-        await import_catalog(facade.database, facade.tenant, [CATALOG, extra])
+        await facade.catalog.import_files([CATALOG, extra])
         yield facade
 
 
@@ -125,7 +124,7 @@ def events_of(transcript: ConversationView, kind: TimelineKind) -> list[dict[str
 
 
 async def test_streamed_answer_is_recorded_with_usage_and_ai_marker(ph: Pilothouse) -> None:
-    conversation = await ph.command.start_conversation("WRITER", "SUMBRAND")
+    conversation = await ph.command.start_conversation(action="SUMBRAND", agent="WRITER")
     events: list[TurnEvent] = [
         event
         async for event in ph.command.stream_message(
@@ -178,7 +177,7 @@ async def test_structured_output_action_returns_schema_valid_items(ph: Pilothous
     (output,) = [s for s in action.schemas if s.direction is SchemaDirection.OUTPUT]
     schema = {"type": "array", "items": output.json_schema}
 
-    conversation = await ph.command.start_conversation("ANALYST", "COMPETITORS")
+    conversation = await ph.command.start_conversation(action="COMPETITORS", agent="ANALYST")
     result = await ph.command.send_message(
         conversation.uuid, "Who are the competitors?", input_data={"document": COMPETITOR_TEXT}
     )
@@ -196,7 +195,7 @@ async def test_structured_output_action_returns_schema_valid_items(ph: Pilothous
 
 
 async def test_cancelled_stream_keeps_the_partial_answer(ph: Pilothouse) -> None:
-    conversation = await ph.command.start_conversation(None, "RAMBLE")
+    conversation = await ph.command.start_conversation(action="RAMBLE")
     received: list[str] = []
     finished: list[TurnFinished] = []
     cancelled: list[bool] = []
@@ -229,7 +228,7 @@ async def test_cancelled_stream_keeps_the_partial_answer(ph: Pilothouse) -> None
 
 
 async def test_window_memory_limits_the_history_of_later_turns(ph: Pilothouse) -> None:
-    conversation = await ph.command.start_conversation(None, "CHAT3")
+    conversation = await ph.command.start_conversation(action="CHAT3")
     results: list[TurnResult] = []
     for text in ("My name is Ada.", "I live in Paris.", "What is my name?"):
         result = await ph.command.send_message(conversation.uuid, text)
@@ -256,7 +255,7 @@ async def test_window_memory_limits_the_history_of_later_turns(ph: Pilothouse) -
 
 
 async def test_provider_down_fails_the_turn_after_its_retry(ph: Pilothouse) -> None:
-    conversation = await ph.command.start_conversation(None, "UNREACHABLE")
+    conversation = await ph.command.start_conversation(action="UNREACHABLE")
     result = await ph.command.send_message(conversation.uuid, "Hello?")
 
     assert result.status is ProcessStatus.FAILED

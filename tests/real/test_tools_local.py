@@ -93,7 +93,7 @@ async def test_local_model_calls_a_python_tool_and_answers_from_its_result(
     url = await _catalog(tmp_path)
     settings = Settings(database_url=url)
     async with Pilothouse(settings, local_servers=local_model_servers) as ph:
-        conversation = await ph.command.start_conversation(None, "WEATHER")
+        conversation = await ph.command.start_conversation(action="WEATHER")
         result = await ph.command.send_message(conversation.uuid, "What is the weather in Paris?")
         transcript = await ph.query.get_transcript(conversation.uuid)
     assert result.status is ProcessStatus.COMPLETED, result.error
@@ -135,7 +135,7 @@ async def test_an_action_calls_a_real_mcp_server_through_the_tool_loop(tmp_path:
     call = ToolCall("get_current_time", {"timezone": "UTC"}, call_id="c1")
     model = ScriptedModel([call, "It is late."])
     async with Pilothouse(Settings(database_url=url), model=model) as ph:
-        conversation = await ph.command.start_conversation(None, "CLOCK")
+        conversation = await ph.command.start_conversation(action="CLOCK")
         result = await ph.command.send_message(conversation.uuid, "What time is it?")
         transcript = await ph.query.get_transcript(conversation.uuid)
     assert result.status is ProcessStatus.COMPLETED, result.error

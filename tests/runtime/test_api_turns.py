@@ -21,7 +21,7 @@ pytestmark = pytest.mark.anyio
 async def test_send_message_through_the_facade(catalog: Database) -> None:
     model = ScriptedModel(["A tidy summary."])
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
-        conversation = await ph.command.start_conversation("ANALYST", "SUMBRAND")
+        conversation = await ph.command.start_conversation(action="SUMBRAND", agent="ANALYST")
         result = await ph.command.send_message(conversation.uuid, "Acme builds rockets.")
         assert (result.status, result.output) == (ProcessStatus.COMPLETED, "A tidy summary.")
         messages = await ph.query.get_conversation_messages(conversation.uuid)
@@ -31,7 +31,7 @@ async def test_send_message_through_the_facade(catalog: Database) -> None:
 async def test_attachments_are_recorded_and_sent(catalog: Database) -> None:
     model = ScriptedModel(["Seen."])
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
-        conversation = await ph.command.start_conversation(None, "SUMBRAND")
+        conversation = await ph.command.start_conversation(action="SUMBRAND")
         await ph.command.send_message_with_attachments(
             conversation.uuid,
             "Summarize the attached file.",
@@ -46,7 +46,7 @@ async def test_attachments_are_recorded_and_sent(catalog: Database) -> None:
 async def test_stream_message_yields_deltas_then_the_result(catalog: Database) -> None:
     model = ScriptedModel([Reply("alpha beta gamma")])
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
-        conversation = await ph.command.start_conversation("ANALYST", "SUMBRAND")
+        conversation = await ph.command.start_conversation(action="SUMBRAND", agent="ANALYST")
         events: list[TurnEvent] = [
             e async for e in ph.command.stream_message(conversation.uuid, "go")
         ]
@@ -62,7 +62,7 @@ async def test_a_stream_longer_than_the_event_buffer_loses_nothing(catalog: Data
     words = [f"w{i}" for i in range(1500)]
     model = ScriptedModel([Reply(" ".join(words))])
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
-        conversation = await ph.command.start_conversation("ANALYST", "SUMBRAND")
+        conversation = await ph.command.start_conversation(action="SUMBRAND", agent="ANALYST")
         deltas: list[str] = []
         async for event in ph.command.stream_message(conversation.uuid, "go"):
             if isinstance(event, TextDelta):
@@ -76,7 +76,7 @@ async def test_a_stream_longer_than_the_event_buffer_loses_nothing(catalog: Data
 async def test_facade_cancel_aborts_a_running_turn(catalog: Database) -> None:
     model = ScriptedModel([Reply("word " * 100, chunk_delay=0.02)])
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
-        conversation = await ph.command.start_conversation("ANALYST", "SUMBRAND")
+        conversation = await ph.command.start_conversation(action="SUMBRAND", agent="ANALYST")
         results = []
         streaming = anyio.Event()
 
@@ -84,7 +84,7 @@ async def test_facade_cancel_aborts_a_running_turn(catalog: Database) -> None:
             if isinstance(event, TextDelta):
                 streaming.set()
 
-        ph.events.subscribe(on_event, conversation.uuid)
+        ph.subscribe(on_event, conversation_uuid=conversation.uuid)
 
         async def run() -> None:
             results.append(await ph.command.send_message(conversation.uuid, "go"))
@@ -109,6 +109,6 @@ def test_sync_wrapper_sends_messages(tmp_path: Path) -> None:
 
     anyio.run(seed)
     with SyncPilothouse(settings, model=ScriptedModel(["Synchronous answer."])) as ph:
-        conversation = ph.command.start_conversation("ANALYST", "SUMBRAND")
+        conversation = ph.command.start_conversation(action="SUMBRAND", agent="ANALYST")
         result = ph.command.send_message(conversation.uuid, "hello")
         assert result.output == "Synchronous answer."

@@ -53,9 +53,11 @@ async def test_it_records_what_start_conversation_then_send_message_record(
 ) -> None:
     model = ScriptedModel(["Acme makes rockets.", "Acme makes rockets."])
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
-        two_calls = await ph.command.start_conversation("ANALYST", "SUMBRAND")
+        two_calls = await ph.command.start_conversation(action="SUMBRAND", agent="ANALYST")
         await ph.command.send_message(two_calls.uuid, "Summarize Acme.")
-        one_call = await ph.command.start_and_send("ANALYST", "SUMBRAND", "Summarize Acme.")
+        one_call = await ph.command.start_and_send(
+            "Summarize Acme.", action="SUMBRAND", agent="ANALYST"
+        )
     assert one_call.status is ProcessStatus.COMPLETED
     assert one_call.output == "Acme makes rockets."
     assert one_call.conversation_uuid != two_calls.uuid
@@ -71,7 +73,7 @@ async def test_it_records_what_start_conversation_then_send_message_record(
 async def test_the_conversation_takes_further_turns(catalog: Database) -> None:
     model = ScriptedModel(["one", "two"])
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
-        result = await ph.command.start_and_send("ANALYST", "SUMBRAND", "first")
+        result = await ph.command.start_and_send("first", action="SUMBRAND", agent="ANALYST")
         again = await ph.command.send_message(result.conversation_uuid, "second")
     assert again.status is ProcessStatus.COMPLETED
     _, messages, _ = await rows(catalog, result.conversation_uuid)
@@ -94,7 +96,7 @@ async def test_an_unknown_action_or_agent_writes_nothing(
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
         before = await _count(catalog)
         with pytest.raises(error, match=match):
-            await ph.command.start_and_send(agent, action, "hello")
+            await ph.command.start_and_send("hello", action=action, agent=agent)
     assert await _count(catalog) == before
     assert model.requests == []
 
@@ -106,7 +108,7 @@ async def test_an_action_deactivated_after_it_was_cached_writes_nothing(
     # second runs in the transaction that would write the conversation.
     model = ScriptedModel(["first", "never"])
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
-        await ph.command.start_and_send("ANALYST", "SUMBRAND", "one")
+        await ph.command.start_and_send("one", action="SUMBRAND", agent="ANALYST")
         async with catalog.sessions.begin() as session:
             action = await session.scalar(select(Action).where(Action.code == "SUMBRAND"))
             assert action is not None
@@ -114,7 +116,7 @@ async def test_an_action_deactivated_after_it_was_cached_writes_nothing(
             await bump_revision(session, "default")
         before = await _count(catalog)
         with pytest.raises(InvalidStateError, match="inactive"):
-            await ph.command.start_and_send("ANALYST", "SUMBRAND", "two")
+            await ph.command.start_and_send("two", action="SUMBRAND", agent="ANALYST")
     assert await _count(catalog) == before
     assert len(model.requests) == 1
 
@@ -122,13 +124,13 @@ async def test_an_action_deactivated_after_it_was_cached_writes_nothing(
 async def test_a_catalog_change_after_caching_reaches_the_turn(catalog: Database) -> None:
     model = ScriptedModel(["first", "second"])
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
-        await ph.command.start_and_send("ANALYST", "SUMBRAND", "one")
+        await ph.command.start_and_send("one", action="SUMBRAND", agent="ANALYST")
         async with catalog.sessions.begin() as session:
             action = await session.scalar(select(Action).where(Action.code == "SUMBRAND"))
             assert action is not None
             action.prompt = "Translate the brand document into French."
             await bump_revision(session, "default")
-        result = await ph.command.start_and_send("ANALYST", "SUMBRAND", "two")
+        result = await ph.command.start_and_send("two", action="SUMBRAND", agent="ANALYST")
     assert result.status is ProcessStatus.COMPLETED
     assert "Translate the brand document into French." in system_text(model, 1)
 
@@ -137,12 +139,14 @@ async def test_a_shared_memory_id_brings_the_earlier_conversation(catalog: Datab
     model = ScriptedModel(["Noted: blue.", "It is blue.", "I do not know."])
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
         first = await ph.command.start_and_send(
-            "ANALYST", "SUMBRAND", "My colour is blue.", memory_id="customer-7"
+            "My colour is blue.", action="SUMBRAND", agent="ANALYST", memory_id="customer-7"
         )
         second = await ph.command.start_and_send(
-            "ANALYST", "SUMBRAND", "What is my colour?", memory_id="customer-7"
+            "What is my colour?", action="SUMBRAND", agent="ANALYST", memory_id="customer-7"
         )
-        other = await ph.command.start_and_send("ANALYST", "SUMBRAND", "What is my colour?")
+        other = await ph.command.start_and_send(
+            "What is my colour?", action="SUMBRAND", agent="ANALYST"
+        )
     assert first.conversation_uuid != second.conversation_uuid
     assert "My colour is blue." in repr(model.requests[1].messages)
     assert "Noted: blue." in repr(model.requests[1].messages)
@@ -153,7 +157,9 @@ async def test_a_shared_memory_id_brings_the_earlier_conversation(catalog: Datab
 async def test_audit_off_writes_no_timeline(catalog: Database) -> None:
     model = ScriptedModel(["quiet"])
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
-        result = await ph.command.start_and_send("ANALYST", "SUMBRAND", "hello", audit=False)
+        result = await ph.command.start_and_send(
+            "hello", action="SUMBRAND", agent="ANALYST", audit=False
+        )
     conversation, messages, events = await rows(catalog, result.conversation_uuid)
     assert conversation.audit is False
     assert events == []
@@ -164,7 +170,7 @@ async def test_start_and_stream_yields_deltas_then_the_result(catalog: Database)
     model = ScriptedModel([Reply("alpha beta gamma")])
     async with Pilothouse(Settings(), database=catalog, model=model) as ph:
         events: list[TurnEvent] = [
-            e async for e in ph.command.start_and_stream("ANALYST", "SUMBRAND", "go")
+            e async for e in ph.command.start_and_stream("go", action="SUMBRAND", agent="ANALYST")
         ]
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "alpha beta gamma"
     finished = events[-1]

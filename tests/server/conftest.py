@@ -30,7 +30,6 @@ from fastapi import FastAPI
 
 from pilothouse.catalog import import_catalog
 from pilothouse.server._app import create_app
-from pilothouse.server._keys import create_key
 from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.settings import Settings
 from pilothouse.store import Database
@@ -131,17 +130,17 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 async def api_key(server_state: ServerState) -> str:
-    key, _ = await create_key(server_state.database, "default", name="test")
+    key, _ = await server_state.pilothouse.keys.create(name="test")
     return key
 
 
 @pytest.fixture
 async def admin_key(server_state: ServerState) -> str:
-    key, _ = await create_key(server_state.database, "default", name="admin", admin=True)
+    key, _ = await server_state.pilothouse.keys.create(name="admin", admin=True)
     return key
 
 
 @pytest.fixture
 async def other_tenant_key(server_state: ServerState) -> str:
-    key, _ = await create_key(server_state.database, "other", name="other", admin=True)
+    key, _ = await server_state.pilothouse.keys.create(tenant="other", name="other", admin=True)
     return key

@@ -9,7 +9,6 @@ import httpx
 import pytest
 
 from conftest import EXAMPLES
-from pilothouse.catalog import import_catalog
 from pilothouse.server._jsonrpc_methods import METHODS
 from pilothouse.server._state import ServerState
 from pilothouse.testing import Reply, ScriptedModel
@@ -35,7 +34,7 @@ actions:
 @pytest.fixture(autouse=True)
 async def chat_action(server_state: ServerState, tmp_path: Path) -> None:
     (tmp_path / "extra.yaml").write_text(EXTRA)
-    await import_catalog(server_state.database, "default", [EXAMPLES, tmp_path / "extra.yaml"])
+    await server_state.facade("default").catalog.import_files([EXAMPLES, tmp_path / "extra.yaml"])
 
 
 Q = "pilothouse/query/{}/v1"

@@ -6,7 +6,7 @@ import httpx
 import pytest
 from server_helpers import auth
 
-from pilothouse.server._keys import KeyCache, create_key, revoke_key
+from pilothouse.server._keys import KeyCache
 from pilothouse.server._state import ServerSettings, ServerState
 
 pytestmark = pytest.mark.anyio
@@ -27,17 +27,17 @@ class Clock:
 @pytest.fixture
 def clock(server_state: ServerState) -> Clock:
     clock = Clock()
-    server_state.keys = KeyCache(server_state.database, 5.0, clock=clock)
+    server_state.keys = KeyCache(server_state.pilothouse.keys, 5.0, clock=clock)
     return clock
 
 
 async def test_key_revoked_elsewhere_works_until_the_ttl_passes(
     client: httpx.AsyncClient, server_state: ServerState, clock: Clock
 ) -> None:
-    key, info = await create_key(server_state.database, "default", name="cached")
+    key, info = await server_state.pilothouse.keys.create(name="cached")
     assert (await client.get(ROUTE, headers=auth(key))).status_code == 200
     # Revoked in the database, as `pilothouse keys revoke` (another process) does.
-    await revoke_key(server_state.database, info.prefix)
+    await server_state.pilothouse.keys.revoke(info.prefix)
     clock.now += 4.9
     assert (await client.get(ROUTE, headers=auth(key))).status_code == 200
     clock.now += 0.2
@@ -50,7 +50,7 @@ async def test_key_revoked_elsewhere_works_until_the_ttl_passes(
 async def test_revoking_through_the_cache_refuses_at_once(
     client: httpx.AsyncClient, server_state: ServerState, clock: Clock
 ) -> None:
-    key, info = await create_key(server_state.database, "default", name="cached")
+    key, info = await server_state.pilothouse.keys.create(name="cached")
     assert (await client.get(ROUTE, headers=auth(key))).status_code == 200
     revoked = await server_state.keys.revoke(info.prefix)
     assert revoked.active is False
@@ -60,11 +60,11 @@ async def test_revoking_through_the_cache_refuses_at_once(
 async def test_forget_drops_a_remembered_key(
     client: httpx.AsyncClient, server_state: ServerState, clock: Clock
 ) -> None:
-    key, info = await create_key(server_state.database, "default", name="cached")
-    other, _ = await create_key(server_state.database, "default", name="kept")
+    key, info = await server_state.pilothouse.keys.create(name="cached")
+    other, _ = await server_state.pilothouse.keys.create(name="kept")
     assert (await client.get(ROUTE, headers=auth(key))).status_code == 200
     assert (await client.get(ROUTE, headers=auth(other))).status_code == 200
-    await revoke_key(server_state.database, info.prefix)
+    await server_state.pilothouse.keys.revoke(info.prefix)
     server_state.keys.forget(info.prefix)
     assert (await client.get(ROUTE, headers=auth(key))).status_code == 401
     assert (await client.get(ROUTE, headers=auth(other))).status_code == 200
@@ -73,7 +73,7 @@ async def test_forget_drops_a_remembered_key(
 async def test_a_wrong_secret_is_refused_while_the_right_key_is_remembered(
     client: httpx.AsyncClient, server_state: ServerState, clock: Clock
 ) -> None:
-    key, info = await create_key(server_state.database, "default", name="cached")
+    key, info = await server_state.pilothouse.keys.create(name="cached")
     assert (await client.get(ROUTE, headers=auth(key))).status_code == 200
     forged = f"ph_{info.prefix}_{'A' * 43}"
     assert (await client.get(ROUTE, headers=auth(forged))).status_code == 401
@@ -83,12 +83,12 @@ async def test_a_wrong_secret_is_refused_while_the_right_key_is_remembered(
 async def test_the_oldest_key_is_dropped_beyond_the_limit(
     client: httpx.AsyncClient, server_state: ServerState, clock: Clock
 ) -> None:
-    server_state.keys = KeyCache(server_state.database, 5.0, clock=clock, limit=1)
-    first, info = await create_key(server_state.database, "default", name="first")
-    second, _ = await create_key(server_state.database, "default", name="second")
+    server_state.keys = KeyCache(server_state.pilothouse.keys, 5.0, clock=clock, limit=1)
+    first, info = await server_state.pilothouse.keys.create(name="first")
+    second, _ = await server_state.pilothouse.keys.create(name="second")
     assert (await client.get(ROUTE, headers=auth(first))).status_code == 200
     assert (await client.get(ROUTE, headers=auth(second))).status_code == 200
-    await revoke_key(server_state.database, info.prefix)
+    await server_state.pilothouse.keys.revoke(info.prefix)
     # The first key was dropped for the second, so it is read again: revoked.
     assert (await client.get(ROUTE, headers=auth(first))).status_code == 401
 
@@ -102,9 +102,9 @@ class TestWithoutCache:
         self, client: httpx.AsyncClient, server_state: ServerState
     ) -> None:
         assert server_state.keys.ttl == 0
-        key, info = await create_key(server_state.database, "default", name="uncached")
+        key, info = await server_state.pilothouse.keys.create(name="uncached")
         assert (await client.get(ROUTE, headers=auth(key))).status_code == 200
-        await revoke_key(server_state.database, info.prefix)
+        await server_state.pilothouse.keys.revoke(info.prefix)
         assert (await client.get(ROUTE, headers=auth(key))).status_code == 401
 
 

@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from pilothouse.cli import app
-from pilothouse.server._keys import digest
+
+
+def digest(key: str) -> str:
+    """What the store keeps of a key: its SHA-256, computed here independently."""
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def invoke(db: Path, *args: str) -> tuple[int, str, str]:

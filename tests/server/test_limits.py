@@ -110,11 +110,9 @@ async def test_metrics_need_a_key_off_loopback(server_settings: Settings) -> Non
 
 
 async def test_revoked_key_is_refused(client: httpx.AsyncClient, server_state: ServerState) -> None:
-    from pilothouse.server._keys import create_key, list_keys
-
-    key, info = await create_key(server_state.database, "default", name="short-lived")
+    key, info = await server_state.pilothouse.keys.create(name="short-lived")
     assert (await client.get("/v1/catalog/actions", headers=auth(key))).status_code == 200
-    listed = {k.prefix: k for k in await list_keys(server_state.database, "default")}
+    listed = {k.prefix: k for k in await server_state.pilothouse.keys.list_keys(tenant="default")}
     assert listed[info.prefix].last_used_at is not None
     # Revoked through the server's own key cache: refused at once.
     await server_state.keys.revoke(info.prefix)

@@ -15,7 +15,6 @@ from pydantic_ai.messages import ModelRequest, ModelResponse, SystemPromptPart, 
 
 from conftest import EXAMPLES
 from pilothouse.api import CommandApi
-from pilothouse.catalog import import_catalog
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.server._state import ServerState
 from pilothouse.testing import Fail, Reply, ScriptedModel, ToolCall
@@ -79,7 +78,7 @@ agents:
 @pytest.fixture(autouse=True)
 async def chat_action(server_state: ServerState, tmp_path: Path) -> None:
     (tmp_path / "extra.yaml").write_text(EXTRA)
-    await import_catalog(server_state.database, "default", [EXAMPLES, tmp_path / "extra.yaml"])
+    await server_state.facade("default").catalog.import_files([EXAMPLES, tmp_path / "extra.yaml"])
 
 
 @pytest.fixture
@@ -386,7 +385,7 @@ async def test_other_tenants_action_is_not_found(
         "    configuration: DEFAULT\n"
         "    prompt: Say hi.\n"
     )
-    await import_catalog(server_state.database, "other", [EXAMPLES, tmp_path / "other.yaml"])
+    await server_state.facade("other").catalog.import_files([EXAMPLES, tmp_path / "other.yaml"])
     listed = await client.get("/v1/models", headers=auth(other_tenant_key))
     assert "action:SECRETACT" in [m["id"] for m in listed.json()["data"]]
     response = await client.post(
@@ -488,7 +487,7 @@ async def test_image_parts_become_attachments(oai: Any, scripted: ScriptedModel)
 async def _change(server_state: ServerState, tmp_path: Path, yaml: str) -> None:
     """Import a catalog change: entities not in it are kept, and the revision moves on."""
     (tmp_path / "change.yaml").write_text(yaml)
-    await import_catalog(server_state.database, "default", [tmp_path / "change.yaml"])
+    await server_state.facade("default").catalog.import_files([tmp_path / "change.yaml"])
 
 
 async def _conversations(server_state: ServerState) -> int:

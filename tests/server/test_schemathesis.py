@@ -30,11 +30,10 @@ from schemathesis.checks import (
 from server_helpers import auth
 from starlette.testclient import TestClient
 
+from pilothouse.api import Pilothouse
 from pilothouse.server._app import create_app
-from pilothouse.server._keys import create_key
 from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.settings import Settings
-from pilothouse.store import Database
 from pilothouse.testing import Reply, ScriptedModel
 
 # The response-side checks. Left out: "positive data acceptance", because a
@@ -69,12 +68,9 @@ def test_openapi_conformance(tmp_path: Path, template_database: Path, group: str
     url = f"sqlite+aiosqlite:///{path}"
 
     async def make_key() -> str:
-        database = Database(url)
-        try:
-            key, _ = await create_key(database, "default", name="schemathesis", admin=True)
+        async with Pilothouse(Settings(database_url=url)) as ph:
+            key, _ = await ph.keys.create(name="schemathesis", admin=True)
             return key
-        finally:
-            await database.dispose()
 
     headers = auth(anyio.run(make_key))
     state = ServerState(

@@ -22,7 +22,6 @@ from fastapi.responses import JSONResponse
 from server_helpers import auth, serve_on_loopback
 
 from pilothouse.server._app import create_app
-from pilothouse.server._keys import create_key
 from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.settings import Settings
 
@@ -103,7 +102,7 @@ async def exercise(
     # No scripted model: turns go to the (leaky) provider for real.
     state = ServerState(settings, server=ServerSettings(host="127.0.0.1"))
     await state.open()
-    admin, _ = await create_key(state.database, "default", name="admin", admin=True)
+    admin, _ = await state.pilothouse.keys.create(name="admin", admin=True)
     app = create_app(settings, state=state)
     try:
         async with (

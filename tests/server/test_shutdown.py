@@ -31,7 +31,7 @@ async def test_drain_cancels_running_turns_and_records_te(server_settings: Setti
     state = ServerState(server_settings, model=FunctionModel(_slow, stream_function=_slow_stream))
     try:
         ph = state.facade("default")
-        conversation = await ph.command.start_conversation(None, "ECHO")
+        conversation = await ph.command.start_conversation(action="ECHO")
         async with anyio.create_task_group() as group:
             group.start_soon(ph.command.send_message, conversation.uuid, "go")
             with anyio.fail_after(5):
@@ -51,7 +51,7 @@ async def test_drain_lets_short_turns_finish(
 ) -> None:
     scripted.script.steps.append(Reply("quick answer", chunk_delay=0.05))
     ph = server_state.facade("default")
-    conversation = await ph.command.start_conversation(None, "ECHO")
+    conversation = await ph.command.start_conversation(action="ECHO")
 
     async def turn() -> None:
         # Streamed, so the chunk delays keep the turn running a little while.

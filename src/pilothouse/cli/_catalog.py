@@ -15,14 +15,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pilothouse.cli._context import CliState, fail, run
-from pilothouse.errors import CatalogValidationError
+from pilothouse.cli._context import CliState, open_facade, run
 
 if TYPE_CHECKING:
-    from pilothouse.catalog import ImportSummary
-
-# The catalog tooling (YAML, validation, import/export) is imported by the
-# commands that use it, so other commands (run, chat, serve) start without it.
+    from pilothouse.types import CatalogCheck, ImportSummary
 
 app = typer.Typer(help="Validate, import and export the catalog as YAML.", no_args_is_help=True)
 
@@ -32,11 +28,15 @@ Paths = Annotated[
 ]
 
 
-def _plural(count: int, kind: str) -> str:
-    from pilothouse.catalog import catalog_kind
-
-    name = kind.replace("_", " ")
-    return f"{count} {name if count != 1 else catalog_kind(kind).entity_name}"
+def _checked(check: CatalogCheck) -> str:
+    detail = ", ".join(
+        f"{n} {kind.replace('_', ' ') if n != 1 else check.entity_names[kind]}"
+        for kind, n in check.counts.items()
+    )
+    files = check.files
+    return f"ok: {files} file{'s' if files != 1 else ''}, {check.entities} entities" + (
+        f" ({detail})" if detail else ""
+    )
 
 
 @app.command()
@@ -52,31 +52,14 @@ def validate(
     ] = False,
 ) -> None:
     """Check catalog files; print a summary, or one line per error (exit code 2)."""
-    from pilothouse.catalog import ExistingCatalog, load_existing, validate_paths
-
     state: CliState = ctx.obj
 
-    async def body() -> str:
-        existing = ExistingCatalog()
-        if use_database:
-            database = state.database()
-            try:
-                await database.ensure_schema()
-                async with database.sessions() as session:
-                    existing = await load_existing(session, state.effective_tenant)
-            finally:
-                await database.dispose()
-        parsed, issues = validate_paths(paths, existing)
-        if issues:
-            raise CatalogValidationError(issues)
-        counts = parsed.counts()
-        detail = ", ".join(_plural(n, kind) for kind, n in counts.items())
-        files = len(parsed.files)
-        return f"ok: {files} file{'s' if files != 1 else ''}, {len(parsed)} entities" + (
-            f" ({detail})" if detail else ""
-        )
+    async def body() -> CatalogCheck:
+        # The database is opened only when it is read (--use-database).
+        async with open_facade(state, migrate=False) as ph:
+            return await ph.catalog.validate(paths, against_stored=use_database)
 
-    typer.echo(run(body))
+    typer.echo(_checked(run(body)))
 
 
 def _summary_table(summary: ImportSummary) -> Table:
@@ -89,18 +72,11 @@ def _summary_table(summary: ImportSummary) -> Table:
 @app.command("import")
 def import_(ctx: typer.Context, paths: Paths) -> None:
     """Validate, then upsert catalog files into the tenant's catalog, all or nothing."""
-    from pilothouse.catalog import import_catalog
-
     state: CliState = ctx.obj
 
     async def body() -> ImportSummary:
-        database = state.database()
-        try:
-            return await import_catalog(
-                database, state.effective_tenant, paths, user=state.settings.user
-            )
-        finally:
-            await database.dispose()
+        async with open_facade(state) as ph:
+            return await ph.catalog.import_files(paths)
 
     summary = run(body)
     console = Console(soft_wrap=True)
@@ -121,23 +97,11 @@ def export(
     ] = None,
 ) -> None:
     """Print the tenant's catalog as YAML, in the format `catalog import` reads."""
-    from pilothouse.catalog import KINDS, catalog_kind, export_catalog
-
     state: CliState = ctx.obj
-    for name in kind or []:
-        if name not in KINDS:
-            try:
-                catalog_kind(name)
-            except KeyError as exc:
-                fail(str(exc.args[0]))
 
     async def body() -> str:
-        database = state.database()
-        try:
-            await database.ensure_schema()
-            async with database.sessions() as session:
-                return await export_catalog(session, state.effective_tenant, kind)
-        finally:
-            await database.dispose()
+        # Not migrated first: an unknown kind is refused before the database is touched.
+        async with open_facade(state, migrate=False) as ph:
+            return await ph.catalog.export(kind)
 
     typer.echo(run(body), nl=False)

@@ -1,24 +1,29 @@
-"""What every CLI command shares: settings, the database, and error reporting.
+"""What every CLI command shares: settings, the facade, and error reporting.
 
 A user's mistake ends the command with exit code 2 and one line on stderr,
-never a stack trace.
+never a stack trace. Commands reach pilothouse only through the facade
+(:func:`open_facade`), imported when a command runs, so ``pilothouse --help``
+loads none of it.
 """
 
 from __future__ import annotations
 
-__all__ = ["CliState", "fail", "run"]
+__all__ = ["CliState", "fail", "open_facade", "run"]
 
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import anyio
 import typer
 
 from pilothouse.errors import CatalogValidationError, PilothouseError
 from pilothouse.settings import Settings
-from pilothouse.store import Database
+
+if TYPE_CHECKING:
+    from pilothouse.api import Pilothouse
 
 T = TypeVar("T")
 
@@ -35,9 +40,35 @@ class CliState:
         """The tenant named on the command line, else the deployment default."""
         return self.tenant or self.settings.tenant
 
-    def database(self) -> Database:
-        """Open the configured database (the schema is upgraded on first use)."""
-        return self.settings.open_database()
+
+@asynccontextmanager
+async def open_facade(state: CliState, *, migrate: bool = True) -> AsyncGenerator[Pilothouse]:
+    """Open the facade for the command's tenant and close it at the end.
+
+    Args:
+        state: the command's settings and tenant.
+        migrate: bring the schema to the newest migration first (commands
+            that only report on the database pass False).
+
+    Connection and SQL failures become exit code 2 with one line naming the
+    database (password hidden).
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from pilothouse.api import Pilothouse
+
+    ph = Pilothouse(state.settings, tenant=state.effective_tenant)
+    try:
+        if migrate:
+            await ph.ensure_schema()
+        yield ph
+    except (OSError, SQLAlchemyError) as exc:
+        where = make_url(state.settings.database_url).render_as_string(hide_password=True)
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        fail(f"database {where}: {reason}")
+    finally:
+        await ph.aclose()
 
 
 def fail(message: str) -> NoReturn:
@@ -59,7 +90,7 @@ def run(func: Callable[[], Coroutine[Any, Any, T]] | Callable[[], Awaitable[T]])
             typer.echo(str(issue), err=True)
         raise typer.Exit(code=2) from None
     except PilothouseError as exc:
-        fail(str(exc))
+        fail(exc.public_message)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)

@@ -15,15 +15,13 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from pilothouse.catalog._enums import ProcessStatus
-from pilothouse.cli._context import CliState, fail, run
-from pilothouse.cli._db import open_database
-from pilothouse.store import (
+from pilothouse.cli._context import CliState, fail, open_facade, run
+from pilothouse.types import (
     Conversation,
     ConversationInfo,
-    ConversationQueries,
     ConversationView,
     Page,
+    ProcessStatus,
 )
 
 app = typer.Typer(help="Inspect recorded conversations.", no_args_is_help=True)
@@ -123,9 +121,8 @@ def list_conversations(
     created_to = _time("--until", until)
 
     async def body() -> Page[Conversation]:
-        async with open_database(state) as db:
-            await db.ensure_schema()
-            return await ConversationQueries(db, state.effective_tenant).list(
+        async with open_facade(state) as ph:
+            return await ph.query.list_conversations(
                 agent=agent,
                 action=action,
                 status=wanted,
@@ -214,9 +211,8 @@ def show_conversation(
     state: CliState = ctx.obj
 
     async def body() -> ConversationView:
-        async with open_database(state) as db:
-            await db.ensure_schema()
-            return await ConversationQueries(db, state.effective_tenant).transcript(uuid)
+        async with open_facade(state) as ph:
+            return await ph.query.get_transcript(uuid)
 
     view = run(body)
     if as_json:

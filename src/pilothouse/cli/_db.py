@@ -1,43 +1,14 @@
-"""`pilothouse db` commands: migrate the database and report its revision.
-
-Also home of :func:`open_database`, which every command that reads the
-store uses so an unreachable or broken database ends in one line, not a
-stack trace.
-"""
+"""`pilothouse db` commands: migrate the database and report its revision."""
 
 from __future__ import annotations
 
-__all__ = ["app", "open_database"]
-
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
+__all__ = ["app"]
 
 import typer
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
 
-from pilothouse.cli._context import CliState, fail, run
-from pilothouse.store import Database, current_revision, head_revision
+from pilothouse.cli._context import CliState, open_facade, run
 
 app = typer.Typer(help="Migrate the database and report its schema revision.", no_args_is_help=True)
-
-
-@asynccontextmanager
-async def open_database(state: CliState) -> AsyncGenerator[Database]:
-    """Open the configured database and close it at the end of the command.
-
-    Connection and SQL failures become exit code 2 with one line naming the
-    database (password hidden).
-    """
-    db = state.database()
-    try:
-        yield db
-    except (OSError, SQLAlchemyError) as exc:
-        where = make_url(db.url).render_as_string(hide_password=True)
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        fail(f"database {where}: {reason}")
-    finally:
-        await db.dispose()
 
 
 @app.command("upgrade")
@@ -46,8 +17,8 @@ def upgrade(ctx: typer.Context) -> None:
     state: CliState = ctx.obj
 
     async def body() -> tuple[str | None, str]:
-        async with open_database(state) as db:
-            return await db.upgrade()
+        async with open_facade(state, migrate=False) as ph:
+            return await ph.upgrade_schema()
 
     before, after = run(body)
     typer.echo(f"database at {after} (was: {before or 'empty'})")
@@ -58,14 +29,13 @@ def current(ctx: typer.Context) -> None:
     """Print the database's revision and whether it is the newest; changes nothing."""
     state: CliState = ctx.obj
 
-    async def body() -> str | None:
-        async with open_database(state) as db:
-            # Deliberately not ensure_schema(): reporting must not migrate.
-            async with db.engine.connect() as connection:
-                return await connection.run_sync(current_revision)
+    async def body() -> tuple[str | None, str]:
+        # Deliberately not migrated: reporting must not change the database.
+        async with open_facade(state, migrate=False) as ph:
+            revision = await ph.schema_revision()
+            return revision.current, revision.head
 
-    revision = run(body)
-    head = head_revision()
+    revision, head = run(body)
     if revision == head:
         typer.echo(f"database at {head} (current)")
     else:

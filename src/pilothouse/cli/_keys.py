@@ -15,13 +15,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pilothouse.cli._context import CliState, run
+from pilothouse.cli._context import CliState, open_facade, run
 
 if TYPE_CHECKING:
-    from pilothouse.server._keys import KeyInfo
-
-# pilothouse.server is imported inside each command: importing it loads
-# FastAPI, which every other CLI command should not pay for at startup.
+    from pilothouse.types import KeyInfo
 
 app = typer.Typer(
     help="Create, list and revoke API keys of the HTTP service.", no_args_is_help=True
@@ -48,13 +45,8 @@ def create(
     owner = tenant or state.effective_tenant
 
     async def body() -> tuple[str, KeyInfo]:
-        from pilothouse.server._keys import create_key
-
-        database = state.database()
-        try:
-            return await create_key(database, owner, name=name, admin=admin)
-        finally:
-            await database.dispose()
+        async with open_facade(state) as ph:
+            return await ph.keys.create(tenant=owner, name=name, admin=admin)
 
     key, info = run(body)
     # The key alone on stdout, so scripts can capture it; the rest on stderr.
@@ -76,13 +68,8 @@ def list_(
     state: CliState = ctx.obj
 
     async def body() -> list[KeyInfo]:
-        from pilothouse.server._keys import list_keys
-
-        database = state.database()
-        try:
-            return await list_keys(database, tenant or state.tenant)
-        finally:
-            await database.dispose()
+        async with open_facade(state) as ph:
+            return await ph.keys.list_keys(tenant=tenant or state.tenant)
 
     keys = run(body)
     table = Table("prefix", "name", "tenant", "scopes", "active", "created", "last used")
@@ -113,13 +100,8 @@ def revoke(
     state: CliState = ctx.obj
 
     async def body() -> KeyInfo:
-        from pilothouse.server._keys import revoke_key
-
-        database = state.database()
-        try:
-            return await revoke_key(database, prefix)
-        finally:
-            await database.dispose()
+        async with open_facade(state) as ph:
+            return await ph.keys.revoke(prefix)
 
     info = run(body)
     typer.echo(f"revoked key {info.prefix} of tenant '{info.tenant}'")

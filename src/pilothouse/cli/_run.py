@@ -17,13 +17,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pilothouse.catalog._enums import SchemaDirection
-from pilothouse.cli._context import CliState, fail, run
+from pilothouse.cli._context import CliState, fail, open_facade, run
+from pilothouse.types import SchemaDirection
 
 if TYPE_CHECKING:
     from pilothouse.api import Pilothouse
-    from pilothouse.catalog._models import Action
-    from pilothouse.runtime import TurnResult
+    from pilothouse.types import Action, TurnResult
 
 
 def parse_assignments(pairs: list[str], option: str) -> dict[str, Any]:
@@ -95,7 +94,7 @@ async def _turn(
     out: Console,
     structured: bool,
 ) -> TurnResult:
-    from pilothouse.runtime import TextDelta, TurnFinished
+    from pilothouse.types import TextDelta, TurnFinished
 
     result: TurnResult | None = None
     streamed = False
@@ -151,14 +150,18 @@ def run_action(
     err = Console(stderr=True, highlight=False)
 
     async def body() -> int:
-        from pilothouse.api import Pilothouse
-
-        async with Pilothouse(state.settings, tenant=state.effective_tenant) as ph:
+        async with open_facade(state) as ph:
             # Refuse bad input before a conversation exists, so it leaves none behind.
             await ph.command.check_message(
-                action, agent, message, input_data=data or None, runtime_config=config or None
+                message,
+                action=action,
+                agent=agent,
+                input_data=data or None,
+                runtime_config=config or None,
             )
-            conversation = await ph.command.start_conversation(agent, action, memory_id=memory_id)
+            conversation = await ph.command.start_conversation(
+                action=action, agent=agent, memory_id=memory_id
+            )
             if as_json:
                 result = await ph.command.send_message(
                     conversation.uuid,
@@ -208,10 +211,10 @@ def chat(
     async def body() -> None:
         import anyio
 
-        from pilothouse.api import Pilothouse
-
-        async with Pilothouse(state.settings, tenant=state.effective_tenant) as ph:
-            conversation = await ph.command.start_conversation(agent, action, memory_id=memory_id)
+        async with open_facade(state) as ph:
+            conversation = await ph.command.start_conversation(
+                action=action, agent=agent, memory_id=memory_id
+            )
             structured = _has_output_schema(await ph.query.find_action_by_code(action))
             err.print(f"conversation {conversation.uuid}; empty line or /exit to end")
             while True:

@@ -1,36 +1,36 @@
 """The FastAPI application: routers, middlewares, error mapping and lifespan.
 
-:func:`create_app` builds the whole service. Every error leaves it as
-``application/problem+json`` (see :mod:`pilothouse.server._problems`):
+:func:`create_app` builds the whole service from the routers listed in
+:func:`routers`. Every error leaves it as ``application/problem+json`` (see
+:mod:`pilothouse.server._problems`): a pilothouse error by its category
+(:data:`~pilothouse.server._problems.HTTP_STATUS`), everything else here:
 
 ==========================================  ======
 error                                       status
 ==========================================  ======
 malformed JSON body                         400
-other :class:`~pilothouse.errors.PilothouseError` (bad input)  400
+bad input (``ErrorCategory.INVALID_INPUT``)  422
+request validation, catalog validation      422
 missing/unknown/revoked API key             401
 key without admin scope                     403
-:class:`~pilothouse.errors.NotFoundError`, unknown route  404
+not found, unknown route                    404
 wrong method                                405
-:class:`~pilothouse.errors.InvalidStateError`, :class:`~pilothouse.errors.ConflictError`  409
+invalid state, conflict                     409
 body over the size limit                    413
-request validation, catalog validation, runtime config, template, answers  422
 rate limit                                  429 (``Retry-After``)
 a model provider failed outside a turn      502
 anything unexpected                         500 (generic detail, logged here)
 ==========================================  ======
 
-Protocol routers written beside this module (OpenAI-compatible, connector,
-JSON-RPC) mount themselves: each module named in :data:`PROTOCOL_ROUTERS`
-that exists is imported and its ``router`` included.
+The OpenAI-compatible routes answer errors in OpenAI's shape and JSON-RPC
+inside its envelope, each by a map of its own; ``/v1/invoke`` answers bad
+input 400, as its connector contract says.
 """
 
 from __future__ import annotations
 
-__all__ = ["PROTOCOL_ROUTERS", "create_app"]
+__all__ = ["create_app", "routers"]
 
-import importlib
-import importlib.util
 import logging
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
@@ -42,18 +42,16 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
-from pilothouse.errors import (
-    CatalogValidationError,
-    ConflictError,
-    InvalidStateError,
-    NotFoundError,
-    PilothouseError,
-    ProviderError,
-    SecretNotFoundError,
-)
+from pilothouse.errors import ErrorCategory, PilothouseError
 from pilothouse.server._limits import BodySizeLimitMiddleware
 from pilothouse.server._metrics import MetricsMiddleware
-from pilothouse.server._problems import PROBLEM_MEDIA_TYPE, ProblemError, problem, problem_bytes
+from pilothouse.server._problems import (
+    PROBLEM_MEDIA_TYPE,
+    ProblemError,
+    error_problem,
+    problem,
+    problem_bytes,
+)
 from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.settings import Settings
 
@@ -63,69 +61,29 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# --- protocol routers -------------------------------------------------------
-# Modules of the protocols engineer. Each, when present, defines ``router``
-# (a fastapi.APIRouter) and is mounted as is; a missing module is skipped, so
-# this file never needs editing when one lands.
-PROTOCOL_ROUTERS: tuple[str, ...] = (
-    "pilothouse.server._openai",
-    "pilothouse.server._invoke",
-    "pilothouse.server._jsonrpc",
-)
-# -----------------------------------------------------------------------------
 
+def routers() -> list[APIRouter]:
+    """Every router of the service, in the order they are mounted.
 
-def _protocol_routers(names: Sequence[str]) -> list[APIRouter]:
-    routers: list[APIRouter] = []
-    for name in names:
-        if importlib.util.find_spec(name) is None:
-            continue
-        # An ImportError inside an existing module is a bug there: let it show.
-        module = importlib.import_module(name)
-        router = getattr(module, "router", None)
-        if router is None:
-            logger.warning("protocol module %s defines no 'router'; not mounted", name)
-            continue
-        routers.append(router)
-    return routers
+    Listed here, one import each: a module that fails to import fails the
+    app, rather than a route silently going missing.
+    """
+    from pilothouse.server._catalog_routes import router as catalog
+    from pilothouse.server._conversation_routes import router as conversations
+    from pilothouse.server._health import router as health
+    from pilothouse.server._invoke import router as invoke
+    from pilothouse.server._jsonrpc import router as jsonrpc
+    from pilothouse.server._openai import router as openai
 
-
-def _status_of(exc: PilothouseError) -> tuple[int, str]:
-    from pilothouse.runtime import RuntimeConfigError, TemplateError
-    from pilothouse.runtime._hitl import AnswerError
-
-    if isinstance(exc, NotFoundError):
-        return 404, "Not Found"
-    if isinstance(exc, InvalidStateError | ConflictError):
-        return 409, "Conflict"
-    if isinstance(exc, RuntimeConfigError | TemplateError | AnswerError | SecretNotFoundError):
-        return 422, "Unprocessable Content"
-    if isinstance(exc, ProviderError):
-        return 502, "Bad Gateway"
-    return 400, "Bad Request"
+    return [health, catalog, conversations, openai, invoke, jsonrpc]
 
 
 async def _pilothouse_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PilothouseError)
-    if isinstance(exc, CatalogValidationError):
-        errors = [
-            {"entity": i.entity, "code": i.code, "field": i.field, "rule": i.rule}
-            for i in exc.issues
-        ]
-        count = len(errors)
-        return problem(
-            422,
-            "Catalog validation failed",
-            f"{count} rule{'s' if count != 1 else ''} broken; nothing was written",
-            errors=errors,
-        )
-    status, title = _status_of(exc)
-    if isinstance(exc, ProviderError):
-        # A provider's own message may echo the request (URLs, headers,
-        # keys); only the kind of failure leaves the process.
+    if exc.category is ErrorCategory.UPSTREAM:
+        # Only the kind of failure leaves the process (public_message).
         logger.warning("model provider failed outside a turn: %s", type(exc).__name__)
-        return problem(status, title, f"the model provider failed ({type(exc).__name__})")
-    return problem(status, title, str(exc))
+    return error_problem(exc).response()
 
 
 def _field(loc: Sequence[Any]) -> str:
@@ -243,10 +201,6 @@ def create_app(
     Returns:
         The ASGI application.
     """
-    from pilothouse.server._catalog_routes import router as catalog_router
-    from pilothouse.server._conversation_routes import router as conversation_router
-    from pilothouse.server._health import router as health_router
-
     if state is None:
         state = ServerState(settings if settings is not None else Settings(), server=server)
     served = state
@@ -274,10 +228,7 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
 
-    app.include_router(health_router)
-    app.include_router(catalog_router)
-    app.include_router(conversation_router)
-    for router in _protocol_routers(PROTOCOL_ROUTERS):
+    for router in routers():
         app.include_router(router)
 
     # Added innermost first: a request meets metrics, then the 500 guard,

@@ -19,34 +19,14 @@ from __future__ import annotations
 __all__ = ["KindName", "router"]
 
 import json
-import tempfile
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import anyio
 from fastapi import APIRouter, Body, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic_core import to_jsonable_python
 
-from pilothouse.catalog import (
-    KINDS,
-    CatalogEntity,
-    CatalogKind,
-    CatalogRepository,
-    export_catalog,
-    export_document,
-    import_catalog,
-    spec_document,
-)
-from pilothouse.errors import CatalogValidationError, NotFoundError, ValidationIssue
-from pilothouse.server._deps import (
-    AdminPrincipal,
-    Authenticated,
-    Principal,
-    ProblemError,
-    State,
-)
-from pilothouse.server._problems import PROBLEM_RESPONSES
+from pilothouse.server._deps import AdminFacade, AdminPrincipal, Facade, Principal
+from pilothouse.server._problems import PROBLEM_RESPONSES, ProblemError
+from pilothouse.types import CatalogEntry
 
 router = APIRouter(prefix="/v1/catalog", tags=["catalog"], responses=PROBLEM_RESPONSES)
 
@@ -89,19 +69,8 @@ EntityBody = Annotated[
 _YAML = "application/yaml"
 
 
-def _kind(name: str) -> CatalogKind:
-    kind = KINDS.get(name)
-    if kind is None:
-        raise NotFoundError(f"unknown catalog kind '{name}'")
-    return kind
-
-
-def _entity(kind: CatalogKind, row: CatalogEntity) -> dict[str, Any]:
-    # JSON-ready here, so prices stay exact decimal strings (FastAPI's own
-    # encoder would turn Decimal into float) and dates ISO strings.
-    document: dict[str, Any] = to_jsonable_python(spec_document(kind, kind.to_spec(row)))
-    document["version"] = row.version
-    return document
+def _entity(entry: CatalogEntry) -> dict[str, Any]:
+    return {**entry.document, "version": entry.version}
 
 
 def _user(principal: Principal) -> str:
@@ -137,49 +106,37 @@ def _expected_version(if_match: str | None, body: dict[str, Any]) -> int:
 @router.get("/{kind}", summary="List the entities of a kind")
 async def list_entities(
     kind: KindName,
-    principal: Authenticated,
-    state: State,
+    ph: Facade,
     active: Annotated[
         bool | None, Query(description="Only active (true) or inactive (false) entities.")
     ] = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Return ``{"items": [...]}``, sorted by business key."""
-    catalog_kind = _kind(kind)
-    # Rendered inside the session: a spec reads relationships lazily.
-    async with state.database.sessions() as session:
-        rows = await CatalogRepository(session, principal.tenant).list(catalog_kind)
-        if active is not None:
-            rows = [row for row in rows if row.active is active]
-        return {"items": [_entity(catalog_kind, row) for row in rows]}
+    return {"items": [_entity(e) for e in await ph.catalog.list_entries(kind, active=active)]}
 
 
 @router.post("/{kind}", status_code=201, summary="Create an entity (admin)")
 async def create_entity(
-    kind: KindName, body: EntityBody, principal: AdminPrincipal, state: State, response: Response
+    kind: KindName,
+    body: EntityBody,
+    principal: AdminPrincipal,
+    ph: AdminFacade,
+    response: Response,
 ) -> dict[str, Any]:
     """Validate and add one entity; 201 with the stored entity (version 1)."""
-    catalog_kind = _kind(kind)
     body.pop("version", None)
-    async with state.database.sessions() as session, session.begin():
-        repository = CatalogRepository(session, principal.tenant, user=_user(principal))
-        row = await repository.create(catalog_kind, body)
-        entity = _entity(catalog_kind, row)
-    response.headers["ETag"] = _etag(entity["version"])
-    response.headers["Location"] = f"/v1/catalog/{kind}/{row.key}"
-    return entity
+    entry = await ph.catalog.create(kind, body, user=_user(principal))
+    response.headers["ETag"] = _etag(entry.version)
+    response.headers["Location"] = f"/v1/catalog/{kind}/{entry.key}"
+    return _entity(entry)
 
 
 @router.get("/{kind}/{key}", summary="Read one entity")
-async def get_entity(
-    kind: KindName, key: str, principal: Authenticated, state: State, response: Response
-) -> dict[str, Any]:
+async def get_entity(kind: KindName, key: str, ph: Facade, response: Response) -> dict[str, Any]:
     """Return the entity with its ``version`` (also the ``ETag``)."""
-    catalog_kind = _kind(kind)
-    async with state.database.sessions() as session:
-        row = await CatalogRepository(session, principal.tenant).get(catalog_kind, key)
-        entity = _entity(catalog_kind, row)
-    response.headers["ETag"] = _etag(entity["version"])
-    return entity
+    entry = await ph.catalog.get(kind, key)
+    response.headers["ETag"] = _etag(entry.version)
+    return _entity(entry)
 
 
 @router.put(
@@ -192,19 +149,17 @@ async def update_entity(
     key: str,
     body: EntityBody,
     principal: AdminPrincipal,
-    state: State,
+    ph: AdminFacade,
     response: Response,
     if_match: Annotated[str | None, Header(description='The version read, e.g. "3".')] = None,
 ) -> dict[str, Any]:
     """Replace every field of the entity; its version is bumped when something changed."""
-    catalog_kind = _kind(kind)
     expected = _expected_version(if_match, body)
-    async with state.database.sessions() as session, session.begin():
-        repository = CatalogRepository(session, principal.tenant, user=_user(principal))
-        row = await repository.update(catalog_kind, key, body, expected)
-        entity = _entity(catalog_kind, row)
-    response.headers["ETag"] = _etag(entity["version"])
-    return entity
+    entry = await ph.catalog.update(
+        kind, key, body, expected_version=expected, user=_user(principal)
+    )
+    response.headers["ETag"] = _etag(entry.version)
+    return _entity(entry)
 
 
 @router.delete(
@@ -217,15 +172,12 @@ async def delete_entity(
     kind: KindName,
     key: str,
     principal: AdminPrincipal,
-    state: State,
+    ph: AdminFacade,
     if_match: Annotated[str | None, Header(description="Refuse if changed since.")] = None,
 ) -> Response:
     """Remove the entity; 409 naming every referrer when it is in use."""
-    catalog_kind = _kind(kind)
     expected = _expected_version(if_match, {}) if if_match is not None else None
-    async with state.database.sessions() as session, session.begin():
-        repository = CatalogRepository(session, principal.tenant, user=_user(principal))
-        await repository.delete(catalog_kind, key, expected)
+    await ph.catalog.delete(kind, key, expected_version=expected, user=_user(principal))
     return Response(status_code=204)
 
 
@@ -240,37 +192,11 @@ def _wants_json(request: Request) -> bool:
     response_class=Response,
     responses={200: {"content": {_YAML: {}, "application/json": {}}}},
 )
-async def export_whole(request: Request, principal: Authenticated, state: State) -> Response:
+async def export_whole(request: Request, ph: Facade) -> Response:
     """Return the tenant's catalog in the format ``pilothouse catalog export`` writes."""
-    async with state.database.sessions() as session:
-        if _wants_json(request):
-            document = await export_document(session, principal.tenant)
-            return JSONResponse(to_jsonable_python(document))
-        text = await export_catalog(session, principal.tenant)
-    return Response(text, media_type=_YAML)
-
-
-def _located(issue: ValidationIssue) -> ValidationIssue:
-    # The temporary file's path means nothing to the client; the line does.
-    return ValidationIssue(issue.entity, issue.code, issue.field, issue.rule, "body", issue.line)
-
-
-async def _import_text(state: State, tenant: str, text: str, user: str) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="pilothouse-import-") as folder:
-        path = Path(folder) / "catalog.yaml"
-        await anyio.Path(path).write_text(text, encoding="utf-8")
-        try:
-            summary = await import_catalog(state.database, tenant, [path], user=user)
-        except CatalogValidationError as exc:
-            raise CatalogValidationError([_located(i) for i in exc.issues]) from None
-    return {
-        "revision": summary.revision,
-        "changed": summary.changed,
-        "counts": {
-            kind: {"created": c.created, "updated": c.updated, "unchanged": c.unchanged}
-            for kind, c in summary.counts.items()
-        },
-    }
+    if _wants_json(request):
+        return JSONResponse(await ph.catalog.export_document())
+    return Response(await ph.catalog.export(), media_type=_YAML)
 
 
 @router.put(
@@ -286,7 +212,9 @@ async def _import_text(state: State, tenant: str, text: str, user: str) -> dict[
         }
     },
 )
-async def import_whole(request: Request, principal: AdminPrincipal, state: State) -> dict[str, Any]:
+async def import_whole(
+    request: Request, principal: AdminPrincipal, ph: AdminFacade
+) -> dict[str, Any]:
     """Validate the document like ``pilothouse catalog import``, then upsert it.
 
     Entities not in the document are kept. Returns the new revision and the
@@ -306,4 +234,12 @@ async def import_whole(request: Request, principal: AdminPrincipal, state: State
             ) from None
         # JSON is YAML, but re-dumping it keeps one code path and its line numbers.
         text = json.dumps(document, indent=1)
-    return await _import_text(state, principal.tenant, text, _user(principal))
+    summary = await ph.catalog.import_text(text, source="body", user=_user(principal))
+    return {
+        "revision": summary.revision,
+        "changed": summary.changed,
+        "counts": {
+            kind: {"created": c.created, "updated": c.updated, "unchanged": c.unchanged}
+            for kind, c in summary.counts.items()
+        },
+    }

@@ -33,10 +33,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Query, Response
 from pydantic import AliasChoices, Base64Bytes, BaseModel, ConfigDict, Field, model_validator
 
-from pilothouse.api import AttachmentInput
-from pilothouse.catalog import ProcessStatus
 from pilothouse.errors import PilothouseError
-from pilothouse.runtime import (
+from pilothouse.server._deps import Facade
+from pilothouse.server._problems import PROBLEM_RESPONSES, error_problem, problem_body
+from pilothouse.types import (
+    AttachmentInput,
+    ConversationInfo,
+    ConversationView,
+    ProcessStatus,
     StatusChanged,
     TextDelta,
     ThinkingDelta,
@@ -45,9 +49,6 @@ from pilothouse.runtime import (
     TurnFinished,
     TurnRetry,
 )
-from pilothouse.server._deps import Facade
-from pilothouse.server._problems import PROBLEM_RESPONSES, problem_body
-from pilothouse.store import ConversationInfo, ConversationView
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -251,7 +252,8 @@ class TurnStreamResponse(Response):
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except PilothouseError as exc:
             logger.warning("turn stream ended by %s", type(exc).__name__)
-            body = problem_body(500, "Turn failed", str(exc))
+            refused = error_problem(exc, title="Turn failed")
+            body = problem_body(refused.status, refused.title, refused.detail)
             await send(
                 {"type": "http.response.body", "body": _sse("error", body), "more_body": True}
             )
@@ -271,7 +273,7 @@ def _conversation_info(row: Any) -> ConversationInfo:
 async def start_conversation(body: StartConversation, ph: Facade) -> ConversationInfo:
     """Record a new conversation of an agent (optional) running an action."""
     conversation = await ph.command.start_conversation(
-        body.agent, body.action, memory_id=body.memory_id
+        action=body.action, agent=body.agent, memory_id=body.memory_id
     )
     return _conversation_info(conversation)
 

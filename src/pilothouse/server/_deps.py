@@ -12,8 +12,12 @@ Example:
     ```
 
 Authentication accepts ``Authorization: Bearer <key>`` or ``X-API-Key:
-<key>``. An unknown, malformed or revoked key is a 401 problem; a key over
-its rate is a 429 problem with ``Retry-After``. The key itself is never
+<key>``. An unknown, malformed or revoked key raises
+:class:`~pilothouse.errors.UnauthorizedError`, a key over its rate
+:class:`~pilothouse.errors.TooManyRequestsError`, a key without the admin
+scope where one is needed :class:`~pilothouse.errors.ForbiddenError`; each
+face answers them by its own error map (401, 429 with ``Retry-After``, 403
+for REST). The key itself is never
 logged or echoed. A verified key is trusted for
 ``ServerSettings.key_cache_seconds`` without another read (see
 :class:`~pilothouse.server._keys.KeyCache`).
@@ -22,17 +26,17 @@ logged or echoed. A verified key is trusted for
 from __future__ import annotations
 
 __all__ = [
+    "AdminFacade",
     "AdminPrincipal",
     "Authenticated",
     "Facade",
     "Principal",
-    "ProblemError",
     "State",
     "authenticate",
+    "get_admin_facade",
     "get_facade",
     "get_state",
     "principal_from_request",
-    "problem",
     "require_admin",
 ]
 
@@ -44,14 +48,11 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from pilothouse.api import Pilothouse
-from pilothouse.server._keys import ADMIN_SCOPE, touch_key
-from pilothouse.server._problems import ProblemError, problem
+from pilothouse.errors import ForbiddenError, TooManyRequestsError, UnauthorizedError
 from pilothouse.server._state import ServerState
-from pilothouse.store._base import utcnow
+from pilothouse.types import ADMIN_SCOPE
 
 logger = logging.getLogger(__name__)
-
-_UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Bearer realm="pilothouse"'}
 
 
 @dataclass(frozen=True)
@@ -106,32 +107,23 @@ async def principal_from_request(request: Request, state: ServerState) -> Princi
     checks per call).
 
     Raises:
-        ProblemError: 401 without a valid key, 429 over the rate limit.
+        UnauthorizedError: no valid key.
+        TooManyRequestsError: over the rate limit.
     """
     key = _presented_key(request)
     if key is None:
-        raise ProblemError(
-            401,
-            "Unauthorized",
-            "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
-            headers=_UNAUTHORIZED_HEADERS,
+        raise UnauthorizedError(
+            "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
         )
     info = await state.keys.verify(key)
     if info is None:
-        raise ProblemError(
-            401,
-            "Unauthorized",
-            "the API key is unknown or revoked",
-            headers=_UNAUTHORIZED_HEADERS,
-        )
+        raise UnauthorizedError("the API key is unknown or revoked")
     wait = state.limiter.acquire(info.prefix)
     if wait is not None:
-        raise ProblemError(
-            429,
-            "Too Many Requests",
+        raise TooManyRequestsError(
             f"the rate limit of {state.limiter.per_minute} requests a minute for this key "
             "is exhausted; retry later",
-            headers={"Retry-After": state.limiter.retry_after_header(wait)},
+            retry_after=wait,
         )
     now = time.monotonic()
     # A busy key costs one write a minute, not one per request.
@@ -139,7 +131,7 @@ async def principal_from_request(request: Request, state: ServerState) -> Princi
     if last is None or now - last >= state.server.last_used_interval_seconds:
         state.key_last_touched[info.prefix] = now
         try:
-            await touch_key(state.database, info.prefix, utcnow())
+            await state.pilothouse.keys.touch(info.prefix)
         except Exception:
             # Bookkeeping only: a failed write must not refuse a valid key.
             logger.warning("could not record last use of API key %s", info.prefix)
@@ -149,7 +141,10 @@ async def principal_from_request(request: Request, state: ServerState) -> Princi
 
 
 async def authenticate(request: Request, state: State) -> Principal:
-    """FastAPI dependency: the caller's :class:`Principal` (401/429 problems otherwise)."""
+    """FastAPI dependency: the caller's :class:`Principal` (401/429 problems otherwise).
+
+    FastAPI runs it once per request however many dependencies need it.
+    """
     return await principal_from_request(request, state)
 
 
@@ -161,10 +156,10 @@ async def require_admin(principal: Authenticated) -> Principal:
     """FastAPI dependency: like :func:`authenticate`, and the key must have the admin scope.
 
     Raises:
-        ProblemError: 403 for a key without the admin scope.
+        ForbiddenError: a key without the admin scope.
     """
     if not principal.is_admin:
-        raise ProblemError(403, "Forbidden", "this operation needs an API key with admin scope")
+        raise ForbiddenError("this operation needs an API key with admin scope")
     return principal
 
 
@@ -179,3 +174,12 @@ async def get_facade(principal: Authenticated, state: State) -> Pilothouse:
 
 Facade = Annotated[Pilothouse, Depends(get_facade)]
 """A route parameter receiving the caller's tenant facade."""
+
+
+async def get_admin_facade(principal: AdminPrincipal, state: State) -> Pilothouse:
+    """FastAPI dependency: the facade of an admin caller's tenant (403 otherwise)."""
+    return state.facade(principal.tenant)
+
+
+AdminFacade = Annotated[Pilothouse, Depends(get_admin_facade)]
+"""A route parameter receiving an admin caller's tenant facade."""

@@ -42,7 +42,7 @@ async def readyz(state: State) -> JSONResponse:
     checks: dict[str, Any] = {}
     ready = True
     try:
-        current = await state.database.schema_is_current()
+        current = (await state.pilothouse.schema_revision()).is_current
         checks["database"] = "ok"
         checks["migrations"] = "current" if current else "pending"
         ready = current

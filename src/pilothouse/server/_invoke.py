@@ -2,8 +2,8 @@
 
 Workflow engines call an "AI agent" node with everything inline: a name,
 an instruction, a model, a message, tools and chat-memory settings. This
-route compiles that into an ad-hoc :class:`~pilothouse.runtime.CompiledAction`
-(nothing is written to the catalog) and runs one turn of it:
+route turns the body into an :class:`~pilothouse.types.AdHocRun` and runs
+it through ``ph.command.run_adhoc`` (nothing is written to the catalog):
 
 - the model is a catalog model code of the tenant, or, with ``baseUrl``, a
   model name on an OpenAI-compatible server called with ``apiKey`` and
@@ -11,6 +11,8 @@ route compiles that into an ad-hoc :class:`~pilothouse.runtime.CompiledAction`
 - conversations have action code ``INVOKE`` and no agent code: the agent's
   name and every parameter but the credentials are recorded in a system
   message written before each turn, whose text is that turn's system prompt;
+- bad input is a 400 problem naming the field, whether the body or the
+  facade refused it (this route's error map; the rest is the service's);
 - with ``useChatMemory`` (the default) every call with the same
   ``memoryId`` continues one conversation, so the timeline is literally
   one; a new conversation with the same memory id (and so the same chat
@@ -24,7 +26,6 @@ from __future__ import annotations
 __all__ = ["InvokeRequest", "router"]
 
 import json
-import uuid as uuid_module
 from typing import Annotated, Any, Literal
 from urllib.parse import urlparse, urlunparse
 
@@ -40,34 +41,35 @@ from pydantic import (
     field_validator,
 )
 from pydantic.alias_generators import to_camel
-from sqlalchemy import select
 
-from pilothouse.api import Pilothouse
-from pilothouse.catalog._enums import (
-    FinishReason,
-    McpTransport,
-    MemoryKind,
-    MessageRole,
-    ModelCapability,
-    ProcessStatus,
-    ProviderKind,
-)
-from pilothouse.catalog._models import DocumentCollection, McpClient, Model, Tool
-from pilothouse.memory import MemoryPolicy
-from pilothouse.providers import ModelOptions, ModelSpec, ProviderSpec
-from pilothouse.providers._options import ReasoningEffort, ReasoningSummary
-from pilothouse.runtime import CompiledAction, TurnResult
+from pilothouse.errors import ErrorCategory, InvalidFieldError, PilothouseError
 from pilothouse.server._deps import Facade
 from pilothouse.server._openai_models import inline_schema
-from pilothouse.server._problems import ProblemError, problem_responses
-from pilothouse.server._replay import append_messages
-from pilothouse.store import Conversation
-from pilothouse.store._writer import STARTABLE, ConversationWriter, NewMessage
+from pilothouse.server._problems import (
+    HTTP_STATUS,
+    ProblemError,
+    error_problem,
+    problem_responses,
+)
+from pilothouse.types import (
+    AdHocResult,
+    AdHocRun,
+    ChatMemory,
+    FinishReason,
+    InstructionMode,
+    McpServer,
+    ModelEndpoint,
+    ModelOptions,
+    ProcessStatus,
+    ReasoningEffort,
+    ReasoningSummary,
+)
 
 router = APIRouter(tags=["connector"])
 
-INVOKE_ACTION = "INVOKE"
-"""The action code of every connector conversation (reserved)."""
+_STATUS = {**HTTP_STATUS, ErrorCategory.INVALID_INPUT: 400}
+"""This route's error map: the service's, with bad input a 400 (the connector contract)."""
+_TITLES = {ErrorCategory.INVALID_INPUT: "Invalid invoke request"}
 
 _Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
 _MemoryId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:@-]{1,64}$")]
@@ -123,6 +125,7 @@ class InvokeRequest(_Body):
     collection: str | None = Field(default=None, min_length=1, max_length=64)
     max_rag_results: int = Field(default=5, ge=1, le=100)
     min_rag_score: float = Field(default=0.0, ge=0.0, le=1.0)
+    output_schema: dict[str, Any] | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -172,74 +175,34 @@ def parse_invoke(raw: bytes) -> InvokeRequest:
         raise ProblemError(400, "Invalid invoke request", detail, errors=errors) from None
 
 
-async def _model_spec(ph: Pilothouse, body: InvokeRequest) -> ModelSpec:
+def _model(body: InvokeRequest) -> str | ModelEndpoint:
     if body.base_url is not None:
         if body.model is None:
             raise _bad_request("model", "give the model name to call at baseUrl")
-        return ModelSpec(
-            code=INVOKE_ACTION,
-            provider=ProviderSpec(
-                code=INVOKE_ACTION,
-                kind=ProviderKind.OPENAI_COMPATIBLE,
-                base_url=body.base_url,
-                api_key=body.api_key.get_secret_value() if body.api_key else None,
-                headers=dict(body.custom_headers),
-            ),
+        return ModelEndpoint(
+            base_url=body.base_url,
             model_name=body.model,
-            capabilities=frozenset({ModelCapability.STREAMING, ModelCapability.FUNCTION_CALLING}),
+            api_key=body.api_key.get_secret_value() if body.api_key else None,
+            headers=dict(body.custom_headers),
         )
     if body.model is None:
         raise _bad_request(
             "model", "name a catalog model code, or give baseUrl with the model name"
         )
-    async with ph.database.sessions() as session:
-        row = await session.scalar(
-            select(Model).where(Model.tenant == ph.tenant, Model.code == body.model)
-        )
-    if row is None or not row.active:
-        raise _bad_request(
-            "model",
-            f"'{body.model}' is not an active model code of this catalog; "
-            "give baseUrl to call a model on an OpenAI-compatible server",
-        )
     if body.api_key is not None or body.custom_headers:
         raise _bad_request("apiKey", "apiKey and customHeaders go with baseUrl only")
-    # The catalog model's spec, secrets resolved, exactly as actions get it.
-    return ph.runner.compiler.model_spec(row)
+    return body.model
 
 
-async def _tools(ph: Pilothouse, codes: list[str]) -> list[Tool]:
-    rows: list[Tool] = []
-    for index, code in enumerate(codes):
-        row = await ph.query.find_tool_by_code(code)
-        if row is None or not row.active:
-            raise _bad_request(f"tools[{index}]", f"'{code}' is not an active tool of this catalog")
-        rows.append(row)
-    return rows
-
-
-async def _check_collection(ph: Pilothouse, code: str | None) -> None:
-    if code is None:
-        return
-    async with ph.database.sessions() as session:
-        active = await session.scalar(
-            select(DocumentCollection.active).where(
-                DocumentCollection.tenant == ph.tenant, DocumentCollection.code == code
-            )
-        )
-    if not active:
-        raise _bad_request("collection", f"'{code}' is not an active document collection")
-
-
-def _compiled(body: InvokeRequest, spec: ModelSpec, tools: list[Tool]) -> CompiledAction:
-    persona = f"You are {body.agent_name}."
-    if body.agent_description:
-        persona += f" {body.agent_description}"
-    return CompiledAction(
-        revision=0,
-        action_code=INVOKE_ACTION,
-        agent_code=None,
-        model=spec,
+def _run(body: InvokeRequest) -> AdHocRun:
+    """The request as the facade's ad-hoc run (refusing what only this body can get wrong)."""
+    return AdHocRun(
+        name=body.agent_name,
+        message=body.message,
+        model=_model(body),
+        description=body.agent_description,
+        instruction=body.instruction,
+        instruction_mode=InstructionMode(body.instruction_mode),
         options=ModelOptions(
             temperature=body.temperature,
             max_tokens=body.max_tokens,
@@ -247,40 +210,21 @@ def _compiled(body: InvokeRequest, spec: ModelSpec, tools: list[Tool]) -> Compil
             reasoning_effort=body.reasoning_effort,
             reasoning_summary=body.reasoning_summary,
         ),
-        retry_count=2,
-        retry_delay=0.5,
-        # Not templated: the caller's texts are sent as they are, braces and all.
-        prompt_parts=(("agent", persona),),
-        templated=False,
-        output_schema=None,
-        output_cardinality=None,
-        memory=MemoryPolicy(kind=MemoryKind.WINDOW, window=body.chat_memory_max_messages),
+        tools=tuple(body.tools),
+        mcp_servers=tuple(
+            McpServer(url=s.url, headers=dict(s.headers), transport=s.transport)
+            for s in body.mcp_servers
+        ),
+        memory=(
+            ChatMemory(memory_id=body.memory_id, max_messages=body.chat_memory_max_messages)
+            if body.use_chat_memory
+            else None
+        ),
         audit=body.persist_chat_log,
-        tools=(),
-        tool_rows=tuple(tools),
-        mcp_clients=tuple(_mcp_clients(body)),
+        output_schema=body.output_schema,
+        collection=body.collection,
+        record=_record(body),
     )
-
-
-def _mcp_clients(body: InvokeRequest) -> list[McpClient]:
-    """The request's MCP servers as (unsaved) catalog clients, for the tool loop.
-
-    Their headers are literal values from the caller; they stay in memory and
-    are never recorded (the audit keeps header names only).
-    """
-    transports = {"streamable-http": McpTransport.STREAMABLE_HTTP, "sse": McpTransport.SSE}
-    return [
-        McpClient(
-            name=f"invoke{index}",
-            transport=transports[server.transport],
-            url=server.url,
-            headers=dict(server.headers),
-            confidential_headers=list(server.headers),
-            args=[],
-            env={},
-        )
-        for index, server in enumerate(body.mcp_servers)
-    ]
 
 
 def _without_credentials(url: str) -> str:
@@ -318,54 +262,24 @@ def _record(body: InvokeRequest) -> dict[str, Any]:
         "collection": body.collection,
         "maxRagResults": body.max_rag_results,
         "minRagScore": body.min_rag_score,
+        "outputSchemaGiven": body.output_schema is not None,
     }
 
 
-def _warnings(body: InvokeRequest) -> list[str]:
-    warnings: list[str] = []
-    if body.collection is not None:
-        warnings.append("collection was validated but retrieval (RAG) is not used yet")
+def _warnings(body: InvokeRequest, run: AdHocResult) -> list[str]:
+    warnings = list(run.warnings)
     if not body.use_chat_memory and body.memory_id is not None:
         warnings.append("memoryId is ignored without useChatMemory")
     return warnings
 
 
-async def _conversation(ph: Pilothouse, body: InvokeRequest) -> tuple[str, ProcessStatus, str]:
-    """Return the conversation to continue (uuid, status, memory id), creating it if needed."""
-    audit = body.persist_chat_log if body.persist_chat_log is not None else ph.settings.audit
-    memory_id = body.memory_id if body.use_chat_memory else None
-    if memory_id is not None:
-        async with ph.database.sessions() as session:
-            row = (
-                await session.execute(
-                    select(Conversation.uuid, Conversation.status)
-                    .where(
-                        Conversation.tenant == ph.tenant,
-                        Conversation.action_code == INVOKE_ACTION,
-                        Conversation.memory_id == memory_id,
-                    )
-                    .order_by(Conversation.created_at.desc(), Conversation.id.desc())
-                    .limit(1)
-                )
-            ).first()
-        if row is not None and row[1] in STARTABLE | {ProcessStatus.RUNNING}:
-            # A running one is handed to the runner, which refuses it with a 409.
-            return row[0], row[1], memory_id
-    elif body.use_chat_memory:
-        memory_id = str(uuid_module.uuid4())
-    # Created through the writer, not start_conversation: INVOKE is no catalog action.
-    created = await ConversationWriter(ph.database, ph.tenant).create(
-        action_code=INVOKE_ACTION, agent_code=None, memory_id=memory_id, audit=audit
-    )
-    return created.uuid, ProcessStatus.NOT_STARTED, created.memory_id
-
-
-def _response(result: TurnResult, memory_id: str, warnings: list[str]) -> dict[str, Any]:
+def _response(run: AdHocResult, warnings: list[str]) -> dict[str, Any]:
+    result = run.result
     finish = result.finish_reason
     return {
         "output": result.output,
         "outputAiMeta": result.ai_meta,
-        "memoryId": memory_id,
+        "memoryId": run.memory_id,
         "conversationUuid": result.conversation_uuid,
         "status": result.status.value,
         "finishReason": finish.value if isinstance(finish, FinishReason) else None,
@@ -393,34 +307,19 @@ def _response(result: TurnResult, memory_id: str, warnings: list[str]) -> dict[s
     response_model=None,
 )
 async def invoke(request: Request, ph: Facade) -> JSONResponse:
-    """Validate, compile and run one turn; answer the output and the memory id."""
+    """Validate, then run one turn; answer the output and the memory id."""
     body = parse_invoke(await request.body())
-    spec = await _model_spec(ph, body)
-    tools = await _tools(ph, body.tools)
-    await _check_collection(ph, body.collection)
-    compiled = _compiled(body, spec, tools)
-    config: dict[str, Any] = {"instruction_mode": body.instruction_mode}
-    if body.instruction is not None:
-        config["instruction"] = body.instruction
-    if body.persist_chat_log is not None:
-        config["audit"] = body.persist_chat_log
-    # Everything is checked before anything is written: a bad call leaves no conversation.
-    _, _, system_prompt = await ph.runner.prepare(
-        INVOKE_ACTION, None, body.message, None, config, compiled=compiled
-    )
-    uuid, status, memory_id = await _conversation(ph, body)
-    if status is not ProcessStatus.RUNNING:
-        await append_messages(
-            ph.database,
-            ph.tenant,
-            uuid,
-            [NewMessage(MessageRole.SYSTEM, system_prompt, data={"invoke": _record(body)})],
-            status=status,
-        )
-    result = await ph.runner.send_message(
-        uuid, body.message, runtime_config=config, compiled=compiled
-    )
-    headers = {"X-Pilothouse-Conversation-Uuid": uuid, "X-Pilothouse-Memory-Id": memory_id}
+    try:
+        run = await ph.command.run_adhoc(_run(body))
+    except InvalidFieldError as exc:
+        raise _bad_request(to_camel(exc.field), exc.rule) from None
+    except PilothouseError as exc:
+        raise error_problem(exc, _STATUS, title=_TITLES.get(exc.category)) from None
+    headers = {
+        "X-Pilothouse-Conversation-Uuid": run.conversation_uuid,
+        "X-Pilothouse-Memory-Id": run.memory_id,
+    }
+    result = run.result
     if result.status is ProcessStatus.FAILED:
         raise ProblemError(
             502,
@@ -428,4 +327,4 @@ async def invoke(request: Request, ph: Facade) -> JSONResponse:
             f"the turn failed: {result.error or 'unknown error'}",
             headers=headers,
         )
-    return JSONResponse(_response(result, memory_id, _warnings(body)), headers=headers)
+    return JSONResponse(_response(run, _warnings(body, run)), headers=headers)

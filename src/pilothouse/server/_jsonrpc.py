@@ -20,9 +20,13 @@ code     meaning
 -32003   conflict
 -32004   bad input the operation refused (runtime config, template, answers)
 -32005   a model provider failed
+-32006   unauthorized, -32007 forbidden, -32008 rate limited (for completeness:
+         keys and rates are checked for the whole HTTP request, 401 and 429)
 =======  ================================================================
 
-and ``data`` carrying an RFC 9457 problem document.
+and ``data`` carrying an RFC 9457 problem document whose ``status`` is the
+REST service's for the same error. Application errors map by their
+:class:`~pilothouse.errors.ErrorCategory`, in one table (``_ERRORS``).
 
 The legacy envelope ``{host, service, action, version, data}`` is the same
 call (method ``pilothouse/<service>/<action>/<version>``, params ``data``) and
@@ -44,16 +48,10 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from pilothouse.api import Pilothouse
-from pilothouse.errors import (
-    ConflictError,
-    InvalidStateError,
-    NotFoundError,
-    PilothouseError,
-    ProviderError,
-)
+from pilothouse.errors import ErrorCategory, PilothouseError
 from pilothouse.server._deps import Facade
 from pilothouse.server._jsonrpc_methods import METHODS, to_json
-from pilothouse.server._problems import problem_body, problem_responses
+from pilothouse.server._problems import HTTP_STATUS, problem_body, problem_responses
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +67,23 @@ INVALID_STATE = -32002
 CONFLICT = -32003
 BAD_INPUT = -32004
 PROVIDER_FAILED = -32005
+UNAUTHORIZED = -32006
+FORBIDDEN = -32007
+RATE_LIMITED = -32008
+
+_ERRORS: dict[ErrorCategory, tuple[int, str]] = {
+    ErrorCategory.INVALID_INPUT: (BAD_INPUT, "Bad input"),
+    ErrorCategory.NOT_FOUND: (NOT_FOUND, "Not found"),
+    ErrorCategory.INVALID_STATE: (INVALID_STATE, "Invalid state"),
+    ErrorCategory.CONFLICT: (CONFLICT, "Conflict"),
+    ErrorCategory.UNAUTHORIZED: (UNAUTHORIZED, "Unauthorized"),
+    ErrorCategory.FORBIDDEN: (FORBIDDEN, "Forbidden"),
+    ErrorCategory.RATE_LIMITED: (RATE_LIMITED, "Rate limited"),
+    ErrorCategory.UPSTREAM: (PROVIDER_FAILED, "Provider failed"),
+    ErrorCategory.INTERNAL: (INTERNAL_ERROR, "Internal error"),
+}
+"""This face's one error map: the code and message of each category (the
+problem document in ``data`` carries the service's HTTP status)."""
 
 _LEGACY_KEYS = ("host", "service", "action", "version")
 _MISSING = object()
@@ -108,21 +123,8 @@ def _invalid_params(exc: ValidationError) -> RpcError:
 
 
 def _from_pilothouse(exc: PilothouseError) -> RpcError:
-    if isinstance(exc, NotFoundError):
-        return RpcError(NOT_FOUND, "Not found", 404, str(exc))
-    if isinstance(exc, InvalidStateError):
-        return RpcError(INVALID_STATE, "Invalid state", 409, str(exc))
-    if isinstance(exc, ConflictError):
-        return RpcError(CONFLICT, "Conflict", 409, str(exc))
-    if isinstance(exc, ProviderError):
-        # A provider's message may echo URLs or headers: only its kind leaves.
-        return RpcError(
-            PROVIDER_FAILED,
-            "Provider failed",
-            502,
-            f"the model provider failed ({type(exc).__name__})",
-        )
-    return RpcError(BAD_INPUT, "Bad input", 422, str(exc))
+    code, message = _ERRORS[exc.category]
+    return RpcError(code, message, HTTP_STATUS[exc.category], exc.public_message)
 
 
 async def _call(ph: Pilothouse, method: str, params: Any) -> Any:
@@ -143,7 +145,7 @@ async def _call(ph: Pilothouse, method: str, params: Any) -> Any:
     except ValidationError as exc:
         raise _invalid_params(exc) from None
     try:
-        return to_json(await entry.call(ph, parsed))
+        return to_json(ph, await entry.call(ph, parsed))
     except PilothouseError as exc:
         raise _from_pilothouse(exc) from None
     except ValueError as exc:

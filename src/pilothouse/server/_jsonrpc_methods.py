@@ -16,19 +16,32 @@ import base64
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import to_jsonable_python
 
-from pilothouse.api import AttachmentInput, Pilothouse
-from pilothouse.catalog._enums import ProcessStatus
-from pilothouse.catalog._exporter import spec_document
-from pilothouse.catalog._kinds import catalog_kind
-from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
-from pilothouse.runtime import TurnResult
-from pilothouse.store import Conversation, ConversationInfo, ConversationView, Message, Page
+from pilothouse.api import Pilothouse
+from pilothouse.types import (
+    AdHocResult,
+    AdHocRun,
+    AttachmentInput,
+    CatalogEntity,
+    ChatMemory,
+    Conversation,
+    ConversationInfo,
+    ConversationView,
+    InstructionMode,
+    McpClient,
+    McpServer,
+    Message,
+    ModelEndpoint,
+    ModelOptions,
+    Page,
+    ProcessStatus,
+    TurnResult,
+)
 
 _CONFIDENTIAL = "***"
 
@@ -181,11 +194,102 @@ class SubmitToolResult(Params):
     result: Any
 
 
-def _entity(kind_name: str, row: CatalogEntity | None) -> dict[str, Any] | None:
-    if row is None:
-        return None
-    kind = catalog_kind(kind_name)
-    document: dict[str, Any] = to_jsonable_python(spec_document(kind, kind.to_spec(row)))
+class ByTargetId(Params):
+    """``findTarget``: ``action:<CODE>``, ``<CODE>`` or ``agent:<CODE>``."""
+
+    target_id: _Text
+
+
+class MemoryMessages(Params):
+    """``getMemoryMessages``."""
+
+    memory_id: _Text
+    limit: int | None = Field(default=None, ge=1)
+
+
+class EndpointParam(Params):
+    """A model on an OpenAI-compatible server (the key and headers are never recorded)."""
+
+    base_url: Annotated[str, Field(pattern=r"^https?://.+")]
+    model_name: _Text
+    api_key: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict[str, str])
+
+
+class McpServerParam(Params):
+    """An MCP server whose tools the run may call."""
+
+    url: Annotated[str, Field(pattern=r"^https?://.+")]
+    headers: dict[str, str] = Field(default_factory=dict[str, str])
+    transport: Literal["streamable-http", "sse"] = "streamable-http"
+
+
+class MemoryParam(Params):
+    """Chat memory across runs."""
+
+    memory_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:@-]{1,64}$")] | None = None
+    max_messages: int = Field(default=20, ge=1, le=1000)
+
+
+class RunAdhoc(Params):
+    """``runAdhoc``: one turn of an agent described inline."""
+
+    name: _Text
+    message: _Text
+    model: _Text | EndpointParam
+    description: str | None = None
+    instruction: str | None = None
+    instruction_mode: InstructionMode = InstructionMode.APPEND
+    options: dict[str, Any] = Field(default_factory=dict[str, Any])
+    tools: list[str] = Field(default_factory=list[str])
+    mcp_servers: list[McpServerParam] = Field(default_factory=list[McpServerParam])
+    memory: MemoryParam | None = Field(default_factory=MemoryParam)
+    audit: bool | None = None
+    output_schema: dict[str, Any] | None = None
+    collection: str | None = None
+
+    def to_run(self) -> AdHocRun:
+        """Return the facade's ad-hoc run; its record leaves out keys and header values."""
+        record = self.model_dump(mode="json", by_alias=True, exclude={"options"})
+        model: str | ModelEndpoint
+        if isinstance(self.model, EndpointParam):
+            endpoint = self.model
+            model = ModelEndpoint(
+                endpoint.base_url, endpoint.model_name, endpoint.api_key, endpoint.headers
+            )
+            record["model"] = {
+                "baseUrl": endpoint.base_url,
+                "modelName": endpoint.model_name,
+                "headerNames": sorted(endpoint.headers),
+            }
+        else:
+            model = self.model
+        for server in record["mcpServers"]:
+            server["headers"] = sorted(server["headers"])
+        return AdHocRun(
+            name=self.name,
+            message=self.message,
+            model=model,
+            description=self.description,
+            instruction=self.instruction,
+            instruction_mode=self.instruction_mode,
+            options=ModelOptions.parse(self.options),
+            tools=tuple(self.tools),
+            mcp_servers=tuple(
+                McpServer(s.url, dict(s.headers), s.transport) for s in self.mcp_servers
+            ),
+            memory=(
+                ChatMemory(self.memory.memory_id, self.memory.max_messages) if self.memory else None
+            ),
+            audit=self.audit,
+            output_schema=self.output_schema,
+            collection=self.collection,
+            record=record,
+        )
+
+
+def _entity(ph: Pilothouse, row: CatalogEntity) -> dict[str, Any]:
+    document = dict(ph.catalog.entry(row).document)
     document.setdefault("active", row.active)
     if isinstance(row, McpClient):
         confidential = {str(name).lower() for name in row.confidential_headers}
@@ -209,34 +313,35 @@ def _message(row: Message) -> dict[str, Any]:
     }
 
 
-def to_json(value: Any) -> Any:
+def to_json(ph: Pilothouse, value: Any) -> Any:
     """Return a facade result as JSON-ready data."""
     if isinstance(value, TurnResult):
         return value.as_json()
+    if isinstance(value, AdHocResult):
+        return {
+            "result": value.result.as_json(),
+            "conversation_uuid": value.conversation_uuid,
+            "memory_id": value.memory_id,
+            "warnings": list(value.warnings),
+        }
     if isinstance(value, Conversation):
         return ConversationInfo.model_validate(value).model_dump(mode="json")
     if isinstance(value, ConversationView):
         return value.model_dump(mode="json")
     if isinstance(value, Message):
         return _message(value)
-    if isinstance(value, Action):
-        return _entity("actions", value)
-    if isinstance(value, Agent):
-        return _entity("agents", value)
-    if isinstance(value, Tool):
-        return _entity("tools", value)
-    if isinstance(value, McpClient):
-        return _entity("mcp_clients", value)
+    if isinstance(value, CatalogEntity):
+        return _entity(ph, value)
     if isinstance(value, Page):
         page = cast("Page[Any]", value)
         return {
-            "items": [to_json(item) for item in page.items],
+            "items": [to_json(ph, item) for item in page.items],
             "total": page.total,
             "limit": page.limit,
             "offset": page.offset,
         }
     if isinstance(value, list):
-        return [to_json(item) for item in cast("list[Any]", value)]
+        return [to_json(ph, item) for item in cast("list[Any]", value)]
     return to_jsonable_python(value)
 
 
@@ -266,7 +371,11 @@ async def _list(ph: Pilothouse, p: ListConversations) -> Any:
 
 async def _check(ph: Pilothouse, p: CheckMessage) -> Any:
     await ph.command.check_message(
-        p.action, p.agent, p.text, input_data=p.input_data, runtime_config=p.runtime_config
+        p.text,
+        action=p.action,
+        agent=p.agent,
+        input_data=p.input_data,
+        runtime_config=p.runtime_config,
     )
     return {"ok": True}
 
@@ -330,7 +439,7 @@ METHODS: Mapping[str, Method] = {
     method_name("command", "startConversation"): _m(
         StartConversation,
         lambda ph, p: ph.command.start_conversation(
-            p.agent, p.action, memory_id=p.memory_id, audit=p.audit
+            action=p.action, agent=p.agent, memory_id=p.memory_id, audit=p.audit
         ),
         "a new conversation (status NS)",
     ),
@@ -344,9 +453,9 @@ METHODS: Mapping[str, Method] = {
     method_name("command", "startAndSend"): _m(
         StartAndSend,
         lambda ph, p: ph.command.start_and_send(
-            p.agent,
-            p.action,
             p.text,
+            action=p.action,
+            agent=p.agent,
             memory_id=p.memory_id,
             audit=p.audit,
             input_data=p.input_data,
@@ -382,5 +491,23 @@ METHODS: Mapping[str, Method] = {
         NoParams, _expire, "terminate conversations whose questions expired"
     ),
     method_name("command", "cancel"): _m(ByUuid, _cancel, "cancel a conversation"),
+    method_name("query", "getMemoryMessages"): _m(
+        MemoryMessages,
+        lambda ph, p: ph.query.get_memory_messages(p.memory_id, limit=p.limit),
+        "the messages of every conversation sharing a memory id, oldest first",
+    ),
+    method_name("query", "findTarget"): _m(
+        ByTargetId,
+        lambda ph, p: ph.query.find_target(p.target_id),
+        "the active action (and agent) a target id names, or null",
+    ),
+    method_name("query", "listTargets"): _m(
+        NoParams, lambda ph, _: ph.query.list_targets(), "every active action and agent"
+    ),
+    method_name("command", "runAdhoc"): _m(
+        RunAdhoc,
+        lambda ph, p: ph.command.run_adhoc(p.to_run()),
+        "run one turn of an agent described inline; its result, conversation and memory id",
+    ),
 }
 """Every method, by name."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 __all__ = ["BodySizeLimitMiddleware", "RateLimiter"]
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,11 +65,6 @@ class RateLimiter:
             bucket.tokens -= 1.0
             return None
         return (1.0 - bucket.tokens) / rate
-
-    @staticmethod
-    def retry_after_header(wait: float) -> str:
-        """Return ``Retry-After`` in whole seconds, never 0 (a client would retry at once)."""
-        return str(max(1, math.ceil(wait)))
 
 
 class _TooLarge(HTTPException):

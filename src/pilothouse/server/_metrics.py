@@ -8,7 +8,7 @@ Requests are counted by a pure ASGI middleware under the matched route's
 *template* (``/v1/conversations/{uuid}``), never the raw path: a raw path
 would create one time series per conversation and leak identifiers into
 the monitoring system. Turns are counted from the events each tenant's
-facade emits on its :class:`~pilothouse.runtime.EventHub`, so turns started
+facade emits (``ph.subscribe``), so turns started
 by any protocol (REST, OpenAI-compatible, JSON-RPC, connector) are counted
 in one place.
 """
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from pilothouse.catalog import ProcessStatus
-from pilothouse.runtime import (
+from pilothouse.types import (
+    ProcessStatus,
     StatusChanged,
     TextDelta,
     ThinkingDelta,

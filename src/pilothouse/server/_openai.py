@@ -38,17 +38,7 @@ from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from pilothouse.api import Pilothouse
-from pilothouse.catalog._enums import ProcessStatus
-from pilothouse.errors import NotFoundError, PilothouseError, ProviderError
-from pilothouse.runtime import (
-    RuntimeConfigError,
-    TemplateError,
-    TextDelta,
-    ThinkingDelta,
-    TurnEvent,
-    TurnFinished,
-    TurnResult,
-)
+from pilothouse.errors import ErrorCategory, PilothouseError
 from pilothouse.server._deps import State, principal_from_request
 from pilothouse.server._openai_models import (
     ChatCompletionRequest,
@@ -65,11 +55,17 @@ from pilothouse.server._openai_models import (
     tool_calls,
     usage,
 )
-from pilothouse.server._problems import ProblemError
-from pilothouse.server._replay import append_messages
-from pilothouse.server._targets import Target, list_targets, resolve_target
-from pilothouse.store import ConversationQueries
-from pilothouse.store._writer import NewAttachment
+from pilothouse.server._problems import error_headers
+from pilothouse.types import (
+    AttachmentInput,
+    ProcessStatus,
+    Target,
+    TextDelta,
+    ThinkingDelta,
+    TurnEvent,
+    TurnFinished,
+    TurnResult,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -87,44 +83,40 @@ def _error_response(error: OpenAIError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers or None)
 
 
-def _from_problem(problem: ProblemError) -> OpenAIError:
-    headers = dict(problem.headers or {})
-    if problem.status == 401:
-        return OpenAIError(401, problem.detail, code="invalid_api_key", headers=headers)
-    if problem.status == 429:
-        return OpenAIError(
-            429, problem.detail, type="requests", code="rate_limit_exceeded", headers=headers
-        )
-    return OpenAIError(problem.status, problem.detail, headers=headers)
+# The one map of this face: the HTTP status, OpenAI error type and code of
+# each error category. The official client picks its exception class by the
+# status. Invalid state is a 400, not a 409: the client retries 409s, and a
+# request refused for its action's state would only be refused again.
+_ERRORS: dict[ErrorCategory, tuple[int, str, str]] = {
+    ErrorCategory.INVALID_INPUT: (400, "invalid_request_error", "invalid_value"),
+    ErrorCategory.NOT_FOUND: (404, "invalid_request_error", "not_found"),
+    ErrorCategory.INVALID_STATE: (400, "invalid_request_error", "invalid_state"),
+    ErrorCategory.CONFLICT: (409, "invalid_request_error", "conflict"),
+    ErrorCategory.UNAUTHORIZED: (401, "invalid_request_error", "invalid_api_key"),
+    ErrorCategory.FORBIDDEN: (403, "invalid_request_error", "permission_denied"),
+    ErrorCategory.RATE_LIMITED: (429, "requests", "rate_limit_exceeded"),
+    ErrorCategory.UPSTREAM: (502, "api_error", "upstream_error"),
+    ErrorCategory.INTERNAL: (500, "api_error", "internal_error"),
+}
 
 
 def _from_pilothouse(error: PilothouseError) -> OpenAIError:
-    if isinstance(error, NotFoundError):
-        return OpenAIError(404, str(error), code="not_found")
-    if isinstance(error, ProviderError):
-        # A provider's message may echo URLs or headers: only its kind leaves.
-        return OpenAIError(
-            502,
-            f"the model provider failed ({type(error).__name__})",
-            type="api_error",
-            code="upstream_error",
-            headers=_NO_RETRY,
-        )
-    if isinstance(error, RuntimeConfigError | TemplateError):
-        return OpenAIError(400, str(error), code="invalid_value")
-    return OpenAIError(400, str(error))
+    status, kind, code = _ERRORS[error.category]
+    headers = error_headers(error)
+    if status >= 409 and not headers:
+        # A provider failure was already retried by the runner, and a
+        # conflict would be met again: the client must not retry on its own.
+        headers = dict(_NO_RETRY)
+    return OpenAIError(status, error.public_message, type=kind, code=code, headers=headers)
 
 
 async def _facade(request: Request, state: State) -> Pilothouse:
-    try:
-        principal = await principal_from_request(request, state)
-    except ProblemError as problem:
-        raise _from_problem(problem) from None
+    principal = await principal_from_request(request, state)
     return state.facade(principal.tenant)
 
 
 async def _resolve(ph: Pilothouse, model: str) -> Target:
-    target = await resolve_target(ph.database, ph.tenant, model)
+    target = await ph.query.find_target(model)
     if target is None:
         # Inactive and other tenants' models are as absent as unknown ones.
         raise OpenAIError(
@@ -169,23 +161,19 @@ async def _check(
     data: dict[str, Any],
     config: dict[str, Any],
 ) -> None:
-    """Check the turn as the runner will run it, writing nothing.
+    """Check the turn as it will run, writing nothing.
 
-    The compiled action the runner cached is used when it is of the catalog
-    revision read with the target (the runner's own cache check, without
-    reading the revision again); otherwise the runner compiles it.
+    A compilation of the catalog revision read with the target is used
+    without reading the revision again.
     """
-    compiled = ph.runner.compiler.cached(ph.tenant, target.action_code, target.agent_code)
-    if compiled is not None and compiled.revision != target.revision:
-        compiled = None
-    await ph.runner.prepare(
-        target.action_code,
-        target.agent_code,
+    await ph.command.check_message(
         turn_input.text,
+        action=target.action_code,
+        agent=target.agent_code,
+        attachments=turn_input.attachments,
         input_data=data,
         runtime_config=config,
-        attachments=turn_input.attachments,
-        compiled=compiled,
+        catalog_revision=target.revision,
     )
 
 
@@ -210,7 +198,7 @@ class _Turn:
     model: str
     uuid: str
     text: str
-    attachments: list[NewAttachment]
+    attachments: list[AttachmentInput]
     input_data: dict[str, Any]
     config: dict[str, Any]
     memory_id: str | None
@@ -230,23 +218,18 @@ async def _start(
     await _check(ph, target, turn_input, data, config)
     replay = bool(turn_input.history)
     if replay and memory_id is not None:
-        queries = ConversationQueries(ph.database, ph.tenant)
-        replay = not await queries.memory_messages(memory_id, limit=1)
+        replay = not await ph.query.get_memory_messages(memory_id, limit=1)
     new: _NewConversation | None = None
     if replay:
         # The history must be in the conversation before the turn reads its
         # memory, so the conversation is written first.
         conversation = await ph.command.start_conversation(
-            target.agent_code, target.action_code, memory_id=memory_id
+            action=target.action_code,
+            agent=target.agent_code,
+            memory_id=memory_id,
+            history=turn_input.history,
         )
         conversation_uuid = conversation.uuid
-        await append_messages(
-            ph.database,
-            ph.tenant,
-            conversation_uuid,
-            turn_input.history,
-            status=ProcessStatus.NOT_STARTED,
-        )
     else:
         # Named now because the chunk ids carry it before the turn ends. The
         # turn writes the conversation with the user's message: one
@@ -272,9 +255,9 @@ async def _run(turn: _Turn) -> TurnResult:
     ph = turn.ph
     if turn.new is not None:
         return await ph.command.start_and_send(
-            turn.new.agent_code,
-            turn.new.action_code,
             turn.text,
+            action=turn.new.action_code,
+            agent=turn.new.agent_code,
             memory_id=turn.memory_id,
             attachments=turn.attachments,
             input_data=turn.input_data,
@@ -298,9 +281,9 @@ def _turn_events(turn: _Turn) -> AsyncGenerator[TurnEvent, None]:
     """Run the turn streamed, yielding its events; as :func:`_run`, for a new conversation too."""
     if turn.new is not None:
         events = turn.ph.command.start_and_stream(
-            turn.new.agent_code,
-            turn.new.action_code,
             turn.text,
+            action=turn.new.action_code,
+            agent=turn.new.agent_code,
             memory_id=turn.memory_id,
             attachments=turn.attachments,
             input_data=turn.input_data,
@@ -489,11 +472,11 @@ async def list_models(request: Request, state: State) -> Response:
     """List every active action (``action:<CODE>``) and agent (``agent:<CODE>``)."""
     try:
         ph = await _facade(request, state)
-    except OpenAIError as error:
-        return _error_response(error)
+    except PilothouseError as error:
+        return _error_response(_from_pilothouse(error))
     entries = [
-        _model_entry(entry.model_id, entry.updated_at.timestamp(), entry.description)
-        for entry in await list_targets(ph.database, ph.tenant)
+        _model_entry(entry.target_id, entry.updated_at.timestamp(), entry.description)
+        for entry in await ph.query.list_targets()
     ]
     return JSONResponse({"object": "list", "data": entries})
 
@@ -510,4 +493,6 @@ async def retrieve_model(model_id: str, request: Request, state: State) -> Respo
         target = await _resolve(ph, model_id)
     except OpenAIError as error:
         return _error_response(error)
+    except PilothouseError as error:
+        return _error_response(_from_pilothouse(error))
     return JSONResponse(_model_entry(model_id, target.updated_at.timestamp(), target.name))

@@ -34,10 +34,14 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pilothouse.catalog._enums import FinishReason, MessageRole
-from pilothouse.providers._options import ReasoningEffort
-from pilothouse.runtime import TurnResult
-from pilothouse.store._writer import NewAttachment, NewMessage
+from pilothouse.types import (
+    AttachmentInput,
+    FinishReason,
+    MessageInput,
+    MessageRole,
+    ReasoningEffort,
+    TurnResult,
+)
 
 _FINISH = {
     FinishReason.STOP: "stop",
@@ -213,19 +217,19 @@ class TurnInput:
     """
 
     instruction: str | None
-    history: list[NewMessage]
+    history: list[MessageInput]
     text: str
-    attachments: list[NewAttachment] = field(default_factory=lambda: [])
+    attachments: list[AttachmentInput] = field(default_factory=lambda: [])
 
 
-def _text(message: ChatMessage, index: int) -> tuple[str, list[NewAttachment]]:
+def _text(message: ChatMessage, index: int) -> tuple[str, list[AttachmentInput]]:
     content = message.content
     if content is None:
         return "", []
     if isinstance(content, str):
         return content, []
     texts: list[str] = []
-    attachments: list[NewAttachment] = []
+    attachments: list[AttachmentInput] = []
     for number, part in enumerate(content):
         where = f"messages[{index}].content[{number}]"
         if part.type == "text" and part.text is not None:
@@ -241,7 +245,7 @@ def _text(message: ChatMessage, index: int) -> tuple[str, list[NewAttachment]]:
     return "\n".join(texts), attachments
 
 
-def _image(url: str, where: str) -> NewAttachment:
+def _image(url: str, where: str) -> AttachmentInput:
     if url.startswith("data:"):
         header, _, payload = url[5:].partition(",")
         media_type, _, encoding = header.partition(";")
@@ -255,7 +259,7 @@ def _image(url: str, where: str) -> NewAttachment:
             raise OpenAIError(
                 400, f"{where}: the data URL is not valid base64", param=f"{where}.image_url"
             ) from None
-        return NewAttachment(media_type, content=content)
+        return AttachmentInput(media_type, content=content)
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise OpenAIError(
@@ -263,13 +267,13 @@ def _image(url: str, where: str) -> NewAttachment:
         )
     guessed = mimetypes.guess_type(parsed.path)[0]
     media_type = guessed if guessed and guessed.startswith("image/") else "image/jpeg"
-    return NewAttachment(media_type, url=url)
+    return AttachmentInput(media_type, url=url)
 
 
-def _replayed(message: ChatMessage, index: int, tool_names: dict[str, str]) -> NewMessage | None:
+def _replayed(message: ChatMessage, index: int, tool_names: dict[str, str]) -> MessageInput | None:
     text, _ = _text(message, index)
     if message.role == "user":
-        return NewMessage(MessageRole.USER, text, data={"replayed": True})
+        return MessageInput(MessageRole.USER, text, data={"replayed": True})
     if message.role == "assistant":
         data: dict[str, Any] = {"replayed": True}
         if message.tool_calls:
@@ -282,10 +286,10 @@ def _replayed(message: ChatMessage, index: int, tool_names: dict[str, str]) -> N
                     arguments = {"raw": call.function.arguments}
                 calls.append({"id": call.id, "name": call.function.name, "arguments": arguments})
             data["tool_calls"] = calls
-        return NewMessage(MessageRole.ASSISTANT, text, data=data)
+        return MessageInput(MessageRole.ASSISTANT, text, data=data)
     if message.role == "tool":
         call_id = message.tool_call_id or ""
-        return NewMessage(
+        return MessageInput(
             MessageRole.TOOL,
             text,
             tool_call_id=call_id,

@@ -2,29 +2,58 @@
 
 Every error the service answers, from a route, a dependency, a middleware or
 an exception handler, is ``application/problem+json`` built here, so clients
-parse one shape. This module imports nothing else of the server so the
-middlewares (which run outside FastAPI's exception handling) can use it too.
+parse one shape. :data:`HTTP_STATUS` is the service's one map from an
+error's :class:`~pilothouse.errors.ErrorCategory` to its status;
+:func:`error_problem` applies it. This module imports nothing else of the
+server so the middlewares (which run outside FastAPI's exception handling)
+can use it too.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "HTTP_STATUS",
     "PROBLEM_MEDIA_TYPE",
     "PROBLEM_RESPONSES",
     "ProblemError",
+    "error_headers",
+    "error_problem",
     "problem",
     "problem_body",
     "problem_responses",
 ]
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 
 from starlette.responses import JSONResponse
 
+from pilothouse.errors import (
+    CatalogValidationError,
+    ErrorCategory,
+    InvalidFieldError,
+    PilothouseError,
+    TooManyRequestsError,
+)
+
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+HTTP_STATUS: Mapping[ErrorCategory, int] = {
+    ErrorCategory.INVALID_INPUT: 422,
+    ErrorCategory.NOT_FOUND: 404,
+    ErrorCategory.INVALID_STATE: 409,
+    ErrorCategory.CONFLICT: 409,
+    ErrorCategory.UNAUTHORIZED: 401,
+    ErrorCategory.FORBIDDEN: 403,
+    ErrorCategory.RATE_LIMITED: 429,
+    ErrorCategory.UPSTREAM: 502,
+    ErrorCategory.INTERNAL: 500,
+}
+"""The HTTP status of each error category (malformed bodies, which never reach
+the facade, are 400; a body over the limit 413)."""
 
 
 PROBLEM_SCHEMA: dict[str, Any] = {
@@ -127,6 +156,54 @@ class ProblemResponse(JSONResponse):
     def render(self, content: Any) -> bytes:
         """Encode ``content`` as ASCII-escaped JSON."""
         return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+def retry_after_header(wait: float) -> str:
+    """Return ``Retry-After`` in whole seconds, never 0 (a client would retry at once)."""
+    return str(max(1, math.ceil(wait)))
+
+
+def error_headers(exc: PilothouseError) -> dict[str, str]:
+    """The headers an error calls for: ``WWW-Authenticate`` (401), ``Retry-After`` (429)."""
+    if exc.category is ErrorCategory.UNAUTHORIZED:
+        return {"WWW-Authenticate": 'Bearer realm="pilothouse"'}
+    if isinstance(exc, TooManyRequestsError):
+        return {"Retry-After": retry_after_header(exc.retry_after)}
+    return {}
+
+
+def error_problem(
+    exc: PilothouseError,
+    statuses: Mapping[ErrorCategory, int] = HTTP_STATUS,
+    *,
+    title: str | None = None,
+) -> ProblemError:
+    """Return the problem a pilothouse error answers, by its category.
+
+    Args:
+        exc: the error.
+        statuses: the status of each category (a face with a contract of
+            its own, such as ``/v1/invoke``, passes its variant).
+        title: the problem's title; the status's reason phrase when None.
+
+    A rule-by-rule error lists its rules in ``errors``; an unauthorized or
+    rate-limited caller gets ``WWW-Authenticate`` or ``Retry-After``.
+    """
+    status = statuses[exc.category]
+    headers = error_headers(exc)
+    errors: list[dict[str, Any]] | None = None
+    detail = exc.public_message
+    if isinstance(exc, CatalogValidationError):
+        errors = [
+            {"entity": i.entity, "code": i.code, "field": i.field, "rule": i.rule}
+            for i in exc.issues
+        ]
+        count = len(errors)
+        title = title or "Catalog validation failed"
+        detail = f"{count} rule{'s' if count != 1 else ''} broken; nothing was written"
+    elif isinstance(exc, InvalidFieldError):
+        errors = [{"field": exc.field, "rule": exc.rule}]
+    return ProblemError(status, title, detail, errors=errors, headers=headers or None)
 
 
 def problem_bytes(status: int, title: str | None, detail: str) -> bytes:

@@ -1,14 +1,13 @@
-"""What one running HTTP service shares across requests: database, models, facades, metrics.
+"""What one running HTTP service shares across requests: the facade, metrics, limits.
 
 :class:`ServerState` is created once per app (by :func:`create_app` or a
 test) and reached from a request through ``request.app.state.pilothouse``
 (see :func:`pilothouse.server._deps.get_state`). It holds:
 
-- one :class:`~pilothouse.store.Database` and one
-  :class:`~pilothouse.providers._local.LocalModelServers`, shared by
-- one :class:`~pilothouse.api.Pilothouse` facade per tenant, created on first
-  use and kept (a facade caches compiled actions and model clients, so
-  building one per request would throw that work away);
+- one :class:`~pilothouse.api.Pilothouse` for the process: the database,
+  the model clients and their HTTP pools, the compile cache, tools and MCP
+  sessions; a request's tenant is a view of it (:meth:`ServerState.facade`,
+  ``ph.for_tenant``), never a stack of its own;
 - the :class:`~pilothouse.server._metrics.Metrics`, the per-key
   :class:`~pilothouse.server._limits.RateLimiter` and the
   :class:`~pilothouse.server._keys.KeyCache` of recently verified keys;
@@ -30,17 +29,14 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pilothouse.api import Pilothouse
-from pilothouse.catalog import ProcessStatus
-from pilothouse.runtime import StatusChanged, TurnEvent, TurnFinished
 from pilothouse.server._keys import KeyCache
 from pilothouse.server._limits import RateLimiter
 from pilothouse.server._metrics import Metrics
 from pilothouse.settings import Settings
+from pilothouse.types import ProcessStatus, StatusChanged, TurnEvent, TurnFinished
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
-
-    from pilothouse.providers._local import LocalModelServers
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +109,8 @@ class ServerState:
     Attributes:
         settings: the deployment settings.
         server: the HTTP service settings.
-        database: the one database every facade shares.
+        pilothouse: the process's facade (of the default tenant); every
+            tenant's facade is a view of it.
         metrics: the Prometheus collectors.
         limiter: the per-key rate limiter.
         keys: verifies API keys, remembering valid ones for
@@ -127,17 +124,13 @@ class ServerState:
         model: Model | None = None,
         server: ServerSettings | None = None,
     ) -> None:
-        from pilothouse.providers._local import LocalModelServers
-
         self.settings = settings
         self.server = server if server is not None else ServerSettings()
-        self.database = settings.open_database()
-        self.local_servers: LocalModelServers = LocalModelServers()
+        self.pilothouse = Pilothouse(settings, model=model)
         self.metrics = Metrics()
         self.limiter = RateLimiter(self.server.rate_limit_per_minute)
-        self.keys = KeyCache(self.database, self.server.key_cache_seconds)
-        self._model = model
-        self._facades: dict[str, Pilothouse] = {}
+        self.keys = KeyCache(self.pilothouse.keys, self.server.key_cache_seconds)
+        self._watched: set[str] = set()
         self._running: set[tuple[str, str]] = set()
         # Per key prefix: when its last_used_at was last written (monotonic).
         self.key_last_touched: dict[str, float] = {}
@@ -145,24 +138,16 @@ class ServerState:
 
     async def open(self) -> None:
         """Bring the database schema to the newest migration."""
-        await self.database.ensure_schema()
+        await self.pilothouse.ensure_schema()
 
     def facade(self, tenant: str) -> Pilothouse:
-        """Return the tenant's facade, sharing this state's database and local servers."""
-        found = self._facades.get(tenant)
-        if found is not None:
-            return found
-        facade = Pilothouse(
-            self.settings.model_copy(update={"tenant": tenant}),
-            tenant=tenant,
-            database=self.database,
-            model=self._model,
-            local_servers=self.local_servers,
-        )
-        # Neither needs text deltas; asking for them would stream every call.
-        facade.events.subscribe(self.metrics.listener(tenant), deltas=False)
-        facade.events.subscribe(self._tracker(tenant), deltas=False)
-        self._facades[tenant] = facade
+        """Return the tenant's facade: a cheap view of the process's one facade."""
+        facade = self.pilothouse.for_tenant(tenant)
+        if tenant not in self._watched:
+            self._watched.add(tenant)
+            # Neither needs text deltas; asking for them would stream every call.
+            facade.subscribe(self.metrics.listener(tenant), deltas=False)
+            facade.subscribe(self._tracker(tenant), deltas=False)
         return facade
 
     def _tracker(self, tenant: str) -> Callable[[TurnEvent], None]:
@@ -191,7 +176,7 @@ class ServerState:
         for tenant, uuid in self.running_turns:
             logger.info("shutdown: cancelling the running turn of conversation %s", uuid)
             try:
-                await self._facades[tenant].command.cancel(uuid)
+                await self.facade(tenant).command.cancel(uuid)
             except Exception:
                 # One failing cancel must not keep the others from running.
                 logger.exception("shutdown: cancelling conversation %s failed", uuid)
@@ -201,12 +186,8 @@ class ServerState:
                 await anyio.sleep(0.05)
 
     async def aclose(self) -> None:
-        """Close every facade, the local model servers and the database."""
+        """Close the facade: model clients, tool sessions, local model servers, database."""
         if self._closed:
             return
         self._closed = True
-        for facade in self._facades.values():
-            await facade.aclose()
-        self._facades.clear()
-        await self.local_servers.aclose()
-        await self.database.dispose()
+        await self.pilothouse.aclose()

@@ -1,0 +1,218 @@
+"""Ad-hoc runs: an agent described inline, compiled without touching the catalog.
+
+:func:`compile_run` turns an :class:`~pilothouse.types.AdHocRun` into a
+:class:`~pilothouse.runtime.CompiledAction` the runner runs like a catalog
+action's: the model is a catalog model of the tenant or a model endpoint,
+tools are the tenant's active catalog tools, MCP servers become unsaved
+catalog clients. :func:`conversation_for` finds the conversation a run with
+chat memory continues.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ADHOC_ACTION", "RECORD_KEY", "compile_run", "conversation_for", "new_memory_id"]
+
+import json
+import uuid as uuid_module
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import select
+
+from pilothouse.catalog._enums import (
+    Cardinality,
+    McpTransport,
+    MemoryKind,
+    ModelCapability,
+    ProcessStatus,
+    ProviderKind,
+)
+from pilothouse.catalog._models import DocumentCollection, McpClient, Model, Tool
+from pilothouse.errors import InvalidFieldError
+from pilothouse.memory import MemoryPolicy
+from pilothouse.providers import ModelSpec, ProviderSpec
+from pilothouse.runtime import ActionCompiler, CompiledAction
+from pilothouse.store import Conversation, Database
+from pilothouse.store._writer import STARTABLE
+from pilothouse.types import AdHocRun, ModelEndpoint
+
+ADHOC_ACTION = "INVOKE"
+"""The action code of every ad-hoc run's conversation (reserved)."""
+RECORD_KEY = "invoke"
+"""Where a run's ``record`` sits in the data of its system message."""
+
+
+async def _model_spec(
+    database: Database, tenant: str, compiler: ActionCompiler, model: str | ModelEndpoint
+) -> ModelSpec:
+    if isinstance(model, ModelEndpoint):
+        return ModelSpec(
+            code=ADHOC_ACTION,
+            provider=ProviderSpec(
+                code=ADHOC_ACTION,
+                kind=ProviderKind.OPENAI_COMPATIBLE,
+                base_url=model.base_url,
+                api_key=model.api_key,
+                headers=dict(model.headers),
+            ),
+            model_name=model.model_name,
+            capabilities=frozenset({ModelCapability.STREAMING, ModelCapability.FUNCTION_CALLING}),
+        )
+    async with database.sessions() as session:
+        row = await session.scalar(select(Model).where(Model.tenant == tenant, Model.code == model))
+    if row is None or not row.active:
+        raise InvalidFieldError(
+            "model",
+            f"'{model}' is not an active model code of this catalog; "
+            "give baseUrl to call a model on an OpenAI-compatible server",
+        )
+    # The catalog model's spec, secrets resolved, exactly as actions get it.
+    return compiler.model_spec(row)
+
+
+async def _tools(database: Database, tenant: str, codes: tuple[str, ...]) -> list[Tool]:
+    if not codes:
+        return []
+    async with database.sessions() as session:
+        rows = await session.scalars(
+            select(Tool).where(Tool.tenant == tenant, Tool.code.in_(codes), Tool.active.is_(True))
+        )
+        found = {row.code: row for row in rows.unique()}
+    for index, code in enumerate(codes):
+        if code not in found:
+            raise InvalidFieldError(
+                f"tools[{index}]", f"'{code}' is not an active tool of this catalog"
+            )
+    return [found[code] for code in codes]
+
+
+async def _check_collection(database: Database, tenant: str, code: str | None) -> None:
+    if code is None:
+        return
+    async with database.sessions() as session:
+        active = await session.scalar(
+            select(DocumentCollection.active).where(
+                DocumentCollection.tenant == tenant, DocumentCollection.code == code
+            )
+        )
+    if not active:
+        raise InvalidFieldError("collection", f"'{code}' is not an active document collection")
+
+
+def _output(schema: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, Any, str | None]:
+    """The output schema, its validator and its prompt part (all None for text answers)."""
+    if schema is None:
+        return None, None, None
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
+    checked = dict(schema)
+    cls = validator_for(checked)
+    try:
+        cls.check_schema(checked)
+    except SchemaError as exc:
+        raise InvalidFieldError(
+            "output_schema", f"not a valid JSON schema: {exc.message}"
+        ) from None
+    part = f"Output data structure:\n{json.dumps(checked, indent=2, sort_keys=True)}"
+    return checked, cls(checked), part
+
+
+def _mcp_clients(run: AdHocRun) -> list[McpClient]:
+    """The run's MCP servers as (unsaved) catalog clients, for the tool loop.
+
+    Their headers are literal values from the caller; they stay in memory and
+    are never recorded (the audit keeps header names only).
+    """
+    transports = {"streamable-http": McpTransport.STREAMABLE_HTTP, "sse": McpTransport.SSE}
+    return [
+        McpClient(
+            name=f"invoke{index}",
+            transport=transports[server.transport],
+            url=server.url,
+            headers=dict(server.headers),
+            confidential_headers=list(server.headers),
+            args=[],
+            env={},
+        )
+        for index, server in enumerate(run.mcp_servers)
+    ]
+
+
+async def compile_run(
+    database: Database, tenant: str, compiler: ActionCompiler, run: AdHocRun
+) -> CompiledAction:
+    """Check what the run references and compile it; nothing is written.
+
+    Raises:
+        InvalidFieldError: an inactive or unknown model, tool or collection,
+            or an output schema that is no JSON schema.
+    """
+    spec = await _model_spec(database, tenant, compiler, run.model)
+    tools = await _tools(database, tenant, run.tools)
+    await _check_collection(database, tenant, run.collection)
+    schema, validator, schema_part = _output(run.output_schema)
+    persona = f"You are {run.name}."
+    if run.description:
+        persona += f" {run.description}"
+    parts = [("agent", persona)]
+    if schema_part is not None:
+        parts.append(("schemas", schema_part))
+    memory = run.memory.max_messages if run.memory is not None else 20
+    return CompiledAction(
+        revision=0,
+        action_code=ADHOC_ACTION,
+        agent_code=None,
+        model=spec,
+        options=run.options,
+        retry_count=2,
+        retry_delay=0.5,
+        # Not templated: the caller's texts are sent as they are, braces and all.
+        prompt_parts=tuple(parts),
+        templated=False,
+        output_schema=schema,
+        output_cardinality=Cardinality.ITEM if schema is not None else None,
+        memory=MemoryPolicy(kind=MemoryKind.WINDOW, window=memory),
+        audit=run.audit,
+        tools=(),
+        _validator=validator,
+        tool_rows=tuple(tools),
+        mcp_clients=tuple(_mcp_clients(run)),
+    )
+
+
+async def conversation_for(
+    database: Database, tenant: str, run: AdHocRun
+) -> tuple[str, ProcessStatus, str] | None:
+    """Return the conversation a run with chat memory continues (uuid, status, memory id).
+
+    None when the run starts a new one: no chat memory, no earlier
+    conversation with its memory id, or the last one failed or was cancelled.
+    """
+    memory_id = run.memory.memory_id if run.memory is not None else None
+    if memory_id is None:
+        return None
+    async with database.sessions() as session:
+        row = (
+            await session.execute(
+                select(Conversation.uuid, Conversation.status)
+                .where(
+                    Conversation.tenant == tenant,
+                    Conversation.action_code == ADHOC_ACTION,
+                    Conversation.memory_id == memory_id,
+                )
+                .order_by(Conversation.created_at.desc(), Conversation.id.desc())
+                .limit(1)
+            )
+        ).first()
+    if row is not None and row[1] in STARTABLE | {ProcessStatus.RUNNING}:
+        # A running one is handed to the runner, which refuses it as running.
+        return row[0], row[1], memory_id
+    return None
+
+
+def new_memory_id(run: AdHocRun) -> str | None:
+    """The memory id of a new conversation of the run: its own, a fresh one, or None."""
+    if run.memory is None:
+        return None
+    return run.memory.memory_id or str(uuid_module.uuid4())

@@ -1,0 +1,280 @@
+"""The catalog half of the facade: validate, import, export and edit entities.
+
+An entity travels as its spec document, the mapping the catalog YAML holds
+(:class:`~pilothouse.types.CatalogEntry`). The catalog tooling (YAML,
+validation, jsonschema) is imported by the methods that need it, so a
+facade that never touches the catalog does not load it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CatalogApi"]
+
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from pydantic_core import to_jsonable_python
+
+from pilothouse._facade.facet import Facet
+from pilothouse.errors import CatalogValidationError, NotFoundError, ValidationIssue
+from pilothouse.store import Database
+from pilothouse.types import CatalogCheck, CatalogEntry
+
+if TYPE_CHECKING:
+    from pilothouse.catalog import CatalogKind, CatalogRepository
+    from pilothouse.catalog._models import CatalogEntity
+    from pilothouse.types import ImportSummary
+
+
+def _kind(name: str) -> CatalogKind:
+    from pilothouse.catalog import catalog_kind
+
+    try:
+        return catalog_kind(name)
+    except KeyError as exc:
+        raise NotFoundError(str(exc.args[0])) from None
+
+
+def _entry(kind: CatalogKind, row: CatalogEntity) -> CatalogEntry:
+    from pilothouse.catalog import spec_document
+
+    # JSON-ready here, so prices stay exact decimal strings and dates ISO strings.
+    document: dict[str, Any] = to_jsonable_python(spec_document(kind, kind.to_spec(row)))
+    return CatalogEntry(
+        kind=kind.name, key=row.key, version=row.version, active=row.active, document=document
+    )
+
+
+class CatalogApi(Facet):
+    """Reads and changes the catalog of one tenant.
+
+    Writes are validated exactly as ``pilothouse catalog import`` validates
+    files, and are all or nothing. Every write bumps the tenant's catalog
+    revision, so compiled actions are compiled again on their next turn.
+
+    Args:
+        database: the catalog's database.
+        tenant: whose catalog.
+        user: written to ``updated_by`` when a write names nobody.
+    """
+
+    def __init__(self, database: Callable[[], Database], tenant: str, user: str) -> None:
+        super().__init__(database, tenant)
+        self._user = user
+
+    def _repository(self, session: Any, user: str | None = None) -> CatalogRepository:
+        from pilothouse.catalog import CatalogRepository
+
+        return CatalogRepository(session, self.tenant, user=user or self._user)
+
+    async def validate(
+        self, paths: Sequence[Path], *, against_stored: bool = False
+    ) -> CatalogCheck:
+        """Check catalog files without writing anything.
+
+        Args:
+            paths: files or folders (every ``*.yaml``/``*.yml`` below, sorted).
+            against_stored: also accept references to the tenant's stored
+                catalog, as an import does.
+
+        Raises:
+            CatalogValidationError: one issue per broken rule, located by file and line.
+        """
+        from pilothouse.catalog import ExistingCatalog, catalog_kind, load_existing, validate_paths
+
+        existing = ExistingCatalog()
+        if against_stored:
+            await self._database.ensure_schema()
+            async with self._database.sessions() as session:
+                existing = await load_existing(session, self.tenant)
+        parsed, issues = validate_paths(paths, existing)
+        if issues:
+            raise CatalogValidationError(issues)
+        counts = parsed.counts()
+        return CatalogCheck(
+            files=len(parsed.files),
+            entities=len(parsed),
+            counts=counts,
+            entity_names={kind: catalog_kind(kind).entity_name for kind in counts},
+        )
+
+    async def import_files(
+        self, paths: Sequence[Path], *, user: str | None = None
+    ) -> ImportSummary:
+        """Validate catalog files, then upsert them into the tenant's catalog, all or nothing.
+
+        Entities not in the files are kept.
+
+        Args:
+            paths: files or folders.
+            user: written to ``updated_by``.
+
+        Raises:
+            CatalogValidationError: the files break rules; nothing was written.
+            ConflictError: the database refused a write; nothing was written.
+        """
+        from pilothouse.catalog import import_catalog
+
+        return await import_catalog(self._database, self.tenant, paths, user=user or self._user)
+
+    async def import_text(
+        self, text: str, *, source: str = "document", user: str | None = None
+    ) -> ImportSummary:
+        """Like :meth:`import_files`, for one YAML (or JSON) document given as text.
+
+        Args:
+            text: the document.
+            source: what issues name as their file, e.g. ``body``.
+            user: written to ``updated_by``.
+        """
+        with tempfile.TemporaryDirectory(prefix="pilothouse-import-") as folder:
+            path = Path(folder) / "catalog.yaml"
+            await anyio.Path(path).write_text(text, encoding="utf-8")
+            try:
+                return await self.import_files([path], user=user)
+            except CatalogValidationError as exc:
+                # The temporary file's path means nothing to the caller; the line does.
+                raise CatalogValidationError(
+                    [
+                        ValidationIssue(i.entity, i.code, i.field, i.rule, source, i.line)
+                        for i in exc.issues
+                    ]
+                ) from None
+
+    async def export(self, kinds: Sequence[str] | None = None) -> str:
+        """Return the tenant's catalog as YAML, in the format the imports read.
+
+        Args:
+            kinds: only these kinds (plural names, e.g. ``actions``); every kind by default.
+
+        Raises:
+            NotFoundError: an unknown kind (the message suggests the closest).
+        """
+        from pilothouse.catalog import export_catalog
+
+        for name in kinds or ():
+            _kind(name)
+        await self._database.ensure_schema()
+        async with self._database.sessions() as session:
+            return await export_catalog(session, self.tenant, kinds)
+
+    async def export_document(self) -> dict[str, Any]:
+        """Return the tenant's catalog as a JSON-ready document (kind name to entities)."""
+        from pilothouse.catalog import export_document
+
+        await self._database.ensure_schema()
+        async with self._database.sessions() as session:
+            document = await export_document(session, self.tenant)
+        result: dict[str, Any] = to_jsonable_python(document)
+        return result
+
+    async def list_entries(self, kind: str, *, active: bool | None = None) -> list[CatalogEntry]:
+        """Return the entities of a kind, sorted by business key.
+
+        Args:
+            kind: the kind's plural name, e.g. ``actions``.
+            active: only active (True) or inactive (False) entities.
+
+        Raises:
+            NotFoundError: an unknown kind.
+        """
+        catalog_kind = _kind(kind)
+        await self._database.ensure_schema()
+        # Rendered inside the session: a spec reads relationships lazily.
+        async with self._database.sessions() as session:
+            rows = await self._repository(session).list(catalog_kind)
+            return [
+                _entry(catalog_kind, row) for row in rows if active is None or row.active is active
+            ]
+
+    async def get(self, kind: str, key: str) -> CatalogEntry:
+        """Return one entity.
+
+        Raises:
+            NotFoundError: an unknown kind, or no such entity for this tenant.
+        """
+        catalog_kind = _kind(kind)
+        await self._database.ensure_schema()
+        async with self._database.sessions() as session:
+            return _entry(catalog_kind, await self._repository(session).get(catalog_kind, key))
+
+    async def create(
+        self, kind: str, document: Mapping[str, Any], *, user: str | None = None
+    ) -> CatalogEntry:
+        """Validate and add one entity (version 1).
+
+        Args:
+            kind: the kind's plural name.
+            document: the entity as in catalog YAML.
+            user: written to ``updated_by``.
+
+        Raises:
+            CatalogValidationError: the document breaks rules.
+            ConflictError: the key is taken.
+        """
+        catalog_kind = _kind(kind)
+        await self._database.ensure_schema()
+        async with self._database.sessions() as session, session.begin():
+            row = await self._repository(session, user).create(catalog_kind, dict(document))
+            return _entry(catalog_kind, row)
+
+    async def update(
+        self,
+        kind: str,
+        key: str,
+        document: Mapping[str, Any],
+        *,
+        expected_version: int,
+        user: str | None = None,
+    ) -> CatalogEntry:
+        """Replace every field of an entity, if it is still at ``expected_version``.
+
+        Its version is bumped when something changed.
+
+        Raises:
+            NotFoundError: no such entity.
+            StaleVersionError: the entity changed since ``expected_version``.
+            CatalogValidationError: the document breaks rules.
+        """
+        catalog_kind = _kind(kind)
+        await self._database.ensure_schema()
+        async with self._database.sessions() as session, session.begin():
+            repository = self._repository(session, user)
+            row = await repository.update(catalog_kind, key, dict(document), expected_version)
+            return _entry(catalog_kind, row)
+
+    async def delete(
+        self,
+        kind: str,
+        key: str,
+        *,
+        expected_version: int | None = None,
+        user: str | None = None,
+    ) -> None:
+        """Delete an entity nothing references.
+
+        Raises:
+            NotFoundError: no such entity.
+            ConflictError: another entity references it (named in the message).
+            StaleVersionError: it changed since ``expected_version``.
+        """
+        catalog_kind = _kind(kind)
+        await self._database.ensure_schema()
+        async with self._database.sessions() as session, session.begin():
+            await self._repository(session, user).delete(catalog_kind, key, expected_version)
+
+    def entry(self, entity: CatalogEntity) -> CatalogEntry:
+        """Return a catalog row the query API returned as its spec document.
+
+        Raises:
+            NotFoundError: the row is of no catalog kind.
+        """
+        from pilothouse.catalog import KINDS
+
+        for kind in KINDS.values():
+            if type(entity) is kind.model:
+                return _entry(kind, entity)
+        raise NotFoundError(f"{type(entity).__name__} is no catalog kind")

@@ -1,0 +1,472 @@
+"""The write half of the facade: conversations and their turns, for one tenant.
+
+Every command checks what it references against the catalog first, so a
+bad request fails with a clear error and writes nothing. Turns run on the
+tenant's :class:`~pilothouse.runtime.Runner`, which the facade's shared
+parts provide (see :class:`pilothouse.api.Pilothouse`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["CommandApi"]
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pilothouse._facade import records
+from pilothouse._facade.facet import Facet
+from pilothouse.catalog._enums import MessageRole, ProcessStatus
+from pilothouse.store import Conversation, Database
+from pilothouse.store._writer import NewMessage
+
+if TYPE_CHECKING:
+    from pilothouse.runtime import Runner
+    from pilothouse.runtime._hitl import Resumption
+    from pilothouse.types import (
+        AdHocResult,
+        AdHocRun,
+        AttachmentInput,
+        MessageInput,
+        TurnEvent,
+        TurnResult,
+    )
+
+
+class CommandApi(Facet):
+    """Changes the state of conversations of one tenant.
+
+    Every command validates what it references against the catalog first,
+    so a bad request fails with a clear error and writes nothing. Actions
+    and agents are named by keyword everywhere (``action=``, ``agent=``).
+    """
+
+    def __init__(
+        self,
+        database: Callable[[], Database],
+        tenant: str,
+        *,
+        default_audit: bool,
+        runner: Callable[[], Runner],
+    ) -> None:
+        super().__init__(database, tenant)
+        self._default_audit = default_audit
+        self._runner_of = runner
+        self._resumption_: Resumption | None = None
+
+    @property
+    def _runner(self) -> Runner:
+        # Built on first use: a facade that only reads never loads the run loop.
+        return self._runner_of()
+
+    @property
+    def _resumption(self) -> Resumption:
+        if self._resumption_ is None:
+            from pilothouse.runtime._hitl import Resumption
+
+            runner = self._runner
+            self._resumption_ = Resumption(self._database, self.tenant, runner, runner.compiler)
+        return self._resumption_
+
+    async def send_message(
+        self,
+        uuid: str,
+        text: str,
+        *,
+        input_data: Mapping[str, Any] | None = None,
+        runtime_config: Mapping[str, Any] | None = None,
+    ) -> TurnResult:
+        """Run one turn: record ``text``, call the model, record the answer.
+
+        Args:
+            uuid: the conversation (status ``NS`` or ``CO``).
+            text: the user's message.
+            input_data: values for the action prompt's ``{placeholders}``.
+            runtime_config: per-call options (``temperature``, ``max_tokens``,
+                ...) and switches (``audit``, ``instruction``,
+                ``instructionMode``, ``stream``).
+
+        Returns:
+            The turn's result. A provider failure is a result with status
+            ``FA`` and the error detail, not an exception.
+
+        Raises:
+            NotFoundError: unknown conversation, action or agent.
+            InvalidStateError: the conversation is running, waiting or finished.
+            RuntimeConfigError: the runtime config is invalid.
+        """
+        await self._ready()
+        return await self._runner.send_message(
+            uuid, text, input_data=input_data, runtime_config=runtime_config
+        )
+
+    async def send_message_with_attachments(
+        self,
+        uuid: str,
+        text: str,
+        attachments: Sequence[AttachmentInput],
+        *,
+        input_data: Mapping[str, Any] | None = None,
+        runtime_config: Mapping[str, Any] | None = None,
+    ) -> TurnResult:
+        """Like :meth:`send_message`, with files (a URL or the bytes each)."""
+        await self._ready()
+        return await self._runner.send_message(
+            uuid,
+            text,
+            attachments=attachments,
+            input_data=input_data,
+            runtime_config=runtime_config,
+        )
+
+    async def stream_message(
+        self,
+        uuid: str,
+        text: str,
+        *,
+        attachments: Sequence[AttachmentInput] = (),
+        input_data: Mapping[str, Any] | None = None,
+        runtime_config: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[TurnEvent]:
+        """Run one turn and yield its events as they happen.
+
+        Text arrives as ``TextDelta`` events; the last event is
+        ``TurnFinished`` with the result. Errors that refuse the turn
+        (unknown conversation, bad config) are raised before any event.
+        """
+        await self._ready()
+        config = {"stream": True, **(runtime_config or {})}
+        runner = self._runner
+        async for event in _events(
+            lambda on_event: runner.send_message(
+                uuid,
+                text,
+                attachments=attachments,
+                input_data=input_data,
+                runtime_config=config,
+                on_event=on_event,
+            )
+        ):
+            yield event
+
+    async def start_and_send(
+        self,
+        text: str,
+        *,
+        action: str,
+        agent: str | None = None,
+        memory_id: str | None = None,
+        audit: bool | None = None,
+        attachments: Sequence[AttachmentInput] = (),
+        input_data: Mapping[str, Any] | None = None,
+        runtime_config: Mapping[str, Any] | None = None,
+        conversation_uuid: str | None = None,
+    ) -> TurnResult:
+        """Start a conversation and run its first turn, in one call.
+
+        The same records as :meth:`start_conversation` then
+        :meth:`send_message`, with one transaction fewer before the model is
+        called: the conversation is written already running, with the
+        user's message. Use it for one-shot calls; the result's
+        ``conversation_uuid`` names the conversation for further turns.
+
+        Args:
+            text: the user's message.
+            action: the action's code.
+            agent: the agent's code, or None for an action run without agent.
+            memory_id: share chat memory with earlier conversations.
+            audit: record the audit timeline; None follows the action, then
+                the deployment setting.
+            attachments: files sent with the message.
+            input_data: values for the action prompt's ``{placeholders}``.
+            runtime_config: per-call options and switches, as for
+                :meth:`send_message`.
+            conversation_uuid: the new conversation's uuid, for a caller that
+                must show it before the turn ends (the OpenAI endpoint's chunk
+                ids); a fresh one by default. It must be new: a uuid in use
+                writes nothing.
+
+        Returns:
+            The turn's result. A provider failure is a result with status
+            ``FA``, not an exception.
+
+        Raises:
+            NotFoundError: the action or the agent does not exist.
+            InvalidStateError: the action or the agent is deactivated.
+            RuntimeConfigError: the runtime config is invalid.
+
+        Nothing is written when it raises.
+        """
+        await self._ready()
+        return await self._runner.start_and_send(
+            action,
+            agent,
+            text,
+            memory_id=memory_id,
+            audit=audit,
+            default_audit=self._default_audit,
+            attachments=attachments,
+            input_data=input_data,
+            runtime_config=runtime_config,
+            conversation_uuid=conversation_uuid,
+        )
+
+    async def start_and_stream(
+        self,
+        text: str,
+        *,
+        action: str,
+        agent: str | None = None,
+        memory_id: str | None = None,
+        audit: bool | None = None,
+        attachments: Sequence[AttachmentInput] = (),
+        input_data: Mapping[str, Any] | None = None,
+        runtime_config: Mapping[str, Any] | None = None,
+        conversation_uuid: str | None = None,
+    ) -> AsyncIterator[TurnEvent]:
+        """:meth:`start_and_send`, yielding the turn's events as :meth:`stream_message` does."""
+        await self._ready()
+        config = {"stream": True, **(runtime_config or {})}
+        runner = self._runner
+        async for event in _events(
+            lambda on_event: runner.start_and_send(
+                action,
+                agent,
+                text,
+                memory_id=memory_id,
+                audit=audit,
+                default_audit=self._default_audit,
+                attachments=attachments,
+                input_data=input_data,
+                runtime_config=config,
+                on_event=on_event,
+                conversation_uuid=conversation_uuid,
+            )
+        ):
+            yield event
+
+    async def check_message(
+        self,
+        text: str,
+        *,
+        action: str,
+        agent: str | None = None,
+        attachments: Sequence[AttachmentInput] = (),
+        input_data: Mapping[str, Any] | None = None,
+        runtime_config: Mapping[str, Any] | None = None,
+        catalog_revision: int | None = None,
+    ) -> None:
+        """Check that a message would be accepted, without writing anything.
+
+        Raises the same errors :meth:`send_message` raises for bad input, so a
+        caller can refuse a request before it starts a conversation.
+
+        Args:
+            text: the user's message.
+            action: the action's code.
+            agent: the agent's code, or None.
+            attachments: files that would be sent with the message.
+            input_data: values for the action prompt's ``{placeholders}``.
+            runtime_config: per-call options and switches.
+            catalog_revision: the tenant's catalog revision the caller read
+                the action at (:attr:`~pilothouse.types.Target.revision`): a
+                compilation of that revision is used without another read.
+        """
+        await self._ready()
+        runner = self._runner
+        compiled = None
+        if catalog_revision is not None:
+            compiled = runner.compiler.cached(self.tenant, action, agent)
+            if compiled is not None and compiled.revision != catalog_revision:
+                compiled = None
+        await runner.prepare(
+            action, agent, text, input_data, runtime_config, attachments, compiled=compiled
+        )
+
+    async def submit_answers(self, uuid: str, answers: Mapping[str, str]) -> TurnResult:
+        """Answer the questions a waiting conversation asked, and continue it.
+
+        Args:
+            uuid: a conversation in status ``WA``.
+            answers: ``{question_id: answer}`` for every pending question.
+
+        Raises:
+            InvalidStateError: not waiting, or the questions expired.
+            AnswerError: unknown, missing or out-of-choice answers.
+        """
+        await self._ready()
+        return await self._resumption.submit_answers(uuid, answers)
+
+    async def submit_tool_result(self, uuid: str, tool_call_id: str, result: Any) -> TurnResult:
+        """Give the result of a custom-schema tool call returned to the caller.
+
+        Args:
+            uuid: the conversation (``CO`` with finish reason ``TC``).
+            tool_call_id: the call's id from the turn result.
+            result: text, or JSON-serializable data.
+        """
+        await self._ready()
+        return await self._resumption.submit_tool_result(uuid, tool_call_id, result)
+
+    async def expire_waiting(self) -> int:
+        """End conversations whose questions waited past their action's limit.
+
+        Returns:
+            How many conversations were terminated (``TE``).
+        """
+        await self._ready()
+        return await self._resumption.expire_waiting()
+
+    async def cancel(self, uuid: str) -> bool:
+        """Cancel a conversation: abort its running turn, or terminate it when idle.
+
+        Returns:
+            True when a turn running in this process was aborted.
+        """
+        await self._ready()
+        return await self._runner.cancel(uuid)
+
+    async def start_conversation(
+        self,
+        *,
+        action: str,
+        agent: str | None = None,
+        memory_id: str | None = None,
+        audit: bool | None = None,
+        history: Sequence[MessageInput] = (),
+    ) -> Conversation:
+        """Record a new conversation (status ``NS``) of an agent running an action.
+
+        Args:
+            action: the action's code.
+            agent: the agent's code, or None for an action run without agent.
+            memory_id: share chat memory with earlier conversations; defaults
+                to the new conversation's own uuid.
+            audit: record the audit timeline; None follows the action, then
+                the deployment setting.
+            history: messages recorded before the first turn, as if earlier
+                turns had written them (a chat client's own history), so the
+                first turn's chat memory holds them.
+
+        Returns:
+            The new conversation.
+
+        Raises:
+            NotFoundError: the action or the agent does not exist.
+            InvalidStateError: the action or the agent is deactivated.
+        """
+        database = await self._ready()
+        conversation = await records.create_conversation(
+            database,
+            self.tenant,
+            action_code=action,
+            agent_code=agent,
+            memory_id=memory_id,
+            audit=audit,
+            default_audit=self._default_audit,
+            check_catalog=True,
+        )
+        self._runner.remember(conversation.uuid, action, agent)
+        await records.append_messages(
+            database, self.tenant, conversation.uuid, history, status=ProcessStatus.NOT_STARTED
+        )
+        return conversation
+
+    async def run_adhoc(self, run: AdHocRun) -> AdHocResult:
+        """Run one turn of an agent described inline (nothing goes to the catalog).
+
+        Everything the run references is checked before anything is written.
+        With chat memory, every run with the same memory id continues one
+        conversation; before each turn the run's system prompt is recorded
+        as a system message carrying ``run.record``.
+
+        Returns:
+            The turn's result with the conversation and the memory id; a
+            provider failure is a result with status ``FA``, not an exception.
+
+        Raises:
+            InvalidFieldError: an unknown or inactive model, tool or
+                collection, or an output schema that is no JSON schema.
+            InvalidStateError: the run's conversation is running a turn.
+            RuntimeConfigError: an invalid option.
+        """
+        from pilothouse._facade import adhoc
+        from pilothouse.types import AdHocResult
+
+        database = await self._ready()
+        runner = self._runner
+        compiled = await adhoc.compile_run(database, self.tenant, runner.compiler, run)
+        config: dict[str, Any] = {"instruction_mode": run.instruction_mode.value}
+        if run.instruction is not None:
+            config["instruction"] = run.instruction
+        if run.audit is not None:
+            config["audit"] = run.audit
+        # Everything is checked before anything is written: a bad run leaves no conversation.
+        _, _, system_prompt = await runner.prepare(
+            adhoc.ADHOC_ACTION, None, run.message, None, config, compiled=compiled
+        )
+        found = await adhoc.conversation_for(database, self.tenant, run)
+        if found is None:
+            created = await records.create_conversation(
+                database,
+                self.tenant,
+                action_code=adhoc.ADHOC_ACTION,
+                agent_code=None,
+                memory_id=adhoc.new_memory_id(run),
+                audit=run.audit,
+                default_audit=self._default_audit,
+                check_catalog=False,
+            )
+            found = created.uuid, ProcessStatus.NOT_STARTED, created.memory_id
+        uuid, status, memory_id = found
+        if status is not ProcessStatus.RUNNING:
+            recorded = NewMessage(
+                MessageRole.SYSTEM, system_prompt, data={adhoc.RECORD_KEY: dict(run.record)}
+            )
+            await records.append_messages(database, self.tenant, uuid, [recorded], status=status)
+        result = await runner.send_message(
+            uuid, run.message, runtime_config=config, compiled=compiled
+        )
+        warnings: list[str] = []
+        if run.collection is not None:
+            warnings.append("collection was validated but retrieval (RAG) is not used yet")
+        return AdHocResult(
+            result=result, conversation_uuid=uuid, memory_id=memory_id, warnings=tuple(warnings)
+        )
+
+
+async def _events(
+    run: Callable[[Callable[[TurnEvent], Awaitable[None] | None]], Awaitable[TurnResult]],
+) -> AsyncIterator[TurnEvent]:
+    """Run ``run(on_event)`` as a task and yield the events it emits, as they come.
+
+    An exception of the turn is raised after the events it emitted.
+    """
+    import anyio
+
+    from pilothouse.runtime import TurnEvent as _TurnEvent
+
+    send, receive = anyio.create_memory_object_stream[_TurnEvent](max_buffer_size=1024)
+    failure: list[BaseException] = []
+
+    def deliver(event: TurnEvent) -> Awaitable[None] | None:
+        # Handed over without a checkpoint (send() yields to the loop first:
+        # one more loop pass per delta); only a full buffer waits.
+        try:
+            send.send_nowait(event)
+        except anyio.WouldBlock:
+            return send.send(event)
+        return None
+
+    async def turn() -> None:
+        async with send:
+            try:
+                await run(deliver)
+            except Exception as exc:
+                failure.append(exc)
+
+    async with anyio.create_task_group() as group, receive:
+        group.start_soon(turn)
+        async for event in receive:
+            yield event
+    if failure:
+        raise failure[0]

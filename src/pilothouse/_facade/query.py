@@ -1,0 +1,190 @@
+"""The read half of the facade: the catalog and recorded conversations of one tenant."""
+
+from __future__ import annotations
+
+__all__ = ["QueryApi"]
+
+from datetime import datetime
+from typing import TYPE_CHECKING, TypeVar
+
+from sqlalchemy import select
+
+from pilothouse._facade.facet import Facet
+from pilothouse.catalog._enums import ProcessStatus
+from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
+from pilothouse.errors import NotFoundError
+from pilothouse.store import (
+    Conversation,
+    ConversationQueries,
+    ConversationView,
+    Message,
+    Page,
+)
+
+if TYPE_CHECKING:
+    from pilothouse.types import Target, TargetInfo
+
+E = TypeVar("E", bound=CatalogEntity)
+
+
+class QueryApi(Facet):
+    """Reads the catalog and the recorded conversations of one tenant.
+
+    ``find_*`` returns None when nothing matches; ``get_*`` raises
+    :class:`~pilothouse.errors.NotFoundError`. Catalog rows come back with
+    their ``active`` flag, inactive ones included, so a caller can tell
+    "disabled" from "missing". Returned rows are detached from the database
+    session and safe to keep.
+    """
+
+    async def _find(self, entity: type[E], key: str) -> E | None:
+        """Return the tenant's catalog row with this business key, active or not."""
+        db = await self._ready()
+        column = getattr(entity, entity.key_field)
+        async with db.sessions() as session:
+            result = await session.scalars(
+                select(entity).where(entity.tenant == self.tenant, column == key)
+            )
+            return result.unique().one_or_none()
+
+    def _conversations(self) -> ConversationQueries:
+        return ConversationQueries(self._database, self.tenant)
+
+    async def get_all_actions(self, *, include_inactive: bool = False) -> list[Action]:
+        """Return the tenant's actions ordered by code.
+
+        Args:
+            include_inactive: also return deactivated actions.
+        """
+        db = await self._ready()
+        statement = select(Action).where(Action.tenant == self.tenant).order_by(Action.code)
+        if not include_inactive:
+            statement = statement.where(Action.active.is_(True))
+        async with db.sessions() as session:
+            return list((await session.scalars(statement)).unique())
+
+    async def find_action_by_code(self, code: str) -> Action | None:
+        """Return the action with this code, or None."""
+        return await self._find(Action, code)
+
+    async def find_agent_by_code(self, code: str) -> Agent | None:
+        """Return the agent with this code, or None."""
+        return await self._find(Agent, code)
+
+    async def find_tool_by_code(self, code: str) -> Tool | None:
+        """Return the tool with this code, or None."""
+        return await self._find(Tool, code)
+
+    async def find_mcp_client_by_name(self, name: str) -> McpClient | None:
+        """Return the MCP client with this name, or None."""
+        return await self._find(McpClient, name)
+
+    async def find_conversation(self, uuid: str) -> Conversation | None:
+        """Return the conversation with this uuid, or None."""
+        await self._ready()
+        try:
+            return await self._conversations().get(uuid)
+        except NotFoundError:
+            return None
+
+    async def get_conversation(self, uuid: str) -> Conversation:
+        """Return the conversation with this uuid.
+
+        Raises:
+            NotFoundError: no such conversation for this tenant.
+        """
+        await self._ready()
+        return await self._conversations().get(uuid)
+
+    async def get_conversation_messages(self, uuid: str) -> list[Message]:
+        """Return the conversation's messages in sequence order.
+
+        Raises:
+            NotFoundError: no such conversation for this tenant.
+        """
+        await self._ready()
+        return await self._conversations().messages(uuid)
+
+    async def get_pending_questions(self, uuid: str) -> list[Message]:
+        """Return the ``QU`` messages still waiting for answers (empty unless ``WA``).
+
+        Raises:
+            NotFoundError: no such conversation for this tenant.
+        """
+        await self._ready()
+        return await self._conversations().pending_questions(uuid)
+
+    async def list_conversations(
+        self,
+        *,
+        agent: str | None = None,
+        action: str | None = None,
+        status: ProcessStatus | None = None,
+        created_from: datetime | None = None,
+        created_to: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> Page[Conversation]:
+        """Return one page of conversations, newest first, with the total count.
+
+        Args:
+            agent: only this agent's conversations.
+            action: only this action's conversations.
+            status: only conversations in this status.
+            created_from: created at or after this aware time.
+            created_to: created before this aware time.
+            limit: page size (at least 1).
+            offset: matching conversations to skip.
+        """
+        await self._ready()
+        return await self._conversations().list(
+            agent=agent,
+            action=action,
+            status=status,
+            created_from=created_from,
+            created_to=created_to,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def get_transcript(self, uuid: str) -> ConversationView:
+        """Return the whole conversation: fields, messages, tool calls, timeline.
+
+        Raises:
+            NotFoundError: no such conversation for this tenant.
+        """
+        await self._ready()
+        return await self._conversations().transcript(uuid)
+
+    async def get_memory_messages(
+        self, memory_id: str, *, limit: int | None = None
+    ) -> list[Message]:
+        """Return the messages of every conversation sharing a memory id, oldest first.
+
+        Args:
+            memory_id: the shared chat memory.
+            limit: only the most recent ``limit`` messages; all when None.
+        """
+        await self._ready()
+        return await self._conversations().memory_messages(memory_id, limit=limit)
+
+    async def find_target(self, target_id: str) -> Target | None:
+        """Return the active action (and agent) a target id names, or None.
+
+        ``action:<CODE>`` and the plain ``<CODE>`` name an active action;
+        ``agent:<CODE>`` names an active agent whose goal action is active.
+        Anything else (unknown, inactive, another prefix) is None. One short
+        read of the columns it needs: it is on every chat completion's path.
+        """
+        from pilothouse._facade.targets import resolve_target
+
+        return await resolve_target(await self._ready(), self.tenant, target_id)
+
+    async def list_targets(self) -> list[TargetInfo]:
+        """Return every target: active actions, then active agents with an active goal.
+
+        Each group is sorted by code; plain ``<CODE>`` aliases are not listed.
+        """
+        from pilothouse._facade.targets import list_targets
+
+        return await list_targets(await self._ready(), self.tenant)
