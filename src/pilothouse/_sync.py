@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
     from pilothouse.api import Pilothouse
-    from pilothouse.providers._local import LocalModelServers
+    from pilothouse.providers import LocalModelServers
     from pilothouse.runtime._events import Listener
     from pilothouse.tools import ToolRegistry
     from pilothouse.types import (

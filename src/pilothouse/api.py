@@ -70,8 +70,7 @@ from pilothouse.store._writer import NewAttachment as AttachmentInput
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
-    from pilothouse.providers import ModelFactory
-    from pilothouse.providers._local import LocalModelServers
+    from pilothouse.providers import LocalModelServers, ModelFactory
     from pilothouse.runtime import ActionCompiler, EventHub, Runner
     from pilothouse.runtime._events import Listener
     from pilothouse.runtime._toolset import ToolSource
@@ -123,8 +122,7 @@ class _Shared:
 
     def _parts(self) -> tuple[ModelFactory, ActionCompiler, ToolSource]:
         if self._models is None or self._compiler is None or self._tool_source is None:
-            from pilothouse.providers import ModelFactory, SecretResolver
-            from pilothouse.providers._local import LocalModelServers
+            from pilothouse.providers import LocalModelServers, ModelFactory, SecretResolver
             from pilothouse.runtime import ActionCompiler
             from pilothouse.runtime._toolset import CatalogToolSource
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "SECRET_REFERENCE",
     "ChatTurn",
+    "LocalModelServers",
     "LocalServers",
     "MissingExtraError",
     "ModelFactory",
@@ -45,6 +46,7 @@ from pilothouse.providers._secrets import SECRET_REFERENCE, SecretResolver, is_s
 from pilothouse.providers._spec import ModelSpec, ProviderSpec
 
 if TYPE_CHECKING:
+    from pilothouse.providers._local import LocalModelServers
     from pilothouse.providers._sagemaker import SageMakerEmbedder
 
 
@@ -55,4 +57,9 @@ def __getattr__(name: str) -> Any:
         from pilothouse.providers._sagemaker import SageMakerEmbedder
 
         return SageMakerEmbedder
+    # The llama.cpp server manager is needed only where a local model runs.
+    if name == "LocalModelServers":
+        from pilothouse.providers._local import LocalModelServers
+
+        return LocalModelServers
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,264 @@
+"""The facade as the one door: tenant views, ad-hoc runs, error categories, content filters.
+
+Turns run on :class:`~pilothouse.testing.ScriptedModel` over a catalog of
+two tenants; the faces' own tests (``tests/server``, ``tests/cli``) check
+the same operations over HTTP and the command line.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from pilothouse.api import Pilothouse
+from pilothouse.errors import (
+    ContentFilterError,
+    ErrorCategory,
+    ForbiddenError,
+    InvalidFieldError,
+    InvalidStateError,
+    NotFoundError,
+    PilothouseError,
+    ProviderAuthError,
+    RateLimitError,
+    StaleVersionError,
+    TooManyRequestsError,
+    UnauthorizedError,
+)
+from pilothouse.settings import Settings
+from pilothouse.store import Database
+from pilothouse.testing import Fail, Json, Reply, ScriptedModel
+from pilothouse.types import (
+    AdHocRun,
+    ChatMemory,
+    FinishReason,
+    MessageRole,
+    ModelEndpoint,
+    ProcessStatus,
+    TurnEvent,
+)
+from test_api import seed_catalog
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def model() -> ScriptedModel:
+    return ScriptedModel([])
+
+
+@pytest.fixture
+async def ph(database: Database, model: ScriptedModel) -> AsyncIterator[Pilothouse]:
+    await seed_catalog(database)
+    await seed_catalog(database, tenant="acme")
+    settings = Settings(database_url=database.url)
+    async with Pilothouse(settings, database=database, model=model) as facade:
+        yield facade
+
+
+# --- tenants are views ---------------------------------------------------------
+
+
+async def test_a_tenant_view_shares_the_run_loop_and_sees_only_its_tenant(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    acme = ph.for_tenant("acme")
+    assert (ph.tenant, acme.tenant) == ("default", "acme")
+    model.script.steps.extend([Reply("for default"), Reply("for acme")])
+    mine = await ph.command.start_and_send("hi", action="SUMMARIZE")
+    theirs = await acme.command.start_and_send("hi", action="SUMMARIZE")
+    assert (mine.output, theirs.output) == ("for default", "for acme")
+    assert await ph.query.find_conversation(theirs.conversation_uuid) is None
+    assert await acme.query.find_conversation(mine.conversation_uuid) is None
+    assert (await acme.query.get_conversation(theirs.conversation_uuid)).tenant == "acme"
+    # One model factory, compiler and tool source for both tenants' runners.
+    shared = ph._shared  # pyright: ignore[reportPrivateUsage]
+    assert acme._shared is shared  # pyright: ignore[reportPrivateUsage]
+    default_runner, acme_runner = shared.runner("default"), shared.runner("acme")
+    assert default_runner is not acme_runner
+    assert default_runner.compiler is acme_runner.compiler
+    assert default_runner.tool_source is acme_runner.tool_source
+    assert shared.runner("acme") is acme_runner
+
+
+async def test_closing_a_view_closes_nothing(ph: Pilothouse, model: ScriptedModel) -> None:
+    async with ph.for_tenant("acme") as acme:
+        assert [a.code for a in await acme.query.get_all_actions()] == ["QUIET", "SUMMARIZE"]
+    await acme.aclose()
+    model.script.steps.append(Reply("still open"))
+    result = await ph.command.start_and_send("hi", action="SUMMARIZE")
+    assert result.output == "still open"
+
+
+async def test_subscribers_hear_their_own_tenant_only(ph: Pilothouse, model: ScriptedModel) -> None:
+    heard: dict[str, list[str]] = {"default": [], "acme": []}
+
+    def listener(tenant: str) -> object:
+        def hear(event: TurnEvent) -> None:
+            heard[tenant].append(event.conversation_uuid)
+
+        return hear
+
+    acme = ph.for_tenant("acme")
+    ph.subscribe(listener("default"), deltas=False)  # type: ignore[arg-type]
+    acme.subscribe(listener("acme"), deltas=False)  # type: ignore[arg-type]
+    model.script.steps.extend([Reply("a"), Reply("b")])
+    mine = await ph.command.start_and_send("hi", action="SUMMARIZE")
+    theirs = await acme.command.start_and_send("hi", action="SUMMARIZE")
+    assert set(heard["default"]) == {mine.conversation_uuid}
+    assert set(heard["acme"]) == {theirs.conversation_uuid}
+
+
+async def test_the_facade_opens_nothing_until_used(tmp_path: Path) -> None:
+    folder = tmp_path / "not-yet"
+    ph = Pilothouse(Settings(database_url=f"sqlite+aiosqlite:///{folder / 'ph.db'}"))
+    check = await ph.catalog.validate([Path(__file__).parents[1] / "examples" / "catalog"])
+    assert check.entities > 0
+    await ph.aclose()
+    # Validating files needs no database: none was created.
+    assert not folder.exists()
+
+
+def test_the_package_exports_the_facade_lazily() -> None:
+    code = (
+        "import sys, pilothouse\n"
+        "assert 'pilothouse.api' not in sys.modules, 'imported eagerly'\n"
+        "from pilothouse import Pilothouse, SyncPilothouse\n"
+        "import pilothouse.api as api\n"
+        "assert Pilothouse is api.Pilothouse and SyncPilothouse is api.SyncPilothouse\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+# --- ad-hoc runs ---------------------------------------------------------------
+
+
+async def test_an_adhoc_run_with_an_output_schema_answers_parsed_json(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    }
+    model.script.steps.append(Json({"city": "Paris"}))
+    run = AdHocRun(
+        name="Geographer",
+        message="Capital of France?",
+        model="TESTM",
+        output_schema=schema,
+        record={"caller": "test"},
+    )
+    done = await ph.command.run_adhoc(run)
+    assert done.result.status is ProcessStatus.COMPLETED, done.result.error
+    assert done.result.output == {"city": "Paris"}
+    messages = await ph.query.get_conversation_messages(done.conversation_uuid)
+    system = messages[0]
+    assert system.role is MessageRole.SYSTEM
+    assert "You are Geographer." in system.content
+    assert '"city"' in system.content  # the schema block of the prompt
+    assert system.data == {"invoke": {"caller": "test"}}
+
+
+async def test_an_adhoc_run_with_chat_memory_continues_its_conversation(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    model.script.steps.extend([Reply("one"), Reply("two")])
+    memory = ChatMemory(memory_id="m-7")
+    first = await ph.command.run_adhoc(
+        AdHocRun(name="A", message="first", model="TESTM", memory=memory)
+    )
+    second = await ph.command.run_adhoc(
+        AdHocRun(name="A", message="second", model="TESTM", memory=memory)
+    )
+    assert first.conversation_uuid == second.conversation_uuid
+    assert (first.memory_id, second.memory_id) == ("m-7", "m-7")
+    assert "first" in repr(model.requests[1].messages)
+
+
+@pytest.mark.parametrize(
+    ("run", "field"),
+    [
+        (AdHocRun(name="A", message="x", model="NOSUCH"), "model"),
+        (AdHocRun(name="A", message="x", model="TESTM", tools=("WEATHER", "NOPE")), "tools[1]"),
+        (AdHocRun(name="A", message="x", model="TESTM", collection="NONE"), "collection"),
+        (
+            AdHocRun(name="A", message="x", model="TESTM", output_schema={"type": "nothing"}),
+            "output_schema",
+        ),
+    ],
+)
+async def test_an_adhoc_run_refuses_what_it_cannot_honour_and_writes_nothing(
+    ph: Pilothouse, run: AdHocRun, field: str
+) -> None:
+    with pytest.raises(InvalidFieldError) as refused:
+        await ph.command.run_adhoc(run)
+    assert refused.value.field == field
+    assert refused.value.category is ErrorCategory.INVALID_INPUT
+    assert (await ph.query.list_conversations()).total == 0
+
+
+async def test_an_adhoc_run_on_an_endpoint_that_fails_is_a_failed_result(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    model.script.steps.append(Fail(ProviderAuthError("refused")))
+    endpoint = ModelEndpoint("http://127.0.0.1:9/v1", "m", api_key="sk-secret-value")
+    done = await ph.command.run_adhoc(AdHocRun(name="A", message="x", model=endpoint))
+    assert done.result.status is ProcessStatus.FAILED
+    transcript = await ph.query.get_transcript(done.conversation_uuid)
+    assert "sk-secret-value" not in transcript.model_dump_json()
+
+
+# --- errors -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "category"),
+    [
+        (PilothouseError("bad"), ErrorCategory.INVALID_INPUT),
+        (InvalidFieldError("tools[0]", "unknown"), ErrorCategory.INVALID_INPUT),
+        (NotFoundError("gone"), ErrorCategory.NOT_FOUND),
+        (InvalidStateError("running"), ErrorCategory.INVALID_STATE),
+        (StaleVersionError("stale"), ErrorCategory.CONFLICT),
+        (UnauthorizedError("no key"), ErrorCategory.UNAUTHORIZED),
+        (ForbiddenError("not admin"), ErrorCategory.FORBIDDEN),
+        (TooManyRequestsError("slow down", 2.0), ErrorCategory.RATE_LIMITED),
+        (RateLimitError("provider throttled"), ErrorCategory.UPSTREAM),
+    ],
+)
+def test_every_error_has_its_category(error: PilothouseError, category: ErrorCategory) -> None:
+    assert error.category is category
+
+
+def test_a_provider_error_keeps_its_message_inside() -> None:
+    error = ProviderAuthError("Incorrect API key provided: sk-abc")
+    assert error.public_message == "the model provider failed (ProviderAuthError)"
+    assert NotFoundError("action 'X' not found").public_message == "action 'X' not found"
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        Fail(ContentFilterError("content filter: the prompt was refused")),
+        Reply("partial", finish_reason="content_filter"),
+    ],
+    ids=["provider-error", "finish-reason"],
+)
+async def test_a_provider_content_filter_ends_the_turn_cf(
+    ph: Pilothouse, model: ScriptedModel, step: Fail | Reply
+) -> None:
+    model.script.steps.append(step)
+    result = await ph.command.start_and_send("hi", action="SUMMARIZE")
+    assert (result.status, result.finish_reason) == (
+        ProcessStatus.COMPLETED,
+        FinishReason.CONTENT_FILTER,
+    )
+    # Refused at once: a content filter is not retried.
+    assert model.remaining == 0 and len(model.requests) == 1
+    stored = await ph.query.get_conversation(result.conversation_uuid)
+    assert stored.finish_reason is FinishReason.CONTENT_FILTER
