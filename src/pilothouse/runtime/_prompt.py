@@ -1,10 +1,11 @@
 """System prompt assembly.
 
 Every part of the system prompt comes from a :class:`PromptContributor`; the
-built-ins follow DESIGN.md's order (application, agent, persona, skills, MCP
-clients, schema block, action-type constraint, action prompt) and other
-modules add their own by implementing the same protocol. Assembly happens
-once per compiled action; a turn only fills in ``{placeholders}``.
+built-ins follow the documented order (``docs/runtime.md``, "Assembly order":
+application, agent, persona, skills, MCP clients, schema block, action-type
+constraint, action prompt) and other modules add their own by implementing
+the same protocol. Assembly happens once per compiled action; a turn only
+fills in ``{placeholders}``.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def _action(context: PromptContext) -> str | None:
 
 
 def default_contributors() -> list[PromptContributor]:
-    """Return the built-in contributors in DESIGN.md's order."""
+    """Return the built-in contributors in the documented order (``docs/runtime.md``)."""
     return [
         _Contributor("application", _application),
         _Contributor("agent", _agent),
