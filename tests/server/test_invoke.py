@@ -10,7 +10,7 @@ from pydantic_ai.messages import ModelRequest, SystemPromptPart, UserPromptPart
 
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.server._state import ServerState
-from pilothouse.testing import Fail, Reply, ScriptedModel
+from pilothouse.testing import Fail, Json, Reply, ScriptedModel
 
 pytestmark = pytest.mark.anyio
 
@@ -245,3 +245,32 @@ def _first_request(scripted: ScriptedModel) -> ModelRequest:
     first = scripted.requests[0].messages[0]
     assert isinstance(first, ModelRequest)
     return first
+
+
+async def test_an_output_schema_makes_the_output_parsed_json(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel, server_state: ServerState
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"sentiment": {"enum": ["positive", "negative"]}},
+        "required": ["sentiment"],
+    }
+    # The first answer breaks the schema: it goes back to the model with the errors.
+    scripted.script.steps.extend([Json({"sentiment": "meh"}), Json({"sentiment": "positive"})])
+    response = await _invoke(client, api_key, message="I love it", outputSchema=schema)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["output"] == {"sentiment": "positive"}
+    assert len(scripted.requests) == 2
+    transcript = await server_state.facade("default").query.get_transcript(body["conversationUuid"])
+    system = transcript.messages[0]
+    assert "Output data structure:" in system.content
+    assert (system.data or {})["invoke"]["outputSchemaGiven"] is True
+
+
+async def test_an_output_schema_that_is_no_schema_is_400(
+    client: httpx.AsyncClient, api_key: str
+) -> None:
+    response = await _invoke(client, api_key, outputSchema={"type": 12})
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["field"] == "outputSchema"

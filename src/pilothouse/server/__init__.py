@@ -1,9 +1,10 @@
 """The HTTP service: REST, Server-Sent Events, OpenAI-compatible, connector, JSON-RPC.
 
 :func:`create_app` builds the FastAPI application over a
-:class:`ServerState` (one database, one set of local model servers, one
-facade per tenant); ``pilothouse serve`` runs it with uvicorn through
-:func:`app_from_environment`.
+:class:`ServerState` (one :class:`~pilothouse.api.Pilothouse` per process,
+a view of it per tenant); ``pilothouse serve`` runs it with uvicorn through
+:func:`app_from_environment`. Every route reaches pilothouse through that
+facade and :mod:`pilothouse.types`.
 """
 
 from __future__ import annotations
