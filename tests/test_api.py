@@ -234,7 +234,8 @@ async def test_shared_database_is_left_open(database: Database) -> None:
     assert await database.schema_is_current()
 
 
-def test_sync_wrapper_works_from_plain_sync_code(tmp_path: Path) -> None:
+def seeded_settings(tmp_path: Path) -> Settings:
+    """Settings of a fresh SQLite file holding the minimal catalog (for the sync facade)."""
     settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'sync.db'}")
 
     async def seed() -> None:
@@ -244,6 +245,11 @@ def test_sync_wrapper_works_from_plain_sync_code(tmp_path: Path) -> None:
         await db.dispose()
 
     anyio.run(seed)
+    return settings
+
+
+def test_sync_wrapper_works_from_plain_sync_code(tmp_path: Path) -> None:
+    settings = seeded_settings(tmp_path)
     with SyncPilothouse(settings) as ph:
         loop_thread = ph._portal.call(threading.current_thread)
         assert loop_thread is not threading.current_thread()
@@ -322,15 +328,7 @@ def test_sync_facade_offers_every_async_method_with_its_signature(
 
 
 def test_sync_streams_are_iterators_that_can_stop_early(tmp_path: Path) -> None:
-    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'sync.db'}")
-
-    async def seed() -> None:
-        db = Database(settings.database_url)
-        await db.ensure_schema()
-        await seed_catalog(db)
-        await db.dispose()
-
-    anyio.run(seed)
+    settings = seeded_settings(tmp_path)
     model = ScriptedModel([Reply("alpha beta gamma"), Reply("again")])
     with SyncPilothouse(settings, model=model) as ph:
         events = ph.command.start_and_stream("go", action="SUMMARIZE")

@@ -82,13 +82,20 @@ def _without_self(method: Callable[..., Any], returns: str | None = None) -> ins
     return signature.replace(parameters=parameters, return_annotation=annotation)
 
 
-class _Blocking(Generic[P, R]):
-    """A coroutine method of an async half, offered as a blocking call."""
+class _Offered(Generic[P, R]):
+    """A method of an async half, offered on the sync half with a signature of its own.
 
-    def __init__(self, method: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) -> None:
+    A descriptor: read on a sync half, it returns the method bound to that
+    half's async target, made synchronous by :meth:`_sync`.
+    """
+
+    def __init__(self, method: Callable[..., Any], signature: inspect.Signature) -> None:
         self.method = method
         self.__doc__ = method.__doc__
-        self._signature = _without_self(method)
+        self._signature = signature
+
+    def _sync(self, bound: Callable[..., Any], portal: BlockingPortal) -> Callable[P, R]:
+        raise NotImplementedError
 
     @overload
     def __get__(self, instance: None, owner: type[Any]) -> Self: ...
@@ -100,47 +107,40 @@ class _Blocking(Generic[P, R]):
         if instance is None:
             return self
         bound = getattr(instance._target, self.method.__name__)  # pyright: ignore[reportPrivateUsage]
-        portal = instance._portal  # pyright: ignore[reportPrivateUsage]
-
-        def call(*args: P.args, **kwargs: P.kwargs) -> R:
-            result: R = portal.call(functools.partial(bound, *args, **kwargs))
-            return result
-
+        call = self._sync(bound, instance._portal)  # pyright: ignore[reportPrivateUsage]
         call.__name__ = self.method.__name__
         call.__doc__ = self.method.__doc__
         call.__signature__ = self._signature  # type: ignore[attr-defined]
         return call
 
 
-class _Iterating(Generic[P, T]):
+class _Blocking(_Offered[P, R]):
+    """A coroutine method of an async half, offered as a blocking call."""
+
+    def __init__(self, method: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) -> None:
+        super().__init__(method, _without_self(method))
+
+    def _sync(self, bound: Callable[..., Any], portal: BlockingPortal) -> Callable[P, R]:
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            result: R = portal.call(functools.partial(bound, *args, **kwargs))
+            return result
+
+        return call
+
+
+class _Iterating(_Offered[P, Iterator[T]], Generic[P, T]):
     """An async generator method of an async half, offered as a plain iterator."""
 
     def __init__(self, method: Callable[Concatenate[Any, P], AsyncIterator[T]]) -> None:
-        self.method = method
-        self.__doc__ = method.__doc__
         returns = str(inspect.signature(method).return_annotation)
-        self._signature = _without_self(method, returns.replace("AsyncIterator[", "Iterator[", 1))
+        super().__init__(
+            method, _without_self(method, returns.replace("AsyncIterator[", "Iterator[", 1))
+        )
 
-    @overload
-    def __get__(self, instance: None, owner: type[Any]) -> Self: ...
-
-    @overload
-    def __get__(self, instance: _SyncHalf, owner: type[Any]) -> Callable[P, Iterator[T]]: ...
-
-    def __get__(
-        self, instance: _SyncHalf | None, owner: type[Any]
-    ) -> Self | Callable[P, Iterator[T]]:
-        if instance is None:
-            return self
-        bound = getattr(instance._target, self.method.__name__)  # pyright: ignore[reportPrivateUsage]
-        portal = instance._portal  # pyright: ignore[reportPrivateUsage]
-
+    def _sync(self, bound: Callable[..., Any], portal: BlockingPortal) -> Callable[P, Iterator[T]]:
         def iterate(*args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
             return _drain(portal, lambda: bound(*args, **kwargs))
 
-        iterate.__name__ = self.method.__name__
-        iterate.__doc__ = self.method.__doc__
-        iterate.__signature__ = self._signature  # type: ignore[attr-defined]
         return iterate
 
 

@@ -16,6 +16,15 @@ from pilothouse.testing import Json, ScriptedModel
 
 pytestmark = pytest.mark.anyio
 
+
+async def rpc(client: httpx.AsyncClient, key: str, method: str, params: Any) -> dict[str, Any]:
+    """Call one JSON-RPC method; return the response object."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": f"pilothouse/{method}/v1", "params": params}
+    response = await client.post("/jsonrpc", json=body, headers=auth(key))
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
 TABLES = {
     "rest": HTTP_STATUS,
     "invoke": _invoke._STATUS,  # pyright: ignore[reportPrivateUsage]
@@ -50,17 +59,8 @@ async def test_a_conversation_in_the_wrong_state_is_a_conflict_everywhere_it_can
     )
     assert rest.status_code == 409
     assert rest.json()["title"] == "Conflict"
-    rpc = await client.post(
-        "/jsonrpc",
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "pilothouse/command/sendMessage/v1",
-            "params": {"uuid": uuid, "text": "x"},
-        },
-        headers=auth(api_key),
-    )
-    error = rpc.json()["error"]
+    answer = await rpc(client, api_key, "command/sendMessage", {"uuid": uuid, "text": "x"})
+    error = answer["error"]
     assert (error["code"], error["data"]["status"]) == (-32002, 409)
 
 
@@ -97,29 +97,10 @@ async def test_jsonrpc_runs_an_adhoc_agent(
         "outputSchema": {"type": "object", "properties": {"answer": {"type": "integer"}}},
         "memory": {"memoryId": "rpc-1"},
     }
-    response = await client.post(
-        "/jsonrpc",
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "pilothouse/command/runAdhoc/v1",
-            "params": params,
-        },
-        headers=auth(api_key),
-    )
-    result = response.json()["result"]
+    result = (await rpc(client, api_key, "command/runAdhoc", params))["result"]
     assert result["result"]["output"] == {"answer": 42}
     assert result["memory_id"] == "rpc-1"
-    refused = await client.post(
-        "/jsonrpc",
-        json={
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "pilothouse/command/runAdhoc/v1",
-            "params": {**params, "model": "NOSUCH"},
-        },
-        headers=auth(api_key),
-    )
-    error = refused.json()["error"]
+    refused = await rpc(client, api_key, "command/runAdhoc", {**params, "model": "NOSUCH"})
+    error = refused["error"]
     assert (error["code"], error["data"]["status"]) == (-32004, 422)
     assert "model" in error["data"]["detail"]
