@@ -504,7 +504,7 @@ async def _chat_pilothouse(base_url: str, model_name: str, options: dict[str, An
 
     async def turn(state: dict[str, str], user: int, t: int) -> str | None:
         if "uuid" not in state:
-            r = await ph.command.start_and_send(None, action, user_text(user, t), runtime_config=config)
+            r = await ph.command.start_and_send(user_text(user, t), action=action, runtime_config=config)
             state["uuid"] = r.conversation_uuid
         else:
             r = await ph.command.send_message(state["uuid"], user_text(user, t), runtime_config=config)
