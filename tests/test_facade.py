@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -97,15 +97,15 @@ async def test_closing_a_view_closes_nothing(ph: Pilothouse, model: ScriptedMode
 async def test_subscribers_hear_their_own_tenant_only(ph: Pilothouse, model: ScriptedModel) -> None:
     heard: dict[str, list[str]] = {"default": [], "acme": []}
 
-    def listener(tenant: str) -> object:
+    def listener(tenant: str) -> Callable[[TurnEvent], None]:
         def hear(event: TurnEvent) -> None:
             heard[tenant].append(event.conversation_uuid)
 
         return hear
 
     acme = ph.for_tenant("acme")
-    ph.subscribe(listener("default"), deltas=False)  # type: ignore[arg-type]
-    acme.subscribe(listener("acme"), deltas=False)  # type: ignore[arg-type]
+    ph.subscribe(listener("default"), deltas=False)
+    acme.subscribe(listener("acme"), deltas=False)
     model.script.steps.extend([Reply("a"), Reply("b")])
     mine = await ph.command.start_and_send("hi", action="SUMMARIZE")
     theirs = await acme.command.start_and_send("hi", action="SUMMARIZE")
@@ -130,6 +130,18 @@ def test_the_package_exports_the_facade_lazily() -> None:
         "from pilothouse import Pilothouse, SyncPilothouse\n"
         "import pilothouse.api as api\n"
         "assert Pilothouse is api.Pilothouse and SyncPilothouse is api.SyncPilothouse\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_every_public_type_resolves_and_importing_them_loads_no_run_loop() -> None:
+    code = (
+        "import sys, pilothouse.types as t\n"
+        "assert 'pydantic_ai' not in sys.modules and 'pilothouse.runtime' not in sys.modules\n"
+        "missing = [n for n in t.__all__ if getattr(t, n, None) is None]\n"
+        "assert not missing, missing\n"
+        "assert set(t.__all__) <= set(dir(t))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

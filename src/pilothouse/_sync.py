@@ -16,7 +16,7 @@ __all__ = ["SyncCatalogApi", "SyncCommandApi", "SyncKeyApi", "SyncPilothouse", "
 import functools
 import inspect
 import queue
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
 from contextlib import ExitStack
 from types import TracebackType
 from typing import (
@@ -82,6 +82,12 @@ def _without_self(method: Callable[..., Any], returns: str | None = None) -> ins
     return signature.replace(parameters=parameters, return_annotation=annotation)
 
 
+def sync_iterator_annotation(annotation: str) -> str:
+    """The sync facade's return annotation for an async method's ``AsyncIterator[X]``."""
+    inner = annotation.removeprefix("AsyncIterator[").removesuffix("]")
+    return f"Generator[{inner}, None, None]"
+
+
 class _Offered(Generic[P, R]):
     """A method of an async half, offered on the sync half with a signature of its own.
 
@@ -128,23 +134,25 @@ class _Blocking(_Offered[P, R]):
         return call
 
 
-class _Iterating(_Offered[P, Iterator[T]], Generic[P, T]):
-    """An async generator method of an async half, offered as a plain iterator."""
+class _Iterating(_Offered[P, Generator[T, None, None]], Generic[P, T]):
+    """An async generator method of an async half, offered as a generator (``close()`` stops it)."""
 
     def __init__(self, method: Callable[Concatenate[Any, P], AsyncIterator[T]]) -> None:
         returns = str(inspect.signature(method).return_annotation)
-        super().__init__(
-            method, _without_self(method, returns.replace("AsyncIterator[", "Iterator[", 1))
-        )
+        super().__init__(method, _without_self(method, sync_iterator_annotation(returns)))
 
-    def _sync(self, bound: Callable[..., Any], portal: BlockingPortal) -> Callable[P, Iterator[T]]:
-        def iterate(*args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+    def _sync(
+        self, bound: Callable[..., Any], portal: BlockingPortal
+    ) -> Callable[P, Generator[T, None, None]]:
+        def iterate(*args: P.args, **kwargs: P.kwargs) -> Generator[T, None, None]:
             return _drain(portal, lambda: bound(*args, **kwargs))
 
         return iterate
 
 
-def _drain(portal: BlockingPortal, start: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
+def _drain(
+    portal: BlockingPortal, start: Callable[[], AsyncIterator[T]]
+) -> Generator[T, None, None]:
     """Iterate an async iterator from sync code, the whole iteration in one task of the loop.
 
     One task, because an async generator may hold a task group or a cancel
