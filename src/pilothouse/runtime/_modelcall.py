@@ -21,7 +21,7 @@ from pydantic_ai.direct import model_request, model_request_stream
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import Model, ModelRequestParameters
 
-from pilothouse.catalog._enums import ModelCapability, ProviderKind, TimelineKind
+from pilothouse.catalog._enums import ModelCapability, TimelineKind
 from pilothouse.memory import counter_for
 from pilothouse.providers import ModelSpec, redact, translate_error
 from pilothouse.runtime._advisors import AdvisedCall
@@ -283,9 +283,7 @@ class ModelCaller:
 
     def wants_stream(self, turn: TurnState) -> bool:
         spec = turn.compiled.model
-        if spec.provider.kind is ProviderKind.LOCAL and turn.offers_tools:
-            # llama-cpp-python 0.3.36 cannot stream when the model may pick a
-            # tool ("Automatic streaming tool choice is not supported").
+        if turn.offers_tools and not spec.profile.streams_with_tools:
             return False
         if turn.config.stream is not None:
             return turn.config.stream

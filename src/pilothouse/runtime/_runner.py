@@ -33,7 +33,6 @@ from pilothouse.catalog._enums import (
     InstructionMode,
     MessageRole,
     ProcessStatus,
-    ProviderKind,
     TimelineKind,
     ToolCallStatus,
 )
@@ -633,7 +632,7 @@ class Runner(TurnRecording):
             offered = [] if force_text else toolset.definitions()
             params, wrapped_list = request_parameters(compiled, offered)
             call_settings = settings
-            if compiled.output_schema is not None and spec.provider.kind is ProviderKind.LOCAL:
+            if compiled.output_schema is not None and spec.profile.grammar_output:
                 call_settings, wrapped_list = (
                     grammar_output(settings, compiled),
                     compiled.is_list_output,
@@ -732,10 +731,7 @@ class Runner(TurnRecording):
         step.batch.usage = turn.usage_increments()
         self._log_events(turn, step.batch.events)
         await self._writer.write(turn.handle, step.batch)
-        if turn.compiled.model.provider.kind is ProviderKind.LOCAL:
-            # Small local models call the same tool again instead of reading
-            # its result; one tool round, then the results as plain text, is
-            # what they answer well from (measured with SmolLM2).
+        if turn.compiled.model.profile.tool_results_as_text:
             return [results_as_text(step.request)], True
         # A model asking again for results it already has is stuck: the next
         # request lets it answer only in text.
