@@ -25,8 +25,7 @@ from pilothouse.providers import (
     profile_for,
 )
 from pilothouse.runtime import CompiledAction, Runner, TextDelta, TurnEvent
-from pilothouse.store import Database
-from pilothouse.store._writer import ConversationWriter
+from pilothouse.store import Database, SqlTurnStore
 from pilothouse.testing import Json, ScriptedModel, ToolCall
 from pilothouse.tools import ExecutableTool, ToolContext, ToolDefinition, ToolResult
 
@@ -64,8 +63,8 @@ async def _profiled(runner: Runner, action: str, profile: ModelProfile) -> Compi
 
 
 async def _start(db: Database, action: str) -> str:
-    writer = ConversationWriter(db, "default")
-    return (await writer.create(action_code=action, agent_code=None)).uuid
+    writer = SqlTurnStore(db)
+    return (await writer.create("default", action_code=action, agent_code=None)).uuid
 
 
 def test_provider_kinds_map_to_profiles() -> None:

@@ -29,6 +29,7 @@ __all__ = [
     "is_secret_reference",
     "profile_for",
     "redact",
+    "secret_values",
     "to_model_settings",
     "translate_error",
     "uses_responses_api",
@@ -52,7 +53,7 @@ from pilothouse.providers._profile import (
 )
 from pilothouse.providers._sagemaker_formats import ChatTurn, SageMakerFormat
 from pilothouse.providers._secrets import SECRET_REFERENCE, SecretResolver, is_secret_reference
-from pilothouse.providers._spec import ModelSpec, ProviderSpec
+from pilothouse.providers._spec import ModelSpec, ProviderSpec, secret_values
 
 if TYPE_CHECKING:
     from pilothouse.providers._sagemaker import SageMakerEmbedder

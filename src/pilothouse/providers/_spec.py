@@ -7,7 +7,7 @@ so building or looking up a model never touches the store or the secrets file.
 
 from __future__ import annotations
 
-__all__ = ["ModelSpec", "ProviderSpec"]
+__all__ = ["ModelSpec", "ProviderSpec", "secret_values"]
 
 import hashlib
 import json
@@ -133,3 +133,14 @@ class ModelSpec:
             [self.code, self.model_name, self.provider.fingerprint()], separators=(",", ":")
         )
         return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def secret_values(spec: ModelSpec) -> tuple[str, ...]:
+    """The provider's resolved secrets: its key and every header value.
+
+    Masked wherever a vendor's message quotes them back (errors, audit).
+    """
+    provider = spec.provider
+    values = [provider.api_key or "", *provider.headers.values()]
+    # Very short values would mask ordinary words; keys are never that short.
+    return tuple(v for v in values if len(v) >= 6)
