@@ -3,7 +3,7 @@
 Each method is one ``sessions.begin()`` block that reads and writes mapped
 objects, with nothing built ahead and no driver-level path: the version a
 reader checks :class:`~pilothouse.store.SqlTurnStore` against
-(``tests/store/test_turn_stores.py`` runs the same turns through both and
+(``tests/runtime/test_turn_stores.py`` runs the same turns through both and
 compares the rows). It is also a working store for a database the fast path
 was never measured on; it costs several times the fast one per step.
 """

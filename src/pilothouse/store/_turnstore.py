@@ -15,7 +15,7 @@ per call. Two implementations keep the same rows:
   transaction on the event loop for SQLite or on asyncpg's own transaction
   for PostgreSQL (``Database.transaction``).
 
-``tests/store/test_turn_stores.py`` runs the same turns through both and
+``tests/runtime/test_turn_stores.py`` runs the same turns through both and
 compares the stored rows.
 """
 
