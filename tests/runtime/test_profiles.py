@@ -67,6 +67,14 @@ async def _start(db: Database, action: str) -> str:
     return (await writer.create("default", action_code=action, agent_code=None)).uuid
 
 
+def _deltas_into(deltas: list[str]) -> Callable[[TurnEvent], None]:
+    def listen(event: TurnEvent) -> None:
+        if isinstance(event, TextDelta):
+            deltas.append(event.text)
+
+    return listen
+
+
 def test_provider_kinds_map_to_profiles() -> None:
     assert profile_for(ProviderKind.LOCAL) is LOCAL_PROFILE
     assert profile_for(ProviderKind.OPENAI) is DEFAULT_PROFILE
@@ -113,11 +121,7 @@ async def test_tool_rounds_and_streaming_follow_the_profile(
     compiled = await _profiled(runner, "TOOLS", profile)
     uuid = await _start(catalog, "TOOLS")
     deltas: list[str] = []
-
-    def listen(event: TurnEvent) -> None:
-        if isinstance(event, TextDelta):
-            deltas.append(event.text)
-
+    listen = _deltas_into(deltas)
     result = await runner.send_message(uuid, "Weather?", compiled=compiled, on_event=listen)
     assert (result.status, result.output) == (ProcessStatus.COMPLETED, "Sunny.")
     second = model.requests[1]
@@ -146,11 +150,7 @@ async def test_streaming_with_tools_offered_follows_the_profile(
     compiled = await _profiled(runner, "SUMBRAND", profile)
     uuid = await _start(catalog, "SUMBRAND")
     deltas: list[str] = []
-
-    def listen(event: TurnEvent) -> None:
-        if isinstance(event, TextDelta):
-            deltas.append(event.text)
-
+    listen = _deltas_into(deltas)
     result = await runner.send_message(uuid, "Summarize.", compiled=compiled, on_event=listen)
     assert result.output == "A short summary."
     assert "AskUserQuestion" in [t.name for t in model.requests[0].info.function_tools]
