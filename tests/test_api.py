@@ -41,8 +41,7 @@ from pilothouse.catalog._models import (
 )
 from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.settings import Settings
-from pilothouse.store import Database
-from pilothouse.store._writer import ConversationWriter, NewMessage, TurnBatch
+from pilothouse.store import Database, NewMessage, SqlTurnStore, TurnBatch
 from pilothouse.testing import Reply, ScriptedModel
 
 pytestmark = pytest.mark.anyio
@@ -185,8 +184,8 @@ async def test_catalog_finders(ph: Pilothouse) -> None:
 
 async def test_conversation_reads(ph: Pilothouse) -> None:
     conversation = await ph.command.start_conversation(action="SUMMARIZE", agent="ANALYST")
-    writer = ConversationWriter(ph._shared.database, ph.tenant)  # pyright: ignore[reportPrivateUsage]
-    handle = await writer.begin_turn(conversation.uuid)
+    writer = SqlTurnStore(ph._shared.database)  # pyright: ignore[reportPrivateUsage]
+    handle = await writer.begin_turn(ph.tenant, conversation.uuid)
     await writer.write(
         handle,
         TurnBatch(
@@ -194,7 +193,7 @@ async def test_conversation_reads(ph: Pilothouse) -> None:
                 NewMessage(MessageRole.USER, "plan"),
                 NewMessage(MessageRole.QUESTION, "Where?"),
             ],
-            changes={"status": ProcessStatus.WAITING},
+            status=ProcessStatus.WAITING,
         ),
     )
     messages = await ph.query.get_conversation_messages(conversation.uuid)

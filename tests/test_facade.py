@@ -75,14 +75,13 @@ async def test_a_tenant_view_shares_the_run_loop_and_sees_only_its_tenant(
     assert await ph.query.find_conversation(theirs.conversation_uuid) is None
     assert await acme.query.find_conversation(mine.conversation_uuid) is None
     assert (await acme.query.get_conversation(theirs.conversation_uuid)).tenant == "acme"
-    # One model factory, compiler and tool source for both tenants' runners.
+    # Both tenants' runners are views of one runtime: one model factory,
+    # compiler, tool source and registry of running turns.
     shared = ph._shared  # pyright: ignore[reportPrivateUsage]
     assert acme._shared is shared  # pyright: ignore[reportPrivateUsage]
     default_runner, acme_runner = shared.runner("default"), shared.runner("acme")
-    assert default_runner is not acme_runner
-    assert default_runner.compiler is acme_runner.compiler
-    assert default_runner.tool_source is acme_runner.tool_source
-    assert shared.runner("acme") is acme_runner
+    assert (default_runner.tenant, acme_runner.tenant) == ("default", "acme")
+    assert default_runner.runtime is acme_runner.runtime is shared.runtime()
 
 
 async def test_closing_a_view_closes_nothing(ph: Pilothouse, model: ScriptedModel) -> None:

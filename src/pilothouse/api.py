@@ -65,15 +65,14 @@ from pilothouse._sync import (
 )
 from pilothouse.settings import Settings
 from pilothouse.store import Database
-from pilothouse.store._writer import NewAttachment as AttachmentInput
+from pilothouse.store import NewAttachment as AttachmentInput
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
-    from pilothouse.providers import LocalModelServers, ModelFactory
-    from pilothouse.runtime import ActionCompiler, EventHub, Runner
+    from pilothouse.providers import LocalModelServers
+    from pilothouse.runtime import EventHub, Runner, Runtime
     from pilothouse.runtime._events import Listener
-    from pilothouse.runtime._toolset import ToolSource
     from pilothouse.tools import ToolRegistry
     from pilothouse.types import Authorizer, PromptContributor, SchemaRevision
 
@@ -81,11 +80,12 @@ if TYPE_CHECKING:
 class _Shared:
     """What every tenant view of one :class:`Pilothouse` shares.
 
-    The database, and, built on the first turn, the model factory with its
-    HTTP pools, the local model servers, the action compiler with its cache
-    and Redis pool, and the tool source with its MCP sessions. A tenant's
-    :class:`~pilothouse.runtime.Runner` is made here, in :meth:`runner`: the
-    one place that knows how the run loop is put together.
+    The database, and, built on the first turn, the run loop's
+    :class:`~pilothouse.runtime.Runtime`: the model factory with its HTTP
+    pools, the local model servers, the action compiler with its cache and
+    Redis pool, the tool source with its MCP sessions, the event hub and the
+    running turns. A tenant's :class:`~pilothouse.runtime.Runner` is a view of
+    it, made in :meth:`runner`.
     """
 
     def __init__(
@@ -107,11 +107,8 @@ class _Shared:
         self._authorizer = authorizer
         self._tools = tools
         self._contributors = contributors
-        self._models: ModelFactory | None = None
-        self._compiler: ActionCompiler | None = None
-        self._tool_source: ToolSource | None = None
-        self._runners: dict[str, Runner] = {}
-        self._hubs: dict[str, EventHub] = {}
+        self._hub: EventHub | None = None
+        self._runtime: Runtime | None = None
 
     @property
     def database(self) -> Database:
@@ -120,80 +117,59 @@ class _Shared:
             self._database = self.settings.open_database()
         return self._database
 
-    def _parts(self) -> tuple[ModelFactory, ActionCompiler, ToolSource]:
-        if self._models is None or self._compiler is None or self._tool_source is None:
+    @property
+    def hub(self) -> EventHub:
+        """Where every tenant's turn events go (subscribers keep to one tenant)."""
+        if self._hub is None:
+            from pilothouse.runtime import EventHub
+
+            self._hub = EventHub()
+        return self._hub
+
+    def runtime(self) -> Runtime:
+        """The run loop's shared parts, built on first use."""
+        if self._runtime is None:
             from pilothouse.providers import LocalModelServers, ModelFactory, SecretResolver
-            from pilothouse.runtime import ActionCompiler
+            from pilothouse.runtime import ActionCompiler, Runtime
             from pilothouse.runtime._toolset import CatalogToolSource
 
             settings = self.settings
             # Local llama.cpp servers start only when a local model is first used.
             if self._servers is None:
                 self._servers = LocalModelServers()
-            self._models = ModelFactory(
-                self._servers,
-                timeout=settings.provider_timeout,
-                connect_timeout=settings.provider_connect_timeout,
-                max_connections=settings.provider_max_connections,
-            )
             secrets = SecretResolver(env=dict(os.environ), secrets_file=settings.secrets_file)
-            self._compiler = ActionCompiler(self.database, secrets, self._contributors)
-            self._tool_source = CatalogToolSource(secrets, registry=self._tools)
-        return self._models, self._compiler, self._tool_source
-
-    def hub(self, tenant: str) -> EventHub:
-        """Where the tenant's turn events go."""
-        hub = self._hubs.get(tenant)
-        if hub is None:
-            from pilothouse.runtime import EventHub
-
-            hub = self._hubs[tenant] = EventHub()
-        return hub
+            self._runtime = Runtime(
+                database=self.database,
+                models=ModelFactory(
+                    self._servers,
+                    timeout=settings.provider_timeout,
+                    connect_timeout=settings.provider_connect_timeout,
+                    max_connections=settings.provider_max_connections,
+                ),
+                compiler=ActionCompiler(self.database, secrets, self._contributors),
+                hub=self.hub,
+                model_override=self._model,
+                tool_source=CatalogToolSource(secrets, registry=self._tools),
+            )
+        return self._runtime
 
     def runner(self, tenant: str) -> Runner:
-        """The tenant's runner over the shared parts (made once, then kept).
-
-        Kept, not made per call, because a runner holds the tenant's running
-        turns (for cancel) and its event hub. When the runtime offers a
-        process-wide ``Runtime`` with ``runtime.runner(tenant)`` views, this
-        is the one method that changes.
-        """
-        found = self._runners.get(tenant)
-        if found is not None:
-            return found
-        from pilothouse.runtime import Runner
-        from pilothouse.runtime._authorize import CatalogToolAuthorizer
-
-        models, compiler, source = self._parts()
-        runner = Runner(
-            database=self.database,
-            tenant=tenant,
-            models=models,
-            compiler=compiler,
-            hub=self.hub(tenant),
-            model_override=self._model,
-            tool_source=source,
-        )
+        """The tenant's runner: a view of the shared runtime, a few attributes."""
+        runtime = self.runtime()
         if isinstance(self._authorizer, str):
+            from pilothouse.runtime._authorize import CatalogToolAuthorizer
+
             # A catalog tool decides: its code was given instead of a callable.
-            runner.authorizer = CatalogToolAuthorizer(
-                self.database, tenant, self._authorizer, source
+            authorizer = CatalogToolAuthorizer(
+                self.database, tenant, self._authorizer, runtime.tool_source
             )
-        else:
-            runner.authorizer = self._authorizer
-        self._runners[tenant] = runner
-        return runner
+            return runtime.runner(tenant, authorizer=authorizer)
+        return runtime.runner(tenant, authorizer=self._authorizer)
 
     async def aclose(self) -> None:
-        # The runners own nothing of their own: closing the shared parts closes them.
-        if self._tool_source is not None:
-            close = getattr(self._tool_source, "aclose", None)
-            if close is not None:
-                await close()
-        if self._compiler is not None:
-            await self._compiler.aclose()
-        if self._models is not None:
-            await self._models.aclose()
+        if self._runtime is not None:
+            await self._runtime.aclose()
+            await self._runtime.models.aclose()
         if self._owns_servers and self._servers is not None:
             await self._servers.aclose()
         if self.owns_database and self._database is not None:
@@ -292,11 +268,15 @@ class Pilothouse:
                 (metrics) should say so, since while anyone wants deltas every
                 model call is streamed to produce them.
         """
-        self._shared.hub(self.tenant).subscribe(listener, conversation_uuid, deltas=deltas)
+        if conversation_uuid is not None:
+            # A uuid names one conversation of one tenant: no tenant filter needed.
+            self._shared.hub.subscribe(listener, conversation_uuid, deltas=deltas)
+        else:
+            self._shared.hub.subscribe(listener, deltas=deltas, tenant=self.tenant)
 
     def unsubscribe(self, listener: Listener, *, conversation_uuid: str | None = None) -> None:
         """Stop calling ``listener``."""
-        self._shared.hub(self.tenant).unsubscribe(listener, conversation_uuid)
+        self._shared.hub.unsubscribe(listener, conversation_uuid)
 
     async def ensure_schema(self) -> None:
         """Create or upgrade the database schema; one read when it is current."""

@@ -139,8 +139,8 @@ if TYPE_CHECKING:
         ToolCallView,
     )
     from pilothouse.store._records import Conversation, Message
-    from pilothouse.store._writer import NewAttachment as AttachmentInput
-    from pilothouse.store._writer import NewMessage as MessageInput
+    from pilothouse.store._turnstore import NewAttachment as AttachmentInput
+    from pilothouse.store._turnstore import NewMessage as MessageInput
 
 
 ADMIN_SCOPE = "admin"
@@ -409,7 +409,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
 
 _RENAMED = {"AttachmentInput": "NewAttachment", "MessageInput": "NewMessage"}
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
-_MODULE_OF.update(dict.fromkeys(_RENAMED, "pilothouse.store._writer"))
+_MODULE_OF.update(dict.fromkeys(_RENAMED, "pilothouse.store._turnstore"))
 
 
 def __getattr__(name: str) -> Any:

@@ -32,8 +32,7 @@ from pilothouse.errors import InvalidFieldError
 from pilothouse.memory import MemoryPolicy
 from pilothouse.providers import ModelSpec, ProviderSpec
 from pilothouse.runtime import ActionCompiler, CompiledAction
-from pilothouse.store import Conversation, Database
-from pilothouse.store._writer import STARTABLE
+from pilothouse.store import STARTABLE, Conversation, Database
 from pilothouse.types import AdHocRun, ModelEndpoint
 
 ADHOC_ACTION = "INVOKE"

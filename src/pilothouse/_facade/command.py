@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pilothouse._facade import records
 from pilothouse._facade.facet import Facet
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
-from pilothouse.store import Conversation, Database
-from pilothouse.store._writer import NewMessage
+from pilothouse.store import Conversation, Database, NewMessage
 
 if TYPE_CHECKING:
     from pilothouse.runtime import Runner
@@ -354,9 +353,9 @@ class CommandApi(Facet):
             NotFoundError: the action or the agent does not exist.
             InvalidStateError: the action or the agent is deactivated.
         """
-        database = await self._ready()
-        conversation = await records.create_conversation(
-            database,
+        await self._ready()
+        runner = self._runner
+        conversation = await runner.store.create(
             self.tenant,
             action_code=action,
             agent_code=agent,
@@ -365,9 +364,9 @@ class CommandApi(Facet):
             default_audit=self._default_audit,
             check_catalog=True,
         )
-        self._runner.remember(conversation.uuid, action, agent)
+        runner.remember(conversation.uuid, action, agent)
         await records.append_messages(
-            database, self.tenant, conversation.uuid, history, status=ProcessStatus.NOT_STARTED
+            runner.store, self.tenant, conversation.uuid, history, status=ProcessStatus.NOT_STARTED
         )
         return conversation
 
@@ -406,8 +405,7 @@ class CommandApi(Facet):
         )
         found = await adhoc.conversation_for(database, self.tenant, run)
         if found is None:
-            created = await records.create_conversation(
-                database,
+            created = await runner.store.create(
                 self.tenant,
                 action_code=adhoc.ADHOC_ACTION,
                 agent_code=None,
@@ -422,7 +420,9 @@ class CommandApi(Facet):
             recorded = NewMessage(
                 MessageRole.SYSTEM, system_prompt, data={adhoc.RECORD_KEY: dict(run.record)}
             )
-            await records.append_messages(database, self.tenant, uuid, [recorded], status=status)
+            await records.append_messages(
+                runner.store, self.tenant, uuid, [recorded], status=status
+            )
         result = await runner.send_message(
             uuid, run.message, runtime_config=config, compiled=compiled
         )

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 __all__ = [
     "SECRET_REFERENCE",
+    "DEFAULT_PROFILE",
+    "LOCAL_PROFILE",
     "ChatTurn",
     "LocalModelServers",
     "LocalServers",
     "MissingExtraError",
     "ModelFactory",
     "ModelOptions",
+    "ModelProfile",
     "ModelSpec",
     "ProviderConfigError",
     "ProviderSpec",
@@ -25,7 +28,9 @@ __all__ = [
     "SageMakerFormat",
     "SecretResolver",
     "is_secret_reference",
+    "profile_for",
     "redact",
+    "secret_values",
     "to_model_settings",
     "translate_error",
     "uses_responses_api",
@@ -41,9 +46,15 @@ from pilothouse.providers._errors import (
 )
 from pilothouse.providers._factory import LocalServers, ModelFactory
 from pilothouse.providers._options import ModelOptions, to_model_settings, uses_responses_api
+from pilothouse.providers._profile import (
+    DEFAULT_PROFILE,
+    LOCAL_PROFILE,
+    ModelProfile,
+    profile_for,
+)
 from pilothouse.providers._sagemaker_formats import ChatTurn, SageMakerFormat
 from pilothouse.providers._secrets import SECRET_REFERENCE, SecretResolver, is_secret_reference
-from pilothouse.providers._spec import ModelSpec, ProviderSpec
+from pilothouse.providers._spec import ModelSpec, ProviderSpec, secret_values
 
 if TYPE_CHECKING:
     from pilothouse.providers._local import LocalModelServers

@@ -289,7 +289,7 @@ def _response(run: AdHocResult, warnings: list[str]) -> dict[str, Any]:
             "totalTokens": result.input_tokens + result.output_tokens,
             "cost": str(result.cost),
         },
-        "toolCalls": result.tool_calls,
+        "toolCalls": [call.to_dict() for call in result.tool_calls],
         "warnings": warnings,
     }
 

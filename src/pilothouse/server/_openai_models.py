@@ -388,11 +388,11 @@ def tool_calls(result: TurnResult) -> list[dict[str, Any]]:
     """Return the calls returned to the caller, in OpenAI's ``tool_calls`` shape."""
     return [
         {
-            "id": call["id"],
+            "id": call.id,
             "type": "function",
             "function": {
-                "name": call["name"],
-                "arguments": json.dumps(call.get("arguments") or {}, ensure_ascii=False),
+                "name": call.name,
+                "arguments": json.dumps(call.arguments or {}, ensure_ascii=False),
             },
         }
         for call in result.tool_calls
