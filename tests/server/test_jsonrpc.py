@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from conftest import EXAMPLES
-from pilothouse.catalog import import_catalog
+from conftest import EXAMPLES, import_yaml, seed_examples
+from database_templates import Seed
 from pilothouse.server._jsonrpc_methods import METHODS
-from pilothouse.server._state import ServerState
+from pilothouse.store import Database
 from pilothouse.testing import Reply, ScriptedModel
 
 pytestmark = pytest.mark.anyio
@@ -32,10 +31,14 @@ actions:
 """
 
 
-@pytest.fixture(autouse=True)
-async def chat_action(server_state: ServerState, tmp_path: Path) -> None:
-    (tmp_path / "extra.yaml").write_text(EXTRA)
-    await import_catalog(server_state.database, "default", [EXAMPLES, tmp_path / "extra.yaml"])
+async def seed_chat(database: Database) -> None:
+    await seed_examples(database)
+    await import_yaml(database, "default", [EXAMPLES], EXTRA)
+
+
+@pytest.fixture
+def database_seed() -> Seed:
+    return seed_chat
 
 
 Q = "pilothouse/query/{}/v1"

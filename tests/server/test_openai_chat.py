@@ -13,11 +13,13 @@ import pytest
 from fastapi import FastAPI
 from pydantic_ai.messages import ModelRequest, ModelResponse, SystemPromptPart, UserPromptPart
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, import_yaml, seed_examples
+from database_templates import Seed
 from pilothouse.api import CommandApi
 from pilothouse.catalog import import_catalog
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.server._state import ServerState
+from pilothouse.store import Database
 from pilothouse.testing import Fail, Reply, ScriptedModel, ToolCall
 
 pytestmark = pytest.mark.anyio
@@ -76,10 +78,14 @@ agents:
 """
 
 
-@pytest.fixture(autouse=True)
-async def chat_action(server_state: ServerState, tmp_path: Path) -> None:
-    (tmp_path / "extra.yaml").write_text(EXTRA)
-    await import_catalog(server_state.database, "default", [EXAMPLES, tmp_path / "extra.yaml"])
+async def seed_chat(database: Database) -> None:
+    await seed_examples(database)
+    await import_yaml(database, "default", [EXAMPLES], EXTRA)
+
+
+@pytest.fixture
+def database_seed() -> Seed:
+    return seed_chat
 
 
 @pytest.fixture
