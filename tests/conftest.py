@@ -23,6 +23,7 @@ import pytest
 from database_templates import PostgresTemplates, Seed, SqliteTemplates
 from pilothouse.settings import Settings
 from pilothouse.store import Database
+from pilothouse.testing import block_model_requests
 
 PG_SERVER = os.environ.get("PILOTHOUSE_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432")
 
@@ -30,6 +31,13 @@ PG_SERVER = os.environ.get("PILOTHOUSE_TEST_PG", "postgresql+asyncpg://postgres@
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_real_model_requests() -> Iterator[None]:
+    """No test calls a real model unless it says so (tests/real, tests/providers)."""
+    with block_model_requests():
+        yield
 
 
 @pytest.fixture(scope="session")
