@@ -4,11 +4,13 @@ The store suite runs twice: on SQLite and on the machine's PostgreSQL at
 127.0.0.1:5432. PostgreSQL is skipped, with the reason printed, only when it
 is unreachable.
 
-Every test that asks for ``database`` (or ``database_url``) gets a database
-of its own, migrated: a copy of a template migrated once per session (see
-``database_templates``). A directory whose tests all start from the same
-rows overrides ``database_seed`` with a module-level seed function; its
-template is then seeded once too, and every test gets a fresh copy of it.
+Every test that asks for ``database`` (or ``database_url``) gets a migrated
+database holding nothing another test wrote: a copy of a SQLite template
+file, or the session's PostgreSQL database reset to its template rows (see
+``database_templates``); the migration runs once per session. A directory
+whose tests all start from the same rows overrides ``database_seed`` with a
+module-level seed function; its template is then seeded once too, and every
+test starts from a fresh copy of it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from database_templates import PostgresTemplates, Seed, SqliteTemplates
+from database_templates import PostgresDatabases, Seed, SqliteTemplates
 from pilothouse.settings import Settings
 from pilothouse.store import Database
 from pilothouse.testing import block_model_requests
@@ -46,17 +48,19 @@ def sqlite_templates(tmp_path_factory: pytest.TempPathFactory) -> SqliteTemplate
 
 
 @pytest.fixture(scope="session")
-def postgres_templates() -> Iterator[PostgresTemplates]:
-    """This session's PostgreSQL templates; skips when the server is unreachable."""
+def postgres_databases() -> Iterator[PostgresDatabases]:
+    """This session's PostgreSQL databases; skips when the server is unreachable."""
     server = PG_SERVER.replace("postgresql+asyncpg://", "postgresql://")
-    templates = PostgresTemplates(server, f"pilothouse_test_{uuid.uuid4().hex[:10]}")
+    databases = PostgresDatabases(server, f"pilothouse_test_{uuid.uuid4().hex[:10]}")
     try:
-        templates.prepare()
-    except (OSError, ImportError) as exc:
-        print(f"\nPostgreSQL at {PG_SERVER} unreachable ({exc}); PostgreSQL tests skipped")
-        pytest.skip(f"PostgreSQL unreachable: {exc}")
-    yield templates
-    templates.close()
+        try:
+            databases.prepare()
+        except (OSError, ImportError) as exc:
+            print(f"\nPostgreSQL at {PG_SERVER} unreachable ({exc}); PostgreSQL tests skipped")
+            pytest.skip(f"PostgreSQL unreachable: {exc}")
+        yield databases
+    finally:
+        databases.close()
 
 
 @pytest.fixture
@@ -66,12 +70,9 @@ def database_seed() -> Seed | None:
 
 
 @pytest.fixture
-def postgres_database_url(
-    postgres_templates: PostgresTemplates, database_seed: Seed | None
-) -> Iterator[str]:
-    """A fresh PostgreSQL database for this test, dropped after it."""
-    with postgres_templates.fresh(database_seed) as url:
-        yield url
+def postgres_database_url(postgres_databases: PostgresDatabases, database_seed: Seed | None) -> str:
+    """A PostgreSQL database holding the schema and the seeded rows, and nothing else."""
+    return postgres_databases.fresh(database_seed)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -248,3 +249,15 @@ async def test_allowed_or_overridden_calls_pass_the_guard(real_model: Pilothouse
     # The request went out, to a port where nothing listens.
     assert result.status is ProcessStatus.FAILED
     assert result.error is not None and "connect" in result.error.lower()
+
+
+# -- the documentation ---------------------------------------------------------
+
+
+def test_the_first_example_of_docs_testing_runs(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "testing.md").read_text()
+    section = text.split("## A first test", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "docs/testing.md", "exec"), namespace)
+    anyio.run(namespace["test_summary"], tmp_path)
