@@ -103,11 +103,17 @@ class _Script:
     steps: list[Step]
     requests: list[ScriptedRequest] = field(default_factory=lambda: [])
 
-    def next(self, messages: list[ModelMessage], info: AgentInfo) -> Step:
+    def next(
+        self, messages: list[ModelMessage], info: AgentInfo
+    ) -> Reply | ToolCall | Calls | Json:
+        """Record the request and return the next answer; raise a :class:`Fail`'s error."""
         self.requests.append(ScriptedRequest(list(messages), info))
         if not self.steps:
             raise AssertionError("the scripted model was called more often than scripted")
-        return self.steps.pop(0)
+        step = self.steps.pop(0)
+        if isinstance(step, Fail):
+            raise step.error
+        return Reply(step) if isinstance(step, str) else step
 
 
 def _with_ids(step: ToolCall | Calls) -> list[tuple[ToolCall, str]]:
@@ -180,10 +186,6 @@ class ScriptedModel(FunctionModel):
 
     def _answer(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         step = self.script.next(messages, info)
-        if isinstance(step, Fail):
-            raise step.error
-        if isinstance(step, str):
-            step = Reply(step)
         if isinstance(step, Json):
             return _structured(step, info)
         if isinstance(step, ToolCall | Calls):
@@ -208,10 +210,6 @@ class ScriptedModel(FunctionModel):
         self, messages: list[ModelMessage], info: AgentInfo
     ) -> AsyncIterator[str | dict[int, DeltaToolCall]]:
         step = self.script.next(messages, info)
-        if isinstance(step, Fail):
-            raise step.error
-        if isinstance(step, str):
-            step = Reply(step)
         if isinstance(step, Json):
             import json
 
