@@ -13,7 +13,8 @@ test wrote, but the migration and the seeding run once per session:
   clone per test).
 
 A seed is ``async def seed(database: Database) -> None``; templates are keyed
-by the seed function itself, so a seed must be a module-level function.
+by the seed itself, so a seed is a module-level function, or a callable
+compared by value (a frozen dataclass).
 """
 
 from __future__ import annotations
@@ -200,12 +201,15 @@ class PostgresDatabases:
         """Drop this session's databases and stop the thread."""
 
         async def drop() -> None:
+            admin = self._connections.pop("postgres", None)
             for connection in self._connections.values():
                 await connection.close()
             self._connections.clear()
+            if admin is None:
+                return  # the server was never reached: nothing was made
             for name in self._names.values():
-                await self._execute("postgres", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            await (await self._connection("postgres")).close()
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await admin.close()
 
         try:
             self._call(drop())

@@ -21,48 +21,20 @@
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 from fastapi import FastAPI
+from server_helpers import seed_examples
 
 from database_templates import Seed, SqliteTemplates
-from pilothouse.catalog import import_catalog
 from pilothouse.server._app import create_app
 from pilothouse.server._keys import create_key
 from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.settings import Settings
-from pilothouse.store import Database
 from pilothouse.testing import ScriptedModel
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "catalog"
-# A plain action beside the examples: no skills, no placeholders besides the
-# message, so route tests exercise the service rather than prompt assembly.
-# Its model is not the local one: llama.cpp cannot stream while tools are
-# offered, so the runtime does not stream local models; the scripted model
-# replaces this one anyway and streams.
-ECHO_ACTION = """
-providers:
-  - code: SCRIPTED
-    kind: openai
-    base_url: http://127.0.0.1:9/v1
-models:
-  - code: SCRIPTEDM
-    provider: SCRIPTED
-    model_name: scripted
-    capabilities: [FC, SR]
-    input_price: 0
-    output_price: 0
-actions:
-  - code: ECHO
-    name: Echo
-    model: SCRIPTEDM
-    configuration: DEFAULT
-    prompt: "Answer the user: {input}"
-"""
 
 
 @pytest.fixture
@@ -73,22 +45,6 @@ def scripted() -> ScriptedModel:
 @pytest.fixture
 def server_config() -> ServerSettings:
     return ServerSettings(host="127.0.0.1", shutdown_grace_seconds=2.0)
-
-
-async def import_yaml(database: Database, tenant: str, paths: Sequence[Path], *extra: str) -> None:
-    """Import catalog files, then YAML documents given as text, into one tenant at once."""
-    with tempfile.TemporaryDirectory() as folder:
-        files = list(paths)
-        for index, text in enumerate(extra):
-            files.append(Path(folder) / f"extra-{index}.yaml")
-            files[-1].write_text(text, encoding="utf-8")
-        await import_catalog(database, tenant, files)
-
-
-async def seed_examples(database: Database) -> None:
-    """The examples and ``ECHO``, for tenants ``default`` and ``other``."""
-    for tenant in ("default", "other"):
-        await import_yaml(database, tenant, [EXAMPLES], ECHO_ACTION)
 
 
 @pytest.fixture

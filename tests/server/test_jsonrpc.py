@@ -6,11 +6,10 @@ from typing import Any
 
 import httpx
 import pytest
+from server_helpers import ExamplesAnd
 
-from conftest import EXAMPLES, import_yaml, seed_examples
 from database_templates import Seed
 from pilothouse.server._jsonrpc_methods import METHODS
-from pilothouse.store import Database
 from pilothouse.testing import Reply, ScriptedModel
 
 pytestmark = pytest.mark.anyio
@@ -31,14 +30,9 @@ actions:
 """
 
 
-async def seed_chat(database: Database) -> None:
-    await seed_examples(database)
-    await import_yaml(database, "default", [EXAMPLES], EXTRA)
-
-
 @pytest.fixture
 def database_seed() -> Seed:
-    return seed_chat
+    return ExamplesAnd(EXTRA)
 
 
 Q = "pilothouse/query/{}/v1"

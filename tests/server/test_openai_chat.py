@@ -12,14 +12,13 @@ import openai
 import pytest
 from fastapi import FastAPI
 from pydantic_ai.messages import ModelRequest, ModelResponse, SystemPromptPart, UserPromptPart
+from server_helpers import EXAMPLES, ExamplesAnd
 
-from conftest import EXAMPLES, import_yaml, seed_examples
 from database_templates import Seed
 from pilothouse.api import CommandApi
 from pilothouse.catalog import import_catalog
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.server._state import ServerState
-from pilothouse.store import Database
 from pilothouse.testing import Fail, Reply, ScriptedModel, ToolCall
 
 pytestmark = pytest.mark.anyio
@@ -78,14 +77,9 @@ agents:
 """
 
 
-async def seed_chat(database: Database) -> None:
-    await seed_examples(database)
-    await import_yaml(database, "default", [EXAMPLES], EXTRA)
-
-
 @pytest.fixture
 def database_seed() -> Seed:
-    return seed_chat
+    return ExamplesAnd(EXTRA)
 
 
 @pytest.fixture
