@@ -188,7 +188,7 @@ async def test_scripted_tool_calls_get_unique_ids_unless_given(ph: Pilothouse) -
     conversation = await ph.command.start_conversation(None, "RESEARCH")
     with override(model=ScriptedModel([calls, calls, ToolCall("lookup", {}, call_id="mine")])):
         first = await ph.command.send_message(conversation.uuid, "Look them up.")
-        ids = [call["id"] for call in first.tool_calls]
+        ids = [call.id for call in first.tool_calls]
         assert (first.status, first.finish_reason) == (
             ProcessStatus.COMPLETED,
             FinishReason.TOOL_CALLS,
@@ -199,11 +199,11 @@ async def test_scripted_tool_calls_get_unique_ids_unless_given(ph: Pilothouse) -
             resumed = await ph.command.submit_tool_result(conversation.uuid, call_id, "found")
         # The same script step played again gets new ids: no id repeats in
         # the conversation.
-        again = [call["id"] for call in resumed.tool_calls]
+        again = [call.id for call in resumed.tool_calls]
         assert not set(again) & set(ids) and len(set(again)) == 2
         for call_id in again:
             resumed = await ph.command.submit_tool_result(conversation.uuid, call_id, "found")
-    assert [call["id"] for call in resumed.tool_calls] == ["mine"]
+    assert [call.id for call in resumed.tool_calls] == ["mine"]
 
 
 # -- the guard on real model calls --------------------------------------------
