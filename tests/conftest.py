@@ -1,8 +1,16 @@
 """Fixtures shared by the whole suite.
 
 The store suite runs twice: on SQLite and on the machine's PostgreSQL at
-127.0.0.1:5432 (a fresh database per test session, dropped afterwards).
-PostgreSQL is skipped, with the reason printed, only when it is unreachable.
+127.0.0.1:5432. PostgreSQL is skipped, with the reason printed, only when it
+is unreachable.
+
+Every test that asks for ``database`` (or ``database_url``) gets a migrated
+database holding nothing another test wrote: a copy of a SQLite template
+file, or the session's PostgreSQL database reset to its template rows (see
+``database_templates``); the migration runs once per session. A directory
+whose tests all start from the same rows overrides ``database_seed`` with a
+module-level seed function; its template is then seeded once too, and every
+test starts from a fresh copy of it.
 """
 
 from __future__ import annotations
@@ -14,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from database_templates import PostgresDatabases, Seed, SqliteTemplates
 from pilothouse.settings import Settings
 from pilothouse.store import Database
+from pilothouse.testing import block_model_requests
 
 PG_SERVER = os.environ.get("PILOTHOUSE_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432")
 
@@ -25,65 +35,66 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def _pg_admin(sql: str) -> None:
-    import asyncpg  # type: ignore[import-untyped]
-
-    dsn = PG_SERVER.replace("postgresql+asyncpg://", "postgresql://") + "/test"
-    conn = await asyncpg.connect(dsn, timeout=3)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
+@pytest.fixture(autouse=True, scope="session")
+def no_real_model_requests() -> Iterator[None]:
+    """No test calls a real model unless it says so (tests/real, tests/providers)."""
+    with block_model_requests():
+        yield
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for this test session."""
-    import asyncio
+def sqlite_templates(tmp_path_factory: pytest.TempPathFactory) -> SqliteTemplates:
+    return SqliteTemplates(tmp_path_factory.mktemp("templates"))
 
-    name = f"pilothouse_test_{uuid.uuid4().hex[:10]}"
+
+@pytest.fixture(scope="session")
+def postgres_databases() -> Iterator[PostgresDatabases]:
+    """This session's PostgreSQL databases; skips when the server is unreachable."""
+    server = PG_SERVER.replace("postgresql+asyncpg://", "postgresql://")
+    databases = PostgresDatabases(server, f"pilothouse_test_{uuid.uuid4().hex[:10]}")
     try:
-        asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
-    except (OSError, ImportError) as exc:
-        print(f"\nPostgreSQL at {PG_SERVER} unreachable ({exc}); PostgreSQL tests skipped")
-        pytest.skip(f"PostgreSQL unreachable: {exc}")
-    yield f"{PG_SERVER}/{name}"
-    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        try:
+            databases.prepare()
+        except (OSError, ImportError) as exc:
+            print(f"\nPostgreSQL at {PG_SERVER} unreachable ({exc}); PostgreSQL tests skipped")
+            pytest.skip(f"PostgreSQL unreachable: {exc}")
+        yield databases
+    finally:
+        databases.close()
+
+
+@pytest.fixture
+def database_seed() -> Seed | None:
+    """What a test database holds beyond the schema: nothing, unless a conftest says."""
+    return None
+
+
+@pytest.fixture
+def postgres_database_url(postgres_databases: PostgresDatabases, database_seed: Seed | None) -> str:
+    """A PostgreSQL database holding the schema and the seeded rows, and nothing else."""
+    return postgres_databases.fresh(database_seed)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database URL: a fresh SQLite file, or the session's PostgreSQL database."""
+def database_url(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    sqlite_templates: SqliteTemplates,
+    database_seed: Seed | None,
+) -> str:
+    """The URL of a fresh, migrated database: a SQLite file, or a PostgreSQL database."""
     if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path / 'pilothouse.db'}"
-    return str(request.getfixturevalue("postgres_url"))
+        return sqlite_templates.fresh(tmp_path / "pilothouse.db", database_seed)
+    return str(request.getfixturevalue("postgres_database_url"))
 
 
 @pytest.fixture
 async def database(database_url: str) -> AsyncIterator[Database]:
-    """A migrated database, emptied before each test on PostgreSQL."""
+    """The test's fresh database, opened."""
     db = Database(database_url)
     await db.ensure_schema()
-    if not db.is_sqlite:
-        await _truncate_all(db)
     yield db
     await db.dispose()
-
-
-async def _truncate_all(db: Database) -> None:
-    from sqlalchemy import text
-
-    # Importing one model of each module registers its tables on Base (as the
-    # migrations' env.py does); pilothouse.catalog and the API keys load lazily.
-    from pilothouse.catalog._models import Action
-    from pilothouse.store import Base
-    from pilothouse.store._access import ApiKey
-
-    sorted_tables = Base.metadata.sorted_tables
-    assert Action.__table__ in sorted_tables and ApiKey.__table__ in sorted_tables
-    tables = ", ".join(f'"{t.name}"' for t in sorted_tables)
-    async with db.engine.begin() as conn:
-        await conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
 
 
 @pytest.fixture

@@ -243,6 +243,7 @@ class SyncCatalogApi(_SyncHalf):
 
     validate = _Blocking(CatalogApi.validate)
     import_files = _Blocking(CatalogApi.import_files)
+    import_documents = _Blocking(CatalogApi.import_documents)
     import_text = _Blocking(CatalogApi.import_text)
     export = _Blocking(CatalogApi.export)
     export_document = _Blocking(CatalogApi.export_document)

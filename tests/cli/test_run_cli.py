@@ -6,8 +6,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from database_templates import SqliteTemplates
+from pilothouse.catalog import import_catalog
 from pilothouse.cli import app
 from pilothouse.cli._run import parse_assignments
+from pilothouse.store import Database
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "catalog"
 
@@ -21,12 +24,14 @@ def test_assignments_parse_json_values_strings_and_files(tmp_path: Path) -> None
     assert values == {"temperature": 0.5, "stop": "END", "audit": False, "document": "brand text"}
 
 
+async def seed_examples(database: Database) -> None:
+    await import_catalog(database, "default", [EXAMPLES])
+
+
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
-    result = CliRunner().invoke(app, ["--database-url", url, "catalog", "import", str(EXAMPLES)])
-    assert result.exit_code == 0, result.output
-    return url
+def db_url(tmp_path: Path, sqlite_templates: SqliteTemplates) -> str:
+    """A SQLite file holding the example catalog (a copy of a template seeded once)."""
+    return sqlite_templates.fresh(tmp_path / "cli.db", seed_examples)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import respx
 from provider_helpers import bridge
 
 from pilothouse.providers import ModelFactory
+from pilothouse.testing import allow_model_requests
 
 
 @pytest.fixture
@@ -22,3 +23,10 @@ async def factory(router: respx.Router) -> AsyncIterator[ModelFactory]:
     made = ModelFactory(transport=bridge(router))
     yield made
     await made.aclose()
+
+
+@pytest.fixture(autouse=True)
+def real_model_requests() -> Iterator[None]:
+    """Real provider models, on mock transports: allowed here, blocked in the rest of the suite."""
+    with allow_model_requests():
+        yield

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from pilothouse.providers._local import LocalModelServers
+from pilothouse.testing import allow_model_requests
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +44,10 @@ def local_llm_base_url(local_model_servers: LocalModelServers) -> str:
     url = asyncio.run(local_model_servers.base_url())
     print(f"local SmolLM2 server ready at {url} in {time.perf_counter() - started:.2f} s")
     return url
+
+
+@pytest.fixture(autouse=True)
+def real_model_requests() -> Iterator[None]:
+    """Real models (the local one): allowed here, blocked in the rest of the suite."""
+    with allow_model_requests():
+        yield

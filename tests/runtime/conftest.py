@@ -1,6 +1,8 @@
 """A small catalog built with the ORM, and a runner wired to the scripted model.
 
-Each runner is the tenant ``default``'s view over a runtime of its own.
+Each runner is the tenant ``default``'s view over a runtime of its own. Every
+database of these tests starts with the catalog of ``runtime_catalog``:
+seeded once into the session's template, copied fresh for each test.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 import pytest
 from runtime_catalog import seed_catalog
 
+from database_templates import Seed
 from pilothouse.providers import ModelFactory, SecretResolver
 from pilothouse.runtime import ActionCompiler, EventHub, Runner, Runtime
 from pilothouse.store import Database
@@ -18,8 +21,13 @@ from pilothouse.testing import ScriptedModel
 
 
 @pytest.fixture
-async def catalog(database: Database) -> Database:
-    await seed_catalog(database)
+def database_seed() -> Seed:
+    return seed_catalog
+
+
+@pytest.fixture
+def catalog(database: Database) -> Database:
+    """The test's database, holding the runtime catalog."""
     return database
 
 

@@ -8,7 +8,9 @@
 - ``server_state``: a :class:`ServerState` on a fresh SQLite file, with the
   example catalog (``examples/catalog``) imported for tenants ``default``
   and ``other``, plus the plain action ``ECHO`` (no skills, no input data
-  needed); closed after the test.
+  needed); closed after the test. The file is a copy of a template seeded
+  once per session by ``database_seed`` (``seed_examples`` here; a module
+  that needs more overrides the fixture with a seed that calls it first).
 - ``app``: the FastAPI app serving ``server_state``.
 - ``client``: an ``httpx.AsyncClient`` over ``httpx.ASGITransport(app)``,
   with the app's lifespan running (so shutdown draining is exercised).
@@ -19,47 +21,19 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import anyio
 import httpx
 import pytest
 from fastapi import FastAPI
+from server_helpers import seed_examples
 
-from pilothouse.catalog import import_catalog
+from database_templates import Seed, SqliteTemplates
 from pilothouse.server._app import create_app
 from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.settings import Settings
-from pilothouse.store import Database
 from pilothouse.testing import ScriptedModel
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "catalog"
-# A plain action beside the examples: no skills, no placeholders besides the
-# message, so route tests exercise the service rather than prompt assembly.
-# Its model is not the local one: llama.cpp cannot stream while tools are
-# offered, so the runtime does not stream local models; the scripted model
-# replaces this one anyway and streams.
-ECHO_ACTION = """
-providers:
-  - code: SCRIPTED
-    kind: openai
-    base_url: http://127.0.0.1:9/v1
-models:
-  - code: SCRIPTEDM
-    provider: SCRIPTED
-    model_name: scripted
-    capabilities: [FC, SR]
-    input_price: 0
-    output_price: 0
-actions:
-  - code: ECHO
-    name: Echo
-    model: SCRIPTEDM
-    configuration: DEFAULT
-    prompt: "Answer the user: {input}"
-"""
 
 
 @pytest.fixture
@@ -72,35 +46,17 @@ def server_config() -> ServerSettings:
     return ServerSettings(host="127.0.0.1", shutdown_grace_seconds=2.0)
 
 
-def _sqlite_url(path: Path) -> str:
-    return f"sqlite+aiosqlite:///{path}"
-
-
-@pytest.fixture(scope="session")
-def template_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A migrated SQLite file with the examples imported, built once and copied per test."""
-    path = tmp_path_factory.mktemp("template") / "server.db"
-
-    async def build() -> None:
-        database = Database(_sqlite_url(path))
-        try:
-            await database.ensure_schema()
-            extra = path.parent / "echo.yaml"
-            extra.write_text(ECHO_ACTION, encoding="utf-8")
-            for tenant in ("default", "other"):
-                await import_catalog(database, tenant, [EXAMPLES, extra])
-        finally:
-            await database.dispose()
-
-    anyio.run(build)
-    return path
+@pytest.fixture
+def database_seed() -> Seed:
+    return seed_examples
 
 
 @pytest.fixture
-def server_settings(tmp_path: Path, template_database: Path) -> Settings:
-    path = tmp_path / "server.db"
-    shutil.copyfile(template_database, path)
-    return Settings(database_url=_sqlite_url(path), secrets_file=None)
+def server_settings(
+    tmp_path: Path, sqlite_templates: SqliteTemplates, database_seed: Seed
+) -> Settings:
+    url = sqlite_templates.fresh(tmp_path / "server.db", database_seed)
+    return Settings(database_url=url, secrets_file=None)
 
 
 @pytest.fixture

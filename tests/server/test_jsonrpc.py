@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from server_helpers import ExamplesAnd
 
-from conftest import EXAMPLES
+from database_templates import Seed
 from pilothouse.server._jsonrpc_methods import METHODS
-from pilothouse.server._state import ServerState
 from pilothouse.testing import Reply, ScriptedModel
 
 pytestmark = pytest.mark.anyio
@@ -31,10 +30,9 @@ actions:
 """
 
 
-@pytest.fixture(autouse=True)
-async def chat_action(server_state: ServerState, tmp_path: Path) -> None:
-    (tmp_path / "extra.yaml").write_text(EXTRA)
-    await server_state.facade("default").catalog.import_files([EXAMPLES, tmp_path / "extra.yaml"])
+@pytest.fixture
+def database_seed() -> Seed:
+    return ExamplesAnd(EXTRA)
 
 
 Q = "pilothouse/query/{}/v1"

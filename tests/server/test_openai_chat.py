@@ -12,8 +12,9 @@ import openai
 import pytest
 from fastapi import FastAPI
 from pydantic_ai.messages import ModelRequest, ModelResponse, SystemPromptPart, UserPromptPart
+from server_helpers import EXAMPLES, ExamplesAnd
 
-from conftest import EXAMPLES
+from database_templates import Seed
 from pilothouse.api import CommandApi
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.server._state import ServerState
@@ -75,10 +76,9 @@ agents:
 """
 
 
-@pytest.fixture(autouse=True)
-async def chat_action(server_state: ServerState, tmp_path: Path) -> None:
-    (tmp_path / "extra.yaml").write_text(EXTRA)
-    await server_state.facade("default").catalog.import_files([EXAMPLES, tmp_path / "extra.yaml"])
+@pytest.fixture
+def database_seed() -> Seed:
+    return ExamplesAnd(EXTRA)
 
 
 @pytest.fixture

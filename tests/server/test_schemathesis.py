@@ -12,7 +12,6 @@ API with a plain Hypothesis ``@given`` per operation.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +61,8 @@ def is_service(path: str) -> bool:
         "protocols",
     ],
 )
-def test_openapi_conformance(tmp_path: Path, template_database: Path, group: str) -> None:
-    path = tmp_path / "schemathesis.db"
-    shutil.copyfile(template_database, path)
-    url = f"sqlite+aiosqlite:///{path}"
+def test_openapi_conformance(tmp_path: Path, server_settings: Settings, group: str) -> None:
+    url = server_settings.database_url
 
     async def make_key() -> str:
         async with Pilothouse(Settings(database_url=url)) as ph:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,20 @@ from server_helpers import auth, serve_on_loopback
 from pilothouse.server._app import create_app
 from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.settings import Settings
+from pilothouse.testing import allow_model_requests
 
 pytestmark = pytest.mark.anyio
 
 PROVIDER_KEY = "sk-planted-provider-key-7f3a9c1e5b"
 HEADER_SECRET = "planted-header-secret-2d8e4b6a0c"
 CLIENT_HEADER_SECRET = "planted-client-header-9b1c3d5e7f"
+
+
+@pytest.fixture(autouse=True)
+def real_model_requests() -> Iterator[None]:
+    """Turns go to the leaky provider for real: allowed here, blocked in the rest of the suite."""
+    with allow_model_requests():
+        yield
 
 
 def leaky_provider() -> FastAPI:

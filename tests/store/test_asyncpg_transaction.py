@@ -21,9 +21,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 
 @pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.postgres)])
-def database_url(postgres_url: str) -> str:
-    """Only the session's PostgreSQL database: these tests are about asyncpg."""
-    return postgres_url
+def database_url(postgres_database_url: str) -> str:
+    """Only PostgreSQL: these tests are about asyncpg."""
+    return postgres_database_url
 
 
 @pytest.fixture

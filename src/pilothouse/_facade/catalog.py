@@ -120,6 +120,23 @@ class CatalogApi(Facet):
 
         return await import_catalog(self._database, self.tenant, paths, user=user or self._user)
 
+    async def import_documents(
+        self, documents: Sequence[Mapping[str, Any]], *, user: str | None = None
+    ) -> ImportSummary:
+        """Like :meth:`import_files`, for documents given in memory.
+
+        Args:
+            documents: shaped as the YAML files (kind names to lists of
+                entities), e.g. built by ``pilothouse.testing.CatalogBuilder``;
+                read in order, as files are. Issues name no file or line.
+            user: written to ``updated_by``.
+        """
+        from pilothouse.catalog import import_documents
+
+        return await import_documents(
+            self._database, self.tenant, documents, user=user or self._user
+        )
+
     async def import_text(
         self, text: str, *, source: str = "document", user: str | None = None
     ) -> ImportSummary:

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         KindCounts,
         apply_catalog,
         import_catalog,
+        import_documents,
     )
     from pilothouse.catalog._kinds import (
         KINDS,
@@ -223,6 +224,7 @@ __all__ = [
     "export_catalog",
     "export_document",
     "import_catalog",
+    "import_documents",
     "load_existing",
     "parse_spec",
     "spec_document",
@@ -231,7 +233,13 @@ __all__ = [
 
 _LAZY: dict[str, tuple[str, ...]] = {
     "_exporter": ("export_catalog", "export_document", "spec_document"),
-    "_importer": ("ImportSummary", "KindCounts", "apply_catalog", "import_catalog"),
+    "_importer": (
+        "ImportSummary",
+        "KindCounts",
+        "apply_catalog",
+        "import_catalog",
+        "import_documents",
+    ),
     "_kinds": ("KINDS", "CatalogKind", "catalog_kind"),
     "_models": (
         "CODE_LENGTHS",

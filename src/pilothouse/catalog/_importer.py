@@ -11,11 +11,12 @@ from the files are left alone.
 
 from __future__ import annotations
 
-__all__ = ["ImportSummary", "KindCounts", "apply_catalog", "import_catalog"]
+__all__ = ["ImportSummary", "KindCounts", "apply_catalog", "import_catalog", "import_documents"]
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -23,8 +24,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from pilothouse.catalog._kinds import KINDS
 from pilothouse.catalog._models import CatalogEntity
 from pilothouse.catalog._repository import bump_revision, load_rows, read_revision
-from pilothouse.catalog._validate import ParsedCatalog, load_existing, validate_paths
-from pilothouse.errors import CatalogValidationError, ConflictError
+from pilothouse.catalog._validate import (
+    ExistingCatalog,
+    ParsedCatalog,
+    load_existing,
+    validate_documents,
+    validate_paths,
+)
+from pilothouse.errors import CatalogValidationError, ConflictError, ValidationIssue
 from pilothouse.store import Database
 from pilothouse.store._base import utcnow
 
@@ -132,12 +139,56 @@ async def import_catalog(
         CatalogValidationError: the files break rules; nothing was written.
         ConflictError: the database refused a write; nothing was written.
     """
+    return await _import(database, tenant, lambda existing: validate_paths(paths, existing), user)
+
+
+async def import_documents(
+    database: Database,
+    tenant: str,
+    documents: Sequence[Mapping[str, Any]],
+    *,
+    user: str = "pilothouse",
+) -> ImportSummary:
+    """Validate catalog documents given in memory and import them, all or nothing.
+
+    The same rules and the same import as :func:`import_catalog`, for
+    documents shaped as the YAML files (kind names to lists of entities),
+    e.g. built by :class:`pilothouse.testing.CatalogBuilder`. Issues name no
+    file or line.
+
+    Args:
+        database: the target database (its schema is upgraded if needed).
+        tenant: whose catalog.
+        documents: the documents, read in order as files are.
+        user: written to ``updated_by``.
+
+    Returns:
+        What changed.
+
+    Raises:
+        CatalogValidationError: the documents break rules; nothing was written.
+        ConflictError: the database refused a write; nothing was written.
+    """
+
+    def validate(existing: ExistingCatalog) -> tuple[ParsedCatalog, list[ValidationIssue]]:
+        parsed, issues = validate_documents(documents, existing)
+        return parsed, [replace(issue, file=None) for issue in issues]
+
+    return await _import(database, tenant, validate, user)
+
+
+async def _import(
+    database: Database,
+    tenant: str,
+    validate: Callable[[ExistingCatalog], tuple[ParsedCatalog, list[ValidationIssue]]],
+    user: str,
+) -> ImportSummary:
     await database.ensure_schema()
     async with database.sessions() as session:
         try:
             async with session.begin():
                 existing = await load_existing(session, tenant)
-                parsed, issues = validate_paths(paths, existing)
+                parsed, issues = validate(existing)
                 if issues:
                     raise CatalogValidationError(issues)
                 return await apply_catalog(session, tenant, parsed, user=user)

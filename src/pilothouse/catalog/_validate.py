@@ -651,3 +651,28 @@ def validate_paths(
     parsed, issues = parse_catalog(paths)
     issues += check_catalog(parsed, existing)
     return parsed, sorted(issues, key=_sort_key)
+
+
+def validate_documents(
+    documents: Sequence[Mapping[str, Any]],
+    existing: ExistingCatalog | None = None,
+    *,
+    source: str = "<documents>",
+) -> tuple[ParsedCatalog, list[ValidationIssue]]:
+    """Fully validate catalog documents given in memory, shaped as the YAML files.
+
+    Args:
+        documents: mappings of kind names (``providers``, ``actions``, ...)
+            to lists of entity mappings.
+        existing: the tenant's stored catalog, for references into it.
+        source: named as the file of every issue.
+
+    Returns:
+        The entities and every issue, in document order.
+    """
+    parsed = ParsedCatalog(files=[source])
+    issues: list[ValidationIssue] = []
+    for document in documents:
+        issues += _parse_document(source, to_plain(document), parsed)
+    issues += check_catalog(parsed, existing)
+    return parsed, issues

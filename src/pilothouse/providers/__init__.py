@@ -18,6 +18,7 @@ __all__ = [
     "LocalModelServers",
     "LocalServers",
     "MissingExtraError",
+    "ModelRequestsBlockedError",
     "ModelFactory",
     "ModelOptions",
     "ModelProfile",
@@ -45,6 +46,7 @@ from pilothouse.providers._errors import (
     translate_error,
 )
 from pilothouse.providers._factory import LocalServers, ModelFactory
+from pilothouse.providers._guard import ModelRequestsBlockedError
 from pilothouse.providers._options import ModelOptions, to_model_settings, uses_responses_api
 from pilothouse.providers._profile import (
     DEFAULT_PROFILE,

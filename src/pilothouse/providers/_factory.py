@@ -25,6 +25,7 @@ import anyio.to_thread
 
 from pilothouse.catalog._enums import ProviderKind
 from pilothouse.providers._errors import MissingExtraError, ProviderConfigError
+from pilothouse.providers._guard import check_model_requests, model_override
 from pilothouse.providers._options import ModelOptions, uses_responses_api
 from pilothouse.providers._spec import ModelSpec, ProviderSpec
 
@@ -131,15 +132,23 @@ class ModelFactory:
                 summary selects the Responses API model.
 
         Returns:
-            A pydantic-ai model, shared by every caller with an equal spec.
+            A pydantic-ai model, shared by every caller with an equal spec; or,
+            inside ``pilothouse.testing.override(model=...)``, that model.
 
         Raises:
             ProviderConfigError: the spec lacks a required setting, or its kind
                 is ``test`` (test models are injected by ``pilothouse.testing``).
             MissingExtraError: the kind's optional dependency is not installed.
+            ModelRequestsBlockedError: real model requests are blocked (tests).
         """
         if self._closed:
             raise ProviderConfigError("the model factory is closed")
+        # Asked on every call, not when a model is built: a model built
+        # before a test blocked requests (or overrode the model) is cached.
+        override = model_override.get()
+        if override is not None:
+            return override
+        check_model_requests(spec)
         responses = uses_responses_api(spec, options)
         key = f"{spec.fingerprint()}:{'responses' if responses else 'default'}"
         local_url: str | None = None
@@ -176,7 +185,7 @@ class ModelFactory:
         if kind is ProviderKind.TEST:
             raise ProviderConfigError(
                 f"provider {spec.provider.code}: kind 'test' models are not built by the "
-                "factory; inject them with pilothouse.testing"
+                "factory; script them with pilothouse.testing.override(model=ScriptedModel(...))"
             )
         try:
             return await self._build_kind(spec, responses, local_url)

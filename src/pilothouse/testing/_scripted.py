@@ -1,15 +1,25 @@
-"""Test doubles that ship with pilothouse.
+"""The scripted model: a pydantic-ai model that answers from a script.
 
-:class:`ScriptedModel` is a pydantic-ai model that answers from a script, so
-the whole run loop (prompt assembly, memory, retries, structured output,
-streaming, audit) can be tested without a provider. It records what it was
-asked, so a test can assert on the exact messages and settings sent.
+:class:`ScriptedModel` lets the whole run loop (prompt assembly, memory,
+retries, structured output, streaming, audit) be tested without a provider.
+It records what it was asked, so a test can assert on the exact messages and
+settings sent.
 """
 
 from __future__ import annotations
 
-__all__ = ["Calls", "Fail", "Json", "Reply", "ScriptedModel", "ScriptedRequest", "ToolCall"]
+__all__ = [
+    "Calls",
+    "Fail",
+    "Json",
+    "Reply",
+    "ScriptedModel",
+    "ScriptedRequest",
+    "Step",
+    "ToolCall",
+]
 
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -41,11 +51,14 @@ class ToolCall:
     """An answer that calls a tool.
 
     ``arguments`` may be a JSON string or None, as malformed models send them.
+    ``call_id`` is made unique (``call_`` and 24 hex digits) when not given,
+    as a provider's are: two calls of one conversation never share an id.
+    An empty ``call_id`` is sent empty, as by a model that gives none.
     """
 
     name: str
     arguments: dict[str, Any] | str | None
-    call_id: str = "call-1"
+    call_id: str | None = None
     text: str = ""
 
 
@@ -90,11 +103,27 @@ class _Script:
     steps: list[Step]
     requests: list[ScriptedRequest] = field(default_factory=lambda: [])
 
-    def next(self, messages: list[ModelMessage], info: AgentInfo) -> Step:
+    def next(
+        self, messages: list[ModelMessage], info: AgentInfo
+    ) -> Reply | ToolCall | Calls | Json:
+        """Record the request and return the next answer; raise a :class:`Fail`'s error."""
         self.requests.append(ScriptedRequest(list(messages), info))
         if not self.steps:
             raise AssertionError("the scripted model was called more often than scripted")
-        return self.steps.pop(0)
+        step = self.steps.pop(0)
+        if isinstance(step, Fail):
+            raise step.error
+        return Reply(step) if isinstance(step, str) else step
+
+
+def _with_ids(step: ToolCall | Calls) -> list[tuple[ToolCall, str]]:
+    """The step's calls, each with its id: the given one, or a new unique one."""
+    calls = step.calls if isinstance(step, Calls) else (step,)
+    # An empty id stays empty: that is how a test plays a model that sends none.
+    return [
+        (call, call.call_id if call.call_id is not None else f"call_{uuid.uuid4().hex[:24]}")
+        for call in calls
+    ]
 
 
 def _usage(step: Reply | ToolCall | Json, text: str) -> RequestUsage:
@@ -157,19 +186,15 @@ class ScriptedModel(FunctionModel):
 
     def _answer(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         step = self.script.next(messages, info)
-        if isinstance(step, Fail):
-            raise step.error
-        if isinstance(step, str):
-            step = Reply(step)
         if isinstance(step, Json):
             return _structured(step, info)
         if isinstance(step, ToolCall | Calls):
-            calls = step.calls if isinstance(step, Calls) else (step,)
-            parts: list[Any] = [TextPart(c.text) for c in calls if c.text]
-            parts.extend(ToolCallPart(c.name, c.arguments, tool_call_id=c.call_id) for c in calls)
+            calls = _with_ids(step)
+            parts: list[Any] = [TextPart(c.text) for c, _ in calls if c.text]
+            parts.extend(ToolCallPart(c.name, c.arguments, tool_call_id=i) for c, i in calls)
             return ModelResponse(
                 parts=parts,
-                usage=_usage(calls[0], str([c.arguments for c in calls])),
+                usage=_usage(calls[0][0], str([c.arguments for c, _ in calls])),
                 model_name="scripted",
                 finish_reason="tool_call",
             )
@@ -185,10 +210,6 @@ class ScriptedModel(FunctionModel):
         self, messages: list[ModelMessage], info: AgentInfo
     ) -> AsyncIterator[str | dict[int, DeltaToolCall]]:
         step = self.script.next(messages, info)
-        if isinstance(step, Fail):
-            raise step.error
-        if isinstance(step, str):
-            step = Reply(step)
         if isinstance(step, Json):
             import json
 
@@ -207,16 +228,15 @@ class ScriptedModel(FunctionModel):
         if isinstance(step, ToolCall | Calls):
             import json
 
-            calls = step.calls if isinstance(step, Calls) else (step,)
             yield {
                 index: DeltaToolCall(
                     name=c.name,
                     json_args=c.arguments
                     if isinstance(c.arguments, str)
                     else json.dumps(c.arguments),
-                    tool_call_id=c.call_id,
+                    tool_call_id=call_id,
                 )
-                for index, c in enumerate(calls)
+                for index, (c, call_id) in enumerate(_with_ids(step))
             }
             return
         words = step.text.split(" ")
