@@ -99,13 +99,17 @@ class Embedder(ABC):
         """Tokens left for a text once the special tokens are counted."""
         return self.info.max_input_tokens - self.tokenizer.special_tokens
 
-    def prepare(self, texts: Sequence[str], purpose: Purpose) -> tuple[list[str], bool]:
+    def prepare(
+        self, texts: Sequence[str], purpose: Purpose, *, truncate: bool | None = None
+    ) -> tuple[list[str], bool]:
         """Prefix the texts and check them against the model's limit.
 
         Args:
             texts: the texts.
-            purpose: ``query`` texts longer than the limit are cut (the
-                result says so); ``document`` texts are refused.
+            purpose: which prefix; by default ``query`` texts longer than the
+                limit are cut (the result says so) and ``document`` texts are
+                refused.
+            truncate: cut (True) or refuse (False) long texts whatever the purpose.
 
         Returns:
             The texts to embed, and whether any query was cut.
@@ -115,13 +119,14 @@ class Embedder(ABC):
         """
         prefix = self.info.query_prefix if purpose == "query" else self.info.document_prefix
         budget = self.text_budget
+        cuts = purpose == "query" if truncate is None else truncate
         out: list[str] = []
         cut = False
         for text in texts:
             full = prefix + text
             spans = self.tokenizer.spans(full)
             if len(spans) > budget:
-                if purpose == "document":
+                if not cuts:
                     raise InputTooLongError(
                         f"{self.info.name} reads at most {self.info.max_input_tokens} tokens "
                         f"({budget} of text); this text has {len(spans)}: cut it into chunks "
