@@ -91,9 +91,7 @@ class DescriptionMatcher:
         query = (await self.embedder.embed([request], "query"))[0]
         keys: list[str] = list(vectors)
         scores = np.stack([vectors[k] for k in keys]) @ query
-        order = np.argsort(-scores)
+        order = [int(i) for i in np.argsort(-scores)[:top_k]]
         return [
-            DescriptionMatch(keys[i], float(scores[i]))
-            for i in order[:top_k]
-            if float(scores[i]) >= threshold
+            DescriptionMatch(keys[i], float(scores[i])) for i in order if scores[i] >= threshold
         ]

@@ -298,7 +298,8 @@ class _HtmlText(HTMLParser):
     def _flush(self) -> None:
         text = "".join(self.parts)
         self.parts.clear()
-        blocks = [" ".join(b.text.split()) for b in _paragraphs(text)]
+        # A row's first cell opened with a separator: drop it.
+        blocks = [" ".join(b.text.split()).removeprefix("| ") for b in _paragraphs(text)]
         self.sections[-1].blocks.extend(Block(b) for b in blocks if b.strip(" |"))
 
     def close(self) -> None:
