@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -39,17 +39,23 @@ def minilm() -> LocalMiniLM:
     return LocalMiniLM()
 
 
-async def load_catalog(database: Database, tmp_path: Path, text: str = CATALOG) -> None:
+async def _load_catalog(database: Database, tmp_path: Path, text: str = CATALOG) -> None:
     path = tmp_path / "knowledge-catalog.yaml"
     path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
     await import_catalog(database, "default", [path])
 
 
 @pytest.fixture
+def load_catalog() -> Callable[..., Awaitable[None]]:
+    """Imports a catalog text (the knowledge catalog by default) into a database."""
+    return _load_catalog
+
+
+@pytest.fixture
 async def knowledge(
     database: Database, tmp_path: Path, minilm: LocalMiniLM
 ) -> AsyncIterator[Knowledge]:
-    await load_catalog(database, tmp_path)
+    await _load_catalog(database, tmp_path)
     service = Knowledge(database, local_model=minilm)
     yield service
     await service.aclose()

@@ -54,7 +54,7 @@ class _Embeddings(BaseHTTPRequestHandler):
     status = 200
     dimension = 8
 
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
         if self.status != 200:
@@ -108,7 +108,8 @@ async def test_openai_compatible_server_batches_orders_and_prefixes(embeddings_s
     query = await embedder.embed(["x"], "query")
     await embedder.aclose()
     assert vectors.shape == (3, 8)
-    assert [r["body"]["input"] for r in _Embeddings.requests] == [["a", "bb"], ["ccc"], ["query: x"]]
+    sent = [r["body"]["input"] for r in _Embeddings.requests]
+    assert sent == [["a", "bb"], ["ccc"], ["query: x"]]
     first = _Embeddings.requests[0]
     assert first["path"] == "/v1/embeddings"
     assert first["headers"]["Authorization"] == "Bearer sk-test-secret"

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio.to_thread
 import httpx
+import numpy as np
 
 from pilothouse.catalog._enums import ProviderKind
 from pilothouse.knowledge._embedders import (
@@ -179,7 +180,13 @@ def _openai_vectors(who: str, payload: Any, count: int) -> list[list[float]]:
         if not isinstance(vector, list):
             raise UnparseableResponseError(f"{who}: embeddings data item {position} has no vector")
         index = entry.get("index", position)
-        rows.append((int(index), [float(x) for x in cast(list[Any], vector)]))
+        values = cast(list[Any], vector)
+        if values and isinstance(values[0], list):
+            # llama-cpp-python's server answers one vector per token for a
+            # model without pooling (a causal LM): mean-pool them, as
+            # sentence embedders do.
+            values = np.asarray(values, dtype=np.float32).mean(axis=0).tolist()
+        rows.append((int(index), [float(x) for x in values]))
     rows.sort(key=lambda r: r[0])
     return [v for _, v in rows]
 
