@@ -22,7 +22,7 @@ async def test_the_matching_descriptions_come_first(minilm: LocalMiniLM) -> None
     found = await matcher.match("Will it rain in Hamburg tomorrow?", TOOLS, top_k=2)
     assert found[0].key == "WEATHER"
     assert len(found) == 2 and found[0].similarity > found[1].similarity
-    stock = await matcher.match("do we still have blue mugs in stock", TOOLS, top_k=1)
+    stock = await matcher.match("are any red mugs left in the warehouse?", TOOLS, top_k=1)
     assert [m.key for m in stock] == ["STOCK"]
     assert await matcher.match("anything", TOOLS, threshold=0.99) == []
     assert await matcher.match("anything", {}) == []
