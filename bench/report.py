@@ -345,6 +345,10 @@ def main() -> None:
     if "cpu-plain-d0.png" in plots:
         lines += ["![cpu](benchmarks/cpu-plain-d0.png)", ""]
     lines += ["## Where pilothouse's time goes", "", *_profile_section(results), ""]
+    # The knowledge benchmarks (bench/knowledge.py) render their own section.
+    knowledge = args.results / "knowledge.md"
+    if knowledge.exists():
+        lines += [knowledge.read_text().strip(), ""]
     (args.docs / "benchmarks.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {args.docs / 'benchmarks.md'} and {len(plots)} plots")
 
