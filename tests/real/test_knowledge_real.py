@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -258,12 +257,6 @@ async def test_urls_are_fetched_and_cited(tmp_path: Path, site: str, minilm: Loc
     await database.dispose()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def llama_embedding_url() -> Iterator[str]:
     from pilothouse.providers._local import default_model_path
@@ -272,7 +265,9 @@ def llama_embedding_url() -> Iterator[str]:
         print("llama_cpp missing: llama.cpp embedding test skipped")
         pytest.skip("llama_cpp is not installed: pip install 'pilothouse[local]'")
     model = default_model_path("smollm2")
-    port = _free_port()
+    from pilothouse.providers._local import _free_loopback_port  # pyright: ignore[reportPrivateUsage]
+
+    port = _free_loopback_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
          "--port", str(port), "--embedding", "true", "--n_ctx", "512", "--n_threads", "1"],

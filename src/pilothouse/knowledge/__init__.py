@@ -14,8 +14,9 @@ name is imported on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pilothouse._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from pilothouse.knowledge._describe import DescriptionMatch, DescriptionMatcher
@@ -95,17 +96,4 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "TextDocument",
     ),
 }
-_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+_MODULE_OF, __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
