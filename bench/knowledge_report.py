@@ -118,13 +118,14 @@ def write_report(results_file: Path, out: Path) -> None:
             "A question counts as answered at rank *k* when the *k*-th hit comes from the "
             "labelled file and contains the labelled answer phrase.",
             "",
-            "| mode | hit@1 | hit@5 | MRR@10 |",
-            "|---|---:|---:|---:|",
+            "| mode | hit@1 | hit@5 | MRR@10 | CPU ms per `search()` |",
+            "|---|---:|---:|---:|---:|",
         ]
         for mode in ("vector", "text", "hybrid"):
             m = q[mode]
             lines.append(
-                f"| {mode} | {m['hit_at_1']:.2f} | {m['hit_at_5']:.2f} | {m['mrr_at_10']:.2f} |"
+                f"| {mode} | {m['hit_at_1']:.2f} | {m['hit_at_5']:.2f} | {m['mrr_at_10']:.2f} "
+                f"| {_f(m.get('cpu_ms_per_search'))} |"
             )
         lines.append("")
     out.write_text("\n".join(lines) + "\n")

@@ -51,7 +51,10 @@ class VectorIndex:
         self.settings = settings
         self.path = path
         self.revision = -1
-        self.lock = threading.Lock()
+        # Searches run in worker threads while writes of this process update
+        # the index on the event loop: the ids, the matrix and the graph
+        # change together under this lock.
+        self._lock = threading.RLock()
         self._ids: Ids = np.zeros(0, dtype=np.int64)
         self._matrix: Vectors = np.zeros((0, dimension), dtype=np.float32)
         self._hnsw: Any = None
@@ -77,6 +80,10 @@ class VectorIndex:
         """Add vectors (ids not yet held)."""
         if ids.shape[0] == 0:
             return
+        with self._lock:
+            self._add(ids, vectors)
+
+    def _add(self, ids: Ids, vectors: Vectors) -> None:
         self._ids = np.concatenate([self._ids, ids])
         if self._hnsw is not None:
             self._hnsw.add(ids, vectors, threads=1)
@@ -89,6 +96,10 @@ class VectorIndex:
         """Remove vectors by chunk id (unknown ids are ignored)."""
         if ids.shape[0] == 0:
             return
+        with self._lock:
+            self._remove(ids)
+
+    def _remove(self, ids: Ids) -> None:
         keep = ~np.isin(self._ids, ids)
         if self._hnsw is not None:
             self._hnsw.remove(ids[np.isin(ids, self._ids)])
@@ -107,7 +118,7 @@ class VectorIndex:
                 self._hnsw.add(self._ids, self._matrix, threads=0)
             self._matrix = np.zeros((0, self.dimension), dtype=np.float32)
         elif self._hnsw is not None and not self._wants_hnsw(count):
-            self._matrix = self.vectors(self._ids)
+            self._matrix = self._vectors(self._ids)
             self._hnsw = None
 
     def _new_graph(self) -> Any:
@@ -144,14 +155,19 @@ class VectorIndex:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_suffix(".tmp")
-        self._hnsw.save(str(temporary))
+        with self._lock:
+            self._hnsw.save(str(temporary))
+            self._dirty = False
         os.replace(temporary, self.path)
-        self._dirty = False
 
     def vectors(self, ids: Ids) -> Vectors:
         """Return the vectors of held ids, in the order given."""
         if ids.shape[0] == 0:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        with self._lock:
+            return self._vectors(ids)
+
+    def _vectors(self, ids: Ids) -> Vectors:
         if self._hnsw is not None:
             found: Any = self._hnsw.get(ids, dtype=np.float32)
             rows = [found] if ids.shape[0] == 1 else list(found)
@@ -170,11 +186,15 @@ class VectorIndex:
         Returns:
             ``(chunk id, cosine similarity)``, most similar first.
         """
+        with self._lock:
+            return self._search(query, k, allowed)
+
+    def _search(self, query: Vectors, k: int, allowed: Ids | None) -> list[tuple[int, float]]:
         if len(self) == 0 or k <= 0:
             return []
         if allowed is not None:
             allowed = allowed[np.isin(allowed, self._ids)]
-            return _top(allowed, self.vectors(allowed), query, k)
+            return _top(allowed, self._vectors(allowed), query, k)
         if self._hnsw is None:
             return _top(self._ids, self._matrix, query, k)
         matches: Any = self._hnsw.search(query, min(k, len(self)), threads=1)
