@@ -276,7 +276,7 @@ class Knowledge:
         plan = self.plan(target, embedder)
         backend = self.backend(target)
         await backend.check_model(target)
-        run = _Run(self, target, embedder, plan, backend, dict(metadata or {}), progress)
+        run = _Run(self._http, target, embedder, plan, backend, dict(metadata or {}), progress)
         pending = list(expand(sources))
         for index, item in enumerate(pending, start=1):
             await run.step(item, index, len(pending))
@@ -405,7 +405,7 @@ class _Run:
 
     def __init__(
         self,
-        service: Knowledge,
+        http: httpx.AsyncClient,
         collection: Collection,
         embedder: Embedder,
         plan: ChunkPlan,
@@ -413,7 +413,7 @@ class _Run:
         metadata: dict[str, Any],
         progress: ProgressCallback | None,
     ) -> None:
-        self.service = service
+        self.http = http
         self.collection = collection
         self.embedder = embedder
         self.plan = plan
@@ -463,7 +463,7 @@ class _Run:
             await self.flush()
 
     async def prepare(self, pending: Pending, index: int) -> _Prepared | None:
-        loaded = await load(pending, self.service._http)  # pyright: ignore[reportPrivateUsage]
+        loaded = await load(pending, self.http)
         parsed = parse_document(loaded.data, loaded.format, loaded.source)
         title = loaded.title or parsed.title
         loaded.metadata.update(parsed.metadata)
