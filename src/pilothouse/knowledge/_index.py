@@ -5,10 +5,10 @@ them, rebuilt or brought up to date from the database when the collection's
 revision moved. Two modes, chosen by measurement (``docs/benchmarks.md``):
 
 - exact: a float32 matrix and one matrix-vector product per query. Recall
-  1.0; cost grows with the collection (about 18 ms per query at 100k x 384
+  1.0; cost grows with the collection (about 11 ms per query at 100k x 384
   on one core).
-- HNSW: a usearch graph, about 0.5 ms per query at 100k x 384 with recall@10
-  0.99+ on real embeddings. On a SQLite file database the graph is saved
+- HNSW: a usearch graph, about 0.8 ms per query at 100k x 384 with recall@10
+  0.99 on real MiniLM embeddings (ef_search 128). On a SQLite file database the graph is saved
   beside it (``<database>.knowledge/collection-<id>.usearch``) so a restart
   does not rebuild it; the database stays the truth, so a stale or missing
   file costs time, never results.
