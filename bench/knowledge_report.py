@@ -104,6 +104,7 @@ def write_report(results_file: Path, out: Path) -> None:
                     f"{_f(p['copy_wall_s'])} s) | {_f(p['index_mb'])} MB index |"
                 )
         lines += ["", "| data | engine | build | size |", "|---|---|---:|---:|", *builds, ""]
+        lines += _verdict(r["ann"])
         lines += _extrapolation(r["ann"])
     if "quality" in r:
         q = r["quality"]
@@ -132,6 +133,29 @@ def write_report(results_file: Path, out: Path) -> None:
     print(f"wrote {out}")
 
 
+def _verdict(ann: dict[str, Any]) -> list[str]:
+    real = ann.get("real-100000", {}).get("hnsw", {}).get("by_ef_search", {}).get("128")
+    if real is None:
+        return []
+    met = real["recall_at_10"] >= 0.99 and real["qps_per_core"] >= 1000
+    return [
+        f"**Verdict** (targets: recall@10 ≥ 0.99 and ≥ 1,000 queries/s per core on the "
+        f"embedded default at 100k): the embedded default (usearch HNSW, ef_search 128) "
+        f"{'meets both' if met else 'misses'} on real embeddings, recall@10 "
+        f"{real['recall_at_10']:.3f} at {real['qps_per_core']:,.0f} queries/s per core, and on "
+        "clustered vectors. Real embeddings are the harder case (docstrings repeat themselves "
+        "with small changes, so many neighbours are nearly tied): ef_search 64, enough for "
+        "clustered data, stays at 0.97 there, which is why 128 is the default. Exact search "
+        "(recall 1.0) manages about 90 queries/s at 100k and is what `auto` uses below "
+        "20,000 chunks. pgvector's figures include the client round trip on loopback and "
+        "share the two cores with the benchmark; its default ef_search of 40 gives 0.95 on "
+        "real data, so pilothouse's pgvector store sets 100. These are the vector index "
+        "alone: a whole `search()` also embeds the query (about 9 CPU ms with MiniLM, "
+        "below), which bounds end-to-end searches near 100 per core-second.",
+        "",
+    ]
+
+
 def _extrapolation(ann: dict[str, Any]) -> list[str]:
     small, large = ann.get("clustered-100000"), ann.get("clustered-300000")
     if not small or not large:
@@ -144,7 +168,7 @@ def _extrapolation(ann: dict[str, Any]) -> list[str]:
     build_1m = b3 * (1e6 * math.log(1e6)) / (3e5 * math.log(3e5))
     mb_1m = m3 + (m3 - m1) / 2e5 * 7e5
     ms3 = large["hnsw"]["by_ef_search"]
-    ef = "64" if "64" in ms3 else next(iter(ms3))
+    ef = "128" if "128" in ms3 else next(iter(ms3))
     return [
         "#### 1M × 384 on paper (embedded default), from the measured 100k and 300k",
         "",
@@ -154,7 +178,7 @@ def _extrapolation(ann: dict[str, Any]) -> list[str]:
         f"- Build: {_f(b1)} CPU s at 100k, {_f(b3)} at 300k; HNSW construction grows as "
         f"n log n, so about **{_f(build_1m / 60, 0)} CPU minutes** at 1M (half that in wall "
         "time on two free cores). It is paid once: the graph is saved beside the database "
-        "and later writes add to it.",
+        "and later writes add to it. pgvector at 300k and 1M was not measured.",
         f"- Queries: at ef_search {ef}, {_f(ms3[ef]['cpu_ms_per_query'], 3)} ms at 300k against "
         f"{_f(small['hnsw']['by_ef_search'][ef]['cpu_ms_per_query'], 3)} ms at 100k: HNSW "
         "search grows about logarithmically, so 1M stays well under a millisecond per query.",
