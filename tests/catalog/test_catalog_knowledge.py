@@ -177,7 +177,10 @@ def test_pgvector_connection_rules(tmp_path: Path) -> None:
     assert "vector store A connection: required: postgresql://USER@HOST:PORT/DATABASE" in found
     assert any(f.startswith("vector store B connection: must not hold a password") for f in found)
     assert any(f.startswith("vector store C settings.password: must be a @secrets") for f in found)
-    assert any(f.startswith("vector store D connection: the embedded store") for f in found)
+    assert any(
+        f.startswith("vector store D connection: an embedded store") and "kind: pgvector" in f
+        for f in found
+    )
 
 
 def test_a_collection_must_use_an_embedding_model_and_fit_its_limit(tmp_path: Path) -> None:

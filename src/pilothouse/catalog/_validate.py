@@ -460,7 +460,11 @@ def _vector_store_rules(spec: VectorStoreSpec) -> list[tuple[Location, str]]:
     if spec.kind is VectorStoreKind.EMBEDDED:
         if spec.connection is not None:
             found.append(
-                (("connection",), "the embedded store lives in pilothouse's database: remove it")
+                (
+                    ("connection",),
+                    "an embedded store lives in pilothouse's database and has no connection: "
+                    "remove it, or set kind: pgvector for a PostgreSQL + pgvector store",
+                )
             )
         return found
     if not spec.connection:

@@ -150,6 +150,12 @@ class Knowledge:
             settings = store_settings(store.kind, store.settings)
         except ValidationError as exc:
             raise KnowledgeSetupError(f"vector store {store.code}: settings: {exc}") from exc
+        if store.kind is VectorStoreKind.EMBEDDED and store.connection:
+            # A row from before stores had a kind: its connection would be ignored.
+            raise KnowledgeSetupError(
+                f"vector store {store.code} is embedded but names a connection: set kind "
+                "pgvector for a PostgreSQL + pgvector store, or remove the connection"
+            )
         password = getattr(settings, "password", None)
         info, spec = MINILM, None
         model = row.embedding_model
