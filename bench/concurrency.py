@@ -250,7 +250,12 @@ async def _chat_httpx(base_url: str, model: str, options: dict[str, Any]) -> Cha
 
     async def stream() -> dict[str, Any]:
         clock = C.StreamClock()
-        body = {"model": _stream_model(options), "messages": C._messages(), "max_tokens": 256, "stream": True}
+        body = {
+            "model": _stream_model(options),
+            "messages": C._messages(),
+            "max_tokens": 256,
+            "stream": True,
+        }
         async with client.stream("POST", "/chat/completions", json=body) as response:
             async for line in response.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
@@ -296,14 +301,19 @@ async def _chat_openai(base_url: str, model: str, options: dict[str, Any]) -> Ch
     async def stream() -> dict[str, Any]:
         clock = C.StreamClock()
         s = await client.chat.completions.create(
-            model=_stream_model(options), messages=C._messages(), max_tokens=256, stream=True  # type: ignore[arg-type]
+            model=_stream_model(options),
+            messages=C._messages(),
+            max_tokens=256,
+            stream=True,  # type: ignore[arg-type]
         )
         async for chunk in s:
             if chunk.choices:
                 clock.chunk(chunk.choices[0].delta.content)
         return clock.facts()
 
-    return Chat(_start_dicts, _sdk_turn(client.chat.completions.create, model), stream, client.close)
+    return Chat(
+        _start_dicts, _sdk_turn(client.chat.completions.create, model), stream, client.close
+    )
 
 
 async def _chat_litellm(base_url: str, model: str, options: dict[str, Any]) -> Chat:
@@ -321,7 +331,9 @@ async def _chat_litellm(base_url: str, model: str, options: dict[str, Any]) -> C
 
     async def stream() -> dict[str, Any]:
         clock = C.StreamClock()
-        s: Any = await create(_stream_model(options), messages=C._messages(), max_tokens=256, stream=True)
+        s: Any = await create(
+            _stream_model(options), messages=C._messages(), max_tokens=256, stream=True
+        )
         async for chunk in s:
             if chunk.choices:
                 clock.chunk(chunk.choices[0].delta.content)
@@ -377,7 +389,9 @@ async def _chat_pai_request(base_url: str, model_name: str, options: dict[str, A
             messages.append(
                 m.ModelRequest(
                     parts=[
-                        m.ToolReturnPart(p.tool_name, C.run_tool(p.tool_name, p.args or {}), p.tool_call_id)  # type: ignore[arg-type]
+                        m.ToolReturnPart(
+                            p.tool_name, C.run_tool(p.tool_name, p.args or {}), p.tool_call_id
+                        )  # type: ignore[arg-type]
                         for p in calls
                     ]
                 )
@@ -390,7 +404,9 @@ async def _chat_pai_request(base_url: str, model_name: str, options: dict[str, A
             async for event in s:
                 if isinstance(event, m.PartStartEvent) and isinstance(event.part, m.TextPart):
                     clock.chunk(event.part.content)
-                elif isinstance(event, m.PartDeltaEvent) and isinstance(event.delta, m.TextPartDelta):
+                elif isinstance(event, m.PartDeltaEvent) and isinstance(
+                    event.delta, m.TextPartDelta
+                ):
                     clock.chunk(event.delta.content_delta)
         return clock.facts()
 
@@ -409,7 +425,10 @@ async def _chat_pai_agent(base_url: str, model_name: str, options: dict[str, Any
     )
     settings: Any = {"max_tokens": 256}
     agent: Any = Agent(
-        _pai_model(base_url, model_name), instructions=C.SYSTEM, tools=[tool], model_settings=settings
+        _pai_model(base_url, model_name),
+        instructions=C.SYSTEM,
+        tools=[tool],
+        model_settings=settings,
     )
     stream_agent: Any = Agent(
         _pai_model(base_url, _stream_model(options)), instructions=C.SYSTEM, model_settings=settings
@@ -507,7 +526,9 @@ async def _chat_pilothouse(base_url: str, model_name: str, options: dict[str, An
             r = await ph.command.start_and_send(user_text(user, t), action=action, runtime_config=config)
             state["uuid"] = r.conversation_uuid
         else:
-            r = await ph.command.send_message(state["uuid"], user_text(user, t), runtime_config=config)
+            r = await ph.command.send_message(
+                state["uuid"], user_text(user, t), runtime_config=config
+            )
         if r.error:
             raise RuntimeError(f"turn failed ({r.status}): {r.error}")
         return r.text
@@ -523,7 +544,9 @@ async def _chat_pilothouse(base_url: str, model_name: str, options: dict[str, An
         """Count, in the store, what each conversation of the round left behind."""
         # A conversation whose first call raised has no uuid and wrote nothing:
         # that call is reported as an error, not counted here.
-        kept = [(state["uuid"], d) for state, d in zip(states, done, strict=True) if "uuid" in state]
+        kept = [
+            (state["uuid"], d) for state, d in zip(states, done, strict=True) if "uuid" in state
+        ]
         uuids, done = [u for u, _ in kept], [d for _, d in kept]
         stored: dict[str, tuple[str, int, int]] = {}
         duplicated_content = 0
@@ -813,7 +836,9 @@ def _raise_fd_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
-async def worker(options: dict[str, Any], send: Callable[[dict[str, Any]], None], t0: float, c0: float) -> None:
+async def worker(
+    options: dict[str, Any], send: Callable[[dict[str, Any]], None], t0: float, c0: float
+) -> None:
     """The worker process's side: build, make a first conversation, obey the harness."""
     import traceback
 
@@ -866,14 +891,23 @@ async def worker(options: dict[str, Any], send: Callable[[dict[str, Any]], None]
 
 def add_arguments(parser: Any) -> None:
     """Add this module's options to the harness's parser."""
-    parser.add_argument("--conc-turns", type=int, default=5, help="scenario 2: turns per conversation")
     parser.add_argument(
-        "--conc-delay", type=int, default=500, choices=CONV_DELAYS, help="scenario 2: mock delay, ms"
+        "--conc-turns", type=int, default=5, help="scenario 2: turns per conversation"
+    )
+    parser.add_argument(
+        "--conc-delay",
+        type=int,
+        default=500,
+        choices=CONV_DELAYS,
+        help="scenario 2: mock delay, ms",
     )
     parser.add_argument("--conc-rounds", type=int, default=1, help="scenario 2 / stream-N: rounds")
     parser.add_argument("--conc-stream-model", default=C.STREAM_MODEL, help=argparse.SUPPRESS)
     parser.add_argument(
-        "--conc-warmup", type=int, default=10, help="warm-up conversations (streams: at most 3) per worker"
+        "--conc-warmup",
+        type=int,
+        default=10,
+        help="warm-up conversations (streams: at most 3) per worker",
     )
 
 
@@ -900,7 +934,9 @@ def _ask_all(workers: dict[str, Any], command: dict[str, Any]) -> dict[str, dict
     return {name: worker._read() for name, worker in workers.items()}  # noqa: SLF001
 
 
-def _start(h: Any, name: str, python: str, options: dict[str, Any], args: Any, mock: Any, workdir: Path) -> Any:
+def _start(
+    h: Any, name: str, python: str, options: dict[str, Any], args: Any, mock: Any, workdir: Path
+) -> Any:
     if name.startswith("pilothouse"):
         own = workdir / name  # its own catalog file: preparations run in parallel
         own.mkdir(parents=True, exist_ok=True)
@@ -909,7 +945,13 @@ def _start(h: Any, name: str, python: str, options: dict[str, Any], args: Any, m
 
 
 def run_scenario(
-    h: Any, scenario: str, names: list[str], args: Any, mock: Any, workdir: Path, raw: dict[str, Any]
+    h: Any,
+    scenario: str,
+    names: list[str],
+    args: Any,
+    mock: Any,
+    workdir: Path,
+    raw: dict[str, Any],
 ) -> dict[str, Any]:
     """Run one ``conc-N`` or ``stream-N`` scenario over the contenders; return its results.
 
@@ -967,7 +1009,9 @@ def run_scenario(
                 result["skipped"][name] = f"could not start: {exc}"
                 continue
             if worker.ready.get("first_error"):
-                result["skipped"][name] = "first conversation failed: " + worker.ready["first_error"][:1500]
+                result["skipped"][name] = (
+                    "first conversation failed: " + worker.ready["first_error"][:1500]
+                )
                 worker.close()
                 continue
             workers[name] = worker
@@ -1001,13 +1045,18 @@ def run_scenario(
             raw[f"{scenario}/{name}"] = [x for r in rounds[name] for x in r["lat"]]
         else:
             raw[f"{scenario}/{name}/ttft"] = [
-                f["ttft_ms"] for r in rounds[name] for f in r["facts"] if f.get("ttft_ms") is not None
+                f["ttft_ms"]
+                for r in rounds[name]
+                for f in r["facts"]
+                if f.get("ttft_ms") is not None
             ]
         worker.close()
     served = mock_after["requests"] - mock_before["requests"]
     result["mock"] = {
         "requests": served,
-        "cpu_us_per_request": (mock_after["cpu_s"] - mock_before["cpu_s"]) / served * 1e6 if served else None,
+        "cpu_us_per_request": (mock_after["cpu_s"] - mock_before["cpu_s"]) / served * 1e6
+        if served
+        else None,
     }
     return result
 
@@ -1030,7 +1079,9 @@ def summarize(kind: str, n: int, args: Any, rounds: list[dict[str, Any]]) -> dic
         "error_kinds": _merge([r["error_kinds"] for r in rounds]),
         "cpu_s": sum(r["cpu_s"] for r in rounds),
         "wall_s": sum(r["wall_s"] for r in rounds),
-        "lag_p50_ms": statistics.median([r["lag_p50_ms"] for r in rounds if r["lag_p50_ms"] is not None] or [0]),
+        "lag_p50_ms": statistics.median(
+            [r["lag_p50_ms"] for r in rounds if r["lag_p50_ms"] is not None] or [0]
+        ),
         "lag_p99_ms": max((r["lag_p99_ms"] or 0) for r in rounds),
         "lag_max_ms": max((r["lag_max_ms"] or 0) for r in rounds),
         # Memory from the first round: the process is fresh, nothing reused.
@@ -1081,7 +1132,9 @@ def summarize(kind: str, n: int, args: Any, rounds: list[dict[str, Any]]) -> dic
         "history_mismatches": sum(r["history_mismatches"] for r in rounds),
         "throughput_turns_s": statistics.median(throughput) if throughput else 0.0,
         "round_throughput_turns_s": throughput,
-        "requests_per_s": statistics.median(throughput) * requests_per_conv / turns if throughput else 0.0,
+        "requests_per_s": statistics.median(throughput) * requests_per_conv / turns
+        if throughput
+        else 0.0,
         "ideal_turns_s": n / ideal_turn_s if ideal_turn_s else None,
         "littles_law_in_flight": (
             statistics.median(throughput) * mean_turn_s if throughput and mean_turn_s else None
@@ -1177,8 +1230,18 @@ def capacity(h: Any, mock: Any, python: str, scenarios: list[str], args: Any) ->
         seconds = max(args.capacity_seconds, 10 * args.conc_delay / 1000) if kind == "conc" else 0
         before = mock.stats()
         done = subprocess.run(
-            [*h._pin(h.SUT_CORE), python, "-c", LOADGEN, str(mock.port), "plain" if kind == "conc" else "stream",  # noqa: SLF001
-             str(conns), str(seconds), str(args.conc_delay), args.conc_stream_model],
+            [
+                *h._pin(h.SUT_CORE),
+                python,
+                "-c",
+                LOADGEN,
+                str(mock.port),
+                "plain" if kind == "conc" else "stream",  # noqa: SLF001
+                str(conns),
+                str(seconds),
+                str(args.conc_delay),
+                args.conc_stream_model,
+            ],
             capture_output=True,
             text=True,
             check=True,

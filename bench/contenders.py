@@ -181,7 +181,9 @@ async def _openai(base_url: str, scenario: str, options: dict[str, Any]) -> Cont
 
     async def plain() -> dict[str, Any]:
         r = await client.chat.completions.create(
-            model=model, messages=_messages(), max_tokens=256  # type: ignore[arg-type]
+            model=model,
+            messages=_messages(),
+            max_tokens=256,  # type: ignore[arg-type]
         )
         return {"text": r.choices[0].message.content}
 
@@ -200,7 +202,10 @@ async def _openai(base_url: str, scenario: str, options: dict[str, Any]) -> Cont
     async def stream() -> dict[str, Any]:
         clock = StreamClock()
         s = await client.chat.completions.create(
-            model=model, messages=_messages(), max_tokens=256, stream=True  # type: ignore[arg-type]
+            model=model,
+            messages=_messages(),
+            max_tokens=256,
+            stream=True,  # type: ignore[arg-type]
         )
         async for chunk in s:
             if chunk.choices:
@@ -378,7 +383,9 @@ async def _langchain(base_url: str, scenario: str, options: dict[str, Any]) -> C
         r = await bound.ainvoke(messages)
         messages.append(r)
         for call in r.tool_calls:
-            messages.append(ToolMessage(run_tool(call["name"], call["args"]), tool_call_id=call["id"]))
+            messages.append(
+                ToolMessage(run_tool(call["name"], call["args"]), tool_call_id=call["id"])
+            )
         r = await bound.ainvoke(messages)
         return {"text": r.content, "requests": 2}
 

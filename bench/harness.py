@@ -113,7 +113,12 @@ class Worker:
         env = {**os.environ, "BENCH_MOCK_API_KEY": "x", "PYTHONDONTWRITEBYTECODE": "1"}
         self.process = subprocess.Popen(
             # A served contender's worker is the client, on the load core; it pins its server.
-            [*_pin(options.get("worker_core", SUT_CORE)), python, str(BENCH / "worker.py"), json.dumps(options)],
+            [
+                *_pin(options.get("worker_core", SUT_CORE)),
+                python,
+                str(BENCH / "worker.py"),
+                json.dumps(options),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -154,7 +159,9 @@ def _percentile(values: list[float], q: float) -> float | None:
     return ordered[index]
 
 
-def _prepare_pilothouse(python: str, name: str, mock: Mock, workdir: Path, pg: str) -> dict[str, Any]:
+def _prepare_pilothouse(
+    python: str, name: str, mock: Mock, workdir: Path, pg: str
+) -> dict[str, Any]:
     """Create the contender's database with the benchmark catalog; return its options."""
     if name == "pilothouse-postgres":
         db = f"bench_{uuid.uuid4().hex[:10]}"
@@ -215,9 +222,7 @@ def _summarize(rounds: list[dict[str, Any]], scenario: str) -> dict[str, Any]:
             if calls and all("client_cpu_s" in r for r in rounds)
             else None
         ),
-        "requests_per_s": (
-            calls * (2 if scenario == "tool-d0" else 1) / wall if wall else None
-        ),
+        "requests_per_s": (calls * (2 if scenario == "tool-d0" else 1) / wall if wall else None),
     }
     if scenario == "stream":
         facts = [f for r in rounds for f in r["facts"]]
@@ -257,8 +262,12 @@ def _run_scenario(
             "base_url": mock.base_url,
             "bench_dir": str(BENCH),
         }
-        if name in C.SERVED:  # bench/served.py: the server on the SUT core, the client beside the mock
-            options.update(worker_core=LOAD_CORE, sut_pin=_pin(SUT_CORE), litellm_python=args.litellm_python)
+        if (
+            name in C.SERVED
+        ):  # bench/served.py: the server on the SUT core, the client beside the mock
+            options.update(
+                worker_core=LOAD_CORE, sut_pin=_pin(SUT_CORE), litellm_python=args.litellm_python
+            )
         try:
             if name.startswith("pilothouse"):
                 if name == "pilothouse-postgres" and not _postgres_available(args.pg):
@@ -282,9 +291,11 @@ def _run_scenario(
         worker.ask({"op": "round", "n": warmup})
     before = mock.stats()
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in workers}
-    calls = {"stream": args.stream_calls, "plain-d50": args.slow_calls, "tool-d0": args.tool_calls}.get(
-        scenario, args.calls
-    )
+    calls = {
+        "stream": args.stream_calls,
+        "plain-d50": args.slow_calls,
+        "tool-d0": args.tool_calls,
+    }.get(scenario, args.calls)
     for index in range(args.rounds):
         order = list(workers)
         for name in order:
@@ -362,10 +373,14 @@ def _profile(args: argparse.Namespace, mock: Mock, workdir: Path, out: Path) -> 
         "base_url": mock.base_url,
         "bench_dir": str(BENCH),
     }
-    options.update(_prepare_pilothouse(args.python, "pilothouse-sqlite", mock, workdir / "p", args.pg))
+    options.update(
+        _prepare_pilothouse(args.python, "pilothouse-sqlite", mock, workdir / "p", args.pg)
+    )
     worker = Worker(args.python, options)
     worker.ask({"op": "round", "n": 20})
-    answer = worker.ask({"op": "profile", "n": args.profile, "out": str(out / "raw" / "pilothouse.prof")})
+    answer = worker.ask(
+        {"op": "profile", "n": args.profile, "out": str(out / "raw" / "pilothouse.prof")}
+    )
     worker.close()
     return {"calls": args.profile, **answer}
 
@@ -410,7 +425,10 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--litellm-python", default=str(BENCH / ".venv-litellm" / "bin" / "python"))
     parser.add_argument("--contenders", default=",".join(C.CONTENDERS))
-    parser.add_argument("--scenarios", default="plain-d0,plain-d50,tool-d0,stream,disclosure,conc-100,conc-500,conc-1000,stream-200")
+    parser.add_argument(
+        "--scenarios",
+        default="plain-d0,plain-d50,tool-d0,stream,disclosure,conc-100,conc-500,conc-1000,stream-200",
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=200, help="calls per round")
     parser.add_argument("--slow-calls", type=int, default=40, help="plain-d50 calls per round")
@@ -437,10 +455,20 @@ def main() -> None:
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "machine": _machine(),
         "versions": _versions(args.python),
-        "versions_litellm_env": _versions(args.litellm_python) if Path(args.litellm_python).exists() else {},
+        "versions_litellm_env": _versions(args.litellm_python)
+        if Path(args.litellm_python).exists()
+        else {},
         "settings": {
             k: getattr(args, k)
-            for k in ("rounds", "calls", "slow_calls", "tool_calls", "stream_calls", "warmup", "profile")
+            for k in (
+                "rounds",
+                "calls",
+                "slow_calls",
+                "tool_calls",
+                "stream_calls",
+                "warmup",
+                "profile",
+            )
         },
         "scenarios": {},
     }

@@ -55,9 +55,14 @@ class Stats:
 
 def _response(status: str, body: bytes, content_type: bytes = b"application/json") -> bytes:
     return (
-        b"HTTP/1.1 " + status.encode() + b"\r\ncontent-type: " + content_type
-        + b"\r\ncontent-length: " + str(len(body)).encode()
-        + b"\r\nconnection: keep-alive\r\n\r\n" + body
+        b"HTTP/1.1 "
+        + status.encode()
+        + b"\r\ncontent-type: "
+        + content_type
+        + b"\r\ncontent-length: "
+        + str(len(body)).encode()
+        + b"\r\nconnection: keep-alive\r\n\r\n"
+        + body
     )
 
 

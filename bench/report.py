@@ -145,7 +145,10 @@ def _verdicts(results: dict[str, Any]) -> list[str]:
             " one sample each; see the cold-start table)."
         )
     out += RC.verdicts(results, LABELS)  # scenario 2; scenario 3 at concurrency
-    out.append(report_disclosure.verdict(results) or "- Scenario 4 (progressive disclosure): **not measured**.")
+    out.append(
+        report_disclosure.verdict(results)
+        or "- Scenario 4 (progressive disclosure): **not measured**."
+    )
     return out
 
 
@@ -163,7 +166,11 @@ def _plots(results: dict[str, Any], raw: dict[str, Any], docs: Path) -> list[str
         if not data:
             continue
         names = list(data["contenders"])
-        key = (lambda n: f"stream/{n}/ttft") if scenario == "stream" else (lambda n: f"{scenario}/{n}")
+        key = (
+            (lambda n: f"stream/{n}/ttft")
+            if scenario == "stream"
+            else (lambda n: f"{scenario}/{n}")
+        )
         series = [raw.get(key(n), []) for n in names]
         if not any(series):
             continue
@@ -171,7 +178,9 @@ def _plots(results: dict[str, Any], raw: dict[str, Any], docs: Path) -> list[str
         ax.boxplot(series, orientation="horizontal", whis=(1, 99), showfliers=False)
         ax.set_yticks(range(1, len(names) + 1), [LABELS.get(n, n) for n in names])
         ax.invert_yaxis()
-        label = "time to first content chunk (ms)" if scenario == "stream" else "latency per turn (ms)"
+        label = (
+            "time to first content chunk (ms)" if scenario == "stream" else "latency per turn (ms)"
+        )
         ax.set_xlabel(label + "; box: p25–p75, line: p50, whiskers: p1–p99")
         ax.set_title(TITLES[scenario], fontsize=10)
         if scenario == "plain-d0":
@@ -190,8 +199,12 @@ def _plots(results: dict[str, Any], raw: dict[str, Any], docs: Path) -> list[str
         colors = ["tab:orange" if n.startswith("pilothouse") else "tab:blue" for n in names]
         ax.barh([LABELS.get(n, n) for n in names], values, color=colors)
         if BASE in s1:
-            ax.axvline(1.25 * s1[BASE]["cpu_ms_per_call"], color="red", linestyle="--",
-                       label="budget: 1.25 × model_request")
+            ax.axvline(
+                1.25 * s1[BASE]["cpu_ms_per_call"],
+                color="red",
+                linestyle="--",
+                label="budget: 1.25 × model_request",
+            )
             ax.legend(loc="upper right")
         ax.invert_yaxis()
         ax.set_xlabel("CPU ms per call (process_time of the contender's process), mock delay 0")
@@ -271,7 +284,7 @@ def main() -> None:
         " `start_conversation` + `send_message` write with one transaction fewer"
         " (conversation row, user message, prompt assembly, model call through pydantic-ai,"
         " assistant message, usage/cost, status, audit timeline). Audit off is"
-        " `runtime_config={\"audit\": false}`. The catalog (`contenders.catalog_yaml`) is imported"
+        ' `runtime_config={"audit": false}`. The catalog (`contenders.catalog_yaml`) is imported'
         " before timing starts. PostgreSQL is the local server, a fresh database per run.",
         "- Tool scenario: 20 tool schemas sent; the mock calls `tool_00`; the contender runs it and"
         " sends the result back (two model requests). pydantic-ai `Agent.run` runs its own loop;"
@@ -297,7 +310,11 @@ def main() -> None:
         f"- Highest load any contender put on it in scenario 1: {peak:.0f} requests/s"
         " (the floor, at concurrency 1). Capacity ÷ load ="
         f" **{cap['requests_per_s'] / peak:.1f}×**"
-        + (" (≥ 5×: the figures stand)." if peak and cap["requests_per_s"] / peak >= 5 else " (< 5×: VOID)."),
+        + (
+            " (≥ 5×: the figures stand)."
+            if peak and cap["requests_per_s"] / peak >= 5
+            else " (< 5×: VOID)."
+        ),
         "",
         "## Verdict against the targets (DESIGN.md “Performance budget”, issue 6)",
         "",
@@ -313,7 +330,11 @@ def main() -> None:
         lines += [f"## {TITLES.get(scenario, scenario)}", ""]
         lines += _table(scenario, data)
         if data.get("skipped"):
-            lines += ["", "Not measured: " + "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in data["skipped"].items())]
+            lines += [
+                "",
+                "Not measured: "
+                + "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in data["skipped"].items()),
+            ]
         mock = data.get("mock", {})
         lines += [
             "",
@@ -345,6 +366,10 @@ def main() -> None:
     if "cpu-plain-d0.png" in plots:
         lines += ["![cpu](benchmarks/cpu-plain-d0.png)", ""]
     lines += ["## Where pilothouse's time goes", "", *_profile_section(results), ""]
+    # The knowledge benchmarks (bench/knowledge.py) render their own section.
+    knowledge = args.results / "knowledge.md"
+    if knowledge.exists():
+        lines += [knowledge.read_text().strip(), ""]
     (args.docs / "benchmarks.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {args.docs / 'benchmarks.md'} and {len(plots)} plots")
 

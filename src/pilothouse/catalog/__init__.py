@@ -31,9 +31,11 @@ from pilothouse.catalog._enums import (
     ProcessStatus,
     ProviderKind,
     SchemaDirection,
+    SearchMode,
     TimelineKind,
     ToolCallStatus,
     ToolKind,
+    VectorStoreKind,
 )
 
 if TYPE_CHECKING:
@@ -122,6 +124,11 @@ if TYPE_CHECKING:
         VectorStoreSpec,
         VectorStoreTypeSpec,
     )
+    from pilothouse.catalog._stores import (
+        EmbeddedStoreSettings,
+        PgVectorStoreSettings,
+        store_settings,
+    )
     from pilothouse.catalog._validate import (
         ExistingCatalog,
         ParsedCatalog,
@@ -169,6 +176,7 @@ __all__ = [
     "ConfigurationSpec",
     "DocumentCollection",
     "DocumentCollectionSpec",
+    "EmbeddedStoreSettings",
     "ExecutionPolicy",
     "ExistingCatalog",
     "FinishReason",
@@ -195,11 +203,13 @@ __all__ = [
     "PersonaSpec",
     "PersonaType",
     "PersonaTypeSpec",
+    "PgVectorStoreSettings",
     "ProcessStatus",
     "Provider",
     "ProviderKind",
     "ProviderSpec",
     "SchemaDirection",
+    "SearchMode",
     "Skill",
     "SkillDependency",
     "SkillSpec",
@@ -210,6 +220,7 @@ __all__ = [
     "Tool",
     "ToolCallStatus",
     "ToolKind",
+    "VectorStoreKind",
     "ToolSpec",
     "ToolType",
     "ToolTypeSpec",
@@ -228,6 +239,7 @@ __all__ = [
     "load_existing",
     "parse_spec",
     "spec_document",
+    "store_settings",
     "validate_paths",
 ]
 
@@ -309,6 +321,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "VectorStoreSpec",
         "VectorStoreTypeSpec",
     ),
+    "_stores": ("EmbeddedStoreSettings", "PgVectorStoreSettings", "store_settings"),
     "_validate": (
         "ExistingCatalog",
         "ParsedCatalog",

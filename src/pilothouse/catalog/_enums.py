@@ -21,9 +21,11 @@ __all__ = [
     "ProcessStatus",
     "ProviderKind",
     "SchemaDirection",
+    "SearchMode",
     "TimelineKind",
     "ToolCallStatus",
     "ToolKind",
+    "VectorStoreKind",
 ]
 
 from enum import StrEnum
@@ -117,6 +119,24 @@ class ProviderKind(StrEnum):
     SAGEMAKER = "sagemaker"
     LOCAL = "local"
     TEST = "test"
+
+
+class VectorStoreKind(StrEnum):
+    """The engine a vector store runs on; decides which store serves its collections."""
+
+    EMBEDDED = "embedded"
+    """Chunks in pilothouse's own database, vectors searched in process."""
+    PGVECTOR = "pgvector"
+    """A PostgreSQL database with the pgvector extension."""
+
+
+class SearchMode(StrEnum):
+    """How a collection finds chunks for a query."""
+
+    HYBRID = "hybrid"
+    """Full text and vectors, fused by reciprocal rank."""
+    VECTOR = "vector"
+    TEXT = "text"
 
 
 class ToolKind(StrEnum):

@@ -355,7 +355,7 @@ _KIND_LIST: Sequence[CatalogKind] = (
         "document_collections",
         DocumentCollection,
         DocumentCollectionSpec,
-        refs=(Ref("store", "vector_stores"),),
+        refs=(Ref("store", "vector_stores"), Ref("embedding_model", "models")),
     ),
     _type_kind("memory_strategy_types", MemoryStrategyType, MemoryStrategyTypeSpec),
     CatalogKind(

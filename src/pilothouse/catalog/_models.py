@@ -70,7 +70,9 @@ from pilothouse.catalog._enums import (
     MemoryKind,
     ProviderKind,
     SchemaDirection,
+    SearchMode,
     ToolKind,
+    VectorStoreKind,
 )
 from pilothouse.store._base import Base, utcnow
 from pilothouse.store._types import UtcDateTime, coded_enum
@@ -176,6 +178,14 @@ class Model(CatalogEntity):
     """Capability codes: FC, VI, SR, JM, EM, AU."""
     context_window: Mapped[int | None] = mapped_column(Integer)
     description: Mapped[str | None] = mapped_column(Text)
+    dimension: Mapped[int | None] = mapped_column(Integer)
+    """Length of the vectors an embedding (``EM``) model returns."""
+    max_input_tokens: Mapped[int | None] = mapped_column(Integer)
+    """Most tokens an embedding model reads per text; chunks are cut to fit."""
+    query_prefix: Mapped[str | None] = mapped_column(Text)
+    """Put before every query an embedding model embeds (BGE, E5 expect one)."""
+    document_prefix: Mapped[str | None] = mapped_column(Text)
+    """Put before every document chunk an embedding model embeds."""
 
     provider: Mapped[Provider] = relationship(back_populates="models", lazy="joined")
 
@@ -384,8 +394,14 @@ class VectorStore(CatalogEntity):
     code: Mapped[str] = mapped_column(String(CODE))
     name: Mapped[str] = mapped_column(String(128), default="")
     type_id: Mapped[int | None] = mapped_column(ForeignKey("vector_store_type.id"))
+    kind: Mapped[VectorStoreKind] = mapped_column(
+        coded_enum(VectorStoreKind, "vector_store_kind"), default=VectorStoreKind.EMBEDDED
+    )
     connection: Mapped[str | None] = mapped_column(String(512))
+    """The pgvector database's URL, without its password (that goes in settings)."""
     default_collection: Mapped[str | None] = mapped_column(String(128))
+    settings: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    """Kind-specific settings: index parameters, table layout, password reference."""
 
     type: Mapped[VectorStoreType | None] = relationship(lazy="joined")
 
@@ -402,8 +418,17 @@ class DocumentCollection(CatalogEntity):
     collection_name: Mapped[str] = mapped_column(String(128))
     similarity_threshold: Mapped[float] = mapped_column(Float, default=0.0)
     top_k: Mapped[int] = mapped_column(Integer, default=4)
+    embedding_model_id: Mapped[int | None] = mapped_column(ForeignKey("model.id"))
+    """None: the packaged local all-MiniLM-L6-v2."""
+    chunk_size: Mapped[int | None] = mapped_column(Integer)
+    """Tokens per chunk; None: 512, bounded by the embedding model's limit."""
+    chunk_overlap: Mapped[int] = mapped_column(Integer, default=50)
+    search_mode: Mapped[SearchMode] = mapped_column(
+        coded_enum(SearchMode, "search_mode"), default=SearchMode.HYBRID
+    )
 
     store: Mapped[VectorStore] = relationship(lazy="joined")
+    embedding_model: Mapped[Model | None] = relationship(lazy="joined")
 
 
 class MemoryStrategyType(_TypeEntity):

@@ -73,7 +73,9 @@ from pilothouse.catalog._enums import (
     ModelCapability,
     ProviderKind,
     SchemaDirection,
+    SearchMode,
     ToolKind,
+    VectorStoreKind,
 )
 from pilothouse.catalog._models import CODE_LENGTHS
 
@@ -146,6 +148,8 @@ TransportField = Annotated[McpTransport, BeforeValidator(_enum(McpTransport)), _
 MemoryKindField = Annotated[MemoryKind, BeforeValidator(_enum(MemoryKind)), _WIRE]
 CardinalityField = Annotated[Cardinality, BeforeValidator(_enum(Cardinality)), _WIRE]
 HintField = Annotated[FormHint, BeforeValidator(_enum(FormHint)), _WIRE]
+StoreKindField = Annotated[VectorStoreKind, BeforeValidator(_enum(VectorStoreKind)), _WIRE]
+SearchModeField = Annotated[SearchMode, BeforeValidator(_enum(SearchMode)), _WIRE]
 
 TypeCode = Annotated[
     str, StringConstraints(max_length=CODE_LENGTHS["persona type"], pattern=CODE_PATTERN)
@@ -261,6 +265,10 @@ class ModelSpec(CatalogSpec):
     capabilities: list[CapabilityField] = Field(default_factory=list[ModelCapability])
     context_window: Annotated[int, Field(ge=1)] | None = None
     description: str | None = None
+    dimension: Annotated[int, Field(ge=1, le=65_536)] | None = None
+    max_input_tokens: Annotated[int, Field(ge=8)] | None = None
+    query_prefix: str | None = None
+    document_prefix: str | None = None
 
 
 class ConfigurationSpec(CatalogSpec):
@@ -345,13 +353,15 @@ class AdvisorSpec(CatalogSpec):
 
 
 class VectorStoreSpec(CatalogSpec):
-    """Where RAG chunks live."""
+    """Where RAG chunks live: the embedded store, or PostgreSQL with pgvector."""
 
     code: Code
     name: Name = ""
     type: str | None = None
+    kind: StoreKindField = VectorStoreKind.EMBEDDED
     connection: Long | None = None
     default_collection: Name | None = None
+    settings: JsonObject = Field(default_factory=dict[str, Any])
 
 
 class DocumentCollectionSpec(CatalogSpec):
@@ -363,6 +373,10 @@ class DocumentCollectionSpec(CatalogSpec):
     collection_name: Annotated[str, StringConstraints(min_length=1, max_length=128)]
     similarity_threshold: Annotated[float, Field(ge=0, le=1)] = 0.0
     top_k: Annotated[int, Field(ge=1)] = 4
+    embedding_model: str | None = None
+    chunk_size: Annotated[int, Field(ge=16)] | None = None
+    chunk_overlap: Annotated[int, Field(ge=0)] = 50
+    search_mode: SearchModeField = SearchMode.HYBRID
 
 
 class MemoryStrategySpec(CatalogSpec):

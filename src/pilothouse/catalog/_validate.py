@@ -42,17 +42,21 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
-from pilothouse.catalog._enums import McpTransport
+from pilothouse.catalog._enums import McpTransport, ModelCapability, VectorStoreKind
 from pilothouse.catalog._kinds import KINDS, CatalogKind, Location, catalog_kind, suggest
 from pilothouse.catalog._models import Skill, SkillDependency
 from pilothouse.catalog._spec import (
     ActionSpec,
     CatalogSpec,
+    DocumentCollectionSpec,
     McpClientSpec,
+    ModelSpec,
     SkillSpec,
     ToolSpec,
+    VectorStoreSpec,
     wire_value,
 )
+from pilothouse.catalog._stores import store_settings
 from pilothouse.catalog._yaml import catalog_files, line_of, load_yaml, to_plain
 from pilothouse.errors import CatalogValidationError, ValidationIssue
 
@@ -414,7 +418,72 @@ def structure_rules(kind: CatalogKind, spec: CatalogSpec) -> list[tuple[Location
         for direction, schema in spec.schemas.items():
             name = wire_value(direction)
             found += _schema_issues(("schemas", name, "schema"), schema.json_schema)
+    elif isinstance(spec, ModelSpec):
+        found += _embedding_model_rules(spec)
+    elif isinstance(spec, VectorStoreSpec):
+        found += _vector_store_rules(spec)
+    elif isinstance(spec, DocumentCollectionSpec):
+        if spec.chunk_size is not None and spec.chunk_overlap >= spec.chunk_size:
+            found.append((("chunk_overlap",), "must be smaller than chunk_size"))
     return found
+
+
+_EMBEDDING_FIELDS = ("dimension", "max_input_tokens", "query_prefix", "document_prefix")
+
+
+def _embedding_model_rules(spec: ModelSpec) -> list[tuple[Location, str]]:
+    if ModelCapability.EMBEDDING not in spec.capabilities:
+        return [
+            ((name,), "only for embedding models: add capability EM or remove the field")
+            for name in _EMBEDDING_FIELDS
+            if getattr(spec, name) is not None
+        ]
+    found: list[tuple[Location, str]] = []
+    if spec.dimension is None:
+        found.append((("dimension",), "required for an embedding model (e.g. 384 for MiniLM)"))
+    if spec.max_input_tokens is None:
+        found.append(
+            (("max_input_tokens",), "required for an embedding model (e.g. 256 for MiniLM)")
+        )
+    return found
+
+
+def _vector_store_rules(spec: VectorStoreSpec) -> list[tuple[Location, str]]:
+    from urllib.parse import urlsplit
+
+    found: list[tuple[Location, str]] = []
+    try:
+        store_settings(spec.kind, spec.settings)
+    except ValidationError as exc:
+        for error in exc.errors():
+            found.append((("settings", *error["loc"]), _plain_message(error)))
+    if spec.kind is VectorStoreKind.EMBEDDED:
+        if spec.connection is not None:
+            found.append(
+                (
+                    ("connection",),
+                    "an embedded store lives in pilothouse's database and has no connection: "
+                    "remove it, or set kind: pgvector for a PostgreSQL + pgvector store",
+                )
+            )
+        return found
+    if not spec.connection:
+        found.append((("connection",), "required: postgresql://USER@HOST:PORT/DATABASE"))
+        return found
+    url = urlsplit(spec.connection)
+    if url.scheme not in ("postgresql", "postgres"):
+        found.append((("connection",), "must be a postgresql://USER@HOST:PORT/DATABASE URL"))
+    elif url.password is not None:
+        found.append(
+            (("connection",), "must not hold a password: put @secrets(NAME) in settings.password")
+        )
+    return found
+
+
+def _plain_message(error: ErrorDetails) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown setting for this kind of vector store"
+    return error["msg"]
 
 
 def entity_rules(kind: CatalogKind, spec: CatalogSpec) -> list[tuple[Location, str]]:
@@ -629,6 +698,33 @@ def check_catalog(
                 rule = f"unknown {KINDS[target].entity_name} '{key}'"
                 issues.append(_issue_at(kind, code, file, node, location, rule))
     issues += skill_cycle_issues(parsed.entries.get("skills", []), existing)
+    issues += _collection_model_issues(parsed)
+    return issues
+
+
+def _collection_model_issues(parsed: ParsedCatalog) -> list[ValidationIssue]:
+    """A collection's embedding model must embed, and its chunks must fit that model.
+
+    Checked against the models in the same input; a model already stored is
+    checked when the collection is first used (see ``pilothouse.knowledge``).
+    """
+    models = {e.spec.key: cast(ModelSpec, e.spec) for e in parsed.entries.get("models", [])}
+    issues: list[ValidationIssue] = []
+    for entry in parsed.entries.get("document_collections", []):
+        spec = cast(DocumentCollectionSpec, entry.spec)
+        model = models.get(spec.embedding_model or "")
+        if model is None:
+            continue
+        if ModelCapability.EMBEDDING not in model.capabilities:
+            rule = f"model '{model.code}' is not an embedding model (it lacks capability EM)"
+            issues.append(entry.issue(("embedding_model",), rule))
+        elif spec.chunk_size is not None and model.max_input_tokens is not None:
+            if spec.chunk_size > model.max_input_tokens:
+                rule = (
+                    f"{spec.chunk_size} tokens is more than model '{model.code}' reads "
+                    f"({model.max_input_tokens}): chunks would be cut short"
+                )
+                issues.append(entry.issue(("chunk_size",), rule))
     return issues
 
 

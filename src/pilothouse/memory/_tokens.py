@@ -93,6 +93,11 @@ class TiktokenCounter:
         """The name of the encoding, e.g. ``o200k_base``."""
         return self._encoding.name
 
+    @property
+    def encoding(self) -> tiktoken.Encoding:
+        """The encoding itself, for callers that need token offsets (chunking)."""
+        return self._encoding
+
     def count(self, text: str) -> int:
         """Return the token count of ``text``.
 

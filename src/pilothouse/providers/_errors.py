@@ -9,7 +9,13 @@ and its message, with anything that looks like a credential masked.
 
 from __future__ import annotations
 
-__all__ = ["MissingExtraError", "ProviderConfigError", "redact", "translate_error"]
+__all__ = [
+    "MissingExtraError",
+    "ProviderConfigError",
+    "http_status_error",
+    "redact",
+    "translate_error",
+]
 
 import email.utils
 import re
@@ -253,6 +259,34 @@ def _from_sdk_status(exc: BaseException, secrets: Collection[str]) -> ProviderEr
         return ContentFilterError(message)
     response = getattr(exc, "response", None)
     headers = cast(Mapping[str, str] | None, getattr(response, "headers", None))
+    return _by_status(status, message, parse_retry_after(headers))
+
+
+def http_status_error(
+    who: str,
+    status: int,
+    body: object,
+    headers: Mapping[str, str] | None = None,
+    *,
+    secrets: Collection[str] = (),
+) -> ProviderError:
+    """Translate an HTTP error answer of a provider called without an SDK.
+
+    Args:
+        who: names the provider in the message.
+        status: the HTTP status.
+        body: the decoded JSON body (or its text).
+        headers: the response headers, for ``Retry-After``.
+        secrets: values to mask in the message.
+
+    Returns:
+        The error matching the status, its message carrying the vendor's own.
+    """
+    code = _body_code(body)
+    detail = _body_message(body) or (body if isinstance(body, str) else "") or f"HTTP {status}"
+    message = redact(_describe(who, status, code, detail[:500]), secrets)
+    if _is_content_filter(code, body):
+        return ContentFilterError(message)
     return _by_status(status, message, parse_retry_after(headers))
 
 

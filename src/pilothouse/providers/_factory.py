@@ -411,6 +411,25 @@ class ModelFactory:
 
     # -- AWS ----------------------------------------------------------------
 
+    async def aws_client(self, provider: ProviderSpec, service: str) -> Any:
+        """Build a boto3 client for a provider's region and credentials.
+
+        The factory owns it (``aclose`` closes it). Used by embedders, which
+        call AWS without a pydantic-ai model around them.
+
+        Args:
+            provider: an AWS provider (``bedrock``, ``sagemaker``).
+            service: the boto3 service name, e.g. ``bedrock-runtime``.
+
+        Returns:
+            The client.
+
+        Raises:
+            ProviderConfigError: ``settings.region`` is missing.
+        """
+        client, _ = await self._aws_client(provider, service)
+        return client
+
     async def _aws_client(self, provider: ProviderSpec, service: str) -> tuple[Any, float | None]:
         from botocore.config import Config  # pyright: ignore[reportMissingTypeStubs]
 

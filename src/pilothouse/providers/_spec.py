@@ -7,7 +7,7 @@ so building or looking up a model never touches the store or the secrets file.
 
 from __future__ import annotations
 
-__all__ = ["ModelSpec", "ProviderSpec", "secret_values"]
+__all__ = ["ModelSpec", "ProviderSpec", "compile_model_spec", "secret_values"]
 
 import hashlib
 import json
@@ -16,13 +16,17 @@ from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 from functools import cached_property
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pilothouse.catalog._enums import ModelCapability, ProviderKind
 from pilothouse.providers._profile import ModelProfile, profile_for
 
 _KIND_PROFILE: Final = ModelProfile()
 """Marks a spec built without a profile: it gets its provider kind's."""
+
+if TYPE_CHECKING:
+    from pilothouse.catalog._models import Model
+    from pilothouse.providers._secrets import SecretResolver
 
 
 @dataclass(frozen=True)
@@ -144,3 +148,33 @@ def secret_values(spec: ModelSpec) -> tuple[str, ...]:
     values = [provider.api_key or "", *provider.headers.values()]
     # Very short values would mask ordinary words; keys are never that short.
     return tuple(v for v in values if len(v) >= 6)
+
+
+def compile_model_spec(model: Model, secrets: SecretResolver) -> ModelSpec:
+    """Build the spec of a catalog model, with its provider's secrets resolved.
+
+    Args:
+        model: the catalog row, its provider loaded.
+        secrets: resolves ``@secrets(NAME)`` references.
+
+    Returns:
+        The spec the factory (or an embedder) is built from.
+    """
+    provider = model.provider
+    resolve = secrets.resolve
+    return ModelSpec(
+        code=model.code,
+        provider=ProviderSpec(
+            code=provider.code,
+            kind=provider.kind,
+            base_url=provider.base_url,
+            api_key=resolve(provider.api_key) if provider.api_key else None,
+            headers={str(k): resolve(str(v)) for k, v in provider.headers.items()},
+            settings=dict(provider.settings),
+        ),
+        model_name=model.model_name,
+        capabilities=frozenset(ModelCapability(c) for c in model.capabilities),
+        input_price=model.input_price,
+        output_price=model.output_price,
+        knowledge_cutoff=model.knowledge_cutoff,
+    )

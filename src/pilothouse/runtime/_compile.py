@@ -23,7 +23,6 @@ from pilothouse.catalog._enums import (
     Cardinality,
     InstructionMode,
     MemoryKind,
-    ModelCapability,
     SchemaDirection,
     ToolKind,
 )
@@ -38,7 +37,8 @@ from pilothouse.catalog._models import (
 )
 from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.memory import MemoryPolicy, counter_for
-from pilothouse.providers import ModelOptions, ModelSpec, ProviderSpec, SecretResolver
+from pilothouse.providers import ModelOptions, ModelSpec, SecretResolver
+from pilothouse.providers._spec import compile_model_spec
 from pilothouse.runtime._advisors import AdvisorChain, resolve_advisor
 from pilothouse.runtime._cache import RedisClientPool
 from pilothouse.runtime._prompt import (
@@ -349,24 +349,7 @@ class ActionCompiler:
 
     def model_spec(self, model: Model) -> ModelSpec:
         """The spec of a catalog model, with its provider's secrets resolved."""
-        provider = model.provider
-        resolve = self._secrets.resolve
-        return ModelSpec(
-            code=model.code,
-            provider=ProviderSpec(
-                code=provider.code,
-                kind=provider.kind,
-                base_url=provider.base_url,
-                api_key=resolve(provider.api_key) if provider.api_key else None,
-                headers={str(k): resolve(str(v)) for k, v in provider.headers.items()},
-                settings=dict(provider.settings),
-            ),
-            model_name=model.model_name,
-            capabilities=frozenset(ModelCapability(c) for c in model.capabilities),
-            input_price=model.input_price,
-            output_price=model.output_price,
-            knowledge_cutoff=model.knowledge_cutoff,
-        )
+        return compile_model_spec(model, self._secrets)
 
 
 def _skill_infos(skills: Sequence[Skill]) -> tuple[SkillInfo, ...]:

@@ -1,0 +1,524 @@
+"""The knowledge service: ingest documents into a collection, search it, delete from it.
+
+One :class:`Knowledge` serves every tenant of a database; each call names
+its tenant and collection (a catalog document collection's code), which
+decide the store, the embedding model, the chunking and the retrieval
+defaults. Stores, embedders and HTTP clients are built on first use and
+kept until :meth:`Knowledge.aclose`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Knowledge"]
+
+import hashlib
+import inspect
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from sqlalchemy import select
+
+from pilothouse.catalog._enums import ModelCapability, SearchMode, VectorStoreKind
+from pilothouse.catalog._models import DocumentCollection
+from pilothouse.catalog._stores import store_settings
+from pilothouse.errors import NotFoundError, PilothouseError
+from pilothouse.knowledge._backend import Backend, Collection, NewDocument
+from pilothouse.knowledge._chunking import Chunk, ChunkPlan, chunk_document
+from pilothouse.knowledge._documents import parse_document
+from pilothouse.knowledge._embedded import EmbeddedBackend
+from pilothouse.knowledge._embedders import MINILM, Embedder, EmbeddingModelInfo, LocalMiniLM
+from pilothouse.knowledge._errors import DocumentError, KnowledgeError, KnowledgeSetupError
+from pilothouse.knowledge._retrieval import retrieve
+from pilothouse.knowledge._sources import Loaded, Pending, expand, load
+from pilothouse.knowledge._types import (
+    DocumentInfo,
+    IngestedDocument,
+    IngestProgress,
+    IngestResult,
+    MetadataFilter,
+    ProgressCallback,
+    SearchResult,
+    TextDocument,
+)
+
+if TYPE_CHECKING:
+    from pilothouse.knowledge._embedders import Purpose, Vectors
+    from pilothouse.providers import ModelFactory, SecretResolver
+    from pilothouse.store import Database
+
+logger = logging.getLogger("pilothouse.knowledge")
+
+DEFAULT_CHUNK_SIZE = 512
+"""Tokens per chunk when a collection names none (genai-4j's default), bounded by the model."""
+
+_EMBED_BATCH_CHUNKS = 256
+"""Chunks gathered over several small documents before the model runs (one call, less padding)."""
+
+
+@dataclass
+class _Prepared:
+    pending: Pending
+    index: int
+    document: NewDocument
+    chunks: list[Chunk]
+    texts: list[str]
+    replaced: bool
+
+
+class Knowledge:
+    """Ingestion, search and deletion over the catalog's document collections.
+
+    Args:
+        database: pilothouse's database (the catalog, and the embedded store).
+        secrets: resolves ``@secrets(NAME)`` in providers and store settings;
+            the process environment by default.
+        models: builds AWS clients for Bedrock and SageMaker embedders.
+        http: the HTTP client for URLs and OpenAI-compatible embedders; one
+            is made (and closed by :meth:`aclose`) otherwise.
+        local_model: the packaged MiniLM embedder to share (one is made on
+            first use otherwise).
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        *,
+        secrets: SecretResolver | None = None,
+        models: ModelFactory | None = None,
+        http: httpx.AsyncClient | None = None,
+        local_model: LocalMiniLM | None = None,
+    ) -> None:
+        self.database = database
+        if secrets is None:
+            import os
+
+            from pilothouse.providers import SecretResolver
+
+            secrets = SecretResolver(dict(os.environ))
+        self._secrets = secrets
+        self._models = models
+        self._owns_http = http is None
+        self._http = http or httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0))
+        self._local = local_model
+        self._embedders: dict[str, Embedder] = {}
+        self._embedded = EmbeddedBackend(database)
+        self._backends: dict[str, Backend] = {}
+
+    # -- resolution -----------------------------------------------------
+
+    async def collection(self, tenant: str, code: str) -> Collection:
+        """Resolve an active collection with its store and embedding model.
+
+        Args:
+            tenant: whose catalog.
+            code: the collection's code.
+
+        Returns:
+            The collection.
+
+        Raises:
+            NotFoundError: no active collection of that code.
+            KnowledgeSetupError: its store or model cannot serve it.
+        """
+        await self.database.ensure_schema()
+        async with self.database.sessions() as session:
+            row = await session.scalar(
+                select(DocumentCollection).where(
+                    DocumentCollection.tenant == tenant, DocumentCollection.code == code
+                )
+            )
+            if row is None or not row.active:
+                raise NotFoundError(f"'{code}' is not an active document collection")
+            return self._resolve(row)
+
+    def _resolve(self, row: DocumentCollection) -> Collection:
+        from pydantic import ValidationError
+
+        from pilothouse.providers._spec import compile_model_spec
+
+        store = row.store
+        if not store.active:
+            raise KnowledgeSetupError(
+                f"collection {row.code}: vector store {store.code} is inactive"
+            )
+        try:
+            settings = store_settings(store.kind, store.settings)
+        except ValidationError as exc:
+            raise KnowledgeSetupError(f"vector store {store.code}: settings: {exc}") from exc
+        if store.kind is VectorStoreKind.EMBEDDED and store.connection:
+            # A row from before stores had a kind: its connection would be ignored.
+            raise KnowledgeSetupError(
+                f"vector store {store.code} is embedded but names a connection: set kind "
+                "pgvector for a PostgreSQL + pgvector store, or remove the connection"
+            )
+        password = getattr(settings, "password", None)
+        info, spec = MINILM, None
+        model = row.embedding_model
+        if model is not None:
+            if ModelCapability.EMBEDDING.value not in model.capabilities:
+                raise KnowledgeSetupError(
+                    f"collection {row.code}: model {model.code} is not an embedding model "
+                    "(it lacks capability EM)"
+                )
+            if model.dimension is None or model.max_input_tokens is None:
+                raise KnowledgeSetupError(
+                    f"collection {row.code}: model {model.code} needs dimension and "
+                    "max_input_tokens"
+                )
+            spec = compile_model_spec(model, self._secrets)
+            info = EmbeddingModelInfo(
+                name=f"{model.provider.kind.value}:{model.model_name}",
+                dimension=model.dimension,
+                max_input_tokens=model.max_input_tokens,
+                query_prefix=model.query_prefix or "",
+                document_prefix=model.document_prefix or "",
+            )
+        return Collection(
+            id=row.id,
+            code=row.code,
+            tenant=row.tenant,
+            name=row.collection_name,
+            store_code=store.code,
+            store_kind=store.kind,
+            store_settings=settings,
+            connection=store.connection,
+            password=self._secrets.resolve(password) if password else None,
+            top_k=row.top_k,
+            threshold=row.similarity_threshold,
+            mode=row.search_mode,
+            chunk_size=row.chunk_size,
+            chunk_overlap=row.chunk_overlap,
+            model=info,
+            model_spec=spec,
+        )
+
+    async def embedder(self, collection: Collection) -> Embedder:
+        """The embedder of a collection's model, built once."""
+        if collection.model_spec is None:
+            if self._local is None:
+                self._local = LocalMiniLM()
+            return self._local
+        key = f"{collection.model_spec.fingerprint()}:{collection.model}"
+        embedder = self._embedders.get(key)
+        if embedder is None:
+            from pilothouse.knowledge._remote import build_embedder
+
+            embedder = await build_embedder(
+                collection.model_spec, collection.model, models=self._models, http=self._http
+            )
+            self._embedders[key] = embedder
+        return embedder
+
+    def backend(self, collection: Collection) -> Backend:
+        """The store serving a collection, built once per store."""
+        if collection.store_kind is VectorStoreKind.EMBEDDED:
+            return self._embedded
+        key = f"{collection.tenant}/{collection.store_code}/{collection.connection}"
+        backend = self._backends.get(key)
+        if backend is None:
+            from pilothouse.knowledge._pgvector import PgVectorBackend
+
+            backend = PgVectorBackend(collection)
+            self._backends[key] = backend
+        return backend
+
+    def plan(self, collection: Collection, embedder: Embedder) -> ChunkPlan:
+        """The chunk size and overlap that apply to a collection with its model.
+
+        Raises:
+            KnowledgeSetupError: the collection's chunk size exceeds what its
+                model reads (the message says how much that is).
+        """
+        budget = embedder.text_budget - embedder.tokenizer.count(collection.model.document_prefix)
+        size = collection.chunk_size or min(DEFAULT_CHUNK_SIZE, budget)
+        if size > budget:
+            raise KnowledgeSetupError(
+                f"collection {collection.code}: chunk_size {size} is more than "
+                f"{collection.model.name} reads ({collection.model.max_input_tokens} tokens, "
+                f"{budget} of text): set chunk_size to {budget} or less"
+            )
+        return ChunkPlan(size=size, overlap=min(collection.chunk_overlap, size // 2), budget=budget)
+
+    # -- ingestion ------------------------------------------------------
+
+    async def ingest(
+        self,
+        tenant: str,
+        collection: str,
+        sources: Sequence[str | Path | TextDocument],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> IngestResult:
+        """Read, chunk, embed and store documents; each one in its own transaction.
+
+        A document whose content hash is stored already is left as it is; one
+        whose content changed replaces its older version; one that fails is
+        reported and nothing of it is written, and the others go on.
+
+        Args:
+            tenant: whose collection.
+            collection: the collection's code.
+            sources: files, folders (walked recursively), ``http(s)://`` URLs
+                and :class:`TextDocument` values.
+            metadata: added to every document's metadata (and its chunks').
+            progress: called as each document starts and ends.
+
+        Returns:
+            What happened to each document.
+
+        Raises:
+            NotFoundError: no such collection.
+            KnowledgeSetupError: the collection cannot be used as configured.
+            DimensionMismatchError: the collection holds another model's vectors.
+        """
+        target = await self.collection(tenant, collection)
+        embedder = await self.embedder(target)
+        plan = self.plan(target, embedder)
+        backend = self.backend(target)
+        await backend.check_model(target)
+        run = _Run(self._http, target, embedder, plan, backend, dict(metadata or {}), progress)
+        pending = list(expand(sources))
+        for index, item in enumerate(pending, start=1):
+            await run.step(item, index, len(pending))
+        await run.flush()
+        return IngestResult(
+            collection=target.code,
+            documents=run.results_in_order(),
+            chunk_size=plan.size,
+            chunk_overlap=plan.overlap,
+            model=target.model.name,
+        )
+
+    async def delete_document(self, tenant: str, collection: str, source: str) -> bool:
+        """Delete a document and its chunks.
+
+        Args:
+            tenant: whose collection.
+            collection: the collection's code.
+            source: the document's source (as :meth:`documents` lists it).
+
+        Returns:
+            True when it was there.
+        """
+        target = await self.collection(tenant, collection)
+        return await self.backend(target).delete(target, _canonical(source))
+
+    async def documents(self, tenant: str, collection: str) -> list[DocumentInfo]:
+        """List a collection's documents."""
+        target = await self.collection(tenant, collection)
+        return await self.backend(target).documents(target)
+
+    # -- search ---------------------------------------------------------
+
+    async def search(
+        self,
+        tenant: str,
+        collection: str,
+        query: str,
+        *,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        filters: MetadataFilter | None = None,
+        mode: SearchMode | str | None = None,
+    ) -> SearchResult:
+        """Find the chunks that answer a query.
+
+        Args:
+            tenant: whose collection.
+            collection: the collection's code.
+            query: the question.
+            top_k: hits at most (the collection's ``top_k`` by default).
+            threshold: least cosine similarity (the collection's by default).
+            filters: metadata every hit must match (a pre-filter).
+            mode: ``hybrid``, ``vector`` or ``text`` (the collection's by default).
+
+        Returns:
+            The hits, and a status that says when nothing passed the threshold.
+
+        Raises:
+            KnowledgeError: a bad argument (named in the message).
+        """
+        target = await self.collection(tenant, collection)
+        if top_k is not None and top_k < 1:
+            raise KnowledgeError("top_k must be at least 1")
+        if threshold is not None and not -1.0 <= threshold <= 1.0:
+            raise KnowledgeError("threshold must be between -1 and 1 (a cosine similarity)")
+        try:
+            chosen = SearchMode(mode) if mode is not None else target.mode
+        except ValueError as exc:
+            raise KnowledgeError(f"mode must be hybrid, vector or text, not {mode!r}") from exc
+        embedder = await self.embedder(target)
+        return await retrieve(
+            target,
+            self.backend(target),
+            embedder,
+            query,
+            top_k=top_k or target.top_k,
+            threshold=target.threshold if threshold is None else threshold,
+            filters=filters or {},
+            mode=chosen,
+        )
+
+    async def embed(
+        self, tenant: str, collection: str, texts: Sequence[str], purpose: Purpose = "query"
+    ) -> Vectors:
+        """Embed texts with a collection's model (prefixes and limits applied).
+
+        Returns:
+            One unit vector per text.
+        """
+        target = await self.collection(tenant, collection)
+        embedder = await self.embedder(target)
+        return await embedder.embed(texts, purpose)
+
+    async def aclose(self) -> None:
+        """Close stores, embedders and the HTTP client this service made."""
+        for backend in self._backends.values():
+            await backend.aclose()
+        self._backends.clear()
+        for embedder in self._embedders.values():
+            await embedder.aclose()
+        self._embedders.clear()
+        if self._owns_http:
+            await self._http.aclose()
+
+
+def _canonical(source: str) -> str:
+    """A file's source is its resolved path; anything else is taken as given."""
+    if "://" in source:
+        return source
+    path = Path(source).expanduser()
+    return str(path.resolve()) if path.exists() else source
+
+
+def content_hash(plan: ChunkPlan, model: str, loaded: Loaded, text: str, title: str) -> str:
+    """The hash that tells an unchanged document: its text, title, metadata and chunking."""
+    digest = hashlib.sha256()
+    header = {"model": model, "size": plan.size, "overlap": plan.overlap, "title": title}
+    digest.update(json.dumps([header, loaded.metadata], sort_keys=True, default=str).encode())
+    digest.update(text.encode("utf-8"))
+    return digest.hexdigest()
+
+
+class _Run:
+    """One ingestion call: documents prepared, embedded in shared batches, written one by one."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        collection: Collection,
+        embedder: Embedder,
+        plan: ChunkPlan,
+        backend: Backend,
+        metadata: dict[str, Any],
+        progress: ProgressCallback | None,
+    ) -> None:
+        self.http = http
+        self.collection = collection
+        self.embedder = embedder
+        self.plan = plan
+        self.backend = backend
+        self.metadata = metadata
+        self.progress = progress
+        self.results: dict[int, IngestedDocument] = {}
+        self.waiting: list[_Prepared] = []
+        self.total = 0
+
+    async def report(self, event: IngestProgress) -> None:
+        if self.progress is None:
+            return
+        outcome = self.progress(event)
+        if inspect.isawaitable(outcome):
+            await outcome
+
+    async def finish(self, index: int, result: IngestedDocument) -> None:
+        self.results[index] = result
+        event = "failed" if result.status == "failed" else "done"
+        await self.report(
+            IngestProgress(
+                event, result.source, index, self.total, result.chunks, result.status, result.error
+            )
+        )
+
+    def results_in_order(self) -> list[IngestedDocument]:
+        return [self.results[i] for i in sorted(self.results)]
+
+    async def step(self, pending: Pending, index: int, total: int) -> None:
+        self.total = total
+        await self.report(IngestProgress("started", pending.source, index, total))
+        if pending.skip is not None:
+            await self.finish(
+                index, IngestedDocument(pending.source, "skipped", error=pending.skip)
+            )
+            return
+        try:
+            prepared = await self.prepare(pending, index)
+        except (PilothouseError, OSError) as exc:
+            await self.finish(index, IngestedDocument(pending.source, "failed", error=str(exc)))
+            return
+        if prepared is None:
+            return
+        self.waiting.append(prepared)
+        if sum(len(p.texts) for p in self.waiting) >= _EMBED_BATCH_CHUNKS:
+            await self.flush()
+
+    async def prepare(self, pending: Pending, index: int) -> _Prepared | None:
+        loaded = await load(pending, self.http)
+        parsed = parse_document(loaded.data, loaded.format, loaded.source)
+        title = loaded.title or parsed.title
+        loaded.metadata.update(parsed.metadata)
+        loaded.metadata.update(self.metadata)
+        if pending.document is not None:
+            loaded.metadata.update(pending.document.metadata)
+        text = parsed.text
+        digest = content_hash(self.plan, self.collection.model.name, loaded, text, title)
+        stored = await self.backend.content_hash(self.collection, loaded.source)
+        if stored == digest:
+            await self.finish(index, IngestedDocument(loaded.source, "unchanged"))
+            return None
+        chunks = chunk_document(parsed, self.embedder.tokenizer, self.plan)
+        if not chunks:
+            raise DocumentError(
+                f"{loaded.source}: no text found (a scanned PDF has no text layer to read)"
+            )
+        texts, _ = self.embedder.prepare([c.embed_text for c in chunks], "document")
+        document = NewDocument(loaded.source, title, digest, dict(loaded.metadata), len(text))
+        return _Prepared(pending, index, document, chunks, texts, stored is not None)
+
+    async def flush(self) -> None:
+        if not self.waiting:
+            return
+        batch, self.waiting = self.waiting, []
+        texts = [t for p in batch for t in p.texts]
+        try:
+            vectors = await self.embedder.embed_prepared(texts, "document")
+        except PilothouseError as exc:
+            for item in batch:
+                failed = IngestedDocument(item.document.source, "failed", error=str(exc))
+                await self.finish(item.index, failed)
+            return
+        offset = 0
+        for item in batch:
+            rows = vectors[offset : offset + len(item.texts)]
+            offset += len(item.texts)
+            await self.write(item, rows)
+
+    async def write(self, item: _Prepared, vectors: Vectors) -> None:
+        source = item.document.source
+        try:
+            document_id, replaced = await self.backend.write(
+                self.collection, item.document, item.chunks, vectors
+            )
+        except PilothouseError as exc:
+            await self.finish(item.index, IngestedDocument(source, "failed", error=str(exc)))
+            return
+        status = "replaced" if replaced else "added"
+        await self.finish(
+            item.index, IngestedDocument(source, status, len(item.chunks), document_id)
+        )

@@ -1,0 +1,170 @@
+"""Where documents come from: files, folders (recursively), URLs, given text.
+
+A source becomes a :class:`Loaded` document: its identity in the
+collection (the resolved path, the URL as given, or the caller's name), its
+bytes or text, its format and the metadata found on the way. Folders are
+walked in name order, skipping hidden entries; a file of an unknown type in
+a folder is reported as skipped, one named on its own as failed.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Loaded", "Pending", "expand", "load"]
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from pilothouse.knowledge._documents import SUFFIXES, format_of
+from pilothouse.knowledge._errors import DocumentError
+from pilothouse.knowledge._types import TextDocument
+
+MAX_BYTES = 50 * 1024 * 1024
+"""The largest document read from a file or URL."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A source found, not yet read.
+
+    Attributes:
+        source: its identity in the collection.
+        kind: ``file``, ``url`` or ``text``.
+        path: the file, for ``file``.
+        document: the given document, for ``text``.
+        skip: why it is skipped (a file of an unknown type in a folder).
+    """
+
+    source: str
+    kind: str
+    path: Path | None = None
+    document: TextDocument | None = None
+    skip: str | None = None
+
+
+@dataclass
+class Loaded:
+    """A document's content, ready to parse.
+
+    Attributes:
+        source: its identity in the collection.
+        data: its bytes.
+        format: its format.
+        title: a title the caller gave, if any.
+        metadata: what was found while loading (file name, URL, content type).
+    """
+
+    source: str
+    data: bytes
+    format: str
+    title: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict[str, Any])
+
+
+def _is_url(value: str) -> bool:
+    return value.startswith(("http://", "https://"))
+
+
+def expand(sources: Sequence[str | Path | TextDocument]) -> Iterator[Pending]:
+    """List every document the sources name, walking folders.
+
+    Args:
+        sources: paths (files or folders), ``http(s)://`` URLs, given documents.
+
+    Yields:
+        One pending document per file, URL or given document.
+    """
+    for item in sources:
+        if isinstance(item, TextDocument):
+            yield Pending(item.source, "text", document=item)
+        elif isinstance(item, str) and _is_url(item):
+            yield Pending(item, "url")
+        else:
+            path = Path(item).expanduser()
+            if path.is_dir():
+                yield from _walk(path.resolve())
+            else:
+                yield Pending(str(path.resolve()), "file", path=path)
+
+
+def _walk(folder: Path) -> Iterator[Pending]:
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if name.startswith("."):
+                continue
+            path = Path(root) / name
+            skip = None
+            if path.suffix.lower() not in SUFFIXES:
+                skip = f"not a supported type ({', '.join(sorted(SUFFIXES))})"
+            yield Pending(str(path), "file", path=path, skip=skip)
+
+
+async def load(pending: Pending, client: httpx.AsyncClient) -> Loaded:
+    """Read a pending document.
+
+    Args:
+        pending: what to read.
+        client: fetches URLs.
+
+    Returns:
+        The content.
+
+    Raises:
+        DocumentError: missing, unreadable, too large, of an unknown type, or
+            a URL that did not answer 200.
+    """
+    if pending.document is not None:
+        doc = pending.document
+        return Loaded(
+            doc.source, doc.text.encode("utf-8"), doc.format, doc.title, {"format": doc.format}
+        )
+    if pending.kind == "url":
+        return await _fetch(pending.source, client)
+    assert pending.path is not None
+    return await _read_file(pending.path, pending.source)
+
+
+async def _read_file(path: Path, source: str) -> Loaded:
+    fmt = format_of(path.name)
+    if fmt is None:
+        raise DocumentError(
+            f"{source}: not a supported type (supported: {', '.join(sorted(SUFFIXES))})"
+        )
+    try:
+        size = (await anyio.Path(path).stat()).st_size
+        if size > MAX_BYTES:
+            raise DocumentError(f"{source}: {size} bytes, more than the {MAX_BYTES} read")
+        data = await anyio.Path(path).read_bytes()
+    except FileNotFoundError as exc:
+        raise DocumentError(f"{source}: no such file") from exc
+    except OSError as exc:
+        raise DocumentError(f"{source}: cannot be read ({exc.strerror or exc})") from exc
+    return Loaded(source, data, fmt, None, {"file_name": path.name, "format": fmt})
+
+
+async def _fetch(url: str, client: httpx.AsyncClient) -> Loaded:
+    try:
+        async with client.stream("GET", url, follow_redirects=True) as response:
+            if response.status_code != 200:
+                raise DocumentError(f"{url}: HTTP {response.status_code}")
+            content_type = response.headers.get("content-type", "")
+            fmt = format_of(str(response.url), content_type)
+            if fmt is None:
+                raise DocumentError(f"{url}: content type '{content_type}' is not supported")
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_BYTES:
+                    raise DocumentError(f"{url}: more than the {MAX_BYTES} bytes read")
+                chunks.append(chunk)
+    except httpx.HTTPError as exc:
+        raise DocumentError(f"{url}: could not be fetched ({type(exc).__name__})") from exc
+    metadata = {"url": url, "content_type": content_type.split(";")[0].strip(), "format": fmt}
+    return Loaded(url, b"".join(chunks), fmt, None, metadata)

@@ -1,0 +1,263 @@
+"""Ingestion, search and deletion on the embedded store, with the packaged model.
+
+Runs on SQLite and on the machine's PostgreSQL (the ``database`` fixture).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from pilothouse.errors import NotFoundError
+from pilothouse.knowledge import (
+    DimensionMismatchError,
+    IngestProgress,
+    Knowledge,
+    KnowledgeError,
+    KnowledgeSetupError,
+    LocalMiniLM,
+    TextDocument,
+)
+from pilothouse.store import Database
+
+pytestmark = pytest.mark.anyio
+
+HANDBOOK = """# Employee handbook
+
+## Travel
+
+Book trains for trips under four hours. Flights need approval from a manager.
+
+## Expenses
+
+Submit receipts within 30 days. Meals are reimbursed up to 25 EUR per day.
+
+## Security
+
+Lock your laptop when you leave your desk. Report lost badges to the front desk at once.
+"""
+
+
+def _pdf(text: str) -> bytes:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("helvetica", size=12)
+    pdf.multi_cell(0, 10, text)
+    return bytes(pdf.output())
+
+
+def _docx(text: str) -> bytes:
+    import docx
+
+    document = docx.Document()
+    document.add_heading("Parking", level=1)
+    document.add_paragraph(text)
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    (root / "handbook.md").write_text(HANDBOOK, encoding="utf-8")
+    (root / "sub" / "warranty.pdf").write_bytes(_pdf("The warranty on laptops lasts three years."))
+    (root / "sub" / "parking.docx").write_bytes(_docx("Visitors park on level minus two."))
+    (root / "sub" / "page.html").write_text(
+        "<h1>Canteen</h1><p>The canteen opens at 11:30 and serves vegan dishes.</p>"
+    )
+    (root / "notes.txt").write_text("The wifi password changes every Monday.")
+    (root / "image.png").write_bytes(b"\x89PNG")
+    (root / ".hidden.md").write_text("never read")
+    return root
+
+
+async def test_a_folder_is_ingested_searched_and_cited(knowledge: Knowledge, folder: Path) -> None:
+    events: list[IngestProgress] = []
+    result = await knowledge.ingest(
+        "default", "DOCS", [folder], metadata={"team": "hr"}, progress=events.append
+    )
+    statuses = {Path(d.source).name: d.status for d in result.documents}
+    assert statuses == {
+        "handbook.md": "added",
+        "image.png": "skipped",
+        "notes.txt": "added",
+        "page.html": "added",
+        "parking.docx": "added",
+        "warranty.pdf": "added",
+    }
+    assert (result.chunk_size, result.chunk_overlap) == (120, 20)
+    assert [e.event for e in events].count("started") == 6
+    assert [e.event for e in events].count("done") == 6
+
+    found = await knowledge.search("default", "DOCS", "How long is the warranty on a laptop?")
+    assert found.status == "ok"
+    best = found.hits[0]
+    assert Path(best.source).name == "warranty.pdf"
+    assert best.metadata["pages"] == [1] and best.metadata["team"] == "hr"
+    assert best.chunk_id and best.document_id and 0 < best.similarity <= 1
+
+    parking = await knowledge.search("default", "DOCS", "Where do visitors park?", top_k=1)
+    assert [Path(h.source).name for h in parking.hits] == ["parking.docx"]
+    assert parking.hits[0].heading == "Parking"
+
+    meals = await knowledge.search("default", "DOCS", "meal allowance per day", top_k=2)
+    assert meals.hits[0].heading == "Employee handbook > Expenses"
+
+
+async def test_reingesting_is_idempotent_and_changes_replace(
+    knowledge: Knowledge, folder: Path
+) -> None:
+    await knowledge.ingest("default", "DOCS", [folder])
+    again = await knowledge.ingest("default", "DOCS", [folder])
+    assert {d.status for d in again.documents} == {"unchanged", "skipped"}
+    before = {d.source: d for d in await knowledge.documents("default", "DOCS")}
+
+    (folder / "notes.txt").write_text("The wifi password changes every Friday.")
+    changed = await knowledge.ingest("default", "DOCS", [folder / "notes.txt"])
+    assert changed.documents[0].status == "replaced"
+    after = {d.source: d for d in await knowledge.documents("default", "DOCS")}
+    source = str((folder / "notes.txt").resolve())
+    assert after[source].id == before[source].id
+    assert after[source].content_hash != before[source].content_hash
+    hits = (await knowledge.search("default", "DOCS", "when does the wifi password change")).hits
+    assert "Friday" in hits[0].text
+    assert all("Monday" not in h.text for h in hits)
+
+
+async def test_a_failing_file_is_reported_and_leaves_nothing(
+    knowledge: Knowledge, tmp_path: Path
+) -> None:
+    good = tmp_path / "good.md"
+    good.write_text("Printers are on the second floor.")
+    bad = tmp_path / "bad.pdf"
+    bad.write_bytes(b"%PDF-1.7 truncated")
+    result = await knowledge.ingest(
+        "default", "DOCS", [bad, good, tmp_path / "missing.txt", "no/such.xyz"]
+    )
+    assert [d.status for d in result.documents] == ["failed", "added", "failed", "failed"]
+    assert "not a readable pdf document" in (result.documents[0].error or "")
+    assert "no such file" in (result.documents[2].error or "")
+    assert "not a supported type" in (result.documents[3].error or "")
+    sources = [d.source for d in await knowledge.documents("default", "DOCS")]
+    assert sources == [str(good.resolve())]
+
+
+async def test_delete_a_document_and_search_without_it(knowledge: Knowledge) -> None:
+    await knowledge.ingest(
+        "default",
+        "DOCS",
+        [
+            TextDocument("crm:1", "The customer Initech prefers invoices by email."),
+            TextDocument("crm:2", "The customer Globex pays by bank transfer."),
+        ],
+    )
+    assert await knowledge.delete_document("default", "DOCS", "crm:1") is True
+    assert await knowledge.delete_document("default", "DOCS", "crm:1") is False
+    hits = (await knowledge.search("default", "DOCS", "how does Initech want invoices")).hits
+    assert [h.source for h in hits] == ["crm:2"]
+
+
+async def test_filters_threshold_modes_and_empty(knowledge: Knowledge) -> None:
+    empty = await knowledge.search("default", "DOCS", "anything")
+    assert empty.status == "empty_collection" and empty.hits == []
+    await knowledge.ingest(
+        "default",
+        "DOCS",
+        [
+            TextDocument("a", "Invoices are due within 30 days.", metadata={"region": "eu"}),
+            TextDocument("b", "Invoices are due within 60 days.", metadata={"region": "us"}),
+            TextDocument("c", "Our office dog is called Biscuit.", metadata={"region": "eu"}),
+        ],
+    )
+    query = "When are invoices due?"
+    us = await knowledge.search("default", "DOCS", query, filters={"region": "us"})
+    assert [h.source for h in us.hits] == ["b"]
+    either = await knowledge.search("default", "DOCS", query, filters={"region": ["us", "eu"]})
+    assert {h.source for h in either.hits} == {"a", "b", "c"}
+    nobody = await knowledge.search("default", "DOCS", query, filters={"region": "apac"})
+    assert nobody.status == "no_match"
+
+    strict = await knowledge.search("default", "DOCS", query, threshold=0.95)
+    assert strict.status == "nothing_passed_threshold" and strict.hits == []
+    assert strict.below_threshold >= 1 and strict.best_similarity is not None
+
+    text_only = await knowledge.search("default", "DOCS", "Biscuit", mode="text")
+    assert [h.source for h in text_only.hits] == ["c"]
+    canine = "canine in the workplace"
+    vector_only = await knowledge.search("default", "DOCS", canine, mode="vector")
+    assert vector_only.hits[0].source == "c"
+    with pytest.raises(KnowledgeError, match="mode must be hybrid, vector or text"):
+        await knowledge.search("default", "DOCS", query, mode="fuzzy")
+    with pytest.raises(KnowledgeError, match="filter key 'a b' must be"):
+        await knowledge.search("default", "DOCS", query, filters={"a b": "x"})
+
+
+async def test_the_collection_threshold_applies_by_default(knowledge: Knowledge) -> None:
+    await knowledge.ingest("default", "STRICT", [TextDocument("x", "Lunch is at noon.")])
+    result = await knowledge.search("default", "STRICT", "When is lunch served?")
+    assert result.status == "nothing_passed_threshold" and result.threshold == 0.99
+
+
+Loader = Callable[..., Awaitable[None]]
+
+
+async def test_unknown_collection_and_chunk_size_over_the_limit(
+    database: Database, tmp_path: Path, minilm: LocalMiniLM, load_catalog: Loader
+) -> None:
+    await load_catalog(
+        database,
+        tmp_path,
+        """
+        vector_stores: [{code: S}]
+        document_collections:
+          - {code: BIG, store: S, collection_name: big, chunk_size: 400}
+        """,
+    )
+    service = Knowledge(database, local_model=minilm)
+    with pytest.raises(NotFoundError, match="'NOPE' is not an active document collection"):
+        await service.search("default", "NOPE", "x")
+    with pytest.raises(KnowledgeSetupError, match=r"chunk_size 400 is more than .* \(256 tokens"):
+        await service.ingest("default", "BIG", [TextDocument("x", "y")])
+    await service.aclose()
+
+
+async def test_another_model_on_the_same_collection_is_refused(
+    knowledge: Knowledge, database: Database
+) -> None:
+    from sqlalchemy import text
+
+    await knowledge.ingest("default", "DOCS", [TextDocument("x", "Some text.")])
+    # As if the collection had been filled by a 512-dimension model.
+    async with database.engine.begin() as connection:
+        await connection.execute(text("UPDATE knowledge_collection SET dimension = 512"))
+    with pytest.raises(DimensionMismatchError, match="dimension 512 .* gives 384") as caught:
+        await knowledge.search("default", "DOCS", "text")
+    assert (caught.value.expected, caught.value.actual) == (512, 384)
+
+
+async def test_hnsw_collection_survives_a_restart(
+    database: Database, tmp_path: Path, minilm: LocalMiniLM, load_catalog: Loader
+) -> None:
+    await load_catalog(database, tmp_path)
+    facts = [f"Room {i} is on floor {i % 9} and seats {i + 2} people." for i in range(60)]
+    docs = [TextDocument(f"room:{i}", fact) for i, fact in enumerate(facts)]
+    first = Knowledge(database, local_model=minilm)
+    await first.ingest("default", "GRAPH", docs)
+    hits = (await first.search("default", "GRAPH", "Room 17 seats how many people?")).hits
+    assert "room:17" in [h.source for h in hits[:3]]
+    await first.aclose()
+    if database.is_sqlite:
+        saved = list(Path(str(database.url).split("///")[1] + ".knowledge").glob("*.usearch"))
+        assert len(saved) == 1
+    second = Knowledge(database, local_model=minilm)
+    await second.delete_document("default", "GRAPH", "room:17")
+    hits = (await second.search("default", "GRAPH", "Room 17 seats how many people?")).hits
+    assert "room:17" not in [h.source for h in hits]
+    await second.aclose()
