@@ -11,11 +11,15 @@ from :func:`to_model_settings`, and pilothouse errors from
 from __future__ import annotations
 
 __all__ = [
+    "BUILTIN_MODELS",
     "SECRET_REFERENCE",
     "ChatTurn",
+    "LocalModelServers",
+    "LocalServer",
     "LocalServers",
     "MissingExtraError",
     "ModelFactory",
+    "ModelIntegrityError",
     "ModelOptions",
     "ModelSpec",
     "ProviderConfigError",
@@ -39,6 +43,8 @@ from pilothouse.providers._errors import (
     translate_error,
 )
 from pilothouse.providers._factory import LocalServers, ModelFactory
+from pilothouse.providers._local import LocalModelServers, LocalServer
+from pilothouse.providers._local_models import BUILTIN_MODELS, ModelIntegrityError
 from pilothouse.providers._options import ModelOptions, to_model_settings, uses_responses_api
 from pilothouse.providers._sagemaker_formats import ChatTurn, SageMakerFormat
 from pilothouse.providers._secrets import SECRET_REFERENCE, SecretResolver, is_secret_reference
