@@ -14,6 +14,7 @@ from typing import Any
 
 import report_concurrency as RC
 import report_disclosure
+import report_local
 import report_served
 
 FLOOR = "httpx"
@@ -345,6 +346,7 @@ def main() -> None:
     if "cpu-plain-d0.png" in plots:
         lines += ["![cpu](benchmarks/cpu-plain-d0.png)", ""]
     lines += ["## Where pilothouse's time goes", "", *_profile_section(results), ""]
+    lines += report_local.section(args.results / "local.json")
     (args.docs / "benchmarks.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {args.docs / 'benchmarks.md'} and {len(plots)} plots")
 
