@@ -14,25 +14,12 @@ from typing import Any
 
 import jsonschema
 import pytest
-from openai import AsyncOpenAI
-from openai.types.chat import ChatCompletionToolParam
+from local_fixtures import PARIS, WEATHER_TOOL, client_for
 
 from pilothouse.providers import BUILTIN_MODELS, ModelIntegrityError, _local_models
 
 pytestmark = [pytest.mark.real, pytest.mark.anyio]
 
-WEATHER_TOOL: ChatCompletionToolParam = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "description": "The city name"}},
-            "required": ["city"],
-        },
-    },
-}
 COMPETITOR_TEXT = (
     "Acme Rockets competes with Orbital Express (orbitalexpress.com), which sells "
     "cheaper launches, and with Skyward Launch (skyward.io), which flies heavier loads."
@@ -53,15 +40,11 @@ COMPETITORS_SCHEMA: dict[str, Any] = {
 }
 
 
-def client_for(base_url: str) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=base_url, api_key="local", max_retries=0, timeout=120)
-
-
 async def test_tool_call_in_the_models_own_syntax(qwen_base_url: str) -> None:
     async with client_for(qwen_base_url) as client:
         completion = await client.chat.completions.create(
             model="qwen",
-            messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+            messages=[{"role": "user", "content": PARIS}],
             tools=[WEATHER_TOOL],
             temperature=0,
             max_tokens=48,

@@ -20,8 +20,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from openai import AsyncOpenAI
-from openai.types.chat import ChatCompletionToolParam
+from local_fixtures import PARIS, WEATHER_PARAMETERS, WEATHER_TOOL, client_for
 
 from pilothouse.errors import ProviderConnectionError, ProviderError
 from pilothouse.providers import _local
@@ -29,27 +28,6 @@ from pilothouse.providers._errors import MissingExtraError, ProviderConfigError
 from pilothouse.providers._local import LocalModelServers, default_model_path
 
 pytestmark = [pytest.mark.real, pytest.mark.anyio]
-
-WEATHER_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {"city": {"type": "string", "description": "The city name"}},
-    "required": ["city"],
-}
-WEATHER_TOOL: ChatCompletionToolParam = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather for a city",
-        "parameters": WEATHER_PARAMETERS,
-    },
-}
-PARIS = "What is the weather in Paris?"
-
-
-def client_for(base_url: str) -> AsyncOpenAI:
-    # llama.cpp ignores the key, but the SDK insists on one; no retries so a
-    # broken server fails the test at once instead of after backoff.
-    return AsyncOpenAI(base_url=base_url, api_key="local", max_retries=0, timeout=60)
 
 
 class CountingPopen(subprocess.Popen[bytes]):

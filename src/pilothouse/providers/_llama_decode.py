@@ -19,7 +19,7 @@ __all__ = ["Decoder", "Sampling", "StopFilter"]
 import codecs
 import random
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import llama_cpp
@@ -45,20 +45,9 @@ class Sampling:
 
     def kwargs(self, *, greedy: bool = False) -> dict[str, Any]:
         """Return the keyword arguments for ``Llama.generate``; ``greedy`` sets temperature 0."""
-        values: dict[str, Any] = {
-            "temp": 0.0 if greedy else self.temp,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "min_p": self.min_p,
-            "typical_p": self.typical_p,
-            "repeat_penalty": self.repeat_penalty,
-            "presence_penalty": self.presence_penalty,
-            "frequency_penalty": self.frequency_penalty,
-            "tfs_z": self.tfs_z,
-            "mirostat_mode": self.mirostat_mode,
-            "mirostat_tau": self.mirostat_tau,
-            "mirostat_eta": self.mirostat_eta,
-        }
+        values = asdict(self)
+        if greedy:
+            values["temp"] = 0.0
         return values
 
 
