@@ -192,7 +192,10 @@ def test_prompted_history_turns_calls_and_results_into_text() -> None:
 
 def test_request_gate_maps_fields_llama_cpp_would_ignore() -> None:
     payload: dict[str, Any] = {
-        "messages": [{"role": "assistant", "content": None, "tool_calls": []}],
+        "messages": [
+            {"role": "assistant", "content": None, "tool_calls": []},
+            {"role": "assistant", "tool_calls": []},
+        ],
         "max_completion_tokens": 40,
         "response_format": {
             "type": "json_schema",
@@ -203,7 +206,7 @@ def test_request_gate_maps_fields_llama_cpp_would_ignore() -> None:
     assert payload["max_tokens"] == 40
     assert "max_completion_tokens" not in payload
     assert payload["response_format"] == {"type": "json_object", "schema": {"type": "object"}}
-    assert payload["messages"][0]["content"] == ""
+    assert [m["content"] for m in payload["messages"]] == ["", ""]
 
 
 @pytest.mark.parametrize(

@@ -265,10 +265,6 @@ class ModelFactory:
             sdk_provider = OpenAICompatibleProvider(provider.code.lower(), openai_client=client)
         if responses:
             return OpenAIResponsesModel(spec.model_name, provider=sdk_provider)
-        if local_url is not None:
-            from pilothouse.providers._llamacpp import llamacpp_chat_model
-
-            return llamacpp_chat_model(spec.model_name, sdk_provider)
         return OpenAIChatModel(spec.model_name, provider=sdk_provider)
 
     async def _local_base_url(self, provider: ProviderSpec) -> str:

@@ -14,8 +14,8 @@ of ``llama_cpp.server``. It serves the same OpenAI-compatible app, with:
     40-token request produced 1,476 tokens;
   - ``response_format`` ``json_schema`` becomes ``json_object`` with the
     schema, which the server turns into a grammar;
-  - ``content: null`` (an assistant message that only calls tools) becomes
-    ``""``, which the server's request model insists on;
+  - ``content: null`` or missing (an assistant message that only calls
+    tools) becomes ``""``, which the server's request model insists on;
   - ``n`` above 1 is refused (the server ignores it and answers once), and so
     are log probabilities and logit bias under the ``pilothouse`` format.
 
@@ -90,12 +90,14 @@ def adapt_request(payload: dict[str, Any], *, chat: bool, own_handler: bool) -> 
 
 
 def _fill_null_contents(payload: dict[str, Any]) -> None:
-    # OpenAI sends `content: null` on an assistant message that only calls
-    # tools; llama-cpp-python's request model wants a string there (HTTP 500).
+    # OpenAI sends `content: null` (or none at all) on an assistant message that
+    # only calls tools; llama-cpp-python's request model wants a string (HTTP 500).
     messages: Any = payload.get("messages")
     for message in cast("list[Any]", messages) if isinstance(messages, list) else []:
-        if isinstance(message, dict) and "content" in message and message["content"] is None:
-            cast("dict[str, Any]", message)["content"] = ""
+        if isinstance(message, dict):
+            entry = cast("dict[str, Any]", message)
+            if entry.get("content") is None:
+                entry["content"] = ""
 
 
 def _response_format(value: dict[str, Any]) -> dict[str, Any]:
