@@ -123,6 +123,13 @@ COMPETITORS_SCHEMA = {
     },
     "required": ["competitors"],
 }
+# What the run loop's system prompt says for an extraction action (agent
+# prompt, output data structure, the EXTR action type's constraint).
+EXTRACTION_SYSTEM = (
+    "Find the facts. Be exact.\n\nOutput data structure:\n"
+    + json.dumps(COMPETITORS_SCHEMA, indent=2, sort_keys=True)
+    + "\n\nOutput JSON only, with no text around it."
+)
 # (text, the competitors it names)
 EXTRACTION_CASES: list[tuple[str, list[str]]] = [
     (
@@ -317,7 +324,7 @@ async def extraction(client: AsyncOpenAI) -> dict[str, Any]:
         completion = await client.chat.completions.create(
             model="local",
             messages=[
-                {"role": "system", "content": "Find the facts. Be exact. Output JSON only."},
+                {"role": "system", "content": EXTRACTION_SYSTEM},
                 {"role": "user", "content": EXTRACTION_PROMPT.format(text=text)},
             ],
             response_format={  # pyright: ignore[reportArgumentType]
@@ -371,6 +378,8 @@ async def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
+    # A partial run (--parts, --models) updates what an earlier one wrote.
+    previous: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
     results: dict[str, Any] = {
         "machine": {
             "cores": os.cpu_count(),
@@ -379,12 +388,17 @@ async def main() -> None:
             "python": platform.python_version(),
         },
         "speed": [],
-        "quality": {},
+        "quality": dict(previous.get("quality") or {}),
     }
     parts = args.parts.split(",")
-    for model in args.models.split(","):
+    models = args.models.split(",")
+    if "speed" not in parts:
+        results["speed"] = previous.get("speed") or []
+        results["machine"]["speed_load"] = previous.get("machine", {}).get("speed_load")
+    for model in models:
         if "speed" in parts:
             results["speed"] += await speed(model, args.reps, args.max_tokens)
+            results["machine"]["speed_load"] = [results["machine"]["load_before"], os.getloadavg()]
         if "quality" in parts:
             results["quality"][model] = await quality(model)
     results["machine"]["load_after"] = os.getloadavg()

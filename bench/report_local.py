@@ -23,17 +23,17 @@ def section(path: Path) -> list[str]:
         return []
     results: dict[str, Any] = json.loads(path.read_text())
     machine = results["machine"]
-    load = ", ".join(f"{x:.1f}" for x in machine["load_before"])
-    load_after = ", ".join(f"{x:.1f}" for x in machine["load_after"])
+    before, after = machine.get("speed_load") or [machine["load_before"], machine["load_after"]]
     lines = [
         HEADING,
         "",
         "`bench/local_model.py` against real llama.cpp servers started by `LocalModelServers`,"
         " through pilothouse's chat handler, on this "
         f"{machine['cores']}-core machine (no GPU), under `flock /tmp/ph-heavy.lock`. Other"
-        " sessions' test runs shared the machine: load average before "
-        f'{load} and after {load_after} (1, 5, 15 min), so "idle" means no load added by'
-        " the benchmark, not an idle machine.",
+        " sessions' test runs shared the machine during the speed runs: load average"
+        f" {_load(before)} before and {_load(after)} after (1, 5, 15 min), so 'idle' means"
+        " no load added by the benchmark, not an idle machine. The figures compare settings"
+        " under the same conditions; on a quiet machine every speed is higher.",
         "",
     ]
     speed = results.get("speed") or []
@@ -63,9 +63,11 @@ def section(path: Path) -> list[str]:
             "",
             "Temperature 0. Tool calls: 20 requests with three tools offered (`get_weather`,"
             " `get_time`, `convert_currency`); 12 need one (right tool and arguments"
-            " counted), 8 need none (a text answer counted). Extraction: 10 short texts naming"
-            " 0 to 3 competitors of their own brand, the example catalog's question, a JSON"
-            " schema as a grammar; names compared letters-only, one may extend the other.",
+            " counted), 8 need none (any text answer counted: its content is not judged)."
+            " Extraction: 10 short texts naming 0 to 3 competitors of their own brand, the"
+            " example catalog's question and the system prompt the run loop writes for an"
+            " extraction action, the JSON schema as a grammar; names compared letters-only,"
+            " one may extend the other ('Apple Note' for 'Apple Notes').",
             "",
             f"| | {head} |",
             "|---|" + "---:|" * len(models),
@@ -75,6 +77,10 @@ def section(path: Path) -> list[str]:
             lines.append(f"| {label} | " + " | ".join(table[m][i][1] for m in models) + " |")
         lines += ["", *_quality_notes(quality), ""]
     return lines
+
+
+def _load(values: list[float]) -> str:
+    return ", ".join(f"{x:.1f}" for x in values)
 
 
 def _quality_cells(q: dict[str, Any]) -> list[tuple[str, str]]:
@@ -97,27 +103,33 @@ def _threads_verdict(speed: list[dict[str, Any]]) -> list[str]:
     out: list[str] = []
     for model in dict.fromkeys(r["model"] for r in speed):
         rows = {(r["threads"], r["load"]): r for r in speed if r["model"] == model}
-        one_busy, two_busy = rows.get((1, "one core busy")), rows.get((2, "one core busy"))
-        one_idle, two_idle = rows.get((1, "idle")), rows.get((2, "idle"))
-        if not (one_busy and two_busy and one_idle and two_idle):
-            continue
-        out.append(
-            f"- {LABELS.get(model, model)}: with one core busy, 1 thread decodes"
-            f" {_ratio(one_busy, two_busy)} as fast as 2 and answers first"
-            f" {_ratio(two_busy, one_busy, 'ttft_s')} sooner; with no added load,"
-            f" 2 threads decode {_ratio(two_idle, one_idle)} as fast as 1."
-        )
+        parts: list[str] = []
+        for load in ("one core busy", "idle"):
+            one, two = rows.get((1, load)), rows.get((2, load))
+            if one is None or two is None:
+                continue
+            parts.append(
+                f"{load}: 2 threads decode {_compare(two, one, 'decode_tokens_per_s')}"
+                f" ({two['decode_tokens_per_s']:.1f} vs {one['decode_tokens_per_s']:.1f}"
+                f" tokens/s) and reach the first token in {two['ttft_s']:.1f} s vs"
+                f" {one['ttft_s']:.1f} s"
+            )
+        if parts:
+            out.append(f"- {LABELS.get(model, model)}, " + "; ".join(parts) + ".")
     out.append(
         "- Hence the rule `LocalModelServers` applies when `n_threads` is not set: one thread"
-        " per core idle at start, keeping one core for everything else (1 on this machine)."
+        " per core idle at start, keeping one core for everything else; 1 on this machine,"
+        " where the default model decodes several times slower on 2 threads as soon as"
+        " anything else runs. Set `n_threads: 2` for a machine kept idle for the model."
     )
     return out
 
 
-def _ratio(a: dict[str, Any], b: dict[str, Any], key: str = "decode_tokens_per_s") -> str:
-    if not b[key]:
-        return "n/a"
-    return f"{a[key] / b[key]:.1f}×"
+def _compare(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
+    if not a[key] or not b[key]:
+        return "at an unknown rate"
+    ratio = a[key] / b[key]
+    return f"{ratio:.1f}× faster than 1" if ratio >= 1 else f"{1 / ratio:.1f}× slower than 1"
 
 
 def _quality_notes(quality: dict[str, Any]) -> list[str]:
