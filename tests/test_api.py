@@ -27,8 +27,7 @@ from pilothouse.catalog._models import (
 )
 from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.settings import Settings
-from pilothouse.store import Database
-from pilothouse.store._writer import ConversationWriter, NewMessage, TurnBatch
+from pilothouse.store import Database, NewMessage, SqlTurnStore, TurnBatch
 
 pytestmark = pytest.mark.anyio
 
@@ -168,8 +167,8 @@ async def test_catalog_finders(ph: Pilothouse) -> None:
 
 async def test_conversation_reads(ph: Pilothouse) -> None:
     conversation = await ph.command.start_conversation("ANALYST", "SUMMARIZE")
-    writer = ConversationWriter(ph.database, ph.tenant)
-    handle = await writer.begin_turn(conversation.uuid)
+    writer = SqlTurnStore(ph.database)
+    handle = await writer.begin_turn(ph.tenant, conversation.uuid)
     await writer.write(
         handle,
         TurnBatch(
@@ -177,7 +176,7 @@ async def test_conversation_reads(ph: Pilothouse) -> None:
                 NewMessage(MessageRole.USER, "plan"),
                 NewMessage(MessageRole.QUESTION, "Where?"),
             ],
-            changes={"status": ProcessStatus.WAITING},
+            status=ProcessStatus.WAITING,
         ),
     )
     messages = await ph.query.get_conversation_messages(conversation.uuid)

@@ -54,15 +54,14 @@ from pilothouse.store import (
     Message,
     Page,
 )
-from pilothouse.store._writer import ConversationWriter
-from pilothouse.store._writer import NewAttachment as AttachmentInput
+from pilothouse.store import NewAttachment as AttachmentInput
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
     from pilothouse.providers import ModelFactory
     from pilothouse.providers._local import LocalModelServers
-    from pilothouse.runtime import EventHub, Runner, TurnEvent, TurnResult
+    from pilothouse.runtime import EventHub, Runner, Runtime, TurnEvent, TurnResult
     from pilothouse.runtime._toolexec import Authorizer
     from pilothouse.tools import ToolRegistry
 
@@ -463,9 +462,6 @@ class CommandApi(_Facet):
         await self._ready()
         return await self._runner.cancel(uuid)
 
-    def _writer(self) -> ConversationWriter:
-        return ConversationWriter(self.database, self.tenant)
-
     async def start_conversation(
         self,
         agent: str | None,
@@ -492,7 +488,8 @@ class CommandApi(_Facet):
             InvalidStateError: the action or the agent is deactivated.
         """
         await self._ready()
-        conversation = await self._writer().create(
+        conversation = await self._runner.store.create(
+            self.tenant,
             action_code=action,
             agent_code=agent,
             memory_id=memory_id,
@@ -582,7 +579,7 @@ class Pilothouse:
     ) -> None:
         from pilothouse.providers import ModelFactory, SecretResolver
         from pilothouse.providers._local import LocalModelServers
-        from pilothouse.runtime import ActionCompiler, EventHub, Runner
+        from pilothouse.runtime import ActionCompiler, EventHub, Runtime
         from pilothouse.runtime._authorize import CatalogToolAuthorizer
         from pilothouse.runtime._toolset import CatalogToolSource
 
@@ -602,15 +599,15 @@ class Pilothouse:
         secrets = SecretResolver(env=dict(os.environ), secrets_file=self.settings.secrets_file)
         self.events: EventHub = EventHub()
         source = CatalogToolSource(secrets, registry=tools)
-        self.runner: Runner = Runner(
+        self._runtime: Runtime = Runtime(
             database=self.database,
-            tenant=self.tenant,
             models=self._models,
             compiler=ActionCompiler(self.database, secrets),
             hub=self.events,
             model_override=model,
             tool_source=source,
         )
+        self.runner: Runner = self._runtime.runner(self.tenant)
         if isinstance(authorizer, str):
             # A catalog tool decides: its code was given instead of a callable.
             self.runner.authorizer = CatalogToolAuthorizer(
@@ -635,7 +632,7 @@ class Pilothouse:
 
     async def aclose(self) -> None:
         """Close model clients, the local servers it started, and its own database."""
-        await self.runner.aclose()
+        await self._runtime.aclose()
         await self._models.aclose()
         if self._owns_servers:
             await self._servers.aclose()

@@ -20,15 +20,17 @@ from pilothouse.catalog._enums import (
     ToolCallStatus,
 )
 from pilothouse.cli import app
-from pilothouse.store import Conversation, Database
-from pilothouse.store._writer import (
-    ConversationWriter,
+from pilothouse.store import (
+    Conversation,
+    Database,
     NewAttachment,
     NewEvent,
     NewMessage,
     NewToolCall,
+    SqlTurnStore,
     ToolCallOutcome,
     TurnBatch,
+    Usage,
 )
 
 runner = CliRunner()
@@ -53,9 +55,9 @@ async def _seed(url: str, tenant: str) -> tuple[str, str]:
     db = Database(url)
     try:
         await db.ensure_schema()
-        writer = ConversationWriter(db, tenant)
-        done = await writer.create(action_code="SUMMARIZE", agent_code="ANALYST")
-        handle = await writer.begin_turn(done.uuid)
+        writer = SqlTurnStore(db)
+        done = await writer.create(tenant, action_code="SUMMARIZE", agent_code="ANALYST")
+        handle = await writer.begin_turn(tenant, done.uuid)
         await writer.write(
             handle,
             TurnBatch(
@@ -69,7 +71,7 @@ async def _seed(url: str, tenant: str) -> tuple[str, str]:
                 ],
                 tool_calls=[NewToolCall("c1", "get_weather", {"city": "Paris"})],
                 events=[NewEvent(TimelineKind.REQUEST, {"model": "m"})],
-                usage={"input_tokens": 12, "output_tokens": 5, "estimated_cost": Decimal("0.0042")},
+                usage=Usage(input_tokens=12, output_tokens=5, estimated_cost=Decimal("0.0042")),
             ),
         )
         await writer.write(
@@ -80,14 +82,12 @@ async def _seed(url: str, tenant: str) -> tuple[str, str]:
                     NewMessage(MessageRole.ASSISTANT, "It is sunny in Paris."),
                 ],
                 outcomes=[ToolCallOutcome("c1", ToolCallStatus.SUCCEEDED, "sunny")],
-                changes={
-                    "status": ProcessStatus.COMPLETED,
-                    "finish_reason": FinishReason.STOP,
-                    "response_model": "test-model",
-                },
+                status=ProcessStatus.COMPLETED,
+                finish_reason=FinishReason.STOP,
+                response_model="test-model",
             ),
         )
-        fresh = await writer.create(action_code="TRANSLATE", agent_code=None)
+        fresh = await writer.create(tenant, action_code="TRANSLATE", agent_code=None)
         async with db.sessions.begin() as session:
             for key, day in ((done.uuid, 1), (fresh.uuid, 5)):
                 await session.execute(

@@ -1,4 +1,7 @@
-"""A small catalog built with the ORM, and a runner wired to the scripted model."""
+"""A small catalog built with the ORM, and a runner wired to the scripted model.
+
+Each runner is the tenant ``default``'s view over a runtime of its own.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import pytest
 from runtime_catalog import seed_catalog
 
 from pilothouse.providers import ModelFactory, SecretResolver
-from pilothouse.runtime import ActionCompiler, EventHub, Runner
+from pilothouse.runtime import ActionCompiler, EventHub, Runner, Runtime
 from pilothouse.store import Database
 from pilothouse.testing import ScriptedModel
 
@@ -35,15 +38,15 @@ async def make_runner(catalog: Database) -> AsyncIterator[RunnerFactory]:
             return None
 
         kwargs.setdefault("sleep", no_sleep)
-        return Runner(
+        runtime = Runtime(
             database=catalog,
-            tenant="default",
             models=factory,
             compiler=ActionCompiler(catalog, SecretResolver(env={}, secrets_file=None)),
             hub=EventHub(),
             model_override=model,
             **kwargs,
         )
+        return runtime.runner("default")
 
     yield build
     for factory in factories:

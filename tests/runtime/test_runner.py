@@ -33,9 +33,8 @@ from pilothouse.runtime import (
     TurnFinished,
     TurnRetry,
 )
-from pilothouse.store import Conversation, Database, Message, TimelineEvent
+from pilothouse.store import Conversation, Database, Message, SqlTurnStore, TimelineEvent
 from pilothouse.store._records import ToolCall as ToolCallRow
-from pilothouse.store._writer import ConversationWriter
 from pilothouse.testing import Fail, Json, Reply, ScriptedModel, ToolCall
 
 RunnerFactory = Callable[..., Runner]
@@ -46,8 +45,8 @@ pytestmark = pytest.mark.anyio
 async def start(
     db: Database, action: str, agent: str | None = "ANALYST", memory_id: str | None = None
 ) -> str:
-    conversation = await ConversationWriter(db, "default").create(
-        action_code=action, agent_code=agent, memory_id=memory_id
+    conversation = await SqlTurnStore(db).create(
+        "default", action_code=action, agent_code=agent, memory_id=memory_id
     )
     return conversation.uuid
 

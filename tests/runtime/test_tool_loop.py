@@ -22,11 +22,10 @@ from pilothouse.catalog._enums import (
 )
 from pilothouse.catalog._models import McpClient, Tool
 from pilothouse.errors import InvalidStateError
-from pilothouse.runtime import Runner
+from pilothouse.runtime import Question, ReturnedCall, Runner, ToolCallRecord
 from pilothouse.runtime._hitl import AnswerError, Resumption
-from pilothouse.store import Conversation, Database, Message, TimelineEvent
+from pilothouse.store import Conversation, Database, Message, SqlTurnStore, TimelineEvent
 from pilothouse.store._records import ToolCall as ToolCallRow
-from pilothouse.store._writer import ConversationWriter
 from pilothouse.testing import Calls, Reply, ScriptedModel, ToolCall
 from pilothouse.tools import ExecutableTool, ToolContext, ToolDefinition, ToolResult
 
@@ -73,9 +72,7 @@ async def _echo(arguments: Mapping[str, Any]) -> str:
 
 
 async def start(db: Database, action: str) -> str:
-    return (
-        await ConversationWriter(db, "default").create(action_code=action, agent_code=None)
-    ).uuid
+    return (await SqlTurnStore(db).create("default", action_code=action, agent_code=None)).uuid
 
 
 async def stored(db: Database, uuid: str) -> tuple[Conversation, list[Message], list[ToolCallRow]]:
@@ -356,9 +353,20 @@ async def test_schema_tool_call_is_returned_and_its_result_resumes_the_loop(
         ProcessStatus.COMPLETED,
         FinishReason.TOOL_CALLS,
     )
-    assert result.tool_calls == [
+    assert result.tool_calls == (ReturnedCall("i1", "extract_invoice", {"total": 42}),)
+    # On the wire the call keeps its JSON shape.
+    assert result.as_json()["tool_calls"] == [
         {"id": "i1", "name": "extract_invoice", "arguments": {"total": 42}}
     ]
+    assert result.call_records == (
+        ToolCallRecord(
+            "i1",
+            "extract_invoice",
+            {"total": 42},
+            ToolCallStatus.RETURNED,
+            "returned to the caller",
+        ),
+    )
     resumption = Resumption(catalog, "default", runner, runner.compiler)
     resumed = await resumption.submit_tool_result(uuid, "i1", {"stored": True})
     assert (resumed.status, resumed.output) == (ProcessStatus.COMPLETED, "Thanks.")
@@ -383,6 +391,7 @@ async def test_question_pauses_and_answers_resume_even_in_a_new_runner(
     assert paused.output == {
         "questions": [{"id": "size", "question": "Which size?", "choices": ["S", "M"]}]
     }
+    assert paused.questions == (Question("size", "Which size?", ("S", "M"), "q1"),)
     conversation, messages, _ = await stored(catalog, uuid)
     assert conversation.status is ProcessStatus.WAITING
     assert messages[-1].role is MessageRole.QUESTION

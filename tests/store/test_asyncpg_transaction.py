@@ -14,9 +14,8 @@ import pytest
 from sqlalchemy import Connection, event, select, text
 
 from pilothouse.catalog._enums import MessageRole
-from pilothouse.store import Database, Message
+from pilothouse.store import Database, Message, NewMessage, SqlTurnStore, TurnBatch
 from pilothouse.store._engine import _refuse_closed  # pyright: ignore[reportPrivateUsage]
-from pilothouse.store._writer import ConversationWriter, NewMessage, TurnBatch
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -89,9 +88,9 @@ async def test_a_begin_on_a_dead_connection_is_retried_once(pg: Database) -> Non
 async def test_a_failing_transaction_rolls_back_and_its_connection_is_reused(
     pg: Database,
 ) -> None:
-    writer = ConversationWriter(pg, "default")
-    conversation = await writer.create(action_code="A", agent_code=None)
-    handle = await writer.begin_turn(conversation.uuid)
+    writer = SqlTurnStore(pg)
+    conversation = await writer.create("default", action_code="A", agent_code=None)
+    handle = await writer.begin_turn("default", conversation.uuid)
 
     def fail(connection: Connection) -> None:
         connection.execute(
@@ -113,9 +112,9 @@ async def test_a_failing_transaction_rolls_back_and_its_connection_is_reused(
 
 
 async def test_a_database_error_propagates_and_nothing_is_written(pg: Database) -> None:
-    writer = ConversationWriter(pg, "default")
-    conversation = await writer.create(action_code="A", agent_code=None)
-    handle = await writer.begin_turn(conversation.uuid)
+    writer = SqlTurnStore(pg)
+    conversation = await writer.create("default", action_code="A", agent_code=None)
+    handle = await writer.begin_turn("default", conversation.uuid)
     await writer.write(handle, TurnBatch(messages=[NewMessage(MessageRole.USER, "one")]))
     handle.next_message -= 1  # the sequence just written, again
     with pytest.raises(Exception, match="unique|duplicate"):
@@ -128,8 +127,8 @@ async def test_a_database_error_propagates_and_nothing_is_written(pg: Database) 
 async def test_sessions_after_a_transaction_are_transactional_again(pg: Database) -> None:
     # Database.transaction puts its connection in AUTOCOMMIT; the pool must
     # reset it, or a session's rollback would keep what it wrote.
-    writer = ConversationWriter(pg, "default")
-    conversation = await writer.create(action_code="A", agent_code=None)
+    writer = SqlTurnStore(pg)
+    conversation = await writer.create("default", action_code="A", agent_code=None)
     # One pooled connection: this is the one the transaction just used.
     async with pg.engine.connect() as connection:
         await connection.execute(

@@ -15,22 +15,27 @@ from sqlalchemy import select, text
 
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, TimelineKind
 from pilothouse.errors import InvalidStateError
-from pilothouse.store import Conversation, Database, Message, TimelineEvent
-from pilothouse.store._writer import (
-    ConversationWriter,
+from pilothouse.store import (
+    Conversation,
+    Database,
+    Message,
     NewEvent,
     NewMessage,
     NewToolCall,
+    SqlTurnStore,
+    TimelineEvent,
     TurnBatch,
+    Usage,
 )
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_rows_written_by_the_turn_path_read_back_exactly(database: Database) -> None:
-    writer = ConversationWriter(database, "default")
-    conversation = await writer.create(action_code="A", agent_code=None)
+    writer = SqlTurnStore(database)
+    conversation = await writer.create("default", action_code="A", agent_code=None)
     handle = await writer.begin_turn(
+        "default",
         conversation.uuid,
         first=TurnBatch(messages=[NewMessage(MessageRole.USER, "héllo", token_count=2)]),
     )
@@ -42,8 +47,9 @@ async def test_rows_written_by_the_turn_path_read_back_exactly(database: Databas
                 NewMessage(MessageRole.ASSISTANT, "hi", data={"ai": {"runId": "r", "n": [1, 2]}})
             ],
             events=[NewEvent(TimelineKind.RESPONSE, {"tokens": 3, "note": "ü"}, at=at)],
-            changes={"status": ProcessStatus.COMPLETED, "response_model": "m"},
-            usage={"input_tokens": 10, "output_tokens": 3, "estimated_cost": Decimal("0.00012")},
+            status=ProcessStatus.COMPLETED,
+            response_model="m",
+            usage=Usage(input_tokens=10, output_tokens=3, estimated_cost=Decimal("0.00012")),
         ),
     )
 
@@ -80,10 +86,12 @@ async def test_rows_written_by_the_turn_path_read_back_exactly(database: Databas
 async def test_stored_values_have_the_orm_s_own_format(database: Database) -> None:
     # A message the ORM writes and one the turn path writes must be stored
     # alike (types, datetime text, enum codes), or queries would mix formats.
-    writer = ConversationWriter(database, "default")
-    conversation = await writer.create(action_code="A", agent_code=None)
+    writer = SqlTurnStore(database)
+    conversation = await writer.create("default", action_code="A", agent_code=None)
     handle = await writer.begin_turn(
-        conversation.uuid, first=TurnBatch(messages=[NewMessage(MessageRole.USER, "fast")])
+        "default",
+        conversation.uuid,
+        first=TurnBatch(messages=[NewMessage(MessageRole.USER, "fast")]),
     )
     async with database.sessions.begin() as session:
         session.add(
@@ -115,9 +123,9 @@ async def test_stored_values_have_the_orm_s_own_format(database: Database) -> No
 
 
 async def test_a_step_that_fails_midway_leaves_nothing_behind(database: Database) -> None:
-    writer = ConversationWriter(database, "default")
-    conversation = await writer.create(action_code="A", agent_code=None)
-    handle = await writer.begin_turn(conversation.uuid)
+    writer = SqlTurnStore(database)
+    conversation = await writer.create("default", action_code="A", agent_code=None)
+    handle = await writer.begin_turn("default", conversation.uuid)
     before = handle.next_message
     # The user message is written first, then the tool calls are refused
     # (no assistant message owns them): the whole step must roll back.
@@ -146,8 +154,9 @@ async def test_the_turn_path_stores_what_core_stores(database: Database) -> None
     # SQLAlchemy stores as JSON 'null'), enum codes, numerics and datetimes.
     from sqlalchemy import insert, update
 
-    writer = ConversationWriter(database, "default")
+    writer = SqlTurnStore(database)
     handle = await writer.start_turn(
+        "default",
         "11111111-1111-1111-1111-111111111111",
         action_code="A",
         agent_code=None,

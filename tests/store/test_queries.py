@@ -15,15 +15,19 @@ from pilothouse.catalog._enums import (
     ToolCallStatus,
 )
 from pilothouse.errors import NotFoundError
-from pilothouse.store import Conversation, ConversationQueries, ConversationView, Database
-from pilothouse.store._writer import (
-    ConversationWriter,
+from pilothouse.store import (
+    Conversation,
+    ConversationQueries,
+    ConversationView,
+    Database,
     NewAttachment,
     NewEvent,
     NewMessage,
     NewToolCall,
+    SqlTurnStore,
     ToolCallOutcome,
     TurnBatch,
+    Usage,
 )
 
 pytestmark = pytest.mark.anyio
@@ -39,9 +43,11 @@ async def _completed(
     text: str = "hello",
 ) -> str:
     """A conversation with one full turn: user, assistant + tool call, tool, assistant."""
-    writer = ConversationWriter(db, tenant)
-    conversation = await writer.create(action_code=action, agent_code=agent, memory_id=memory_id)
-    handle = await writer.begin_turn(conversation.uuid)
+    writer = SqlTurnStore(db)
+    conversation = await writer.create(
+        tenant, action_code=action, agent_code=agent, memory_id=memory_id
+    )
+    handle = await writer.begin_turn(tenant, conversation.uuid)
     await writer.write(
         handle,
         TurnBatch(
@@ -59,7 +65,7 @@ async def _completed(
             ],
             tool_calls=[NewToolCall("c1", "get_weather", {"city": "Paris"})],
             events=[NewEvent(TimelineKind.REQUEST, {"model": "m"})],
-            usage={"input_tokens": 10, "output_tokens": 3, "estimated_cost": Decimal("0.00012")},
+            usage=Usage(input_tokens=10, output_tokens=3, estimated_cost=Decimal("0.00012")),
         ),
     )
     await writer.write(
@@ -71,7 +77,8 @@ async def _completed(
             ],
             outcomes=[ToolCallOutcome("c1", ToolCallStatus.SUCCEEDED, "sunny")],
             events=[NewEvent(TimelineKind.RESPONSE, {"finish": "ST"})],
-            changes={"status": ProcessStatus.COMPLETED, "finish_reason": FinishReason.STOP},
+            status=ProcessStatus.COMPLETED,
+            finish_reason=FinishReason.STOP,
         ),
     )
     return conversation.uuid
@@ -151,8 +158,8 @@ async def test_messages_attachments_tool_calls_and_timeline_are_in_order(
 async def test_list_filters_by_agent_action_and_status(database: Database) -> None:
     first = await _completed(database, action="SUMMARIZE", agent="ANALYST")
     second = await _completed(database, action="TRANSLATE", agent="CLERK")
-    writer = ConversationWriter(database, "default")
-    fresh = await writer.create(action_code="SUMMARIZE", agent_code=None)
+    writer = SqlTurnStore(database)
+    fresh = await writer.create("default", action_code="SUMMARIZE", agent_code=None)
     queries = ConversationQueries(database, "default")
 
     assert {c.uuid for c in (await queries.list(action="SUMMARIZE")).items} == {first, fresh.uuid}
@@ -194,10 +201,10 @@ async def test_list_refuses_a_bad_page(database: Database) -> None:
 async def test_pending_questions_are_those_after_the_last_answer_while_waiting(
     database: Database,
 ) -> None:
-    writer = ConversationWriter(database, "default")
-    conversation = await writer.create(action_code="PLAN", agent_code=None)
+    writer = SqlTurnStore(database)
+    conversation = await writer.create("default", action_code="PLAN", agent_code=None)
     queries = ConversationQueries(database, "default")
-    handle = await writer.begin_turn(conversation.uuid)
+    handle = await writer.begin_turn("default", conversation.uuid)
     await writer.write(
         handle,
         TurnBatch(
@@ -205,14 +212,14 @@ async def test_pending_questions_are_those_after_the_last_answer_while_waiting(
                 NewMessage(MessageRole.USER, "plan my trip"),
                 NewMessage(MessageRole.QUESTION, "Where to?", data={"choices": ["Rome"]}),
             ],
-            changes={"status": ProcessStatus.WAITING},
+            status=ProcessStatus.WAITING,
         ),
     )
     pending = await queries.pending_questions(conversation.uuid)
     assert [(q.sequence, q.content) for q in pending] == [(2, "Where to?")]
 
     # Answered, then two new questions: only the new ones are pending.
-    handle = await writer.begin_turn(conversation.uuid, allowed=[ProcessStatus.WAITING])
+    handle = await writer.begin_turn("default", conversation.uuid, allowed=[ProcessStatus.WAITING])
     await writer.write(
         handle,
         TurnBatch(
@@ -221,32 +228,32 @@ async def test_pending_questions_are_those_after_the_last_answer_while_waiting(
                 NewMessage(MessageRole.QUESTION, "When?"),
                 NewMessage(MessageRole.QUESTION, "Budget?"),
             ],
-            changes={"status": ProcessStatus.WAITING},
+            status=ProcessStatus.WAITING,
         ),
     )
     pending = await queries.pending_questions(conversation.uuid)
     assert [q.content for q in pending] == ["When?", "Budget?"]
 
-    handle = await writer.begin_turn(conversation.uuid, allowed=[ProcessStatus.WAITING])
+    handle = await writer.begin_turn("default", conversation.uuid, allowed=[ProcessStatus.WAITING])
     await writer.write(
         handle,
         TurnBatch(
             messages=[NewMessage(MessageRole.USER, "May, 1000 EUR")],
-            changes={"status": ProcessStatus.COMPLETED},
+            status=ProcessStatus.COMPLETED,
         ),
     )
     assert await queries.pending_questions(conversation.uuid) == []
 
 
 async def test_questions_are_not_pending_unless_waiting(database: Database) -> None:
-    writer = ConversationWriter(database, "default")
-    conversation = await writer.create(action_code="PLAN", agent_code=None)
-    handle = await writer.begin_turn(conversation.uuid)
+    writer = SqlTurnStore(database)
+    conversation = await writer.create("default", action_code="PLAN", agent_code=None)
+    handle = await writer.begin_turn("default", conversation.uuid)
     await writer.write(
         handle,
         TurnBatch(
             messages=[NewMessage(MessageRole.QUESTION, "Where to?")],
-            changes={"status": ProcessStatus.FAILED},
+            status=ProcessStatus.FAILED,
         ),
     )
     assert await ConversationQueries(database, "default").pending_questions(conversation.uuid) == []
@@ -304,9 +311,9 @@ async def test_transcript_holds_everything_and_serializes_to_json(database: Data
 
 async def test_transcript_costs_a_fixed_number_of_statements(database: Database) -> None:
     small = await _completed(database)
-    writer = ConversationWriter(database, "default")
-    big = await writer.create(action_code="A", agent_code=None)
-    handle = await writer.begin_turn(big.uuid)
+    writer = SqlTurnStore(database)
+    big = await writer.create("default", action_code="A", agent_code=None)
+    handle = await writer.begin_turn("default", big.uuid)
     await writer.write(
         handle,
         TurnBatch(

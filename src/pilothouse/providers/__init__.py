@@ -13,6 +13,8 @@ from __future__ import annotations
 __all__ = [
     "BUILTIN_MODELS",
     "SECRET_REFERENCE",
+    "DEFAULT_PROFILE",
+    "LOCAL_PROFILE",
     "ChatTurn",
     "LocalModelServers",
     "LocalServer",
@@ -21,6 +23,7 @@ __all__ = [
     "ModelFactory",
     "ModelIntegrityError",
     "ModelOptions",
+    "ModelProfile",
     "ModelSpec",
     "ProviderConfigError",
     "ProviderSpec",
@@ -28,7 +31,9 @@ __all__ = [
     "SageMakerFormat",
     "SecretResolver",
     "is_secret_reference",
+    "profile_for",
     "redact",
+    "secret_values",
     "to_model_settings",
     "translate_error",
     "uses_responses_api",
@@ -46,9 +51,15 @@ from pilothouse.providers._factory import LocalServers, ModelFactory
 from pilothouse.providers._local import LocalModelServers, LocalServer
 from pilothouse.providers._local_models import BUILTIN_MODELS, ModelIntegrityError
 from pilothouse.providers._options import ModelOptions, to_model_settings, uses_responses_api
+from pilothouse.providers._profile import (
+    DEFAULT_PROFILE,
+    LOCAL_PROFILE,
+    ModelProfile,
+    profile_for,
+)
 from pilothouse.providers._sagemaker_formats import ChatTurn, SageMakerFormat
 from pilothouse.providers._secrets import SECRET_REFERENCE, SecretResolver, is_secret_reference
-from pilothouse.providers._spec import ModelSpec, ProviderSpec
+from pilothouse.providers._spec import ModelSpec, ProviderSpec, secret_values
 
 if TYPE_CHECKING:
     from pilothouse.providers._sagemaker import SageMakerEmbedder

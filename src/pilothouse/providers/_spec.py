@@ -7,7 +7,7 @@ so building or looking up a model never touches the store or the secrets file.
 
 from __future__ import annotations
 
-__all__ = ["ModelSpec", "ProviderSpec"]
+__all__ = ["ModelSpec", "ProviderSpec", "secret_values"]
 
 import hashlib
 import json
@@ -16,9 +16,13 @@ from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 from functools import cached_property
-from typing import Any
+from typing import Any, Final
 
 from pilothouse.catalog._enums import ModelCapability, ProviderKind
+from pilothouse.providers._profile import ModelProfile, profile_for
+
+_KIND_PROFILE: Final = ModelProfile()
+"""Marks a spec built without a profile: it gets its provider kind's."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,8 @@ class ModelSpec:
         input_price: price per one million input tokens, when known.
         output_price: price per one million output tokens, when known.
         knowledge_cutoff: the model's training cutoff, when known.
+        profile: how the run loop talks to the model; the provider kind's
+            profile (:func:`profile_for`) unless given.
     """
 
     code: str
@@ -108,6 +114,11 @@ class ModelSpec:
     input_price: Decimal | None = None
     output_price: Decimal | None = None
     knowledge_cutoff: date | None = None
+    profile: ModelProfile = _KIND_PROFILE
+
+    def __post_init__(self) -> None:
+        if self.profile is _KIND_PROFILE:
+            object.__setattr__(self, "profile", profile_for(self.provider.kind))
 
     def __hash__(self) -> int:
         return hash(self._digest)
@@ -122,3 +133,14 @@ class ModelSpec:
             [self.code, self.model_name, self.provider.fingerprint()], separators=(",", ":")
         )
         return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def secret_values(spec: ModelSpec) -> tuple[str, ...]:
+    """The provider's resolved secrets: its key and every header value.
+
+    Masked wherever a vendor's message quotes them back (errors, audit).
+    """
+    provider = spec.provider
+    values = [provider.api_key or "", *provider.headers.values()]
+    # Very short values would mask ordinary words; keys are never that short.
+    return tuple(v for v in values if len(v) >= 6)

@@ -13,11 +13,10 @@ __all__ = ["ActionCompiler", "CompiledAction"]
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 import anyio
-from sqlalchemy import Connection, Select, bindparam, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from pilothouse.catalog._enums import (
@@ -163,16 +162,8 @@ class CompiledAction:
         ]
 
 
-@cache
-def _revision_statement() -> Select[int]:
-    # Built once: on every turn's path, and a statement object keeps its
-    # cache key.
-    return select(CatalogRevision.revision).where(CatalogRevision.tenant == bindparam("b_tenant"))
-
-
-def _read_revision(connection: Connection, tenant: str) -> int:
-    rows = fastsql.fetch(connection, _revision_statement(), {"b_tenant": tenant})
-    return int(rows[0].revision or 0) if rows else 0
+def _revision(value: int | None) -> int:
+    return int(value or 0)
 
 
 class ActionCompiler:
@@ -196,6 +187,11 @@ class ActionCompiler:
             list(contributors) if contributors is not None else default_contributors()
         )
         self._cache: dict[tuple[str, str, str | None], CompiledAction] = {}
+        # Built once: it runs on every turn's path, on the store's fast path.
+        self._revision = fastsql.Query(
+            select(CatalogRevision.revision).where(CatalogRevision.tenant == bindparam("b_tenant")),
+            _revision,
+        )
         # One Redis pool for every cache advisor of every compiled action.
         self._redis = RedisClientPool()
 
@@ -239,7 +235,8 @@ class ActionCompiler:
         cached = self._cache.get(key)
         if cached is not None:
             # The hit path: one statement, on the store's fastest path.
-            revision = await self._db.transaction(_read_revision, tenant)
+            rows = await self._db.transaction(fastsql.fetch, self._revision, {"b_tenant": tenant})
+            revision = rows[0] if rows else 0
             if cached.revision == revision:
                 return cached
         async with self._db.sessions() as session:

@@ -45,7 +45,7 @@ from pydantic_ai.usage import RequestUsage
 
 from pilothouse.catalog._enums import FinishReason, MessageRole
 from pilothouse.memory import MESSAGE_OVERHEAD_TOKENS, MemoryMessage, TokenCounter
-from pilothouse.store._writer import NewAttachment
+from pilothouse.store import NewAttachment
 
 OUTPUT_TOOL = "final_result"
 """Name of the tool a function-calling model answers structured output with."""

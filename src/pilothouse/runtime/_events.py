@@ -10,9 +10,12 @@ from __future__ import annotations
 __all__ = [
     "EventHub",
     "Listener",
+    "Question",
+    "ReturnedCall",
     "StatusChanged",
     "TextDelta",
     "ThinkingDelta",
+    "ToolCallRecord",
     "ToolCallRequested",
     "TurnEvent",
     "TurnFinished",
@@ -22,13 +25,85 @@ __all__ = [
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
-from pilothouse.catalog._enums import FinishReason, ProcessStatus
+from pilothouse.catalog._enums import FinishReason, ProcessStatus, ToolCallStatus
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A question the model asked the user (``AskUserQuestion``); the turn waits for answers.
+
+    Attributes:
+        id: the question's id, which the answer names.
+        question: the question's text.
+        choices: the allowed answers; empty when any answer goes.
+        call_id: the ``AskUserQuestion`` call that asked it.
+    """
+
+    id: str
+    question: str
+    choices: tuple[str, ...]
+    call_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The question as JSON-ready data (without the call id, as on the wire)."""
+        return {"id": self.id, "question": self.question, "choices": list(self.choices)}
+
+
+@dataclass(frozen=True, slots=True)
+class ReturnedCall:
+    """A call of a custom-schema tool, returned to the caller unexecuted.
+
+    The caller runs it and gives the result back (``submit_tool_result``).
+
+    Attributes:
+        id: the call's id.
+        name: the tool's name.
+        arguments: the arguments the model gave.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The call as JSON-ready data."""
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRecord:
+    """A tool call the model made during a turn, and what became of it.
+
+    Attributes:
+        id: the call's id.
+        name: the tool's name.
+        arguments: the arguments the model gave (repaired when they needed it).
+        status: succeeded, failed, denied, returned to the caller, or still
+            requested (a question waiting for its answer).
+        result: what the model was told, once there is a result.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    status: ToolCallStatus
+    result: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready data (the status as its code)."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "arguments": self.arguments,
+            "status": self.status.value,
+            "result": self.result,
+        }
 
 
 @dataclass(frozen=True)
@@ -48,6 +123,10 @@ class TurnResult:
         ai_meta: the AI-generated marker of the output.
         error: the error detail when the turn failed.
         tool_calls: calls returned to the caller unexecuted.
+        questions: the questions asked, when the turn waits (``WA``) for
+            answers; ``output`` carries them too, as ``{"questions": [...]}``.
+        call_records: every tool call the model made in this turn, in order,
+            with its outcome.
     """
 
     conversation_uuid: str
@@ -60,7 +139,9 @@ class TurnResult:
     cost: Decimal
     ai_meta: dict[str, Any] | None
     error: str | None = None
-    tool_calls: list[dict[str, Any]] = field(default_factory=lambda: [])
+    tool_calls: tuple[ReturnedCall, ...] = ()
+    questions: tuple[Question, ...] = ()
+    call_records: tuple[ToolCallRecord, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         """Return the result as JSON-ready data (codes for enums, cost as a string)."""
@@ -74,7 +155,7 @@ class TurnResult:
             "cost": str(self.cost),
             "ai_meta": self.ai_meta,
             "error": self.error,
-            "tool_calls": self.tool_calls,
+            "tool_calls": [call.to_dict() for call in self.tool_calls],
         }
 
 
@@ -145,15 +226,25 @@ Listener = Callable[[TurnEvent], Awaitable[None] | None]
 
 
 class EventHub:
-    """Fans turn events out to subscribers: per conversation or for all."""
+    """Fans turn events out to subscribers: per conversation, per tenant, or for all.
+
+    One hub serves a whole process (every tenant's turns); a subscriber for
+    all conversations may keep to one tenant's (``tenant=``).
+    """
 
     def __init__(self) -> None:
-        self._all: list[Listener] = []
-        self._quiet: list[Listener] = []
+        # (listener, tenant or None for every tenant)
+        self._all: list[tuple[Listener, str | None]] = []
+        self._quiet: list[tuple[Listener, str | None]] = []
         self._by_conversation: dict[str, list[Listener]] = {}
 
     def subscribe(
-        self, listener: Listener, conversation_uuid: str | None = None, *, deltas: bool = True
+        self,
+        listener: Listener,
+        conversation_uuid: str | None = None,
+        *,
+        deltas: bool = True,
+        tenant: str | None = None,
     ) -> None:
         """Call ``listener`` with every event (of one conversation, when given).
 
@@ -164,19 +255,24 @@ class EventHub:
                 listener for all conversations that needs none (metrics, a
                 turn tracker) should say so: while any listener wants deltas,
                 every model call is streamed to produce them.
+            tenant: with no conversation given, only this tenant's events.
         """
         if conversation_uuid is not None:
             self._by_conversation.setdefault(conversation_uuid, []).append(listener)
         elif deltas:
-            self._all.append(listener)
+            self._all.append((listener, tenant))
         else:
-            self._quiet.append(listener)
+            self._quiet.append((listener, tenant))
 
     def unsubscribe(self, listener: Listener, conversation_uuid: str | None = None) -> None:
         """Stop calling ``listener``."""
         if conversation_uuid is None:
-            (self._all if listener in self._all else self._quiet).remove(listener)
-            return
+            for entries in (self._all, self._quiet):
+                for entry in entries:
+                    if entry[0] == listener:
+                        entries.remove(entry)
+                        return
+            raise ValueError(f"{listener!r} is not subscribed")
         listeners = self._by_conversation.get(conversation_uuid, [])
         listeners.remove(listener)
         if not listeners:
@@ -187,19 +283,26 @@ class EventHub:
         """Whether anyone listens at all (lets the loop skip building events)."""
         return bool(self._all or self._quiet or self._by_conversation)
 
-    def wants_deltas(self, conversation_uuid: str) -> bool:
-        """Whether anyone listening to this conversation wants streamed deltas."""
-        return bool(self._all or conversation_uuid in self._by_conversation)
+    def wants_deltas(self, conversation_uuid: str, tenant: str | None = None) -> bool:
+        """Whether anyone listening to this conversation (of ``tenant``) wants streamed deltas."""
+        if conversation_uuid in self._by_conversation:
+            return True
+        return any(only is None or only == tenant for _, only in self._all)
 
-    async def emit(self, event: TurnEvent, extra: Listener | None = None) -> None:
-        """Deliver ``event`` to its subscribers and to ``extra``.
+    async def emit(
+        self, event: TurnEvent, extra: Listener | None = None, tenant: str | None = None
+    ) -> None:
+        """Deliver ``event`` (of a turn of ``tenant``) to its subscribers and to ``extra``.
 
         A failing listener is logged and skipped: a broken subscriber must not
         break the turn it watches.
         """
-        listeners = [*self._all, *self._by_conversation.get(event.conversation_uuid, ())]
+        listeners = [listener for listener, only in self._all if only is None or only == tenant]
+        listeners.extend(self._by_conversation.get(event.conversation_uuid, ()))
         if not isinstance(event, TextDelta | ThinkingDelta):
-            listeners.extend(self._quiet)
+            listeners.extend(
+                listener for listener, only in self._quiet if only is None or only == tenant
+            )
         if extra is not None:
             listeners.append(extra)
         for listener in listeners:

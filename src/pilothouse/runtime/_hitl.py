@@ -20,13 +20,13 @@ from typing import Any
 from pilothouse.catalog._enums import ProcessStatus, TimelineKind, ToolCallStatus
 from pilothouse.errors import InvalidStateError, NotFoundError, PilothouseError
 from pilothouse.runtime._compile import ActionCompiler
-from pilothouse.runtime._events import Listener, TurnResult
+from pilothouse.runtime._events import Listener, ReturnedCall, TurnResult
 from pilothouse.runtime._runner import Runner
 from pilothouse.runtime._toolset import ASK_USER
 from pilothouse.runtime._toolstep import answers_reply
-from pilothouse.store import Conversation, ConversationQueries, Database, Message
+from pilothouse.runtime._turn import ToolReply
+from pilothouse.store import Conversation, ConversationQueries, Database, Message, NewEvent
 from pilothouse.store._base import utcnow
-from pilothouse.store._writer import NewEvent
 
 
 class AnswerError(PilothouseError):
@@ -87,15 +87,13 @@ class Resumption:
             )
         by_id = {str((q.data or {}).get("question_id")): q for q in questions}
         _check(by_id, answers)
-        replies: list[tuple[str, str, str]] = []
+        replies: list[ToolReply] = []
         for call_id in dict.fromkeys(q.tool_call_id or "" for q in questions):
             asked = [
-                {"id": qid, "question": q.content}
-                for qid, q in by_id.items()
-                if (q.tool_call_id or "") == call_id
+                (qid, q.content) for qid, q in by_id.items() if (q.tool_call_id or "") == call_id
             ]
             content = answers_reply(asked, {k: str(v) for k, v in answers.items()})
-            replies.append((call_id, ASK_USER, content))
+            replies.append(ToolReply(call_id, ASK_USER, content))
         event = NewEvent(TimelineKind.HUMAN_ANSWER, {"answers": dict(answers)})
         return await self._runner.resume(
             uuid,
@@ -139,7 +137,7 @@ class Resumption:
             )
         content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
         pending = [
-            {"id": c.call_id, "name": c.name, "arguments": c.arguments}
+            ReturnedCall(c.call_id, c.name, c.arguments)
             for c in calls
             if c.status is ToolCallStatus.RETURNED and c.call_id != tool_call_id
         ]
@@ -149,7 +147,7 @@ class Resumption:
         )
         return await self._runner.resume(
             uuid,
-            [(tool_call_id, call.name, content)],
+            [ToolReply(tool_call_id, call.name, content)],
             allowed=frozenset({ProcessStatus.COMPLETED}),
             event=event,
             on_event=on_event,

@@ -8,98 +8,28 @@ turn's listeners delta by delta.
 
 from __future__ import annotations
 
-__all__ = ["ModelCaller", "TurnState"]
+__all__ = ["ModelCaller"]
 
 import time
-import uuid as uuid_module
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, fields
-from decimal import Decimal
+from dataclasses import dataclass, fields
 from typing import Any
 
 from pydantic_ai.direct import model_request, model_request_stream
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import Model, ModelRequestParameters
 
-from pilothouse.catalog._enums import ModelCapability, ProviderKind, TimelineKind
+from pilothouse.catalog._enums import ModelCapability, TimelineKind
 from pilothouse.memory import counter_for
-from pilothouse.providers import ModelSpec, redact, translate_error
+from pilothouse.providers import redact, secret_values, translate_error
 from pilothouse.runtime._advisors import AdvisedCall
-from pilothouse.runtime._compile import CompiledAction
-from pilothouse.runtime._config import RuntimeConfig
 from pilothouse.runtime._convert import estimate_usage
-from pilothouse.runtime._events import Listener, TextDelta, ThinkingDelta, TurnEvent, TurnRetry
+from pilothouse.runtime._events import EventHub, TextDelta, ThinkingDelta, TurnEvent, TurnRetry
 from pilothouse.runtime._request import delta_text
 from pilothouse.runtime._retry import RetryPolicy
 from pilothouse.runtime._telemetry import Telemetry
-from pilothouse.store._writer import NewEvent, TurnHandle
-
-_MILLION = Decimal(1_000_000)
-
-
-@dataclass
-class TurnState:
-    """Mutable state of one running turn."""
-
-    handle: TurnHandle
-    compiled: CompiledAction
-    config: RuntimeConfig
-    listener: Listener | None
-    run_id: str = field(default_factory=lambda: str(uuid_module.uuid4()))
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
-    cost: Decimal = Decimal(0)
-    partial: list[str] = field(default_factory=lambda: [])
-    pending: list[NewEvent] = field(default_factory=lambda: [])
-    active_skills: set[str] = field(default_factory=lambda: set[str]())
-    offers_tools: bool = False
-    # What the whole turn used: the fields above are reset whenever a batch
-    # writes them, these are not.
-    turn_input: int = 0
-    turn_output: int = 0
-    turn_cost: Decimal = Decimal(0)
-
-    def add_usage(self, response: ModelResponse) -> None:
-        """Count a response's tokens and cost for the turn."""
-        usage = response.usage
-        spec = self.compiled.model
-        self.input_tokens += usage.input_tokens
-        self.output_tokens += usage.output_tokens
-        self.turn_input += usage.input_tokens
-        self.turn_output += usage.output_tokens
-        self.cached_tokens += usage.cache_read_tokens
-        self.reasoning_tokens += int(usage.details.get("reasoning_tokens", 0))
-        cost = Decimal(0)
-        if spec.input_price is not None:
-            cost += Decimal(usage.input_tokens) * spec.input_price / _MILLION
-        if spec.output_price is not None:
-            cost += Decimal(usage.output_tokens) * spec.output_price / _MILLION
-        self.cost += cost
-        self.turn_cost += cost
-
-    def usage_increments(self) -> dict[str, int | Decimal]:
-        """Usage not yet written, for the next batch; resets it."""
-        increments: dict[str, int | Decimal] = {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cached_tokens": self.cached_tokens,
-            "reasoning_tokens": self.reasoning_tokens,
-            "estimated_cost": self.cost,
-        }
-        # Usage is counted once: whatever a batch wrote is not written again.
-        self.input_tokens = self.output_tokens = self.cached_tokens = self.reasoning_tokens = 0
-        self.cost = Decimal(0)
-        return increments
-
-
-def secret_values(spec: ModelSpec) -> tuple[str, ...]:
-    """The provider's resolved secrets: its key and every header value."""
-    provider = spec.provider
-    values = [provider.api_key or "", *provider.headers.values()]
-    # Very short values would mask ordinary words; keys are never that short.
-    return tuple(v for v in values if len(v) >= 6)
+from pilothouse.runtime._turn import Turn
+from pilothouse.store import NewEvent
 
 
 def options_for_audit(options: Any) -> dict[str, Any]:
@@ -117,23 +47,22 @@ class ModelCaller:
         telemetry: OpenTelemetry spans.
         sleep: how retries wait.
         emit: delivers a turn event to the turn's listeners.
-        hub_wants_deltas: whether a subscriber wants a conversation's streamed deltas.
+        hub: tells whether a subscriber wants a conversation's streamed deltas.
     """
 
     telemetry: Telemetry
     sleep: Callable[[float], Awaitable[None]]
-    emit: Callable[[TurnState, TurnEvent], Awaitable[None]]
-    hub_wants_deltas: Callable[[str], bool]
+    emit: Callable[[Turn, TurnEvent], Awaitable[None]]
+    hub: EventHub
 
     async def call(
         self,
-        turn: TurnState,
+        turn: Turn,
         model: Model,
         messages: list[ModelMessage],
         settings: Any,
         params: ModelRequestParameters,
         options: Any,
-        tenant: str,
     ) -> ModelResponse:
         """Call the model through the action's advisors.
 
@@ -146,7 +75,7 @@ class ModelCaller:
             return await self._attempts(turn, model, messages, settings, params, options)
         advised = AdvisedCall(
             conversation_uuid=turn.handle.uuid,
-            tenant=tenant,
+            tenant=turn.tenant,
             spec=turn.compiled.model,
             messages=messages,
             settings=settings,
@@ -178,7 +107,7 @@ class ModelCaller:
 
     async def _attempts(
         self,
-        turn: TurnState,
+        turn: Turn,
         model: Model,
         messages: list[ModelMessage],
         settings: Any,
@@ -281,21 +210,19 @@ class ModelCaller:
             )
             return response
 
-    def wants_stream(self, turn: TurnState) -> bool:
+    def wants_stream(self, turn: Turn) -> bool:
         spec = turn.compiled.model
-        if spec.provider.kind is ProviderKind.LOCAL and turn.offers_tools:
-            # llama-cpp-python 0.3.36 cannot stream when the model may pick a
-            # tool ("Automatic streaming tool choice is not supported").
+        if turn.offers_tools and not spec.profile.streams_with_tools:
             return False
         if turn.config.stream is not None:
             return turn.config.stream
         if ModelCapability.STREAMING not in spec.capabilities:
             return False
-        return turn.listener is not None or self.hub_wants_deltas(turn.handle.uuid)
+        return turn.listener is not None or self.hub.wants_deltas(turn.uuid, turn.tenant)
 
     async def _stream(
         self,
-        turn: TurnState,
+        turn: Turn,
         model: Model,
         messages: list[ModelMessage],
         settings: Any,

@@ -1,13 +1,16 @@
-"""How a turn ends up in the store: answers, failures, cancellations, events.
+"""How a turn reaches the store and its subscribers: :class:`TurnRecorder`.
 
-The closing steps of every turn (pending events, status change, usage, one
-write, then the events to subscribers) live here, shared by the runner's
-success, failure, content-filter and cancellation paths.
+Every write of a running turn goes through the recorder: a step's batch
+takes the audit events gathered since the last write and the usage not yet
+counted, is logged when the audit timeline is off, and is written in one
+transaction; an ending (:data:`~pilothouse.runtime._turn.Ending`) becomes
+the turn's last batch (status, finish reason, usage) and its
+:class:`~pilothouse.runtime.TurnResult`, then subscribers hear of it.
 """
 
 from __future__ import annotations
 
-__all__ = ["TurnRecording", "status_event"]
+__all__ = ["TurnRecorder", "status_event"]
 
 import json
 import logging
@@ -21,88 +24,80 @@ from pilothouse.catalog._enums import (
     ProcessStatus,
     TimelineKind,
 )
-from pilothouse.providers import redact
-from pilothouse.runtime._advisors import ContentBlocked
+from pilothouse.providers import redact, secret_values
 from pilothouse.runtime._convert import ParsedResponse, finish_reason_of
 from pilothouse.runtime._events import (
     EventHub,
+    Question,
+    ReturnedCall,
     StatusChanged,
     TurnEvent,
     TurnFinished,
     TurnResult,
 )
-from pilothouse.runtime._modelcall import TurnState, secret_values
-from pilothouse.store._base import utcnow
-from pilothouse.store._writer import (
-    ConversationWriter,
-    NewEvent,
-    NewMessage,
-    TurnBatch,
+from pilothouse.runtime._turn import (
+    Answered,
+    Blocked,
+    Ending,
+    Failed,
+    Paused,
+    Returned,
+    Turn,
 )
+from pilothouse.store import NewEvent, NewMessage, TurnBatch, TurnStore
+from pilothouse.store._base import utcnow
 
 logger = logging.getLogger("pilothouse.audit")
 
 
-class TurnRecording:
-    """Recording half of the runner; expects ``_writer`` and ``hub``."""
+class TurnRecorder:
+    """Writes a turn's steps and its ending, and tells subscribers.
 
-    _writer: ConversationWriter
-    hub: EventHub
+    One per process, shared by every tenant's turns.
 
-    async def _record_invalid_output(
-        self, turn: TurnState, response: ModelResponse, parsed: ParsedResponse, errors: list[str]
+    Args:
+        store: where turns are written.
+        hub: where turn events go.
+    """
+
+    def __init__(self, store: TurnStore, hub: EventHub) -> None:
+        self.store = store
+        self.hub = hub
+
+    async def step(self, turn: Turn, batch: TurnBatch) -> None:
+        """Write a step of the running turn with the events and usage gathered so far."""
+        batch.events[:0] = turn.take_pending()
+        batch.usage = turn.take_usage()
+        await self.write(turn, batch)
+
+    async def write(self, turn: Turn, batch: TurnBatch) -> None:
+        """Write ``batch`` as it is."""
+        self._log_events(turn, batch.events)
+        await self.store.write(turn.handle, batch)
+
+    async def invalid_output(
+        self, turn: Turn, response: ModelResponse, parsed: ParsedResponse, errors: list[str]
     ) -> None:
+        """Record an answer that broke the output schema (kept out of chat memory)."""
         content = parsed.text
         if parsed.output_call is not None:
             content = json.dumps(parsed.output_call.args_as_dict(), ensure_ascii=False)
-        batch = TurnBatch(
-            messages=[
-                NewMessage(
-                    MessageRole.ASSISTANT,
-                    content,
-                    token_count=response.usage.output_tokens,
-                    data={"invalid_output": True, "errors": errors},
-                )
-            ],
-            events=[*turn.pending, NewEvent(TimelineKind.ERROR, {"output_errors": errors})],
-            usage=turn.usage_increments(),
+        message = NewMessage(
+            MessageRole.ASSISTANT,
+            content,
+            token_count=response.usage.output_tokens,
+            data={"invalid_output": True, "errors": errors},
         )
-        turn.pending = []
-        self._log_events(turn, batch.events)
-        await self._writer.write(turn.handle, batch)
-
-    async def _record_answer(
-        self, turn: TurnState, response: ModelResponse, parsed: ParsedResponse, output: Any
-    ) -> TurnResult:
-        # Tool calls never reach here: the loop runs, returns or pauses on them.
-        finish = finish_reason_of(response, parsed)
-        marker = self._marker(turn, response)
-        content = parsed.text if turn.compiled.output_schema is None else _json_text(output)
-        data: dict[str, Any] = {"ai": marker}
-        if parsed.thinking:
-            data["thinking"] = parsed.thinking
-        batch = TurnBatch(
-            messages=[
-                NewMessage(
-                    MessageRole.ASSISTANT,
-                    content,
-                    token_count=response.usage.output_tokens,
-                    data=data,
-                )
-            ],
-            changes={"finish_reason": finish, "response_model": response.model_name},
-        )
-        return await self._end_turn(
+        await self.step(
             turn,
-            batch,
-            ProcessStatus.COMPLETED,
-            finish_reason=finish,
-            output=output,
-            text=content,
-            ai_meta=marker,
+            TurnBatch(
+                messages=[message],
+                events=[NewEvent(TimelineKind.ERROR, {"output_errors": errors})],
+            ),
         )
 
-    def _marker(self, turn: TurnState, response: ModelResponse) -> dict[str, Any]:
+    def marker(self, turn: Turn, response: ModelResponse) -> dict[str, Any]:
+        """The AI-generated marker of a response."""
         spec = turn.compiled.model
         return {
             "aiGenerated": True,
@@ -113,47 +108,101 @@ class TurnRecording:
             "generatedAt": utcnow().isoformat(),
         }
 
-    async def _record_blocked(self, turn: TurnState, blocked: ContentBlocked) -> TurnResult:
-        """A content filter refused the input or the answer: finish reason CF."""
-        batch = TurnBatch(
-            events=[
-                NewEvent(
-                    TimelineKind.ERROR, {"content_filter": blocked.where, "rule": blocked.rule}
+    async def end(self, turn: Turn, ending: Ending) -> TurnResult:
+        """Write the turn's ending and return its result."""
+        match ending:
+            case Answered():
+                return await self._answered(turn, ending)
+            case Paused(response_model=model, batch=batch, questions=questions):
+                batch.response_model = model
+                output = {"questions": [q.to_dict() for q in questions]}
+                return await self._close(
+                    turn,
+                    batch,
+                    ProcessStatus.WAITING,
+                    finish_reason=FinishReason.TOOL_CALLS,
+                    output=output,
+                    questions=questions,
                 )
-            ],
-            changes={"finish_reason": FinishReason.CONTENT_FILTER},
+            case Returned(response_model=model, batch=batch, calls=calls):
+                batch.finish_reason = FinishReason.TOOL_CALLS
+                batch.response_model = model
+                return await self._close(
+                    turn,
+                    batch,
+                    ProcessStatus.COMPLETED,
+                    finish_reason=FinishReason.TOOL_CALLS,
+                    tool_calls=calls,
+                )
+            case Failed(detail=detail):
+                detail = redact(detail, secret_values(turn.compiled.model))
+                batch = TurnBatch(
+                    events=[NewEvent(TimelineKind.ERROR, {"detail": detail})],
+                    error_detail=detail,
+                )
+                return await self._close(turn, batch, ProcessStatus.FAILED, error=detail)
+            case Blocked(blocked=blocked):
+                batch = TurnBatch(
+                    events=[
+                        NewEvent(
+                            TimelineKind.ERROR,
+                            {"content_filter": blocked.where, "rule": blocked.rule},
+                        )
+                    ],
+                    finish_reason=FinishReason.CONTENT_FILTER,
+                )
+                return await self._close(
+                    turn,
+                    batch,
+                    ProcessStatus.COMPLETED,
+                    finish_reason=FinishReason.CONTENT_FILTER,
+                    error=str(blocked),
+                )
+
+    async def _answered(self, turn: Turn, ending: Answered) -> TurnResult:
+        # Tool calls never reach here: the loop runs, returns or pauses on them.
+        response, parsed = ending.response, ending.parsed
+        finish = finish_reason_of(response, parsed)
+        marker = self.marker(turn, response)
+        if turn.compiled.output_schema is None:
+            content = parsed.text
+        else:
+            content = json.dumps(ending.output, ensure_ascii=False)
+        data: dict[str, Any] = {"ai": marker}
+        if parsed.thinking:
+            data["thinking"] = parsed.thinking
+        message = NewMessage(
+            MessageRole.ASSISTANT, content, token_count=response.usage.output_tokens, data=data
         )
-        return await self._end_turn(
+        batch = TurnBatch(
+            messages=[message], finish_reason=finish, response_model=response.model_name
+        )
+        return await self._close(
             turn,
             batch,
             ProcessStatus.COMPLETED,
-            finish_reason=FinishReason.CONTENT_FILTER,
-            error=str(blocked),
+            finish_reason=finish,
+            output=ending.output,
+            text=content,
+            ai_meta=marker,
         )
 
-    async def _record_failed(self, turn: TurnState, detail: str) -> TurnResult:
-        detail = redact(detail, secret_values(turn.compiled.model))
-        batch = TurnBatch(
-            events=[NewEvent(TimelineKind.ERROR, {"detail": detail})],
-            changes={"error_detail": detail},
-        )
-        return await self._end_turn(turn, batch, ProcessStatus.FAILED, error=detail)
-
-    async def _record_cancelled(self, turn: TurnState) -> TurnResult:
+    async def cancelled(self, turn: Turn) -> TurnResult:
+        """Record a cancelled turn (``TE``) with the text streamed so far."""
         partial = "".join(turn.partial)
         batch = TurnBatch(events=[NewEvent(TimelineKind.CANCEL, {"partial_chars": len(partial)})])
         if partial:
-            marker = self._marker(turn, ModelResponse(parts=[]))
+            marker = self.marker(turn, ModelResponse(parts=[]))
             batch.messages.append(
                 NewMessage(MessageRole.ASSISTANT, partial, data={"interrupted": True, "ai": marker})
             )
-        return await self._end_turn(
+        return await self._close(
             turn, batch, ProcessStatus.TERMINATED, output=partial or None, text=partial
         )
 
-    async def _end_turn(
+    async def _close(
         self,
-        turn: TurnState,
+        turn: Turn,
         batch: TurnBatch,
         status: ProcessStatus,
         *,
@@ -162,12 +211,19 @@ class TurnRecording:
         text: str = "",
         ai_meta: dict[str, Any] | None = None,
         error: str | None = None,
-        tool_calls: list[dict[str, Any]] | None = None,
+        tool_calls: tuple[ReturnedCall, ...] = (),
+        questions: tuple[Question, ...] = (),
     ) -> TurnResult:
         """Write the turn's last step (pending events, status, usage) and report it."""
         handle = turn.handle
-        batch.events = [*turn.pending, *batch.events, status_event(ProcessStatus.RUNNING, status)]
-        batch.changes = {**batch.changes, "status": status, "finished_at": utcnow()}
+        batch.events = [
+            *turn.take_pending(),
+            *batch.events,
+            status_event(ProcessStatus.RUNNING, status),
+        ]
+        batch.status = status
+        batch.finished_at = utcnow()
+        batch.usage = turn.take_usage()
         result = TurnResult(
             conversation_uuid=handle.uuid,
             status=status,
@@ -179,17 +235,16 @@ class TurnRecording:
             cost=turn.turn_cost,
             ai_meta=ai_meta,
             error=error,
-            tool_calls=tool_calls or [],
+            tool_calls=tool_calls,
+            questions=questions,
+            call_records=tuple(turn.records),
         )
-        batch.usage = turn.usage_increments()
-        turn.pending = []
-        self._log_events(turn, batch.events)
-        await self._writer.write(handle, batch)
-        await self._emit(turn, StatusChanged(handle.uuid, ProcessStatus.RUNNING, status))
-        await self._emit(turn, TurnFinished(handle.uuid, result))
+        await self.write(turn, batch)
+        await self.emit(turn, StatusChanged(handle.uuid, ProcessStatus.RUNNING, status))
+        await self.emit(turn, TurnFinished(handle.uuid, result))
         return result
 
-    def _log_events(self, turn: TurnState, events: list[NewEvent]) -> None:
+    def _log_events(self, turn: Turn, events: list[NewEvent]) -> None:
         # With the audit timeline off the events still reach the log, so an
         # operator keeps a trace even where the store keeps none.
         if turn.handle.audit or not logger.isEnabledFor(logging.INFO):
@@ -202,15 +257,13 @@ class TurnRecording:
                 json.dumps(dict(item.data), default=str),
             )
 
-    async def _emit(self, turn: TurnState, event: TurnEvent) -> None:
+    async def emit(self, turn: Turn, event: TurnEvent) -> None:
+        """Deliver a turn event to the turn's listener and the hub's subscribers."""
         if turn.listener is None and not self.hub.active:
             return
-        await self.hub.emit(event, turn.listener)
+        await self.hub.emit(event, turn.listener, turn.handle.tenant)
 
 
 def status_event(old: ProcessStatus, new: ProcessStatus) -> NewEvent:
+    """The timeline event of a status change."""
     return NewEvent(TimelineKind.STATUS_CHANGE, {"from": old.value, "to": new.value})
-
-
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)

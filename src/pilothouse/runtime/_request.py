@@ -1,8 +1,9 @@
 """How a turn asks the model: request parameters, output modes, retry feedback.
 
 Structured output takes the best route the model offers: native JSON mode,
-then a function-calling output tool, then a prompt; the embedded llama.cpp
-model gets a grammar instead, which it honours and the others refuse.
+then a function-calling output tool, then a prompt; a model whose profile
+asks for it (the embedded llama.cpp model) gets a grammar instead, which it
+honours and the others refuse.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.output import OutputObjectDefinition
 from pydantic_ai.tools import ToolDefinition
 
-from pilothouse.catalog._enums import ModelCapability, ProviderKind
+from pilothouse.catalog._enums import ModelCapability
 from pilothouse.runtime._compile import CompiledAction
 from pilothouse.runtime._convert import OUTPUT_TOOL, ParsedResponse
 from pilothouse.tools._base import ToolDefinition as OfferedTool
@@ -97,7 +98,8 @@ def request_parameters(
         return ModelRequestParameters(function_tools=tools, allow_text_output=True), False
     capabilities = compiled.model.capabilities
     is_list = compiled.is_list_output
-    if compiled.model.provider.kind is ProviderKind.LOCAL:
+    if compiled.model.profile.grammar_output:
+        # The grammar in the settings shapes the answer (see grammar_output).
         return ModelRequestParameters(function_tools=tools, allow_text_output=True), is_list
     if ModelCapability.JSON_MODE in capabilities:
         return (

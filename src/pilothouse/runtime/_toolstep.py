@@ -3,15 +3,16 @@
 A step turns the repaired calls of a model response into executions
 (catalog and MCP tools), skill activations (``use_skill``), questions for
 the user (``AskUserQuestion``) and calls returned to the caller (custom
-schema tools), and produces the batch to record plus either the next request
-for the model, a pause for answers, or the end of the turn with calls for
-the caller.
+schema tools). It returns what comes next, with the batch to record: the
+results for the model (:class:`ToolResults`), a pause for answers
+(:class:`~pilothouse.runtime._turn.Paused`), or the end of the turn with
+calls for the caller (:class:`~pilothouse.runtime._turn.Returned`).
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "StepOutcome",
+    "ToolResults",
     "answers_reply",
     "normalized_response",
     "results_as_text",
@@ -19,8 +20,8 @@ __all__ = [
 ]
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from pydantic_ai.messages import (
@@ -35,32 +36,30 @@ from pydantic_ai.messages import (
 )
 
 from pilothouse.catalog._enums import MessageRole, TimelineKind, ToolCallStatus
+from pilothouse.runtime._events import Question, ReturnedCall, ToolCallRecord
 from pilothouse.runtime._repair import CallProblem, RepairedCall
 from pilothouse.runtime._toolexec import Execution, ToolExecutor
 from pilothouse.runtime._toolset import ASK_USER, USE_SKILL, SkillInfo, ToolSet, activate
 from pilothouse.runtime._toolset import skill_reply as _skill_reply
-from pilothouse.store._writer import NewEvent, NewMessage, NewToolCall, ToolCallOutcome, TurnBatch
+from pilothouse.runtime._turn import Paused, Returned
+from pilothouse.store import NewEvent, NewMessage, NewToolCall, ToolCallOutcome, TurnBatch
 
 
-@dataclass
-class StepOutcome:
-    """What a tool step produced.
+@dataclass(frozen=True, slots=True)
+class ToolResults:
+    """The loop goes on: results to record, then to send back to the model.
 
     Attributes:
         batch: messages, tool calls, outcomes and events to record.
-        request: the tool results to send back to the model, when the loop goes on.
-        questions: the questions asked, when the turn pauses for answers.
-        returned: calls handed to the caller, when the turn ends with them.
+        request: the tool results for the model's next request.
         activated: skill codes activated in this step.
         only_repeats: every call asked again for a result the turn already had.
     """
 
     batch: TurnBatch
-    request: ModelRequest | None = None
-    questions: list[dict[str, Any]] | None = None
-    returned: list[dict[str, Any]] | None = None
-    activated: list[str] = field(default_factory=lambda: [])
-    only_repeats: bool = False
+    request: ModelRequest
+    activated: tuple[str, ...]
+    only_repeats: bool
 
 
 def normalized_response(
@@ -86,19 +85,19 @@ def normalized_response(
     return replace(response, parts=parts)
 
 
-def _questions(call: RepairedCall) -> list[dict[str, Any]]:
+def _questions(call: RepairedCall) -> list[Question]:
     raw: list[Any] = call.arguments.get("questions") or [call.arguments]
-    questions: list[dict[str, Any]] = []
+    questions: list[Question] = []
     for index, item in enumerate(raw, start=1):
         question = cast("dict[str, Any]", item) if isinstance(item, dict) else {"question": item}
         choices = cast("list[Any]", question.get("choices") or [])
         questions.append(
-            {
-                "id": str(question.get("id") or f"q{index}"),
-                "question": str(question.get("question", "")),
-                "choices": [str(c) for c in choices],
-                "call_id": call.call_id,
-            }
+            Question(
+                id=str(question.get("id") or f"q{index}"),
+                question=str(question.get("question", "")),
+                choices=tuple(str(c) for c in choices),
+                call_id=call.call_id,
+            )
         )
     return questions
 
@@ -121,8 +120,12 @@ async def run_tool_step(
     executor: ToolExecutor,
     skills: Sequence[SkillInfo],
     marker: dict[str, Any],
-) -> StepOutcome:
-    """Run one response's calls and return what to record and what comes next."""
+    records: list[ToolCallRecord],
+) -> ToolResults | Paused | Returned:
+    """Run one response's calls; return what comes next and the batch to record.
+
+    Every call, with its outcome once it has one, is appended to ``records``.
+    """
     executable = [(c, toolset.executable[c.name]) for c in calls if c.name in toolset.executable]
     executions = {
         e.call.call_id: e
@@ -150,37 +153,37 @@ async def run_tool_step(
         tool_calls=listed,
     )
     returns: list[ModelRequestPart] = []
-    outcome = StepOutcome(batch=batch)
-    outcome.only_repeats = (
+    only_repeats = (
         bool(executions)
         and len(executions) == len(calls)
         and all(e.repeated for e in executions.values())
     )
-    asked: list[dict[str, Any]] = []
-    returned: list[dict[str, Any]] = []
+    activated: list[str] = []
+    asked: list[Question] = []
+    returned: list[ReturnedCall] = []
     for call in calls:
         repairs = {"repairs": call.repairs} if call.repairs else {}
         if call.call_id in executions:
             _record_execution(batch, returns, executions[call.call_id], repairs)
         elif call.name == USE_SKILL:
-            activated = activate(skills, str(call.arguments.get("skill", "")))
-            outcome.activated.extend(s.code for s in activated)
-            reply = _skill_reply(activated) or "unknown skill"
+            skills_now = activate(skills, str(call.arguments.get("skill", "")))
+            activated.extend(s.code for s in skills_now)
+            reply = _skill_reply(skills_now) or "unknown skill"
             batch.messages.append(
-                _tool_message(call.call_id, call.name, reply, activated=outcome.activated)
+                _tool_message(call.call_id, call.name, reply, activated=activated)
             )
             batch.outcomes.append(ToolCallOutcome(call.call_id, ToolCallStatus.SUCCEEDED, reply))
             batch.events.append(
                 NewEvent(
                     TimelineKind.TOOL_EXECUTION,
-                    {"call_id": call.call_id, "tool": USE_SKILL, "activated": outcome.activated},
+                    {"call_id": call.call_id, "tool": USE_SKILL, "activated": activated},
                 )
             )
             returns.append(ToolReturnPart(USE_SKILL, reply, tool_call_id=call.call_id))
         elif call.name == ASK_USER:
             asked.extend(_questions(call))
         else:
-            returned.append({"id": call.call_id, "name": call.name, "arguments": call.arguments})
+            returned.append(ReturnedCall(call.call_id, call.name, call.arguments))
             batch.outcomes.append(
                 ToolCallOutcome(call.call_id, ToolCallStatus.RETURNED, "returned to the caller")
             )
@@ -197,23 +200,31 @@ async def run_tool_step(
         returns.append(
             ToolReturnPart(problem.name, message, tool_call_id=problem.call_id, outcome="retried")
         )
+    outcomes = {o.call_id: o for o in batch.outcomes}
+    records.extend(
+        ToolCallRecord(
+            c.call_id,
+            c.name,
+            dict(c.arguments),
+            outcomes[c.call_id].status if c.call_id in outcomes else ToolCallStatus.REQUESTED,
+            outcomes[c.call_id].result if c.call_id in outcomes else None,
+        )
+        for c in listed
+    )
     if asked:
         for question in asked:
             batch.messages.append(
                 NewMessage(
                     MessageRole.QUESTION,
-                    question["question"],
-                    tool_call_id=question["call_id"],
-                    data={"question_id": question["id"], "choices": question["choices"]},
+                    question.question,
+                    tool_call_id=question.call_id,
+                    data={"question_id": question.id, "choices": list(question.choices)},
                 )
             )
-        outcome.questions = asked
-        return outcome
+        return Paused(response.model_name, batch, tuple(asked))
     if returned:
-        outcome.returned = returned
-        return outcome
-    outcome.request = ModelRequest(parts=returns)
-    return outcome
+        return Returned(response.model_name, batch, tuple(returned))
+    return ToolResults(batch, ModelRequest(parts=returns), tuple(activated), only_repeats)
 
 
 def _record_execution(
@@ -261,13 +272,17 @@ def _record_execution(
     )
 
 
-def answers_reply(questions: Sequence[dict[str, Any]], answers: dict[str, str]) -> str:
-    """The AskUserQuestion result the model sees once the user answered."""
+def answers_reply(questions: Sequence[tuple[str, str]], answers: Mapping[str, str]) -> str:
+    """The AskUserQuestion result the model sees once the user answered.
+
+    Args:
+        questions: ``(question id, question text)`` of one call's questions.
+        answers: the answers by question id.
+    """
     return json.dumps(
         {
             "answers": [
-                {"id": q["id"], "question": q["question"], "answer": answers[q["id"]]}
-                for q in questions
+                {"id": qid, "question": text, "answer": answers[qid]} for qid, text in questions
             ]
         },
         ensure_ascii=False,

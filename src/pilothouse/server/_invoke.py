@@ -61,8 +61,7 @@ from pilothouse.server._deps import Facade
 from pilothouse.server._openai_models import inline_schema
 from pilothouse.server._problems import ProblemError, problem_responses
 from pilothouse.server._replay import append_messages
-from pilothouse.store import Conversation
-from pilothouse.store._writer import STARTABLE, ConversationWriter, NewMessage
+from pilothouse.store import STARTABLE, Conversation, NewMessage
 
 router = APIRouter(tags=["connector"])
 
@@ -354,8 +353,8 @@ async def _conversation(ph: Pilothouse, body: InvokeRequest) -> tuple[str, Proce
     elif body.use_chat_memory:
         memory_id = str(uuid_module.uuid4())
     # Created through the writer, not start_conversation: INVOKE is no catalog action.
-    created = await ConversationWriter(ph.database, ph.tenant).create(
-        action_code=INVOKE_ACTION, agent_code=None, memory_id=memory_id, audit=audit
+    created = await ph.runner.store.create(
+        ph.tenant, action_code=INVOKE_ACTION, agent_code=None, memory_id=memory_id, audit=audit
     )
     return created.uuid, ProcessStatus.NOT_STARTED, created.memory_id
 
@@ -375,7 +374,7 @@ def _response(result: TurnResult, memory_id: str, warnings: list[str]) -> dict[s
             "totalTokens": result.input_tokens + result.output_tokens,
             "cost": str(result.cost),
         },
-        "toolCalls": result.tool_calls,
+        "toolCalls": [call.to_dict() for call in result.tool_calls],
         "warnings": warnings,
     }
 
@@ -411,7 +410,7 @@ async def invoke(request: Request, ph: Facade) -> JSONResponse:
     uuid, status, memory_id = await _conversation(ph, body)
     if status is not ProcessStatus.RUNNING:
         await append_messages(
-            ph.database,
+            ph.runner.store,
             ph.tenant,
             uuid,
             [NewMessage(MessageRole.SYSTEM, system_prompt, data={"invoke": _record(body)})],

@@ -68,8 +68,7 @@ from pilothouse.server._openai_models import (
 from pilothouse.server._problems import ProblemError
 from pilothouse.server._replay import append_messages
 from pilothouse.server._targets import Target, list_targets, resolve_target
-from pilothouse.store import ConversationQueries
-from pilothouse.store._writer import NewAttachment
+from pilothouse.store import ConversationQueries, NewAttachment
 
 logger = logging.getLogger(__name__)
 
@@ -241,7 +240,7 @@ async def _start(
         )
         conversation_uuid = conversation.uuid
         await append_messages(
-            ph.database,
+            ph.runner.store,
             ph.tenant,
             conversation_uuid,
             turn_input.history,

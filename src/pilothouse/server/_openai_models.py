@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pilothouse.catalog._enums import FinishReason, MessageRole
 from pilothouse.providers._options import ReasoningEffort
 from pilothouse.runtime import TurnResult
-from pilothouse.store._writer import NewAttachment, NewMessage
+from pilothouse.store import NewAttachment, NewMessage
 
 _FINISH = {
     FinishReason.STOP: "stop",
@@ -384,11 +384,11 @@ def tool_calls(result: TurnResult) -> list[dict[str, Any]]:
     """Return the calls returned to the caller, in OpenAI's ``tool_calls`` shape."""
     return [
         {
-            "id": call["id"],
+            "id": call.id,
             "type": "function",
             "function": {
-                "name": call["name"],
-                "arguments": json.dumps(call.get("arguments") or {}, ensure_ascii=False),
+                "name": call.name,
+                "arguments": json.dumps(call.arguments or {}, ensure_ascii=False),
             },
         }
         for call in result.tool_calls

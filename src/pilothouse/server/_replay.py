@@ -16,12 +16,11 @@ __all__ = ["append_messages"]
 from collections.abc import Sequence
 
 from pilothouse.catalog._enums import ProcessStatus, TimelineKind
-from pilothouse.store import Database
-from pilothouse.store._writer import STARTABLE, ConversationWriter, NewEvent, NewMessage, TurnBatch
+from pilothouse.store import STARTABLE, NewEvent, NewMessage, TurnBatch, TurnStore
 
 
 async def append_messages(
-    database: Database,
+    store: TurnStore,
     tenant: str,
     conversation_uuid: str,
     messages: Sequence[NewMessage],
@@ -31,7 +30,7 @@ async def append_messages(
     """Write ``messages`` to an idle conversation and leave it in ``status``.
 
     Args:
-        database: the store.
+        store: where turns are written.
         tenant: the conversation's tenant.
         conversation_uuid: the conversation (``NS`` or ``CO``).
         messages: appended in order, after the conversation's own.
@@ -43,9 +42,8 @@ async def append_messages(
     """
     if not messages:
         return
-    writer = ConversationWriter(database, tenant)
-    handle = await writer.begin_turn(conversation_uuid, allowed=STARTABLE & {status})
-    await writer.write(
+    handle = await store.begin_turn(tenant, conversation_uuid, allowed=STARTABLE & {status})
+    await store.write(
         handle,
         TurnBatch(
             messages=list(messages),
@@ -59,6 +57,6 @@ async def append_messages(
                     },
                 )
             ],
-            changes={"status": status},
+            status=status,
         ),
     )

@@ -1,4 +1,11 @@
-"""Persistence: database engine, migrations, the conversation store and its repository."""
+"""Persistence: database engine, migrations, the conversation store and its repository.
+
+Turns write through one :class:`TurnStore` protocol: :class:`SqlTurnStore`
+(the driver-level fast path deployments use) and :class:`OrmTurnStore` (the
+reference it is tested against); :class:`ConversationQueries` reads.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from pilothouse.store._base import Base
 from pilothouse.store._engine import Database, current_revision, head_revision
@@ -20,8 +27,22 @@ from pilothouse.store._records import (
     TimelineEvent,
     ToolCall,
 )
+from pilothouse.store._turnstore import (
+    STARTABLE,
+    NewAttachment,
+    NewEvent,
+    NewMessage,
+    NewToolCall,
+    StoredMessage,
+    ToolCallOutcome,
+    TurnBatch,
+    TurnHandle,
+    TurnStore,
+    Usage,
+)
 
 __all__ = [
+    "STARTABLE",
     "AppendOnlyViolation",
     "Attachment",
     "AttachmentView",
@@ -38,6 +59,36 @@ __all__ = [
     "TimelineEventView",
     "ToolCall",
     "ToolCallView",
+    "NewAttachment",
+    "NewEvent",
+    "NewMessage",
+    "NewToolCall",
+    "OrmTurnStore",
+    "SqlTurnStore",
+    "StoredMessage",
+    "ToolCallOutcome",
+    "TurnBatch",
+    "TurnHandle",
+    "TurnStore",
+    "Usage",
     "current_revision",
     "head_revision",
 ]
+
+if TYPE_CHECKING:
+    from pilothouse.store._ormstore import OrmTurnStore
+    from pilothouse.store._sqlstore import SqlTurnStore
+
+
+def __getattr__(name: str) -> Any:
+    # The stores check actions and agents, so they import the catalog's
+    # models, which import this package's base: loaded on first use.
+    if name == "SqlTurnStore":
+        from pilothouse.store._sqlstore import SqlTurnStore
+
+        return SqlTurnStore
+    if name == "OrmTurnStore":
+        from pilothouse.store._ormstore import OrmTurnStore
+
+        return OrmTurnStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

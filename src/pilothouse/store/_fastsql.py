@@ -7,11 +7,13 @@ store the largest cost of a turn after the model call (``docs/benchmarks.md``).
 On PostgreSQL, Core and SQLAlchemy's asyncpg adapter (its DBAPI emulation,
 cursor, prepared statement cache and status parsing) cost about as much again.
 
-The statements stay SQLAlchemy constructs: each is compiled once for the
-connection's dialect, and its parameters and results go through the column
-types' own bind and result processors (``TypeEngine.bind_processor`` /
-``result_processor``), so what is stored is byte for byte what SQLAlchemy
-would store. Two drivers take this path: pysqlite (its cursor) and asyncpg
+The statements stay SQLAlchemy constructs, wrapped in a :class:`Statement`
+(or a :class:`Query`, which also builds typed rows) that its owner builds
+once and keeps: it is compiled once per driver and keeps the plan, and its
+parameters and results go through the column types' own bind and result
+processors (``TypeEngine.bind_processor`` / ``result_processor``), so what
+is stored is byte for byte what SQLAlchemy would store, and a query returns
+the same rows whichever way it ran. Two drivers take this path: pysqlite (its cursor) and asyncpg
 (the driver connection, awaited from inside SQLAlchemy's greenlet), the
 latter only inside a transaction the driver already runs, which is what
 ``Database.transaction`` begins; elsewhere the same calls run through
@@ -20,35 +22,32 @@ latter only inside a transaction the driver already runs, which is what
 
 from __future__ import annotations
 
-__all__ = ["execute", "executemany", "fetch", "insert_one"]
+__all__ = ["Query", "Statement", "execute", "executemany", "fetch", "insert_one"]
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 from sqlalchemy import ColumnElement, Connection, CursorResult, Executable, Select
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import await_
 
 Processor = Callable[[Any], Any]
+R = TypeVar("R")
 
 _MISSING = object()
 
 
 @dataclass(frozen=True)
 class _Plan:
-    """A statement compiled for one dialect, with its processors in parameter order."""
+    """A statement compiled for one driver, with its processors in parameter order."""
 
-    statement: Executable
-    """Kept so the statement outlives its plan, and ``id()`` stays unique."""
     sql: str
     names: tuple[str, ...]
     binds: tuple[Processor | None, ...]
     defaults: tuple[Any, ...]
     """The value of a bind no caller names (literals such as ``version + 1``)."""
     results: tuple[Processor | None, ...]
-    row: Callable[..., Any] | None
 
     def parameters(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
         out: list[Any] = []
@@ -61,65 +60,76 @@ class _Plan:
             out.append(process(value) if process is not None else value)
         return tuple(out)
 
-    def rows(self, raw: list[tuple[Any, ...]]) -> list[Any]:
-        assert self.row is not None
-        results = self.results
-        return [
-            self.row(
-                *(
-                    process(value) if process is not None else value
-                    for process, value in zip(results, item, strict=True)
-                )
-            )
-            for item in raw
-        ]
-
-
-_plans: dict[tuple[int, tuple[str, ...], str, bool], _Plan] = {}
-
-
-def _plan(
-    connection: Connection, statement: Executable, keys: tuple[str, ...], many: bool = False
-) -> _Plan:
-    dialect = connection.dialect
-    key = (id(statement), keys, dialect.driver, many)
-    found = _plans.get(key)
-    if found is not None:
-        return found
-    # ``for_executemany`` as SQLAlchemy compiles an executemany: without the
-    # RETURNING of the new key that PostgreSQL's single INSERT gets.
-    compiled = cast(
-        SQLCompiler,
-        statement.compile(  # type: ignore[attr-defined]
-            dialect=dialect, column_keys=list(keys) if keys else None, for_executemany=many
-        ),
-    )
-    names = tuple(compiled.positiontup or ())
-    binds = tuple(
-        compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in names
-    )
-    defaults = tuple(
-        _MISSING if compiled.binds[name].required else compiled.binds[name].effective_value
-        for name in names
-    )
-    results: tuple[Processor | None, ...] = ()
-    row: Callable[..., Any] | None = None
-    selected = _selected(statement)
-    if selected is not None:
-        results = tuple(
-            column.type.dialect_impl(dialect).result_processor(dialect, None) for column in selected
+    def values(self, raw: Sequence[Any]) -> tuple[Any, ...]:
+        """A result row's values through the columns' result processors."""
+        return tuple(
+            process(value) if process is not None else value
+            for process, value in zip(self.results, raw, strict=True)
         )
-        row = _row_maker(tuple(str(column.key) for column in selected))
-    plan = _Plan(statement, compiled.string, names, binds, defaults, results, row)
-    _plans[key] = plan
-    return plan
 
 
-def _row_maker(keys: tuple[str, ...]) -> Callable[..., Any]:
-    def row(*values: Any) -> SimpleNamespace:
-        return SimpleNamespace(**dict(zip(keys, values, strict=True)))
+class Statement:
+    """An INSERT, UPDATE or DELETE that keeps its compiled plans.
 
-    return row
+    Build it once and keep it (its owner does: a store, a compiler); the
+    plans live on it, one per driver and set of named columns.
+
+    Args:
+        statement: the SQLAlchemy statement.
+    """
+
+    def __init__(self, statement: Executable) -> None:
+        self.statement = statement
+        self._plans: dict[tuple[str, tuple[str, ...], bool], _Plan] = {}
+
+    def plan(self, connection: Connection, keys: tuple[str, ...], many: bool = False) -> _Plan:
+        """The statement compiled for the connection's driver."""
+        dialect = connection.dialect
+        key = (dialect.driver, keys, many)
+        found = self._plans.get(key)
+        if found is not None:
+            return found
+        # ``for_executemany`` as SQLAlchemy compiles an executemany: without the
+        # RETURNING of the new key that PostgreSQL's single INSERT gets.
+        compiled = cast(
+            SQLCompiler,
+            self.statement.compile(  # type: ignore[attr-defined]
+                dialect=dialect, column_keys=list(keys) if keys else None, for_executemany=many
+            ),
+        )
+        names = tuple(compiled.positiontup or ())
+        binds = tuple(
+            compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect)
+            for name in names
+        )
+        defaults = tuple(
+            _MISSING if compiled.binds[name].required else compiled.binds[name].effective_value
+            for name in names
+        )
+        results: tuple[Processor | None, ...] = ()
+        selected = _selected(self.statement)
+        if selected is not None:
+            results = tuple(
+                column.type.dialect_impl(dialect).result_processor(dialect, None)
+                for column in selected
+            )
+        plan = _Plan(compiled.string, names, binds, defaults, results)
+        self._plans[key] = plan
+        return plan
+
+
+class Query(Statement, Generic[R]):
+    """A SELECT that keeps its compiled plans and builds typed rows.
+
+    Args:
+        statement: the SELECT.
+        row: builds one row from the selected columns' values, in order;
+            the same rows come back whatever the driver.
+    """
+
+    def __init__(self, statement: Select[*tuple[Any, ...]], row: Callable[..., R]) -> None:
+        super().__init__(statement)
+        self.row = row
 
 
 def _selected(statement: Executable) -> list[ColumnElement[Any]] | None:
@@ -145,34 +155,39 @@ def _asyncpg(connection: Connection) -> Any | None:
     return driver if driver is not None and driver.is_in_transaction() else None
 
 
-def fetch(connection: Connection, statement: Select[Any], values: Mapping[str, Any]) -> list[Any]:
-    """Return every row of a SELECT, each with attribute access by column key."""
+def fetch(connection: Connection, query: Query[R], values: Mapping[str, Any]) -> list[R]:
+    """Return every row of a SELECT, as the query's rows."""
+    row = query.row
     if connection.dialect.name != "sqlite":
         driver = _asyncpg(connection)
         if driver is None:
-            return list(connection.execute(statement, dict(values)).all())
-        plan = _plan(connection, statement, ())
-        return plan.rows(await_(driver.fetch(plan.sql, *plan.parameters(values))))
-    plan = _plan(connection, statement, ())
+            # SQLAlchemy's own result processing, then the same rows.
+            result = connection.execute(query.statement, dict(values))
+            return [row(*item) for item in result.all()]
+        plan = query.plan(connection, ())
+        raw = await_(driver.fetch(plan.sql, *plan.parameters(values)))
+        return [row(*plan.values(item)) for item in raw]
+    plan = query.plan(connection, ())
     cursor = _cursor(connection)
     try:
-        return plan.rows(cursor.execute(plan.sql, plan.parameters(values)).fetchall())
+        raw = cursor.execute(plan.sql, plan.parameters(values)).fetchall()
     finally:
         cursor.close()
+    return [row(*plan.values(item)) for item in raw]
 
 
-def execute(connection: Connection, statement: Executable, values: Mapping[str, Any]) -> int:
+def execute(connection: Connection, statement: Statement, values: Mapping[str, Any]) -> int:
     """Run an UPDATE (or DELETE) with named ``values``; return the rows it matched."""
     if connection.dialect.name != "sqlite":
         driver = _asyncpg(connection)
         if driver is None:
-            result = connection.execute(statement, dict(values))
+            result = connection.execute(statement.statement, dict(values))
             return cast(CursorResult[Any], result).rowcount
-        plan = _plan(connection, statement, ())
+        plan = statement.plan(connection, ())
         # asyncpg returns the command tag, "UPDATE <rows>".
         status: str = await_(driver.execute(plan.sql, *plan.parameters(values)))
         return int(status.rsplit(" ", 1)[-1])
-    plan = _plan(connection, statement, ())
+    plan = statement.plan(connection, ())
     cursor = _cursor(connection)
     try:
         return int(cursor.execute(plan.sql, plan.parameters(values)).rowcount)
@@ -180,19 +195,19 @@ def execute(connection: Connection, statement: Executable, values: Mapping[str, 
         cursor.close()
 
 
-def insert_one(connection: Connection, statement: Executable, values: Mapping[str, Any]) -> int:
+def insert_one(connection: Connection, statement: Statement, values: Mapping[str, Any]) -> int:
     """Run an INSERT of one row given column by column; return its integer key."""
     if connection.dialect.name != "sqlite":
         driver = _asyncpg(connection)
         if driver is None:
-            key = connection.execute(statement, dict(values)).inserted_primary_key
+            key = connection.execute(statement.statement, dict(values)).inserted_primary_key
             if key is None:  # pragma: no cover - an INSERT always reports its key
                 raise RuntimeError("the database did not report the new row's key")
             return int(key[0])
         # Compiled for PostgreSQL, a single INSERT ends in RETURNING its key.
-        plan = _plan(connection, statement, tuple(values))
+        plan = statement.plan(connection, tuple(values))
         return int(await_(driver.fetchval(plan.sql, *plan.parameters(values))))
-    plan = _plan(connection, statement, tuple(values))
+    plan = statement.plan(connection, tuple(values))
     cursor = _cursor(connection)
     try:
         cursor.execute(plan.sql, plan.parameters(values))
@@ -202,7 +217,7 @@ def insert_one(connection: Connection, statement: Executable, values: Mapping[st
 
 
 def executemany(
-    connection: Connection, statement: Executable, rows: Sequence[Mapping[str, Any]]
+    connection: Connection, statement: Statement, rows: Sequence[Mapping[str, Any]]
 ) -> None:
     """Run an INSERT once per row; every row names the same columns."""
     if not rows:
@@ -210,13 +225,13 @@ def executemany(
     if connection.dialect.name != "sqlite":
         driver = _asyncpg(connection)
         if driver is None:
-            connection.execute(statement, [dict(row) for row in rows])
+            connection.execute(statement.statement, [dict(row) for row in rows])
             return
-        plan = _plan(connection, statement, tuple(rows[0]), many=True)
+        plan = statement.plan(connection, tuple(rows[0]), many=True)
         # asyncpg pipelines the rows: one round trip for all of them.
         await_(driver.executemany(plan.sql, [plan.parameters(row) for row in rows]))
         return
-    plan = _plan(connection, statement, tuple(rows[0]), many=True)
+    plan = statement.plan(connection, tuple(rows[0]), many=True)
     cursor = _cursor(connection)
     try:
         cursor.executemany(plan.sql, [plan.parameters(row) for row in rows])

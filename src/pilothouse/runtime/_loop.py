@@ -1,0 +1,220 @@
+"""The model half of a turn: the :class:`CallModel` and :class:`RunTools` steps.
+
+:class:`TurnLoop` handles the two steps the turn alternates between once its
+request is assembled. Calling the model offers the step's tools, asks for
+structured output the way the model's profile and capabilities allow, and
+reads the response: tool calls (repaired) lead to :class:`RunTools`, an
+answer that breaks the output schema to another :class:`CallModel` with the
+errors as feedback, anything else to an ending. Running tools executes one
+round of calls and records it, then goes back to the model, or ends the turn
+paused for answers or with calls for the caller.
+
+The model's profile, never its provider, decides the quirks: a JSON grammar
+for structured output, and tool results read back as text.
+"""
+
+from __future__ import annotations
+
+__all__ = ["TurnLoop"]
+
+from collections.abc import Awaitable, Callable
+
+from pydantic_ai.models import Model
+
+from pilothouse.errors import ProviderError
+from pilothouse.providers import ModelFactory, to_model_settings
+from pilothouse.runtime._advisors import ContentBlocked
+from pilothouse.runtime._convert import parse_json_output, parse_response
+from pilothouse.runtime._events import ToolCallRequested
+from pilothouse.runtime._modelcall import ModelCaller
+from pilothouse.runtime._record import TurnRecorder
+from pilothouse.runtime._repair import repair_calls
+from pilothouse.runtime._request import feedback, grammar_output, request_parameters
+from pilothouse.runtime._telemetry import Telemetry
+from pilothouse.runtime._toolexec import Authorizer, ToolExecutor
+from pilothouse.runtime._toolset import ToolSet, ToolSource, offered_tools
+from pilothouse.runtime._toolstep import (
+    ToolResults,
+    normalized_response,
+    results_as_text,
+    run_tool_step,
+)
+from pilothouse.runtime._turn import (
+    Answered,
+    Blocked,
+    CallModel,
+    Failed,
+    ModelCalls,
+    Paused,
+    Returned,
+    RunTools,
+    Turn,
+)
+from pilothouse.tools._base import ToolError
+
+
+class TurnLoop:
+    """Runs the model steps of every tenant's turns (one per process).
+
+    Args:
+        models: builds and caches the pydantic-ai models.
+        recorder: writes each round.
+        telemetry: OpenTelemetry spans.
+        sleep: how retries wait.
+        tool_source: resolves catalog tools and MCP clients; asked for only
+            when an action has such tools.
+        model_override: a model used for every call instead of the catalog's.
+        tool_timeout: default seconds a tool call may take.
+        tool_concurrency: how many calls of one response run at once.
+        max_tool_steps: tool rounds one turn may take before it fails.
+    """
+
+    def __init__(
+        self,
+        *,
+        models: ModelFactory,
+        recorder: TurnRecorder,
+        telemetry: Telemetry,
+        sleep: Callable[[float], Awaitable[None]],
+        tool_source: Callable[[], ToolSource],
+        model_override: Model | None,
+        tool_timeout: float,
+        tool_concurrency: int,
+        max_tool_steps: int,
+    ) -> None:
+        self._models = models
+        self._recorder = recorder
+        self._telemetry = telemetry
+        self._tool_source = tool_source
+        self._model_override = model_override
+        self._tool_timeout = tool_timeout
+        self._tool_concurrency = tool_concurrency
+        self._max_tool_steps = max_tool_steps
+        self._caller = ModelCaller(
+            telemetry=telemetry, sleep=sleep, emit=recorder.emit, hub=recorder.hub
+        )
+
+    async def _calls(self, turn: Turn, authorizer: Authorizer | None) -> ModelCalls:
+        """The model, settings and tool executor of the turn, from its first call on."""
+        compiled = turn.compiled
+        options = compiled.options.merged(turn.config.options)
+        executor = ToolExecutor(
+            authorizer=authorizer,
+            rules=turn.config.overrides,
+            timeout=self._tool_timeout,
+            concurrency=self._tool_concurrency,
+            telemetry=self._telemetry,
+        )
+        turn.repairs_left = turn.output_retries_left = compiled.retry_count
+        return ModelCalls(
+            model=self._model_override or await self._models.model(compiled.model, options),
+            options=options,
+            settings=to_model_settings(compiled.model, options),
+            executor=executor,
+        )
+
+    async def call_model(
+        self, turn: Turn, step: CallModel, authorizer: Authorizer | None
+    ) -> CallModel | RunTools | Answered | Failed | Blocked:
+        """Call the model once; say what its response leads to."""
+        calls = turn.calls
+        if calls is None:
+            calls = turn.calls = await self._calls(turn, authorizer)
+        compiled = turn.compiled
+        try:
+            toolset = await self._toolset(turn)
+        except ToolError as exc:
+            # A tool that cannot be built or an MCP server that cannot be
+            # reached ends the turn with the reason, nothing lost.
+            return Failed(f"tools unavailable: {exc}")
+        # Offering no tools (rather than tool_choice "none", which small
+        # local models read as a cue to write calls as text) makes the
+        # model answer from the results it has.
+        offered = [] if step.force_text else toolset.definitions()
+        params, wrapped_list = request_parameters(compiled, offered)
+        settings = calls.settings
+        if compiled.output_schema is not None and compiled.model.profile.grammar_output:
+            settings, wrapped_list = grammar_output(settings, compiled), compiled.is_list_output
+        turn.offers_tools = bool(offered)
+        try:
+            response = await self._caller.call(
+                turn, calls.model, step.messages, settings, params, calls.options
+            )
+        except ProviderError as error:
+            return Failed(f"{type(error).__name__}: {error}")
+        except ContentBlocked as blocked:
+            return Blocked(blocked)
+        parsed = parse_response(response)
+        repaired, problems = repair_calls(
+            parsed.tool_calls,
+            parsed.text,
+            toolset.validators,
+            look_in_text=compiled.output_schema is None and bool(toolset.validators),
+        )
+        if repaired or problems:
+            turn.tool_rounds += 1
+            if turn.tool_rounds > self._max_tool_steps:
+                return Failed(
+                    f"the model made more than {self._max_tool_steps} rounds of tool calls"
+                )
+            if problems and not repaired:
+                turn.repairs_left -= 1
+                if turn.repairs_left < 0:
+                    detail = "; ".join(p.message for p in problems)
+                    return Failed(f"tool calls could not be repaired: {detail}")
+            return RunTools(step.messages, response, parsed.text, repaired, problems, toolset)
+        if compiled.output_schema is None:
+            return Answered(response, parsed, parsed.text)
+        value, problem = parse_json_output(parsed, wrapped_list)
+        errors = [problem] if problem else compiled.validation_errors(value)
+        if not errors:
+            return Answered(response, parsed, value)
+        await self._recorder.invalid_output(turn, response, parsed, errors)
+        if turn.output_retries_left <= 0:
+            return Failed("output does not match the schema: " + "; ".join(errors))
+        turn.output_retries_left -= 1
+        attempt = compiled.retry_count - turn.output_retries_left
+        messages = [*step.messages, response, feedback(errors, parsed, attempt)]
+        return CallModel(messages, step.force_text)
+
+    async def run_tools(self, turn: Turn, step: RunTools) -> CallModel | Paused | Returned:
+        """Run one round of tool calls and record it; say where the turn goes next."""
+        assert turn.calls is not None, "tools run after a model call"
+        response = normalized_response(step.response, step.calls, step.problems)
+        outcome = await run_tool_step(
+            tenant=turn.tenant,
+            conversation_uuid=turn.uuid,
+            response=response,
+            text="" if any(c.from_text for c in step.calls) else step.text,
+            calls=step.calls,
+            problems=step.problems,
+            toolset=step.toolset,
+            executor=turn.calls.executor,
+            skills=turn.compiled.skills,
+            marker=self._recorder.marker(turn, response),
+            records=turn.records,
+        )
+        if isinstance(outcome, ToolResults):
+            turn.active_skills.update(outcome.activated)
+        for call in step.calls:
+            await self._recorder.emit(
+                turn, ToolCallRequested(turn.uuid, call.call_id, call.name, call.arguments)
+            )
+        if not isinstance(outcome, ToolResults):
+            return outcome
+        await self._recorder.step(turn, outcome.batch)
+        if turn.compiled.model.profile.tool_results_as_text:
+            # One tool round, then the results as plain text with no tools
+            # offered: what small models answer well from.
+            return CallModel([*step.messages, results_as_text(outcome.request)], True)
+        # A model asking again for results it already has is stuck: the next
+        # request lets it answer only in text.
+        return CallModel([*step.messages, response, outcome.request], outcome.only_repeats)
+
+    async def _toolset(self, turn: Turn) -> ToolSet:
+        compiled = turn.compiled
+        needs_source = bool(
+            compiled.tool_rows or compiled.mcp_clients or any(s.tools for s in compiled.skills)
+        )
+        source = self._tool_source() if needs_source else None
+        return await offered_tools(source, compiled, turn.active_skills, self._tool_timeout)

@@ -1,0 +1,591 @@
+"""The turn store deployments use: each statement built once, run on the driver.
+
+Writes go through SQLAlchemy Core on the tables, not the ORM unit of work:
+every step of every turn passes here, and the ORM's flush bookkeeping cost
+several times the statements themselves (measured in ``docs/benchmarks.md``).
+The statements on a turn's path are built when the store is, and run through
+``_fastsql`` (straight on pysqlite's cursor or asyncpg's connection), each
+method in one ``Database.transaction``: on the event loop for SQLite, in one
+asyncpg transaction for PostgreSQL. Appended rows of one kind go in one
+executemany. :class:`~pilothouse.store.OrmTurnStore` is the reference these
+rows are compared with.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SqlTurnStore"]
+
+import uuid as uuid_module
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple, cast
+
+from sqlalchemy import (
+    Connection,
+    Insert,
+    Table,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
+
+from pilothouse.catalog._enums import MessageRole, ProcessStatus, ToolCallStatus
+from pilothouse.catalog._models import Action, Agent, CatalogRevision
+from pilothouse.errors import InvalidStateError, NotFoundError
+from pilothouse.store._base import utcnow
+from pilothouse.store._engine import Database
+from pilothouse.store._fastsql import (
+    Query,
+    Statement,
+    execute,
+    executemany,
+    fetch,
+    insert_one,
+)
+from pilothouse.store._records import (
+    Attachment,
+    Conversation,
+    Message,
+    TimelineEvent,
+    ToolCall,
+    memory_order,
+)
+from pilothouse.store._turnstore import (
+    STARTABLE,
+    StoredMessage,
+    TurnBatch,
+    TurnHandle,
+    catalog_refusal,
+    new_conversation,
+    refusal,
+    with_start_event,
+)
+
+_CONVERSATION = cast(Table, Conversation.__table__)
+_MESSAGE = cast(Table, Message.__table__)
+_ATTACHMENT = cast(Table, Attachment.__table__)
+_TOOL_CALL = cast(Table, ToolCall.__table__)
+_EVENT = cast(Table, TimelineEvent.__table__)
+
+_USAGE_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+    "estimated_cost",
+)
+
+
+class _Found(NamedTuple):
+    """The conversation a turn takes, with where its numbering stands."""
+
+    id: int
+    uuid: str
+    action_code: str
+    agent_code: str | None
+    memory_id: str
+    audit: bool
+    status: ProcessStatus
+    started_at: datetime | None
+    next_message: int | None
+    next_event: int | None
+    last_assistant: int | None
+    catalog_revision: int | None
+
+
+class _ActionCheck(NamedTuple):
+    active: bool
+    audit: bool | None
+    catalog_revision: int | None
+
+
+def _first(value: Any) -> Any:
+    return value
+
+
+def _pair(first: Any, second: Any) -> tuple[Any, Any]:
+    return first, second
+
+
+@dataclass(frozen=True)
+class _Statements:
+    """The statements on every turn's path.
+
+    Built once per store, they keep their compiled plans (see ``_fastsql``)
+    and SQLAlchemy's cache key, which it otherwise computes from the
+    expression tree on every execution.
+    """
+
+    insert_conversation: Statement
+    insert_message: Statement
+    insert_event: Statement
+    insert_attachment: Insert
+    insert_tool_call: Insert
+    action_check: Query[_ActionCheck]
+    agent_check: Query[bool]
+    take: Statement
+    begin: Query[_Found]
+    memory: Query[StoredMessage]
+    codes: Query[tuple[str, str | None]]
+
+
+def _build_statements() -> _Statements:
+    conversation, message = _CONVERSATION.c, _MESSAGE.c
+    return _Statements(
+        insert_conversation=Statement(insert(_CONVERSATION)),
+        insert_message=Statement(insert(_MESSAGE)),
+        insert_event=Statement(insert(_EVENT)),
+        insert_attachment=insert(_ATTACHMENT),
+        insert_tool_call=insert(_TOOL_CALL),
+        action_check=Query(
+            select(
+                Action.active,
+                Action.audit,
+                select(CatalogRevision.revision)
+                .where(CatalogRevision.tenant == bindparam("b_tenant"))
+                .scalar_subquery()
+                .label("catalog_revision"),
+            ).where(Action.tenant == bindparam("b_tenant"), Action.code == bindparam("b_code")),
+            _ActionCheck,
+        ),
+        agent_check=Query(
+            select(Agent.active).where(
+                Agent.tenant == bindparam("b_tenant"), Agent.code == bindparam("b_code")
+            ),
+            _first,
+        ),
+        take=Statement(
+            update(_CONVERSATION)
+            .where(
+                conversation.id == bindparam("b_id"), conversation.status == bindparam("b_status")
+            )
+            .values(
+                status=ProcessStatus.RUNNING,
+                started_at=bindparam("b_started"),
+                finished_at=None,
+                error_detail=None,
+                version=conversation.version + 1,
+                updated_at=bindparam("b_now"),
+            )
+        ),
+        begin=Query(_begin_statement(), _Found),
+        memory=Query(
+            select(
+                message.role,
+                message.content,
+                message.tool_call_id,
+                message.data,
+                message.token_count,
+            )
+            .join(_CONVERSATION, conversation.id == message.conversation_id)
+            .where(
+                conversation.tenant == bindparam("b_tenant"),
+                conversation.memory_id == bindparam("b_memory_id"),
+            )
+            .order_by(*memory_order()),
+            StoredMessage,
+        ),
+        codes=Query(
+            select(conversation.action_code, conversation.agent_code).where(
+                conversation.uuid == bindparam("b_uuid"),
+                conversation.tenant == bindparam("b_tenant"),
+            ),
+            _pair,
+        ),
+    )
+
+
+def _begin_statement() -> Any:
+    """The conversation with its next message/event numbers, in one statement."""
+    conversation = _CONVERSATION.c
+    return select(
+        conversation.id,
+        conversation.uuid,
+        conversation.action_code,
+        conversation.agent_code,
+        conversation.memory_id,
+        conversation.audit,
+        conversation.status,
+        conversation.started_at,
+        _max_of(_MESSAGE.c.sequence, _MESSAGE.c.conversation_id).label("next_message"),
+        _max_of(_EVENT.c.sequence, _EVENT.c.conversation_id).label("next_event"),
+        _max_of(
+            _MESSAGE.c.sequence,
+            _MESSAGE.c.conversation_id,
+            _MESSAGE.c.role == MessageRole.ASSISTANT,
+        ).label("last_assistant"),
+        # The catalog revision, so a turn can check the compiled action it
+        # took from a cache without a statement of its own.
+        select(CatalogRevision.revision)
+        .where(CatalogRevision.tenant == conversation.tenant)
+        .correlate(_CONVERSATION)
+        .scalar_subquery()
+        .label("catalog_revision"),
+    ).where(conversation.uuid == bindparam("uuid"), conversation.tenant == bindparam("tenant"))
+
+
+def _max_of(column: Any, owner: Any, *conditions: Any) -> Any:
+    """A scalar subquery: the largest ``column`` of the outer conversation's rows."""
+    return (
+        select(func.max(column))
+        .where(owner == _CONVERSATION.c.id, *conditions)
+        .correlate(_CONVERSATION)
+        .scalar_subquery()
+    )
+
+
+class SqlTurnStore:
+    """The :class:`~pilothouse.store.TurnStore` on the driver's fast path.
+
+    One per database, shared by every tenant and every turn of the process.
+
+    Args:
+        database: the store's database.
+    """
+
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self._statements = _build_statements()
+        self._changes: dict[tuple[str, ...], Statement] = {}
+
+    async def create(
+        self,
+        tenant: str,
+        *,
+        action_code: str,
+        agent_code: str | None,
+        memory_id: str | None = None,
+        audit: bool | None = None,
+        default_audit: bool = True,
+        check_catalog: bool = False,
+    ) -> Conversation:
+        """Record a new conversation in status ``NS`` (see :class:`TurnStore`)."""
+        values = new_conversation(
+            str(uuid_module.uuid4()), tenant, action_code, agent_code, memory_id, audit, utcnow()
+        )
+        conversation_id, values["audit"] = await self._db.transaction(
+            self._insert_conversation, values, default_audit, check_catalog
+        )
+        return Conversation(id=conversation_id, **values)
+
+    async def start_turn(
+        self,
+        tenant: str,
+        conversation_uuid: str,
+        *,
+        action_code: str,
+        agent_code: str | None,
+        first: TurnBatch,
+        memory_id: str | None = None,
+        audit: bool | None = None,
+        default_audit: bool = True,
+        check_catalog: bool = False,
+    ) -> TurnHandle:
+        """Record a new conversation already taken by its first turn (see :class:`TurnStore`)."""
+        now = utcnow()
+        values = new_conversation(
+            conversation_uuid, tenant, action_code, agent_code, memory_id, audit, now
+        )
+        values["status"] = ProcessStatus.RUNNING
+        values["started_at"] = now
+        return await self._db.transaction(
+            self._start_turn, values, default_audit, check_catalog, first
+        )
+
+    async def begin_turn(
+        self,
+        tenant: str,
+        conversation_uuid: str,
+        *,
+        allowed: Iterable[ProcessStatus] = STARTABLE,
+        first: TurnBatch | None = None,
+        read_memory: bool = False,
+    ) -> TurnHandle:
+        """Take the conversation for one turn, flipping it to ``RU`` (see :class:`TurnStore`)."""
+        return await self._db.transaction(
+            self._begin, tenant, conversation_uuid, frozenset(allowed), first, read_memory
+        )
+
+    async def memory(self, tenant: str, memory_id: str) -> list[StoredMessage]:
+        """Every message sharing ``memory_id``, oldest first."""
+        return await self._db.transaction(self._memory, tenant, memory_id)
+
+    async def write(self, handle: TurnHandle, batch: TurnBatch) -> list[int]:
+        """Write one step of a turn in one transaction."""
+        if not batch:
+            return []
+        return await self._db.transaction(self._write, handle, batch)
+
+    async def codes(self, tenant: str, conversation_uuid: str) -> tuple[str, str | None]:
+        """The conversation's action and agent codes."""
+        rows = await self._db.transaction(
+            fetch, self._statements.codes, {"b_uuid": conversation_uuid, "b_tenant": tenant}
+        )
+        if not rows:
+            raise NotFoundError(f"conversation '{conversation_uuid}' not found")
+        return rows[0]
+
+    # What follows runs inside the transaction, on its connection.
+
+    def _insert_conversation(
+        self,
+        connection: Connection,
+        values: dict[str, Any],
+        default_audit: bool,
+        check_catalog: bool,
+    ) -> tuple[int, bool]:
+        """Check the action and agent, then insert; returns the id and the audit switch."""
+        action_audit = None
+        if check_catalog:
+            action_audit, _ = self._check_catalog(
+                connection, values["tenant"], values["action_code"], values["agent_code"]
+            )
+        if values["audit"] is None:
+            values["audit"] = default_audit if action_audit is None else action_audit
+        conversation_id = insert_one(connection, self._statements.insert_conversation, values)
+        return conversation_id, bool(values["audit"])
+
+    def _start_turn(
+        self,
+        connection: Connection,
+        values: dict[str, Any],
+        default_audit: bool,
+        check_catalog: bool,
+        first: TurnBatch,
+    ) -> TurnHandle:
+        tenant = values["tenant"]
+        action_audit, revision = None, 0
+        if check_catalog:
+            action_audit, revision = self._check_catalog(
+                connection, tenant, values["action_code"], values["agent_code"]
+            )
+        if values["audit"] is None:
+            values["audit"] = default_audit if action_audit is None else action_audit
+        handle = TurnHandle(
+            tenant=tenant,
+            conversation_id=insert_one(connection, self._statements.insert_conversation, values),
+            uuid=values["uuid"],
+            action_code=values["action_code"],
+            agent_code=values["agent_code"],
+            memory_id=values["memory_id"],
+            audit=bool(values["audit"]),
+            next_message=1,
+            next_event=1,
+            catalog_revision=revision,
+        )
+        if handle.memory_id != handle.uuid:
+            # Shared memory: earlier conversations' messages; a conversation of
+            # its own has none yet.
+            handle.memory = self._memory(connection, tenant, handle.memory_id)
+        self._write(connection, handle, with_start_event(handle, first, values["started_at"]))
+        return handle
+
+    def _check_catalog(
+        self, connection: Connection, tenant: str, action: str, agent: str | None
+    ) -> tuple[bool | None, int]:
+        """Refuse a missing or inactive action or agent.
+
+        Returns:
+            The action's audit switch and the tenant's catalog revision.
+        """
+        # Only the columns the checks need: the full Action row would eager-load
+        # its whole graph (model, schemas, tools, ...).
+        rows = fetch(
+            connection, self._statements.action_check, {"b_tenant": tenant, "b_code": action}
+        )
+        found = rows[0] if rows else None
+        catalog_refusal("action", action, None if found is None else bool(found.active))
+        assert found is not None
+        if agent is not None:
+            agents = fetch(
+                connection, self._statements.agent_check, {"b_tenant": tenant, "b_code": agent}
+            )
+            catalog_refusal("agent", agent, bool(agents[0]) if agents else None)
+        audit = None if found.audit is None else bool(found.audit)
+        return audit, int(found.catalog_revision or 0)
+
+    def _begin(
+        self,
+        connection: Connection,
+        tenant: str,
+        conversation_uuid: str,
+        allowed: frozenset[ProcessStatus],
+        first: TurnBatch | None,
+        read_memory: bool,
+    ) -> TurnHandle:
+        # One statement reads the conversation and where its numbering stands:
+        # a turn's start is on every turn's path.
+        rows = fetch(
+            connection, self._statements.begin, {"uuid": conversation_uuid, "tenant": tenant}
+        )
+        found = rows[0] if rows else None
+        if found is None:
+            raise NotFoundError(f"conversation '{conversation_uuid}' not found")
+        status = found.status
+        if status not in allowed:
+            raise InvalidStateError(refusal(conversation_uuid, status))
+        now = utcnow()
+        # The status in the WHERE clause makes the flip atomic: of two concurrent
+        # turns, exactly one sees its UPDATE match.
+        taken = execute(
+            connection,
+            self._statements.take,
+            {
+                "b_id": found.id,
+                "b_status": status,
+                "b_started": found.started_at or now,
+                "b_now": now,
+            },
+        )
+        if taken != 1:
+            raise InvalidStateError(refusal(conversation_uuid, ProcessStatus.RUNNING))
+        handle = TurnHandle(
+            tenant=tenant,
+            conversation_id=found.id,
+            uuid=found.uuid,
+            action_code=found.action_code,
+            agent_code=found.agent_code,
+            memory_id=found.memory_id,
+            audit=found.audit,
+            next_message=int(found.next_message or 0) + 1,
+            next_event=int(found.next_event or 0) + 1,
+            last_assistant_sequence=found.last_assistant,
+            previous_status=status,
+            catalog_revision=int(found.catalog_revision or 0),
+        )
+        if read_memory:
+            handle.memory = self._memory(connection, tenant, handle.memory_id)
+        self._write(connection, handle, with_start_event(handle, first or TurnBatch(), now))
+        return handle
+
+    def _memory(self, connection: Connection, tenant: str, memory_id: str) -> list[StoredMessage]:
+        return fetch(
+            connection, self._statements.memory, {"b_tenant": tenant, "b_memory_id": memory_id}
+        )
+
+    def _write(self, connection: Connection, handle: TurnHandle, batch: TurnBatch) -> list[int]:
+        """Write ``batch`` on ``connection``, inside the caller's transaction."""
+        now = utcnow()
+        sequences: list[int] = []
+        message_rows: list[dict[str, Any]] = []
+        attachment_rows: list[dict[str, Any]] = []
+        for message in batch.messages:
+            sequence = handle.next_message
+            handle.next_message += 1
+            if message.role is MessageRole.ASSISTANT:
+                handle.last_assistant_sequence = sequence
+            message_rows.append(
+                {
+                    "conversation_id": handle.conversation_id,
+                    "sequence": sequence,
+                    "role": message.role,
+                    "content": message.content,
+                    "token_count": message.token_count,
+                    "tool_call_id": message.tool_call_id,
+                    "data": dict(message.data) if message.data is not None else None,
+                    "created_at": now,
+                }
+            )
+            attachment_rows.extend(
+                {
+                    "conversation_id": handle.conversation_id,
+                    "message_sequence": sequence,
+                    "sequence": index,
+                    "media_type": attachment.media_type,
+                    "name": attachment.name,
+                    "url": attachment.url,
+                    "content": attachment.content,
+                    "created_at": now,
+                }
+                for index, attachment in enumerate(message.attachments, start=1)
+            )
+            sequences.append(sequence)
+        statements = self._statements
+        if message_rows:
+            executemany(connection, statements.insert_message, message_rows)
+        if attachment_rows:
+            connection.execute(statements.insert_attachment, attachment_rows)
+        if batch.tool_calls:
+            owner = handle.last_assistant_sequence
+            if owner is None:
+                raise InvalidStateError("tool calls recorded before any assistant message")
+            connection.execute(
+                statements.insert_tool_call,
+                [
+                    {
+                        "conversation_id": handle.conversation_id,
+                        "message_sequence": owner,
+                        "call_id": call.call_id,
+                        "name": call.name,
+                        "arguments": dict(call.arguments),
+                        "status": ToolCallStatus.REQUESTED,
+                        "result": None,
+                        "created_at": now,
+                        "finished_at": None,
+                    }
+                    for call in batch.tool_calls
+                ],
+            )
+        for outcome in batch.outcomes:
+            connection.execute(
+                update(_TOOL_CALL)
+                .where(
+                    _TOOL_CALL.c.conversation_id == handle.conversation_id,
+                    _TOOL_CALL.c.call_id == outcome.call_id,
+                )
+                .values(status=outcome.status, result=outcome.result, finished_at=now)
+            )
+        if batch.events and handle.audit:
+            rows: list[dict[str, Any]] = []
+            for item in batch.events:
+                rows.append(
+                    {
+                        "conversation_id": handle.conversation_id,
+                        "sequence": handle.next_event,
+                        "kind": item.kind,
+                        "data": dict(item.data),
+                        "created_at": item.at,
+                    }
+                )
+                handle.next_event += 1
+            executemany(connection, statements.insert_event, rows)
+        if batch.touches_conversation():
+            changes = batch.changes()
+            parameters: dict[str, Any] = {f"b_{name}": value for name, value in changes.items()}
+            usage = batch.usage
+            if usage is not None:
+                parameters["b_add_input_tokens"] = usage.input_tokens
+                parameters["b_add_output_tokens"] = usage.output_tokens
+                parameters["b_add_cached_tokens"] = usage.cached_tokens
+                parameters["b_add_reasoning_tokens"] = usage.reasoning_tokens
+                parameters["b_add_estimated_cost"] = usage.estimated_cost
+            else:
+                for name in _USAGE_COLUMNS:
+                    parameters[f"b_add_{name}"] = 0
+            parameters["b_id"] = handle.conversation_id
+            parameters["b_now"] = now
+            execute(connection, self._change_statement(tuple(changes)), parameters)
+        return sequences
+
+    def _change_statement(self, changed: tuple[str, ...]) -> Statement:
+        """The conversation's UPDATE for one set of changed columns, built once per set.
+
+        Usage columns are always incremented (by zero when unused), so the few
+        kinds of batch share a handful of statements.
+        """
+        found = self._changes.get(changed)
+        if found is not None:
+            return found
+        columns = _CONVERSATION.c
+        values: dict[str, Any] = {name: bindparam(f"b_{name}") for name in changed}
+        for name in _USAGE_COLUMNS:
+            values[name] = columns[name] + bindparam(f"b_add_{name}", type_=columns[name].type)
+        values["version"] = columns.version + 1
+        values["updated_at"] = bindparam("b_now")
+        change = update(_CONVERSATION).where(columns.id == bindparam("b_id")).values(values)
+        statement = Statement(change)
+        self._changes[changed] = statement
+        return statement

@@ -1,0 +1,415 @@
+"""The write side of the conversation store: one protocol, the steps a turn writes.
+
+A turn owns its conversation while it runs (status ``RU``, taken so that two
+turns can never run at once), numbers its own messages and events, and
+writes each step of the turn as one :class:`TurnBatch` in one transaction:
+few round trips, and never a half-written step.
+
+:class:`TurnStore` is the interface the runtime writes through, tenant given
+per call. Two implementations keep the same rows:
+
+- :class:`~pilothouse.store.OrmTurnStore`, the reference: plain ORM sessions,
+  easy to read and to trust;
+- :class:`~pilothouse.store.SqlTurnStore`, the one deployments use: the same
+  statements built once and run on the driver (``_fastsql``), in a whole
+  transaction on the event loop for SQLite or on asyncpg's own transaction
+  for PostgreSQL (``Database.transaction``).
+
+``tests/runtime/test_turn_stores.py`` runs the same turns through both and
+compares the stored rows.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "STARTABLE",
+    "NewAttachment",
+    "NewEvent",
+    "NewMessage",
+    "NewToolCall",
+    "StoredMessage",
+    "ToolCallOutcome",
+    "TurnBatch",
+    "TurnHandle",
+    "TurnStore",
+    "Usage",
+]
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Protocol
+
+from pilothouse.catalog._enums import (
+    FinishReason,
+    MessageRole,
+    ProcessStatus,
+    TimelineKind,
+    ToolCallStatus,
+)
+from pilothouse.errors import InvalidStateError, NotFoundError
+from pilothouse.store._base import utcnow
+from pilothouse.store._records import Conversation
+
+#: Statuses from which a new user message may start a turn. ``CO`` is here
+#: because a conversation takes many turns; each turn completes it again.
+STARTABLE = frozenset({ProcessStatus.NOT_STARTED, ProcessStatus.COMPLETED})
+
+
+@dataclass(frozen=True)
+class NewAttachment:
+    """A file sent with a message: a URL or the bytes."""
+
+    media_type: str
+    url: str | None = None
+    content: bytes | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A message to append; its sequence is assigned by the turn."""
+
+    role: MessageRole
+    content: str
+    token_count: int | None = None
+    tool_call_id: str | None = None
+    data: Mapping[str, Any] | None = None
+    attachments: tuple[NewAttachment, ...] = ()
+
+
+@dataclass(frozen=True)
+class NewToolCall:
+    """A tool call the model asked for in the batch's assistant message."""
+
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCallOutcome:
+    """The result of a tool call recorded earlier."""
+
+    call_id: str
+    status: ToolCallStatus
+    result: str
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An audit event for the conversation's timeline."""
+
+    kind: TimelineKind
+    data: Mapping[str, Any] = field(default_factory=lambda: {})
+    at: datetime = field(default_factory=utcnow)
+    """When it happened; batches are written later than their events occur."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token and cost increments added to a conversation's totals."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    estimated_cost: Decimal = Decimal(0)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A stored message as chat memory reads it, whatever the driver."""
+
+    role: MessageRole
+    content: str
+    tool_call_id: str | None
+    data: dict[str, Any] | None
+    token_count: int | None
+
+
+@dataclass
+class TurnBatch:
+    """Everything one step of a turn writes, committed together.
+
+    The conversation's columns are set only by the fields given (None leaves
+    a column as it is), and ``usage`` is added to its totals.
+
+    Attributes:
+        messages: appended in order.
+        tool_calls: calls requested by the last assistant message of this
+            batch (or of an earlier batch when ``messages`` has none).
+        outcomes: results of earlier tool calls.
+        events: timeline events (dropped when the conversation's audit is off).
+        status: the conversation's new status.
+        finish_reason: why the model stopped.
+        response_model: the model that answered, as the provider named it.
+        error_detail: why the turn failed.
+        finished_at: when the turn ended.
+        usage: token and cost increments.
+    """
+
+    messages: list[NewMessage] = field(default_factory=lambda: [])
+    tool_calls: list[NewToolCall] = field(default_factory=lambda: [])
+    outcomes: list[ToolCallOutcome] = field(default_factory=lambda: [])
+    events: list[NewEvent] = field(default_factory=lambda: [])
+    status: ProcessStatus | None = None
+    finish_reason: FinishReason | None = None
+    response_model: str | None = None
+    error_detail: str | None = None
+    finished_at: datetime | None = None
+    usage: Usage | None = None
+
+    def changes(self) -> dict[str, Any]:
+        """The conversation columns this batch sets, by column name."""
+        values = {
+            "status": self.status,
+            "finish_reason": self.finish_reason,
+            "response_model": self.response_model,
+            "error_detail": self.error_detail,
+            "finished_at": self.finished_at,
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
+    def touches_conversation(self) -> bool:
+        """Whether the conversation row changes (its columns, totals or version)."""
+        return self.usage is not None or any(
+            value is not None
+            for value in (
+                self.status,
+                self.finish_reason,
+                self.response_model,
+                self.error_detail,
+                self.finished_at,
+            )
+        )
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.messages
+            or self.tool_calls
+            or self.outcomes
+            or self.events
+            or self.touches_conversation()
+        )
+
+
+@dataclass
+class TurnHandle:
+    """A running turn's hold on its conversation and its sequence counters."""
+
+    tenant: str
+    conversation_id: int
+    uuid: str
+    action_code: str
+    agent_code: str | None
+    memory_id: str
+    audit: bool
+    next_message: int
+    next_event: int
+    last_assistant_sequence: int | None = None
+    previous_status: ProcessStatus = ProcessStatus.NOT_STARTED
+    memory: list[StoredMessage] = field(default_factory=lambda: [])
+    """Messages sharing the memory id when the turn began (``read_memory``)."""
+    catalog_revision: int = 0
+    """The tenant's catalog revision when the turn began."""
+
+
+class TurnStore(Protocol):
+    """Creates conversations and writes the steps of their turns, for any tenant.
+
+    Every method is one transaction. Implementations must store the same
+    rows for the same calls (the differential suite checks it).
+    """
+
+    async def create(
+        self,
+        tenant: str,
+        *,
+        action_code: str,
+        agent_code: str | None,
+        memory_id: str | None = None,
+        audit: bool | None = None,
+        default_audit: bool = True,
+        check_catalog: bool = False,
+    ) -> Conversation:
+        """Record a new conversation in status ``NS``, after checking its action and agent.
+
+        Args:
+            tenant: the conversation's tenant.
+            action_code: the action the conversation runs.
+            agent_code: the agent running it, if any.
+            memory_id: shares chat memory with other conversations; defaults
+                to the conversation's own uuid.
+            audit: whether its timeline is recorded; None follows the
+                action's switch, then ``default_audit``.
+            default_audit: the deployment's setting.
+            check_catalog: check that the action and the agent exist and are
+                active (off for ad-hoc actions, which the catalog lacks).
+
+        Returns:
+            The stored conversation (detached: it belongs to no session).
+
+        Raises:
+            NotFoundError: the action or the agent does not exist.
+            InvalidStateError: the action or the agent is deactivated.
+        """
+        ...
+
+    async def start_turn(
+        self,
+        tenant: str,
+        conversation_uuid: str,
+        *,
+        action_code: str,
+        agent_code: str | None,
+        first: TurnBatch,
+        memory_id: str | None = None,
+        audit: bool | None = None,
+        default_audit: bool = True,
+        check_catalog: bool = False,
+    ) -> TurnHandle:
+        """Record a new conversation already taken by its first turn, in one transaction.
+
+        What :meth:`create` and :meth:`begin_turn` write, minus the moment in
+        between: the checks of the action and agent, the conversation row (in
+        ``RU``), the status event ``NS`` -> ``RU`` and ``first``; the memory
+        is read when ``memory_id`` is shared with earlier conversations. A
+        refused action or agent writes nothing; so does a uuid in use.
+
+        Args:
+            tenant: the conversation's tenant.
+            conversation_uuid: the new conversation's uuid.
+            action_code: the action the conversation runs.
+            agent_code: the agent running it, if any.
+            first: the turn's first step (usually the user's message).
+            memory_id: shares chat memory with other conversations.
+            audit: whether its timeline is recorded (as for :meth:`create`).
+            default_audit: the deployment's setting.
+            check_catalog: check the action and agent, and read the catalog
+                revision.
+
+        Raises:
+            NotFoundError: the action or the agent does not exist.
+            InvalidStateError: the action or the agent is deactivated.
+        """
+        ...
+
+    async def begin_turn(
+        self,
+        tenant: str,
+        conversation_uuid: str,
+        *,
+        allowed: Iterable[ProcessStatus] = STARTABLE,
+        first: TurnBatch | None = None,
+        read_memory: bool = False,
+    ) -> TurnHandle:
+        """Take the conversation for one turn, flipping it to ``RU``.
+
+        One transaction: the read of the conversation, the flip, the status
+        event and, when given, the turn's first step and the read of its
+        memory (before that step is written).
+
+        Args:
+            tenant: the conversation's tenant.
+            conversation_uuid: the conversation.
+            allowed: statuses the turn may start from.
+            first: the turn's first step (usually the user's message).
+            read_memory: read every message sharing the conversation's memory
+                id into :attr:`TurnHandle.memory`.
+
+        Raises:
+            NotFoundError: no such conversation for this tenant.
+            InvalidStateError: the conversation is running or finished.
+        """
+        ...
+
+    async def memory(self, tenant: str, memory_id: str) -> list[StoredMessage]:
+        """Every message sharing ``memory_id``, oldest first (what ``read_memory`` reads)."""
+        ...
+
+    async def write(self, handle: TurnHandle, batch: TurnBatch) -> list[int]:
+        """Write one step of a turn in one transaction.
+
+        Returns:
+            The sequences given to ``batch.messages``, in order.
+        """
+        ...
+
+    async def codes(self, tenant: str, conversation_uuid: str) -> tuple[str, str | None]:
+        """The conversation's action and agent codes.
+
+        Raises:
+            NotFoundError: no such conversation for this tenant.
+        """
+        ...
+
+
+def new_conversation(
+    conversation_uuid: str,
+    tenant: str,
+    action_code: str,
+    agent_code: str | None,
+    memory_id: str | None,
+    audit: bool | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """The column values of a new conversation in status ``NS``."""
+    return {
+        "uuid": conversation_uuid,
+        "tenant": tenant,
+        "action_code": action_code,
+        "agent_code": agent_code,
+        "status": ProcessStatus.NOT_STARTED,
+        "memory_id": memory_id or conversation_uuid,
+        "audit": audit,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cached_tokens": 0,
+        "reasoning_tokens": 0,
+        "estimated_cost": Decimal(0),
+        "created_at": now,
+        "updated_at": now,
+        "version": 1,
+    }
+
+
+def with_start_event(handle: TurnHandle, batch: TurnBatch, now: datetime) -> TurnBatch:
+    """``batch`` led by the status change of the turn's start (when audited)."""
+    if handle.audit:
+        batch.events = [
+            NewEvent(
+                TimelineKind.STATUS_CHANGE,
+                {"from": handle.previous_status.value, "to": ProcessStatus.RUNNING.value},
+                at=now,
+            ),
+            *batch.events,
+        ]
+    return batch
+
+
+def catalog_refusal(kind: str, code: str, found: bool | None) -> None:
+    """Refuse a missing (``found`` None) or inactive (False) action or agent.
+
+    Raises:
+        NotFoundError: it does not exist.
+        InvalidStateError: it is inactive.
+    """
+    if found is None:
+        raise NotFoundError(f"{kind} '{code}' not found")
+    if not found:
+        raise InvalidStateError(f"{kind} '{code}' is inactive; activate it to start conversations")
+
+
+def refusal(conversation_uuid: str, status: ProcessStatus) -> str:
+    """Why a turn cannot start from ``status``."""
+    reasons = {
+        ProcessStatus.RUNNING: "is running a turn; wait for it to finish or cancel it",
+        ProcessStatus.WAITING: "is waiting for answers to its questions; submit them first",
+        ProcessStatus.FAILED: "has failed and is finished; start a new conversation",
+        ProcessStatus.TERMINATED: "was cancelled and is finished; start a new conversation",
+        ProcessStatus.KILLED: "was killed and is finished; start a new conversation",
+    }
+    reason = reasons.get(status, f"is in status {status.name} ({status.value})")
+    return f"conversation '{conversation_uuid}' {reason}"
