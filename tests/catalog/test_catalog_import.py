@@ -74,7 +74,7 @@ async def test_import_creates_every_example_entity(database: Database) -> None:
     async with database.sessions() as session:
         action = (await session.scalars(select(Action).where(Action.code == "COMPETITORS"))).one()
         assert action.updated_by == "alice"
-        assert action.model.code == "SMOLLM2"
+        assert action.model.code == "QWEN05"
         assert action.configuration.code == "PRECISE"
         assert [s.direction.value for s in action.schemas] == ["O"]
         assert action.schemas[0].json_schema["required"] == ["name"]

@@ -4,6 +4,7 @@ Azure, Ollama and local llama.cpp; exact bodies, headers and parsed answers."""
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import httpx
@@ -14,7 +15,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, TextPart, UserPromp
 from pydantic_ai.models import ModelRequestParameters
 
 from pilothouse.catalog._enums import ProviderKind
-from pilothouse.providers import ModelFactory, ModelOptions, to_model_settings
+from pilothouse.providers import ModelFactory, ModelOptions, ProviderConfigError, to_model_settings
 
 pytestmark = pytest.mark.anyio
 
@@ -229,10 +230,18 @@ class FakeLocalServers:
         self,
         *,
         model_path: str | None = None,
-        chat_format: str = "chatml-function-calling",
+        chat_format: str = "pilothouse",
         n_ctx: int = 4096,
+        n_threads: int | None = None,
     ) -> str:
-        self.calls.append({"model_path": model_path, "chat_format": chat_format, "n_ctx": n_ctx})
+        self.calls.append(
+            {
+                "model_path": model_path,
+                "chat_format": chat_format,
+                "n_ctx": n_ctx,
+                "n_threads": n_threads,
+            }
+        )
         # The first URL until a "restart" moves the server to the next one.
         return self.urls[0]
 
@@ -260,11 +269,35 @@ async def test_local_kind_asks_local_servers_for_base_url(router: respx.Router) 
     assert again is model
     assert servers.calls[0] == {
         "model_path": "/models/smollm2.gguf",
-        "chat_format": "chatml-function-calling",
+        "chat_format": "pilothouse",
         "n_ctx": 2048,
+        "n_threads": None,
     }
     assert response.parts == [TextPart(content="tiny model")]
     assert route.called
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"model": "x.gguf"}, "has no setting model; its settings are model_path, chat_format"),
+        ({"n_threads": 0}, "settings.n_threads must be an integer of at least 1 (got 0)"),
+        ({"n_ctx": "4096"}, "settings.n_ctx must be an integer of at least 256"),
+        ({"model_path": ""}, "settings.model_path must be a non-empty string"),
+    ],
+)
+async def test_local_settings_that_would_be_ignored_are_refused(
+    settings: dict[str, Any], message: str
+) -> None:
+    servers = FakeLocalServers("http://127.0.0.1:39999/v1")
+    factory = ModelFactory(servers)
+    spec = model_spec(ProviderKind.LOCAL, "m", api_key=None, settings=settings)
+    try:
+        with pytest.raises(ProviderConfigError, match=re.escape(message)):
+            await factory.model(spec)
+    finally:
+        await factory.aclose()
+    assert servers.calls == []
 
 
 async def test_local_model_follows_a_restarted_server_to_its_new_port(

@@ -21,12 +21,17 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="session")
 def local_model_servers() -> Iterator[LocalModelServers]:
-    """One LocalModelServers for the whole session, closed at its end."""
+    """One LocalModelServers for the whole session, closed at its end.
+
+    Its default model is SmolLM2-135M, not the packaged default: the run loop's
+    many real tests stay fast on it, and the few tests of the default model
+    (Qwen2.5-Coder-0.5B) ask for it by name (``qwen_base_url``).
+    """
     if importlib.util.find_spec("llama_cpp") is None:
         reason = "llama_cpp is not importable: pip install 'pilothouse[local]'"
         print(f"skipping local model tests: {reason}")
         pytest.skip(reason)
-    servers = LocalModelServers(startup_timeout=120.0)
+    servers = LocalModelServers(startup_timeout=120.0, default_model="smollm2")
     try:
         yield servers
     finally:
@@ -51,3 +56,12 @@ def real_model_requests() -> Iterator[None]:
     """Real models (the local one): allowed here, blocked in the rest of the suite."""
     with allow_model_requests():
         yield
+
+
+@pytest.fixture(scope="session")
+def qwen_base_url(local_model_servers: LocalModelServers) -> str:
+    """The base URL of the default model's server (Qwen2.5-Coder-0.5B), started once."""
+    started = time.perf_counter()
+    url = asyncio.run(local_model_servers.base_url(model_path="qwen2.5-coder-0.5b"))
+    print(f"local Qwen server ready at {url} in {time.perf_counter() - started:.2f} s")
+    return url

@@ -15,7 +15,7 @@ CATALOG = """
 providers:
   - code: LOCAL
     kind: local
-    settings: {chat_format: chatml-function-calling}
+    settings: {model_path: smollm2}
 models:
   - code: SMOLLM2
     provider: LOCAL

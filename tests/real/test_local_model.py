@@ -1,4 +1,9 @@
-"""The embedded local model against a real llama.cpp server serving SmolLM2-135M-Instruct."""
+"""The embedded local model against a real llama.cpp server serving SmolLM2-135M-Instruct.
+
+SmolLM2's chat template knows no tools, so these tests also cover the
+handler's prompted path (a constrained decision, then a free answer); the
+default model's native path is in ``test_local_default_model.py``.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +20,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from openai import AsyncOpenAI
-from openai.types.chat import ChatCompletionToolParam
+from local_fixtures import PARIS, WEATHER_PARAMETERS, WEATHER_TOOL, client_for
 
 from pilothouse.errors import ProviderConnectionError, ProviderError
 from pilothouse.providers import _local
@@ -24,27 +28,6 @@ from pilothouse.providers._errors import MissingExtraError, ProviderConfigError
 from pilothouse.providers._local import LocalModelServers, default_model_path
 
 pytestmark = [pytest.mark.real, pytest.mark.anyio]
-
-WEATHER_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {"city": {"type": "string", "description": "The city name"}},
-    "required": ["city"],
-}
-WEATHER_TOOL: ChatCompletionToolParam = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather for a city",
-        "parameters": WEATHER_PARAMETERS,
-    },
-}
-PARIS = "What is the weather in Paris?"
-
-
-def client_for(base_url: str) -> AsyncOpenAI:
-    # llama.cpp ignores the key, but the SDK insists on one; no retries so a
-    # broken server fails the test at once instead of after backoff.
-    return AsyncOpenAI(base_url=base_url, api_key="local", max_retries=0, timeout=60)
 
 
 class CountingPopen(subprocess.Popen[bytes]):
@@ -74,7 +57,7 @@ async def test_models_endpoint_lists_the_packaged_model(local_llm_base_url: str)
         response = await http.get(f"{local_llm_base_url}/models")
     assert response.status_code == 200
     ids = [m["id"] for m in response.json()["data"]]
-    assert ids == [default_model_path()]
+    assert ids == [default_model_path("smollm2")]
 
 
 async def test_chat_completion_returns_text_and_usage(local_llm_base_url: str) -> None:
@@ -92,8 +75,6 @@ async def test_chat_completion_returns_text_and_usage(local_llm_base_url: str) -
 
 
 async def test_model_answers_a_tool_call_on_its_own(local_llm_base_url: str) -> None:
-    # tool_choice "auto" must be sent explicitly (see the next test); with it,
-    # SmolLM2 picked the tool in every one of 16 tries, at temperature 0 and 0.8.
     async with client_for(local_llm_base_url) as client:
         started = time.perf_counter()
         completion = await client.chat.completions.create(
@@ -109,27 +90,44 @@ async def test_model_answers_a_tool_call_on_its_own(local_llm_base_url: str) -> 
     assert choice.message.tool_calls
     call = choice.message.tool_calls[0]
     assert call.type == "function"
+    assert call.id.startswith("call_")
     assert call.function.name == "get_weather"
-    assert json.loads(call.function.arguments)["city"] == "Paris"
-    assert completion.usage is not None and completion.usage.total_tokens > 0
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    assert completion.usage is not None and completion.usage.completion_tokens > 0
     print(f"tool call (auto) answered in {elapsed:.2f} s")
 
 
-async def test_llama_cpp_treats_a_missing_tool_choice_as_none(local_llm_base_url: str) -> None:
-    # Unlike OpenAI (absent means "auto" when tools are given), llama-cpp-python's
-    # chatml-function-calling handler ignores the tools when tool_choice is absent.
-    # An adapter talking to the local model must therefore send "auto" itself;
-    # if this starts failing, llama-cpp-python changed and that rule can go.
+async def test_a_missing_tool_choice_means_auto_as_with_openai(local_llm_base_url: str) -> None:
+    # llama-cpp-python's own handler ignored the tools when tool_choice was
+    # absent; pilothouse's handler follows OpenAI: tools given means "auto".
     async with client_for(local_llm_base_url) as client:
         completion = await client.chat.completions.create(
             model="smollm2",
             messages=[{"role": "user", "content": PARIS}],
             tools=[WEATHER_TOOL],
-            max_tokens=16,
+            max_tokens=32,
             temperature=0,
         )
-    assert completion.choices[0].finish_reason != "tool_calls"
-    assert not completion.choices[0].message.tool_calls
+    assert completion.choices[0].finish_reason == "tool_calls"
+    assert completion.choices[0].message.tool_calls
+
+
+async def test_a_text_answer_with_tools_offered_is_text(local_llm_base_url: str) -> None:
+    # The bug this handler replaces: llama-cpp-python 0.3.36's
+    # chatml-function-calling sampled a text answer under a grammar that only
+    # allowed a tool name or the end, so the content was "" or "functions.x:".
+    async with client_for(local_llm_base_url) as client:
+        completion = await client.chat.completions.create(
+            model="smollm2",
+            messages=[{"role": "user", "content": "Hello!"}],
+            tools=[WEATHER_TOOL],
+            max_tokens=24,
+            temperature=0,
+        )
+    message = completion.choices[0].message
+    assert not message.tool_calls
+    assert message.content and message.content.strip()
+    assert not message.content.startswith(("functions.", "message:"))
 
 
 async def test_model_answers_a_forced_tool_call(local_llm_base_url: str) -> None:
@@ -139,6 +137,7 @@ async def test_model_answers_a_forced_tool_call(local_llm_base_url: str) -> None
             messages=[{"role": "user", "content": PARIS}],
             tools=[WEATHER_TOOL],
             tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            temperature=0,
         )
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -148,8 +147,25 @@ async def test_model_answers_a_forced_tool_call(local_llm_base_url: str) -> None
     assert "city" in json.loads(call.function.arguments)
 
 
-async def test_streaming_delivers_several_chunks(local_llm_base_url: str) -> None:
+async def test_tool_choice_required_forces_a_call(local_llm_base_url: str) -> None:
+    # pydantic-ai sends "required" when text output is not allowed; the
+    # chatml-function-calling handler answered it with HTTP 500.
+    async with client_for(local_llm_base_url) as client:
+        completion = await client.chat.completions.create(
+            model="smollm2",
+            messages=[{"role": "user", "content": "Say hello."}],
+            tools=[WEATHER_TOOL],
+            tool_choice="required",
+            max_tokens=32,
+            temperature=0,  # sampled, the city name may ramble past max_tokens
+        )
+    assert completion.choices[0].finish_reason == "tool_calls"
+    assert completion.choices[0].message.tool_calls
+
+
+async def test_streaming_delivers_several_chunks_and_usage(local_llm_base_url: str) -> None:
     deltas: list[str] = []
+    usage: list[int] = []
     async with client_for(local_llm_base_url) as client:
         stream = await client.chat.completions.create(
             model="smollm2",
@@ -157,80 +173,128 @@ async def test_streaming_delivers_several_chunks(local_llm_base_url: str) -> Non
             max_tokens=48,
             temperature=0,
             stream=True,
+            stream_options={"include_usage": True},
         )
         async with stream:
             async for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
                     deltas.append(chunk.choices[0].delta.content)
+                if chunk.usage is not None:
+                    usage.append(chunk.usage.completion_tokens)
     assert len(deltas) > 1
     assert "".join(deltas).strip()
+    assert len(usage) == 1 and usage[0] > 0
 
 
-async def test_streaming_a_forced_tool_call_delivers_argument_deltas(
-    local_llm_base_url: str,
-) -> None:
-    arguments: list[str] = []
+async def stream_calls(base_url: str, **request: Any) -> tuple[list[Any], list[str]]:
+    """Stream a request; return its tool-call deltas and finish reasons."""
+    calls: list[Any] = []
     finish_reasons: list[str] = []
-    async with client_for(local_llm_base_url) as client:
+    async with client_for(base_url) as client:
         stream = await client.chat.completions.create(
-            model="smollm2",
-            messages=[{"role": "user", "content": PARIS}],
-            tools=[WEATHER_TOOL],
-            tool_choice={"type": "function", "function": {"name": "get_weather"}},
-            temperature=0,
-            stream=True,
+            model="local", temperature=0, stream=True, **request
         )
         async with stream:
             async for chunk in stream:
                 for choice in chunk.choices:
-                    for call in choice.delta.tool_calls or []:
-                        if call.function and call.function.arguments:
-                            arguments.append(call.function.arguments)
+                    calls.extend(choice.delta.tool_calls or [])
                     if choice.finish_reason:
                         finish_reasons.append(choice.finish_reason)
-    assert len(arguments) > 1
-    assert json.loads("".join(arguments))["city"] == "Paris"
+    return calls, finish_reasons
+
+
+async def test_streaming_an_automatic_tool_call(local_llm_base_url: str) -> None:
+    # llama-cpp-python's own handler failed here ("Automatic streaming tool
+    # choice is not supported"): the client saw an empty stream.
+    calls, finish_reasons = await stream_calls(
+        local_llm_base_url,
+        messages=[{"role": "user", "content": PARIS}],
+        tools=[WEATHER_TOOL],
+        tool_choice="auto",
+    )
+    assert [c.function.name for c in calls] == ["get_weather"]
+    assert calls[0].index == 0 and calls[0].id.startswith("call_")
+    assert json.loads(calls[0].function.arguments) == {"city": "Paris"}
     assert finish_reasons == ["tool_calls"]
 
 
-async def test_llama_cpp_cannot_stream_an_automatic_tool_call(local_llm_base_url: str) -> None:
-    # llama-cpp-python 0.3.36 raises "Automatic streaming tool choice is not
-    # supported" inside the server once the model picks a tool under "auto":
-    # the client sees an empty stream or a dropped connection, never the call.
-    # An adapter must not stream with tool_choice "auto" against this server
-    # (request without streaming, or force the function).
-    calls = 0
-    try:
-        async with client_for(local_llm_base_url) as client:
-            stream = await client.chat.completions.create(
-                model="smollm2",
-                messages=[{"role": "user", "content": PARIS}],
-                tools=[WEATHER_TOOL],
-                tool_choice="auto",
-                temperature=0,
-                stream=True,
-            )
-            async with stream:
-                async for chunk in stream:
-                    calls += sum(len(c.delta.tool_calls or []) for c in chunk.choices)
-    except openai.APIError:
-        pass  # the other way it shows: the server drops the connection
-    assert calls == 0
-    assert answers(local_llm_base_url)  # and the server survives it
+async def test_streaming_a_forced_tool_call(local_llm_base_url: str) -> None:
+    calls, finish_reasons = await stream_calls(
+        local_llm_base_url,
+        messages=[{"role": "user", "content": PARIS}],
+        tools=[WEATHER_TOOL],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
+    assert len(calls) == 1
+    assert json.loads(calls[0].function.arguments)["city"] == "Paris"
+    assert finish_reasons == ["tool_calls"]
 
 
-async def test_llama_cpp_rejects_tool_choice_required(local_llm_base_url: str) -> None:
-    # pydantic-ai sends "required" when text output is not allowed; this server
-    # only knows "none", "auto" and a named function, and fails with a 500.
+async def test_max_completion_tokens_is_honoured(local_llm_base_url: str) -> None:
+    # pydantic-ai and the OpenAI SDK send max_completion_tokens, which
+    # llama-cpp-python ignores (a 40-token request produced 1,476 tokens);
+    # the server wrapper maps it onto max_tokens.
     async with client_for(local_llm_base_url) as client:
-        with pytest.raises(openai.InternalServerError):
+        completion = await client.chat.completions.create(
+            model="smollm2",
+            messages=[{"role": "user", "content": "Write a long story about the sea."}],
+            max_completion_tokens=5,
+            temperature=0,
+        )
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.usage is not None and completion.usage.completion_tokens == 5
+
+
+async def test_fields_the_server_would_ignore_are_refused(local_llm_base_url: str) -> None:
+    async with client_for(local_llm_base_url) as client:
+        with pytest.raises(openai.BadRequestError, match="n=2") as raised:
+            await client.chat.completions.create(
+                model="smollm2", messages=[{"role": "user", "content": "Hi"}], n=2
+            )
+        assert raised.value.body is not None
+        with pytest.raises(openai.BadRequestError, match="differ"):
             await client.chat.completions.create(
                 model="smollm2",
-                messages=[{"role": "user", "content": PARIS}],
-                tools=[WEATHER_TOOL],
-                tool_choice="required",
-                max_tokens=16,
+                messages=[{"role": "user", "content": "Hi"}],
+                max_tokens=5,
+                max_completion_tokens=6,
             )
+        with pytest.raises(openai.BadRequestError, match="not among the tools"):
+            await client.chat.completions.create(
+                model="smollm2",
+                messages=[{"role": "user", "content": "Hi"}],
+                tools=[WEATHER_TOOL],
+                tool_choice={"type": "function", "function": {"name": "get_time"}},
+            )
+    assert answers(local_llm_base_url)
+
+
+async def test_openai_history_with_a_tool_result_is_accepted(local_llm_base_url: str) -> None:
+    # OpenAI's shape: the calling assistant message has content null, which
+    # llama-cpp-python's request model refuses (HTTP 500) unless mapped.
+    async with client_for(local_llm_base_url) as client:
+        completion = await client.chat.completions.create(
+            model="smollm2",
+            messages=[
+                {"role": "user", "content": PARIS},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "18 C and sunny"},
+            ],
+            max_tokens=24,
+            temperature=0,
+        )
+    assert completion.choices[0].finish_reason in ("stop", "length")
+    assert completion.choices[0].message.content
 
 
 async def test_pydantic_ai_model_request_gets_a_tool_call(local_llm_base_url: str) -> None:
@@ -282,7 +346,7 @@ async def test_second_call_reuses_the_running_server(
 
 
 async def test_concurrent_first_calls_start_one_server(count_starts: type[CountingPopen]) -> None:
-    servers = LocalModelServers()
+    servers = LocalModelServers(default_model="smollm2")
     try:
         urls = await asyncio.gather(*(servers.base_url() for _ in range(3)))
         assert len(set(urls)) == 1
@@ -293,7 +357,7 @@ async def test_concurrent_first_calls_start_one_server(count_starts: type[Counti
 
 
 async def test_dead_server_is_restarted(count_starts: type[CountingPopen]) -> None:
-    servers = LocalModelServers()
+    servers = LocalModelServers(default_model="smollm2")
     try:
         first = await servers.base_url()
         (server,) = servers.running()
@@ -312,7 +376,7 @@ async def test_dead_server_is_restarted(count_starts: type[CountingPopen]) -> No
 
 
 async def test_aclose_stops_the_server() -> None:
-    servers = LocalModelServers()
+    servers = LocalModelServers(default_model="smollm2")
     url = await servers.base_url()
     (server,) = servers.running()
     assert answers(url)
@@ -361,7 +425,7 @@ async def test_file_that_is_not_gguf_fails_with_the_server_log(tmp_path: Path) -
 
 async def test_llama_cpp_missing_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_local, "_SERVER_MODULES", ("llama_cpp_not_installed_here",))
-    servers = LocalModelServers()
+    servers = LocalModelServers(default_model="smollm2")
     with pytest.raises(MissingExtraError, match=r"pip install 'pilothouse\[local\]'") as raised:
         await servers.base_url()
     assert "llama_cpp_not_installed_here" in str(raised.value.__cause__)
@@ -374,7 +438,7 @@ async def test_interpreter_without_llama_cpp_names_the_extra(tmp_path: Path) -> 
     fake_python = tmp_path / "python"
     fake_python.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
     fake_python.chmod(0o755)
-    servers = LocalModelServers(python=str(fake_python))
+    servers = LocalModelServers(python=str(fake_python), default_model="smollm2")
     try:
         with pytest.raises(ProviderConnectionError, match=r"pilothouse\[local\]") as raised:
             await servers.base_url()
@@ -384,7 +448,7 @@ async def test_interpreter_without_llama_cpp_names_the_extra(tmp_path: Path) -> 
 
 
 def test_unknown_builtin_model_lists_the_known_ones() -> None:
-    with pytest.raises(ProviderConfigError, match="gemma3-270m, smollm2"):
+    with pytest.raises(ProviderConfigError, match="gemma3-270m, qwen2.5-coder-0.5b, smollm2"):
         default_model_path("llama-70b")
 
 

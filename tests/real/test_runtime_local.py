@@ -165,10 +165,11 @@ async def test_streamed_answer_is_recorded_with_usage_and_ai_marker(ph: Pilothou
     (request,) = events_of(transcript, TimelineKind.REQUEST)
     assert request["stream"] is True
     (response,) = events_of(transcript, TimelineKind.RESPONSE)
-    # llama.cpp reports no usage for a streamed call; the runner counts it.
-    assert response["usage_estimated"] is True
+    # The local server reports usage on a stream's last chunk (llama-cpp-python
+    # alone reports none, and the runner had to estimate it).
+    assert response["usage_estimated"] is False
     assert response["input_tokens"] > 0
-    assert response["output_tokens"] > 0
+    assert 0 < response["output_tokens"] <= 40  # max_tokens is honoured
 
 
 async def test_structured_output_action_returns_schema_valid_items(ph: Pilothouse) -> None:

@@ -29,7 +29,7 @@ CATALOG = """
 providers:
   - code: LOCAL
     kind: local
-    settings: {chat_format: chatml-function-calling}
+    settings: {model_path: smollm2}
   - code: SCRIPT
     kind: test
 models:

@@ -76,7 +76,7 @@ async def test_query_method_returns_catalog_entities(
     body = response.json()
     assert body["id"] == 1 and body["jsonrpc"] == "2.0"
     assert body["result"]["code"] == "SUMBRAND"
-    assert body["result"]["model"] == "SMOLLM2"
+    assert body["result"]["model"] == "QWEN05"
     missing = await rpc(client, api_key, call(Q.format("findActionByCode"), {"code": "NOPE"}))
     assert missing.json()["result"] is None
 

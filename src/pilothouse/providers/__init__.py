@@ -11,15 +11,18 @@ from :func:`to_model_settings`, and pilothouse errors from
 from __future__ import annotations
 
 __all__ = [
+    "BUILTIN_MODELS",
     "SECRET_REFERENCE",
     "DEFAULT_PROFILE",
     "LOCAL_PROFILE",
     "ChatTurn",
     "LocalModelServers",
+    "LocalServer",
     "LocalServers",
     "MissingExtraError",
     "ModelRequestsBlockedError",
     "ModelFactory",
+    "ModelIntegrityError",
     "ModelOptions",
     "ModelProfile",
     "ModelSpec",
@@ -47,6 +50,7 @@ from pilothouse.providers._errors import (
 )
 from pilothouse.providers._factory import LocalServers, ModelFactory
 from pilothouse.providers._guard import ModelRequestsBlockedError
+from pilothouse.providers._local_models import BUILTIN_MODELS, ModelIntegrityError
 from pilothouse.providers._options import ModelOptions, to_model_settings, uses_responses_api
 from pilothouse.providers._profile import (
     DEFAULT_PROFILE,
@@ -59,7 +63,7 @@ from pilothouse.providers._secrets import SECRET_REFERENCE, SecretResolver, is_s
 from pilothouse.providers._spec import ModelSpec, ProviderSpec, secret_values
 
 if TYPE_CHECKING:
-    from pilothouse.providers._local import LocalModelServers
+    from pilothouse.providers._local import LocalModelServers, LocalServer
     from pilothouse.providers._sagemaker import SageMakerEmbedder
 
 
@@ -71,8 +75,8 @@ def __getattr__(name: str) -> Any:
 
         return SageMakerEmbedder
     # The llama.cpp server manager is needed only where a local model runs.
-    if name == "LocalModelServers":
-        from pilothouse.providers._local import LocalModelServers
+    if name in ("LocalModelServers", "LocalServer"):
+        from pilothouse.providers import _local
 
-        return LocalModelServers
+        return getattr(_local, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -41,8 +41,9 @@ class LocalServers(Protocol):
         self,
         *,
         model_path: str | None = None,
-        chat_format: str = "chatml-function-calling",
+        chat_format: str = "pilothouse",
         n_ctx: int = 4096,
+        n_threads: int | None = None,
     ) -> str:
         """Start or reuse a server for the model and return its ``/v1`` base URL."""
         ...
@@ -273,10 +274,6 @@ class ModelFactory:
             sdk_provider = OpenAICompatibleProvider(provider.code.lower(), openai_client=client)
         if responses:
             return OpenAIResponsesModel(spec.model_name, provider=sdk_provider)
-        if local_url is not None:
-            from pilothouse.providers._llamacpp import llamacpp_chat_model
-
-            return llamacpp_chat_model(spec.model_name, sdk_provider)
         return OpenAIChatModel(spec.model_name, provider=sdk_provider)
 
     async def _local_base_url(self, provider: ProviderSpec) -> str:
@@ -284,12 +281,7 @@ class ModelFactory:
             raise ProviderConfigError(
                 f"provider {provider.code}: kind 'local' needs ModelFactory(local_servers=...)"
             )
-        settings = provider.settings
-        return await self._local_servers.base_url(
-            model_path=settings.get("model_path"),
-            chat_format=str(settings.get("chat_format", "chatml-function-calling")),
-            n_ctx=int(settings.get("n_ctx", 4096)),
-        )
+        return await self._local_servers.base_url(**local_server_options(provider))
 
     def _azure(self, spec: ModelSpec, responses: bool) -> Model:
         from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
@@ -527,6 +519,50 @@ class ModelFactory:
             message_format=fmt,
         )
         return _Entry(model, expires_at)
+
+
+_LOCAL_SETTINGS = ("model_path", "chat_format", "n_ctx", "n_threads")
+
+
+def local_server_options(provider: ProviderSpec) -> dict[str, Any]:
+    """Check a ``local`` provider's settings and turn them into server options.
+
+    Args:
+        provider: a provider of kind ``local``.
+
+    Returns:
+        Keyword arguments for :meth:`LocalServers.base_url`.
+
+    Raises:
+        ProviderConfigError: a setting is unknown or has the wrong type; the
+            message names it and the settings that exist.
+    """
+    settings = provider.settings
+    unknown = sorted(k for k in settings if k not in _LOCAL_SETTINGS)
+    if unknown:
+        raise ProviderConfigError(
+            f"provider {provider.code}: kind 'local' has no setting {', '.join(unknown)}; "
+            f"its settings are {', '.join(_LOCAL_SETTINGS)}"
+        )
+    options: dict[str, Any] = {}
+    for name in ("model_path", "chat_format"):
+        value = settings.get(name)
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                raise ProviderConfigError(
+                    f"provider {provider.code}: settings.{name} must be a non-empty string"
+                )
+            options[name] = value
+    for name, least in (("n_ctx", 256), ("n_threads", 1)):
+        value = settings.get(name)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ProviderConfigError(
+                    f"provider {provider.code}: settings.{name} must be an integer of at "
+                    f"least {least} (got {value!r})"
+                )
+            options[name] = value
+    return options
 
 
 def _expiring(entry: _Entry) -> bool:

