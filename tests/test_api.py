@@ -184,7 +184,7 @@ async def test_catalog_finders(ph: Pilothouse) -> None:
 
 async def test_conversation_reads(ph: Pilothouse) -> None:
     conversation = await ph.command.start_conversation(action="SUMMARIZE", agent="ANALYST")
-    writer = SqlTurnStore(ph._shared.database)  # pyright: ignore[reportPrivateUsage]
+    writer = SqlTurnStore(ph._shared.database)
     handle = await writer.begin_turn(ph.tenant, conversation.uuid)
     await writer.write(
         handle,
@@ -256,7 +256,8 @@ def test_sync_wrapper_works_from_plain_sync_code(tmp_path: Path) -> None:
         assert ph.tenant == "default"
         conversation = ph.command.start_conversation(action="SUMMARIZE", agent="ANALYST")
         assert conversation.status is ProcessStatus.NOT_STARTED
-        assert ph.query.find_conversation(conversation.uuid).uuid == conversation.uuid
+        found = ph.query.find_conversation(conversation.uuid)
+        assert found is not None and found.uuid == conversation.uuid
         assert ph.query.list_conversations(agent="ANALYST").total == 1
         assert ph.query.get_transcript(conversation.uuid).messages == []
         assert [a.code for a in ph.query.get_all_actions()] == ["QUIET", "SUMMARIZE"]

@@ -77,8 +77,8 @@ async def test_a_tenant_view_shares_the_run_loop_and_sees_only_its_tenant(
     assert (await acme.query.get_conversation(theirs.conversation_uuid)).tenant == "acme"
     # Both tenants' runners are views of one runtime: one model factory,
     # compiler, tool source and registry of running turns.
-    shared = ph._shared  # pyright: ignore[reportPrivateUsage]
-    assert acme._shared is shared  # pyright: ignore[reportPrivateUsage]
+    shared = ph._shared
+    assert acme._shared is shared
     default_runner, acme_runner = shared.runner("default"), shared.runner("acme")
     assert (default_runner.tenant, acme_runner.tenant) == ("default", "acme")
     assert default_runner.runtime is acme_runner.runtime is shared.runtime()

@@ -195,6 +195,7 @@ async def test_scripted_tool_calls_get_unique_ids_unless_given(ph: Pilothouse) -
         )
         assert len(set(ids)) == 2
         assert all(re.fullmatch(r"call_[0-9a-f]{24}", i) for i in ids)
+        resumed = first
         for call_id in ids:
             resumed = await ph.command.submit_tool_result(conversation.uuid, call_id, "found")
         # The same script step played again gets new ids: no id repeats in

@@ -116,7 +116,7 @@ class _Offered(Generic[P, R]):
         call = self._sync(bound, instance._portal)  # pyright: ignore[reportPrivateUsage]
         call.__name__ = self.method.__name__
         call.__doc__ = self.method.__doc__
-        call.__signature__ = self._signature  # type: ignore[attr-defined]
+        call.__signature__ = self._signature
         return call
 
 

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from pilothouse.catalog import export_catalog
 from pilothouse.cli import app

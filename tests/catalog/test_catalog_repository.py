@@ -11,6 +11,7 @@ from pilothouse.catalog import (
     ProviderSpec,
     catalog_kind,
 )
+from pilothouse.catalog._models import Configuration
 from pilothouse.errors import (
     CatalogValidationError,
     ConflictError,
@@ -99,6 +100,7 @@ async def test_update_bumps_version_and_revision(database: Database) -> None:
         row = await repo.update(
             "configurations", "DEFAULT", ConfigurationSpec(code="DEFAULT", max_tokens=99), 1
         )
+        assert isinstance(row, Configuration)
         assert (row.version, row.max_tokens) == (2, 99)
         assert await repo.revision() == 4
 
@@ -141,7 +143,7 @@ async def test_a_concurrent_update_is_caught_by_the_version_column(database: Dat
             kind = catalog_kind("configurations")
             kind.apply(row, ConfigurationSpec(code="DEFAULT", max_tokens=3), lambda k, key: row)
             with pytest.raises(StaleVersionError, match="changed by someone else"):
-                await repo._flush(kind, "DEFAULT")  # pyright: ignore[reportPrivateUsage]
+                await repo._flush(kind, "DEFAULT")
 
 
 async def test_update_cannot_change_the_key(database: Database) -> None:

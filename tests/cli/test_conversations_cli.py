@@ -8,9 +8,8 @@ from decimal import Decimal
 
 import anyio
 import pytest
-from click.testing import Result
 from sqlalchemy import update
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from pilothouse.catalog._enums import (
     FinishReason,

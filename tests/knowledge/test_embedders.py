@@ -159,7 +159,7 @@ async def test_azure_posts_to_the_deployment(embeddings_server: str) -> None:
 
 
 def _stubbed(service: str) -> tuple[Any, Any]:
-    import boto3
+    import boto3.session
     from botocore.stub import Stubber
 
     client = boto3.session.Session().client(

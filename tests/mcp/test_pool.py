@@ -244,12 +244,12 @@ async def test_a_pre_2026_list_changed_notification_drops_the_cached_list(
     # notification unasked; the session's message handler sees it directly.
     import mcp_types as types
 
-    from pilothouse.mcp._pool import _Session  # pyright: ignore[reportPrivateUsage]
+    from pilothouse.mcp._pool import _Session
 
     first = await pool.tools(config())
-    [session] = pool._sessions.values()  # pyright: ignore[reportPrivateUsage]
+    [session] = pool._sessions.values()
     assert isinstance(session, _Session)
-    await session._on_message(types.ToolListChangedNotification())  # pyright: ignore[reportPrivateUsage]
+    await session._on_message(types.ToolListChangedNotification())
     second = await pool.tools(config())
     assert [t.definition.name for t in second] == [t.definition.name for t in first]
     assert second[0] is not first[0]

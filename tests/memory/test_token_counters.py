@@ -20,7 +20,7 @@ from pilothouse.memory import EstimateCounter, TiktokenCounter, TokenCounter, _t
 @pytest.fixture(autouse=True)
 def _fresh_caches(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # Counters are cached per process; each test decides what is on disk.
-    _tokens._offline_encoding.cache_clear()  # pyright: ignore[reportPrivateUsage]
+    _tokens._offline_encoding.cache_clear()
     counter_for.cache_clear()
 
     def no_network(*args: object, **kwargs: object) -> None:
@@ -28,7 +28,7 @@ def _fresh_caches(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     monkeypatch.setattr(socket.socket, "connect", no_network)
     yield
-    _tokens._offline_encoding.cache_clear()  # pyright: ignore[reportPrivateUsage]
+    _tokens._offline_encoding.cache_clear()
     counter_for.cache_clear()
 
 
@@ -89,7 +89,7 @@ def test_cached_file_with_a_wrong_hash_is_ignored(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _no_packaged_vocabularies(monkeypatch, tmp_path)
-    cached = _tokens._tiktoken_cache_file("o200k_base")  # pyright: ignore[reportPrivateUsage]
+    cached = _tokens._tiktoken_cache_file("o200k_base")
     assert cached is not None
     cached.write_bytes(b"aGVsbG8= 0\n")
     assert isinstance(counter_for(ProviderKind.OPENAI, "gpt-4o"), EstimateCounter)
@@ -97,7 +97,7 @@ def test_cached_file_with_a_wrong_hash_is_ignored(
 
 def test_disabled_tiktoken_cache_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")
-    assert _tokens._tiktoken_cache_file("o200k_base") is None  # pyright: ignore[reportPrivateUsage]
+    assert _tokens._tiktoken_cache_file("o200k_base") is None
 
 
 needs_vocabulary = pytest.mark.skipif(

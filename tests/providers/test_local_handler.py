@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pilothouse.providers._llama_chat import _prompted_messages, _Watch  # pyright: ignore[reportPrivateUsage]
+from pilothouse.providers._llama_chat import _prompted_messages, _Watch
 from pilothouse.providers._llama_decode import StopFilter
 from pilothouse.providers._llama_server import BadRequest, RequestGate, adapt_request
 from pilothouse.providers._local import choose_threads

@@ -11,6 +11,7 @@ import httpx2
 import pydantic
 import pytest
 from openai import AsyncAzureOpenAI, AsyncOpenAI
+from openai import _utils as openai_utils
 from openai._utils import PropertyInfo
 from openai.resources.chat.completions import completions as completions_module
 from openai.types.chat import completion_create_params
@@ -150,7 +151,9 @@ async def test_pydantic_ai_requests_are_identical(
     messages, settings, params = _CASES[case]
     answers: list[str] = []
     transformed: list[object] = []
-    sdk_transform = completions_module.async_maybe_transform
+    # The SDK's own function, by its public home; the patch replaces the name
+    # the completions module calls.
+    sdk_transform = openai_utils.async_maybe_transform
 
     async def counting(data: object, expected_type: object) -> object:
         transformed.append(data)
@@ -202,7 +205,7 @@ async def test_a_body_that_is_not_plain_json_takes_the_sdks_transform() -> None:
             model="gpt-test",
             # A tuple and a pydantic model: the SDK turns them into a list and a dict.
             messages=({"role": "user", "content": "Hi"},),
-            response_format=Format(type="json_object"),  # type: ignore[arg-type]
+            response_format=Format(type="json_object"),
         )
     assert json.loads(seen_fast.requests[0].content)["response_format"] == {"type": "json_object"}
     assert seen_fast.wire() == seen_stock.wire()

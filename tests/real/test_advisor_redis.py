@@ -57,7 +57,7 @@ async def prefix() -> AsyncIterator[str]:
     """A key prefix unique to this test; its keys are deleted afterwards."""
     client = Redis.from_url(REDIS_URL, socket_connect_timeout=2)
     try:
-        await client.ping()  # pyright: ignore[reportUnknownMemberType]
+        await client.ping()
     except OSError as exc:
         await client.aclose()
         pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")

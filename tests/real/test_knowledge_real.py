@@ -265,7 +265,7 @@ def llama_embedding_url() -> Iterator[str]:
         print("llama_cpp missing: llama.cpp embedding test skipped")
         pytest.skip("llama_cpp is not installed: pip install 'pilothouse[local]'")
     model = default_model_path("smollm2")
-    from pilothouse.providers._local import _free_loopback_port  # pyright: ignore[reportPrivateUsage]
+    from pilothouse.providers._local import _free_loopback_port
 
     port = _free_loopback_port()
     process = subprocess.Popen(

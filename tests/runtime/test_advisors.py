@@ -482,7 +482,7 @@ async def test_logging_advisor_logs_the_call_without_content_or_secrets(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     model = ScriptedModel([Reply("the private answer", input_tokens=7, output_tokens=3)])
-    call = advised("my private question", settings={"extra_headers": {"x-key": SECRET_KEY}})  # type: ignore[typeddict-unknown-key]
+    call = advised("my private question", settings={"extra_headers": {"x-key": SECRET_KEY}})
 
     with caplog.at_level(logging.INFO, logger="pilothouse.advisor"):
         await LoggingAdvisor().around(call, terminal(model))

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic_ai.messages import ModelRequest, ToolReturnPart, UserPromptPart
 
-from pilothouse.catalog._enums import ProcessStatus, ProviderKind
+from pilothouse.catalog._enums import ExecutionPolicy, ProcessStatus, ProviderKind, ToolKind
 from pilothouse.providers import (
     DEFAULT_PROFILE,
     LOCAL_PROFILE,
@@ -50,8 +50,8 @@ class WeatherSource:
 class Weather:
     def __init__(self, definition: ToolDefinition) -> None:
         self.definition = definition
-        self.kind = "python"
-        self.policy = "allow"
+        self.kind = ToolKind.PYTHON
+        self.policy = ExecutionPolicy.ALLOW
 
     async def execute(self, arguments: Any, context: ToolContext) -> ToolResult:
         return ToolResult(f"sunny in {arguments.get('city')}")
@@ -101,7 +101,7 @@ async def test_structured_output_mode_follows_the_profile(
     result = await runner.send_message(uuid, "Acme vs Globex", compiled=compiled)
     assert result.output == [{"name": "Globex"}]
     info = model.requests[0].info
-    extra = dict((info.model_settings or {}).get("extra_body") or {})  # type: ignore[arg-type]
+    extra = cast(dict[str, Any], (info.model_settings or {}).get("extra_body") or {})
     if profile.grammar_output:
         # A grammar in the request; the answer comes as plain text.
         assert extra["response_format"]["type"] == "json_object"

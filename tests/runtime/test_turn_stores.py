@@ -261,13 +261,9 @@ _VARYING = frozenset({"runId", "generatedAt", "ms", "delay"})
 def _clean(value: Any, uuids: Mapping[str, str]) -> Any:
     """``value`` without what differs from run to run (clocks, run ids, uuids)."""
     if isinstance(value, dict):
-        return {
-            key: _clean(item, uuids)
-            for key, item in value.items()  # pyright: ignore[reportUnknownVariableType]
-            if key not in _VARYING
-        }
+        return {key: _clean(item, uuids) for key, item in value.items() if key not in _VARYING}
     if isinstance(value, list):
-        return [_clean(item, uuids) for item in value]  # pyright: ignore[reportUnknownVariableType]
+        return [_clean(item, uuids) for item in value]
     if isinstance(value, str):
         return uuids.get(value, value)
     return value

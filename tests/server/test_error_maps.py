@@ -27,9 +27,9 @@ async def rpc(client: httpx.AsyncClient, key: str, method: str, params: Any) -> 
 
 TABLES = {
     "rest": HTTP_STATUS,
-    "invoke": _invoke._STATUS,  # pyright: ignore[reportPrivateUsage]
-    "openai": _openai._ERRORS,  # pyright: ignore[reportPrivateUsage]
-    "jsonrpc": _jsonrpc._ERRORS,  # pyright: ignore[reportPrivateUsage]
+    "invoke": _invoke._STATUS,
+    "openai": _openai._ERRORS,
+    "jsonrpc": _jsonrpc._ERRORS,
 }
 
 
@@ -43,9 +43,9 @@ def test_the_faces_agree_where_their_protocols_allow() -> None:
         rest = HTTP_STATUS[category]
         if category is ErrorCategory.INVALID_INPUT:
             # The connector and the OpenAI protocol answer bad input 400; REST 422.
-            assert (rest, _invoke._STATUS[category]) == (422, 400)  # pyright: ignore[reportPrivateUsage]
+            assert (rest, _invoke._STATUS[category]) == (422, 400)
             continue
-        assert _invoke._STATUS[category] == rest  # pyright: ignore[reportPrivateUsage]
+        assert _invoke._STATUS[category] == rest
 
 
 async def test_a_conversation_in_the_wrong_state_is_a_conflict_everywhere_it_can_be(

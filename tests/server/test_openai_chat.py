@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import openai
 import pytest
 from fastapi import FastAPI
@@ -84,7 +85,8 @@ def database_seed() -> Seed:
 @pytest.fixture
 async def oai(app: FastAPI, client: httpx.AsyncClient, api_key: str) -> AsyncIterator[Any]:
     # ``client`` runs the app's lifespan; the official client shares its transport.
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
+    # The official client is built on httpx2; its transport calls the app in-process.
+    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app))
     async with openai.AsyncOpenAI(
         base_url="http://testserver/v1", api_key=api_key, http_client=http, max_retries=0
     ) as sdk:
@@ -346,7 +348,8 @@ async def test_streamed_tool_calls_come_before_the_finish(
 
 
 async def test_bad_key_is_an_authentication_error(app: FastAPI, client: httpx.AsyncClient) -> None:
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
+    # The official client is built on httpx2; its transport calls the app in-process.
+    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app))
     async with openai.AsyncOpenAI(
         base_url="http://testserver/v1", api_key="ph_wrong", http_client=http, max_retries=0
     ) as sdk:
@@ -631,7 +634,7 @@ async def test_a_model_deactivated_after_the_check_is_refused_and_writes_nothing
 ) -> None:
     from pilothouse.server import _openai
 
-    check = _openai._check  # pyright: ignore[reportPrivateUsage]
+    check = _openai._check
 
     async def check_then_deactivate(*args: Any, **kwargs: Any) -> None:
         await check(*args, **kwargs)

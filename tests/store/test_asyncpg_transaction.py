@@ -15,7 +15,7 @@ from sqlalchemy import Connection, event, select, text
 
 from pilothouse.catalog._enums import MessageRole
 from pilothouse.store import Database, Message, NewMessage, SqlTurnStore, TurnBatch
-from pilothouse.store._engine import _refuse_closed  # pyright: ignore[reportPrivateUsage]
+from pilothouse.store._engine import _refuse_closed
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -39,7 +39,7 @@ def _backend(connection: Connection) -> int:
 
 
 async def _kill(database: Database, pid: int) -> None:
-    import asyncpg  # type: ignore[import-untyped]
+    import asyncpg
 
     # A connection of its own: a pooled one could be the one killed.
     other = await asyncpg.connect(database.url.replace("postgresql+asyncpg", "postgresql"))

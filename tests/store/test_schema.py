@@ -45,7 +45,7 @@ async def test_upgrade_from_0001_gives_question_timeout_a_server_default(tmp_pat
     from alembic import command
     from sqlalchemy import text
 
-    from pilothouse.store._engine import _alembic_config  # pyright: ignore[reportPrivateUsage]
+    from pilothouse.store._engine import _alembic_config
 
     assert isinstance(tmp_path, Path)
     db = Database(f"sqlite+aiosqlite:///{tmp_path / 'old.db'}")

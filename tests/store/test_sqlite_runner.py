@@ -168,7 +168,7 @@ async def test_a_running_checkpoint_keeps_no_transaction_off_the_loop(
     # its own, so the transactions after it still run on the loop.
     release = threading.Event()
     started = threading.Event()
-    checkpoint = SqliteRunner._checkpoint  # pyright: ignore[reportPrivateUsage]
+    checkpoint = SqliteRunner._checkpoint
 
     def slow_checkpoint(self: SqliteRunner) -> None:
         started.set()

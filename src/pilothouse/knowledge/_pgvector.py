@@ -101,7 +101,7 @@ class PgVectorBackend(Backend):
         """The connection pool, opened on first use, with the vector type registered."""
         if self._pool is None:
             import asyncpg  # pyright: ignore[reportMissingTypeStubs]
-            from pgvector.asyncpg import register_vector  # pyright: ignore[reportMissingTypeStubs]
+            from pgvector.asyncpg import register_vector
 
             async def setup(connection: Any) -> None:
                 await connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -111,7 +111,7 @@ class PgVectorBackend(Backend):
                 self._pool = await asyncpg.create_pool(  # pyright: ignore[reportUnknownMemberType]
                     self._dsn, password=self._password, min_size=1, max_size=10, init=setup
                 )
-            except (OSError, asyncpg.PostgresError) as exc:  # pyright: ignore[reportUnknownMemberType]
+            except (OSError, asyncpg.PostgresError) as exc:
                 raise KnowledgeSetupError(
                     f"vector store {self.store}: cannot use {self._where()} ({type(exc).__name__}: "
                     f"{exc})"

@@ -70,7 +70,7 @@ def _security() -> dict[str, Any]:
 class _FastCompletions(AsyncCompletions):
     """Chat completions that post a plain-JSON body without the SDK's transform."""
 
-    async def create(self, **params: Any) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+    async def create(self, **params: Any) -> Any:
         """Create a chat completion: the SDK's ``create``, minus the body transform."""
         options = {name: params.pop(name) for name in _REQUEST_OPTIONS if name in params}
         body = {

@@ -11,16 +11,20 @@ __all__ = ["allow_model_requests", "block_model_requests", "override"]
 
 from collections.abc import Generator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from pilothouse.providers._guard import model_override
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
+# Generic so that ``with override(model=ScriptedModel(...)) as model`` keeps
+# the ScriptedModel type for the assertions on it.
+_ModelT = TypeVar("_ModelT", bound="Model")
+
 
 @contextmanager
-def override(*, model: Model) -> Generator[Model, None, None]:
+def override(*, model: _ModelT) -> Generator[_ModelT, None, None]:
     """Answer every catalog model with ``model`` inside the block.
 
     Every Pilothouse running a turn in this block, or in a task started from
