@@ -1,6 +1,7 @@
 # pilothouse: two commands on a fresh machine.
 #   make demo   installs everything and runs the main job on the embedded local model
-#   make test   installs everything and runs ruff, pyright (strict on src/) and pytest with coverage
+#   make test   installs everything and runs ruff, pyright (strict on src/, standard on tests/)
+#               and pytest with coverage, one worker per core
 
 PYTHON ?= python3
 VENV   := .venv
@@ -39,7 +40,9 @@ COV_FLOOR := 92
 
 pytest: install
 	@# Exit code 5 means pytest collected no tests; that is not a failure of the code.
-	$(BIN)/python -m pytest --cov --cov-report=term --cov-fail-under=$(COV_FLOOR); \
+	@# One worker per core (pytest-xdist); a module's tests stay on one worker,
+	@# so a module-scoped real component (a llama.cpp server) starts once.
+	$(BIN)/python -m pytest -n auto --dist loadscope --cov --cov-report=term --cov-fail-under=$(COV_FLOOR); \
 	  rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 test: lint typecheck pytest
