@@ -8,25 +8,14 @@ from the packaged SmolLM2 model on llama.cpp, started by the server on first use
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 import openai
 import pytest
+from live_serve import LiveServer, live_serve
 
 pytestmark = [pytest.mark.real, pytest.mark.anyio]
 
-ROOT = Path(__file__).resolve().parents[2]
-CATALOG = ROOT / "examples" / "catalog"
-# The console script installed beside this interpreter (the venv's own).
-PILOTHOUSE = str(Path(sys.executable).with_name("pilothouse"))
 DOCUMENT = (
     "Acme Rockets builds small reusable rockets for weather satellites. "
     "Its brand promise is on-time launches at a fair price."
@@ -55,85 +44,14 @@ agents:
 """
 
 
-@dataclass(frozen=True)
-class LiveServer:
-    """A running ``pilothouse serve``: where it listens and a key for it."""
-
-    base_url: str
-    key: str
-
-
-def _cli(database_url: str, *args: str) -> str:
-    done = subprocess.run(
-        [PILOTHOUSE, "--database-url", database_url, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     import importlib.util
 
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("llama_cpp is not importable: pip install 'pilothouse[local]'")
-    folder = tmp_path_factory.mktemp("live")
-    database_url = f"sqlite+aiosqlite:///{folder / 'live.db'}"
-    extra = folder / "extra.yaml"
-    extra.write_text(EXTRA_CATALOG)
-    _cli(database_url, "catalog", "import", str(CATALOG), str(extra))
-    created = _cli(database_url, "keys", "create", "--tenant", "default", "--name", "live")
-    key = next(word for word in created.split() if word.startswith("ph_"))
-    port = _free_port()
-    log = (folder / "serve.log").open("w")
-    process = subprocess.Popen(
-        [
-            PILOTHOUSE,
-            "--database-url",
-            database_url,
-            "serve",
-            "--port",
-            str(port),
-            "--grace",
-            "5",
-            "--log-level",
-            "warning",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PILOTHOUSE_SECRETS_FILE": ""},
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, (folder / "serve.log").read_text()
-            try:
-                if httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "pilothouse serve did not start in 60 s"
-            time.sleep(0.2)
-        yield LiveServer(base_url=f"{base_url}/v1", key=key)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+    with live_serve(tmp_path_factory.mktemp("live"), EXTRA_CATALOG) as server:
+        yield server
 
 
 @pytest.fixture

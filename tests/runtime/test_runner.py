@@ -289,6 +289,10 @@ async def test_structured_output_is_validated_and_errors_fed_back(
     result = await make_runner(model).send_message(uuid, "Acme competes with Globex.")
     assert result.status is ProcessStatus.COMPLETED
     assert result.output == good
+    # The answer came through the output tool (the function-calling route):
+    # a finished answer is ST, not TC (seed 000).
+    assert model.requests[0].info.output_tools
+    assert result.finish_reason is FinishReason.STOP
     retry_request = model.requests[1].messages[-1]
     assert isinstance(retry_request, ModelRequest)
     assert "'name' is a required property" in str(retry_request.parts[0])

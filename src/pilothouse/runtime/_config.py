@@ -10,15 +10,18 @@ from __future__ import annotations
 
 __all__ = ["RuntimeConfig", "RuntimeConfigError"]
 
+import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any, cast
 
-from pilothouse.catalog._enums import InstructionMode
+from pilothouse.catalog._enums import Cardinality, InstructionMode
 from pilothouse.errors import PilothouseError
 from pilothouse.providers import ModelOptions
 
 if TYPE_CHECKING:
+    from pilothouse.runtime._compile import CompiledAction
     from pilothouse.runtime._toolexec import OverrideRule
 
 _SWITCHES = {
@@ -29,7 +32,12 @@ _SWITCHES = {
     "stream": "stream",
     "toolParameterOverride": "overrides",
     "tool_parameter_override": "overrides",
+    "output_schema": "output_schema",
+    "client_tools": "client_tools",
 }
+
+# OpenAI's rule for function names, which every provider accepts.
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
 class RuntimeConfigError(PilothouseError):
@@ -47,6 +55,12 @@ class RuntimeConfig:
         instruction_mode: replace / append / prepend.
         stream: ask for a streamed model call even without subscribers.
         overrides: tool parameter overrides (``toolParameterOverride``).
+        output_schema: a JSON schema this turn's answer must match, for an
+            action without an output schema of its own (an OpenAI client's
+            ``response_format``).
+        client_tools: tools ``(name, description, parameters schema)``
+            offered for this turn only, whose calls go back to the caller
+            (an OpenAI client's ``tools``).
     """
 
     options: ModelOptions = ModelOptions()
@@ -55,6 +69,8 @@ class RuntimeConfig:
     instruction_mode: InstructionMode = InstructionMode.APPEND
     stream: bool | None = None
     overrides: tuple[OverrideRule, ...] = ()
+    output_schema: dict[str, Any] | None = None
+    client_tools: tuple[tuple[str, str, dict[str, Any]], ...] = ()
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None) -> RuntimeConfig:
@@ -109,4 +125,102 @@ class RuntimeConfig:
             instruction=instruction,
             instruction_mode=mode,
             stream=switches.get("stream"),
+            output_schema=_output_schema(switches.get("output_schema")),
+            client_tools=_client_tools(switches.get("client_tools")),
         )
+
+    def shape(self, compiled: CompiledAction) -> CompiledAction:
+        """Return ``compiled`` with this turn's output schema and client tools.
+
+        Raises:
+            RuntimeConfigError: an output schema for an action that has its own.
+        """
+        if self.output_schema is None and not self.client_tools:
+            return compiled
+        changes: dict[str, Any] = {}
+        if self.client_tools:
+            taken = {name for name, _, _ in compiled.tools} | {t.name for t in compiled.tool_rows}
+            for name, _, _ in self.client_tools:
+                if name in taken:
+                    raise RuntimeConfigError(
+                        f"runtime config: client tool '{name}' has the name of one of the "
+                        f"action's own tools; rename it"
+                    )
+            changes["tools"] = (*compiled.tools, *self.client_tools)
+        if self.output_schema is not None:
+            if compiled.output_schema is not None and compiled.output_schema != self.output_schema:
+                raise RuntimeConfigError(
+                    f"runtime config: action '{compiled.action_code}' has its own output "
+                    "schema; a turn cannot replace it (drop output_schema, or use an action "
+                    "without one)"
+                )
+            from jsonschema.validators import validator_for
+
+            block = json.dumps(self.output_schema, indent=2, sort_keys=True)
+            changes.update(
+                output_schema=self.output_schema,
+                output_cardinality=Cardinality.ITEM,
+                _validator=validator_for(self.output_schema)(self.output_schema),
+                # Models without a JSON mode or tools read the schema here.
+                prompt_parts=(
+                    *compiled.prompt_parts,
+                    ("schemas", f"Output data structure:\n{block}"),
+                ),
+            )
+        return replace(compiled, **changes)
+
+
+def _output_schema(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise RuntimeConfigError("runtime config: 'output_schema' must be a JSON schema object")
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
+    schema = cast(dict[str, Any], value)
+    try:
+        validator_for(schema).check_schema(schema)
+    except SchemaError as exc:
+        raise RuntimeConfigError(
+            f"runtime config: 'output_schema' is not a valid JSON schema: {exc.message}"
+        ) from None
+    if schema.get("type", "object") != "object":
+        raise RuntimeConfigError(
+            'runtime config: \'output_schema\' must describe an object ("type": "object")'
+        )
+    return schema
+
+
+def _client_tools(value: Any) -> tuple[tuple[str, str, dict[str, Any]], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise RuntimeConfigError("runtime config: 'client_tools' must be a list")
+    tools: list[tuple[str, str, dict[str, Any]]] = []
+    seen: set[str] = set()
+    for index, item in enumerate(cast(list[Any], value)):
+        where = f"runtime config: client_tools[{index}]"
+        if not isinstance(item, dict):
+            raise RuntimeConfigError(f"{where} must be an object {{name, description, parameters}}")
+        tool = cast(dict[str, Any], item)
+        unknown = set(tool) - {"name", "description", "parameters"}
+        if unknown:
+            raise RuntimeConfigError(
+                f"{where}: unknown key '{sorted(unknown)[0]}' "
+                "(known: description, name, parameters)"
+            )
+        name, description = tool.get("name"), tool.get("description") or ""
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            raise RuntimeConfigError(f"{where}: 'name' must match [a-zA-Z0-9_-]{{1,64}}")
+        if name in seen:
+            raise RuntimeConfigError(f"{where}: tool '{name}' is named twice")
+        seen.add(name)
+        if not isinstance(description, str):
+            raise RuntimeConfigError(f"{where}: 'description' must be a string")
+        empty: dict[str, Any] = {"type": "object", "properties": {}}
+        parameters: Any = tool.get("parameters") or empty
+        if not isinstance(parameters, dict):
+            raise RuntimeConfigError(f"{where}: 'parameters' must be a JSON schema object")
+        tools.append((name, description, cast(dict[str, Any], parameters)))
+    return tuple(tools)

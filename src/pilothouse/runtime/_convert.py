@@ -113,7 +113,11 @@ def build_messages(
     content: str | list[UserContent] = user_text
     if attachments:
         content = [user_text, *(attachment_content(a) for a in attachments)]
-    messages.append(ModelRequest(parts=[UserPromptPart(content)]))
+    if content or not history or history[-1].role is not MessageRole.TOOL:
+        messages.append(ModelRequest(parts=[UserPromptPart(content)]))
+    # else: a continuation from tool results the caller sent (an OpenAI
+    # client running its own tools): the request ends with those results, as
+    # the provider expects, and no empty user message follows them.
     first = messages[0]
     system = SystemPromptPart(system_prompt)
     if isinstance(first, ModelRequest):
@@ -166,6 +170,11 @@ def parse_response(response: ModelResponse) -> ParsedResponse:
 def finish_reason_of(response: ModelResponse, parsed: ParsedResponse) -> FinishReason:
     """Map the provider's finish reason to the reference code."""
     reason = response.finish_reason
+    if parsed.output_call is not None and not parsed.tool_calls and reason == "tool_call":
+        # The answer came through the output tool (the function-calling route
+        # of structured output): the model finished its answer, as seed 000
+        # records it, rather than asking for a tool.
+        return FinishReason.STOP
     if reason is not None:
         return _FINISH.get(reason, FinishReason.OTHER)
     return FinishReason.TOOL_CALLS if parsed.tool_calls else FinishReason.STOP

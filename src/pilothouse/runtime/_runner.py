@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
 from pilothouse.catalog._enums import (
     InstructionMode,
@@ -52,6 +53,7 @@ from pilothouse.runtime._events import (
 from pilothouse.runtime._record import status_event
 from pilothouse.runtime._toolexec import Authorizer
 from pilothouse.runtime._toolset import ToolSource
+from pilothouse.runtime._toolstep import results_as_text
 from pilothouse.runtime._turn import (
     CallModel,
     Failed,
@@ -302,6 +304,7 @@ class Runner:
         config = RuntimeConfig.parse(runtime_config)
         if compiled is None:
             compiled = await self.compiler.compile(self.tenant, action_code, agent_code)
+        compiled = config.shape(compiled)
         data = {"input": text, **(input_data or {})}
         system_prompt = compiled.system_prompt(config.instruction, config.instruction_mode, data)
         for attachment in attachments:
@@ -491,7 +494,18 @@ class Runner:
             [*history, user], turn.compiled.memory, system_prompt=prompt, counter=new.counter
         )
         turn.active_skills = activated_skills(history)
-        return CallModel(build_messages(prompt, kept[:-1], new.text, new.attachments))
+        messages = build_messages(prompt, kept[:-1], new.text, new.attachments)
+        last = messages[-1]
+        if (
+            turn.compiled.model.profile.tool_results_as_text
+            and isinstance(last, ModelRequest)
+            and any(isinstance(part, ToolReturnPart) for part in last.parts)
+        ):
+            # A continuation from tool results the caller ran (no new user
+            # text): as after the loop's own tool round, a small model gets
+            # them as text and answers without tools.
+            return CallModel([*messages[:-1], results_as_text(last)], True)
+        return CallModel(messages)
 
     async def _resume(self, turn: Turn, step: Resume) -> CallModel | Returned:
         """Record the replies; go on from the stored history unless calls are still pending."""

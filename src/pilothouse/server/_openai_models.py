@@ -140,6 +140,38 @@ class ChatMessage(_Wire):
     tool_call_id: str | None = None
 
 
+class FunctionDef(_Wire):
+    """The ``function`` of a client-defined tool."""
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolIn(_Wire):
+    """A client-defined tool: its calls are returned to the client as ``tool_calls``."""
+
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class JsonSchemaFormat(_Wire):
+    """``response_format.json_schema``: the schema the answer must match."""
+
+    name: str = Field(min_length=1, max_length=64)
+    schema_: dict[str, Any] = Field(alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+class ResponseFormat(_Wire):
+    """``response_format``: plain text, any JSON object, or JSON matching a schema."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
 class StreamOptions(_Wire):
     """``stream_options``: only ``include_usage`` has a meaning here."""
 
@@ -167,7 +199,10 @@ class ChatCompletionRequest(_Wire):
     stream_options: StreamOptions | None = None
     n: int | None = Field(default=None, ge=1, le=1)
     user: str | None = Field(default=None, max_length=64)
-    tools: list[dict[str, Any]] | None = Field(default=None, max_length=0)
+    tools: list[ToolIn] | None = Field(default=None, max_length=128)
+    tool_choice: Literal["auto", "none"] | None = None
+    parallel_tool_calls: Literal[True] | None = None
+    response_format: ResponseFormat | None = None
     input_data: dict[str, Any] | None = None
 
 
@@ -196,11 +231,43 @@ def parse_request(raw: bytes) -> ChatCompletionRequest:
         error = exc.errors(include_url=False)[0]
         param = _location(error["loc"])
         message = error["msg"]
-        if param == "tools":
-            message = "client-defined tools are not supported; the action's catalog tools are used"
+        if param == "tool_choice":
+            message = (
+                "only 'auto' and 'none' are supported: the action decides when its tools "
+                "are called ('required' and a named function are not honoured)"
+            )
+        elif param == "parallel_tool_calls":
+            message = (
+                "parallel_tool_calls=false is not supported: the model may call tools in parallel"
+            )
         elif param == "n":
             message = "only n=1 is supported"
         raise OpenAIError(400, f"{param}: {message}", param=param) from None
+
+
+def _continuation(
+    instructions: list[str], conversation: list[tuple[int, ChatMessage]]
+) -> TurnInput:
+    """A request that ends with tool results: the turn continues from them.
+
+    The client ran the calls of its own tools and sends their results; every
+    message is history and the turn has no new user text.
+    """
+    tool_names: dict[str, str] = {}
+    history = [
+        replayed
+        for index, message in conversation
+        if (replayed := _replayed(message, index, tool_names)) is not None
+    ]
+    for index, message in conversation:
+        if message.role == "tool" and message.tool_call_id not in tool_names:
+            raise OpenAIError(
+                400,
+                f"messages[{index}].tool_call_id: no earlier assistant message has a tool "
+                f"call with id '{message.tool_call_id}'",
+                param=f"messages[{index}].tool_call_id",
+            )
+    return TurnInput(instruction="\n\n".join(instructions) or None, history=history, text="")
 
 
 @dataclass
@@ -323,6 +390,8 @@ def map_messages(messages: list[ChatMessage]) -> TurnInput:
                 instructions.append(text)
         else:
             conversation.append((index, message))
+    if conversation and conversation[-1][1].role == "tool":
+        return _continuation(instructions, conversation)
     if not conversation or conversation[-1][1].role != "user":
         raise OpenAIError(
             400,
@@ -364,10 +433,44 @@ def runtime_config(request: ChatCompletionRequest, instruction: str | None) -> d
         "reasoning_effort": request.reasoning_effort,
     }
     config = {key: value for key, value in config.items() if value is not None}
+    if request.tools and request.tool_choice != "none":
+        config["client_tools"] = [
+            {
+                "name": tool.function.name,
+                "description": tool.function.description or "",
+                "parameters": tool.function.parameters or {"type": "object", "properties": {}},
+            }
+            for tool in request.tools
+        ]
+    output_schema = response_schema(request.response_format)
+    if output_schema is not None:
+        config["output_schema"] = output_schema
     if instruction is not None:
         config["instruction"] = instruction
         config["instruction_mode"] = "append"
     return config
+
+
+def response_schema(response_format: ResponseFormat | None) -> dict[str, Any] | None:
+    """Return the output schema a ``response_format`` asks for (None for text).
+
+    ``json_object`` asks for any JSON object; ``json_schema`` for one that
+    matches its schema.
+
+    Raises:
+        OpenAIError: 400 for ``json_schema`` without its schema.
+    """
+    if response_format is None or response_format.type == "text":
+        return None
+    if response_format.type == "json_object":
+        return {"type": "object"}
+    if response_format.json_schema is None:
+        raise OpenAIError(
+            400,
+            "response_format: type 'json_schema' needs a 'json_schema' member {name, schema}",
+            param="response_format.json_schema",
+        )
+    return response_format.json_schema.schema_
 
 
 def finish_reason(reason: FinishReason | None) -> str:

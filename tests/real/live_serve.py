@@ -1,0 +1,99 @@
+"""A real ``pilothouse serve`` process for tests: example catalog, a key, a free port."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOG = ROOT / "examples" / "catalog"
+# The console script installed beside this interpreter (the venv's own).
+PILOTHOUSE = str(Path(sys.executable).with_name("pilothouse"))
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    """A running ``pilothouse serve``: where its ``/v1`` is and a key for it."""
+
+    base_url: str
+    key: str
+
+
+def cli(database_url: str, *args: str) -> str:
+    """Run the CLI on ``database_url``; its standard output (fails the test on an error)."""
+    done = subprocess.run(
+        [PILOTHOUSE, "--database-url", database_url, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def live_serve(folder: Path, extra_catalog: str) -> Iterator[LiveServer]:
+    """Serve ``examples/catalog`` plus ``extra_catalog`` from a fresh SQLite file."""
+    database_url = f"sqlite+aiosqlite:///{folder / 'live.db'}"
+    extra = folder / "extra.yaml"
+    extra.write_text(extra_catalog)
+    cli(database_url, "catalog", "import", str(CATALOG), str(extra))
+    created = cli(database_url, "keys", "create", "--tenant", "default", "--name", "live")
+    key = next(word for word in created.split() if word.startswith("ph_"))
+    port = free_port()
+    log_path = folder / "serve.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [
+                PILOTHOUSE,
+                "--database-url",
+                database_url,
+                "serve",
+                "--port",
+                str(port),
+                "--grace",
+                "5",
+                "--log-level",
+                "warning",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PILOTHOUSE_SECRETS_FILE": ""},
+        )
+        base_url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                assert process.poll() is None, log_path.read_text()
+                try:
+                    if httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "pilothouse serve did not start in 60 s"
+                time.sleep(0.2)
+            yield LiveServer(base_url=f"{base_url}/v1", key=key)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
