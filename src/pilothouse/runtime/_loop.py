@@ -141,7 +141,8 @@ class TurnLoop:
                 turn, calls.model, step.messages, settings, params, calls.options
             )
         except ProviderError as error:
-            return Failed(f"{type(error).__name__}: {error}")
+            # Description and suggestions (seed 001), for the record and the caller.
+            return Failed(error.described())
         except ContentBlocked as blocked:
             return Blocked(blocked)
         parsed = parse_response(response)
@@ -150,6 +151,7 @@ class TurnLoop:
             parsed.text,
             toolset.validators,
             look_in_text=compiled.output_schema is None and bool(toolset.validators),
+            wire_repairs=turn.wire_repairs,
         )
         if repaired or problems:
             turn.tool_rounds += 1
