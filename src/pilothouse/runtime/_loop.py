@@ -28,7 +28,7 @@ from pilothouse.runtime._convert import parse_json_output, parse_response
 from pilothouse.runtime._events import ToolCallRequested
 from pilothouse.runtime._modelcall import ModelCaller
 from pilothouse.runtime._record import TurnRecorder
-from pilothouse.runtime._repair import repair_calls
+from pilothouse.runtime._repair import repair_calls, used_call_ids
 from pilothouse.runtime._request import feedback, grammar_output, request_parameters
 from pilothouse.runtime._telemetry import Telemetry
 from pilothouse.runtime._toolexec import Authorizer, ToolExecutor
@@ -152,6 +152,8 @@ class TurnLoop:
             toolset.validators,
             look_in_text=compiled.output_schema is None and bool(toolset.validators),
             wire_repairs=turn.wire_repairs,
+            used_ids=used_call_ids(step.messages, turn.handle.memory)
+            | {record.id for record in turn.records},
         )
         if repaired or problems:
             turn.tool_rounds += 1

@@ -175,6 +175,9 @@ class ModelCaller:
                             "error": type(error).__name__,
                             "detail": redact(str(error), secret_values(spec)),
                             "ms": elapsed,
+                            # What listeners already saw of the failed attempt:
+                            # the record holds every text a client was sent.
+                            **({"streamed": "".join(turn.partial)} if turn.partial else {}),
                         },
                     )
                 )

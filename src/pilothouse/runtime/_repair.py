@@ -18,13 +18,14 @@ __all__ = [
     "as_sent",
     "extract_text_calls",
     "repair_calls",
+    "used_call_ids",
 ]
 
 import difflib
 import json
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -176,6 +177,25 @@ def extract_text_calls(
     return found
 
 
+def used_call_ids(history: Sequence[Any], memory: Sequence[Any]) -> set[str]:
+    """The call ids a conversation already holds.
+
+    Args:
+        history: the model messages of the turn so far.
+        memory: the stored messages the turn began with (``tool_call_id``).
+
+    Returns:
+        Every id found.
+    """
+    used = {m.tool_call_id for m in memory if getattr(m, "tool_call_id", None)}
+    for message in history:
+        for part in getattr(message, "parts", ()):
+            call_id = getattr(part, "tool_call_id", None)
+            if isinstance(call_id, str) and call_id:
+                used.add(call_id)
+    return used
+
+
 def repair_calls(
     parts: Sequence[ToolCallPart],
     text: str,
@@ -183,6 +203,7 @@ def repair_calls(
     *,
     look_in_text: bool,
     wire_repairs: Mapping[str, Sequence[str]] | None = None,
+    used_ids: Collection[str] = (),
 ) -> tuple[list[RepairedCall], list[CallProblem]]:
     """Repair and validate the calls of one model response.
 
@@ -193,6 +214,9 @@ def repair_calls(
             are the known tool names.
         look_in_text: search the text for calls when no call was reported.
         wire_repairs: repairs made on the wire before parsing, by call id.
+        used_ids: call ids the conversation already holds; an upstream that
+            numbers its calls afresh each round (``call_0`` every time) gets
+            a new id for the record, or the second round could not be stored.
 
     Returns:
         The calls that may run, and the problems to report to the model.
@@ -213,8 +237,11 @@ def repair_calls(
     for index, (name, raw_args, call_id, repairs, from_text) in enumerate(raw):
         if call_id and wire_repairs and call_id in wire_repairs:
             repairs = [*wire_repairs[call_id], *repairs]
-        if not call_id or call_id in seen:
-            repairs = [*repairs, "duplicate id: new one" if call_id else "missing id: generated"]
+        if not call_id or call_id in seen or call_id in used_ids:
+            if call_id:
+                repairs = [*repairs, f"duplicate id: {call_id} recorded as a new one"]
+            else:
+                repairs = [*repairs, "missing id: generated"]
             call_id = _new_id()
         seen.add(call_id)
         sent = as_sent(raw_args)
