@@ -10,7 +10,12 @@ import pytest
 
 from pilothouse.errors import UnparseableResponseError
 from pilothouse.providers import translate_error, wire_notes
-from pilothouse.providers._wire import repair_completion, repair_stream
+from pilothouse.providers._wire import (
+    repair_completion,
+    repair_message,
+    repair_message_stream,
+    repair_stream,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -101,4 +106,57 @@ async def test_a_stream_event_that_is_not_json_raises_unparseable() -> None:
 
 
 async def test_done_without_finish_reason_is_a_complete_stream() -> None:
-    assert await _collect(": comment", "data: [DONE]") == [": comment\n", "data: [DONE]\n"]
+    text = 'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}'
+    assert await _collect(": comment", text, "data: [DONE]") == [
+        ": comment\n",
+        f"{text}\n",
+        "data: [DONE]\n",
+    ]
+
+
+async def test_a_stream_without_any_choice_raises_unparseable() -> None:
+    with pytest.raises(UnparseableResponseError, match="no choices"):
+        await _collect('data: {"id": "x", "choices": []}', "", "data: [DONE]")
+
+
+def _message(content: Any) -> bytes:
+    return json.dumps({"type": "message", "content": content}).encode()
+
+
+def test_anthropic_tool_use_gets_an_id_and_an_object_input() -> None:
+    blocks = [
+        {"type": "text", "text": "calling"},
+        {"type": "tool_use", "name": "f", "arguments": '{"a": 1}'},
+        {"type": "tool_use", "id": "t2", "name": "g"},
+        {"type": "tool_use", "id": "t3", "name": "h", "input": "{not json"},
+    ]
+    with wire_notes() as notes:
+        content = json.loads(repair_message(_message(blocks)))["content"]
+    assert content[1]["id"].endswith("-1") and content[1]["input"] == {"a": 1}
+    assert content[2]["input"] == {}
+    assert content[3]["input"] == "{not json"  # passed on for the loop to report
+    assert notes.repairs["t2"] == ["missing arguments: {}"]
+    assert notes.repairs[content[1]["id"]] == [
+        "arguments given for input",
+        "input given as a JSON string: parsed",
+        "missing id: generated",
+    ]
+
+
+def test_an_anthropic_answer_without_content_raises_unparseable() -> None:
+    with pytest.raises(UnparseableResponseError, match="no content list"):
+        repair_message(b'{"type": "message"}')
+
+
+async def test_an_anthropic_stream_cut_before_message_stop_raises_unparseable() -> None:
+    start = {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use"}}
+    lines = ["event: content_block_start", f"data: {json.dumps(start)}", ""]
+
+    async def collect() -> list[bytes]:
+        return [piece async for piece in repair_message_stream(_lines(*lines))]
+
+    with pytest.raises(UnparseableResponseError, match="no message_stop"):
+        await collect()
+    done = [*lines, 'data: {"type": "message_stop"}']
+    out = [piece async for piece in repair_message_stream(_lines(*done))]
+    assert json.loads(out[1][6:])["content_block"]["id"].startswith("repaired-")

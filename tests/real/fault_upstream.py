@@ -37,6 +37,8 @@ class Reply:
     done: bool = True
     status: int = 200
     content_type: str = "application/json"
+    named: bool = False
+    """Name each streamed event after its ``type`` (``event:`` lines, as Anthropic does)."""
 
 
 @dataclass
@@ -46,11 +48,13 @@ class Upstream:
     base_url: str
     replies: list[Reply] = field(default_factory=lambda: [])
     requests: list[dict[str, Any]] = field(default_factory=lambda: [])
+    paths: list[str] = field(default_factory=lambda: [])
 
     def script(self, *replies: Reply) -> None:
         """Replace the script and forget earlier requests."""
         self.replies[:] = list(replies)
         self.requests.clear()
+        self.paths.clear()
 
     def next_reply(self) -> Reply:
         index = min(len(self.requests) - 1, len(self.replies) - 1)
@@ -105,6 +109,7 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up:
         head = await reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+        up.paths.append(lines[0].split(" ")[1])
         raw = await reader.readexactly(int(headers.get("content-length", "0")))
         up.requests.append(json.loads(raw) if raw else {})
         reply = up.next_reply()
@@ -121,6 +126,8 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up:
             )
             for event in reply.events:
                 data = event if isinstance(event, str) else json.dumps(event)
+                if reply.named:
+                    writer.write(f"event: {event['type']}\n".encode())
                 writer.write(f"data: {data}\n\n".encode())
                 await writer.drain()
             if reply.done:

@@ -271,3 +271,129 @@ async def test_a_200_body_that_is_not_json_is_retried_with_linear_backoff(
     assert [e["error"] for e in errors] == ["UnparseableResponseError"] * 2
     retries = [e.data["delay"] for e in transcript.timeline if e.kind is TimelineKind.RETRY]
     assert retries == [0.01, 0.02]  # linear: delay × attempt
+
+
+ANTHROPIC_CATALOG = """\
+providers:
+  - code: CLAUDELIKE
+    kind: anthropic
+    api_key: "@secrets(CLAUDE_KEY)"
+    base_url: {base_url}
+models:
+  - code: CLAUDEMOCK
+    provider: CLAUDELIKE
+    model_name: mock
+    capabilities: [FC, SR]
+configurations:
+  - code: QUICK
+    max_tokens: 64
+    retry_count: 2
+    retry_delay: 0.01
+tools:
+  - code: WEATHER
+    name: get_weather
+    kind: python
+    implementation: "real_tools:get_weather"
+    description: Get the current weather in a city.
+actions:
+  - code: WEATHER
+    model: CLAUDEMOCK
+    configuration: QUICK
+    prompt: Answer with the tools.
+    tools: [WEATHER]
+    ask_user: false
+"""
+
+
+def _message(content: list[Any], stop: str) -> dict[str, Any]:
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "mock",
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 3},
+    }
+
+
+def _message_stream(block: dict[str, Any], deltas: list[dict[str, Any]], stop: str) -> Reply:
+    start = _message([], stop)
+    start["stop_reason"] = None
+    events: list[Any] = [
+        {"type": "message_start", "message": start},
+        {"type": "content_block_start", "index": 0, "content_block": block},
+        *({"type": "content_block_delta", "index": 0, "delta": d} for d in deltas),
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop, "stop_sequence": None},
+            "usage": {"output_tokens": 3},
+        },
+        {"type": "message_stop"},
+    ]
+    return Reply(events=events, done=False, named=True)
+
+
+@pytest.fixture
+async def claude(tmp_path: Path, upstream: Upstream) -> AsyncIterator[Pilothouse]:
+    catalog = tmp_path / "catalog.yaml"
+    root = upstream.base_url.removesuffix("/v1")
+    catalog.write_text(ANTHROPIC_CATALOG.format(base_url=root), encoding="utf-8")
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text("CLAUDE_KEY=sk-ant-test-0000\n", encoding="utf-8")
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'claude.db'}", secrets_file=secrets
+    )
+    async with Pilothouse(settings) as facade:
+        await facade.catalog.import_files([catalog])
+        yield facade
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_anthropic_tool_use_without_id_and_with_string_input_is_repaired(
+    claude: Pilothouse, upstream: Upstream, stream: bool
+) -> None:
+    if stream:
+        upstream.script(
+            _message_stream(
+                {"type": "tool_use", "name": "get_weather", "input": {}},
+                [{"type": "input_json_delta", "partial_json": ARGS_JSON}],
+                "tool_use",
+            ),
+            _message_stream(
+                {"type": "text", "text": ""}, [{"type": "text_delta", "text": ANSWER}], "end_turn"
+            ),
+        )
+    else:
+        upstream.script(
+            Reply(
+                _message(
+                    [{"type": "tool_use", "name": "get_weather", "input": ARGS_JSON}], "tool_use"
+                )
+            ),
+            Reply(_message([{"type": "text", "text": ANSWER}], "end_turn")),
+        )
+    conversation = await claude.command.start_conversation(action="WEATHER")
+    result = await claude.command.send_message(
+        conversation.uuid, "Weather?", runtime_config={"stream": stream}
+    )
+    assert result.status is ProcessStatus.COMPLETED, result.error
+    assert upstream.paths[0] == "/v1/messages"
+    assert upstream.requests[0].get("stream", False) is stream
+    transcript = await claude.query.get_transcript(conversation.uuid)
+    [call] = transcript.tool_calls
+    assert (call.name, call.arguments) == ("get_weather", ARGS)
+    assert call.call_id.startswith("repaired-")
+    executions = [e.data for e in transcript.timeline if e.kind is TimelineKind.TOOL_EXECUTION]
+    expected = (
+        ["missing id: generated"]
+        if stream
+        else [
+            "input given as a JSON string: parsed",
+            "missing id: generated",
+        ]
+    )
+    assert executions[0]["repairs"] == expected
+    assert str(result.output) == ANSWER

@@ -29,7 +29,14 @@ so the audit timeline says which call was repaired and how.
 
 from __future__ import annotations
 
-__all__ = ["WireNotes", "repair_completion", "repair_stream", "wire_notes"]
+__all__ = [
+    "WireNotes",
+    "repair_completion",
+    "repair_message",
+    "repair_message_stream",
+    "repair_stream",
+    "wire_notes",
+]
 
 import json
 import time
@@ -200,6 +207,7 @@ class _StreamState:
     stamp: int = field(default_factory=_stamp)
     done: bool = False
     finished: bool = False
+    answered: bool = False
     # Per choice: the tool indexes started, and the last one.
     started: dict[int, dict[int, str]] = field(default_factory=lambda: {})
     last: dict[int, int] = field(default_factory=lambda: {})
@@ -208,7 +216,9 @@ class _StreamState:
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             return
-        for position, raw in enumerate(cast("list[Any]", choices)):
+        listed = cast("list[Any]", choices)
+        self.answered = self.answered or bool(listed)
+        for position, raw in enumerate(listed):
             if not isinstance(raw, dict):
                 continue
             choice = cast("dict[str, Any]", raw)
@@ -267,8 +277,9 @@ async def repair_stream(lines: AsyncIterator[str]) -> AsyncIterator[bytes]:
         The events, with every tool-call delta in the wire format.
 
     Raises:
-        UnparseableResponseError: an event's data is not JSON, or the stream
-            ended with neither a finish reason nor ``[DONE]``.
+        UnparseableResponseError: an event's data is not JSON, no event held
+            a choice, or the stream ended with neither a finish reason nor
+            ``[DONE]``.
     """
     state = _StreamState()
     async for line in lines:
@@ -290,4 +301,90 @@ async def repair_stream(lines: AsyncIterator[str]) -> AsyncIterator[bytes]:
         raise UnparseableResponseError(
             "the provider's stream ended before the answer was finished "
             "(no finish reason, no [DONE])"
+        )
+    if not state.answered:
+        raise UnparseableResponseError("the provider streamed no choices")
+
+
+# -- Anthropic Messages -------------------------------------------------------
+
+
+def _repair_tool_use(block: dict[str, Any], index: int, stamp: int, *, whole: bool) -> None:
+    """Repair one ``tool_use`` content block: id, input as an object."""
+    repairs: list[str] = []
+    if "input" not in block:
+        for alias in ("arguments", "parameters"):
+            if alias in block:
+                block["input"] = block.pop(alias)
+                repairs.append(f"{alias} given for input")
+                break
+    value = block.get("input")
+    if isinstance(value, str):
+        try:
+            parsed: object = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, dict):
+            block["input"] = parsed
+            repairs.append("input given as a JSON string: parsed")
+    elif value is None and whole:
+        block["input"] = {}
+        repairs.append("missing arguments: {}")
+    call_id = block.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        block["id"] = call_id = f"repaired-{stamp}-{index}"
+        repairs.append("missing id: generated")
+    _note(call_id, repairs)
+
+
+def repair_message(body: bytes) -> bytes:
+    """Repair a whole Anthropic Messages answer (``tool_use`` blocks).
+
+    Args:
+        body: the 200 answer of ``/v1/messages``.
+
+    Returns:
+        The body with every ``tool_use`` block carrying an id and an object input.
+
+    Raises:
+        UnparseableResponseError: the body is not a JSON object or has no content list.
+    """
+    data = _completion_object(body, "answer")
+    content = data.get("content")
+    if not isinstance(content, list):
+        raise UnparseableResponseError("the provider's answer has no content list")
+    stamp = _stamp()
+    before = json.dumps(content)
+    for index, block in enumerate(cast("list[Any]", content)):
+        if isinstance(block, dict) and cast("dict[str, Any]", block).get("type") == "tool_use":
+            _repair_tool_use(cast("dict[str, Any]", block), index, stamp, whole=True)
+    return json.dumps(data, ensure_ascii=False).encode() if json.dumps(content) != before else body
+
+
+async def repair_message_stream(lines: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    """Repair a streamed Anthropic Messages answer, event by event.
+
+    Raises:
+        UnparseableResponseError: an event's data is not JSON, or the stream
+            ended before ``message_stop``.
+    """
+    stamp = _stamp()
+    stopped = False
+    async for line in lines:
+        if not line.startswith("data:") or not line[5:].strip():
+            yield (line + "\n").encode()
+            continue
+        event = _completion_object(line[5:].strip().encode(), "streamed event")
+        kind = event.get("type")
+        stopped = stopped or kind in ("message_stop", "error")
+        block = event.get("content_block")
+        if kind == "content_block_start" and isinstance(block, dict):
+            inner = cast("dict[str, Any]", block)
+            if inner.get("type") == "tool_use":
+                index = event.get("index", 0)
+                _repair_tool_use(inner, index if isinstance(index, int) else 0, stamp, whole=False)
+        yield f"data: {json.dumps(event, ensure_ascii=False)}\n".encode()
+    if not stopped:
+        raise UnparseableResponseError(
+            "the provider's stream ended before the answer was finished (no message_stop)"
         )

@@ -8,22 +8,39 @@ from __future__ import annotations
 
 __all__ = ["WireRepairTransport"]
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import httpx2
 
-from pilothouse.providers._wire import repair_completion, repair_stream
+from pilothouse.providers._wire import (
+    repair_completion,
+    repair_message,
+    repair_message_stream,
+    repair_stream,
+)
+
+_Stream = Callable[[AsyncIterator[str]], AsyncIterator[bytes]]
+# The answers repaired, by the end of the request's path: OpenAI-compatible
+# chat completions, and Anthropic Messages.
+_REPAIRS: dict[str, tuple[Callable[[bytes], bytes], _Stream]] = {
+    "/chat/completions": (repair_completion, repair_stream),
+    "/v1/messages": (repair_message, repair_message_stream),
+}
 
 
-def _is_chat_completion(request: httpx2.Request) -> bool:
-    return request.method == "POST" and request.url.path.endswith("/chat/completions")
+def _repairs(request: httpx2.Request) -> tuple[Callable[[bytes], bytes], _Stream] | None:
+    if request.method != "POST":
+        return None
+    path = request.url.path
+    return next((fixes for end, fixes in _REPAIRS.items() if path.endswith(end)), None)
 
 
 class WireRepairTransport(httpx2.AsyncBaseTransport):
     """An ``httpx2`` transport that repairs chat completions before the SDK reads them.
 
-    Only successful ``POST .../chat/completions`` answers are touched; every
-    other request and every error answer passes through unchanged.
+    Only successful ``POST .../chat/completions`` (OpenAI-compatible) and
+    ``POST .../v1/messages`` (Anthropic) answers are touched; every other
+    request and every error answer passes through unchanged.
 
     Args:
         inner: the transport that sends the requests.
@@ -35,8 +52,10 @@ class WireRepairTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         """Send the request; repair the answer of a chat completion."""
         response = await self._inner.handle_async_request(request)
-        if not _is_chat_completion(request) or response.status_code != 200:
+        fixes = _repairs(request)
+        if fixes is None or response.status_code != 200:
             return response
+        whole, streamed = fixes
         headers = [
             (k, v)
             for k, v in response.headers.multi_items()
@@ -55,7 +74,7 @@ class WireRepairTransport(httpx2.AsyncBaseTransport):
             return httpx2.Response(
                 response.status_code,
                 headers=headers,
-                stream=_RepairedStream(upstream),
+                stream=_RepairedStream(upstream, streamed),
                 request=request,
                 extensions=response.extensions,
             )
@@ -66,7 +85,7 @@ class WireRepairTransport(httpx2.AsyncBaseTransport):
         return httpx2.Response(
             response.status_code,
             headers=headers,
-            content=repair_completion(body),
+            content=whole(body),
             request=request,
             extensions=response.extensions,
         )
@@ -77,11 +96,12 @@ class WireRepairTransport(httpx2.AsyncBaseTransport):
 
 
 class _RepairedStream(httpx2.AsyncByteStream):
-    def __init__(self, upstream: httpx2.Response) -> None:
+    def __init__(self, upstream: httpx2.Response, repair: _Stream) -> None:
         self._upstream = upstream
+        self._repair = repair
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for piece in repair_stream(self._upstream.aiter_lines()):
+        async for piece in self._repair(self._upstream.aiter_lines()):
             yield piece
 
     async def aclose(self) -> None:
