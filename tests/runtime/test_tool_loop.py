@@ -537,3 +537,28 @@ async def test_cached_answer_costs_no_second_model_call(
     assert first.output == second.output == "Forty-two."
     assert len(model.requests) == 1
     assert (second.input_tokens, second.output_tokens) == (0, 0)
+
+
+async def test_call_ids_an_upstream_reuses_across_rounds_and_turns_are_stored_unique(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    source = FakeSource({})
+    model = ScriptedModel(
+        [
+            ToolCall("get_weather", {"city": "Paris"}, call_id="call_0"),
+            ToolCall("get_weather", {"city": "Rome"}, call_id="call_0"),
+            "Done.",
+            ToolCall("get_weather", {"city": "Oslo"}, call_id="call_0"),
+            "Done again.",
+        ]
+    )
+    uuid = await start(catalog, "TOOLS")
+    runner = make_runner(model, tool_source=source)
+    first = await runner.send_message(uuid, "Paris and Rome?")
+    second = await runner.send_message(uuid, "Oslo?")
+    assert (first.status, second.status) == (ProcessStatus.COMPLETED, ProcessStatus.COMPLETED)
+    _, _, calls = await stored(catalog, uuid)
+    assert [c.arguments["city"] for c in calls] == ["Paris", "Rome", "Oslo"]
+    assert calls[0].call_id == "call_0" and len({c.call_id for c in calls}) == 3
+    executions = [e for e in await events(catalog, uuid) if e.kind is TimelineKind.TOOL_EXECUTION]
+    assert executions[1].data["repairs"] == ["duplicate id: call_0 recorded as a new one"]

@@ -296,7 +296,11 @@ async def repair_stream(lines: AsyncIterator[str]) -> AsyncIterator[bytes]:
             continue
         chunk = _completion_object(data.encode(), "streamed event")
         state.repair_chunk(chunk)
-        yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n".encode()
+        if '"tool_calls"' in data:
+            yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n".encode()
+        else:
+            # Nothing to repair in a text chunk: sent on as it came.
+            yield (line + "\n").encode()
     if not state.done and not state.finished:
         raise UnparseableResponseError(
             "the provider's stream ended before the answer was finished "
