@@ -196,15 +196,23 @@ class ProviderError(PilothouseError):
 
     category = ErrorCategory.UPSTREAM
     retryable: bool = False
+    suggestions: tuple[str, ...] = ("check the provider's status and its logs",)
+    """What a user can do about it (seed 001: errors carry a description and suggestions)."""
 
     @property
     def public_message(self) -> str:
         """Only the kind of failure: a provider's message may echo URLs, headers or keys."""
         return f"the model provider failed ({type(self).__name__})"
 
+    def described(self) -> str:
+        """The error's description followed by its suggestions, one sentence."""
+        return f"{type(self).__name__}: {self}; suggestions: {'; '.join(self.suggestions)}"
+
 
 class ProviderAuthError(ProviderError):
     """The provider rejected the credentials (401/403)."""
+
+    suggestions = ("check the provider's api_key (or the secret it names) and its headers",)
 
 
 class RateLimitError(ProviderError):
@@ -215,6 +223,7 @@ class RateLimitError(ProviderError):
     """
 
     retryable = True
+    suggestions = ("lower the request rate or concurrency", "raise the provider's quota")
 
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -225,22 +234,33 @@ class ProviderTimeoutError(ProviderError):
     """The provider did not answer in time."""
 
     retryable = True
+    suggestions = (
+        "lower max_tokens or raise the request timeout",
+        "check that the model server is not overloaded",
+    )
 
 
 class ProviderConnectionError(ProviderError):
     """The provider could not be reached (refused, reset, DNS)."""
 
     retryable = True
+    suggestions = (
+        "check that the provider's base_url is right and the server is running",
+        "check the network between this service and the provider",
+    )
 
 
 class BadRequestError(ProviderError):
     """The provider refused the request as malformed (400/404/422)."""
+
+    suggestions = ("check the model name and the options the model supports",)
 
 
 class ProviderServerError(ProviderError):
     """The provider failed on its side (5xx)."""
 
     retryable = True
+    suggestions = ("retry later; check the provider's status and its logs",)
 
 
 class ContentFilterError(ProviderError):
@@ -251,3 +271,7 @@ class UnparseableResponseError(ProviderError):
     """The provider answered with something that could not be parsed."""
 
     retryable = True
+    suggestions = (
+        "check that base_url points at an OpenAI-compatible /v1 endpoint",
+        "check the model server's logs for the answer it sent",
+    )

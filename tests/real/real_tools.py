@@ -8,3 +8,8 @@ def get_weather(city: str) -> str:
         city: the city name.
     """
     return f"It is 21 degrees and sunny in {city}."
+
+
+def get_time() -> str:
+    """Get the current time (no arguments)."""
+    return "It is 12:00 UTC."

@@ -415,7 +415,7 @@ async def test_unknown_tool_goes_back_to_the_model_with_the_closest_name(
     uuid = await start(catalog, "SUMBRAND")
     result = await make_runner(model).send_message(uuid, "x")
     assert result.status is ProcessStatus.COMPLETED
-    feedback = str(model.requests[1].messages[-1])
+    feedback = str(getattr(model.requests[1].messages[-1].parts[0], "content", ""))
     assert "unknown tool 'AskUserQuestio'; did you mean 'AskUserQuestion'?" in feedback
     async with catalog.sessions() as session:
         call = await session.scalar(select(ToolCallRow))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import Any
@@ -147,20 +148,13 @@ async def test_tool_result_goes_back_to_the_model_and_everything_is_recorded(
     ("call", "repair"),
     [
         (
-            ToolCall("get_weather", '{"city": "Paris"}', call_id="s1"),
-            "arguments given as a JSON string",
+            ToolCall("get_weather", json.dumps('{"city": "Paris"}'), call_id="s1"),
+            "arguments encoded twice as a JSON string",
         ),
         (ToolCall("get_weather", {"city": "Paris"}, call_id=""), "missing id: generated"),
         (
             Reply('I will call {"name": "get_weather", "arguments": {"city": "Paris"}}'),
             "flat call: nested under function",
-        ),
-        (
-            Reply(
-                '{"type": "function", "function": {"name": "get_weather", '
-                '"arguments": "{\\"city\\": \\"Paris\\"}"}}'
-            ),
-            "arguments given as a JSON string",
         ),
         (
             Reply('{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}'),
@@ -181,6 +175,19 @@ async def test_malformed_calls_are_repaired_and_run(
     assert repair in executions[0].data["repairs"]
 
 
+async def test_ordinary_string_arguments_are_not_recorded_as_a_repair(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    source = FakeSource({})
+    model = ScriptedModel([ToolCall("get_weather", '{"city": "Paris"}', call_id="s1"), "Done."])
+    uuid = await start(catalog, "TOOLS")
+    result = await make_runner(model, tool_source=source).send_message(uuid, "Weather?")
+    assert result.status is ProcessStatus.COMPLETED
+    assert source.tools["get_weather"].calls == [{"city": "Paris"}]
+    executions = [e for e in await events(catalog, uuid) if e.kind is TimelineKind.TOOL_EXECUTION]
+    assert "repairs" not in executions[0].data
+
+
 async def test_missing_arguments_become_an_empty_object_then_fail_validation(
     catalog: Database, make_runner: RunnerFactory
 ) -> None:
@@ -188,7 +195,7 @@ async def test_missing_arguments_become_an_empty_object_then_fail_validation(
     model = ScriptedModel([ToolCall("get_weather", None, call_id="m1"), "ok"])
     uuid = await start(catalog, "TOOLS")
     await make_runner(model, tool_source=source).send_message(uuid, "x")
-    feedback = str(model.requests[1].messages[-1])
+    feedback = str(getattr(model.requests[1].messages[-1].parts[0], "content", ""))
     assert "invalid arguments: (arguments): 'city' is a required property" in feedback
     assert "get_weather" not in source.tools or source.tools["get_weather"].calls == []
 
@@ -530,3 +537,28 @@ async def test_cached_answer_costs_no_second_model_call(
     assert first.output == second.output == "Forty-two."
     assert len(model.requests) == 1
     assert (second.input_tokens, second.output_tokens) == (0, 0)
+
+
+async def test_call_ids_an_upstream_reuses_across_rounds_and_turns_are_stored_unique(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    source = FakeSource({})
+    model = ScriptedModel(
+        [
+            ToolCall("get_weather", {"city": "Paris"}, call_id="call_0"),
+            ToolCall("get_weather", {"city": "Rome"}, call_id="call_0"),
+            "Done.",
+            ToolCall("get_weather", {"city": "Oslo"}, call_id="call_0"),
+            "Done again.",
+        ]
+    )
+    uuid = await start(catalog, "TOOLS")
+    runner = make_runner(model, tool_source=source)
+    first = await runner.send_message(uuid, "Paris and Rome?")
+    second = await runner.send_message(uuid, "Oslo?")
+    assert (first.status, second.status) == (ProcessStatus.COMPLETED, ProcessStatus.COMPLETED)
+    _, _, calls = await stored(catalog, uuid)
+    assert [c.arguments["city"] for c in calls] == ["Paris", "Rome", "Oslo"]
+    assert calls[0].call_id == "call_0" and len({c.call_id for c in calls}) == 3
+    executions = [e for e in await events(catalog, uuid) if e.kind is TimelineKind.TOOL_EXECUTION]
+    assert executions[1].data["repairs"] == ["duplicate id: call_0 recorded as a new one"]

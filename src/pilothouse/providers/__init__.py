@@ -38,6 +38,7 @@ __all__ = [
     "to_model_settings",
     "translate_error",
     "uses_responses_api",
+    "wire_notes",
 ]
 
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,7 @@ from pilothouse.providers._profile import (
 from pilothouse.providers._sagemaker_formats import ChatTurn, SageMakerFormat
 from pilothouse.providers._secrets import SECRET_REFERENCE, SecretResolver, is_secret_reference
 from pilothouse.providers._spec import ModelSpec, ProviderSpec, secret_values
+from pilothouse.providers._wire import wire_notes
 
 if TYPE_CHECKING:
     from pilothouse.providers._local import LocalModelServers, LocalServer

@@ -130,6 +130,16 @@ def translate_error(exc: BaseException, *, secrets: Collection[str] = ()) -> Pro
     """
     if isinstance(exc, ProviderError):
         return exc
+    # The wire repair layer raises under the SDK, which wraps the error
+    # (openai's APIConnectionError, then pydantic-ai's): the cause says
+    # what happened and how to retry it.
+    cause = exc.__cause__ or exc.__context__
+    for _ in range(8):
+        if cause is None:
+            break
+        if isinstance(cause, UnparseableResponseError):
+            return UnparseableResponseError(redact(str(cause), secrets))
+        cause = cause.__cause__ or cause.__context__
     translated = _from_pydantic_ai(exc, secrets)
     if translated is None:
         translated = _from_transport(exc)

@@ -217,6 +217,7 @@ class ModelFactory:
         import httpx2
 
         from pilothouse.providers._pool import provider_transport
+        from pilothouse.providers._wire_transport import WireRepairTransport
 
         key = provider.fingerprint()
         client = self._http_clients.get(key)
@@ -229,7 +230,11 @@ class ModelFactory:
                 ),
                 # Several pools under heavy load, so no request waits on a
                 # walk of hundreds of connections (providers/_pool.py).
-                transport=self._transport or provider_transport(self._max_connections),
+                # Chat completions are repaired before the SDK parses them
+                # (providers/_wire.py).
+                transport=WireRepairTransport(
+                    self._transport or provider_transport(self._max_connections)
+                ),
             )
             self._http_clients[key] = client
         return client

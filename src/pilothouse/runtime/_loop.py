@@ -28,7 +28,7 @@ from pilothouse.runtime._convert import parse_json_output, parse_response
 from pilothouse.runtime._events import ToolCallRequested
 from pilothouse.runtime._modelcall import ModelCaller
 from pilothouse.runtime._record import TurnRecorder
-from pilothouse.runtime._repair import repair_calls
+from pilothouse.runtime._repair import repair_calls, used_call_ids
 from pilothouse.runtime._request import feedback, grammar_output, request_parameters
 from pilothouse.runtime._telemetry import Telemetry
 from pilothouse.runtime._toolexec import Authorizer, ToolExecutor
@@ -141,7 +141,8 @@ class TurnLoop:
                 turn, calls.model, step.messages, settings, params, calls.options
             )
         except ProviderError as error:
-            return Failed(f"{type(error).__name__}: {error}")
+            # Description and suggestions (seed 001), for the record and the caller.
+            return Failed(error.described())
         except ContentBlocked as blocked:
             return Blocked(blocked)
         parsed = parse_response(response)
@@ -150,6 +151,9 @@ class TurnLoop:
             parsed.text,
             toolset.validators,
             look_in_text=compiled.output_schema is None and bool(toolset.validators),
+            wire_repairs=turn.wire_repairs,
+            used_ids=used_call_ids(step.messages, turn.handle.memory)
+            | {record.id for record in turn.records},
         )
         if repaired or problems:
             turn.tool_rounds += 1

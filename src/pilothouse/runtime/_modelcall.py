@@ -22,7 +22,7 @@ from pydantic_ai.models import Model, ModelRequestParameters
 from pilothouse.catalog._enums import ModelCapability, TimelineKind
 from pilothouse.errors import ContentFilterError
 from pilothouse.memory import counter_for
-from pilothouse.providers import redact, secret_values, translate_error
+from pilothouse.providers import redact, secret_values, translate_error, wire_notes
 from pilothouse.runtime._advisors import AdvisedCall, ContentBlocked
 from pilothouse.runtime._convert import estimate_usage
 from pilothouse.runtime._events import EventHub, TextDelta, ThinkingDelta, TurnEvent, TurnRetry
@@ -138,9 +138,12 @@ class ModelCaller:
                 )
             )
             try:
-                with self.telemetry.model_call(
-                    spec.provider.kind, spec.model_name, audited_options
-                ) as span:
+                with (
+                    wire_notes() as notes,
+                    self.telemetry.model_call(
+                        spec.provider.kind, spec.model_name, audited_options
+                    ) as span,
+                ):
                     if stream:
                         response = await self._stream(turn, model, messages, settings, params)
                     else:
@@ -172,6 +175,9 @@ class ModelCaller:
                             "error": type(error).__name__,
                             "detail": redact(str(error), secret_values(spec)),
                             "ms": elapsed,
+                            # What listeners already saw of the failed attempt:
+                            # the record holds every text a client was sent.
+                            **({"streamed": "".join(turn.partial)} if turn.partial else {}),
                         },
                     )
                 )
@@ -199,6 +205,7 @@ class ModelCaller:
                     messages, response, counter_for(spec.provider.kind, spec.model_name)
                 )
             turn.add_usage(response)
+            turn.wire_repairs = notes.repairs
             turn.pending.append(
                 NewEvent(
                     TimelineKind.RESPONSE,
@@ -211,6 +218,7 @@ class ModelCaller:
                         "input_tokens": response.usage.input_tokens,
                         "output_tokens": response.usage.output_tokens,
                         "ms": round((time.perf_counter() - started) * 1000, 1),
+                        **({"wire_repairs": notes.repairs} if notes.repairs else {}),
                     },
                 )
             )

@@ -11,13 +11,21 @@ about, never an exception.
 
 from __future__ import annotations
 
-__all__ = ["CallProblem", "RepairedCall", "extract_text_calls", "repair_calls"]
+__all__ = [
+    "EXPECTED_FORMAT",
+    "CallProblem",
+    "RepairedCall",
+    "as_sent",
+    "extract_text_calls",
+    "repair_calls",
+    "used_call_ids",
+]
 
 import difflib
 import json
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -45,12 +53,45 @@ class RepairedCall:
 
 @dataclass(frozen=True)
 class CallProblem:
-    """A call that cannot run, with what the model should be told."""
+    """A call that cannot run, with what the model should be told.
+
+    Attributes:
+        call_id: the model's id, or a generated one.
+        name: the tool name as the model wrote it (may be empty).
+        message: what is wrong, one line.
+        from_text: the call was found in the answer's text.
+        arguments: the arguments exactly as the model sent them, for the
+            record (an object; anything else as ``{"raw": ...}``).
+        index: the call's position in the response.
+    """
 
     call_id: str
     name: str
     message: str
     from_text: bool = False
+    arguments: dict[str, Any] = field(default_factory=lambda: {})
+    index: int = 0
+
+
+EXPECTED_FORMAT = (
+    '{"id": "<call id>", "type": "function", "function": {"name": "<one of the offered tools>", '
+    '"arguments": {<a JSON object matching the tool\'s parameters>}}}'
+)
+"""The shape of a tool call, told to a model whose call could not be used (seed 001)."""
+
+
+def as_sent(raw: Any) -> dict[str, Any]:
+    """The arguments a model sent, as an object for the record."""
+    if isinstance(raw, dict):
+        return cast("dict[str, Any]", raw)
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            return {"raw": raw}
+        if isinstance(value, dict):
+            return cast("dict[str, Any]", value)
+    return {} if raw is None else {"raw": raw}
 
 
 _Shaped = tuple[str, Any, str | None, list[str]]
@@ -67,16 +108,19 @@ def _decode_arguments(raw: Any) -> tuple[dict[str, Any] | None, list[str], str |
     """Return arguments as a dict, the repairs made, or an error."""
     repairs: list[str] = []
     value = raw
-    if value is None or value == "":
+    if value is None or (isinstance(value, str) and not value.strip()):
         return {}, ["missing arguments: {}"], None
-    for _ in range(2):
+    for decoded in range(2):
         if not isinstance(value, str):
             break
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
             return None, repairs, f"arguments are not valid JSON ({exc.msg} at position {exc.pos})"
-        repairs.append("arguments given as a JSON string")
+        # One JSON string is how the OpenAI wire carries arguments: only a
+        # string inside that string is a repair.
+        if decoded:
+            repairs.append("arguments encoded twice as a JSON string")
     if isinstance(value, dict):
         return cast("dict[str, Any]", value), repairs, None
     return None, repairs, f"arguments must be a JSON object, not {type(value).__name__}"
@@ -133,12 +177,33 @@ def extract_text_calls(
     return found
 
 
+def used_call_ids(history: Sequence[Any], memory: Sequence[Any]) -> set[str]:
+    """The call ids a conversation already holds.
+
+    Args:
+        history: the model messages of the turn so far.
+        memory: the stored messages the turn began with (``tool_call_id``).
+
+    Returns:
+        Every id found.
+    """
+    used = {m.tool_call_id for m in memory if getattr(m, "tool_call_id", None)}
+    for message in history:
+        for part in getattr(message, "parts", ()):
+            call_id = getattr(part, "tool_call_id", None)
+            if isinstance(call_id, str) and call_id:
+                used.add(call_id)
+    return used
+
+
 def repair_calls(
     parts: Sequence[ToolCallPart],
     text: str,
     schemas: Mapping[str, Any],
     *,
     look_in_text: bool,
+    wire_repairs: Mapping[str, Sequence[str]] | None = None,
+    used_ids: Collection[str] = (),
 ) -> tuple[list[RepairedCall], list[CallProblem]]:
     """Repair and validate the calls of one model response.
 
@@ -148,6 +213,10 @@ def repair_calls(
         schemas: compiled validators (``iter_errors``) by tool name; the keys
             are the known tool names.
         look_in_text: search the text for calls when no call was reported.
+        wire_repairs: repairs made on the wire before parsing, by call id.
+        used_ids: call ids the conversation already holds; an upstream that
+            numbers its calls afresh each round (``call_0`` every time) gets
+            a new id for the record, or the second round could not be stored.
 
     Returns:
         The calls that may run, and the problems to report to the model.
@@ -165,11 +234,22 @@ def repair_calls(
     calls: list[RepairedCall] = []
     problems: list[CallProblem] = []
     seen: set[str] = set()
-    for name, raw_args, call_id, repairs, from_text in raw:
-        if not call_id or call_id in seen:
+    for index, (name, raw_args, call_id, repairs, from_text) in enumerate(raw):
+        if call_id and wire_repairs and call_id in wire_repairs:
+            repairs = [*wire_repairs[call_id], *repairs]
+        if not call_id or call_id in seen or call_id in used_ids:
+            if call_id:
+                repairs = [*repairs, f"duplicate id: {call_id} recorded as a new one"]
+            else:
+                repairs = [*repairs, "missing id: generated"]
             call_id = _new_id()
-            repairs = [*repairs, "missing id: generated"]
         seen.add(call_id)
+        sent = as_sent(raw_args)
+        if not name:
+            problems.append(
+                CallProblem(call_id, "", "missing function name", from_text, sent, index)
+            )
+            continue
         if name not in schemas:
             close = difflib.get_close_matches(name, names, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -180,12 +260,16 @@ def repair_calls(
                     name,
                     f"unknown tool '{name}'{hint} (available: {available})",
                     from_text,
+                    sent,
+                    index,
                 )
             )
             continue
         arguments, decoded, error = _decode_arguments(raw_args)
         if arguments is None:
-            problems.append(CallProblem(call_id, name, error or "bad arguments", from_text))
+            problems.append(
+                CallProblem(call_id, name, error or "bad arguments", from_text, sent, index)
+            )
             continue
         validator = schemas[name]
         errors = [
@@ -194,7 +278,14 @@ def repair_calls(
         ]
         if errors:
             problems.append(
-                CallProblem(call_id, name, "invalid arguments: " + "; ".join(errors), from_text)
+                CallProblem(
+                    call_id,
+                    name,
+                    "invalid arguments: " + "; ".join(errors),
+                    from_text,
+                    sent,
+                    index,
+                )
             )
             continue
         calls.append(RepairedCall(call_id, name, arguments, [*repairs, *decoded], from_text))

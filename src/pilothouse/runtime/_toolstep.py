@@ -37,7 +37,7 @@ from pydantic_ai.messages import (
 
 from pilothouse.catalog._enums import MessageRole, TimelineKind, ToolCallStatus
 from pilothouse.runtime._events import Question, ReturnedCall, ToolCallRecord
-from pilothouse.runtime._repair import CallProblem, RepairedCall
+from pilothouse.runtime._repair import EXPECTED_FORMAT, CallProblem, RepairedCall
 from pilothouse.runtime._toolexec import Execution, ToolExecutor
 from pilothouse.runtime._toolset import ASK_USER, USE_SKILL, SkillInfo, ToolSet, activate
 from pilothouse.runtime._toolset import skill_reply as _skill_reply
@@ -62,6 +62,10 @@ class ToolResults:
     only_repeats: bool
 
 
+UNNAMED = "unnamed_call"
+"""The name a call without one carries in the history sent back to the model."""
+
+
 def normalized_response(
     response: ModelResponse, calls: Sequence[RepairedCall], problems: Sequence[CallProblem]
 ) -> ModelResponse:
@@ -80,7 +84,9 @@ def normalized_response(
     for call in calls:
         by_id[call.call_id] = (call.name, call.arguments)
     for problem in problems:
-        by_id.setdefault(problem.call_id, (problem.name, {}))
+        # What the model sent, so it sees its mistake next to the feedback;
+        # a call without a name still needs one the wire accepts.
+        by_id.setdefault(problem.call_id, (problem.name or UNNAMED, problem.arguments))
     parts.extend(ToolCallPart(name, args, tool_call_id=cid) for cid, (name, args) in by_id.items())
     return replace(response, parts=parts)
 
@@ -138,7 +144,8 @@ async def run_tool_step(
     }
     listed = [
         *(NewToolCall(c.call_id, c.name, c.arguments) for c in calls),
-        *(NewToolCall(p.call_id, p.name, {}) for p in problems),
+        # An invalid call is recorded with the arguments the model sent.
+        *(NewToolCall(p.call_id, p.name, p.arguments) for p in problems),
     ]
     all_calls = [{"id": c.call_id, "name": c.name, "arguments": c.arguments} for c in listed]
     batch = TurnBatch(
@@ -188,7 +195,12 @@ async def run_tool_step(
                 ToolCallOutcome(call.call_id, ToolCallStatus.RETURNED, "returned to the caller")
             )
     for problem in problems:
-        message = f"tool.call.invalid: {problem.message}"
+        # One line per call, then the expected shape (seed 001's feedback).
+        message = (
+            f"tool.call.invalid: Tool call {problem.index}"
+            f"{f' ({problem.name})' if problem.name else ''}: {problem.message}\n"
+            f"Please ensure the format: {EXPECTED_FORMAT}"
+        )
         batch.messages.append(_tool_message(problem.call_id, problem.name, message, invalid=True))
         batch.outcomes.append(ToolCallOutcome(problem.call_id, ToolCallStatus.FAILED, message))
         batch.events.append(
@@ -198,7 +210,9 @@ async def run_tool_step(
             )
         )
         returns.append(
-            ToolReturnPart(problem.name, message, tool_call_id=problem.call_id, outcome="retried")
+            ToolReturnPart(
+                problem.name or UNNAMED, message, tool_call_id=problem.call_id, outcome="retried"
+            )
         )
     outcomes = {o.call_id: o for o in batch.outcomes}
     records.extend(

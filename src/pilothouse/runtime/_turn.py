@@ -161,6 +161,8 @@ class Turn:
         repairs_left: rounds of only unrepairable calls still allowed.
         output_retries_left: answers off the output schema still allowed.
         records: the tool calls of this turn and their outcomes.
+        wire_repairs: repairs the wire layer made to the last model
+            response's calls, by call id.
     """
 
     handle: TurnHandle
@@ -177,6 +179,7 @@ class Turn:
     repairs_left: int = 0
     output_retries_left: int = 0
     records: list[ToolCallRecord] = field(default_factory=lambda: [])
+    wire_repairs: dict[str, list[str]] = field(default_factory=lambda: {})
     # Usage not yet written (reset by every write) ...
     input_tokens: int = 0
     output_tokens: int = 0

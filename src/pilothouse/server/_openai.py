@@ -65,6 +65,7 @@ from pilothouse.types import (
     TurnEvent,
     TurnFinished,
     TurnResult,
+    TurnRetry,
 )
 
 logger = logging.getLogger(__name__)
@@ -404,6 +405,7 @@ async def _stream(turn: _Turn, include_usage: bool) -> AsyncIterator[bytes]:
     streamed_text = False
     finished: TurnResult | None = None
     events = _turn_events(turn)
+    text = _SentText()
     try:
         # aclosing: the turn's task group must be closed in this task, not
         # by the garbage collector in another one.
@@ -411,7 +413,27 @@ async def _stream(turn: _Turn, include_usage: bool) -> AsyncIterator[bytes]:
             async for event in events:
                 if isinstance(event, TextDelta):
                     streamed_text = True
-                    yield make({"content": event.text})
+                    fresh = text.fresh(event.text)
+                    if fresh:
+                        yield make({"content": fresh})
+                elif isinstance(event, TurnRetry):
+                    text.retried()
+                elif text.diverged is not None and isinstance(event, TurnFinished):
+                    # The retried attempt wrote something else than the
+                    # client already has: say so instead of ending "stop".
+                    diverged = OpenAIError(
+                        502,
+                        "the provider failed mid-answer and its retried answer differs from "
+                        f"the text already sent; the recorded answer is in conversation "
+                        f"{turn.uuid}",
+                        type="api_error",
+                        code="stream_diverged",
+                    )
+                    yield _sse(
+                        error_body(diverged.message, diverged.type, diverged.param, diverged.code)
+                    )
+                    yield b"data: [DONE]\n\n"
+                    return
                 elif isinstance(event, ThinkingDelta):
                     # The name DeepSeek, vLLM and llama.cpp use for reasoning deltas.
                     yield make({"reasoning_content": event.text})
@@ -427,6 +449,48 @@ async def _stream(turn: _Turn, include_usage: bool) -> AsyncIterator[bytes]:
         for data in _finish(finished, streamed_text, make, include_usage):
             yield data
     yield b"data: [DONE]\n\n"
+
+
+class _SentText:
+    """The text a stream client was sent, so a retried attempt does not send it twice.
+
+    After a model call fails mid-answer and is retried, the new attempt's
+    text starts over; the part the client already has is skipped, so the
+    client sees exactly the recorded answer. Should the new attempt write
+    something else, :attr:`diverged` says from where.
+    """
+
+    def __init__(self) -> None:
+        self.sent = ""
+        self.attempt = ""
+        self.replaying = False
+        self.diverged: int | None = None
+
+    def retried(self) -> None:
+        """A new attempt starts: its text is checked against what was sent."""
+        self.attempt = ""
+        self.replaying = bool(self.sent)
+
+    def fresh(self, delta: str) -> str:
+        """Return the part of ``delta`` the client has not been sent yet."""
+        if self.diverged is not None:
+            return ""
+        if not self.replaying:
+            self.sent += delta
+            return delta
+        start = len(self.attempt)
+        self.attempt += delta
+        if len(self.attempt) <= len(self.sent):
+            if not self.sent.startswith(self.attempt):
+                self.diverged = start
+            return ""
+        if not self.attempt.startswith(self.sent):
+            self.diverged = start
+            return ""
+        self.replaying = False
+        new = self.attempt[len(self.sent) :]
+        self.sent = self.attempt
+        return new
 
 
 def _finish(result: TurnResult, streamed_text: bool, make: Any, include_usage: bool) -> list[bytes]:
