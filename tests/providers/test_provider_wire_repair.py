@@ -64,6 +64,7 @@ def test_unreadable_answers_raise_unparseable(body: bytes, message: str) -> None
 
 
 def test_a_wrapped_wire_error_translates_to_unparseable() -> None:
+    translated: Exception | None = None
     try:
         try:
             repair_completion(b"nope")
