@@ -12,7 +12,7 @@ WHEELS := ../shared/wheels
 FIND_LINKS := $(if $(wildcard $(WHEELS)/llama_cpp_python-*.whl),--find-links $(WHEELS),)
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 
-.PHONY: install test lint typecheck pytest demo serve bench clean
+.PHONY: install sandbox test lint typecheck pytest demo serve bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,21 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --progress-bar off $(FIND_LINKS) -e '.[all,test]'
 	touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed sandbox
+
+# Script tools run in a bubblewrap sandbox (docs/tools.md): installed where
+# apt can (root on Debian/Ubuntu); elsewhere the note says what follows.
+sandbox:
+	@if ! command -v bwrap >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo ">>> installing bubblewrap, the script-tool sandbox"; \
+	    apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
+	      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; } \
+	      || echo ">>> could not install bubblewrap: script tools will be refused (docs/tools.md)"; \
+	  else \
+	    echo ">>> bubblewrap (bwrap) is not installed: script tools will be refused unless PILOTHOUSE_SCRIPT_TOOLS=trusted (docs/tools.md)"; \
+	  fi; \
+	fi
 
 lint: install
 	$(BIN)/ruff check src tests

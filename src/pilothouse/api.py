@@ -149,7 +149,9 @@ class _Shared:
                 compiler=ActionCompiler(self.database, secrets, self._contributors),
                 hub=self.hub,
                 model_override=self._model,
-                tool_source=CatalogToolSource(secrets, registry=self._tools),
+                tool_source=CatalogToolSource(
+                    secrets, registry=self._tools, script_tools=settings.script_tools
+                ),
             )
         return self._runtime
 

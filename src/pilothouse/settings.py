@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = ["Settings"]
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -42,6 +42,12 @@ class Settings(BaseSettings):
             in flight at once; more concurrent model calls wait for one.
         provider_connect_timeout: seconds to open a connection to a provider.
         provider_timeout: seconds a model call may take in all.
+        script_tools: how catalog script tools run: ``sandbox`` (the
+            default: in a bubblewrap sandbox without network, files or
+            environment of the server; refused where ``bwrap`` is missing),
+            ``trusted`` (a plain child process, for a single-tenant
+            deployment that trusts every catalog writer) or ``off``. A
+            deployment setting: no catalog or tenant field can change it.
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_", extra="ignore")
@@ -62,6 +68,7 @@ class Settings(BaseSettings):
     provider_max_connections: int = Field(default=1000, ge=1)
     provider_connect_timeout: float = Field(default=10.0, gt=0)
     provider_timeout: float = Field(default=600.0, gt=0)
+    script_tools: Literal["sandbox", "trusted", "off"] = "sandbox"
 
     def open_database(self) -> Database:
         """Return the configured database (not connected until first use)."""

@@ -14,15 +14,17 @@ from tool_rows import tool_row
 
 from pilothouse.catalog._enums import ToolKind
 from pilothouse.providers._secrets import SecretResolver
-from pilothouse.tools import ScriptTool, ToolContext, ToolRegistry
+from pilothouse.tools import ScriptTool, ToolContext, ToolError, ToolRegistry
+from pilothouse.tools._sandbox import ScriptSandbox, ScriptToolsMode
 
 pytestmark = pytest.mark.anyio
 
 CONTEXT = ToolContext(tenant="default", conversation_uuid="conv-1", call_id="call-1")
 
 
-async def script(source: str, **settings: Any) -> ScriptTool:
-    built = await ToolRegistry(SecretResolver({})).from_catalog(
+async def script(source: str, mode: ScriptToolsMode = "sandbox", **settings: Any) -> ScriptTool:
+    registry = ToolRegistry(SecretResolver({}), script_sandbox=ScriptSandbox.for_mode(mode))
+    built = await registry.from_catalog(
         tool_row(ToolKind.SCRIPT, name="script", implementation=source, settings=settings)
     )
     assert isinstance(built, ScriptTool)
@@ -73,39 +75,60 @@ def _alive(pid: int) -> bool:
         return False
 
 
-async def test_children_of_a_killed_script_die_with_it(tmp_path: Path) -> None:
-    pid_file = tmp_path / "child.pid"
+def _marked_processes(marker: str) -> list[int]:
+    """Host PIDs whose command line holds ``marker`` (the sandbox's too)."""
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline and _alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("mode", ["sandbox", "trusted"])
+async def test_children_of_a_killed_script_die_with_it(mode: ScriptToolsMode) -> None:
+    marker = f"pilothouse-orphan-{mode}-{os.getpid()}"
     tool = await script(
-        "import json, subprocess, sys, time\n"
-        "args = json.load(sys.stdin)\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
-        "open(args['pid_file'], 'w').write(str(child.pid))\n"
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', '{marker}'])\n"
         "time.sleep(30)\n",
+        mode,
         timeout=1.0,
     )
-    result = await tool.execute({"pid_file": str(pid_file)}, CONTEXT)
+    result = await tool.execute({}, CONTEXT)
     assert result.error_code == "tool.exec.timeout"
-    child = int(pid_file.read_text())
     deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
+    while _marked_processes(marker) and time.monotonic() < deadline:
         await anyio.sleep(0.05)
-    assert not _alive(child)
+    assert _marked_processes(marker) == []
 
 
-async def test_the_script_does_not_inherit_our_secrets(planted_secret: str) -> None:
+@pytest.mark.parametrize("mode", ["sandbox", "trusted"])
+async def test_the_script_does_not_inherit_our_secrets(
+    planted_secret: str, mode: ScriptToolsMode
+) -> None:
     tool = await script(
         "import json, os\n"
         "print(json.dumps({'secret': os.environ.get('PILOTHOUSE_TEST_SECRET'),"
-        " 'names': sorted(os.environ), 'home': os.environ['HOME'], 'cwd': os.getcwd()}))\n"
+        " 'names': sorted(os.environ), 'home': os.environ['HOME'], 'cwd': os.getcwd()}))\n",
+        mode,
     )
     result = await tool.execute({}, CONTEXT)
     assert result.data["secret"] is None
     assert planted_secret not in result.content
-    allowed = {"PATH", "LANG", "LC_ALL", "TZ", "HOME", "TMPDIR", "PYTHONUTF8", "LC_CTYPE"}
+    allowed = {"PATH", "LANG", "LC_ALL", "TZ", "HOME", "TMPDIR", "PYTHONUTF8", "LC_CTYPE", "PWD"}
     assert set(result.data["names"]) <= allowed
     assert result.data["home"] == result.data["cwd"]
-    assert "pilothouse-script-" in result.data["home"]
-    assert not os.path.exists(result.data["home"])
+    if mode == "sandbox":
+        # The sandbox's own empty /tmp, gone with it.
+        assert result.data["home"] == "/tmp"
+    else:
+        assert "pilothouse-script-" in result.data["home"]
+        assert not os.path.exists(result.data["home"])
 
 
 async def test_non_zero_exit_is_an_error_with_the_stderr_tail() -> None:
@@ -133,3 +156,20 @@ async def test_long_output_is_truncated_with_a_note() -> None:
     tool = await script("print('y' * 100, end='')", max_output_bytes=10)
     result = await tool.execute({}, CONTEXT)
     assert result.content == "yyyyyyyyyy…[truncated: 10 of 100 bytes]"
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "named"),
+    [
+        (ScriptSandbox(mode="sandbox", bwrap=None), "PILOTHOUSE_SCRIPT_TOOLS=trusted"),
+        (ScriptSandbox(mode="off"), "PILOTHOUSE_SCRIPT_TOOLS=off"),
+    ],
+)
+async def test_script_tools_without_a_sandbox_are_refused_naming_the_setting(
+    sandbox: ScriptSandbox, named: str
+) -> None:
+    registry = ToolRegistry(SecretResolver({}), script_sandbox=sandbox)
+    with pytest.raises(ToolError, match=named):
+        await registry.from_catalog(
+            tool_row(ToolKind.SCRIPT, name="script", implementation="print(1)")
+        )

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from pilothouse.mcp import McpClientPool
     from pilothouse.runtime._compile import CompiledAction
     from pilothouse.tools import ToolRegistry
+    from pilothouse.tools._sandbox import ScriptToolsMode
 
 ASK_USER = "AskUserQuestion"
 USE_SKILL = "use_skill"
@@ -204,6 +205,7 @@ class CatalogToolSource:
         secrets: resolves secret references in tool and MCP settings.
         registry: a tool registry with programmatic registrations, if any.
         mcp: an MCP client pool to share, if any.
+        script_tools: how script tools run (``Settings.script_tools``).
     """
 
     def __init__(
@@ -212,8 +214,15 @@ class CatalogToolSource:
         *,
         registry: ToolRegistry | None = None,
         mcp: McpClientPool | None = None,
+        script_tools: ScriptToolsMode = "sandbox",
     ) -> None:
         self._secrets = secrets
+        self._script_tools: ScriptToolsMode = script_tools
+        if registry is not None:
+            from pilothouse.tools._sandbox import ScriptSandbox
+
+            # The deployment's setting governs every registry, a caller's too.
+            registry.script_sandbox = ScriptSandbox.for_mode(script_tools)
         self._registry = registry
         self._mcp = mcp
         self._mcp_stop: Any = None
@@ -222,8 +231,11 @@ class CatalogToolSource:
     def _tools(self) -> ToolRegistry:
         if self._registry is None:
             from pilothouse.tools import ToolRegistry
+            from pilothouse.tools._sandbox import ScriptSandbox
 
-            self._registry = ToolRegistry(self._secrets)
+            self._registry = ToolRegistry(
+                self._secrets, script_sandbox=ScriptSandbox.for_mode(self._script_tools)
+            )
         return self._registry
 
     async def _pool(self) -> McpClientPool:

@@ -34,6 +34,7 @@ from pilothouse.tools._rest import (
     endpoint_from_settings,
     template_fields,
 )
+from pilothouse.tools._sandbox import ScriptSandbox
 from pilothouse.tools._schema_tool import SchemaTool
 from pilothouse.tools._script import DEFAULT_SCRIPT_TIMEOUT, ScriptTool
 
@@ -96,9 +97,21 @@ class ToolRegistry:
         http: the client REST tools share; by default the registry makes one
             (pooled) on first need and closes it in :meth:`aclose`. A client
             passed in is the caller's to close.
+        script_sandbox: where script tools run; the bubblewrap sandbox by
+            default. A :class:`~pilothouse.api.Pilothouse` sets it from
+            ``Settings.script_tools``.
     """
 
-    def __init__(self, secrets: SecretResolver, *, http: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        secrets: SecretResolver,
+        *,
+        http: httpx.AsyncClient | None = None,
+        script_sandbox: ScriptSandbox | None = None,
+    ) -> None:
+        self.script_sandbox = (
+            script_sandbox if script_sandbox is not None else ScriptSandbox.for_mode("sandbox")
+        )
         self._secrets = secrets
         self._http = http
         self._owns_http = http is None
@@ -270,6 +283,9 @@ class ToolRegistry:
             raise ToolError(f"tool '{row.name}': implementation is required for kind {kind.value}")
         if kind is ToolKind.PYTHON:
             return self._python(row, implementation, policy)
+        refusal = self.script_sandbox.refusal()
+        if refusal is not None:
+            raise ToolError(f"tool '{row.name}': {refusal}")
         return ScriptTool(
             self._definition(row, None, ""),
             row.implementation or "",
@@ -278,6 +294,7 @@ class ToolRegistry:
             max_output_bytes=int(
                 _number(settings, "max_output_bytes", DEFAULT_MAX_RESPONSE_BYTES, row.name)
             ),
+            sandbox=self.script_sandbox,
         )
 
     def _python(self, row: Tool, implementation: str, policy: ExecutionPolicy) -> ExecutableTool:

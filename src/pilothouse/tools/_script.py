@@ -2,10 +2,11 @@
 
 The source runs under ``python -I -c`` (isolated mode: no user site, no
 ``PYTHON*`` variables, no current directory on ``sys.path``), reads the
-arguments as JSON on stdin and writes its result to stdout. The child gets a
-minimal environment built from an allow-list, never a copy of ours, so the
-process's secrets (API keys, database passwords) are out of its reach; its
-home and working directory are a fresh temporary directory, removed after.
+arguments as JSON on stdin and writes its result to stdout. By default it
+runs in a bubblewrap sandbox (:mod:`pilothouse.tools._sandbox`): no network,
+none of the server's files, processes or environment. A deployment that
+opts out (``trusted``) runs it as a plain child with a minimal environment
+built from an allow-list, never a copy of ours, and a fresh temporary home.
 
 A script that outlives its timeout is killed together with anything it
 started (it runs in its own process group).
@@ -19,7 +20,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +30,7 @@ from anyio.abc import ByteReceiveStream, Process
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
 from pilothouse.tools._base import ToolContext, ToolDefinition, ToolResult
 from pilothouse.tools._rest import DEFAULT_MAX_RESPONSE_BYTES
+from pilothouse.tools._sandbox import ScriptSandbox
 
 DEFAULT_SCRIPT_TIMEOUT = 10.0
 """Seconds a script may run when its settings do not say."""
@@ -61,6 +62,7 @@ class ScriptTool:
         policy: the execution policy.
         timeout: seconds before the process is killed.
         max_output_bytes: longer stdout is truncated.
+        sandbox: where it runs (the bubblewrap sandbox by default).
     """
 
     def __init__(
@@ -71,7 +73,9 @@ class ScriptTool:
         *,
         timeout: float = DEFAULT_SCRIPT_TIMEOUT,
         max_output_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        sandbox: ScriptSandbox | None = None,
     ) -> None:
+        self._sandbox = sandbox if sandbox is not None else ScriptSandbox.for_mode("sandbox")
         self._definition = definition
         self._source = source
         self._policy = policy
@@ -110,7 +114,7 @@ class ScriptTool:
         stdin = json.dumps(dict(arguments), ensure_ascii=False).encode()
         with tempfile.TemporaryDirectory(prefix="pilothouse-script-") as home:
             process = await anyio.open_process(
-                [sys.executable, "-I", "-c", self._source],
+                self._sandbox.command(self._source, home),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
