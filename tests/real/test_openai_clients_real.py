@@ -15,6 +15,7 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from live_serve import LiveServer, live_serve
@@ -137,19 +138,21 @@ async def test_langchain_bind_tools_and_structured_output(live_server: LiveServe
         """Get the current weather in a city."""
         return f"Sunny in {city}"
 
-    chat = ChatOpenAI(
-        model="ASSIST",
-        base_url=live_server.base_url,
-        api_key=live_server.key,  # type: ignore[arg-type]  # LangChain wants a SecretStr
-        temperature=0,
-        max_completion_tokens=64,
-        timeout=300,
-        max_retries=0,
-    )
-    message = await chat.bind_tools([get_weather]).ainvoke("What is the weather in Paris?")
-    assert [c["name"] for c in message.tool_calls] == ["get_weather"]
-    structured = chat.with_structured_output(Brand, method="json_schema")
-    brand = await structured.ainvoke(f"Extract the brand: {BRAND_TEXT}")
+    # Our own HTTP client, closed here: LangChain never closes the one it makes.
+    async with httpx.AsyncClient(timeout=300) as http:
+        chat = ChatOpenAI(
+            model="ASSIST",
+            base_url=live_server.base_url,
+            api_key=live_server.key,  # type: ignore[arg-type]  # LangChain wants a SecretStr
+            temperature=0,
+            max_completion_tokens=64,
+            max_retries=0,
+            http_async_client=http,
+        )
+        message = await chat.bind_tools([get_weather]).ainvoke("What is the weather in Paris?")
+        assert [c["name"] for c in message.tool_calls] == ["get_weather"]
+        structured = chat.with_structured_output(Brand, method="json_schema")
+        brand = await structured.ainvoke(f"Extract the brand: {BRAND_TEXT}")
     assert isinstance(brand, Brand)
     assert brand.founded == 1947
 
@@ -159,9 +162,8 @@ async def test_pydantic_ai_agent_with_tools_and_native_output(live_server: LiveS
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
-    model = OpenAIChatModel(
-        "ASSIST", provider=OpenAIProvider(base_url=live_server.base_url, api_key=live_server.key)
-    )
+    sdk = openai.AsyncOpenAI(base_url=live_server.base_url, api_key=live_server.key, timeout=300)
+    model = OpenAIChatModel("ASSIST", provider=OpenAIProvider(openai_client=sdk))
     asked: list[str] = []
     agent = Agent(model, model_settings={"temperature": 0, "max_tokens": 64})
 
@@ -171,9 +173,10 @@ async def test_pydantic_ai_agent_with_tools_and_native_output(live_server: LiveS
         asked.append(city)
         return "Sunny, 21 degrees Celsius."
 
-    result = await agent.run("What is the weather in Paris?")
+    async with sdk:
+        result = await agent.run("What is the weather in Paris?")
+        extractor = Agent(model, output_type=NativeOutput(Brand), model_settings={"temperature": 0})
+        brand = (await extractor.run(f"Extract the brand: {BRAND_TEXT}")).output
     assert [c.lower() for c in asked] == ["paris"]
     assert "21" in result.output
-    extractor = Agent(model, output_type=NativeOutput(Brand), model_settings={"temperature": 0})
-    brand = (await extractor.run(f"Extract the brand: {BRAND_TEXT}")).output
     assert brand.founded == 1947
