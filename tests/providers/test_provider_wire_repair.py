@@ -64,14 +64,16 @@ def test_unreadable_answers_raise_unparseable(body: bytes, message: str) -> None
 
 
 def test_a_wrapped_wire_error_translates_to_unparseable() -> None:
-    try:
+    def wrapped() -> ConnectionError:
         try:
             repair_completion(b"nope")
         except UnparseableResponseError as inner:
-            raise ConnectionError("sdk wrapper") from inner
-    except ConnectionError as outer:
-        translated = translate_error(outer)
-    assert isinstance(translated, UnparseableResponseError)
+            outer = ConnectionError("sdk wrapper")
+            outer.__cause__ = inner
+            return outer
+        raise AssertionError("not raised")
+
+    assert isinstance(translate_error(wrapped()), UnparseableResponseError)
 
 
 async def _lines(*lines: str) -> AsyncIterator[str]:

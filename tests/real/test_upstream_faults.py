@@ -10,12 +10,13 @@ on every path: REST JSON, REST SSE, OpenAI JSON, OpenAI stream, ``/v1/invoke``.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import openai
 import pytest
 from fastapi import FastAPI
@@ -95,7 +96,7 @@ class Outcome:
 
     status: int
     text: str
-    headers: httpx.Headers | None = None
+    headers: Mapping[str, str] | None = None
     error: str | None = None
 
 
@@ -105,6 +106,7 @@ class Service:
     key: str
     state: ServerState
     upstream: Upstream
+    app: FastAPI
 
     @property
     def headers(self) -> dict[str, str]:
@@ -160,8 +162,10 @@ class Service:
         )
 
     async def _openai(self, text: str, *, stream: bool) -> Outcome:
+        # The official client is built on httpx2; its transport calls the app in-process.
+        http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=self.app), timeout=60)
         client = openai.AsyncOpenAI(
-            api_key=self.key, base_url="http://testserver/v1", http_client=self.http, max_retries=2
+            api_key=self.key, base_url="http://testserver/v1", http_client=http, max_retries=2
         )
         messages: list[Any] = [{"role": "user", "content": text}]
         seen: list[str] = []
@@ -215,7 +219,7 @@ async def service(tmp_path: Path, upstream: Upstream) -> AsyncIterator[Service]:
                 transport=transport, base_url="http://testserver", timeout=60
             ) as http,
         ):
-            yield Service(http, key, state, upstream)
+            yield Service(http, key, state, upstream, app)
     finally:
         await state.aclose()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pilothouse.server._openai import _SentText  # pyright: ignore[reportPrivateUsage]
+from pilothouse.server._openai import _SentText
 
 
 def test_the_retried_attempt_skips_the_prefix_the_client_already_has() -> None:
