@@ -162,3 +162,10 @@ async def test_an_anthropic_stream_cut_before_message_stop_raises_unparseable() 
     done = [*lines, 'data: {"type": "message_stop"}']
     out = [piece async for piece in repair_message_stream(_lines(*done))]
     assert json.loads(out[1][6:])["content_block"]["id"].startswith("repaired-")
+
+
+def test_a_call_that_is_not_an_object_is_kept_without_a_name() -> None:
+    with wire_notes() as notes:
+        [call] = _calls(repair_completion(_body(["get_weather(Paris)"])))
+    assert call["function"] == {"name": "", "arguments": '"get_weather(Paris)"'}
+    assert notes.repairs[call["id"]][0] == "not an object: kept as a call without a name"
