@@ -56,6 +56,7 @@ def test_a_call_without_a_name_is_kept_for_the_loop_to_report() -> None:
         (b"[1]", "not a JSON object"),
         (b'{"choices": []}', "no choices"),
         (b'{"id": "x"}', "no choices"),
+        (b'{"error": {"message": "model busy"}}', 'no choices: {"message": "model busy"}'),
     ],
 )
 def test_unreadable_answers_raise_unparseable(body: bytes, message: str) -> None:
@@ -169,3 +170,11 @@ def test_a_call_that_is_not_an_object_is_kept_without_a_name() -> None:
         [call] = _calls(repair_completion(_body(["get_weather(Paris)"])))
     assert call["function"] == {"name": "", "arguments": '"get_weather(Paris)"'}
     assert notes.repairs[call["id"]][0] == "not an object: kept as a call without a name"
+
+
+def test_a_key_the_provider_echoes_in_an_unreadable_answer_is_masked() -> None:
+    body = b'{"error": {"message": "bad key my-plain-key-123"}}'
+    with pytest.raises(UnparseableResponseError) as raised:
+        repair_completion(body)
+    translated = translate_error(raised.value, secrets=["my-plain-key-123"])
+    assert translated is not None and "my-plain-key-123" not in str(translated)

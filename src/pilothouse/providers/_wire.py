@@ -185,7 +185,9 @@ def repair_completion(body: bytes) -> bytes:
     data = _completion_object(body, "answer")
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
-        raise UnparseableResponseError("the provider answered with no choices")
+        error = data.get("error")
+        said = f": {json.dumps(error, ensure_ascii=False)[:300]}" if error else ""
+        raise UnparseableResponseError(f"the provider answered with no choices{said}")
     stamp = _stamp()
     changed = False
     for choice in cast("list[Any]", choices):
