@@ -573,3 +573,41 @@ actions:
     assert issues == []
     action = parsed.entries["actions"][0].spec
     assert action.active is False
+
+
+# Nine levels of nine aliases: 342 bytes that expand to 9**9 strings.
+ALIAS_BOMB = "\n".join(
+    [
+        'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]',
+        *(
+            f"{name}: &{name} [{','.join([f'*{prev}'] * 9)}]"
+            for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+        ),
+    ]
+)
+
+
+def test_yaml_alias_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
+    assert len(ALIAS_BOMB) < 400
+    (problem,) = errors(tmp_path, ALIAS_BOMB)
+    assert "aliases expand to more than 200,000 values" in problem
+
+
+def test_a_few_aliases_are_still_fine(tmp_path: Path) -> None:
+    text = """
+    persona_types:
+      - {code: EDIT, name: Editors}
+    personas:
+      - {code: ONE, type: EDIT, prompt: &shared Be brief and exact.}
+      - {code: TWO, type: EDIT, prompt: *shared}
+    """
+    # An alias used as catalogs use them: read as the value it names.
+    parsed, issues = validate_paths([write(tmp_path, text)])
+    assert issues == []
+    assert parsed.counts()["personas"] == 2
+
+
+def test_an_oversized_catalog_document_is_refused(tmp_path: Path) -> None:
+    text = "personas: []\n# " + "x" * 4_000_001 + "\n"
+    (problem,) = errors(tmp_path, text)
+    assert "split it into several files" in problem

@@ -156,6 +156,19 @@ async def test_import_yaml_all_or_nothing(client: httpx.AsyncClient, admin_key: 
     assert missing.status_code == 404
 
 
+async def test_yaml_alias_bomb_put_is_422_and_writes_nothing(
+    client: httpx.AsyncClient, admin_key: str
+) -> None:
+    levels = ['a: &a ["x","x","x","x","x","x","x","x","x"]'] + [
+        f"{name}: &{name} [{','.join([f'*{prev}'] * 9)}]"
+        for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+    ]
+    headers = {**auth(admin_key), "Content-Type": "application/yaml"}
+    refused = await client.put("/v1/catalog", content="\n".join(levels), headers=headers)
+    assert refused.status_code == 422
+    assert "alias bomb" in refused.text
+
+
 async def test_import_json(client: httpx.AsyncClient, admin_key: str) -> None:
     document = {"personas": [{"code": "CRITIC", "type": "EDIT", "prompt": "Be critical."}]}
     response = await client.put("/v1/catalog", json=document, headers=auth(admin_key))

@@ -117,3 +117,66 @@ async def test_revoked_key_is_refused(client: httpx.AsyncClient, server_state: S
     # Revoked through the server's own key cache: refused at once.
     await server_state.keys.revoke(info.prefix)
     assert (await client.get("/v1/catalog/actions", headers=auth(key))).status_code == 401
+
+
+async def test_a_jsonrpc_batch_counts_each_call_against_the_rate_limit(
+    client: httpx.AsyncClient, api_key: str, server_state: ServerState
+) -> None:
+    start = {"jsonrpc": "2.0", "method": "pilothouse/command/startConversation/v1"}
+    batch = [{**start, "id": n, "params": {"action": "SUMBRAND"}} for n in range(4)]
+    # The limit is 3 a minute: four calls in one request are refused whole.
+    limited = await client.post("/jsonrpc", json=batch, headers=auth(api_key))
+    assert limited.status_code == 429
+    assert "each call counts" in limited.json()["detail"]
+    page = await server_state.facade("default").query.list_conversations()
+    assert page.total == 0
+    # The refused request took its own token; two calls fit what is left and run.
+    done = await client.post("/jsonrpc", json=batch[:2], headers=auth(api_key))
+    assert done.status_code == 200
+    assert all("result" in answer for answer in done.json())
+    again = await client.get("/v1/catalog/actions", headers=auth(api_key))
+    assert again.status_code == 429
+
+
+async def test_a_jsonrpc_batch_larger_than_allowed_is_refused(
+    server_settings: Settings,
+) -> None:
+    state = ServerState(server_settings, server=ServerSettings(jsonrpc_max_batch=2))
+    await state.open()
+    try:
+        key, _ = await state.pilothouse.keys.create(name="batch")
+        async for http in serve(state):
+            calls = [
+                {"jsonrpc": "2.0", "id": n, "method": "pilothouse/query/listConversations/v1"}
+                for n in range(3)
+            ]
+            response = await http.post("/jsonrpc", json=calls, headers=auth(key))
+            assert response.status_code == 200
+            error = response.json()["error"]
+            assert error["code"] == -32600
+            assert "at most 2 calls" in error["data"]["detail"]
+    finally:
+        await state.aclose()
+
+
+async def test_requests_with_invalid_keys_are_limited_per_address(
+    server_settings: Settings,
+) -> None:
+    state = ServerState(server_settings, server=ServerSettings(auth_failures_per_minute=3))
+    await state.open()
+    try:
+        good, _ = await state.pilothouse.keys.create(name="good")
+        async for http in serve(state):
+            for _ in range(3):
+                refused = await http.get("/v1/catalog/actions", headers=auth("ph_guess_wrong"))
+                assert refused.status_code == 401
+            limited = await http.get("/v1/catalog/actions", headers=auth("ph_guess_again"))
+            assert limited.status_code == 429
+            assert int(limited.headers["retry-after"]) >= 1
+            missing = await http.get("/v1/catalog/actions")
+            assert missing.status_code == 429
+            # A valid key is not held back by the failures.
+            ok = await http.get("/v1/catalog/actions", headers=auth(good))
+            assert ok.status_code == 200
+    finally:
+        await state.aclose()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -188,7 +189,9 @@ async def _import(
         try:
             async with session.begin():
                 existing = await load_existing(session, tenant)
-                parsed, issues = validate(existing)
+                # Parsing and validating YAML is CPU work: off the event loop,
+                # so a large (or hostile) document never stalls other requests.
+                parsed, issues = await anyio.to_thread.run_sync(validate, existing)
                 if issues:
                     raise CatalogValidationError(issues)
                 return await apply_catalog(session, tenant, parsed, user=user)

@@ -62,6 +62,12 @@ def catalog_files(paths: Sequence[Path]) -> tuple[list[Path], list[ValidationIss
     return files, issues
 
 
+# Bounds on what one catalog file may cost to read: the largest real catalogs
+# are a few hundred kilobytes and a few thousand values.
+MAX_DOCUMENT_CHARS = 4_000_000
+MAX_EXPANDED_NODES = 200_000
+
+
 def load_yaml(path: Path) -> tuple[Any, ValidationIssue | None]:
     """Parse one YAML file, keeping line information.
 
@@ -76,9 +82,17 @@ def load_yaml(path: Path) -> tuple[Any, ValidationIssue | None]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return None, _issue(str(path), None, "file", f"cannot be read ({exc.__class__.__name__})")
+    if len(text) > MAX_DOCUMENT_CHARS:
+        return None, _issue(
+            str(path),
+            None,
+            "yaml",
+            f"the document has {len(text):,} characters, more than the "
+            f"{MAX_DOCUMENT_CHARS:,} a catalog file may have; split it into several files",
+        )
     try:
         loader: Any = YAML(typ="rt")  # ruamel ships partial type hints
-        return loader.load(text), None
+        document = loader.load(text)
     except DuplicateKeyError as exc:
         # ruamel's own message quotes both values, which may be a secret.
         return None, _issue(str(path), _mark_line(exc), "yaml", "a mapping key is repeated")
@@ -88,6 +102,64 @@ def load_yaml(path: Path) -> tuple[Any, ValidationIssue | None]:
         return None, _issue(str(path), _mark_line(exc), "yaml", problem)
     except YAMLError as exc:
         return None, _issue(str(path), None, "yaml", str(exc).splitlines()[0])
+    except RecursionError:
+        return None, _issue(str(path), None, "yaml", "the document nests too deeply")
+    problem = _expansion_problem(document)
+    if problem is not None:
+        return None, _issue(str(path), None, "yaml", problem)
+    return document, None
+
+
+def _expansion_problem(document: Any) -> str | None:
+    """Why the document's aliases expand too far (an alias bomb), or None.
+
+    The loader shares one object per anchor, so parsing is cheap; whatever
+    walks the document afterwards (validation, conversion) sees every alias
+    expanded. The expanded size is counted once per shared node.
+    """
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: Any) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise _Recursive
+        children: list[Any]
+        if isinstance(node, dict):
+            mapping = cast("dict[Any, Any]", node)
+            children = [*mapping.keys(), *mapping.values()]
+        elif isinstance(node, list):
+            children = list(cast("list[Any]", node))
+        else:
+            return 1
+        open_nodes.add(key)
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > MAX_EXPANDED_NODES:
+                break
+        open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
+    try:
+        total = size(document)
+    except _Recursive:
+        return "an alias refers to a node that contains it (a recursive alias)"
+    except RecursionError:
+        return "the document nests too deeply"
+    if total > MAX_EXPANDED_NODES:
+        return (
+            f"its aliases expand to more than {MAX_EXPANDED_NODES:,} values (an alias bomb?); "
+            "write the repeated parts out or use fewer nested aliases"
+        )
+    return None
+
+
+class _Recursive(Exception):
+    """A node reached again while it is being counted."""
 
 
 def _mark_line(exc: Any) -> int | None:

@@ -33,6 +33,7 @@ __all__ = [
     "Principal",
     "State",
     "authenticate",
+    "charge_batch",
     "get_admin_facade",
     "get_facade",
     "get_state",
@@ -100,6 +101,43 @@ def _presented_key(request: Request) -> str | None:
     return key.strip() if key else None
 
 
+def _count_auth_failure(request: Request, state: ServerState) -> None:
+    """Count a request without a valid key against its client address.
+
+    Raises:
+        TooManyRequestsError: the address has failed too often this minute.
+    """
+    address = request.client.host if request.client is not None else "unknown"
+    wait = state.auth_failures.acquire(f"address:{address}")
+    if wait is not None:
+        raise TooManyRequestsError(
+            f"too many requests without a valid API key from this address (the limit is "
+            f"{state.auth_failures.per_minute} a minute); retry later",
+            retry_after=wait,
+        )
+
+
+def charge_batch(request: Request, extra_calls: int) -> None:
+    """Count a batch's further calls against the key's rate limit (after its first).
+
+    Raises:
+        TooManyRequestsError: the key has not that many requests left this
+            minute; nothing of the batch runs.
+    """
+    if extra_calls <= 0:
+        return
+    state: ServerState = request.app.state.pilothouse
+    principal: Principal = request.state.principal
+    wait = state.limiter.acquire(principal.key_prefix, cost=extra_calls)
+    if wait is not None:
+        raise TooManyRequestsError(
+            f"a batch of {extra_calls + 1} calls exceeds what is left of the rate limit of "
+            f"{state.limiter.per_minute} requests a minute for this key (each call counts); "
+            "send fewer calls or retry later",
+            retry_after=wait,
+        )
+
+
 async def principal_from_request(request: Request, state: ServerState) -> Principal:
     """Authenticate ``request`` by its API key and apply the key's rate limit.
 
@@ -112,11 +150,13 @@ async def principal_from_request(request: Request, state: ServerState) -> Princi
     """
     key = _presented_key(request)
     if key is None:
+        _count_auth_failure(request, state)
         raise UnauthorizedError(
             "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
         )
     info = await state.keys.verify(key)
     if info is None:
+        _count_auth_failure(request, state)
         raise UnauthorizedError("the API key is unknown or revoked")
     wait = state.limiter.acquire(info.prefix)
     if wait is not None:

@@ -49,7 +49,7 @@ from pydantic.alias_generators import to_camel
 
 from pilothouse.api import Pilothouse
 from pilothouse.errors import ErrorCategory, PilothouseError
-from pilothouse.server._deps import Facade
+from pilothouse.server._deps import Facade, State, charge_batch
 from pilothouse.server._jsonrpc_methods import METHODS, to_json
 from pilothouse.server._problems import HTTP_STATUS, problem_body, problem_responses
 
@@ -247,7 +247,7 @@ def _is_legacy(body: dict[str, Any]) -> bool:
     },
     response_model=None,
 )
-async def jsonrpc(request: Request, ph: Facade) -> Response:
+async def jsonrpc(request: Request, ph: Facade, state: State) -> Response:
     """Dispatch a request, a batch or a legacy envelope."""
     try:
         body: Any = json.loads(await request.body())
@@ -258,6 +258,14 @@ async def jsonrpc(request: Request, ph: Facade) -> Response:
         items = cast("list[Any]", body)
         if not items:
             return JSONResponse(_error(None, _invalid("a batch must not be empty")))
+        limit = state.server.jsonrpc_max_batch
+        if len(items) > limit:
+            return JSONResponse(
+                _error(None, _invalid(f"a batch holds at most {limit} calls, not {len(items)}"))
+            )
+        # The request itself took one token of the key's rate limit; each
+        # further call of the batch takes one more, all before any runs.
+        charge_batch(request, len(items) - 1)
         answers = [answer for item in items if (answer := await _one(ph, item)) is not None]
         return JSONResponse(answers) if answers else Response(status_code=204)
     if isinstance(body, dict) and _is_legacy(cast("dict[str, Any]", body)):

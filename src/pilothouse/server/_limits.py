@@ -42,8 +42,12 @@ class RateLimiter:
         self._clock = clock
         self._buckets: dict[str, _Bucket] = {}
 
-    def acquire(self, key: str) -> float | None:
-        """Take one token for ``key``.
+    def acquire(self, key: str, cost: int = 1) -> float | None:
+        """Take ``cost`` tokens for ``key``, or none when there are not enough.
+
+        Args:
+            key: whose bucket.
+            cost: how many requests this counts as (a JSON-RPC batch's calls).
 
         Returns:
             None when the request may proceed, else the seconds until a
@@ -61,10 +65,13 @@ class RateLimiter:
                 float(self.per_minute), bucket.tokens + (now - bucket.updated) * rate
             )
             bucket.updated = now
-        if bucket.tokens >= 1.0:
-            bucket.tokens -= 1.0
+        if bucket.tokens >= cost:
+            bucket.tokens -= cost
             return None
-        return (1.0 - bucket.tokens) / rate
+        if cost > self.per_minute:
+            # More than a whole bucket: never possible; wait a full minute.
+            return 60.0
+        return (cost - bucket.tokens) / rate
 
 
 class _TooLarge(HTTPException):

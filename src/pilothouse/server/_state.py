@@ -54,6 +54,11 @@ class ServerSettings(BaseSettings):
             0 disables the limit.
         rate_limit_per_minute: requests a minute per API key (429 above it,
             with ``Retry-After``); 0 disables the limit. Counted per process.
+            Each call of a JSON-RPC batch counts as one request.
+        auth_failures_per_minute: requests with a missing, unknown or revoked
+            key a minute per client address before they get 429 instead of
+            401 (slows key guessing); 0 disables the limit. Per process.
+        jsonrpc_max_batch: the most calls one JSON-RPC batch may hold.
         cors_origins: origins allowed by CORS; empty (the default) leaves
             CORS off, so browsers refuse cross-origin calls.
         metrics_anonymous: whether ``/metrics`` needs no key; None (the
@@ -73,6 +78,8 @@ class ServerSettings(BaseSettings):
     port: int = 8000
     max_body_bytes: int = MIB
     rate_limit_per_minute: int = 600
+    auth_failures_per_minute: int = 60
+    jsonrpc_max_batch: int = Field(default=50, ge=1)
     cors_origins: list[str] = Field(default_factory=list)
     metrics_anonymous: bool | None = None
     shutdown_grace_seconds: float = 30.0
@@ -129,6 +136,7 @@ class ServerState:
         self.pilothouse = Pilothouse(settings, model=model)
         self.metrics = Metrics()
         self.limiter = RateLimiter(self.server.rate_limit_per_minute)
+        self.auth_failures = RateLimiter(self.server.auth_failures_per_minute)
         self.keys = KeyCache(self.pilothouse.keys, self.server.key_cache_seconds)
         self._watched: set[str] = set()
         self._running: set[tuple[str, str]] = set()
