@@ -56,6 +56,7 @@ def test_a_call_without_a_name_is_kept_for_the_loop_to_report() -> None:
         (b"[1]", "not a JSON object"),
         (b'{"choices": []}', "no choices"),
         (b'{"id": "x"}', "no choices"),
+        (b'{"error": {"message": "model busy"}}', 'no choices: {"message": "model busy"}'),
     ],
 )
 def test_unreadable_answers_raise_unparseable(body: bytes, message: str) -> None:
@@ -64,15 +65,16 @@ def test_unreadable_answers_raise_unparseable(body: bytes, message: str) -> None
 
 
 def test_a_wrapped_wire_error_translates_to_unparseable() -> None:
-    translated: Exception | None = None
-    try:
+    def wrapped() -> ConnectionError:
         try:
             repair_completion(b"nope")
         except UnparseableResponseError as inner:
-            raise ConnectionError("sdk wrapper") from inner
-    except ConnectionError as outer:
-        translated = translate_error(outer)
-    assert isinstance(translated, UnparseableResponseError)
+            outer = ConnectionError("sdk wrapper")
+            outer.__cause__ = inner
+            return outer
+        raise AssertionError("not raised")
+
+    assert isinstance(translate_error(wrapped()), UnparseableResponseError)
 
 
 async def _lines(*lines: str) -> AsyncIterator[str]:
@@ -161,3 +163,18 @@ async def test_an_anthropic_stream_cut_before_message_stop_raises_unparseable() 
     done = [*lines, 'data: {"type": "message_stop"}']
     out = [piece async for piece in repair_message_stream(_lines(*done))]
     assert json.loads(out[1][6:])["content_block"]["id"].startswith("repaired-")
+
+
+def test_a_call_that_is_not_an_object_is_kept_without_a_name() -> None:
+    with wire_notes() as notes:
+        [call] = _calls(repair_completion(_body(["get_weather(Paris)"])))
+    assert call["function"] == {"name": "", "arguments": '"get_weather(Paris)"'}
+    assert notes.repairs[call["id"]][0] == "not an object: kept as a call without a name"
+
+
+def test_a_key_the_provider_echoes_in_an_unreadable_answer_is_masked() -> None:
+    body = b'{"error": {"message": "bad key my-plain-key-123"}}'
+    with pytest.raises(UnparseableResponseError) as raised:
+        repair_completion(body)
+    translated = translate_error(raised.value, secrets=["my-plain-key-123"])
+    assert translated is not None and "my-plain-key-123" not in str(translated)

@@ -126,8 +126,9 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up:
             )
             for event in reply.events:
                 data = event if isinstance(event, str) else json.dumps(event)
-                if reply.named and isinstance(event, dict):
-                    writer.write(f"event: {event['type']}\n".encode())
+                if reply.named:
+                    name = json.loads(data)["type"]
+                    writer.write(f"event: {name}\n".encode())
                 writer.write(f"data: {data}\n\n".encode())
                 await writer.drain()
             if reply.done:

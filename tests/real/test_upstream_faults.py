@@ -162,7 +162,7 @@ class Service:
         )
 
     async def _openai(self, text: str, *, stream: bool) -> Outcome:
-        # The official client is built on httpx2; it calls the same app in-process.
+        # The official client is built on httpx2; its transport calls the app in-process.
         http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=self.app), timeout=60)
         client = openai.AsyncOpenAI(
             api_key=self.key, base_url="http://testserver/v1", http_client=http, max_retries=2
@@ -329,3 +329,20 @@ async def test_a_fault_that_persists_ends_failed_with_an_actionable_status(
         assert 400 <= outcome.status < 600 and outcome.status != 500, outcome
     if path in ("openai", "openai_stream") and outcome.headers is not None:
         assert outcome.headers.get("x-should-retry") == "false"
+
+
+async def test_a_retried_answer_that_differs_from_the_text_sent_ends_the_stream_with_an_error(
+    service: Service,
+) -> None:
+    cut = Reply(events=text_stream("Yes, ")[:2], done=False)
+    service.upstream.script(cut, text_reply("openai_stream", "No, ", "never."))
+    outcome = await service.send("openai_stream", "Hello")
+    # The client saw only the first attempt's text, then an error naming the record.
+    assert outcome.text == "Yes, "
+    assert outcome.error is not None and "differs from the text already sent" in outcome.error
+    [conversation] = await service.conversations()
+    assert conversation.status == ProcessStatus.COMPLETED.value
+    errors = [e.data for e in conversation.timeline if e.kind is TimelineKind.ERROR]
+    assert errors[0]["streamed"] == "Yes, "  # the record holds what the client saw
+    answers = [m.content for m in conversation.messages if m.role == "AS"]
+    assert answers == ["No, never."]

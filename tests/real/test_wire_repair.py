@@ -397,3 +397,32 @@ async def test_anthropic_tool_use_without_id_and_with_string_input_is_repaired(
     )
     assert executions[0]["repairs"] == expected
     assert str(result.output) == ANSWER
+
+
+async def test_a_streamed_call_without_a_name_is_fed_back_not_dropped(
+    ph: Pilothouse, upstream: Upstream
+) -> None:
+    nameless = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"arguments": ARGS_JSON},
+    }
+    good = {"index": 0, **WHOLE_SHAPES["object_arguments"], "id": "call_2"}
+    upstream.script(
+        Reply(
+            events=[chunk({"role": "assistant", "tool_calls": [nameless]}), chunk({}, "tool_calls")]
+        ),
+        Reply(events=[chunk({"role": "assistant", "tool_calls": [good]}), chunk({}, "tool_calls")]),
+        Reply(events=text_stream(ANSWER)),
+    )
+    conversation = await ph.command.start_conversation(action="WEATHER")
+    result = await ph.command.send_message(
+        conversation.uuid, "Weather?", runtime_config={"stream": True}
+    )
+    assert result.status is ProcessStatus.COMPLETED, result.error
+    transcript = await ph.query.get_transcript(conversation.uuid)
+    by_id = {c.call_id: c for c in transcript.tool_calls}
+    assert by_id["call_1"].arguments == ARGS  # recorded as sent
+    assert by_id["call_1"].status == ToolCallStatus.FAILED.value
+    assert by_id["call_2"].status == ToolCallStatus.SUCCEEDED.value

@@ -128,6 +128,9 @@ def translate_error(exc: BaseException, *, secrets: Collection[str] = ()) -> Pro
         ``raise ... from exc``), or ``None`` when ``exc`` is not a provider
         failure and should propagate unchanged.
     """
+    if isinstance(exc, UnparseableResponseError):
+        # Raised by the wire repair layer, quoting what the provider sent.
+        return UnparseableResponseError(redact(str(exc), secrets))
     if isinstance(exc, ProviderError):
         return exc
     # The wire repair layer raises under the SDK, which wraps the error

@@ -133,14 +133,17 @@ def repair_calls_in_message(calls: list[Any], stamp: int) -> list[Any]:
         stamp: the time part of generated ids.
 
     Returns:
-        The repaired calls (entries that are not objects are dropped).
+        The repaired calls (an entry that is not an object becomes a call
+        without a name, which the run loop reports to the model).
     """
     out: list[Any] = []
     for index, raw in enumerate(calls):
-        if not isinstance(raw, dict):
-            continue
-        call = cast("dict[str, Any]", raw)
         repairs: list[str] = []
+        if not isinstance(raw, dict):
+            # Kept, as a call without a name, so the model is told about it.
+            raw = {"function": {"arguments": json.dumps(raw)}}
+            repairs.append("not an object: kept as a call without a name")
+        call = cast("dict[str, Any]", raw)
         _repair_function(call, repairs, whole=True)
         if call.get("type") != "function":
             repairs.append("missing type: function")
@@ -182,7 +185,9 @@ def repair_completion(body: bytes) -> bytes:
     data = _completion_object(body, "answer")
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
-        raise UnparseableResponseError("the provider answered with no choices")
+        error = data.get("error")
+        said = f": {json.dumps(error, ensure_ascii=False)[:300]}" if error else ""
+        raise UnparseableResponseError(f"the provider answered with no choices{said}")
     stamp = _stamp()
     changed = False
     for choice in cast("list[Any]", choices):
@@ -255,6 +260,15 @@ class _StreamState:
             self.last[choice] = index
             _repair_function(call, repairs, whole=False)
             if index not in started:
+                function = call.get("function")
+                if not isinstance(function, dict):
+                    call["function"] = function = {}
+                opening = cast("dict[str, Any]", function)
+                if not isinstance(opening.get("name"), str):
+                    # A call is parsed only once it has a name: without one
+                    # it would be dropped, not reported to the model. A name
+                    # sent in a later delta is appended to this one.
+                    opening["name"] = ""
                 if call.get("type") != "function":
                     repairs.append("missing type: function")
                     call["type"] = "function"

@@ -418,22 +418,6 @@ async def _stream(turn: _Turn, include_usage: bool) -> AsyncIterator[bytes]:
                         yield make({"content": fresh})
                 elif isinstance(event, TurnRetry):
                     text.retried()
-                elif text.diverged is not None and isinstance(event, TurnFinished):
-                    # The retried attempt wrote something else than the
-                    # client already has: say so instead of ending "stop".
-                    diverged = OpenAIError(
-                        502,
-                        "the provider failed mid-answer and its retried answer differs from "
-                        f"the text already sent; the recorded answer is in conversation "
-                        f"{turn.uuid}",
-                        type="api_error",
-                        code="stream_diverged",
-                    )
-                    yield _sse(
-                        error_body(diverged.message, diverged.type, diverged.param, diverged.code)
-                    )
-                    yield b"data: [DONE]\n\n"
-                    return
                 elif isinstance(event, ThinkingDelta):
                     # The name DeepSeek, vLLM and llama.cpp use for reasoning deltas.
                     yield make({"reasoning_content": event.text})
@@ -445,7 +429,19 @@ async def _stream(turn: _Turn, include_usage: bool) -> AsyncIterator[bytes]:
         # in the stream, rather than with an error status.
         failure = _from_pilothouse(error)
         yield _sse(error_body(failure.message, failure.type, failure.param, failure.code))
-    if finished is not None:
+    if finished is not None and text.diverged is not None:
+        # The retried attempt wrote something else than the client already
+        # has: say so instead of ending "stop" (after the turn, never
+        # inside it: a client that closes on the error must not close it).
+        diverged = OpenAIError(
+            502,
+            "the provider failed mid-answer and its retried answer differs from the text "
+            f"already sent; the recorded answer is in conversation {turn.uuid}",
+            type="api_error",
+            code="stream_diverged",
+        )
+        yield _sse(error_body(diverged.message, diverged.type, diverged.param, diverged.code))
+    elif finished is not None:
         for data in _finish(finished, streamed_text, make, include_usage):
             yield data
     yield b"data: [DONE]\n\n"
