@@ -39,6 +39,8 @@ class Reply:
     content_type: str = "application/json"
     named: bool = False
     """Name each streamed event after its ``type`` (``event:`` lines, as Anthropic does)."""
+    delay: float = 0.0
+    """Seconds between streamed events (a slow model, to interrupt)."""
 
 
 @dataclass
@@ -131,6 +133,8 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up:
                     writer.write(f"event: {name}\n".encode())
                 writer.write(f"data: {data}\n\n".encode())
                 await writer.drain()
+                if reply.delay:
+                    await asyncio.sleep(reply.delay)
             if reply.done:
                 writer.write(b"data: [DONE]\n\n")
         await writer.drain()

@@ -168,20 +168,23 @@ async def test_stream_refused_turn_is_a_problem(client: httpx.AsyncClient, api_k
     assert response.headers["content-type"] == "application/problem+json"
 
 
-async def test_cancel_idle_conversation_terminates_it(
-    client: httpx.AsyncClient, api_key: str
+async def test_cancel_idle_conversation_terminates_it_and_a_new_message_goes_on(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
 ) -> None:
     uuid = await start(client, api_key)
     response = await client.post(f"/v1/conversations/{uuid}/cancel", headers=auth(api_key))
     assert response.status_code == 200
     assert response.json()["cancelled_running_turn"] is False
     assert response.json()["conversation"]["status"] == "TE"
+    # TE ends a turn, not the conversation (Ctrl-C in pilothouse chat goes on).
+    scripted.script.steps.append(Reply("Going on."))
     again = await client.post(
         f"/v1/conversations/{uuid}/messages",
         json={"text": "x", "inputData": DOC},
         headers=auth(api_key),
     )
-    assert again.status_code == 409
+    assert again.status_code == 200
+    assert again.json()["status"] == "CO"
 
 
 async def test_list_filters_and_paginates(

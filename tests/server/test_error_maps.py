@@ -53,13 +53,15 @@ async def test_a_conversation_in_the_wrong_state_is_a_conflict_everywhere_it_can
 ) -> None:
     started = await client.post("/v1/conversations", json={"action": "ECHO"}, headers=auth(api_key))
     uuid = started.json()["uuid"]
-    await client.post(f"/v1/conversations/{uuid}/cancel", headers=auth(api_key))
+    # Answers to a conversation that asked nothing (not WA).
     rest = await client.post(
-        f"/v1/conversations/{uuid}/messages", json={"text": "x"}, headers=auth(api_key)
+        f"/v1/conversations/{uuid}/answers", json={"answers": {"q": "x"}}, headers=auth(api_key)
     )
     assert rest.status_code == 409
     assert rest.json()["title"] == "Conflict"
-    answer = await rpc(client, api_key, "command/sendMessage", {"uuid": uuid, "text": "x"})
+    answer = await rpc(
+        client, api_key, "command/submitAnswers", {"uuid": uuid, "answers": {"q": "x"}}
+    )
     error = answer["error"]
     assert (error["code"], error["data"]["status"]) == (-32002, 409)
 

@@ -32,12 +32,15 @@ from pilothouse.errors import InvalidFieldError
 from pilothouse.memory import MemoryPolicy
 from pilothouse.providers import ModelSpec, ProviderSpec
 from pilothouse.runtime import ActionCompiler, CompiledAction
-from pilothouse.store import STARTABLE, Conversation, Database
+from pilothouse.store import Conversation, Database
 from pilothouse.types import AdHocRun, ModelEndpoint
 
 ADHOC_ACTION = "INVOKE"
 """The action code of every ad-hoc run's conversation (reserved)."""
 RECORD_KEY = "invoke"
+
+# The statuses in which an ad-hoc conversation of a memory id is continued.
+_CONTINUED = frozenset({ProcessStatus.NOT_STARTED, ProcessStatus.COMPLETED, ProcessStatus.RUNNING})
 """Where a run's ``record`` sits in the data of its system message."""
 
 
@@ -204,8 +207,10 @@ async def conversation_for(
                 .limit(1)
             )
         ).first()
-    if row is not None and row[1] in STARTABLE | {ProcessStatus.RUNNING}:
+    if row is not None and row[1] in _CONTINUED:
         # A running one is handed to the runner, which refuses it as running.
+        # A cancelled (TE) or failed one is not continued: the connector
+        # documents that the next call starts a new conversation.
         return row[0], row[1], memory_id
     return None
 

@@ -6,10 +6,9 @@ The answer streams to stdout as the model writes it; status, tokens, cost and
 
 from __future__ import annotations
 
-__all__ = ["chat", "parse_assignments", "run_action"]
+__all__ = ["chat", "parse_assignments", "run_action", "run_turn", "show_summary"]
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -55,7 +54,8 @@ def _has_output_schema(action: Action | None) -> bool:
     )
 
 
-def _summary(result: TurnResult, err: Console) -> None:
+def show_summary(result: TurnResult, err: Console) -> None:
+    """Print a turn's status, finish reason, tokens, cost and error on ``err``."""
     status = result.status
     finish = result.finish_reason.name.lower() if result.finish_reason else "-"
     err.print(
@@ -84,7 +84,7 @@ async def _timeline(ph: Pilothouse, uuid: str, err: Console) -> None:
     err.print(table)
 
 
-async def _turn(
+async def run_turn(
     ph: Pilothouse,
     uuid: str,
     message: str,
@@ -93,23 +93,48 @@ async def _turn(
     config: dict[str, Any],
     out: Console,
     structured: bool,
+    err: Console | None = None,
+    questions_inline: bool = False,
 ) -> TurnResult:
+    """Stream one turn's answer to ``out`` and return its result.
+
+    A spinner on ``err`` runs until the first token. With
+    ``questions_inline`` the model's questions are left to the caller to
+    ask, not printed as the output.
+    """
     from pilothouse.types import TextDelta, TurnFinished
 
     result: TurnResult | None = None
     streamed = False
-    async for event in ph.command.stream_message(
-        uuid, message, input_data=input_data or None, runtime_config=config or None
-    ):
-        # Structured answers are shown once parsed and validated, not as the
-        # raw JSON the model streams.
-        if isinstance(event, TextDelta) and not structured:
-            streamed = True
-            out.print(event.text, end="", markup=False, highlight=False, soft_wrap=True)
-        elif isinstance(event, TurnFinished):
-            result = event.result
+    # Until the first token (a local model may need seconds to start), a
+    # spinner on stderr says the turn is under way; Rich shows nothing when
+    # stderr is not a terminal.
+    waiting = (err or Console(stderr=True)).status("[dim]thinking…[/]", spinner="dots")
+    waiting.start()
+    try:
+        async for event in ph.command.stream_message(
+            uuid, message, input_data=input_data or None, runtime_config=config or None
+        ):
+            # Structured answers are shown once parsed and validated, not as
+            # the raw JSON the model streams.
+            if isinstance(event, TextDelta) and not structured:
+                if not streamed:
+                    waiting.stop()
+                streamed = True
+                out.print(event.text, end="", markup=False, highlight=False, soft_wrap=True)
+            elif isinstance(event, TurnFinished):
+                result = event.result
+    finally:
+        waiting.stop()
     if result is None:  # pragma: no cover - the runner always finishes a turn
         raise RuntimeError("the turn ended without a result")
+    if not (questions_inline and result.questions):
+        show_output(result, out, streamed)
+    return result
+
+
+def show_output(result: TurnResult, out: Console, streamed: bool) -> None:
+    """Print a turn's answer when it was not streamed (structured output as JSON)."""
     if not streamed and result.output is not None:
         if isinstance(result.output, str):
             out.print(result.output, end="", markup=False, highlight=False, soft_wrap=True)
@@ -118,7 +143,6 @@ async def _turn(
     out.print()
     # The summary goes to stderr; flush the answer first so they don't interleave.
     out.file.flush()
-    return result
 
 
 def run_action(
@@ -172,7 +196,7 @@ def run_action(
                 typer.echo(json.dumps(result.as_json(), ensure_ascii=False))
             else:
                 found = await ph.query.find_action_by_code(action)
-                result = await _turn(
+                result = await run_turn(
                     ph,
                     conversation.uuid,
                     message,
@@ -180,8 +204,9 @@ def run_action(
                     config=config,
                     out=out,
                     structured=_has_output_schema(found),
+                    err=err,
                 )
-                _summary(result, err)
+                show_summary(result, err)
                 if timeline:
                     await _timeline(ph, conversation.uuid, err)
             return 0 if result.error is None else 1
@@ -201,39 +226,36 @@ def chat(
     settings: Annotated[
         list[str] | None, typer.Option("--set", help="Runtime config key=value.")
     ] = None,
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--input",
+            help="Input data key=value (or key=@file) for the prompt's {placeholders}, every turn.",
+        ),
+    ] = None,
 ) -> None:
-    """Talk with ACTION turn by turn; an empty line, /exit or Ctrl-D ends the session."""
+    """Talk with ACTION turn by turn; an empty line, /exit or Ctrl-D ends the session.
+
+    The model's questions are asked inline and the answers sent back. Ctrl-C
+    during an answer stops that turn (recorded ``TE`` with what was written)
+    and the session goes on in the same conversation; Ctrl-C at the prompt
+    ends the session.
+    """
+    from pilothouse.cli._chat import ChatSession
+
     state: CliState = ctx.obj
-    config = parse_assignments(settings or [], "--set")
-    out = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
+    session = ChatSession(
+        action=action,
+        agent=agent,
+        memory_id=memory_id,
+        config=parse_assignments(settings or [], "--set"),
+        input_data=parse_assignments(inputs or [], "--input"),
+        out=Console(highlight=False),
+        err=Console(stderr=True, highlight=False),
+    )
 
     async def body() -> None:
-        import anyio
-
         async with open_facade(state) as ph:
-            conversation = await ph.command.start_conversation(
-                action=action, agent=agent, memory_id=memory_id
-            )
-            structured = _has_output_schema(await ph.query.find_action_by_code(action))
-            err.print(f"conversation {conversation.uuid}; empty line or /exit to end")
-            while True:
-                err.print("[bold cyan]you>[/] ", end="")
-                line = await anyio.to_thread.run_sync(sys.stdin.readline)
-                text = line.strip()
-                if not line or not text or text == "/exit":
-                    break
-                result = await _turn(
-                    ph,
-                    conversation.uuid,
-                    text,
-                    input_data={},
-                    config=config,
-                    out=out,
-                    structured=structured,
-                )
-                _summary(result, err)
-                if result.error is not None:
-                    break
+            await session.run(ph)
 
     run(body)

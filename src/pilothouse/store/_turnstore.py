@@ -54,7 +54,11 @@ from pilothouse.store._records import Conversation
 
 #: Statuses from which a new user message may start a turn. ``CO`` is here
 #: because a conversation takes many turns; each turn completes it again.
-STARTABLE = frozenset({ProcessStatus.NOT_STARTED, ProcessStatus.COMPLETED})
+#: ``TE`` ends a turn (a cancel, a shutdown, questions that expired), not the
+#: conversation: the user may go on, as after Ctrl-C in ``pilothouse chat``.
+STARTABLE = frozenset(
+    {ProcessStatus.NOT_STARTED, ProcessStatus.COMPLETED, ProcessStatus.TERMINATED}
+)
 
 
 @dataclass(frozen=True)

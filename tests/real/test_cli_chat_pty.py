@@ -1,0 +1,221 @@
+"""``pilothouse chat`` in a real pseudo-terminal: Ctrl-C mid-answer, questions inline, --input.
+
+The chat runs as a subprocess on a pty (so SIGINT comes from the terminal's
+Ctrl-C, as a user's would) against a scripted OpenAI-compatible server on
+loopback that streams slowly or asks a question.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fault_upstream import Reply, Upstream, chunk, completion, running_upstream, text_stream
+
+pytestmark = pytest.mark.real
+
+CLI = [sys.executable, "-c", "from pilothouse.cli import main; main()"]
+
+
+def _catalog(base_url: str) -> str:
+    return f"""
+providers:
+  - code: UP
+    kind: openai
+    base_url: {base_url}
+    api_key: "@secrets(UP_KEY)"
+models:
+  - code: UPM
+    provider: UP
+    model_name: mock
+    capabilities: [FC]
+    input_price: 0
+    output_price: 0
+configurations:
+  - code: QUICK
+    max_tokens: 64
+    retry_count: 0
+actions:
+  - code: TALK
+    model: UPM
+    configuration: QUICK
+    prompt: "Talk about {{topic}}."
+"""
+
+
+def _own_terminal() -> None:
+    # A session of its own with the pty as its controlling terminal, so the
+    # terminal's Ctrl-C reaches it as SIGINT (as in a user's shell).
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+class Terminal:
+    """A child process on a pseudo-terminal, read as text."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.master, slave = pty.openpty()
+        self.process = subprocess.Popen(
+            argv, stdin=slave, stdout=slave, stderr=slave, env=env, preexec_fn=_own_terminal
+        )
+        os.close(slave)
+        self.seen = ""
+
+    def expect(self, text: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while text not in self.seen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{text!r} not seen; the terminal shows:\n{self.seen}"
+            ready, _, _ = select.select([self.master], [], [], min(left, 0.5))
+            if ready:
+                try:
+                    self.seen += os.read(self.master, 4096).decode(errors="replace")
+                except OSError:  # the child closed the terminal
+                    assert text in self.seen, f"{text!r} not seen:\n{self.seen}"
+        return self.seen
+
+    def send(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def close(self) -> int:
+        try:
+            return self.process.wait(timeout=60)
+        finally:
+            os.close(self.master)
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    with running_upstream() as up:
+        yield up
+
+
+@pytest.fixture
+def cli(tmp_path: Path, upstream: Upstream) -> list[str]:
+    (tmp_path / "catalog.yaml").write_text(_catalog(upstream.base_url), encoding="utf-8")
+    base = [*CLI, "--database-url", f"sqlite+aiosqlite:///{tmp_path / 'chat.db'}"]
+    done = subprocess.run(
+        [*base, "catalog", "import", str(tmp_path / "catalog.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return base
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PILOTHOUSE_SECRETS_FILE": "",
+        "UP_KEY": "sk-test",
+        "TERM": "xterm",
+        "COLUMNS": "200",
+    }
+
+
+def _show(cli: list[str], uuid: str) -> dict[str, object]:
+    shown = subprocess.run(
+        [*cli, "conversations", "show", uuid, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(shown.stdout)
+
+
+def _uuid(screen: str) -> str:
+    return screen.split("conversation ", 1)[1].split(";", 1)[0].strip()
+
+
+def test_ctrl_c_stops_the_answer_and_the_chat_goes_on(cli: list[str], upstream: Upstream) -> None:
+    slow = [chunk({"role": "assistant", "content": ""})] + [
+        chunk({"content": f"word{n} "}) for n in range(200)
+    ]
+    upstream.script(
+        Reply(events=[*slow, chunk({}, "stop")], delay=0.1),
+        Reply(events=text_stream("Second answer.")),
+    )
+    term = Terminal([*cli, "chat", "TALK", "--input", "topic=rockets"], _env())
+    screen = term.expect("you>")
+    uuid = _uuid(screen)
+    term.send("Tell me a long story.\n")
+    term.expect("word3 ")
+    term.send("\x03")  # Ctrl-C, as the terminal sends it
+    term.expect("(TE)")
+    term.send("And now?\n")
+    term.expect("Second answer.")
+    term.expect("(CO)")
+    term.send("/exit\n")
+    assert term.close() == 0
+    assert "Traceback" not in term.seen
+    record = _show(cli, uuid)
+    messages = record["messages"]
+    assert isinstance(messages, list)
+    contents = [(m["role"], m["content"]) for m in messages]
+    # The cut answer is recorded with what was written, then the session went on.
+    assert contents[0] == ("US", "Tell me a long story.")
+    assert contents[1][0] == "AS" and str(contents[1][1]).startswith("word0 word1 word2 word3")
+    assert contents[-2:] == [("US", "And now?"), ("AS", "Second answer.")]
+    # --input filled the prompt's placeholder on every turn.
+    for request in upstream.requests:
+        assert "Talk about rockets." in json.dumps(request)
+
+
+def test_a_question_from_the_model_is_answered_inline(cli: list[str], upstream: Upstream) -> None:
+    ask = {
+        "index": 0,
+        "id": "q1",
+        "type": "function",
+        "function": {
+            "name": "AskUserQuestion",
+            "arguments": json.dumps({"question": "Which size?", "choices": ["S", "M"]}),
+        },
+    }
+    upstream.script(
+        Reply(
+            events=[
+                chunk({"role": "assistant", "content": None, "tool_calls": [ask]}),
+                chunk({}, "tool_calls"),
+            ]
+        ),
+        # The answers go back without streaming: a whole completion.
+        Reply(body=completion("Size M it is.")),
+    )
+    term = Terminal([*cli, "chat", "TALK", "--input", "topic=shirts"], _env())
+    screen = term.expect("you>")
+    uuid = _uuid(screen)
+    term.send("I want a shirt.\n")
+    term.expect("Which size? (S / M)")
+    term.expect("answer>")
+    term.send("M\n")
+    term.expect("Size M it is.")
+    term.expect("(CO)")
+    term.send("\n")
+    assert term.close() == 0
+    assert "Traceback" not in term.seen
+    record = _show(cli, uuid)
+    assert record["status"] == "CO"
+    # The answer went back to the model as the question's tool result.
+    assert "M" in json.dumps(upstream.requests[-1]["messages"][-1])
+
+
+def test_ctrl_c_at_the_prompt_ends_the_session_cleanly(cli: list[str], upstream: Upstream) -> None:
+    upstream.script(Reply(events=text_stream("unused")))
+    term = Terminal([*cli, "chat", "TALK", "--input", "topic=x"], _env())
+    term.expect("you>")
+    term.send("\x03")
+    assert term.close() == 0
+    assert "Traceback" not in term.seen
