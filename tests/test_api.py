@@ -334,3 +334,13 @@ def test_sync_streams_are_iterators_that_can_stop_early(tmp_path: Path) -> None:
         assert first.conversation_uuid
         events.close()
         assert list(ph.command.start_and_stream("again", action="SUMMARIZE"))
+
+
+def test_egress_allow_reads_comma_separated_hosts_and_refuses_nonsense(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PILOTHOUSE_EGRESS_ALLOW", "10.0.0.0/8, model-server.internal,127.0.0.1")
+    assert Settings().egress_allow == ["10.0.0.0/8", "model-server.internal", "127.0.0.1"]
+    monkeypatch.setenv("PILOTHOUSE_EGRESS_ALLOW", "10.0.0.0/99")
+    with pytest.raises(ValueError, match="neither a host nor a network"):
+        Settings()

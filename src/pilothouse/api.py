@@ -109,6 +109,10 @@ class _Shared:
         self._contributors = contributors
         self._hub: EventHub | None = None
         self._runtime: Runtime | None = None
+        from pilothouse.providers._egress import EgressPolicy
+
+        # Checked once here; Settings validated every entry already.
+        self.egress = EgressPolicy.parse(settings.egress_allow)
 
     @property
     def database(self) -> Database:
@@ -242,6 +246,7 @@ class Pilothouse:
             tenant,
             default_audit=shared.settings.audit,
             runner=lambda: shared.runner(tenant),
+            egress=shared.egress,
         )
         self.catalog = CatalogApi(database, tenant, shared.settings.user)
         self.keys = KeyApi(database, tenant)

@@ -9,10 +9,10 @@ from __future__ import annotations
 __all__ = ["Settings"]
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 if TYPE_CHECKING:
     from pilothouse.store import Database
@@ -48,6 +48,11 @@ class Settings(BaseSettings):
             ``trusted`` (a plain child process, for a single-tenant
             deployment that trusts every catalog writer) or ``off``. A
             deployment setting: no catalog or tenant field can change it.
+        egress_allow: private or local hosts and networks (``10.0.0.0/8``,
+            ``model-server.internal``, ``127.0.0.1``) that callers may make
+            the service reach through the URLs they choose (``/v1/invoke``
+            ``baseUrl`` and ``mcpServers``); public addresses are always
+            allowed. Comma-separated in ``PILOTHOUSE_EGRESS_ALLOW``.
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_", extra="ignore")
@@ -69,6 +74,23 @@ class Settings(BaseSettings):
     provider_connect_timeout: float = Field(default=10.0, gt=0)
     provider_timeout: float = Field(default=600.0, gt=0)
     script_tools: Literal["sandbox", "trusted", "off"] = "sandbox"
+    egress_allow: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list[str]())
+
+    @field_validator("egress_allow", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: Any) -> Any:
+        # The environment gives one string: hosts and networks, comma-separated.
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("egress_allow")
+    @classmethod
+    def _valid_hosts(cls, value: list[str]) -> list[str]:
+        from pilothouse.providers._egress import EgressPolicy
+
+        EgressPolicy.parse(value)  # raises ValueError naming a bad entry
+        return value
 
     def open_database(self) -> Database:
         """Return the configured database (not connected until first use)."""

@@ -9,7 +9,9 @@ import pytest
 from pydantic_ai.messages import ModelRequest, SystemPromptPart, UserPromptPart
 
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
+from pilothouse.server._app import create_app
 from pilothouse.server._state import ServerState
+from pilothouse.settings import Settings
 from pilothouse.testing import Fail, Json, Reply, ScriptedModel
 
 pytestmark = pytest.mark.anyio
@@ -17,6 +19,13 @@ pytestmark = pytest.mark.anyio
 
 def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def server_settings(server_settings: Settings) -> Settings:
+    # These tests point baseUrl and mcpServers at loopback: the operator's
+    # allow-list lets them; the egress tests below use the default policy.
+    return server_settings.model_copy(update={"egress_allow": ["127.0.0.1"]})
 
 
 PLANTED_KEY = "sk-planted-invoke-secret-0042"
@@ -165,6 +174,54 @@ async def test_failed_turn_is_a_502_problem_with_the_conversation(
     again = (await _invoke(client, api_key, memoryId="failing")).json()
     assert again["conversationUuid"] != response.headers["x-pilothouse-conversation-uuid"]
     assert again["status"] == ProcessStatus.COMPLETED.value
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"model": "m", "baseUrl": "http://169.254.169.254/latest/meta-data"}, "baseUrl"),
+        ({"model": "m", "baseUrl": "http://10.0.0.5:5432/v1"}, "baseUrl"),
+        ({"model": "m", "baseUrl": "http://[::ffff:169.254.169.254]/v1"}, "baseUrl"),
+        ({"model": "m", "baseUrl": "http://127.0.0.2:8000/v1"}, "baseUrl"),
+        ({"mcpServers": [{"url": "http://192.168.1.1/mcp"}]}, "mcpServers[0].url"),
+    ],
+)
+async def test_invoke_egress_policy_refuses_private_and_metadata_addresses(
+    client: httpx.AsyncClient,
+    api_key: str,
+    server_state: ServerState,
+    extra: dict[str, Any],
+    field: str,
+) -> None:
+    # SSRF (issue 12 item 2): the allow-list names 127.0.0.1 only; metadata,
+    # private networks and other loopback names stay refused, before any call.
+    response = await _invoke(client, api_key, **extra)
+    assert response.status_code == 400, response.text
+    assert response.json()["errors"][0]["field"] == field
+    assert "PILOTHOUSE_EGRESS_ALLOW" in response.text
+    page = await server_state.facade("default").query.list_conversations()
+    assert page.total == 0
+
+
+async def test_invoke_egress_policy_refuses_loopback_by_default(
+    server_settings: Settings, scripted: ScriptedModel
+) -> None:
+    settings = server_settings.model_copy(update={"egress_allow": []})
+    state = ServerState(settings, model=scripted)
+    await state.open()
+    try:
+        key, _ = await state.pilothouse.keys.create(name="egress")
+        app = create_app(settings, state=state)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
+        ):
+            response = await _invoke(http, key, model="m", baseUrl="http://127.0.0.1:9/v1")
+        assert response.status_code == 400
+        assert "127.0.0.1 is a private, local or reserved address" in response.json()["detail"]
+        assert scripted.requests == []
+    finally:
+        await state.aclose()
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ from pilothouse.catalog._models import DocumentCollection, McpClient, Model, Too
 from pilothouse.errors import InvalidFieldError
 from pilothouse.memory import MemoryPolicy
 from pilothouse.providers import ModelSpec, ProviderSpec
+from pilothouse.providers._egress import EgressPolicy
 from pilothouse.runtime import ActionCompiler, CompiledAction
 from pilothouse.store import Conversation, Database
 from pilothouse.types import AdHocRun, ModelEndpoint
@@ -38,10 +39,10 @@ from pilothouse.types import AdHocRun, ModelEndpoint
 ADHOC_ACTION = "INVOKE"
 """The action code of every ad-hoc run's conversation (reserved)."""
 RECORD_KEY = "invoke"
+"""Where a run's ``record`` sits in the data of its system message."""
 
 # The statuses in which an ad-hoc conversation of a memory id is continued.
 _CONTINUED = frozenset({ProcessStatus.NOT_STARTED, ProcessStatus.COMPLETED, ProcessStatus.RUNNING})
-"""Where a run's ``record`` sits in the data of its system message."""
 
 
 async def _model_spec(
@@ -139,6 +140,18 @@ def _mcp_clients(run: AdHocRun) -> list[McpClient]:
         )
         for index, server in enumerate(run.mcp_servers)
     ]
+
+
+async def check_egress(run: AdHocRun, policy: EgressPolicy) -> None:
+    """Refuse a run whose model server or MCP servers are addresses callers may not reach.
+
+    Raises:
+        InvalidFieldError: naming ``baseUrl`` or ``mcpServers[i].url``.
+    """
+    if isinstance(run.model, ModelEndpoint):
+        await policy.check(run.model.base_url, "base_url")
+    for index, server in enumerate(run.mcp_servers):
+        await policy.check(server.url, f"mcp_servers[{index}].url")
 
 
 async def compile_run(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pilothouse._facade import records
 from pilothouse._facade.facet import Facet
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
+from pilothouse.providers._egress import EgressPolicy
 from pilothouse.store import Conversation, Database, NewMessage
 
 if TYPE_CHECKING:
@@ -46,8 +47,10 @@ class CommandApi(Facet):
         *,
         default_audit: bool,
         runner: Callable[[], Runner],
+        egress: EgressPolicy | None = None,
     ) -> None:
         super().__init__(database, tenant)
+        self._egress = egress if egress is not None else EgressPolicy()
         self._default_audit = default_audit
         self._runner_of = runner
         self._resumption_: Resumption | None = None
@@ -393,6 +396,7 @@ class CommandApi(Facet):
 
         database = await self._ready()
         runner = self._runner
+        await adhoc.check_egress(run, self._egress)
         compiled = await adhoc.compile_run(database, self.tenant, runner.compiler, run)
         config: dict[str, Any] = {"instruction_mode": run.instruction_mode.value}
         if run.instruction is not None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 __all__ = ["InvokeRequest", "router"]
 
 import json
+import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlparse, urlunparse
 
@@ -142,6 +143,13 @@ def _field(loc: tuple[int | str, ...]) -> str:
             name = to_camel(part)
             text += f".{name}" if text else name
     return text or "body"
+
+
+def _camel_path(path: str) -> str:
+    # A facade field path ("mcp_servers[0].url") in the wire's names, part by part.
+    return ".".join(
+        re.sub(r"^[a-z_]+", lambda m: to_camel(m.group(0)), part) for part in path.split(".")
+    )
 
 
 def _bad_request(field: str, rule: str) -> ProblemError:
@@ -312,7 +320,7 @@ async def invoke(request: Request, ph: Facade) -> JSONResponse:
     try:
         run = await ph.command.run_adhoc(_run(body))
     except InvalidFieldError as exc:
-        raise _bad_request(to_camel(exc.field), exc.rule) from None
+        raise _bad_request(_camel_path(exc.field), exc.rule) from None
     except PilothouseError as exc:
         raise error_problem(exc, _STATUS, title=_TITLES.get(exc.category)) from None
     headers = {
