@@ -274,3 +274,26 @@ async def test_a_provider_content_filter_ends_the_turn_cf(
     assert model.remaining == 0 and len(model.requests) == 1
     stored = await ph.query.get_conversation(result.conversation_uuid)
     assert stored.finish_reason is FinishReason.CONTENT_FILTER
+
+
+# --- catalog writes (issue 12 item 5: POST of actions and skills was a 500) ----
+
+
+async def test_creating_and_updating_an_action_or_skill_returns_the_entry(
+    ph: Pilothouse,
+) -> None:
+    created = await ph.catalog.create(
+        "actions",
+        {"code": "NEWACT", "model": "TESTM", "configuration": "DEFAULT", "prompt": "Hi."},
+    )
+    assert (created.key, created.version, created.document["prompt"]) == ("NEWACT", 1, "Hi.")
+    skill = await ph.catalog.create("skills", {"code": "NEWSKL", "prompt": "Be kind."})
+    assert skill.document["prompt"] == "Be kind."
+    updated = await ph.catalog.update(
+        "actions",
+        "NEWACT",
+        {**created.document, "prompt": "Hello.", "skills": ["NEWSKL"]},
+        expected_version=1,
+    )
+    assert (updated.version, updated.document["prompt"]) == (2, "Hello.")
+    assert updated.document["skills"] == ["NEWSKL"]

@@ -216,3 +216,27 @@ async def test_lone_surrogate_in_json_is_a_4xx_not_a_500(
     )
     assert response.status_code == 422
     assert "\\ud800" in response.text
+
+
+async def test_post_catalog_actions_and_skills_is_201_not_500(
+    client: httpx.AsyncClient, admin_key: str
+) -> None:
+    # Issue 12 item 5: rendering the new row read its links outside the greenlet.
+    skill = await client.post(
+        "/v1/catalog/skills", json={"code": "KIND", "prompt": "Be kind."}, headers=auth(admin_key)
+    )
+    assert skill.status_code == 201, skill.text
+    action = await client.post(
+        "/v1/catalog/actions",
+        json={
+            "code": "GREET",
+            "model": "SMOLLM2",
+            "configuration": "DEFAULT",
+            "prompt": "Greet.",
+            "skills": ["KIND"],
+        },
+        headers=auth(admin_key),
+    )
+    assert action.status_code == 201, action.text
+    assert action.json()["skills"] == ["KIND"]
+    assert action.headers["location"] == "/v1/catalog/actions/GREET"

@@ -236,7 +236,9 @@ class CatalogApi(Facet):
         await self._database.ensure_schema()
         async with self._database.sessions() as session, session.begin():
             row = await self._repository(session, user).create(catalog_kind, dict(document))
-            return _entry(catalog_kind, row)
+            # Rendering reads the new row's links (skills, tools, ...), not
+            # loaded yet: in the session's greenlet, where lazy loads may run.
+            return await session.run_sync(lambda _: _entry(catalog_kind, row))
 
     async def update(
         self,
@@ -261,7 +263,8 @@ class CatalogApi(Facet):
         async with self._database.sessions() as session, session.begin():
             repository = self._repository(session, user)
             row = await repository.update(catalog_kind, key, dict(document), expected_version)
-            return _entry(catalog_kind, row)
+            # As in create: the replaced links load lazily while rendering.
+            return await session.run_sync(lambda _: _entry(catalog_kind, row))
 
     async def delete(
         self,
