@@ -77,8 +77,9 @@ async def test_same_memory_id_continues_one_conversation(
     client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel, server_state: ServerState
 ) -> None:
     scripted.script.steps.extend([Reply("first answer"), Reply("second answer")])
-    first = (await _invoke(client, api_key, message="first", memoryId="flow-7")).json()
-    second = (await _invoke(client, api_key, message="second", memoryId="flow-7")).json()
+    memory = {"memoryId": "flow-7", "useChatMemory": True}
+    first = (await _invoke(client, api_key, message="first", **memory)).json()
+    second = (await _invoke(client, api_key, message="second", **memory)).json()
     assert first["conversationUuid"] == second["conversationUuid"]
     assert second["memoryId"] == "flow-7"
     # The second call's model request carries the first exchange as history.
@@ -105,7 +106,14 @@ async def test_memory_window_limits_history(
 ) -> None:
     scripted.script.steps.extend([Reply("a1"), Reply("a2"), Reply("a3")])
     for text in ("m1", "m2", "m3"):
-        await _invoke(client, api_key, message=text, memoryId="win", chatMemoryMaxMessages=3)
+        await _invoke(
+            client,
+            api_key,
+            message=text,
+            memoryId="win",
+            useChatMemory=True,
+            chatMemoryMaxMessages=3,
+        )
     last = scripted.requests[2].messages
     texts = [p.content for m in last for p in m.parts if isinstance(p, UserPromptPart)]
     assert texts == ["m2", "m3"]
@@ -156,7 +164,24 @@ async def test_base_url_model_never_stores_or_echoes_the_api_key(
     record = transcript.messages[0].data
     assert record is not None
     assert record["invoke"]["baseUrl"] == "http://127.0.0.1:9/v1"
+    # outputAiMeta names the vendor's protocol, not the INVOKE placeholder.
+    assert response.json()["outputAiMeta"]["provider"] == "openai-compatible"
     assert record["invoke"]["customHeaderNames"] == ["X-Token"]
+
+
+async def test_connector_defaults_are_stateless_and_replace_the_instruction(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    # Seed 003: useChatMemory defaults to false, instructionMode to replace.
+    scripted.script.steps.extend([Reply("one"), Reply("two")])
+    first = (await _invoke(client, api_key, message="first", instruction="Only this.")).json()
+    second = (await _invoke(client, api_key, message="second", instruction="Only this.")).json()
+    assert first["conversationUuid"] != second["conversationUuid"]
+    request = scripted.requests[1].messages
+    assert "first" not in str(request)
+    system = next(p for p in request[0].parts if isinstance(p, SystemPromptPart))
+    assert system.content.startswith("Only this.")
+    assert "working inside a business application" not in system.content  # the default
 
 
 async def test_failed_turn_is_a_502_problem_with_the_conversation(
@@ -165,13 +190,13 @@ async def test_failed_turn_is_a_502_problem_with_the_conversation(
     from pilothouse.errors import ProviderAuthError
 
     scripted.script.steps.append(Fail(ProviderAuthError("upstream refused")))
-    response = await _invoke(client, api_key, memoryId="failing")
+    response = await _invoke(client, api_key, memoryId="failing", useChatMemory=True)
     assert response.status_code == 502
     assert response.headers["content-type"] == "application/problem+json"
     assert response.headers["x-pilothouse-memory-id"] == "failing"
     # The next call with that memory id starts a new conversation with the same memory.
     scripted.script.steps.append(Reply("recovered"))
-    again = (await _invoke(client, api_key, memoryId="failing")).json()
+    again = (await _invoke(client, api_key, memoryId="failing", useChatMemory=True)).json()
     assert again["conversationUuid"] != response.headers["x-pilothouse-conversation-uuid"]
     assert again["status"] == ProcessStatus.COMPLETED.value
 

@@ -52,7 +52,9 @@ async def _model_spec(
         return ModelSpec(
             code=ADHOC_ACTION,
             provider=ProviderSpec(
-                code=ADHOC_ACTION,
+                # The vendor as outputAiMeta.provider names it: a server that
+                # speaks OpenAI's protocol, whoever runs it.
+                code=ProviderKind.OPENAI_COMPATIBLE.value,
                 kind=ProviderKind.OPENAI_COMPATIBLE,
                 base_url=model.base_url,
                 api_key=model.api_key,

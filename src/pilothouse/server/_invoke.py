@@ -106,7 +106,8 @@ class InvokeRequest(_Body):
     agent_name: _Name
     agent_description: str | None = Field(default=None, max_length=4000)
     instruction: str | None = Field(default=None, max_length=100_000)
-    instruction_mode: Literal["replace", "append", "prepend"] = "append"
+    # The connector's documented defaults (seed 003): replace, stateless.
+    instruction_mode: Literal["replace", "append", "prepend"] = "replace"
     model: str | None = Field(default=None, min_length=1, max_length=256)
     message: str = Field(min_length=1)
     base_url: str | None = None
@@ -119,7 +120,7 @@ class InvokeRequest(_Body):
     top_p: float | None = Field(default=None, ge=0, le=1)
     tools: list[str] = Field(default_factory=list[str], max_length=128)
     mcp_servers: list[McpServerParam] = Field(default_factory=list[McpServerParam], max_length=32)
-    use_chat_memory: bool = True
+    use_chat_memory: bool = False
     memory_id: _MemoryId | None = None
     chat_memory_max_messages: int = Field(default=20, ge=1, le=1000)
     persist_chat_log: bool | None = None
