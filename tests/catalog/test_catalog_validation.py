@@ -611,3 +611,45 @@ def test_an_oversized_catalog_document_is_refused(tmp_path: Path) -> None:
     text = "personas: []\n# " + "x" * 4_000_001 + "\n"
     (problem,) = errors(tmp_path, text)
     assert "split it into several files" in problem
+
+
+# Seed 004's custom configuration, verbatim, put where a migrating user puts
+# it: the provider's settings. Accepted, it was ignored and the call went to
+# the public OpenAI endpoint; it is refused naming what to write instead.
+VANTIQ_CONFIGURATION = {
+    "class_name": "vantiq.llms.ChatOpenAI",
+    "model_name": "llama3.2:latest",
+    "openai_api_base": "http://localhost:11434/v1",
+    "openai_api_key": "unused",
+}
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"openai_api_base": "http://localhost:11434/v1"}, "write the provider field base_url"),
+        (VANTIQ_CONFIGURATION, "settings.class_name is not a setting"),
+        ({"temprature": 0.2}, "kind 'openai-compatible' takes api"),
+        ({"azure_deployment": "gpt"}, "write settings.deployment"),
+    ],
+)
+def test_unknown_provider_settings_are_refused_with_what_to_write(
+    tmp_path: Path, settings: dict[str, object], message: str
+) -> None:
+    import json
+
+    text = json.dumps(
+        {"providers": [{"code": "OLLAMA", "kind": "openai-compatible", "settings": settings}]}
+    )
+    problems = errors(tmp_path, text)
+    assert any(message in problem for problem in problems), problems
+
+
+def test_known_provider_settings_still_pass(tmp_path: Path) -> None:
+    text = """
+    providers:
+      - {code: AZ, kind: azure, base_url: "https://x.openai.azure.com",
+         settings: {api_version: "2024-10-21", deployment: gpt}}
+      - {code: SM, kind: sagemaker, settings: {format: jumpstart, region: us-east-1}}
+    """
+    assert errors(tmp_path, text) == []

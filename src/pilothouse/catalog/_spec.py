@@ -240,6 +240,35 @@ class ActionTypeSpec(TypeSpec):
     constraint_prompt: str | None = None
 
 
+_AWS_SETTINGS = ("region", "access_key_id", "secret_access_key", "session_token", "role_arn")
+
+#: The ``settings`` keys each provider kind honours; any other key is refused
+#: (it would be accepted and ignored: a mistyped key sent calls elsewhere).
+PROVIDER_SETTINGS: dict[ProviderKind, tuple[str, ...]] = {
+    ProviderKind.OPENAI: ("api",),
+    ProviderKind.OPENAI_COMPATIBLE: ("api",),
+    ProviderKind.OLLAMA: ("api",),
+    ProviderKind.AZURE: ("resource", "api_version", "deployment", "api"),
+    ProviderKind.ANTHROPIC: (),
+    ProviderKind.GOOGLE: ("safety_settings",),
+    ProviderKind.BEDROCK: (*_AWS_SETTINGS, "threads"),
+    ProviderKind.SAGEMAKER: (*_AWS_SETTINGS, "format", "endpoint_name", "threads"),
+    ProviderKind.LOCAL: ("model_path", "chat_format", "n_ctx", "n_threads", "threads"),
+}
+
+# Names other systems (Vantiq, LangChain) give these settings, and ours.
+_SETTING_NAMES = {
+    "openai_api_base": "the provider field base_url",
+    "base_url": "the provider field base_url",
+    "azure_endpoint": "the provider field base_url",
+    "openai_api_key": "the provider field api_key, as @secrets(NAME)",
+    "api_key": "the provider field api_key, as @secrets(NAME)",
+    "azure_deployment": "settings.deployment",
+    "openai_api_version": "settings.api_version",
+    "region_name": "settings.region",
+}
+
+
 class ProviderSpec(CatalogSpec):
     """A model vendor or server and how to reach it."""
 
@@ -251,6 +280,22 @@ class ProviderSpec(CatalogSpec):
     headers: dict[str, str] = Field(default_factory=dict[str, str])
     settings: JsonObject = Field(default_factory=dict[str, Any])
     description: str | None = None
+
+    @model_validator(mode="after")
+    def _known_settings(self) -> ProviderSpec:
+        known = PROVIDER_SETTINGS.get(self.kind)
+        if known is None:  # kind test: scripted in tests, takes anything
+            return self
+        for key in self.settings:
+            if key not in known:
+                instead = _SETTING_NAMES.get(key)
+                hint = (
+                    f"write {instead} instead"
+                    if instead
+                    else f"kind '{self.kind.value}' takes {', '.join(known) or 'no settings'}"
+                )
+                raise ValueError(f"settings.{key} is not a setting of this provider; {hint}")
+        return self
 
 
 class ModelSpec(CatalogSpec):
