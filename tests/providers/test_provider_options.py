@@ -146,3 +146,22 @@ def test_sagemaker_passes_common_names_through() -> None:
     settings: dict[str, object] = dict(to_model_settings(spec, ALL))
     assert settings["top_k"] == 4
     assert "thinking" not in settings
+
+
+@pytest.mark.parametrize(
+    ("mapping", "named"),
+    [
+        ({"temperature": float("inf")}, "temperature"),
+        ({"temperature": 1e309}, "temperature"),
+        ({"top_p": float("nan")}, "top_p"),
+        ({"presence_penalty": 3.0}, "presence_penalty"),
+        ({"frequency_penalty": -2.5}, "frequency_penalty"),
+    ],
+)
+def test_options_refuse_non_finite_and_out_of_range_numbers(
+    mapping: dict[str, object], named: str
+) -> None:
+    # Issue 12 item 9: 1e309 reached PostgreSQL as Infinity and left the
+    # conversation RU; it is refused before anything is written.
+    with pytest.raises(ValueError, match=f"model option '{named}'"):
+        ModelOptions.parse(mapping)

@@ -272,3 +272,25 @@ async def test_legacy_envelope_is_answered_in_its_own_shape(
     failing = await rpc(client, api_key, {**envelope, "action": "nope"})
     assert failing.json()["error"]["code"] == -32601
     assert "data" not in failing.json()
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "x", "params": {"t": NaN}}', "NaN"),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "x", "params": {"t": -Infinity}}', "Infinity"),
+        (b"[" * 100_000 + b"]" * 100_000, "nests too deeply"),
+    ],
+)
+async def test_non_json_numbers_and_deep_nesting_are_parse_errors_not_500(
+    client: httpx.AsyncClient, api_key: str, body: bytes, detail: str
+) -> None:
+    response = await client.post(
+        "/jsonrpc",
+        content=body,
+        headers={**auth(api_key), "Content-Type": "application/json"},
+    )
+    assert response.status_code == 200
+    error = response.json()["error"]
+    assert error["code"] == -32700
+    assert detail in error["data"]["detail"]

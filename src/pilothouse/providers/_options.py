@@ -143,15 +143,18 @@ class ModelOptions:
 class _OptionsInput(BaseModel):
     # Strict so that "0.2" (a string) is refused rather than silently coerced:
     # a runtime config is typed JSON, and a string there is a caller bug.
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # No NaN or Infinity: a temperature of 1e309 reached PostgreSQL as
+    # Infinity and failed the turn's first write (issue 12 item 9).
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     temperature: float | None = Field(default=None, ge=0)
     max_tokens: int | None = Field(default=None, gt=0)
     top_p: float | None = Field(default=None, ge=0, le=1)
     top_k: int | None = Field(default=None, gt=0)
     stop: str | list[str] | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    # OpenAI's range, which every provider that takes penalties shares.
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     reasoning_effort: ReasoningEffort | None = None
     reasoning_summary: ReasoningSummary | None = None
 

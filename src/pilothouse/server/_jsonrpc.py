@@ -223,6 +223,13 @@ def _is_legacy(body: dict[str, Any]) -> bool:
     return "jsonrpc" not in body and "service" in body and "action" in body
 
 
+def _no_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity, which JSON does not have; a
+    # number such as 1e309 still parses (as inf) and is refused by the
+    # option checks.
+    raise ValueError(f"{name} is not a JSON value")
+
+
 @router.post(
     "/jsonrpc",
     summary="JSON-RPC 2.0 (single, batch, notifications) and the legacy envelope",
@@ -250,9 +257,12 @@ def _is_legacy(body: dict[str, Any]) -> bool:
 async def jsonrpc(request: Request, ph: Facade, state: State) -> Response:
     """Dispatch a request, a batch or a legacy envelope."""
     try:
-        body: Any = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        body: Any = json.loads(await request.body(), parse_constant=_no_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         error = RpcError(PARSE_ERROR, "Parse error", 400, f"the body is not valid JSON: {exc}")
+        return JSONResponse(_error(None, error))
+    except RecursionError:
+        error = RpcError(PARSE_ERROR, "Parse error", 400, "the body nests too deeply")
         return JSONResponse(_error(None, error))
     if isinstance(body, list):
         items = cast("list[Any]", body)
