@@ -431,7 +431,7 @@ def catalog_yaml(base_url: str) -> str:
         f"""  - code: {code}
     name: Benchmark {scenario}
     model: M{code}
-    configuration: BENCH
+    configuration: BNCH
     prompt: {SYSTEM}
     ask_user: false
 """
@@ -455,7 +455,7 @@ def catalog_yaml(base_url: str) -> str:
     api_key: "@secrets(BENCH_MOCK_API_KEY)"
 models:
 {models}configurations:
-  - code: BENCH
+  - code: BNCH
     name: Benchmark
     max_tokens: 256
     retry_count: 0

@@ -21,7 +21,7 @@ conversation each:
 - ``all_tools``: agent ``ERPALL`` → action ``ERPALL`` (50 tools, no skills);
 - ``skills_and_tools``: agent ``ERPBOTH`` → action ``ERPBOTH`` (both);
 - ``after_use_skill``: ``ERPDISC`` again, the mock first calls
-  ``use_skill`` (``INVENTORY``): the second request shows what one
+  ``use_skill`` (``INVENTRY``): the second request shows what one
   activated skill adds (its 5 tools and its instructions).
 
 Count: messages as OpenAI's chat format bills them (3 tokens per message +
@@ -55,7 +55,7 @@ TARGET = 0.70
 """Issue 6: at least 70% fewer first-turn prompt tokens with disclosure."""
 
 USER = "Do we have enough stock of item WID-2041 in the Rotterdam warehouse to ship order SO-88213?"
-ACTIVATE = "INVENTORY"
+ACTIVATE = "INVENTRY"
 """The skill the mock activates in the ``after_use_skill`` variant."""
 
 # --- the ERP catalog: 10 skills x 5 tools (bench/disclosure_catalog.yaml) ------------

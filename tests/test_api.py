@@ -52,7 +52,7 @@ async def seed_catalog(db: Database, tenant: str = "default") -> None:
     async with db.sessions.begin() as session:
         provider = Provider(tenant=tenant, code="TEST", kind=ProviderKind.TEST)
         model = Model(tenant=tenant, code="TESTM", provider=provider, model_name="test")
-        configuration = Configuration(tenant=tenant, code="DEFAULT", max_tokens=256)
+        configuration = Configuration(tenant=tenant, code="DFLT", max_tokens=256)
         summarize = Action(
             tenant=tenant,
             code="SUMMARIZE",

@@ -284,7 +284,7 @@ async def test_creating_and_updating_an_action_or_skill_returns_the_entry(
 ) -> None:
     created = await ph.catalog.create(
         "actions",
-        {"code": "NEWACT", "model": "TESTM", "configuration": "DEFAULT", "prompt": "Hi."},
+        {"code": "NEWACT", "model": "TESTM", "configuration": "DFLT", "prompt": "Hi."},
     )
     assert (created.key, created.version, created.document["prompt"]) == ("NEWACT", 1, "Hi.")
     skill = await ph.catalog.create("skills", {"code": "NEWSKL", "prompt": "Be kind."})

@@ -69,7 +69,7 @@ async def test_a_built_catalog_is_imported_and_read_back(ph: Pilothouse) -> None
     actions = {a.code: a for a in await ph.query.get_all_actions()}
     assert set(actions) == {"SUMMARIZE", "RESEARCH"}
     summarize = actions["SUMMARIZE"]
-    assert (summarize.model.code, summarize.configuration.code) == ("SCRIPTED", "DEFAULT")
+    assert (summarize.model.code, summarize.configuration.code) == ("SCRIPTED", "DFLT")
     assert summarize.persona is not None and summarize.persona.code == "EDITOR"
     agent = await ph.query.find_agent_by_code("ANALYST")
     assert agent is not None and agent.goal_action is not None
@@ -128,8 +128,8 @@ async def test_the_yaml_form_imports_to_the_same_catalog(ph: Pilothouse, tmp_pat
 
 
 def test_a_later_entity_replaces_the_default_of_the_same_code() -> None:
-    catalog = CatalogBuilder().configuration("DEFAULT", max_tokens=64)
-    assert catalog.document()["configurations"] == [{"code": "DEFAULT", "max_tokens": 64}]
+    catalog = CatalogBuilder().configuration("DFLT", max_tokens=64)
+    assert catalog.document()["configurations"] == [{"code": "DFLT", "max_tokens": 64}]
     assert CatalogBuilder(scripted=False).document() == {}
 
 
@@ -215,8 +215,8 @@ async def real_model(settings: Settings) -> AsyncIterator[Pilothouse]:
     """A catalog whose action calls a real (unreachable) OpenAI-compatible server."""
     catalog = (
         CatalogBuilder()
-        .provider("VENDOR", kind="openai-compatible", base_url="http://127.0.0.1:9/v1")
-        .model("GPT", provider="VENDOR", model_name="gpt-test")
+        .provider("VNDR", kind="openai-compatible", base_url="http://127.0.0.1:9/v1")
+        .model("GPT", provider="VNDR", model_name="gpt-test")
         .configuration("ONCE", max_tokens=16, retry_count=0)
         .action("ASK", prompt="Answer.", model="GPT", configuration="ONCE")
     )
@@ -233,7 +233,7 @@ async def test_blocked_model_requests_name_the_model_and_the_way_out(
         with pytest.raises(ModelRequestsBlockedError) as caught:
             await real_model.command.send_message(conversation.uuid, "hi")
     message = str(caught.value)
-    assert "model 'GPT' (openai-compatible model 'gpt-test' of provider 'VENDOR')" in message
+    assert "model 'GPT' (openai-compatible model 'gpt-test' of provider 'VNDR')" in message
     assert "override(model=ScriptedModel" in message and "allow_model_requests()" in message
     stored = await real_model.query.get_conversation(conversation.uuid)
     assert stored.status is ProcessStatus.FAILED

@@ -50,7 +50,7 @@ async def test_validate_errors_exit_2_with_one_line_each(tmp_path: Path) -> None
 async def test_validate_against_the_database(database: Database, tmp_path: Path) -> None:
     action = tmp_path / "action.yaml"
     action.write_text(
-        "actions:\n  - code: A\n    model: SMOLLM2\n    configuration: DEFAULT\n    prompt: p\n"
+        "actions:\n  - code: A\n    model: SMOLLM2\n    configuration: DFLT\n    prompt: p\n"
     )
     offline = await invoke(database, "catalog", "validate", str(action))
     assert offline.exit_code == 2

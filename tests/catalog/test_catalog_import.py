@@ -75,11 +75,11 @@ async def test_import_creates_every_example_entity(database: Database) -> None:
         action = (await session.scalars(select(Action).where(Action.code == "COMPETITORS"))).one()
         assert action.updated_by == "alice"
         assert action.model.code == "QWEN05"
-        assert action.configuration.code == "PRECISE"
+        assert action.configuration.code == "PREC"
         assert [s.direction.value for s in action.schemas] == ["O"]
         assert action.schemas[0].json_schema["required"] == ["name"]
         dependency = (await session.scalars(select(SkillDependency))).one()
-        assert dependency.depends_on.code == "MARKETMAP"
+        assert dependency.depends_on.code == "MKTMAP"
 
 
 async def test_importing_twice_changes_nothing(database: Database) -> None:
@@ -126,11 +126,11 @@ async def test_link_rows_are_replaced_to_match_the_file(database: Database, tmp_
             goal_description: A short summary of a brand document.
             type: SUMM
             model: SMOLLM2
-            configuration: DEFAULT
+            configuration: DFLT
             persona: EDITOR
-            memory_strategy: WINDOW20
+            memory_strategy: W20
             prompt: "Summarize this brand document:\\n{document}"
-            skills: [MARKETMAP, BRANDVOICE]
+            skills: [MKTMAP, BRVOICE]
             schemas:
               input:
                 schema: {type: object}
@@ -140,14 +140,14 @@ async def test_link_rows_are_replaced_to_match_the_file(database: Database, tmp_
     assert summary.counts["actions"].updated == 1
     async with database.sessions() as session:
         action = (await session.scalars(select(Action).where(Action.code == "SUMBRAND"))).one()
-        assert [s.skill.code for s in action.skills] == ["MARKETMAP", "BRANDVOICE"]
+        assert [s.skill.code for s in action.skills] == ["MKTMAP", "BRVOICE"]
         assert action.version == 2  # a change to link rows alone bumps the action
         assert len(action.schemas) == 1
     # Back to the file's exact state: the extra link and schema go away.
     await import_catalog(database, "default", [EXAMPLES])
     async with database.sessions() as session:
         links = list(await session.scalars(select(ActionSkill)))
-        assert [(link.skill.code, link.position) for link in links] == [("BRANDVOICE", 0)]
+        assert [(link.skill.code, link.position) for link in links] == [("BRVOICE", 0)]
         schemas = list(await session.scalars(select(ActionSchema)))
         assert [s.direction.value for s in schemas] == ["O"]
 
@@ -184,7 +184,7 @@ async def test_a_failure_only_the_database_detects_rolls_back_everything(
           - code: EDITOR
             prompt: changed
         configurations:
-          - code: FRESH
+          - code: FRSH
             max_tokens: 5
         """,
     )
@@ -226,7 +226,7 @@ async def test_export_of_one_kind(database: Database) -> None:
     await import_catalog(database, "default", [EXAMPLES])
     async with database.sessions() as session:
         text = await export_catalog(session, "default", ["configurations"])
-    assert text.startswith("configurations:\n  - code: DEFAULT\n")
+    assert text.startswith("configurations:\n  - code: DFLT\n")
     assert "providers" not in text
 
 
@@ -254,13 +254,13 @@ async def test_updated_rows_keep_their_identity(database: Database, tmp_path: Pa
         before = (
             await session.scalars(select(Configuration.id).order_by(Configuration.code))
         ).all()
-    extra = write(tmp_path, "configurations:\n  - code: DEFAULT\n    max_tokens: 100\n")
+    extra = write(tmp_path, "configurations:\n  - code: DFLT\n    max_tokens: 100\n")
     await import_catalog(database, "default", [extra])
     async with database.sessions() as session:
         after = (await session.scalars(select(Configuration.id).order_by(Configuration.code))).all()
         default = (
-            await session.scalars(select(Configuration).where(Configuration.code == "DEFAULT"))
+            await session.scalars(select(Configuration).where(Configuration.code == "DFLT"))
         ).one()
     assert before == after
-    # The file is the whole truth about DEFAULT: fields it leaves out fall back.
+    # The file is the whole truth about DFLT: fields it leaves out fall back.
     assert (default.max_tokens, default.temperature, default.retry_delay) == (100, None, 1.0)

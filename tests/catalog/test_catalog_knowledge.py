@@ -23,20 +23,20 @@ pytestmark = pytest.mark.anyio
 
 CATALOG = """
 providers:
-  - code: LOCAL
+  - code: LOCL
     kind: local
-  - code: OPENAI
+  - code: OAI
     kind: openai
     api_key: "@secrets(OPENAI_API_KEY)"
 models:
   - code: MINILM
-    provider: LOCAL
+    provider: LOCL
     model_name: all-MiniLM-L6-v2
     capabilities: [EM]
     dimension: 384
     max_input_tokens: 256
   - code: BGE
-    provider: OPENAI
+    provider: OAI
     model_name: bge-small-en-v1.5
     capabilities: [EM]
     dimension: 384

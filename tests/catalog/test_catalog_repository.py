@@ -22,15 +22,15 @@ from pilothouse.store import Database
 
 pytestmark = pytest.mark.anyio
 
-LOCAL = ProviderSpec(code="LOCAL", kind="local")  # type: ignore[arg-type]
+LOCL = ProviderSpec(code="LOCL", kind="local")  # type: ignore[arg-type]
 
 
 async def seed(database: Database, tenant: str = "a") -> None:
     async with database.sessions() as session, session.begin():
         repo = CatalogRepository(session, tenant, user="bob")
-        await repo.create("providers", LOCAL)
-        await repo.create("models", {"code": "SMOL", "provider": "LOCAL", "model_name": "smol"})
-        await repo.create("configurations", ConfigurationSpec(code="DEFAULT", max_tokens=64))
+        await repo.create("providers", LOCL)
+        await repo.create("models", {"code": "SMOL", "provider": "LOCL", "model_name": "smol"})
+        await repo.create("configurations", ConfigurationSpec(code="DFLT", max_tokens=64))
 
 
 async def test_create_get_list(database: Database) -> None:
@@ -40,9 +40,9 @@ async def test_create_get_list(database: Database) -> None:
         model = await repo.get("models", "SMOL")
         assert model.version == 1
         assert model.updated_by == "bob"
-        assert [r.key for r in await repo.list("providers")] == ["LOCAL"]
+        assert [r.key for r in await repo.list("providers")] == ["LOCL"]
         spec = await repo.get_spec("models", "SMOL")
-        assert spec == ModelSpec(code="SMOL", provider="LOCAL", model_name="smol")
+        assert spec == ModelSpec(code="SMOL", provider="LOCL", model_name="smol")
         assert await repo.revision() == 3
 
 
@@ -51,8 +51,8 @@ async def test_list_active_only(database: Database) -> None:
     async with database.sessions() as session, session.begin():
         repo = CatalogRepository(session, "a")
         await repo.create("configurations", {"code": "OFF", "max_tokens": 1, "active": False})
-        assert [r.key for r in await repo.list("configurations")] == ["DEFAULT", "OFF"]
-        assert [r.key for r in await repo.list("configurations", active_only=True)] == ["DEFAULT"]
+        assert [r.key for r in await repo.list("configurations")] == ["DFLT", "OFF"]
+        assert [r.key for r in await repo.list("configurations", active_only=True)] == ["DFLT"]
 
 
 async def test_get_missing(database: Database) -> None:
@@ -64,8 +64,8 @@ async def test_get_missing(database: Database) -> None:
 async def test_create_twice_conflicts(database: Database) -> None:
     await seed(database)
     async with database.sessions() as session, session.begin():
-        with pytest.raises(ConflictError, match="^provider 'LOCAL' already exists$"):
-            await CatalogRepository(session, "a").create("providers", LOCAL)
+        with pytest.raises(ConflictError, match="^provider 'LOCL' already exists$"):
+            await CatalogRepository(session, "a").create("providers", LOCL)
 
 
 async def test_create_refuses_unknown_references(database: Database) -> None:
@@ -98,7 +98,7 @@ async def test_update_bumps_version_and_revision(database: Database) -> None:
     async with database.sessions() as session, session.begin():
         repo = CatalogRepository(session, "a")
         row = await repo.update(
-            "configurations", "DEFAULT", ConfigurationSpec(code="DEFAULT", max_tokens=99), 1
+            "configurations", "DFLT", ConfigurationSpec(code="DFLT", max_tokens=99), 1
         )
         assert isinstance(row, Configuration)
         assert (row.version, row.max_tokens) == (2, 99)
@@ -109,8 +109,8 @@ async def test_update_without_change_keeps_the_version(database: Database) -> No
     await seed(database)
     async with database.sessions() as session, session.begin():
         repo = CatalogRepository(session, "a")
-        spec = ConfigurationSpec(code="DEFAULT", max_tokens=64)
-        row = await repo.update("configurations", "DEFAULT", spec, 1)
+        spec = ConfigurationSpec(code="DFLT", max_tokens=64)
+        row = await repo.update("configurations", "DFLT", spec, 1)
         assert row.version == 1
         assert await repo.revision() == 3
 
@@ -119,31 +119,29 @@ async def test_update_with_a_stale_version_is_refused(database: Database) -> Non
     await seed(database)
     async with database.sessions() as session, session.begin():
         repo = CatalogRepository(session, "a")
-        spec = ConfigurationSpec(code="DEFAULT", max_tokens=99)
-        await repo.update("configurations", "DEFAULT", spec, 1)
-        with pytest.raises(
-            StaleVersionError, match="configuration 'DEFAULT' is at version 2, not 1"
-        ):
-            await repo.update("configurations", "DEFAULT", spec.model_copy(update={"top_k": 3}), 1)
+        spec = ConfigurationSpec(code="DFLT", max_tokens=99)
+        await repo.update("configurations", "DFLT", spec, 1)
+        with pytest.raises(StaleVersionError, match="configuration 'DFLT' is at version 2, not 1"):
+            await repo.update("configurations", "DFLT", spec.model_copy(update={"top_k": 3}), 1)
 
 
 async def test_a_concurrent_update_is_caught_by_the_version_column(database: Database) -> None:
     await seed(database)
     async with database.sessions() as first, database.sessions() as second:
         async with first.begin():
-            row = await CatalogRepository(first, "a").get("configurations", "DEFAULT")
+            row = await CatalogRepository(first, "a").get("configurations", "DFLT")
         async with second.begin():
             await CatalogRepository(second, "a").update(
-                "configurations", "DEFAULT", ConfigurationSpec(code="DEFAULT", max_tokens=2), 1
+                "configurations", "DFLT", ConfigurationSpec(code="DFLT", max_tokens=2), 1
             )
         async with first.begin():
             repo = CatalogRepository(first, "a")
             # The first session still holds version 1 in memory; the UPDATE's
             # version check in the database refuses it.
             kind = catalog_kind("configurations")
-            kind.apply(row, ConfigurationSpec(code="DEFAULT", max_tokens=3), lambda k, key: row)
+            kind.apply(row, ConfigurationSpec(code="DFLT", max_tokens=3), lambda k, key: row)
             with pytest.raises(StaleVersionError, match="changed by someone else"):
-                await repo._flush(kind, "DEFAULT")
+                await repo._flush(kind, "DFLT")
 
 
 async def test_update_cannot_change_the_key(database: Database) -> None:
@@ -151,16 +149,16 @@ async def test_update_cannot_change_the_key(database: Database) -> None:
     async with database.sessions() as session, session.begin():
         repo = CatalogRepository(session, "a")
         with pytest.raises(CatalogValidationError, match="a key cannot be changed"):
-            await repo.update("configurations", "DEFAULT", {"code": "OTHER", "max_tokens": 1}, 1)
+            await repo.update("configurations", "DFLT", {"code": "OTHR", "max_tokens": 1}, 1)
 
 
 async def test_delete(database: Database) -> None:
     await seed(database)
     async with database.sessions() as session, session.begin():
         repo = CatalogRepository(session, "a")
-        await repo.delete("configurations", "DEFAULT")
+        await repo.delete("configurations", "DFLT")
         with pytest.raises(NotFoundError):
-            await repo.get("configurations", "DEFAULT")
+            await repo.get("configurations", "DFLT")
         assert await repo.revision() == 4
 
 
@@ -169,10 +167,8 @@ async def test_delete_refuses_a_referenced_entity(database: Database) -> None:
     async with database.sessions() as session, session.begin():
         repo = CatalogRepository(session, "a")
         with pytest.raises(ConflictError) as caught:
-            await repo.delete("providers", "LOCAL")
-    assert (
-        str(caught.value) == "provider 'LOCAL' cannot be deleted: used by model 'SMOL' (provider)"
-    )
+            await repo.delete("providers", "LOCL")
+    assert str(caught.value) == "provider 'LOCL' cannot be deleted: used by model 'SMOL' (provider)"
 
 
 async def test_delete_refuses_a_skill_another_depends_on(database: Database) -> None:
@@ -200,16 +196,16 @@ async def test_tenants_are_isolated(database: Database) -> None:
     await seed(database, "a")
     async with database.sessions() as session, session.begin():
         other = CatalogRepository(session, "b")
-        with pytest.raises(NotFoundError, match="^provider 'LOCAL' not found$"):
-            await other.get("providers", "LOCAL")
+        with pytest.raises(NotFoundError, match="^provider 'LOCL' not found$"):
+            await other.get("providers", "LOCL")
         assert await other.list("models") == []
         # References never cross tenants.
-        with pytest.raises(CatalogValidationError, match="unknown provider 'LOCAL'"):
-            await other.create("models", {"code": "SMOL", "provider": "LOCAL", "model_name": "s"})
+        with pytest.raises(CatalogValidationError, match="unknown provider 'LOCL'"):
+            await other.create("models", {"code": "SMOL", "provider": "LOCL", "model_name": "s"})
         with pytest.raises(NotFoundError):
-            await other.delete("providers", "LOCAL")
+            await other.delete("providers", "LOCL")
         # The same key is free in another tenant.
-        await other.create("providers", LOCAL)
+        await other.create("providers", LOCL)
         assert await other.revision() == 1
     async with database.sessions() as session:
         assert len(await CatalogRepository(session, "a").list("providers")) == 1

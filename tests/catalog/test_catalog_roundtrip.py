@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from pilothouse.catalog import KINDS, ConfigurationSpec, dump_yaml, spec_document, validate_paths
 
-codes = st.text("ABCXYZ019_.-", min_size=1, max_size=12)
+# A configuration code is at most 4 characters (seed 000).
+codes = st.text("ABCXYZ019_.-", min_size=1, max_size=4)
 unit = st.floats(min_value=0, max_value=1, allow_nan=False)
 
 configurations = st.builds(

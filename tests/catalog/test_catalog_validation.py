@@ -11,14 +11,14 @@ from pilothouse.catalog import ExistingCatalog, validate_paths
 
 BASE = """
 providers:
-  - code: LOCAL
+  - code: LOCL
     kind: local
 models:
   - code: SMOL
-    provider: LOCAL
+    provider: LOCL
     model_name: SmolLM2-135M-Instruct
 configurations:
-  - code: DEFAULT
+  - code: DFLT
     max_tokens: 256
 """
 
@@ -103,7 +103,7 @@ def test_unknown_field_suggests_the_closest_name(tmp_path: Path) -> None:
 actions:
   - code: A
     model: SMOL
-    configuration: DEFAULT
+    configuration: DFLT
     promtp: hi
     prompt: hi
 """,
@@ -139,7 +139,7 @@ def test_a_list_field_must_be_a_list(tmp_path: Path) -> None:
 
 def test_over_long_code(tmp_path: Path) -> None:
     assert errors(tmp_path, "configurations:\n  - code: ABCDEFGHIJKLMNO\n    max_tokens: 1\n") == [
-        "c.yaml:2: configuration 'ABCDEFGHIJKLMNO': code: at most 12 characters (got 15)"
+        "c.yaml:2: configuration 'ABCDEFGHIJKLMNO': code: at most 4 characters (got 15)"
     ]
 
 
@@ -197,7 +197,7 @@ def test_unknown_model_reference(tmp_path: Path) -> None:
 actions:
   - code: A
     model: GPT5
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: hi
 """,
     )
@@ -215,7 +215,7 @@ skills:
 actions:
   - code: A
     model: SMOL
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: hi
     skills:
       - S
@@ -231,8 +231,8 @@ actions:
 
 
 def test_references_may_point_into_the_stored_catalog(tmp_path: Path) -> None:
-    text = "actions:\n  - code: A\n    model: SMOL\n    configuration: DEFAULT\n    prompt: p\n"
-    existing = ExistingCatalog(keys={"models": {"SMOL"}, "configurations": {"DEFAULT"}})
+    text = "actions:\n  - code: A\n    model: SMOL\n    configuration: DFLT\n    prompt: p\n"
+    existing = ExistingCatalog(keys={"models": {"SMOL"}, "configurations": {"DFLT"}})
     assert errors(tmp_path, text, existing) == []
 
 
@@ -243,17 +243,17 @@ def test_an_invalid_entity_still_counts_as_defined(tmp_path: Path) -> None:
         """
 models:
   - code: SMOL
-    provider: LOCAL
+    provider: LOCL
 providers:
-  - code: LOCAL
+  - code: LOCL
     kind: local
 configurations:
-  - code: DEFAULT
+  - code: DFLT
     max_tokens: 1
 actions:
   - code: A
     model: SMOL
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: p
 """,
     )
@@ -292,7 +292,7 @@ def test_schema_cardinality_must_be_known(tmp_path: Path) -> None:
 actions:
   - code: A
     model: SMOL
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: p
     schemas:
       output:
@@ -312,7 +312,7 @@ def test_schema_direction_must_be_known(tmp_path: Path) -> None:
 actions:
   - code: A
     model: SMOL
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: p
     schemas:
       outptu: {}
@@ -331,7 +331,7 @@ def test_action_schema_must_be_valid_json_schema(tmp_path: Path) -> None:
 actions:
   - code: A
     model: SMOL
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: p
     schemas:
       output:
@@ -547,7 +547,7 @@ actions:
     assert errors(tmp_path, text) == [
         "c.yaml:2: configuration 'C': max_tokens: required",
         "c.yaml:3: configuration 'C': temperature: must be at most 2 (got 9)",
-        "c.yaml:4: configuration 'ABCDEFGHIJKLMNOP': code: at most 12 characters (got 16)",
+        "c.yaml:4: configuration 'ABCDEFGHIJKLMNOP': code: at most 4 characters (got 16)",
         "c.yaml:8: action 'A': model: unknown model 'M'",
     ]
 
@@ -562,7 +562,7 @@ advisors:
 actions:
   - code: A
     model: SMOL
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: p
     advisors: [LOG]
     active: false
@@ -639,7 +639,7 @@ def test_unknown_provider_settings_are_refused_with_what_to_write(
     import json
 
     text = json.dumps(
-        {"providers": [{"code": "OLLAMA", "kind": "openai-compatible", "settings": settings}]}
+        {"providers": [{"code": "OLMA", "kind": "openai-compatible", "settings": settings}]}
     )
     problems = errors(tmp_path, text)
     assert any(message in problem for problem in problems), problems

@@ -79,7 +79,7 @@ def test_is_secret_reference_and_shared_pattern() -> None:
 
 def provider(**overrides: object) -> ProviderSpec:
     fields: dict[str, object] = {
-        "code": "OPENAI",
+        "code": "OAI",
         "kind": ProviderKind.OPENAI,
         "api_key": "sk-live-abcdef123456",
         "headers": {"Authorization": "Bearer tok-999", "X-Team": "blue-team-secret"},
@@ -97,7 +97,7 @@ def test_provider_repr_never_shows_key_header_values_or_settings(
     for secret in ("sk-live-abcdef123456", "tok-999", "blue-team-secret", "aws-session-xyz"):
         assert secret not in repr(spec)
         assert secret not in caplog.text
-    assert "OPENAI" in repr(spec)
+    assert "OAI" in repr(spec)
     assert "api_key=<set>" in repr(spec)
     assert "X-Team" in repr(spec)  # names are fine, values are not
 

@@ -13,22 +13,22 @@ pytestmark = pytest.mark.real
 
 CATALOG = """
 providers:
-  - code: LOCAL
+  - code: LOCL
     kind: local
     settings: {model_path: smollm2}
 models:
   - code: SMOLLM2
-    provider: LOCAL
+    provider: LOCL
     model_name: SmolLM2-135M-Instruct
     capabilities: [FC, SR]
 configurations:
-  - code: SHORT
+  - code: SHRT
     max_tokens: 24
     temperature: 0
 actions:
   - code: CHAT
     model: SMOLLM2
-    configuration: SHORT
+    configuration: SHRT
     prompt: Answer in one short sentence.
     ask_user: false
 """

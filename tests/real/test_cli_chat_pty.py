@@ -42,13 +42,13 @@ models:
     input_price: 0
     output_price: 0
 configurations:
-  - code: QUICK
+  - code: QUIK
     max_tokens: 64
     retry_count: 0
 actions:
   - code: TALK
     model: UPM
-    configuration: QUICK
+    configuration: QUIK
     prompt: "Talk about {{topic}}."
 """
 

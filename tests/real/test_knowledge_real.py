@@ -298,7 +298,7 @@ async def test_llama_cpp_server_embeddings(llama_embedding_url: str, tmp_path: P
 
     # SmolLM2-135M's hidden size is 576.
     info = EmbeddingModelInfo(name="local:smollm2", dimension=576, max_input_tokens=512)
-    provider = ProviderSpec(code="LLAMA", kind=ProviderKind.LOCAL, base_url=llama_embedding_url)
+    provider = ProviderSpec(code="LLMA", kind=ProviderKind.LOCAL, base_url=llama_embedding_url)
     spec = ModelSpec(code="SMOL", provider=provider, model_name="smollm2")
     embedder = await build_embedder(spec, info)
     vectors = await embedder.embed(["first text", "a second, longer text"])

@@ -31,7 +31,7 @@ actions:
     name: Brief a document
     type: SUMM
     model: SMOLLM2
-    configuration: DEFAULT
+    configuration: DFLT
     persona: EDITOR
     prompt: "Summarize this text in one sentence:\\n{document}"
     ask_user: false

@@ -28,7 +28,7 @@ actions:
   - code: ASSIST
     name: General assistant
     model: QWEN05
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: You are a helpful assistant. Call a tool when it can answer.
     ask_user: false
 """

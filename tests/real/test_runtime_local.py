@@ -49,19 +49,19 @@ COMPETITOR_TEXT = (
 # generation to cancel, and a provider nobody answers for.
 EXTRA_CATALOG = """\
 memory_strategies:
-  - code: WINDOW3
+  - code: WIN3
     name: Last 3 messages
     type: CHAT
     kind: WINDOW
     window_size: 3
 configurations:
-  - code: SHORT
+  - code: SHRT
     name: Short, deterministic answers
     max_tokens: 24
     temperature: 0
     retry_count: 0
     retry_delay: 0
-  - code: ONERETRY
+  - code: ONER
     name: One quick retry
     max_tokens: 16
     retry_count: 1
@@ -79,20 +79,20 @@ actions:
   - code: CHAT3
     name: Chat with a 3-message memory window
     model: SMOLLM2
-    configuration: SHORT
-    memory_strategy: WINDOW3
+    configuration: SHRT
+    memory_strategy: WIN3
     prompt: Answer the user in one short sentence.
     ask_user: false
   - code: RAMBLE
     name: A long answer
     model: SMOLLM2
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: Write a very long, detailed story. Never stop early.
     ask_user: false
   - code: UNREACHABLE
     name: Ask a provider that is down
     model: DOWNMODEL
-    configuration: ONERETRY
+    configuration: ONER
     prompt: Say hello.
     ask_user: false
 """
@@ -158,7 +158,7 @@ async def test_streamed_answer_is_recorded_with_usage_and_ai_marker(ph: Pilothou
     marker = (answer.data or {})["ai"]
     assert marker["aiGenerated"] is True
     assert marker["runId"]
-    assert marker["provider"] == "LOCAL"
+    assert marker["provider"] == "LOCL"
     assert isinstance(marker["model"], str) and marker["model"]
     assert marker["generatedAt"]
     assert result.ai_meta == marker
@@ -330,7 +330,7 @@ def test_cli_imports_runs_and_shows_a_conversation(tmp_path: Path) -> None:
     result = json.loads(ran.stdout)
     assert result["status"] == "CO"
     assert isinstance(result["output"], str) and result["output"].strip()
-    assert result["ai_meta"]["provider"] == "LOCAL"
+    assert result["ai_meta"]["provider"] == "LOCL"
 
     shown = pilothouse_cli(url, "conversations", "show", result["conversation_uuid"], "--json")
     assert shown.returncode == 0, shown.stderr

@@ -70,7 +70,7 @@ def _catalog(folder: Path) -> Path:
         "providers": [{"code": "TEST", "kind": "openai", "base_url": "http://127.0.0.1:9/v1"}],
         "models": [
             {
-                "code": "SCRIPTED",
+                "code": "SCRP",
                 "provider": "TEST",
                 "model_name": "scripted",
                 "capabilities": ["FC"],
@@ -78,7 +78,7 @@ def _catalog(folder: Path) -> Path:
                 "output_price": 0,
             }
         ],
-        "configurations": [{"code": "DEFAULT", "temperature": 0, "max_tokens": 64}],
+        "configurations": [{"code": "DFLT", "temperature": 0, "max_tokens": 64}],
         "tools": [
             {
                 "code": "ESCAPE",
@@ -93,8 +93,8 @@ def _catalog(folder: Path) -> Path:
             {
                 "code": "ADD",
                 "name": "Add",
-                "model": "SCRIPTED",
-                "configuration": "DEFAULT",
+                "model": "SCRP",
+                "configuration": "DFLT",
                 "prompt": "Add.",
                 "tools": ["ESCAPE"],
                 "ask_user": False,

@@ -27,22 +27,22 @@ HERE = Path(__file__).resolve().parent
 
 CATALOG = """
 providers:
-  - code: LOCAL
+  - code: LOCL
     kind: local
     settings: {model_path: smollm2}
-  - code: SCRIPT
+  - code: SCRT
     kind: test
 models:
   - code: SMOLLM2
-    provider: LOCAL
+    provider: LOCL
     model_name: SmolLM2-135M-Instruct
     capabilities: [FC, SR]
-  - code: SCRIPTED
-    provider: SCRIPT
+  - code: SCRP
+    provider: SCRT
     model_name: scripted
     capabilities: [FC]
 configurations:
-  - code: DEFAULT
+  - code: DFLT
     max_tokens: 96
     temperature: 0
 tools:
@@ -54,17 +54,17 @@ tools:
 actions:
   - code: WEATHER
     model: SMOLLM2
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: Answer weather questions with the get_weather tool.
     tools: [WEATHER]
     ask_user: false
   - code: ASK
-    model: SCRIPTED
-    configuration: DEFAULT
+    model: SCRP
+    configuration: DFLT
     prompt: Take shirt orders; ask for what you need.
   - code: CLOCK
-    model: SCRIPTED
-    configuration: DEFAULT
+    model: SCRP
+    configuration: DFLT
     prompt: Tell the time with your tools.
     mcp_clients: [time]
     ask_user: false

@@ -41,7 +41,7 @@ models:
     model_name: mock
     capabilities: [FC, SR]
 configurations:
-  - code: QUICK
+  - code: QUIK
     max_tokens: 64
     retry_count: 1
     retry_delay: 0.01
@@ -55,7 +55,7 @@ actions:
   - code: FAULTY
     name: Ask a faulty upstream
     model: MOCKMODEL
-    configuration: QUICK
+    configuration: QUIK
     prompt: Answer with the tools.
     tools: [WEATHER]
     ask_user: false
@@ -315,7 +315,7 @@ async def test_a_fault_that_persists_ends_failed_with_an_actionable_status(
         for e in conversation.timeline
         if e.kind is TimelineKind.ERROR and "attempt" in e.data
     ]
-    # Every attempt recorded: QUICK's one retry (invoke runs its own configuration).
+    # Every attempt recorded: QUIK's one retry (invoke runs its own configuration).
     assert attempts == [1, 2] if path != "invoke" else attempts[:2] == [1, 2]
     assert not [m for m in conversation.messages if m.role == "AS"]
     if path in STREAMED:

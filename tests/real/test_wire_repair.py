@@ -34,7 +34,7 @@ models:
     model_name: mock
     capabilities: [FC, SR]
 configurations:
-  - code: QUICK
+  - code: QUIK
     max_tokens: 64
     retry_count: 2
     retry_delay: 0.01
@@ -52,7 +52,7 @@ tools:
 actions:
   - code: WEATHER
     model: MOCKMODEL
-    configuration: QUICK
+    configuration: QUIK
     prompt: Answer with the tools.
     tools: [WEATHER, TIME]
     ask_user: false
@@ -275,17 +275,17 @@ async def test_a_200_body_that_is_not_json_is_retried_with_linear_backoff(
 
 ANTHROPIC_CATALOG = """\
 providers:
-  - code: CLAUDELIKE
+  - code: CLDL
     kind: anthropic
     api_key: "@secrets(CLAUDE_KEY)"
     base_url: {base_url}
 models:
   - code: CLAUDEMOCK
-    provider: CLAUDELIKE
+    provider: CLDL
     model_name: mock
     capabilities: [FC, SR]
 configurations:
-  - code: QUICK
+  - code: QUIK
     max_tokens: 64
     retry_count: 2
     retry_delay: 0.01
@@ -298,7 +298,7 @@ tools:
 actions:
   - code: WEATHER
     model: CLAUDEMOCK
-    configuration: QUICK
+    configuration: QUIK
     prompt: Answer with the tools.
     tools: [WEATHER]
     ask_user: false

@@ -50,7 +50,7 @@ async def seed_catalog(db: Database, *, capabilities: list[str] | None = None) -
     async with db.sessions.begin() as session:
         provider = Provider(code="TEST", kind=ProviderKind.TEST)
         model = Model(
-            code="SCRIPTED",
+            code="SCRP",
             provider=provider,
             model_name="scripted",
             capabilities=capabilities
@@ -60,9 +60,9 @@ async def seed_catalog(db: Database, *, capabilities: list[str] | None = None) -
             output_price=Decimal("2.0"),
         )
         config = Configuration(
-            code="DEFAULT", max_tokens=128, temperature=0.2, retry_count=2, retry_delay=0.01
+            code="DFLT", max_tokens=128, temperature=0.2, retry_count=2, retry_delay=0.01
         )
-        window = MemoryStrategy(code="WINDOW3", kind=MemoryKind.WINDOW, window_size=3)
+        window = MemoryStrategy(code="WIN3", kind=MemoryKind.WINDOW, window_size=3)
         persona = Persona(code="EDITOR", prompt="You are a concise editor.")
         skill = Skill(code="VOICE", name="Brand voice", prompt="Keep the brand's voice.")
         summ = ActionType(code="SUMM", constraint_prompt="Answer in at most two sentences.")

@@ -65,12 +65,12 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "catalog"
 # replaces this one anyway and streams.
 ECHO_ACTION = """
 providers:
-  - code: SCRIPTED
+  - code: SCRP
     kind: openai
     base_url: http://127.0.0.1:9/v1
 models:
   - code: SCRIPTEDM
-    provider: SCRIPTED
+    provider: SCRP
     model_name: scripted
     capabilities: [FC, SR]
     input_price: 0
@@ -79,7 +79,7 @@ actions:
   - code: ECHO
     name: Echo
     model: SCRIPTEDM
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: "Answer the user: {input}"
 """
 

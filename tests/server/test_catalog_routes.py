@@ -152,7 +152,7 @@ async def test_import_yaml_all_or_nothing(client: httpx.AsyncClient, admin_key: 
     refused = await client.put("/v1/catalog", content=bad, headers=headers)
     assert refused.status_code == 422
     assert refused.json()["errors"][0]["rule"] == "unknown persona type 'NOPE'"
-    missing = await client.get("/v1/catalog/personas/OTHER", headers=auth(admin_key))
+    missing = await client.get("/v1/catalog/personas/OTHR", headers=auth(admin_key))
     assert missing.status_code == 404
 
 
@@ -231,7 +231,7 @@ async def test_post_catalog_actions_and_skills_is_201_not_500(
         json={
             "code": "GREET",
             "model": "SMOLLM2",
-            "configuration": "DEFAULT",
+            "configuration": "DFLT",
             "prompt": "Greet.",
             "skills": ["KIND"],
         },
@@ -240,3 +240,36 @@ async def test_post_catalog_actions_and_skills_is_201_not_500(
     assert action.status_code == 201, action.text
     assert action.json()["skills"] == ["KIND"]
     assert action.headers["location"] == "/v1/catalog/actions/GREET"
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "entity", "limit"),
+    [
+        ("providers", {"code": "OPENAI", "kind": "openai"}, "provider", 4),
+        ("configurations", {"code": "DEFAULT", "max_tokens": 8}, "configuration", 4),
+        ("memory_strategies", {"code": "WINDOW20", "kind": "WINDOW"}, "memory strategy", 4),
+        ("personas", {"code": "COPYWRITER", "prompt": "p"}, "persona", 8),
+        ("agents", {"code": "ANALYST01", "application": "BRANDS"}, "agent", 8),
+    ],
+)
+async def test_rest_refuses_a_key_longer_than_the_erp_length(
+    client: httpx.AsyncClient,
+    admin_key: str,
+    kind: str,
+    body: dict[str, object],
+    entity: str,
+    limit: int,
+) -> None:
+    response = await client.post(f"/v1/catalog/{kind}", json=body, headers=auth(admin_key))
+    assert response.status_code == 422
+    code = str(body["code"])
+    assert response.json()["errors"] == [
+        {
+            "entity": entity,
+            "code": code,
+            "field": "code",
+            "rule": f"at most {limit} characters (got {len(code)})",
+        }
+    ]
+    missing = await client.get(f"/v1/catalog/{kind}/{code}", headers=auth(admin_key))
+    assert missing.status_code == 404

@@ -25,7 +25,7 @@ actions:
   - code: CHAT
     name: Chat about a document
     model: SMOLLM2
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: "Answer about this document:\\n{document}"
 """
 

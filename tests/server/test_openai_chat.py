@@ -35,12 +35,12 @@ def auth(key: str) -> dict[str, str]:
 # replaces it anyway, and streams.
 EXTRA = """
 providers:
-  - code: OAITEST
+  - code: OAIT
     kind: openai
     base_url: http://127.0.0.1:9/v1
 models:
   - code: OAITESTM
-    provider: OAITEST
+    provider: OAIT
     model_name: scripted
     capabilities: [FC, SR]
     input_price: 0
@@ -59,13 +59,13 @@ actions:
     name: Chat about a document
     goal_description: Answers questions about a document.
     model: OAITESTM
-    configuration: DEFAULT
-    memory_strategy: WINDOW20
+    configuration: DFLT
+    memory_strategy: W20
     prompt: "Answer about this document:\\n{document}"
   - code: CHATTOOL
     name: Chat with a caller-answered tool
     model: SMOLLM2
-    configuration: DEFAULT
+    configuration: DFLT
     tools: [LOOKUP]
     prompt: Look things up when asked.
 agents:
@@ -385,7 +385,7 @@ async def test_other_tenants_action_is_not_found(
         "  - code: SECRETACT\n"
         "    name: Only the other tenant's\n"
         "    model: SMOLLM2\n"
-        "    configuration: DEFAULT\n"
+        "    configuration: DFLT\n"
         "    prompt: Say hi.\n"
     )
     await server_state.facade("other").catalog.import_files([EXAMPLES, tmp_path / "other.yaml"])
@@ -504,8 +504,8 @@ actions:
     name: Chat about a document
     goal_description: Answers questions about a document.
     model: OAITESTM
-    configuration: DEFAULT
-    memory_strategy: WINDOW20
+    configuration: DFLT
+    memory_strategy: W20
     prompt: "Answer about this document:\\n{document}"
     active: false
 """

@@ -30,12 +30,12 @@ pytestmark = pytest.mark.anyio
 
 EXTRA = """
 providers:
-  - code: OAITEST
+  - code: OAIT
     kind: openai
     base_url: http://127.0.0.1:9/v1
 models:
   - code: OAITESTM
-    provider: OAITEST
+    provider: OAIT
     model_name: scripted
     capabilities: [FC, SR]
     input_price: 0
@@ -49,12 +49,12 @@ actions:
   - code: PLAIN
     name: Plain chat
     model: OAITESTM
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: Be brief.
   - code: WITHTOOL
     name: Chat with a catalog tool
     model: OAITESTM
-    configuration: DEFAULT
+    configuration: DFLT
     tools: [LOOKUP]
     prompt: Be brief.
 """

@@ -65,14 +65,14 @@ def catalog(base_url: str) -> dict[str, Any]:
     return {
         "providers": [
             {
-                "code": "LEAKY",
+                "code": "LEAK",
                 "kind": "openai",
                 "base_url": f"{base_url}/v1",
                 "api_key": "@secrets(PH_PLANTED_PROVIDER_KEY)",
                 "headers": {"X-Api-Token": "@secrets(PH_PLANTED_HEADER)"},
             }
         ],
-        "models": [{"code": "LEAKYM", "provider": "LEAKY", "model_name": "gpt-planted"}],
+        "models": [{"code": "LEAKYM", "provider": "LEAK", "model_name": "gpt-planted"}],
         "configurations": [
             {"code": "NORETRY", "max_tokens": 16, "retry_count": 0, "retry_delay": 0}
         ],
@@ -148,7 +148,7 @@ async def exercise(
             await call("GET", "/v1/conversations", headers=headers)
             await call("GET", "/v1/catalog", headers=headers)
             await call("GET", "/v1/catalog", headers={**headers, "Accept": "application/json"})
-            await call("GET", "/v1/catalog/providers/LEAKY", headers=headers)
+            await call("GET", "/v1/catalog/providers/LEAK", headers=headers)
             await call("GET", "/v1/catalog/providers", headers=headers)
             # A literal secret in the catalog is refused without quoting it.
             literal = {"code": "LIT", "kind": "openai", "api_key": PROVIDER_KEY}

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_schema_is_created_at_head_on_first_use(database: Database) -> None:
     assert await database.schema_is_current()
-    assert head_revision() == "0004"
+    assert head_revision() == "0005"
 
 
 def test_known_head_revision_is_alembics_head() -> None:
@@ -28,7 +28,7 @@ async def test_ensure_schema_twice_is_a_no_op(database: Database) -> None:
 
 async def test_catalog_row_versions_increment(database: Database) -> None:
     async with database.sessions() as session:
-        provider = Provider(code="OPENAI", kind=ProviderKind.OPENAI)
+        provider = Provider(code="OAI", kind=ProviderKind.OPENAI)
         session.add(provider)
         await session.commit()
         assert provider.version == 1

@@ -29,7 +29,7 @@ from pilothouse.catalog._enums import (
 )
 from pilothouse.catalog._models import DocumentCollection, McpClient, Model, Tool
 from pilothouse.errors import InvalidFieldError
-from pilothouse.memory import MemoryPolicy
+from pilothouse.memory import NO_MEMORY, MemoryPolicy
 from pilothouse.providers import ModelSpec, ProviderSpec
 from pilothouse.providers._egress import EgressPolicy
 from pilothouse.runtime import ActionCompiler, CompiledAction
@@ -175,7 +175,12 @@ async def compile_run(
     parts = [("agent", persona)]
     if schema_part is not None:
         parts.append(("schemas", schema_part))
-    memory = run.memory.max_messages if run.memory is not None else 20
+    # useChatMemory false: the call sees only its own messages.
+    memory = (
+        MemoryPolicy(kind=MemoryKind.WINDOW, window=run.memory.max_messages)
+        if run.memory is not None
+        else NO_MEMORY
+    )
     return CompiledAction(
         revision=0,
         action_code=ADHOC_ACTION,
@@ -189,7 +194,7 @@ async def compile_run(
         templated=False,
         output_schema=schema,
         output_cardinality=Cardinality.ITEM if schema is not None else None,
-        memory=MemoryPolicy(kind=MemoryKind.WINDOW, window=memory),
+        memory=memory,
         audit=run.audit,
         tools=(),
         _validator=validator,

@@ -327,6 +327,23 @@ class CommandApi(Facet):
         await self._ready()
         return await self._runner.cancel(uuid)
 
+    async def clear_memory(self, memory_id: str) -> bool:
+        """Clear a chat memory: later turns of its conversations see no earlier message.
+
+        Seed 000's ``LlmMemoryService``: memories "can be cleared
+        explicitly". Nothing is deleted; a system message ``Chat memory
+        cleared.`` marks the cut in the transcript. A conversation's own
+        memory id is its uuid unless it was started with one.
+
+        Returns:
+            True when cleared; False when no conversation has this memory id.
+
+        Raises:
+            InvalidStateError: a conversation of the memory is running or waiting.
+        """
+        database = await self._ready()
+        return await records.clear_memory(self._runner.store, database, self.tenant, memory_id)
+
     async def start_conversation(
         self,
         *,

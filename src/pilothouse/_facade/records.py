@@ -12,12 +12,19 @@ bypasses the rule that one writer holds a conversation.
 
 from __future__ import annotations
 
-__all__ = ["append_messages"]
+__all__ = ["MEMORY_CLEARED", "append_messages", "clear_memory"]
 
 from collections.abc import Sequence
 
-from pilothouse.catalog._enums import ProcessStatus, TimelineKind
-from pilothouse.store import STARTABLE, NewEvent, NewMessage, TurnBatch, TurnStore
+from sqlalchemy import select
+
+from pilothouse.catalog._enums import MessageRole, ProcessStatus, TimelineKind
+from pilothouse.errors import InvalidStateError
+from pilothouse.store import STARTABLE, Database, NewEvent, NewMessage, TurnBatch, TurnStore
+from pilothouse.store._records import Conversation
+
+MEMORY_CLEARED = "memory_cleared"
+"""The data key of the system message that marks where a chat memory was cleared."""
 
 
 async def append_messages(
@@ -61,3 +68,46 @@ async def append_messages(
             status=status,
         ),
     )
+
+
+async def clear_memory(store: TurnStore, database: Database, tenant: str, memory_id: str) -> bool:
+    """Clear a chat memory: later turns see none of the messages written before now.
+
+    Nothing is deleted (messages are the audit record): a system message
+    ``Chat memory cleared.`` carrying ``{"memory_cleared": true}`` is
+    appended to the newest idle conversation of the memory, and the memory a
+    turn reads starts after the last such marker (memory is ordered by
+    time across its conversations).
+
+    Returns:
+        True when the memory was cleared; False when no conversation has it.
+
+    Raises:
+        InvalidStateError: no conversation of the memory is idle (all are
+            running a turn or waiting for answers): clear it after they end.
+    """
+    async with database.sessions() as session:
+        rows = (
+            await session.execute(
+                select(Conversation.uuid, Conversation.status)
+                .where(Conversation.tenant == tenant, Conversation.memory_id == memory_id)
+                .order_by(Conversation.created_at.desc(), Conversation.id.desc())
+            )
+        ).all()
+    if not rows:
+        return False
+    busy = [status for _, status in rows if status not in STARTABLE]
+    if any(status in (ProcessStatus.RUNNING, ProcessStatus.WAITING) for status in busy):
+        raise InvalidStateError(
+            f"memory '{memory_id}': a conversation of it is running or waiting; "
+            "clear it after that turn ends"
+        )
+    idle = next(((uuid, status) for uuid, status in rows if status in STARTABLE), None)
+    if idle is None:
+        raise InvalidStateError(
+            f"memory '{memory_id}': none of its conversations can take a message "
+            f"(statuses {', '.join(sorted({s.value for s in busy}))})"
+        )
+    marker = NewMessage(MessageRole.SYSTEM, "Chat memory cleared.", data={MEMORY_CLEARED: True})
+    await append_messages(store, tenant, idle[0], [marker], status=idle[1])
+    return True

@@ -146,8 +146,9 @@ class Provider(CatalogEntity):
 
     __tablename__ = "provider"
     entity_name = "provider"
+    key_length = TYPE_CODE
 
-    code: Mapped[str] = mapped_column(String(CODE))
+    code: Mapped[str] = mapped_column(String(TYPE_CODE))
     name: Mapped[str] = mapped_column(String(128), default="")
     kind: Mapped[ProviderKind] = mapped_column(coded_enum(ProviderKind, "provider_kind"))
     base_url: Mapped[str | None] = mapped_column(String(512))
@@ -195,8 +196,9 @@ class Configuration(CatalogEntity):
 
     __tablename__ = "configuration"
     entity_name = "configuration"
+    key_length = TYPE_CODE
 
-    code: Mapped[str] = mapped_column(String(CODE))
+    code: Mapped[str] = mapped_column(String(TYPE_CODE))
     name: Mapped[str] = mapped_column(String(128), default="")
     temperature: Mapped[float | None] = mapped_column(Float)
     top_p: Mapped[float | None] = mapped_column(Float)
@@ -222,8 +224,9 @@ class Persona(CatalogEntity):
 
     __tablename__ = "persona"
     entity_name = "persona"
+    key_length = SHORT_CODE
 
-    code: Mapped[str] = mapped_column(String(CODE))
+    code: Mapped[str] = mapped_column(String(SHORT_CODE))
     name: Mapped[str] = mapped_column(String(128), default="")
     type_id: Mapped[int | None] = mapped_column(ForeignKey("persona_type.id"))
     prompt: Mapped[str] = mapped_column(Text)
@@ -243,8 +246,9 @@ class Skill(CatalogEntity):
 
     __tablename__ = "skill"
     entity_name = "skill"
+    key_length = SHORT_CODE
 
-    code: Mapped[str] = mapped_column(String(CODE))
+    code: Mapped[str] = mapped_column(String(SHORT_CODE))
     name: Mapped[str] = mapped_column(String(128), default="")
     type_id: Mapped[int | None] = mapped_column(ForeignKey("skill_type.id"))
     description: Mapped[str | None] = mapped_column(Text)
@@ -366,8 +370,9 @@ class Advisor(CatalogEntity):
 
     __tablename__ = "advisor"
     entity_name = "advisor"
+    key_length = SHORT_CODE
 
-    code: Mapped[str] = mapped_column(String(CODE))
+    code: Mapped[str] = mapped_column(String(SHORT_CODE))
     name: Mapped[str] = mapped_column(String(128), default="")
     type_id: Mapped[int | None] = mapped_column(ForeignKey("advisor_type.id"))
     implementation: Mapped[str] = mapped_column(String(512))
@@ -390,8 +395,9 @@ class VectorStore(CatalogEntity):
 
     __tablename__ = "vector_store"
     entity_name = "vector store"
+    key_length = SHORT_CODE
 
-    code: Mapped[str] = mapped_column(String(CODE))
+    code: Mapped[str] = mapped_column(String(SHORT_CODE))
     name: Mapped[str] = mapped_column(String(128), default="")
     type_id: Mapped[int | None] = mapped_column(ForeignKey("vector_store_type.id"))
     kind: Mapped[VectorStoreKind] = mapped_column(
@@ -411,8 +417,9 @@ class DocumentCollection(CatalogEntity):
 
     __tablename__ = "document_collection"
     entity_name = "document collection"
+    key_length = SHORT_CODE
 
-    code: Mapped[str] = mapped_column(String(CODE))
+    code: Mapped[str] = mapped_column(String(SHORT_CODE))
     name: Mapped[str] = mapped_column(String(128), default="")
     store_id: Mapped[int] = mapped_column(ForeignKey("vector_store.id"))
     collection_name: Mapped[str] = mapped_column(String(128))
@@ -443,8 +450,9 @@ class MemoryStrategy(CatalogEntity):
 
     __tablename__ = "memory_strategy"
     entity_name = "memory strategy"
+    key_length = TYPE_CODE
 
-    code: Mapped[str] = mapped_column(String(CODE))
+    code: Mapped[str] = mapped_column(String(TYPE_CODE))
     name: Mapped[str] = mapped_column(String(128), default="")
     type_id: Mapped[int | None] = mapped_column(ForeignKey("memory_strategy_type.id"))
     kind: Mapped[MemoryKind] = mapped_column(coded_enum(MemoryKind, "memory_kind"))
@@ -625,8 +633,9 @@ class Agent(CatalogEntity):
 
     __tablename__ = "agent"
     entity_name = "agent"
+    key_length = SHORT_CODE
 
-    code: Mapped[str] = mapped_column(String(CODE))
+    code: Mapped[str] = mapped_column(String(SHORT_CODE))
     name: Mapped[str] = mapped_column(String(128), default="")
     application_id: Mapped[int] = mapped_column(ForeignKey("application.id"))
     type_id: Mapped[int | None] = mapped_column(ForeignKey("agent_type.id"))

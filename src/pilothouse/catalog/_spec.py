@@ -155,9 +155,11 @@ TypeCode = Annotated[
     str, StringConstraints(max_length=CODE_LENGTHS["persona type"], pattern=CODE_PATTERN)
 ]
 Code = Annotated[str, StringConstraints(max_length=CODE_LENGTHS["action"], pattern=CODE_PATTERN)]
-ApplicationCode = Annotated[
+# Seed 000's business-key lengths: 8 for the ERP's Code8 entities, 4 for its Code4 ones.
+ShortCode = Annotated[
     str, StringConstraints(max_length=CODE_LENGTHS["application"], pattern=CODE_PATTERN)
 ]
+ApplicationCode = ShortCode
 McpName = Annotated[
     str, StringConstraints(max_length=CODE_LENGTHS["mcp client"], pattern=CODE_PATTERN)
 ]
@@ -272,7 +274,7 @@ _SETTING_NAMES = {
 class ProviderSpec(CatalogSpec):
     """A model vendor or server and how to reach it."""
 
-    code: Code
+    code: TypeCode
     name: Name = ""
     kind: ProviderKindField
     base_url: Long | None = None
@@ -319,7 +321,7 @@ class ModelSpec(CatalogSpec):
 class ConfigurationSpec(CatalogSpec):
     """Sampling parameters and limits of a model call."""
 
-    code: Code
+    code: TypeCode
     name: Name = ""
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(ge=0, le=1)] | None = None
@@ -335,7 +337,7 @@ class ConfigurationSpec(CatalogSpec):
 class PersonaSpec(CatalogSpec):
     """A reusable voice or role prompt."""
 
-    code: Code
+    code: ShortCode
     name: Name = ""
     type: str | None = None
     prompt: str
@@ -344,7 +346,7 @@ class PersonaSpec(CatalogSpec):
 class SkillSpec(CatalogSpec):
     """A reusable capability prompt that may own tools and depend on other skills."""
 
-    code: Code
+    code: ShortCode
     name: Name = ""
     type: str | None = None
     description: str | None = None
@@ -389,7 +391,7 @@ class McpClientSpec(CatalogSpec):
 class AdvisorSpec(CatalogSpec):
     """An interceptor around the model call."""
 
-    code: Code
+    code: ShortCode
     name: Name = ""
     type: str | None = None
     implementation: Annotated[str, StringConstraints(min_length=1, max_length=512)]
@@ -400,7 +402,7 @@ class AdvisorSpec(CatalogSpec):
 class VectorStoreSpec(CatalogSpec):
     """Where RAG chunks live: the embedded store, or PostgreSQL with pgvector."""
 
-    code: Code
+    code: ShortCode
     name: Name = ""
     type: str | None = None
     kind: StoreKindField = VectorStoreKind.EMBEDDED
@@ -412,7 +414,7 @@ class VectorStoreSpec(CatalogSpec):
 class DocumentCollectionSpec(CatalogSpec):
     """A named set of chunks in a vector store, with retrieval defaults."""
 
-    code: Code
+    code: ShortCode
     name: Name = ""
     store: str
     collection_name: Annotated[str, StringConstraints(min_length=1, max_length=128)]
@@ -427,7 +429,7 @@ class DocumentCollectionSpec(CatalogSpec):
 class MemoryStrategySpec(CatalogSpec):
     """How much chat history a turn sees: ``FULL`` or ``WINDOW`` of ``window_size``."""
 
-    code: Code
+    code: TypeCode
     name: Name = ""
     type: str | None = None
     kind: MemoryKindField
@@ -520,7 +522,7 @@ class ApplicationSpec(CatalogSpec):
 class AgentSpec(CatalogSpec):
     """An agent of an application, with its own prompt and goal action."""
 
-    code: Code
+    code: ShortCode
     name: Name = ""
     application: str
     type: str | None = None

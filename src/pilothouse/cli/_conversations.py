@@ -226,3 +226,25 @@ def show_conversation(
         console.print(_tool_calls(view))
     if view.timeline:
         console.print(_timeline(view))
+
+
+@app.command("clear-memory")
+def clear_memory(
+    ctx: typer.Context,
+    uuid: Annotated[str, typer.Argument(help="A conversation whose chat memory to clear.")],
+) -> None:
+    """Clear a conversation's chat memory: later turns see no earlier message.
+
+    Every conversation sharing its memory id is affected; the transcript
+    keeps every message and shows where the memory was cleared.
+    """
+    state: CliState = ctx.obj
+
+    async def body() -> str:
+        async with open_facade(state) as ph:
+            memory_id = (await ph.query.get_conversation(uuid)).memory_id
+            await ph.command.clear_memory(memory_id)
+            return memory_id
+
+    memory_id = run(body)
+    typer.echo(f"chat memory '{memory_id}' cleared")

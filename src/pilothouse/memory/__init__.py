@@ -5,7 +5,13 @@ under a :class:`MemoryPolicy` (FULL or WINDOW(n), with an optional token
 budget); :func:`counter_for` gives the token counter for a model.
 """
 
-from pilothouse.memory._chat import MemoryMessage, MemoryPolicy, message_tokens, select_history
+from pilothouse.memory._chat import (
+    NO_MEMORY,
+    MemoryMessage,
+    MemoryPolicy,
+    message_tokens,
+    select_history,
+)
 from pilothouse.memory._tokens import (
     MESSAGE_OVERHEAD_TOKENS,
     EstimateCounter,
@@ -16,6 +22,7 @@ from pilothouse.memory._tokens import (
 
 __all__ = [
     "MESSAGE_OVERHEAD_TOKENS",
+    "NO_MEMORY",
     "EstimateCounter",
     "MemoryMessage",
     "MemoryPolicy",

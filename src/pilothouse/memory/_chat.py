@@ -14,7 +14,7 @@ whole, because every provider rejects a tool result whose request is missing
 
 from __future__ import annotations
 
-__all__ = ["MemoryMessage", "MemoryPolicy", "message_tokens", "select_history"]
+__all__ = ["NO_MEMORY", "MemoryMessage", "MemoryPolicy", "message_tokens", "select_history"]
 
 import json
 import logging
@@ -69,17 +69,47 @@ class MemoryPolicy:
         window: the number of messages ``WINDOW`` keeps (at least 1).
         token_budget: when set, the oldest messages are dropped until the
             system prompt and the kept history fit in this many tokens.
+        remember: False for an action without a memory strategy (seed 000:
+            "absent means no memory"): a turn sees only its own messages
+            (from its user message on), never earlier turns.
     """
 
     kind: MemoryKind = MemoryKind.WINDOW
     window: int = 20
     token_budget: int | None = None
+    remember: bool = True
 
     def __post_init__(self) -> None:
         if self.window < 1:
             raise ValueError(f"window: must be at least 1, got {self.window}")
         if self.token_budget is not None and self.token_budget < 1:
             raise ValueError(f"token_budget: must be at least 1, got {self.token_budget}")
+
+
+NO_MEMORY = MemoryPolicy(remember=False)
+"""The policy of an action without a memory strategy: no earlier turns."""
+
+
+def _replayed(message: MemoryMessage) -> bool:
+    return bool(message.data and message.data.get("replayed"))
+
+
+def _current_turn(history: Sequence[MemoryMessage]) -> tuple[int, int]:
+    """Return where the current turn starts and where the history a client sent starts.
+
+    The current turn starts at the newest user message (a resumed turn has
+    its tool calls and results after it). A chat client's own history
+    (replayed messages, marked ``{"replayed": true}``) written right before
+    it belongs to this turn's request, not to the server's memory.
+    """
+    current = next(
+        (i for i in range(len(history) - 1, -1, -1) if history[i].role is MessageRole.USER),
+        len(history) - 1,
+    )
+    start = current
+    while start > 0 and _replayed(history[start - 1]):
+        start -= 1
+    return current, start
 
 
 def message_tokens(message: MemoryMessage, counter: TokenCounter) -> int:
@@ -139,6 +169,11 @@ def select_history(
 
     Rules, in order:
 
+    0. Without memory (``remember`` False) only the current turn is kept:
+       the newest user message and what follows it, plus the history a chat
+       client sent with this request (replayed messages right before it).
+       With memory, that client history is kept whole too and the policy
+       trims only older messages.
     1. ``FULL`` keeps all messages; ``WINDOW(n)`` keeps the last ``n``.
     2. An assistant message with tool calls and its tool results are kept or
        dropped together; when a window would split them, the group is
@@ -165,6 +200,19 @@ def select_history(
     """
     if not history:
         return []
+    _, request_start = _current_turn(history)
+    if not policy.remember:
+        return list(history[request_start:])
+    if request_start < len(history) - 1 and _replayed(history[request_start]):
+        # The history the client sent with this request is its own choice of
+        # memory: kept whole; the policy trims only older server memory.
+        older = select_history(
+            [*history[:request_start], history[-1]],
+            policy,
+            system_prompt=system_prompt,
+            counter=counter,
+        )[:-1]
+        return [*older, *history[request_start:]]
     groups = _groups(history)
     max_messages = len(history) if policy.kind is MemoryKind.FULL else policy.window
     budget = policy.token_budget

@@ -22,7 +22,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from pilothouse.catalog._enums import (
     Cardinality,
     InstructionMode,
-    MemoryKind,
     SchemaDirection,
     ToolKind,
 )
@@ -36,7 +35,7 @@ from pilothouse.catalog._models import (
     Tool,
 )
 from pilothouse.errors import InvalidStateError, NotFoundError
-from pilothouse.memory import MemoryPolicy, counter_for
+from pilothouse.memory import NO_MEMORY, MemoryPolicy, counter_for
 from pilothouse.providers import ModelOptions, ModelSpec, SecretResolver
 from pilothouse.providers._spec import compile_model_spec
 from pilothouse.runtime._advisors import AdvisorChain, resolve_advisor
@@ -301,7 +300,8 @@ class ActionCompiler:
                 kind=strategy.kind, window=strategy.window_size, token_budget=strategy.token_budget
             )
             if strategy is not None
-            else MemoryPolicy(kind=MemoryKind.WINDOW, window=20)
+            # Seed 000: "llmMemoryStrategy: optional; absent means no memory".
+            else NO_MEMORY
         )
         tool_rows = tuple(link.tool for link in action.tools if link.tool.active)
         # Dependencies nest deeper than eager loading reaches; run_sync lets the

@@ -34,6 +34,7 @@ _SWITCHES = {
     "tool_parameter_override": "overrides",
     "output_schema": "output_schema",
     "client_tools": "client_tools",
+    "end_user": "end_user",
 }
 
 # OpenAI's rule for function names, which every provider accepts.
@@ -61,6 +62,8 @@ class RuntimeConfig:
         client_tools: tools ``(name, description, parameters schema)``
             offered for this turn only, whose calls go back to the caller
             (an OpenAI client's ``tools``).
+        end_user: who the caller acts for (an OpenAI client's ``user``),
+            recorded with the user's message; never a memory id.
     """
 
     options: ModelOptions = ModelOptions()
@@ -71,6 +74,7 @@ class RuntimeConfig:
     overrides: tuple[OverrideRule, ...] = ()
     output_schema: dict[str, Any] | None = None
     client_tools: tuple[tuple[str, str, dict[str, Any]], ...] = ()
+    end_user: str | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None) -> RuntimeConfig:
@@ -102,6 +106,9 @@ class RuntimeConfig:
         for name in ("audit", "stream"):
             if name in switches and not isinstance(switches[name], bool):
                 raise RuntimeConfigError(f"runtime config: '{name}' must be true or false")
+        end_user = switches.get("end_user")
+        if end_user is not None and (not isinstance(end_user, str) or len(end_user) > 256):
+            raise RuntimeConfigError("runtime config: 'end_user' must be a string of 256 or fewer")
         instruction = switches.get("instruction")
         if instruction is not None and not isinstance(instruction, str):
             raise RuntimeConfigError("runtime config: 'instruction' must be a string")
@@ -127,6 +134,7 @@ class RuntimeConfig:
             stream=switches.get("stream"),
             output_schema=_output_schema(switches.get("output_schema")),
             client_tools=_client_tools(switches.get("client_tools")),
+            end_user=end_user,
         )
 
     def shape(self, compiled: CompiledAction) -> CompiledAction:

@@ -177,8 +177,12 @@ class Runner:
         )
         # The user's message and the read of the memory ride in the
         # transaction that takes the conversation: one commit, not three.
+        # An ad-hoc run (compiled given) records its own system message.
+        record = compiled is None and self._runtime.prompt_to_record(
+            self.tenant, conversation_uuid, new.system_prompt
+        )
         opening = TakeConversation(
-            conversation_uuid, STARTABLE, first=new.first(), read_memory=True
+            conversation_uuid, STARTABLE, first=new.first(record_prompt=record), read_memory=True
         )
         return await self._drive(
             opening, new.compiled, new.config, on_event, Prompt(new, checked=compiled is not None)
@@ -237,11 +241,12 @@ class Runner:
         )
         conversation_uuid = conversation_uuid or str(uuid_module.uuid4())
         self.remember(conversation_uuid, action_code, agent_code)
+        record = self._runtime.prompt_to_record(self.tenant, conversation_uuid, new.system_prompt)
         opening = NewConversation(
             conversation_uuid,
             action_code,
             agent_code,
-            new.first(),
+            new.first(record_prompt=record),
             memory_id,
             audit,
             default_audit,

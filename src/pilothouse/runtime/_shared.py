@@ -127,6 +127,7 @@ class Runtime:
         self.running = RunningTurns()
         self._tool_source = tool_source
         self._known: dict[tuple[str, str], tuple[str, str | None]] = {}
+        self._prompts: dict[tuple[str, str], int] = {}
         self.recorder = TurnRecorder(self.store, self.hub)
         self.loop = TurnLoop(
             models=models,
@@ -169,6 +170,24 @@ class Runtime:
             # Oldest first: dicts keep insertion order.
             del self._known[next(iter(self._known))]
         self._known[tenant, conversation_uuid] = (action_code, agent_code)
+
+    def prompt_to_record(self, tenant: str, conversation_uuid: str, system_prompt: str) -> bool:
+        """Tell whether a turn must record its system prompt as an ``SY`` message.
+
+        The audit must show what the model was told (seed 000's ``SY``
+        role), but a turn must not pay a statement for it: the prompt is
+        recorded with the first turn and again only when it differs from
+        the one this process last recorded for the conversation (a catalog
+        change, templated input). After a restart it is recorded once more.
+        """
+        key = (tenant, conversation_uuid)
+        digest = hash(system_prompt)
+        if self._prompts.get(key) == digest:
+            return False
+        if len(self._prompts) >= _KNOWN_LIMIT:
+            del self._prompts[next(iter(self._prompts))]
+        self._prompts[key] = digest
+        return True
 
     async def codes(self, tenant: str, conversation_uuid: str) -> tuple[str, str | None]:
         """The conversation's action and agent codes, from memory when known.

@@ -88,8 +88,23 @@ class NewTurn:
     system_prompt: str
     counter: TokenCounter
 
-    def first(self) -> TurnBatch:
-        """The turn's first step: the user's message."""
+    def first(self, *, record_prompt: bool = False) -> TurnBatch:
+        """The turn's first step: the user's message, after the system prompt when asked.
+
+        Args:
+            record_prompt: record the assembled system prompt as an ``SY``
+                message first (what the model is told, for the audit).
+        """
+        messages: list[NewMessage] = []
+        if record_prompt and self.system_prompt:
+            messages.append(
+                NewMessage(
+                    MessageRole.SYSTEM,
+                    self.system_prompt,
+                    token_count=self.counter.count(self.system_prompt),
+                    data={"system_prompt": True, "catalog_revision": self.compiled.revision},
+                )
+            )
         user = NewMessage(
             MessageRole.USER,
             self.text,
@@ -97,9 +112,18 @@ class NewTurn:
             attachments=tuple(self.attachments),
             # Kept so a turn resumed later (answers, tool results) can fill
             # the prompt's placeholders again.
-            data={"input_data": dict(self.input_data)} if self.input_data else None,
+            data=self._message_data(),
         )
-        return TurnBatch(messages=[user])
+        messages.append(user)
+        return TurnBatch(messages=messages)
+
+    def _message_data(self) -> dict[str, Any] | None:
+        data: dict[str, Any] = {}
+        if self.input_data:
+            data["input_data"] = dict(self.input_data)
+        if self.config.end_user is not None:
+            data["end_user"] = self.config.end_user
+        return data or None
 
 
 # How a turn takes its conversation.
@@ -349,7 +373,17 @@ Step = Prompt | Resume | CallModel | RunTools | Ending
 
 
 def memory_messages(rows: Iterable[StoredMessage]) -> list[MemoryMessage]:
-    """Stored messages as chat memory: rejected structured answers and system messages are not."""
+    """Stored messages as chat memory: rejected structured answers and system messages are not.
+
+    A memory cleared explicitly (a system message marked ``memory_cleared``)
+    starts after its last marker.
+    """
+    rows = list(rows)
+    for index in range(len(rows) - 1, -1, -1):
+        row = rows[index]
+        if row.role is MessageRole.SYSTEM and row.data and row.data.get("memory_cleared"):
+            rows = rows[index + 1 :]
+            break
     return [
         MemoryMessage(
             role=row.role,

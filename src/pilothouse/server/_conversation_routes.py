@@ -351,6 +351,24 @@ async def cancel(uuid: str, ph: Facade) -> CancelOutcome:
     )
 
 
+class MemoryCleared(BaseModel):
+    """What ``DELETE .../memory`` did."""
+
+    memory_id: str = Field(description="The chat memory cleared (shared by its conversations).")
+    cleared: bool = Field(description="True: later turns see no message written before.")
+
+
+@router.delete("/{uuid}/memory", summary="Clear the conversation's chat memory")
+async def clear_memory(uuid: str, ph: Facade) -> MemoryCleared:
+    """Later turns of every conversation sharing its memory see no earlier message.
+
+    Nothing is deleted: the transcript shows a system message where the
+    memory was cleared. 409 while a conversation of the memory runs or waits.
+    """
+    memory_id = (await ph.query.get_conversation(uuid)).memory_id
+    return MemoryCleared(memory_id=memory_id, cleared=await ph.command.clear_memory(memory_id))
+
+
 def _aware(moment: datetime | None) -> datetime | None:
     # A time without zone is read as UTC, the zone every stored time is in.
     if moment is None or moment.tzinfo is not None:

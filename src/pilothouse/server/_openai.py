@@ -10,10 +10,12 @@ one new conversation and one turn:
 - the last message must be a user message: it is the turn's text (images
   become attachments);
 - the earlier user/assistant/tool messages are replayed into the new
-  conversation as chat memory (the action's memory strategy still trims
-  them), unless the request names a memory id (``X-Pilothouse-Memory-Id``
-  header, else the ``user`` field) whose memory already holds messages: then
-  the server's record is the history and the request's copy is ignored.
+  conversation and are the turn's history, whole, whatever the action's
+  memory strategy (the client chose them), unless the request names a
+  memory id (``X-Pilothouse-Memory-Id`` header) whose memory already holds
+  messages: then the server's record is the history and the request's copy
+  is ignored. The ``user`` field is the end user's id, recorded with the
+  message; it never names memory.
 
 Errors come back in OpenAI's shape, ``{"error": {message, type, param,
 code}}``, with the status codes the official client maps to its exception
@@ -129,18 +131,12 @@ async def _resolve(ph: Pilothouse, model: str) -> Target:
     return target
 
 
-def _memory_id(header: str | None, user: str | None) -> str | None:
-    for where, value in ((MEMORY_HEADER, header), ("user", user)):
-        if value is None:
-            continue
-        if not _MEMORY_ID.match(value):
-            raise OpenAIError(
-                400,
-                f"{where}: a memory id is 1 to 64 letters, digits or . _ : @ -",
-                param="user" if where == "user" else None,
-            )
-        return value
-    return None
+def _memory_id(header: str | None) -> str | None:
+    if header is not None and not _MEMORY_ID.match(header):
+        raise OpenAIError(
+            400, f"{MEMORY_HEADER}: a memory id is 1 to 64 letters, digits or . _ : @ -"
+        )
+    return header
 
 
 def _input_data(target: Target, request: ChatCompletionRequest, text: str) -> dict[str, Any]:
@@ -212,14 +208,16 @@ async def _start(
 ) -> _Turn:
     target = await _resolve(ph, request.model)
     turn_input: TurnInput = map_messages(request.messages)
-    memory_id = _memory_id(memory_header, request.user)
+    memory_id = _memory_id(memory_header)
     config = runtime_config(request, turn_input.instruction)
     data = _input_data(target, request, turn_input.text)
     # Validate everything before writing anything: a bad request leaves no conversation.
     await _check(ph, target, turn_input, data, config)
     replay = bool(turn_input.history)
     if replay and memory_id is not None:
-        replay = not await ph.query.get_memory_messages(memory_id, limit=1)
+        latest = await ph.query.get_memory_messages(memory_id, limit=1)
+        # A memory cleared explicitly ends with its marker: it is empty.
+        replay = not latest or bool((latest[0].data or {}).get("memory_cleared"))
     new: _NewConversation | None = None
     if replay:
         # The history must be in the conversation before the turn reads its

@@ -448,6 +448,10 @@ def runtime_config(request: ChatCompletionRequest, instruction: str | None) -> d
     if instruction is not None:
         config["instruction"] = instruction
         config["instruction_mode"] = "append"
+    if request.user is not None:
+        # OpenAI's end-user id: recorded with the message, never a memory id
+        # (it must not replace the history the request carries).
+        config["end_user"] = request.user
     return config
 
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 SCRIPTED_PROVIDER = "TEST"
 SCRIPTED_MODEL = "SCRIPTED"
-DEFAULT_CONFIGURATION = "DEFAULT"
+DEFAULT_CONFIGURATION = "DFLT"
 
 
 class CatalogBuilder:
@@ -51,7 +51,7 @@ class CatalogBuilder:
     - provider ``TEST`` of kind ``test`` (never called: its model is the one
       given to :func:`~pilothouse.testing.override` or ``Pilothouse(model=...)``);
     - model ``SCRIPTED`` of it, with function calling and streaming, free;
-    - configuration ``DEFAULT`` (1024 tokens, retries without delay);
+    - configuration ``DFLT`` (1024 tokens, retries without delay);
 
     and :meth:`action` uses the last two unless told otherwise.
 
@@ -68,7 +68,7 @@ class CatalogBuilder:
 
     Args:
         scripted: start with the ``TEST`` provider, the ``SCRIPTED`` model and
-            the ``DEFAULT`` configuration.
+            the ``DFLT`` configuration.
     """
 
     def __init__(self, *, scripted: bool = True) -> None:

@@ -1,0 +1,237 @@
+"""Seed 000's business-key lengths: YAML, REST, the database, and migration 0005.
+
+Seed 000 (the ERP ``sys.llm`` module) gives every entity's business key a
+length; a catalog moved over from it must keep fitting, and a longer key is
+refused everywhere with the entity and the limit named.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from alembic import command
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from pilothouse.catalog import CODE_LENGTHS, validate_paths
+from pilothouse.errors import CatalogValidationError
+from pilothouse.store import Database, head_revision
+from pilothouse.store._engine import _alembic_config
+
+# Seed 000, "Entities": "Business key (up to N characters)", per entity.
+SEED_LENGTHS = {
+    "application": 8,
+    "agent": 8,
+    "agent type": 4,
+    "action": 12,
+    "action type": 4,
+    "persona": 8,
+    "persona type": 4,
+    "skill": 8,
+    "skill type": 4,
+    "tool": 12,
+    "advisor": 8,
+    "advisor type": 4,
+    "document collection": 8,
+    "vector store": 8,
+    "memory strategy": 4,
+    "configuration": 4,
+    "model": 12,
+    "provider": 4,
+}
+
+# kind, entity, the other fields an entity of that kind needs.
+KINDS = [
+    ("applications", "application", ""),
+    ("agents", "agent", "    application: APP\n"),
+    ("agent_types", "agent type", ""),
+    ("actions", "action", "    model: M\n    configuration: C\n    prompt: p\n"),
+    ("action_types", "action type", ""),
+    ("personas", "persona", "    prompt: p\n"),
+    ("persona_types", "persona type", ""),
+    ("skills", "skill", "    prompt: p\n"),
+    ("skill_types", "skill type", ""),
+    ("tools", "tool", "    name: t\n    kind: schema\n"),
+    ("advisors", "advisor", "    implementation: logging\n"),
+    ("advisor_types", "advisor type", ""),
+    ("document_collections", "document collection", "    store: S\n    collection_name: c\n"),
+    ("vector_stores", "vector store", ""),
+    ("memory_strategies", "memory strategy", "    kind: FULL\n"),
+    ("configurations", "configuration", "    max_tokens: 1\n"),
+    ("models", "model", "    provider: P\n    model_name: m\n"),
+    ("providers", "provider", "    kind: openai-compatible\n"),
+]
+
+BASE = """\
+providers:
+  - {code: P, kind: openai-compatible}
+models:
+  - {code: M, provider: P, model_name: m}
+configurations:
+  - {code: C, max_tokens: 1}
+applications:
+  - {code: APP}
+vector_stores:
+  - {code: S}
+"""
+
+
+def test_code_lengths_are_the_seeds() -> None:
+    assert {name: CODE_LENGTHS[name] for name in SEED_LENGTHS} == SEED_LENGTHS
+
+
+def _issues(tmp_path: Path, kind: str, code: str, fields: str) -> list[str]:
+    entry = f"  - code: {code}\n{fields}"
+    # The base defines some kinds itself: the entry joins that list then.
+    if f"\n{kind}:\n" in f"\n{BASE}":
+        document = BASE.replace(f"{kind}:\n", f"{kind}:\n{entry}", 1)
+    else:
+        document = f"{BASE}{kind}:\n{entry}"
+    (tmp_path / "c.yaml").write_text(document)
+    _, issues = validate_paths([tmp_path])
+    return [f"{issue.entity}: {issue.field}: {issue.rule}" for issue in issues]
+
+
+@pytest.mark.parametrize(("kind", "entity", "fields"), KINDS)
+def test_yaml_takes_a_key_of_the_seeds_length_and_refuses_one_more(
+    tmp_path: Path, kind: str, entity: str, fields: str
+) -> None:
+    limit = SEED_LENGTHS[entity]
+    assert _issues(tmp_path, kind, "K" * limit, fields) == []
+    assert _issues(tmp_path, kind, "K" * (limit + 1), fields) == [
+        f"{entity}: code: at most {limit} characters (got {limit + 1})"
+    ]
+
+
+def test_the_example_catalog_fits_the_seeds_lengths() -> None:
+    parsed, issues = validate_paths([Path(__file__).parents[2] / "examples" / "catalog"])
+    assert issues == []
+    for kind, entity, _ in KINDS:
+        for entry in parsed.entries.get(kind, []):
+            assert len(entry.spec.key) <= SEED_LENGTHS[entity], (entity, entry.spec.key)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("table", "limit"),
+    [("provider", 4), ("configuration", 4), ("memory_strategy", 4), ("persona", 8)],
+)
+async def test_the_database_refuses_a_longer_key(
+    database: Database, table: str, limit: int
+) -> None:
+    columns = {
+        "provider": "kind, headers, settings",
+        "configuration": "max_tokens, stop, retry_count, retry_delay",
+        "memory_strategy": "kind, window_size",
+        "persona": "prompt",
+    }[table]
+    values = {
+        "provider": "'openai', '{}', '{}'",
+        "configuration": "1, '[]', 0, 0",
+        "memory_strategy": "'FULL', 20",
+        "persona": "'p'",
+    }[table]
+
+    def insert(code: str) -> str:
+        return (
+            f"INSERT INTO {table} (code, name, {columns}, tenant, active, version, updated_at, "
+            f"updated_by) VALUES ('{code}', '', {values}, 'default', true, 1, "
+            "'2026-01-01 00:00:00+00', 'x')"
+        )
+
+    async with database.engine.begin() as connection:
+        await connection.execute(text(insert("K" * limit)))
+    with pytest.raises((IntegrityError, DBAPIError)) as caught:
+        async with database.engine.begin() as connection:
+            await connection.execute(text(insert("L" * (limit + 1))))
+    message = str(caught.value)
+    assert f"{limit}" in message
+    with pytest.raises((IntegrityError, DBAPIError)):
+        async with database.engine.begin() as connection:
+            await connection.execute(
+                text(
+                    f"UPDATE {table} SET code = '{'U' * (limit + 1)}' WHERE code = '{'K' * limit}'"
+                )
+            )
+
+
+def _to(connection: object, revision: str) -> None:
+    config = _alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+
+
+_OLD_ROWS = [
+    "INSERT INTO provider (code, name, kind, headers, settings, tenant, active, version, "
+    "updated_at, updated_by) VALUES ('{code}', '', 'openai', '{{}}', '{{}}', '{tenant}', "
+    "true, 1, '2026-01-01 00:00:00+00', 'x')",
+    "INSERT INTO configuration (code, name, max_tokens, stop, retry_count, retry_delay, "
+    "tenant, active, version, updated_at, updated_by) VALUES ('{code}', '', 1, '[]', 0, 0, "
+    "'{tenant}', true, 1, '2026-01-01 00:00:00+00', 'x')",
+]
+
+
+async def _migration_refuses_then_runs(db: Database) -> None:
+    async with db.engine.begin() as connection:
+        await connection.run_sync(_to, "0004")
+        await connection.execute(text(_OLD_ROWS[0].format(code="OPENAI", tenant="acme")))
+        await connection.execute(text(_OLD_ROWS[0].format(code="OAI", tenant="acme")))
+        await connection.execute(text(_OLD_ROWS[1].format(code="DEFAULT", tenant="default")))
+    with pytest.raises(CatalogValidationError) as caught:
+        await db.upgrade()
+    # Every too-long row, with its tenant, length and the limit; nothing truncated.
+    assert [str(issue) for issue in caught.value.issues] == [
+        "provider 'OPENAI': code: 6 characters in tenant 'acme', the ERP key length is 4: "
+        "rename it (and every reference to it) to at most 4 characters, then run "
+        "`pilothouse db upgrade` again; nothing was changed",
+        "configuration 'DEFAULT': code: 7 characters in tenant 'default', the ERP key length "
+        "is 4: rename it (and every reference to it) to at most 4 characters, then run "
+        "`pilothouse db upgrade` again; nothing was changed",
+    ]
+    async with db.engine.connect() as connection:
+        codes = (await connection.execute(text("SELECT code FROM provider ORDER BY code"))).all()
+        revision = (
+            await connection.execute(text("SELECT version_num FROM alembic_version"))
+        ).scalar_one()
+    assert [row[0] for row in codes] == ["OAI", "OPENAI"]
+    assert revision == "0004"
+    # Renamed by the user, the migration runs.
+    async with db.engine.begin() as connection:
+        await connection.execute(text("UPDATE provider SET code = 'OPEN' WHERE code = 'OPENAI'"))
+        await connection.execute(text("UPDATE configuration SET code = 'DFLT'"))
+    assert await db.upgrade() == ("0004", head_revision())
+    assert await db.schema_is_current()
+
+
+@pytest.mark.anyio
+async def test_migration_0005_refuses_too_long_keys_on_sqlite(tmp_path: Path) -> None:
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'old.db'}")
+    try:
+        await _migration_refuses_then_runs(db)
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.anyio
+@pytest.mark.postgres
+async def test_migration_0005_refuses_too_long_keys_on_postgres() -> None:
+    import asyncpg  # type: ignore[import-untyped]
+
+    from conftest import PG_SERVER
+
+    server = PG_SERVER.replace("postgresql+asyncpg://", "postgresql://")
+    name = f"pilothouse_0005_{uuid.uuid4().hex[:8]}"
+    try:
+        admin = await asyncpg.connect(f"{server}/postgres")
+    except OSError as exc:
+        pytest.skip(f"PostgreSQL unreachable: {exc}")
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    db = Database(f"{PG_SERVER}/{name}")
+    try:
+        await _migration_refuses_then_runs(db)
+    finally:
+        await db.dispose()
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
