@@ -453,9 +453,10 @@ async def _chat_pai_agent(base_url: str, model_name: str, options: dict[str, Any
 
 
 async def _chat_langchain(base_url: str, model_name: str, options: dict[str, Any]) -> Chat:
-    import httpx2
     from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
     from langchain_openai import ChatOpenAI
+
+    import httpx2
 
     def chat(model: str) -> Any:
         return ChatOpenAI(
@@ -522,9 +523,7 @@ async def _chat_pilothouse(base_url: str, model_name: str, options: dict[str, An
 
     async def turn(state: dict[str, str], user: int, t: int) -> str | None:
         if "uuid" not in state:
-            r = await ph.command.start_and_send(
-                user_text(user, t), action=action, runtime_config=config
-            )
+            r = await ph.command.start_and_send(user_text(user, t), action=action, runtime_config=config)
             state["uuid"] = r.conversation_uuid
         else:
             r = await ph.command.send_message(
@@ -536,9 +535,7 @@ async def _chat_pilothouse(base_url: str, model_name: str, options: dict[str, An
 
     async def stream() -> dict[str, Any]:
         clock = C.StreamClock()
-        async for event in ph.command.start_and_stream(
-            C.USER, action=stream_action, runtime_config=config
-        ):
+        async for event in ph.command.start_and_stream(C.USER, action=stream_action, runtime_config=config):
             if isinstance(event, TextDelta):
                 clock.chunk(event.text)
         return clock.facts()
@@ -934,7 +931,7 @@ def _ask_all(workers: dict[str, Any], command: dict[str, Any]) -> dict[str, dict
     for worker in workers.values():
         worker.process.stdin.write(json.dumps(command) + "\n")
         worker.process.stdin.flush()
-    return {name: worker._read() for name, worker in workers.items()}
+    return {name: worker._read() for name, worker in workers.items()}  # noqa: SLF001
 
 
 def _start(
@@ -943,7 +940,7 @@ def _start(
     if name.startswith("pilothouse"):
         own = workdir / name  # its own catalog file: preparations run in parallel
         own.mkdir(parents=True, exist_ok=True)
-        options.update(h._prepare_pilothouse(args.python, name, mock, own, args.pg))
+        options.update(h._prepare_pilothouse(args.python, name, mock, own, args.pg))  # noqa: SLF001
     return h.Worker(python, options)
 
 
@@ -989,7 +986,7 @@ def run_scenario(
             if not Path(python).exists():
                 result["skipped"][name] = f"no interpreter at {python}"
                 continue
-            if name == "pilothouse-postgres" and not h._postgres_available(args.pg):
+            if name == "pilothouse-postgres" and not h._postgres_available(args.pg):  # noqa: SLF001
                 result["skipped"][name] = f"no PostgreSQL at {args.pg}"
                 continue
             options: dict[str, Any] = {
@@ -1001,7 +998,7 @@ def run_scenario(
                 "turns": args.conc_turns,
                 "stream_model": args.conc_stream_model,
             }
-            if h._pin(h.SUT_CORE):
+            if h._pin(h.SUT_CORE):  # noqa: SLF001
                 # Start-up and warm-up may use both cores; pinned before the rounds.
                 options["worker_core"] = f"{h.LOAD_CORE},{h.SUT_CORE}"
             pending[name] = pool.submit(_start, h, name, python, options, args, mock, workdir)
@@ -1025,7 +1022,7 @@ def run_scenario(
         _ask_all(workers, {"op": "conc", "users": args.conc_warmup, "measure": False})
     elif args.conc_warmup:
         _ask_all(workers, {"op": "streams", "n": min(3, args.conc_warmup)})
-    if h._pin(h.SUT_CORE):
+    if h._pin(h.SUT_CORE):  # noqa: SLF001
         for worker in workers.values():
             _pin_threads(worker.process.pid, h.SUT_CORE)
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in workers}
@@ -1239,7 +1236,7 @@ def capacity(h: Any, mock: Any, python: str, scenarios: list[str], args: Any) ->
                 "-c",
                 LOADGEN,
                 str(mock.port),
-                "plain" if kind == "conc" else "stream",
+                "plain" if kind == "conc" else "stream",  # noqa: SLF001
                 str(conns),
                 str(seconds),
                 str(args.conc_delay),
