@@ -70,7 +70,7 @@ async def test_import_creates_every_example_entity(database: Database) -> None:
     summary = await import_catalog(database, "default", [EXAMPLES], user="alice")
     assert summary.changed
     assert summary.revision == 1
-    assert {k: c.created for k, c in summary.counts.items()}["actions"] == 3
+    assert {k: c.created for k, c in summary.counts.items()}["actions"] == 4
     async with database.sessions() as session:
         action = (await session.scalars(select(Action).where(Action.code == "COMPETITORS"))).one()
         assert action.updated_by == "alice"

@@ -39,7 +39,7 @@ def errors(tmp_path: Path, text: str, existing: ExistingCatalog | None = None) -
 def test_the_examples_are_valid() -> None:
     parsed, issues = validate_paths([Path(__file__).parents[2] / "examples" / "catalog"])
     assert issues == []
-    assert parsed.counts()["actions"] == 3
+    assert parsed.counts()["actions"] == 4
 
 
 def test_an_empty_file_is_an_empty_catalog(tmp_path: Path) -> None:

@@ -492,6 +492,12 @@ class Action(CatalogEntity):
     """Seconds a conversation may wait for answers before it ends ``TE``."""
     ask_user: Mapped[bool] = mapped_column(Boolean, default=True)
     """Offer the built-in AskUserQuestion tool in this action's conversations."""
+    progressive_disclosure: Mapped[bool] = mapped_column(Boolean, default=False)
+    """Skills as descriptions first, instructions and tools after ``use_skill``.
+
+    False (seed 000): each skill's prompt is in the system prompt as
+    ``Your skill: <prompt>.`` and its tools are offered from the start.
+    """
 
     type: Mapped[ActionType | None] = relationship(lazy="joined")
     model: Mapped[Model] = relationship(lazy="joined")

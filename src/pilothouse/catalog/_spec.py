@@ -503,6 +503,7 @@ class ActionSpec(CatalogSpec):
     audit: bool | None = None
     question_timeout: int = Field(default=300, ge=1, le=30 * 24 * 3600)
     ask_user: bool = True
+    progressive_disclosure: bool = False
     schemas: ActionSchemasSpec = Field(default_factory=ActionSchemasSpec)
     skills: list[str] = Field(default_factory=list[str])
     tools: list[str] = Field(default_factory=list[str])

@@ -279,7 +279,18 @@ class ActionCompiler:
         clients: list[McpClient] = [
             link.mcp_client for link in action.mcp_clients if link.mcp_client.active
         ]
-        context = PromptContext(action=action, agent=agent, skills=skills, mcp_clients=clients)
+        # Dependencies and parents nest deeper than eager loading reaches;
+        # run_sync lets the walk load them lazily inside this session.
+        expanded = await session.run_sync(lambda _: _expand_skills(skills))
+        skill_infos = _skill_infos(expanded)
+        eager = not action.progressive_disclosure
+        context = PromptContext(
+            action=action,
+            agent=agent,
+            # Seed 000 mode: every skill's prompt, its dependencies' and parents' too.
+            skills=expanded if eager else skills,
+            mcp_clients=clients,
+        )
         parts = assemble(context, self._contributors, "")[1:]
         templated = any(
             template_fields(text) for name, text in parts if name in {"action", "agent"}
@@ -304,9 +315,13 @@ class ActionCompiler:
             else NO_MEMORY
         )
         tool_rows = tuple(link.tool for link in action.tools if link.tool.active)
-        # Dependencies nest deeper than eager loading reaches; run_sync lets the
-        # walk load them lazily inside this session.
-        skill_infos = await session.run_sync(lambda _: _skill_infos(skills))
+        if eager:
+            # Without progressive disclosure a skill's tools are offered from
+            # the start and there is no use_skill to call.
+            names = {tool.name for tool in tool_rows}
+            extra = [t for t in _skill_tools(skill_infos) if t.name not in names]
+            tool_rows = (*tool_rows, *{t.name: t for t in extra}.values())
+            skill_infos = ()
         mcp_lookup = await _mcp_lookup(session, tenant, [*tool_rows, *_skill_tools(skill_infos)])
         return CompiledAction(
             revision=revision,
@@ -352,25 +367,42 @@ class ActionCompiler:
         return compile_model_spec(model, self._secrets)
 
 
-def _skill_infos(skills: Sequence[Skill]) -> tuple[SkillInfo, ...]:
-    """The action's skills and, transitively, the skills they depend on."""
-    infos: dict[str, SkillInfo] = {}
+def _requires(skill: Skill) -> list[Skill]:
+    """What activating ``skill`` brings along: its parent first, then its dependencies."""
+    parent = [skill.parent] if skill.parent is not None else []
+    return [*parent, *(link.depends_on for link in skill.dependencies)]
+
+
+def _expand_skills(skills: Sequence[Skill]) -> list[Skill]:
+    """The action's skills and, transitively, their parents and dependencies (active ones)."""
+    seen: dict[str, Skill] = {}
     pending = list(skills)
     while pending:
         skill = pending.pop(0)
-        if skill.code in infos or not skill.active:
+        if skill.code in seen or not skill.active:
             continue
-        dependencies = [link.depends_on for link in skill.dependencies]
-        infos[skill.code] = SkillInfo(
+        seen[skill.code] = skill
+        pending.extend(_requires(skill))
+    return list(seen.values())
+
+
+def _skill_infos(skills: Sequence[Skill]) -> tuple[SkillInfo, ...]:
+    """Skills as a compiled action knows them; ``skills`` is already expanded.
+
+    genai-4j: a parent skill's instructions and tools come with its child's,
+    so a parent counts as a dependency when a skill is activated.
+    """
+    return tuple(
+        SkillInfo(
             code=skill.code,
             name=skill.name or skill.code,
             description=skill.description or "",
             prompt=skill.prompt,
             tools=tuple(link.tool for link in skill.tools if link.tool.active),
-            depends_on=tuple(d.code for d in dependencies),
+            depends_on=tuple(required.code for required in _requires(skill)),
         )
-        pending.extend(dependencies)
-    return tuple(infos.values())
+        for skill in skills
+    )
 
 
 def _skill_tools(skills: Sequence[SkillInfo]) -> list[Tool]:

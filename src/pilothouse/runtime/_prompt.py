@@ -20,6 +20,7 @@ __all__ = [
     "default_contributors",
     "fill_template",
     "output_json_schema",
+    "skill_sentence",
     "template_fields",
 ]
 
@@ -85,7 +86,18 @@ def _persona(context: PromptContext) -> str | None:
     return persona.prompt if persona else None
 
 
+def skill_sentence(prompt: str) -> str:
+    """Seed 000's label of a skill in the system prompt: ``Your skill: <prompt>.``."""
+    text = prompt.strip()
+    if not text.endswith((".", "!", "?")):
+        text += "."
+    return f"Your skill: {text}"
+
+
 def _skills(context: PromptContext) -> str | None:
+    if not context.action.progressive_disclosure:
+        # Seed 000: every skill's prompt is in the system prompt from the start.
+        return "\n".join(skill_sentence(skill.prompt) for skill in context.skills) or None
     # Progressive disclosure: only what each skill is for; its instructions
     # and tools arrive when the model activates it with use_skill.
     parts = [

@@ -1,4 +1,4 @@
-"""ERP business-key lengths
+"""ERP business-key lengths, and the action's skill-disclosure switch
 
 Seed 000 (the ERP ``sys.llm`` module) gives each entity's business key a
 length: 4 for provider, configuration and memory strategy, 8 for agent,
@@ -6,6 +6,10 @@ persona, skill, advisor, vector store and document collection (12 before).
 This migration shortens those columns and makes SQLite enforce every catalog
 key's length too (PostgreSQL's ``varchar(n)`` already does; SQLite ignores
 declared lengths, so triggers refuse a longer key).
+
+Actions get ``progressive_disclosure`` (seed 000's default is off: a skill
+contributes ``Your skill: <prompt>.``); existing actions keep the progressive
+disclosure they had.
 
 It never truncates: when an existing row's key is too long, it refuses to
 run and reports every such row (tenant, entity, key, length, limit); nothing
@@ -93,6 +97,14 @@ def upgrade() -> None:
     if issues:
         # Raised inside the migration's transaction: nothing is truncated or half-done.
         raise CatalogValidationError(issues)
+    with op.batch_alter_table("action", schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column(
+                "progressive_disclosure", sa.Boolean(), nullable=False, server_default=sa.false()
+            )
+        )
+    # Existing actions keep what they had: skills disclosed progressively.
+    op.execute(sa.text("UPDATE action SET progressive_disclosure = :on").bindparams(on=True))
     bind = op.get_bind()
     if bind.dialect.name == "sqlite":
         for table, (column, limit) in _ALL_KEYS.items():
@@ -111,6 +123,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("action", schema=None) as batch_op:
+        batch_op.drop_column("progressive_disclosure")
     bind = op.get_bind()
     if bind.dialect.name == "sqlite":
         for table, (column, _) in _ALL_KEYS.items():

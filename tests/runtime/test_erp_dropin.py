@@ -1,0 +1,190 @@
+"""Seed 000 behaviour a migrated ERP catalog relies on.
+
+- an action without a memory strategy has no memory; memory can be cleared;
+- the assembled system prompt is recorded with the conversation (``SY``);
+- a skill contributes ``Your skill: <prompt>.`` unless the action switches
+  progressive disclosure on; a parent skill comes with its child.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from pydantic_ai.messages import ModelRequest, SystemPromptPart, UserPromptPart
+
+from pilothouse.api import Pilothouse
+from pilothouse.catalog import MessageRole, ProcessStatus
+from pilothouse.errors import InvalidStateError
+from pilothouse.settings import Settings
+from pilothouse.testing import CatalogBuilder, ScriptedModel, ToolCall
+
+pytestmark = pytest.mark.anyio
+
+
+def catalog() -> CatalogBuilder:
+    return (
+        CatalogBuilder()
+        .memory_strategy("FULL", kind="FULL")
+        .action("NOMEM", prompt="Answer briefly.")
+        .action("FULLMEM", prompt="Answer briefly.", memory_strategy="FULL")
+        .tool(
+            "LOOKUP",
+            name="lookup",
+            kind="schema",
+            description="Look a brand up.",
+            input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
+        )
+        .skill("MARKET", prompt="Know the market", tools=["LOOKUP"])
+        .skill("VOICE", prompt="Keep the brand's tone.", parent="MARKET")
+        .action("EAGER", prompt="Write a tagline.", skills=["VOICE"], ask_user=False)
+        .action(
+            "PROGRESS",
+            prompt="Write a tagline.",
+            skills=["VOICE"],
+            progressive_disclosure=True,
+            ask_user=False,
+        )
+    )
+
+
+@pytest.fixture
+async def model() -> ScriptedModel:
+    return ScriptedModel([])
+
+
+@pytest.fixture
+async def ph(database_url: str, model: ScriptedModel) -> AsyncIterator[Pilothouse]:
+    settings = Settings(database_url=database_url, secrets_file=None)
+    async with Pilothouse(settings, model=model) as facade:
+        await catalog().import_into(facade)
+        yield facade
+
+
+def _user_texts(model: ScriptedModel) -> list[str]:
+    request = model.requests[-1]
+    return [
+        str(part.content)
+        for message in request.messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, UserPromptPart)
+    ]
+
+
+def _system_prompt(model: ScriptedModel) -> str:
+    return "\n\n".join(
+        part.content
+        for message in model.requests[-1].messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, SystemPromptPart)
+    )
+
+
+def _tool_names(model: ScriptedModel) -> list[str]:
+    return sorted(tool.name for tool in model.requests[-1].info.function_tools)
+
+
+async def test_an_action_without_memory_strategy_has_no_memory(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    model.script.steps.extend(["one", "two"])
+    first = await ph.command.start_and_send("My name is Ada.", action="NOMEM")
+    await ph.command.send_message(first.conversation_uuid, "What is my name?")
+    assert _user_texts(model) == ["What is my name?"]
+
+
+async def test_an_action_with_a_memory_strategy_remembers(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    model.script.steps.extend(["one", "two"])
+    first = await ph.command.start_and_send("My name is Ada.", action="FULLMEM")
+    await ph.command.send_message(first.conversation_uuid, "What is my name?")
+    assert _user_texts(model) == ["My name is Ada.", "What is my name?"]
+
+
+async def test_memory_is_cleared_explicitly_and_the_transcript_keeps_everything(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    model.script.steps.extend(["one", "two", "three"])
+    first = await ph.command.start_and_send("My name is Ada.", action="FULLMEM")
+    uuid = first.conversation_uuid
+    await ph.command.send_message(uuid, "I live in Paris.")
+    conversation = await ph.query.get_conversation(uuid)
+    assert await ph.command.clear_memory(conversation.memory_id) is True
+    await ph.command.send_message(uuid, "Where do I live?")
+    assert _user_texts(model) == ["Where do I live?"]
+    messages = await ph.query.get_conversation_messages(uuid)
+    assert [m.content for m in messages if m.role is MessageRole.USER] == [
+        "My name is Ada.",
+        "I live in Paris.",
+        "Where do I live?",
+    ]
+    cleared = [m for m in messages if m.data and m.data.get("memory_cleared")]
+    assert [(m.role, m.content) for m in cleared] == [(MessageRole.SYSTEM, "Chat memory cleared.")]
+    assert await ph.command.clear_memory("no-such-memory") is False
+
+
+async def test_memory_of_a_waiting_conversation_is_not_cleared(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    model.script.steps.append(
+        ToolCall(
+            "AskUserQuestion",
+            {"questions": [{"question": "Which brand?", "header": "Brand", "options": []}]},
+        )
+    )
+    result = await ph.command.start_and_send("Help me.", action="FULLMEM")
+    assert result.status is ProcessStatus.WAITING
+    conversation = await ph.query.get_conversation(result.conversation_uuid)
+    with pytest.raises(InvalidStateError, match="running or waiting"):
+        await ph.command.clear_memory(conversation.memory_id)
+
+
+async def test_the_system_prompt_is_recorded_once_as_sy(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    model.script.steps.extend(["one", "two"])
+    first = await ph.command.start_and_send("Hello.", action="FULLMEM")
+    sent = _system_prompt(model)
+    await ph.command.send_message(first.conversation_uuid, "Again.")
+    messages = await ph.query.get_conversation_messages(first.conversation_uuid)
+    assert [m.role for m in messages] == [
+        MessageRole.SYSTEM,
+        MessageRole.USER,
+        MessageRole.ASSISTANT,
+        MessageRole.USER,
+        MessageRole.ASSISTANT,
+    ]
+    assert messages[0].content == sent
+    assert messages[0].data == {"system_prompt": True, "catalog_revision": 1}
+    # The recorded prompt is not chat memory: the model sees it once, as the system prompt.
+    assert _user_texts(model) == ["Hello.", "Again."]
+
+
+async def test_a_skill_contributes_your_skill_and_its_tools_by_default(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    model.script.steps.append("Fresh.")
+    await ph.command.start_and_send("Acme", action="EAGER")
+    prompt = _system_prompt(model)
+    # The child and, with it, its parent skill (genai-4j), in seed 000's words.
+    assert "Your skill: Keep the brand's tone.\nYour skill: Know the market." in prompt
+    assert "use_skill" not in prompt
+    assert _tool_names(model) == ["lookup"]
+
+
+async def test_progressive_disclosure_is_a_per_action_switch(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    model.script.steps.extend([ToolCall("use_skill", {"skill": "VOICE"}), "Fresh."])
+    result = await ph.command.start_and_send("Acme", action="PROGRESS")
+    assert result.output == "Fresh."
+    first, second = model.requests
+    assert sorted(t.name for t in first.info.function_tools) == ["use_skill"]
+    # Activating the child brings its parent's tools.
+    assert sorted(t.name for t in second.info.function_tools) == ["lookup", "use_skill"]
+    prompt = _system_prompt(model)
+    assert "Call use_skill" in prompt
+    assert "Your skill: Keep the brand's tone." not in prompt
