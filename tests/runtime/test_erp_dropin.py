@@ -8,7 +8,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import pytest
 from pydantic_ai.messages import ModelRequest, SystemPromptPart, UserPromptPart
@@ -16,8 +18,12 @@ from pydantic_ai.messages import ModelRequest, SystemPromptPart, UserPromptPart
 from pilothouse.api import Pilothouse
 from pilothouse.catalog import MessageRole, ProcessStatus
 from pilothouse.errors import InvalidStateError
+from pilothouse.providers import SecretResolver
+from pilothouse.runtime import default_contributors
 from pilothouse.settings import Settings
 from pilothouse.testing import CatalogBuilder, ScriptedModel, ToolCall
+from pilothouse.tools import ToolRegistry
+from pilothouse.types import PromptContext
 
 pytestmark = pytest.mark.anyio
 
@@ -188,3 +194,59 @@ async def test_progressive_disclosure_is_a_per_action_switch(
     prompt = _system_prompt(model)
     assert "Call use_skill" in prompt
     assert "Your skill: Keep the brand's tone." not in prompt
+
+
+@dataclass
+class _Clause:
+    """A contributor another module adds: seed 000's IsPromptContributor seam."""
+
+    name: str = "legal"
+
+    def contribute(self, context: PromptContext) -> str | None:
+        return f"Legal entity of action {context.action.code}: Acme GmbH."
+
+
+def lookup_order(order_id: int) -> dict[str, str]:
+    """Find an order."""
+    return {"order": str(order_id), "status": "shipped"}
+
+
+async def test_registered_tools_and_custom_contributors_are_used(database_url: str) -> None:
+    registry = ToolRegistry(SecretResolver({}))
+    registry.register(lookup_order)
+    model = ScriptedModel([ToolCall("orders", {"order_id": 7}), "Shipped."])
+    settings = Settings(database_url=database_url, secrets_file=None)
+    contributors = [*default_contributors(), _Clause()]
+    async with Pilothouse(settings, model=model, tools=registry, contributors=contributors) as ph:
+        await (
+            CatalogBuilder()
+            # The catalog row offers the tool registered in code, under its own name.
+            .tool("ORDERS", name="orders", kind="python", implementation="lookup_order")
+            .action("TRACK", prompt="Track orders.", tools=["ORDERS"], ask_user=False)
+            .import_into(ph)
+        )
+        result = await ph.command.start_and_send("Where is order 7?", action="TRACK")
+        messages = await ph.query.get_conversation_messages(result.conversation_uuid)
+    assert result.output == "Shipped."
+    tool_messages = [m.content for m in messages if m.role is MessageRole.TOOL]
+    assert len(tool_messages) == 1
+    assert json.loads(tool_messages[0]) == {"order": "7", "status": "shipped"}
+    assert _system_prompt(model).endswith("Legal entity of action TRACK: Acme GmbH.")
+
+
+async def test_an_unregistered_implementation_names_what_is_registered(
+    database_url: str,
+) -> None:
+    registry = ToolRegistry(SecretResolver({}))
+    registry.register(lookup_order)
+    settings = Settings(database_url=database_url, secrets_file=None)
+    async with Pilothouse(settings, model=ScriptedModel(["x"]), tools=registry) as ph:
+        await (
+            CatalogBuilder()
+            .tool("ORDERS", name="orders", kind="python", implementation="find_order")
+            .action("TRACK", prompt="Track orders.", tools=["ORDERS"], ask_user=False)
+            .import_into(ph)
+        )
+        result = await ph.command.start_and_send("Where is order 7?", action="TRACK")
+    assert result.status is ProcessStatus.FAILED
+    assert "registered: lookup_order" in (result.error or "")

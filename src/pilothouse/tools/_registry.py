@@ -25,7 +25,13 @@ import httpx
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
 from pilothouse.catalog._models import Tool
 from pilothouse.providers._secrets import SecretResolver
-from pilothouse.tools._base import ExecutableTool, ToolDefinition, ToolError
+from pilothouse.tools._base import (
+    ExecutableTool,
+    ToolContext,
+    ToolDefinition,
+    ToolError,
+    ToolResult,
+)
 from pilothouse.tools._openapi import load_document, operation, parse_reference
 from pilothouse.tools._python import python_tool, resolve_reference, service_functions
 from pilothouse.tools._rest import (
@@ -299,9 +305,16 @@ class ToolRegistry:
 
     def _python(self, row: Tool, implementation: str, policy: ExecutionPolicy) -> ExecutableTool:
         if ":" not in implementation:
+            if implementation in self._tools:
+                # A tool registered in code (Pilothouse(tools=registry)): the
+                # catalog row offers it to its actions, under the row's name
+                # and the stricter of the two policies.
+                return _Registered(self._tools[implementation], row.name, policy)
+            registered = ", ".join(sorted(self._tools)) or "none"
             raise ToolError(
                 f"tool '{row.name}': implementation '{implementation}' must name one function "
-                "as 'package.module:function'"
+                "as 'package.module:function', or a tool registered in code "
+                f"(Pilothouse(tools=registry)); registered: {registered}"
             )
         target = resolve_reference(implementation)
         if not callable(target) or inspect.isclass(target):
@@ -408,3 +421,34 @@ def _path_schema(url: object, tool_name: str) -> dict[str, Any]:
     if fields:
         schema["required"] = list(fields)
     return schema
+
+
+class _Registered:
+    """A registered tool as a catalog row offers it: the row's name, the stricter policy."""
+
+    def __init__(self, tool: ExecutableTool, name: str, policy: ExecutionPolicy) -> None:
+        self._tool = tool
+        definition = tool.definition
+        self._definition = ToolDefinition(
+            name,
+            definition.description,
+            dict(definition.parameters),
+            output_schema=definition.output_schema,
+        )
+        authorized = ExecutionPolicy.AUTHORIZED in (policy, tool.policy)
+        self._policy = ExecutionPolicy.AUTHORIZED if authorized else ExecutionPolicy.ALLOW
+
+    @property
+    def definition(self) -> ToolDefinition:
+        return self._definition
+
+    @property
+    def kind(self) -> ToolKind:
+        return self._tool.kind
+
+    @property
+    def policy(self) -> ExecutionPolicy:
+        return self._policy
+
+    async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        return await self._tool.execute(arguments, context)
