@@ -285,6 +285,37 @@ class Pilothouse:
         """Stop calling ``listener``."""
         self._shared.hub.unsubscribe(listener, conversation_uuid)
 
+    async def expire_questions(self) -> int:
+        """End every conversation of every tenant whose questions waited too long.
+
+        Seed 000: a question waits "up to five minutes" (the action's
+        ``question_timeout``, 300 s by default); ``pilothouse serve`` calls
+        this on a schedule so a conversation nobody answers ends ``TE``
+        without waiting for a late answer.
+
+        Returns:
+            How many conversations were terminated.
+        """
+        from sqlalchemy import select
+
+        from pilothouse.catalog import ProcessStatus
+        from pilothouse.store import Conversation
+
+        database = self._shared.database
+        await database.ensure_schema()
+        async with database.sessions() as session:
+            tenants = list(
+                await session.scalars(
+                    select(Conversation.tenant)
+                    .where(Conversation.status == ProcessStatus.WAITING)
+                    .distinct()
+                )
+            )
+        expired = 0
+        for tenant in sorted(tenants):
+            expired += await self.for_tenant(tenant).command.expire_waiting()
+        return expired
+
     async def ensure_schema(self) -> None:
         """Create or upgrade the database schema; one read when it is current."""
         await self._shared.database.ensure_schema()

@@ -36,6 +36,7 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -209,7 +210,14 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncGenerator[None]:
         await served.open()
         try:
-            yield
+            async with anyio.create_task_group() as background:
+                if served.server.question_sweep_seconds > 0:
+                    # Questions expire on the service's own clock (seed 000).
+                    background.start_soon(served.expire_questions_forever)
+                try:
+                    yield
+                finally:
+                    background.cancel_scope.cancel()
         finally:
             # Turns still running get the grace period, then are cancelled
             # and recorded TE, before the database closes under them.

@@ -70,6 +70,9 @@ class ServerSettings(BaseSettings):
         key_cache_seconds: trust a verified API key this long without
             reading it again; a key revoked by another process (the CLI)
             keeps working here for at most this long. 0 reads every time.
+        question_sweep_seconds: how often the service ends conversations
+            whose questions waited past their action's ``question_timeout``
+            (300 s by default, seed 000's five minutes); 0 turns it off.
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_SERVER_", extra="ignore")
@@ -85,6 +88,7 @@ class ServerSettings(BaseSettings):
     shutdown_grace_seconds: float = 30.0
     last_used_interval_seconds: float = 60.0
     key_cache_seconds: float = 5.0
+    question_sweep_seconds: float = Field(default=30.0, ge=0)
 
     @property
     def is_loopback(self) -> bool:
@@ -171,6 +175,19 @@ class ServerState:
     def running_turns(self) -> list[tuple[str, str]]:
         """The (tenant, conversation uuid) of every turn running in this process."""
         return sorted(self._running)
+
+    async def expire_questions_forever(self) -> None:
+        """End expired questions every ``question_sweep_seconds`` until cancelled."""
+        while True:
+            await anyio.sleep(self.server.question_sweep_seconds)
+            try:
+                expired = await self.pilothouse.expire_questions()
+            except Exception:
+                # A failed sweep (database away) must not stop the next ones.
+                logger.exception("question expiry sweep failed")
+                continue
+            if expired:
+                logger.info("question expiry: %d conversation(s) ended TE", expired)
 
     async def drain(self, grace: float | None = None) -> None:
         """Wait up to ``grace`` seconds for running turns, then cancel the rest.
