@@ -16,7 +16,7 @@ import pytest
 from pydantic_ai.messages import ModelRequest, SystemPromptPart, UserPromptPart
 
 from pilothouse.api import Pilothouse
-from pilothouse.catalog import MessageRole, ProcessStatus
+from pilothouse.catalog import Action, McpClient, MessageRole, ProcessStatus
 from pilothouse.errors import InvalidStateError
 from pilothouse.providers import SecretResolver
 from pilothouse.runtime import default_contributors
@@ -250,3 +250,47 @@ async def test_an_unregistered_implementation_names_what_is_registered(
         result = await ph.command.start_and_send("Where is order 7?", action="TRACK")
     assert result.status is ProcessStatus.FAILED
     assert "registered: lookup_order" in (result.error or "")
+
+
+async def test_input_and_output_schema_helpers(ph: Pilothouse) -> None:
+    await (
+        CatalogBuilder()
+        .action(
+            "EXTRACT",
+            prompt="Extract.",
+            schemas={
+                "input": {"schema": {"type": "object"}},
+                "memory": {"schema": {"type": "object", "title": "m"}},
+                "output": {"cardinality": "list", "schema": {"type": "object", "title": "o"}},
+            },
+        )
+        .import_into(ph)
+    )
+    extract = await ph.query.find_action_by_code("EXTRACT")
+    plain = await ph.query.find_action_by_code("NOMEM")
+    assert extract is not None and plain is not None
+    assert [s.direction.value for s in extract.get_input_schemas()] == ["I", "M"]
+    assert extract.get_output_agent_schema().json_schema == {"type": "object", "title": "o"}
+    assert plain.get_input_schemas() == []
+    with pytest.raises(InvalidStateError, match="action 'NOMEM' has no output schema; exactly one"):
+        plain.get_output_agent_schema()
+
+
+def test_mcp_client_schemas_are_in_the_system_prompt() -> None:
+    client = McpClient(
+        name="crm",
+        description="The CRM.",
+        input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
+        output_schema={"type": "object", "properties": {"rows": {"type": "array"}}},
+    )
+    action = Action(code="A", prompt="Go.")
+    context = PromptContext(action=action, agent=None, mcp_clients=[client])
+    (part,) = [
+        text
+        for contributor in default_contributors()
+        if contributor.name == "mcp_clients"
+        for text in [contributor.contribute(context)]
+        if text
+    ]
+    assert part.startswith("Available tool 'crm': The CRM.\nInput data structure:\n{")
+    assert '"rows"' in part and "Output data structure:" in part

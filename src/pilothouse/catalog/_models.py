@@ -354,6 +354,10 @@ class McpClient(CatalogEntity):
     confidential_headers: Mapped[list[Any]] = mapped_column(default=list)
     """Header names whose values are secret: never shown or logged."""
     description: Mapped[str | None] = mapped_column(Text)
+    input_schema: Mapped[dict[str, Any] | None] = mapped_column()
+    """Seed 000's ``llmSchemaInput``: the request payload, shown in the system prompt."""
+    output_schema: Mapped[dict[str, Any] | None] = mapped_column()
+    """Seed 000's ``llmSchemaOutput``: the response payload, shown in the system prompt."""
 
     type: Mapped[McpClientType | None] = relationship(lazy="joined")
 
@@ -522,6 +526,33 @@ class Action(CatalogEntity):
     collections: Mapped[list[ActionCollection]] = relationship(
         cascade="all, delete-orphan", lazy="selectin", order_by="ActionCollection.position"
     )
+
+    def get_input_schemas(self) -> list[ActionSchema]:
+        """Return the schemas the action consumes: input (``I``) and memory (``M``).
+
+        Seed 000's ``LlmAction.getInputSchemas()``; empty when it has none.
+        """
+        return [s for s in self.schemas if s.direction is not SchemaDirection.OUTPUT]
+
+    def get_output_agent_schema(self) -> ActionSchema:
+        """Return the action's one output (``O``) schema.
+
+        Seed 000's ``LlmAction.getOutputAgentSchema()``: for callers that
+        require a structured output.
+
+        Raises:
+            InvalidStateError: the action has no output schema, or more than one.
+        """
+        outputs = [s for s in self.schemas if s.direction is SchemaDirection.OUTPUT]
+        if len(outputs) != 1:
+            from pilothouse.errors import InvalidStateError
+
+            found = "no output schema" if not outputs else f"{len(outputs)} output schemas"
+            raise InvalidStateError(
+                f"action '{self.code}' has {found}; exactly one is required here "
+                "(schemas.output in the catalog)"
+            )
+        return outputs[0]
 
 
 class ActionSchema(Base):

@@ -386,6 +386,8 @@ class McpClientSpec(CatalogSpec):
     headers: dict[str, str] = Field(default_factory=dict[str, str])
     confidential_headers: list[str] = Field(default_factory=list[str])
     description: str | None = None
+    input_schema: JsonObject | None = None
+    output_schema: JsonObject | None = None
 
 
 class AdvisorSpec(CatalogSpec):

@@ -111,10 +111,14 @@ def _skills(context: PromptContext) -> str | None:
 
 
 def _mcp_clients(context: PromptContext) -> str | None:
-    parts = [
-        f"Available tool '{client.name}': {client.description or 'tools of an MCP server'}"
-        for client in context.mcp_clients
-    ]
+    parts: list[str] = []
+    for client in context.mcp_clients:
+        line = f"Available tool '{client.name}': {client.description or 'tools of an MCP server'}"
+        # Seed 000's llmSchemaInput / llmSchemaOutput: the payloads' shapes.
+        for title, schema in (("Input", client.input_schema), ("Output", client.output_schema)):
+            if schema:
+                line += f"\n{title} data structure:\n{json.dumps(schema, indent=2, sort_keys=True)}"
+        parts.append(line)
     return "\n".join(parts) or None
 
 

@@ -7,7 +7,8 @@ This migration shortens those columns and makes SQLite enforce every catalog
 key's length too (PostgreSQL's ``varchar(n)`` already does; SQLite ignores
 declared lengths, so triggers refuse a longer key).
 
-Actions get ``progressive_disclosure`` (seed 000's default is off: a skill
+MCP clients get optional ``input_schema`` / ``output_schema`` (seed 000's
+``llmSchemaInput`` / ``llmSchemaOutput``). Actions get ``progressive_disclosure`` (seed 000's default is off: a skill
 contributes ``Your skill: <prompt>.``); existing actions keep the progressive
 disclosure they had.
 
@@ -103,6 +104,9 @@ def upgrade() -> None:
                 "progressive_disclosure", sa.Boolean(), nullable=False, server_default=sa.false()
             )
         )
+    with op.batch_alter_table("mcp_client", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("input_schema", sa.JSON(), nullable=True))
+        batch_op.add_column(sa.Column("output_schema", sa.JSON(), nullable=True))
     # Existing actions keep what they had: skills disclosed progressively.
     op.execute(sa.text("UPDATE action SET progressive_disclosure = :on").bindparams(on=True))
     bind = op.get_bind()
@@ -125,6 +129,9 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("action", schema=None) as batch_op:
         batch_op.drop_column("progressive_disclosure")
+    with op.batch_alter_table("mcp_client", schema=None) as batch_op:
+        batch_op.drop_column("output_schema")
+        batch_op.drop_column("input_schema")
     bind = op.get_bind()
     if bind.dialect.name == "sqlite":
         for table, (column, _) in _ALL_KEYS.items():
