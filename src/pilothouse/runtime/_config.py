@@ -34,6 +34,7 @@ _SWITCHES = {
     "tool_parameter_override": "overrides",
     "output_schema": "output_schema",
     "client_tools": "client_tools",
+    "user_id": "user_id",
 }
 
 # OpenAI's rule for function names, which every provider accepts.
@@ -61,6 +62,8 @@ class RuntimeConfig:
         client_tools: tools ``(name, description, parameters schema)``
             offered for this turn only, whose calls go back to the caller
             (an OpenAI client's ``tools``).
+        user_id: the end user this turn serves: a ``SCOPED`` memory strategy
+            retrieves and extracts that user's memory (none without it).
     """
 
     options: ModelOptions = ModelOptions()
@@ -71,6 +74,7 @@ class RuntimeConfig:
     overrides: tuple[OverrideRule, ...] = ()
     output_schema: dict[str, Any] | None = None
     client_tools: tuple[tuple[str, str, dict[str, Any]], ...] = ()
+    user_id: str | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None) -> RuntimeConfig:
@@ -113,6 +117,13 @@ class RuntimeConfig:
                 f"runtime config: instruction mode '{mode_value}' is not one of "
                 "replace, append, prepend"
             ) from None
+        user_id = switches.get("user_id")
+        if user_id is not None and (
+            not isinstance(user_id, str) or not user_id.strip() or len(user_id) > 128
+        ):
+            raise RuntimeConfigError(
+                "runtime config: 'user_id' must be a string of 1 to 128 characters"
+            )
         from pilothouse.runtime._toolexec import OverrideRule
 
         overrides = (
@@ -127,6 +138,7 @@ class RuntimeConfig:
             stream=switches.get("stream"),
             output_schema=_output_schema(switches.get("output_schema")),
             client_tools=_client_tools(switches.get("client_tools")),
+            user_id=user_id,
         )
 
     def shape(self, compiled: CompiledAction) -> CompiledAction:
