@@ -89,11 +89,14 @@ def _tables() -> list[str]:
     # Importing one model of each module registers its tables on Base (as the
     # migrations' env.py does); pilothouse.catalog and the API keys load lazily.
     from pilothouse.catalog._models import Action
+    from pilothouse.knowledge._tables import KnowledgeChunk
+    from pilothouse.memory._tables import MemoryRecord
     from pilothouse.store import Base
     from pilothouse.store._access import ApiKey
 
     tables = Base.metadata.sorted_tables
     assert Action.__table__ in tables and ApiKey.__table__ in tables
+    assert KnowledgeChunk.__table__ in tables and MemoryRecord.__table__ in tables
     return [table.name for table in tables]
 
 

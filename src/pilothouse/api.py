@@ -38,6 +38,7 @@ __all__ = [
     "CatalogApi",
     "CommandApi",
     "KeyApi",
+    "MemoryApi",
     "Pilothouse",
     "QueryApi",
     "SyncCatalogApi",
@@ -55,6 +56,7 @@ from typing import TYPE_CHECKING, Self
 from pilothouse._facade.catalog import CatalogApi
 from pilothouse._facade.command import CommandApi
 from pilothouse._facade.keys import KeyApi
+from pilothouse._facade.memory import MemoryApi
 from pilothouse._facade.query import QueryApi
 from pilothouse._sync import (
     SyncCatalogApi,
@@ -70,6 +72,7 @@ from pilothouse.store import NewAttachment as AttachmentInput
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
+    from pilothouse.memory import ScopedMemory
     from pilothouse.providers import LocalModelServers
     from pilothouse.runtime import EventHub, Runner, Runtime
     from pilothouse.runtime._events import Listener
@@ -109,6 +112,7 @@ class _Shared:
         self._contributors = contributors
         self._hub: EventHub | None = None
         self._runtime: Runtime | None = None
+        self._scoped: ScopedMemory | None = None
         from pilothouse.providers._egress import EgressPolicy
 
         # Checked once here; Settings validated every entry already.
@@ -156,8 +160,19 @@ class _Shared:
                 tool_source=CatalogToolSource(
                     secrets, registry=self._tools, script_tools=settings.script_tools
                 ),
+                scoped_memory=self._scoped,
             )
         return self._runtime
+
+    def scoped_memory(self) -> ScopedMemory:
+        """Scoped long-term memory: the run loop's once it exists, so one embedder loads."""
+        if self._runtime is not None:
+            return self._runtime.scoped_memory
+        if self._scoped is None:
+            from pilothouse.memory import ScopedMemory
+
+            self._scoped = ScopedMemory(self.database)
+        return self._scoped
 
     def runner(self, tenant: str) -> Runner:
         """The tenant's runner: a view of the shared runtime, a few attributes."""
@@ -213,6 +228,7 @@ class Pilothouse:
         command: state changes (conversations and turns).
         catalog: catalog validation, import, export and edits.
         keys: API keys of the HTTP service.
+        memory: scoped long-term memory (session, user, agent, organization).
     """
 
     def __init__(
@@ -250,6 +266,13 @@ class Pilothouse:
         )
         self.catalog = CatalogApi(database, tenant, shared.settings.user)
         self.keys = KeyApi(database, tenant)
+        self.memory = MemoryApi(
+            shared.scoped_memory,
+            lambda: shared.runtime().extractor,
+            tenant,
+            shared.settings.user,
+            lambda: shared.database.ensure_schema(),
+        )
 
     def for_tenant(self, tenant: str) -> Pilothouse:
         """Return a facade of ``tenant`` sharing everything this one holds.

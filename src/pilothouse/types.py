@@ -57,6 +57,12 @@ __all__ = [
     "Message",
     "MessageInput",
     "MessageRole",
+    "MemoryHit",
+    "MemoryItem",
+    "MemoryScope",
+    "MemoryScopeName",
+    "ErasureReport",
+    "ExtractionOutcome",
     "MessageView",
     "ModelCapability",
     "ModelEndpoint",
@@ -111,6 +117,14 @@ from pilothouse.catalog._enums import (
     TimelineKind,
     ToolCallStatus,
     ToolKind,
+)
+from pilothouse.memory._types import (
+    ErasureReport,
+    ExtractionOutcome,
+    MemoryHit,
+    MemoryItem,
+    MemoryScope,
+    MemoryScopeName,
 )
 from pilothouse.providers._options import ModelOptions, ReasoningEffort, ReasoningSummary
 

@@ -161,6 +161,9 @@ class MemoryKind(StrEnum):
 
     FULL = "FULL"
     WINDOW = "WINDOW"
+    SCOPED = "SCOPED"
+    """WINDOW(n) of the conversation plus memories retrieved from the session,
+    user, agent and organization scopes (``docs/memory.md``)."""
 
 
 class AdvisorKind(StrEnum):
@@ -203,3 +206,4 @@ class TimelineKind(StrEnum):
     TOOL_EXECUTION = "tool_execution"
     HUMAN_ANSWER = "human_answer"
     CANCEL = "cancel"
+    MEMORY = "memory"

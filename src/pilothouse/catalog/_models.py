@@ -462,6 +462,8 @@ class MemoryStrategy(CatalogEntity):
     kind: Mapped[MemoryKind] = mapped_column(coded_enum(MemoryKind, "memory_kind"))
     window_size: Mapped[int] = mapped_column(Integer, default=20)
     token_budget: Mapped[int | None] = mapped_column(Integer)
+    settings: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")
+    """A ``SCOPED`` strategy's retrieval and extraction settings (``ScopedMemorySettings``)."""
 
     type: Mapped[MemoryStrategyType | None] = relationship(lazy="joined")
 

@@ -437,6 +437,7 @@ class MemoryStrategySpec(CatalogSpec):
     kind: MemoryKindField
     window_size: Annotated[int, Field(ge=1)] = 20
     token_budget: Annotated[int, Field(ge=1)] | None = None
+    settings: JsonObject = Field(default_factory=dict[str, Any])
 
 
 class ActionSchemaSpec(BaseModel):

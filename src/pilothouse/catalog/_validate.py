@@ -42,14 +42,16 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
-from pilothouse.catalog._enums import McpTransport, ModelCapability, VectorStoreKind
+from pilothouse.catalog._enums import McpTransport, MemoryKind, ModelCapability, VectorStoreKind
 from pilothouse.catalog._kinds import KINDS, CatalogKind, Location, catalog_kind, suggest
+from pilothouse.catalog._memsettings import ScopedMemorySettings
 from pilothouse.catalog._models import Skill, SkillDependency
 from pilothouse.catalog._spec import (
     ActionSpec,
     CatalogSpec,
     DocumentCollectionSpec,
     McpClientSpec,
+    MemoryStrategySpec,
     ModelSpec,
     SkillSpec,
     ToolSpec,
@@ -422,6 +424,8 @@ def structure_rules(kind: CatalogKind, spec: CatalogSpec) -> list[tuple[Location
         found += _embedding_model_rules(spec)
     elif isinstance(spec, VectorStoreSpec):
         found += _vector_store_rules(spec)
+    elif isinstance(spec, MemoryStrategySpec):
+        found += _memory_strategy_rules(spec)
     elif isinstance(spec, DocumentCollectionSpec):
         if spec.chunk_size is not None and spec.chunk_overlap >= spec.chunk_size:
             found.append((("chunk_overlap",), "must be smaller than chunk_size"))
@@ -446,6 +450,24 @@ def _embedding_model_rules(spec: ModelSpec) -> list[tuple[Location, str]]:
             (("max_input_tokens",), "required for an embedding model (e.g. 256 for MiniLM)")
         )
     return found
+
+
+def _memory_strategy_rules(spec: MemoryStrategySpec) -> list[tuple[Location, str]]:
+    if spec.kind is not MemoryKind.SCOPED:
+        if spec.settings:
+            return [
+                (
+                    ("settings",),
+                    f"only a SCOPED strategy has settings; {spec.kind.value} reads none: remove "
+                    "them, or set kind: SCOPED",
+                )
+            ]
+        return []
+    try:
+        ScopedMemorySettings.model_validate(spec.settings)
+    except ValidationError as exc:
+        return [(("settings", *error["loc"]), _plain_message(error)) for error in exc.errors()]
+    return []
 
 
 def _vector_store_rules(spec: VectorStoreSpec) -> list[tuple[Location, str]]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from pilothouse.catalog._enums import MemoryKind, MessageRole
+from pilothouse.catalog._memsettings import ScopedMemorySettings
 from pilothouse.memory._tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,8 @@ class MemoryPolicy:
     """How much history a turn sees.
 
     Attributes:
-        kind: ``FULL`` keeps every message; ``WINDOW`` keeps the last ``window``.
+        kind: ``FULL`` keeps every message; ``WINDOW`` keeps the last ``window``;
+            ``SCOPED`` keeps the last ``window`` and adds retrieved memories.
         window: the number of messages ``WINDOW`` keeps (at least 1).
         token_budget: when set, the oldest messages are dropped until the
             system prompt and the kept history fit in this many tokens.
@@ -78,6 +80,8 @@ class MemoryPolicy:
     window: int = 20
     token_budget: int | None = None
     remember: bool = True
+    scoped: ScopedMemorySettings | None = None
+    """A ``SCOPED`` strategy's settings (its chat history is kept as ``WINDOW``)."""
 
     def __post_init__(self) -> None:
         if self.window < 1:

@@ -25,6 +25,7 @@ from pilothouse.catalog._enums import (
     SchemaDirection,
     ToolKind,
 )
+from pilothouse.catalog._memsettings import ScopedMemorySettings
 from pilothouse.catalog._models import (
     Action,
     Agent,
@@ -308,7 +309,12 @@ class ActionCompiler:
         strategy = action.memory_strategy
         memory = (
             MemoryPolicy(
-                kind=strategy.kind, window=strategy.window_size, token_budget=strategy.token_budget
+                kind=strategy.kind,
+                window=strategy.window_size,
+                token_budget=strategy.token_budget,
+                scoped=ScopedMemorySettings.model_validate(strategy.settings)
+                if strategy.kind is MemoryKind.SCOPED
+                else None,
             )
             if strategy is not None
             # Seed 000: "llmMemoryStrategy: optional; absent means no memory".

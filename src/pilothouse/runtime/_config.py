@@ -35,6 +35,7 @@ _SWITCHES = {
     "output_schema": "output_schema",
     "client_tools": "client_tools",
     "end_user": "end_user",
+    "user_id": "user_id",
 }
 
 # OpenAI's rule for function names, which every provider accepts.
@@ -64,6 +65,8 @@ class RuntimeConfig:
             (an OpenAI client's ``tools``).
         end_user: who the caller acts for (an OpenAI client's ``user``),
             recorded with the user's message; never a memory id.
+        user_id: the end user this turn serves: a ``SCOPED`` memory strategy
+            retrieves and extracts that user's memory (none without it).
     """
 
     options: ModelOptions = ModelOptions()
@@ -75,6 +78,7 @@ class RuntimeConfig:
     output_schema: dict[str, Any] | None = None
     client_tools: tuple[tuple[str, str, dict[str, Any]], ...] = ()
     end_user: str | None = None
+    user_id: str | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None) -> RuntimeConfig:
@@ -120,6 +124,13 @@ class RuntimeConfig:
                 f"runtime config: instruction mode '{mode_value}' is not one of "
                 "replace, append, prepend"
             ) from None
+        user_id = switches.get("user_id")
+        if user_id is not None and (
+            not isinstance(user_id, str) or not user_id.strip() or len(user_id) > 128
+        ):
+            raise RuntimeConfigError(
+                "runtime config: 'user_id' must be a string of 1 to 128 characters"
+            )
         from pilothouse.runtime._toolexec import OverrideRule
 
         overrides = (
@@ -135,6 +146,7 @@ class RuntimeConfig:
             output_schema=_output_schema(switches.get("output_schema")),
             client_tools=_client_tools(switches.get("client_tools")),
             end_user=end_user,
+            user_id=user_id,
         )
 
     def shape(self, compiled: CompiledAction) -> CompiledAction:

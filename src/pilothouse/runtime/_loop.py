@@ -87,6 +87,8 @@ class TurnLoop:
         self._telemetry = telemetry
         self._tool_source = tool_source
         self._model_override = model_override
+        self.model_override = model_override
+        """The model every call uses instead of the catalog's (tests), or None."""
         self._tool_timeout = tool_timeout
         self._tool_concurrency = tool_concurrency
         self._max_tool_steps = max_tool_steps

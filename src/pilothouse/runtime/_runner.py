@@ -471,7 +471,13 @@ class Runner:
                 case RunTools():
                     step = await loop.run_tools(turn, step)
                 case _:
-                    return await self._runtime.recorder.end(turn, step)
+                    result = await self._runtime.recorder.end(turn, step)
+                    if turn.compiled.memory.scoped is not None:
+                        from pilothouse.runtime._memory import remember
+
+                        runtime = self._runtime
+                        await remember(runtime, turn, turn.memory_text, result, runtime.extractor)
+                    return result
 
     async def _prompt(self, turn: Turn, step: Prompt) -> CallModel | Failed:
         """A new message: recompile if the catalog moved, then assemble the request."""
@@ -499,6 +505,12 @@ class Runner:
             [*history, user], turn.compiled.memory, system_prompt=prompt, counter=new.counter
         )
         turn.active_skills = activated_skills(history)
+        if turn.compiled.memory.scoped is not None:
+            from pilothouse.runtime._memory import recall
+
+            # Only SCOPED actions get here: the others pay one attribute check.
+            turn.memory_text = new.text
+            prompt = await recall(self._runtime, turn, new.text, prompt, new.counter)
         messages = build_messages(prompt, kept[:-1], new.text, new.attachments)
         last = messages[-1]
         if (

@@ -31,6 +31,7 @@ from pilothouse.runtime._toolset import ToolSource
 from pilothouse.store import Database, TurnStore
 
 if TYPE_CHECKING:
+    from pilothouse.memory import MemoryExtractor, ScopedMemory
     from pilothouse.runtime._runner import Runner
 
 _KNOWN_LIMIT = 10_000
@@ -114,8 +115,12 @@ class Runtime:
         tool_timeout: float = 30.0,
         tool_concurrency: int = 4,
         max_tool_steps: int = 10,
+        scoped_memory: ScopedMemory | None = None,
     ) -> None:
         from pilothouse.store import SqlTurnStore
+
+        self._scoped_memory = scoped_memory
+        self._extractor: MemoryExtractor | None = None
 
         self.database = database
         self.models = models
@@ -140,6 +145,25 @@ class Runtime:
             tool_concurrency=tool_concurrency,
             max_tool_steps=max_tool_steps,
         )
+
+    @property
+    def scoped_memory(self) -> ScopedMemory:
+        """Scoped long-term memory, made on the first ``SCOPED`` turn (the embedder loads then)."""
+        if self._scoped_memory is None:
+            from pilothouse.memory import ScopedMemory
+
+            self._scoped_memory = ScopedMemory(self.database)
+        return self._scoped_memory
+
+    @property
+    def extractor(self) -> MemoryExtractor:
+        """Queues and runs extraction jobs with the jobs' models."""
+        if self._extractor is None:
+            from pilothouse.memory import MemoryExtractor
+            from pilothouse.runtime._memory import ModelCompletion
+
+            self._extractor = MemoryExtractor(self.scoped_memory, ModelCompletion(self))
+        return self._extractor
 
     def runner(self, tenant: str, *, authorizer: Authorizer | None = None) -> Runner:
         """The tenant's view: runs that tenant's turns over this runtime.

@@ -176,6 +176,8 @@ class Turn:
         listener: the caller's listener for this turn's events.
         run_id: names the turn in its AI-generated markers.
         pending: audit events not yet written; the next write takes them.
+        memory_text: the user's text a ``SCOPED`` memory retrieved for (and
+            stores with the answer).
         partial: streamed text so far (recorded if the turn is cancelled).
         active_skills: skills activated in the conversation so far.
         offers_tools: whether the current model call offers tools.
@@ -195,6 +197,7 @@ class Turn:
     listener: Listener | None
     run_id: str = field(default_factory=lambda: str(uuid_module.uuid4()))
     pending: list[NewEvent] = field(default_factory=lambda: [])
+    memory_text: str = ""
     partial: list[str] = field(default_factory=lambda: [])
     active_skills: set[str] = field(default_factory=lambda: set[str]())
     offers_tools: bool = False

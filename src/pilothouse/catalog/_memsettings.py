@@ -1,0 +1,53 @@
+"""The settings of a ``SCOPED`` memory strategy, checked when the catalog is written.
+
+The strategy's ``settings`` mapping is free-form in the database but read
+through this model everywhere (validation, compile, the advisor), so what
+validation accepted is exactly what a turn honours, and a misspelt key
+(``user_limt``) is refused rather than silently leaving the default.
+Defaults follow light-genai-4j's memory design: per-turn limits 10 / 5 / 3 / 5
+(session, user, agent, organization) and session memory of 60 minutes, at
+most 100 records (``short-term: ttl-minutes: 60, max-memories: 100``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["ScopedMemorySettings"]
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ScopedMemorySettings(BaseModel):
+    """What a turn of a ``SCOPED`` strategy retrieves and remembers.
+
+    Attributes:
+        session_limit: memories retrieved from the session per turn (seed: 10).
+        user_limit: from the user's memory (seed: 5).
+        agent_limit: from the agent's memory (seed: 3).
+        organization_limit: from the organization's memory (seed: 5).
+        memory_token_budget: the most tokens the retrieved memories may add to
+            the system prompt; the lowest ranked are left out first.
+        threshold: the least cosine similarity a memory needs to be used.
+        session_ttl_minutes: how long a session memory lives (seed: 60).
+        session_max: the most records one session keeps (seed: 100).
+        store_responses: store each answered turn in session memory.
+        extract: after each answered turn, queue a durable job that extracts
+            facts into user and agent memory.
+        extraction_model: a catalog model's code for extraction; the action's
+            own model when None.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    session_limit: Annotated[int, Field(ge=0, le=100)] = 10
+    user_limit: Annotated[int, Field(ge=0, le=100)] = 5
+    agent_limit: Annotated[int, Field(ge=0, le=100)] = 3
+    organization_limit: Annotated[int, Field(ge=0, le=100)] = 5
+    memory_token_budget: Annotated[int, Field(ge=1)] = 1000
+    threshold: Annotated[float, Field(ge=-1.0, le=1.0)] = 0.2
+    session_ttl_minutes: Annotated[int, Field(ge=1, le=60 * 24 * 30)] = 60
+    session_max: Annotated[int, Field(ge=1, le=10_000)] = 100
+    store_responses: bool = True
+    extract: bool = True
+    extraction_model: Annotated[str, Field(min_length=1, max_length=12)] | None = None

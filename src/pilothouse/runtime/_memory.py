@@ -1,0 +1,237 @@
+"""The memory advisor of a ``SCOPED`` action: retrieve before the call, remember after.
+
+Before the model call (:func:`recall`): the user's message is matched against
+the session, user, agent and organization scopes of the turn (at most
+``session_limit`` / ``user_limit`` / ``agent_limit`` / ``organization_limit``
+memories each, 10 / 5 / 3 / 5 by default as in light-genai-4j's design),
+ranked together by similarity, importance and recency, cut to the
+strategy's ``memory_token_budget``, and put after the system prompt under
+``Relevant memories:``. A ``memory`` timeline event names every memory used
+(id, scope, similarity, score), so the audit shows what the model was told.
+
+After an answered turn (:func:`remember`): the exchange is stored in session
+memory (it expires after ``session_ttl_minutes``), and, with ``extract``, a
+durable extraction job is written; the worker runs it off the hot path.
+
+An action whose strategy is not ``SCOPED`` never reaches this module: the
+turn checks one attribute and goes on.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MemoryTurn", "ModelCompletion", "recall", "remember"]
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+
+from pilothouse.catalog._enums import ProcessStatus, TimelineKind
+from pilothouse.errors import NotFoundError, PilothouseError
+from pilothouse.memory._store import ScopedMemory, SessionLimits
+from pilothouse.memory._types import MemoryHit, MemoryScope
+from pilothouse.store import NewEvent
+
+if TYPE_CHECKING:
+    from pilothouse.catalog._memsettings import ScopedMemorySettings
+    from pilothouse.memory import TokenCounter
+    from pilothouse.memory._extract import MemoryExtractor
+    from pilothouse.memory._tables import MemoryJob
+    from pilothouse.runtime._events import TurnResult
+    from pilothouse.runtime._shared import Runtime
+    from pilothouse.runtime._turn import Turn
+
+logger = logging.getLogger(__name__)
+
+HEADER = "Relevant memories (from earlier conversations; may be outdated):"
+
+
+@dataclass(frozen=True)
+class MemoryTurn:
+    """Whose memory one turn reads and writes."""
+
+    settings: ScopedMemorySettings
+    tenant: str
+    user_id: str | None
+    agent: str
+    session_id: str
+
+    def scopes(self) -> dict[MemoryScope, int]:
+        """Each scope of the turn with its limit (scopes without a key are left out)."""
+        s = self.settings
+        out = {
+            MemoryScope(
+                "session", session_id=self.session_id, user_id=self.user_id
+            ): s.session_limit,
+            MemoryScope("agent", agent=self.agent): s.agent_limit,
+            MemoryScope("organization"): s.organization_limit,
+        }
+        if self.user_id is not None:
+            out[MemoryScope("user", user_id=self.user_id, agent=self.agent)] = s.user_limit
+        return out
+
+
+def memory_turn(turn: Turn) -> MemoryTurn | None:
+    """The turn's memory keys, or None when its action does not use scoped memory."""
+    settings = turn.compiled.memory.scoped
+    if settings is None:
+        return None
+    handle = turn.handle
+    return MemoryTurn(
+        settings=settings,
+        tenant=handle.tenant,
+        user_id=turn.config.user_id,
+        agent=handle.agent_code or handle.action_code,
+        session_id=handle.uuid,
+    )
+
+
+def scoped_memory(runtime: Runtime, settings: ScopedMemorySettings) -> ScopedMemory:
+    """The process's scoped memory with this strategy's session limits."""
+    base = runtime.scoped_memory
+    limits = SessionLimits(settings.session_ttl_minutes, settings.session_max)
+    if base.session_limits == limits:
+        return base
+    # Same database and embedder; only the session limits differ.
+    return ScopedMemory(base.database, base.embedder, session=limits, weights=base.weights)
+
+
+async def recall(
+    runtime: Runtime, turn: Turn, text: str, system_prompt: str, counter: TokenCounter
+) -> str:
+    """Return the system prompt with the memories relevant to ``text``; record them."""
+    keys = memory_turn(turn)
+    if keys is None or not text.strip():
+        return system_prompt
+    memory = runtime.scoped_memory
+    hits = await memory.search(keys.tenant, text, keys.scopes(), threshold=keys.settings.threshold)
+    used = budgeted(hits, keys.settings.memory_token_budget, counter)
+    turn.pending.append(
+        NewEvent(
+            TimelineKind.MEMORY,
+            {
+                "user_id": keys.user_id is not None,
+                "candidates": len(hits),
+                "used": [
+                    {
+                        "id": hit.item.id,
+                        "scope": hit.item.scope.scope,
+                        "similarity": round(hit.similarity, 4),
+                        "score": round(hit.score, 4),
+                    }
+                    for hit in used
+                ],
+                "budget": keys.settings.memory_token_budget,
+            },
+        )
+    )
+    if not used:
+        return system_prompt
+    lines = "\n".join(f"- [{hit.item.scope.scope}] {hit.item.content}" for hit in used)
+    return f"{system_prompt}\n\n{HEADER}\n{lines}" if system_prompt else f"{HEADER}\n{lines}"
+
+
+def budgeted(hits: list[MemoryHit], budget: int, counter: TokenCounter) -> list[MemoryHit]:
+    """The best-ranked hits whose lines fit in ``budget`` tokens (a line too long is skipped)."""
+    used: list[MemoryHit] = []
+    spent = counter.count(HEADER)
+    for hit in hits:
+        cost = counter.count(hit.item.content) + 4
+        if spent + cost > budget:
+            continue
+        used.append(hit)
+        spent += cost
+    return used
+
+
+async def remember(
+    runtime: Runtime, turn: Turn, text: str, result: TurnResult, extractor: MemoryExtractor
+) -> None:
+    """Store an answered turn in session memory and queue its extraction.
+
+    A failure here is logged and the turn's result stands: the answer was
+    recorded already, and memory is a help to later turns, not part of this one.
+    """
+    keys = memory_turn(turn)
+    if keys is None or result.status is not ProcessStatus.COMPLETED or not result.text.strip():
+        return
+    settings = keys.settings
+    try:
+        if settings.store_responses:
+            memory = scoped_memory(runtime, settings)
+            await memory.link_session(keys.tenant, keys.session_id, keys.user_id, keys.agent)
+            exchange = f"User: {text.strip()}\nAssistant: {result.text.strip()}"
+            await memory.add(
+                keys.tenant,
+                MemoryScope("session", session_id=keys.session_id, user_id=keys.user_id),
+                exchange[:8000],
+                memory_type="turn",
+                importance=0.5,
+                metadata={"conversation": keys.session_id},
+            )
+        if settings.extract and (keys.user_id is not None or keys.agent):
+            await extractor.enqueue(
+                keys.tenant,
+                [{"role": "user", "content": text}, {"role": "assistant", "content": result.text}],
+                user_id=keys.user_id,
+                agent=keys.agent,
+                session_id=keys.session_id,
+                conversation_uuid=keys.session_id,
+                action_code=turn.handle.action_code,
+                extraction_model=settings.extraction_model,
+            )
+    except (PilothouseError, SQLAlchemyError, OSError) as exc:
+        logger.error("conversation %s: the turn's memory was not stored: %s", keys.session_id, exc)
+
+
+class ModelCompletion:
+    """Asks a job's model for extraction: the configured extraction model, or the action's.
+
+    Args:
+        runtime: the run loop's shared parts (model factory, compiler, override).
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    async def __call__(self, job: MemoryJob, system: str, user: str) -> str:
+        """Send one system and user prompt; return the answer's text."""
+        from pydantic_ai.direct import model_request
+        from pydantic_ai.messages import ModelRequest, SystemPromptPart, TextPart, UserPromptPart
+
+        from pilothouse.catalog._models import Model
+        from pilothouse.providers._options import to_model_settings
+
+        runtime = self.runtime
+        if job.extraction_model is not None:
+            async with runtime.database.sessions() as session:
+                row = await session.scalar(
+                    select(Model).where(
+                        Model.tenant == job.tenant, Model.code == job.extraction_model
+                    )
+                )
+            if row is None:
+                raise NotFoundError(
+                    f"extraction model '{job.extraction_model}' is not in the catalog: correct "
+                    "the memory strategy's settings.extraction_model"
+                )
+            spec = runtime.compiler.model_spec(row)
+            from pilothouse.providers import ModelOptions
+
+            options = ModelOptions(max_tokens=1024, temperature=0.0)
+        else:
+            if job.action_code is None:
+                raise NotFoundError("the job names no action and no extraction model")
+            agent = job.agent if job.agent != job.action_code else None
+            compiled = await runtime.compiler.compile(job.tenant, job.action_code, agent)
+            spec = compiled.model
+            options = compiled.options
+        model: Any = runtime.loop.model_override or await runtime.models.model(spec, options)
+        response = await model_request(
+            model,
+            [ModelRequest(parts=[SystemPromptPart(system), UserPromptPart(user)])],
+            model_settings=to_model_settings(spec, options),
+        )
+        return "".join(part.content for part in response.parts if isinstance(part, TextPart))

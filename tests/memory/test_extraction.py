@@ -1,0 +1,206 @@
+"""Extraction jobs: ADD / UPDATE / DELETE / NOOP, retries, exactly-once completion."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+
+from pilothouse.memory import MemoryExtractor, ScopedMemory
+from pilothouse.memory._tables import MemoryJob
+from pilothouse.store._base import utcnow
+from pilothouse.types import MemoryScope
+
+pytestmark = pytest.mark.anyio
+
+ALICE = MemoryScope("user", user_id="alice")
+TURN = [
+    {"role": "user", "content": "I moved to Lisbon last month and I am vegetarian."},
+    {"role": "assistant", "content": "Noted! Lisbon has great vegetarian food."},
+]
+
+
+class Script:
+    """Plays back model answers and keeps what was asked (a model stand-in for the unit tests)."""
+
+    def __init__(self, *answers: str | Callable[[str], str]) -> None:
+        self.answers = list(answers)
+        self.prompts: list[tuple[str, str]] = []
+
+    async def __call__(self, job: MemoryJob, system: str, user: str) -> str:
+        self.prompts.append((system, user))
+        answer = self.answers.pop(0)
+        return answer(user) if callable(answer) else answer
+
+
+def facts(*items: tuple[str, str] | str) -> str:
+    out = []
+    for item in items:
+        text, scope = (item, "user") if isinstance(item, str) else item
+        out.append({"text": text, "scope": scope, "type": "fact", "importance": 0.8})
+    return json.dumps({"facts": out})
+
+
+async def enqueue(extractor: MemoryExtractor, messages: list[dict[str, str]] = TURN) -> int:
+    return await extractor.enqueue(
+        "t1", messages, user_id="alice", agent="SALES", session_id="s-1", action_code="CHAT"
+    )
+
+
+async def test_new_facts_are_added_to_user_and_agent_memory(memory: ScopedMemory) -> None:
+    script = Script(
+        facts(
+            "The user lives in Lisbon.",
+            "The user is vegetarian.",
+            ("Customers in Lisbon ask for vegetarian options.", "agent"),
+        )
+    )
+    extractor = MemoryExtractor(memory, script)
+    job = await enqueue(extractor)
+    [outcome] = await extractor.run_pending()
+    assert outcome.job_id == job and outcome.status == "done"
+    assert [e["event"] for e in outcome.events] == ["ADD", "ADD", "ADD"]
+    assert {i.content for i in await memory.list("t1", ALICE)} == {
+        "The user lives in Lisbon.",
+        "The user is vegetarian.",
+    }
+    agent = await memory.list("t1", MemoryScope("agent", agent="SALES"))
+    assert [(i.content, i.memory_type) for i in agent] == [
+        ("Customers in Lisbon ask for vegetarian options.", "learning")
+    ]
+    assert "I moved to Lisbon" in script.prompts[0][1]
+    assert (await extractor.jobs("t1"))[0]["outcome"] == {
+        "ADD": 3,
+        "UPDATE": 0,
+        "DELETE": 0,
+        "NOOP": 0,
+    }
+
+
+async def test_the_same_fact_twice_keeps_one_record(memory: ScopedMemory) -> None:
+    extractor = MemoryExtractor(
+        memory, Script(facts("The user is vegetarian."), facts("The user is vegetarian."))
+    )
+    await enqueue(extractor)
+    await enqueue(extractor)
+    first, second = await extractor.run_pending()
+    assert [e["event"] for e in first.events] == ["ADD"]
+    assert [e["event"] for e in second.events] == ["NOOP"]
+    assert len(await memory.list("t1", ALICE)) == 1
+
+
+async def test_a_related_fact_is_decided_by_the_model_update(memory: ScopedMemory) -> None:
+    old, _ = await memory.add("t1", ALICE, "The user lives in Porto.")
+    script = Script(
+        facts("The user lives in Lisbon now, having moved from Porto."),
+        lambda prompt: json.dumps(
+            {"event": "UPDATE", "id": 0, "text": "The user lives in Lisbon (moved from Porto)."}
+        ),
+    )
+    extractor = MemoryExtractor(memory, script)
+    await enqueue(extractor)
+    [outcome] = await extractor.run_pending()
+    assert [e["event"] for e in outcome.events] == ["UPDATE"]
+    # The model saw the existing memory under a small integer, never its uuid.
+    assert (
+        "0: The user lives in Porto." in script.prompts[1][1] and old.id not in script.prompts[1][1]
+    )
+    [item] = await memory.list("t1", ALICE)
+    assert item.id == old.id and item.content == "The user lives in Lisbon (moved from Porto)."
+
+
+async def test_a_contradicting_fact_deletes_the_old_and_adds_the_new(memory: ScopedMemory) -> None:
+    await memory.add("t1", ALICE, "The user eats meat every day.")
+    script = Script(
+        facts("The user is vegetarian and eats no meat."),
+        json.dumps({"event": "DELETE", "id": 0, "text": None}),
+    )
+    extractor = MemoryExtractor(memory, script)
+    await enqueue(extractor)
+    [outcome] = await extractor.run_pending()
+    assert [e["event"] for e in outcome.events] == ["DELETE", "ADD"]
+    assert [i.content for i in await memory.list("t1", ALICE)] == [
+        "The user is vegetarian and eats no meat."
+    ]
+
+
+async def test_empty_input_creates_nothing_and_asks_no_model(memory: ScopedMemory) -> None:
+    script = Script()
+    extractor = MemoryExtractor(memory, script)
+    await enqueue(extractor, [{"role": "user", "content": "   "}])
+    [outcome] = await extractor.run_pending()
+    assert outcome.status == "done" and outcome.events == ()
+    assert script.prompts == [] and await memory.list("t1", ALICE) == []
+
+
+async def test_no_facts_creates_nothing(memory: ScopedMemory) -> None:
+    extractor = MemoryExtractor(memory, Script('{"facts": []}'))
+    await enqueue(extractor)
+    [outcome] = await extractor.run_pending()
+    assert outcome.status == "done" and outcome.events == ()
+    assert await memory.list("t1", ALICE) == []
+
+
+async def test_malformed_output_is_sent_back_once_and_repaired(
+    memory: ScopedMemory, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = Script(
+        "Sure! Here are the facts: the user is vegetarian.",
+        "```json\n" + facts("The user is vegetarian.") + "\n```",
+    )
+    extractor = MemoryExtractor(memory, script)
+    await enqueue(extractor)
+    with caplog.at_level(logging.WARNING, "pilothouse.memory._extract"):
+        [outcome] = await extractor.run_pending()
+    assert outcome.status == "done" and len(outcome.events) == 1
+    assert "could not be used" in script.prompts[1][1]
+    assert any("malformed model answer" in r.getMessage() for r in caplog.records)
+
+
+async def test_malformed_output_is_retried_then_failed_never_dropped(
+    memory: ScopedMemory, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = Script(*(["not json"] * 6))
+    extractor = MemoryExtractor(memory, script)
+    job = await extractor.enqueue(
+        "t1", TURN, user_id="alice", agent=None, session_id=None, max_attempts=3
+    )
+    with caplog.at_level(logging.WARNING, "pilothouse.memory._extract"):
+        outcomes = await extractor.run_pending()
+    assert [o.status for o in outcomes] == ["pending", "pending", "failed"]
+    [row] = await extractor.jobs("t1")
+    assert row["id"] == job and row["status"] == "failed" and row["attempts"] == 3
+    assert "not the JSON asked for" in (row["error"] or "")
+    assert any(r.levelno == logging.ERROR for r in caplog.records)
+    assert await memory.list("t1", ALICE) == []
+
+
+async def test_a_job_whose_worker_died_is_taken_again_and_completes_once(
+    memory: ScopedMemory,
+) -> None:
+    answer = facts("The user is vegetarian.")
+    extractor = MemoryExtractor(memory, Script(answer, answer), lease_seconds=60)
+    await enqueue(extractor)
+    claimed = await extractor.claim()
+    assert claimed is not None
+    # The first worker "dies" here: its lease has not ended, so nobody takes the job.
+    assert await extractor.claim() is None
+    later = await extractor.claim(now=utcnow() + timedelta(seconds=61))
+    assert later is not None and later[1] == 2
+    outcome = await extractor.run(*later)
+    assert outcome.status == "done"
+    # The dead worker's attempt, should it wake, is fenced off: nothing applies twice.
+    stale = await extractor.run(*claimed)
+    assert stale.status == "pending" and stale.error == "lease lost"
+    assert len(await memory.list("t1", ALICE)) == 1
+    assert [j["status"] for j in await extractor.jobs("t1")] == ["done"]
+
+
+async def test_a_job_without_user_writes_no_user_memory(memory: ScopedMemory) -> None:
+    extractor = MemoryExtractor(memory, Script(facts("The user is vegetarian.")))
+    await extractor.enqueue("t1", TURN, user_id=None, agent=None, session_id="s-1")
+    [outcome] = await extractor.run_pending()
+    assert outcome.status == "done" and outcome.events == ()
