@@ -37,6 +37,7 @@ __all__ = [
     "AttachmentInput",
     "CatalogApi",
     "CommandApi",
+    "EventApi",
     "KeyApi",
     "Pilothouse",
     "QueryApi",
@@ -54,6 +55,7 @@ from typing import TYPE_CHECKING, Self
 
 from pilothouse._facade.catalog import CatalogApi
 from pilothouse._facade.command import CommandApi
+from pilothouse._facade.events import EventApi
 from pilothouse._facade.keys import KeyApi
 from pilothouse._facade.query import QueryApi
 from pilothouse._sync import (
@@ -213,6 +215,7 @@ class Pilothouse:
         command: state changes (conversations and turns).
         catalog: catalog validation, import, export and edits.
         keys: API keys of the HTTP service.
+        events: event tools' outbox and completions, and worker runs.
     """
 
     def __init__(
@@ -250,6 +253,7 @@ class Pilothouse:
         )
         self.catalog = CatalogApi(database, tenant, shared.settings.user)
         self.keys = KeyApi(database, tenant)
+        self.events = EventApi(database, tenant, shared.runtime, shared.runner)
 
     def for_tenant(self, tenant: str) -> Pilothouse:
         """Return a facade of ``tenant`` sharing everything this one holds.

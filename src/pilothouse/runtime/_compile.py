@@ -368,6 +368,7 @@ def _skill_infos(skills: Sequence[Skill]) -> tuple[SkillInfo, ...]:
             prompt=skill.prompt,
             tools=tuple(link.tool for link in skill.tools if link.tool.active),
             depends_on=tuple(d.code for d in dependencies),
+            execution=skill.execution or "local",
         )
         pending.extend(dependencies)
     return tuple(infos.values())
