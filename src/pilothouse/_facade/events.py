@@ -86,8 +86,8 @@ class EventApi(Facet):
         """Outbox and processed counts: commands, unsent, waiting, processed, duplicates."""
         return await (await self._calls()).counts()
 
-    def register_tools(self, reference: str) -> list[str]:
-        """Register Python tools for :meth:`run_tool` (``package.module:function`` or a module).
+    def register_tools(self, reference: str | Callable[..., Any]) -> list[str]:
+        """Register Python tools for :meth:`run_tool`: a function, a reference or a module.
 
         Returns:
             The names registered.
