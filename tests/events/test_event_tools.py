@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 from event_catalog import CATALOG, order_model, sums_model
+from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import FunctionModel
 
 from pilothouse.api import Pilothouse
@@ -82,11 +83,10 @@ async def test_round_trip_through_the_memory_bus_resumes_the_conversation(
     def lookup_order(order_id: str) -> dict[str, str]:
         return {"order_id": order_id, "status": "shipped"}
 
+    result = await ph.command.start_and_send("A-17", action="ORDERS")
     async with anyio.create_task_group() as group:
         await group.start(service.run)
         await group.start(worker.run)
-        result = await ph.command.start_and_send("A-17", action="ORDERS")
-        service.wake()
         await _wait_for(ph, result.conversation_uuid, ProcessStatus.COMPLETED)
         group.cancel_scope.cancel()
     conversation = await ph.query.get_conversation(result.conversation_uuid)
@@ -277,7 +277,5 @@ def test_open_bus_refuses_an_unknown_scheme_and_a_kafka_option_elsewhere() -> No
     assert isinstance(open_bus("memory://"), MemoryBus)
 
 
-def _text(text: str) -> object:
-    from pydantic_ai.messages import ModelResponse, TextPart
-
+def _text(text: str) -> ModelResponse:
     return ModelResponse(parts=[TextPart(text)])

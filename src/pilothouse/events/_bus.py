@@ -77,13 +77,16 @@ class Bus(Protocol):
         ...
 
 
-def open_bus(url: str, *, session_timeout: float | None = None) -> Bus:
+def open_bus(
+    url: str, *, session_timeout: float | None = None, ack_wait: float | None = None
+) -> Bus:
     """The bus of a URL: ``memory://``, ``kafka://host:port[,host:port]``, ``nats://host:port``.
 
     Args:
         url: where the broker is.
         session_timeout: a Kafka consumer group's session timeout in seconds
             (tansu: 2, so a new member joins in about a second).
+        ack_wait: seconds before NATS delivers an unacknowledged message again.
 
     Raises:
         InvalidFieldError: an unknown scheme, or an option the bus does not have.
@@ -92,6 +95,10 @@ def open_bus(url: str, *, session_timeout: float | None = None) -> Bus:
     if scheme == "kafka":
         from pilothouse.events._kafka import KafkaBus
 
+        if ack_wait is not None:
+            raise InvalidFieldError(
+                "ack_wait", "only NATS has one; Kafka redelivers from the last commit: remove it"
+            )
         if session_timeout is None:
             return KafkaBus(url.removeprefix("kafka://"))
         return KafkaBus(url.removeprefix("kafka://"), session_timeout=session_timeout)
@@ -102,7 +109,9 @@ def open_bus(url: str, *, session_timeout: float | None = None) -> Bus:
     if scheme == "nats":
         from pilothouse.events._nats import NatsBus
 
-        return NatsBus(url)
+        return NatsBus(url) if ack_wait is None else NatsBus(url, ack_wait=ack_wait)
+    if ack_wait is not None:
+        raise InvalidFieldError("ack_wait", f"only NATS has one, not '{url}': remove it")
     if scheme == "memory":
         from pilothouse.events._memory import MemoryBus
 

@@ -121,7 +121,11 @@ class KafkaBus:
                 offset = record.offset + 1
 
                 async def ack(partition: Any = partition, offset: int = offset) -> None:
-                    await consumer.commit({partition: offset})
+                    try:
+                        await consumer.commit({partition: offset})
+                    except KafkaError as exc:
+                        # Not committed: the group gets the message again.
+                        raise BusError(f"kafka: commit lost: {exc}") from exc
 
                 high: int | None = consumer.highwater(partition)
                 lag = None if high is None else max(0, high - offset)

@@ -9,11 +9,27 @@ from __future__ import annotations
 
 __all__ = ["NatsBus"]
 
+import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from pilothouse.events._bus import BusError, Delivery
+
+logger = logging.getLogger("pilothouse.events.nats")
+
+
+def _acker(message: Any) -> Callable[[], Awaitable[None]]:
+    async def ack() -> None:
+        from nats.errors import Error as NatsError
+
+        try:
+            await message.ack()
+        except NatsError as exc:
+            # Not acknowledged: JetStream delivers it again after ack_wait.
+            raise BusError(f"nats: acknowledgement lost: {exc}") from exc
+
+    return ack
 
 
 def _name(prefix: str, topic: str) -> str:
@@ -84,7 +100,13 @@ class NatsBus:
             raise BusError(f"nats at {self._url}: publish to '{topic}': {exc}") from exc
 
     async def consume(self, topic: str, group: str) -> AsyncIterator[Delivery]:
-        """The group's messages from a durable pull consumer."""
+        """The group's messages from a durable pull consumer.
+
+        While the server is away (a restart), fetching waits and tries
+        again; nats-py reconnects by itself.
+        """
+        import anyio
+        from nats.errors import Error as NatsError
         from nats.errors import TimeoutError as NatsTimeout
         from nats.js.api import ConsumerConfig
 
@@ -101,9 +123,14 @@ class NatsBus:
                     batch = await subscription.fetch(10, timeout=1)
                 except NatsTimeout:
                     continue
+                except NatsError as exc:
+                    logger.info("nats fetch on %s failed (%s); trying again", topic, exc)
+                    await anyio.sleep(0.5)
+                    continue
                 for message in batch:
                     headers: dict[str, str] = message.headers or {}
                     lag = message.metadata.num_pending if message.metadata else None
-                    yield Delivery(topic, message.data, headers.get("key"), lag, message.ack)
+                    yield Delivery(topic, message.data, headers.get("key"), lag, _acker(message))
         finally:
-            await subscription.unsubscribe()
+            if self._nc is not None and not self._nc.is_closed:
+                await subscription.unsubscribe()

@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import ValidationError
 
 from pilothouse.errors import PilothouseError
-from pilothouse.events._bus import Bus, Delivery
+from pilothouse.events._bus import Bus, BusError, Delivery
 from pilothouse.events._payloads import (
     RunAction,
     SkillCompletionEvent,
@@ -206,7 +206,11 @@ class EventService:
         async for delivery in self._bus.consume(self.reply_topic, self.group):
             if delivery.lag is not None:
                 self.metrics.lag.labels(delivery.topic).set(delivery.lag)
-            await self.handle_completion(delivery)
+            try:
+                await self.handle_completion(delivery)
+            except BusError as exc:
+                # Applied but not acknowledged: it comes again and is a duplicate.
+                logger.warning("completion on %s not acknowledged: %s", delivery.topic, exc)
 
     async def handle_completion(self, delivery: Delivery) -> str:
         """Apply one delivered completion, then acknowledge it; return its outcome."""
@@ -254,7 +258,10 @@ class EventService:
         async for delivery in self._bus.consume(topic, self.group + "-actions"):
             if delivery.lag is not None:
                 self.metrics.lag.labels(delivery.topic).set(delivery.lag)
-            await self.handle_action(delivery)
+            try:
+                await self.handle_action(delivery)
+            except BusError as exc:
+                logger.warning("run_action on %s not finished: %s", delivery.topic, exc)
 
     async def handle_action(self, delivery: Delivery) -> str:
         """Run one delivered ``run_action`` and publish its ``turn_finished``."""

@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import ValidationError
 
 from pilothouse.errors import PilothouseError
-from pilothouse.events._bus import Bus, Delivery
+from pilothouse.events._bus import Bus, BusError, Delivery
 from pilothouse.events._payloads import (
     SkillCompletionEvent,
     SkillInvocationEvent,
@@ -146,7 +146,11 @@ class Worker:
         async for delivery in stream:
             if delivery.lag is not None:
                 self.metrics.lag.labels(self.topic).set(delivery.lag)
-            await self.handle(delivery)
+            try:
+                await self.handle(delivery)
+            except BusError as exc:
+                # Unacknowledged: the bus delivers the command again.
+                logger.warning("command on %s not finished: %s", self.topic, exc)
 
     async def handle(self, delivery: Delivery) -> str:
         """Run one delivered command, answer it, acknowledge it; return the outcome."""
