@@ -37,6 +37,7 @@ __all__ = [
     "AttachmentInput",
     "CatalogApi",
     "CommandApi",
+    "EventApi",
     "KeyApi",
     "MemoryApi",
     "Pilothouse",
@@ -55,6 +56,7 @@ from typing import TYPE_CHECKING, Self
 
 from pilothouse._facade.catalog import CatalogApi
 from pilothouse._facade.command import CommandApi
+from pilothouse._facade.events import EventApi
 from pilothouse._facade.keys import KeyApi
 from pilothouse._facade.memory import MemoryApi
 from pilothouse._facade.query import QueryApi
@@ -229,6 +231,7 @@ class Pilothouse:
         catalog: catalog validation, import, export and edits.
         keys: API keys of the HTTP service.
         memory: scoped long-term memory (session, user, agent, organization).
+        events: event tools' outbox and completions, and worker runs.
     """
 
     def __init__(
@@ -273,6 +276,7 @@ class Pilothouse:
             shared.settings.user,
             lambda: shared.database.ensure_schema(),
         )
+        self.events = EventApi(database, tenant, shared.runtime, shared.runner)
 
     def for_tenant(self, tenant: str) -> Pilothouse:
         """Return a facade of ``tenant`` sharing everything this one holds.

@@ -39,6 +39,7 @@ __all__ = [
     "CatalogCheck",
     "CatalogEntity",
     "CatalogEntry",
+    "CompletionApplied",
     "ChatMemory",
     "Conversation",
     "ConversationInfo",
@@ -55,6 +56,7 @@ __all__ = [
     "McpTransport",
     "MemoryKind",
     "Message",
+    "OutboxCommand",
     "MessageInput",
     "MessageRole",
     "MemoryHit",
@@ -88,6 +90,7 @@ __all__ = [
     "ToolCallStatus",
     "ToolCallView",
     "ToolKind",
+    "ToolRun",
     "TurnEvent",
     "TurnFinished",
     "TurnResult",
@@ -131,6 +134,7 @@ from pilothouse.providers._options import ModelOptions, ReasoningEffort, Reasoni
 if TYPE_CHECKING:
     from pilothouse.catalog._importer import ImportSummary, KindCounts
     from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
+    from pilothouse.runtime._eventcalls import CompletionApplied, OutboxCommand, ToolRun
     from pilothouse.runtime._events import (
         StatusChanged,
         TextDelta,
@@ -407,6 +411,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "TurnRetry",
     ),
     "pilothouse.runtime._prompt": ("PromptContext", "PromptContributor"),
+    "pilothouse.runtime._eventcalls": ("CompletionApplied", "OutboxCommand", "ToolRun"),
     "pilothouse.runtime._toolexec": ("Authorizer",),
     "pilothouse.store._queries": (
         "AttachmentView",

@@ -147,6 +147,8 @@ class ToolKind(StrEnum):
     MCP = "mcp"
     SCRIPT = "script"
     SCHEMA = "schema"
+    EVENT = "event"
+    """Published on the event bus and answered by a worker (docs/events.md)."""
 
 
 class ExecutionPolicy(StrEnum):

@@ -254,6 +254,8 @@ class Skill(CatalogEntity):
     description: Mapped[str | None] = mapped_column(Text)
     prompt: Mapped[str] = mapped_column(Text)
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("skill.id"))
+    execution: Mapped[str] = mapped_column(String(16), default="local")
+    """``local``, or ``event``: the skill's tools run on event workers (docs/events.md)."""
 
     type: Mapped[SkillType | None] = relationship(lazy="joined")
     parent: Mapped[Skill | None] = relationship(remote_side="Skill.id", lazy="selectin")

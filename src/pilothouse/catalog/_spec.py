@@ -50,7 +50,7 @@ from collections.abc import Callable
 from datetime import date
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -354,6 +354,8 @@ class SkillSpec(CatalogSpec):
     parent: str | None = None
     depends_on: list[str] = Field(default_factory=list[str])
     tools: list[str] = Field(default_factory=list[str])
+    execution: Literal["local", "event"] = "local"
+    """``event``: every tool of the skill is published on the event bus (docs/events.md)."""
 
 
 class ToolSpec(CatalogSpec):

@@ -42,7 +42,14 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
-from pilothouse.catalog._enums import McpTransport, MemoryKind, ModelCapability, VectorStoreKind
+from pilothouse.catalog._enums import (
+    McpTransport,
+    MemoryKind,
+    ModelCapability,
+    ToolKind,
+    VectorStoreKind,
+)
+from pilothouse.catalog._events import EventToolSettings
 from pilothouse.catalog._kinds import KINDS, CatalogKind, Location, catalog_kind, suggest
 from pilothouse.catalog._memsettings import ScopedMemorySettings
 from pilothouse.catalog._models import Skill, SkillDependency
@@ -413,6 +420,7 @@ def structure_rules(kind: CatalogKind, spec: CatalogSpec) -> list[tuple[Location
         if spec.transport is not McpTransport.STDIO and not spec.url:
             found.append((("url",), f"required for the {transport} transport"))
     elif isinstance(spec, ToolSpec):
+        found += _event_tool_rules(spec)
         found += _schema_issues(("input_schema",), spec.input_schema)
         if spec.output_schema is not None:
             found += _schema_issues(("output_schema",), spec.output_schema)
@@ -429,6 +437,26 @@ def structure_rules(kind: CatalogKind, spec: CatalogSpec) -> list[tuple[Location
     elif isinstance(spec, DocumentCollectionSpec):
         if spec.chunk_size is not None and spec.chunk_overlap >= spec.chunk_size:
             found.append((("chunk_overlap",), "must be smaller than chunk_size"))
+    return found
+
+
+def _event_tool_rules(spec: ToolSpec) -> list[tuple[Location, str]]:
+    if spec.kind is not ToolKind.EVENT:
+        return []
+    found: list[tuple[Location, str]] = []
+    if spec.implementation:
+        found.append(
+            (
+                ("implementation",),
+                "an event tool is run by a worker on the bus: remove it and set "
+                "settings.skill to the name the worker runs",
+            )
+        )
+    try:
+        EventToolSettings.model_validate(spec.settings)
+    except ValidationError as exc:
+        for error in exc.errors():
+            found.append((("settings", *error["loc"]), _plain_message(error)))
     return found
 
 

@@ -406,6 +406,7 @@ def _skill_infos(skills: Sequence[Skill]) -> tuple[SkillInfo, ...]:
             prompt=skill.prompt,
             tools=tuple(link.tool for link in skill.tools if link.tool.active),
             depends_on=tuple(required.code for required in _requires(skill)),
+            execution=skill.execution or "local",
         )
         for skill in skills
     )

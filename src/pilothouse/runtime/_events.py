@@ -60,20 +60,27 @@ class ReturnedCall:
     """A call of a custom-schema tool, returned to the caller unexecuted.
 
     The caller runs it and gives the result back (``submit_tool_result``).
+    A call of an event tool is published on the bus instead, and a worker's
+    completion answers it: it carries its ``correlation_id``.
 
     Attributes:
         id: the call's id.
         name: the tool's name.
         arguments: the arguments the model gave.
+        correlation_id: the call's correlation id on the event bus, if it went there.
     """
 
     id: str
     name: str
     arguments: dict[str, Any]
+    correlation_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The call as JSON-ready data."""
-        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+        data = {"id": self.id, "name": self.name, "arguments": self.arguments}
+        if self.correlation_id is not None:
+            data["correlationId"] = self.correlation_id
+        return data
 
 
 @dataclass(frozen=True, slots=True)

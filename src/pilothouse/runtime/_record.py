@@ -124,13 +124,13 @@ class TurnRecorder:
                     output=output,
                     questions=questions,
                 )
-            case Returned(response_model=model, batch=batch, calls=calls):
+            case Returned(response_model=model, batch=batch, calls=calls, waiting=waiting):
                 batch.finish_reason = FinishReason.TOOL_CALLS
                 batch.response_model = model
                 return await self._close(
                     turn,
                     batch,
-                    ProcessStatus.COMPLETED,
+                    ProcessStatus.WAITING if waiting else ProcessStatus.COMPLETED,
                     finish_reason=FinishReason.TOOL_CALLS,
                     tool_calls=calls,
                 )

@@ -36,7 +36,6 @@ from pilothouse.catalog._enums import (
     MessageRole,
     ProcessStatus,
     TimelineKind,
-    ToolCallStatus,
 )
 from pilothouse.errors import PilothouseError
 from pilothouse.memory import MemoryMessage, counter_for, select_history
@@ -76,6 +75,7 @@ from pilothouse.store import (
     NewAttachment,
     NewEvent,
     NewMessage,
+    NewProcessed,
     ToolCallOutcome,
     TurnBatch,
     TurnHandle,
@@ -264,6 +264,8 @@ class Runner:
         event: NewEvent,
         on_event: Listener | None = None,
         still_pending: Sequence[ReturnedCall] = (),
+        waiting: bool = False,
+        processed: Sequence[NewProcessed] = (),
     ) -> TurnResult:
         """Record answers to pending calls and let the model go on.
 
@@ -275,10 +277,12 @@ class Runner:
             on_event: called with every event of this turn.
             still_pending: calls of the caller's still without a result; when
                 there are any, the replies are recorded and the model waits.
+            waiting: some of ``still_pending`` wait on the event bus (``WA``).
+            processed: event completions these replies apply.
         """
         action_code, agent_code = await self._runtime.codes(self.tenant, conversation_uuid)
         compiled = await self.compiler.compile(self.tenant, action_code, agent_code)
-        step = Resume(tuple(replies), event, tuple(still_pending))
+        step = Resume(tuple(replies), event, tuple(still_pending), waiting, tuple(processed))
         opening = TakeConversation(conversation_uuid, allowed)
         return await self._drive(opening, compiled, RuntimeConfig(), on_event, step)
 
@@ -526,7 +530,7 @@ class Runner:
 
     async def _resume(self, turn: Turn, step: Resume) -> CallModel | Returned:
         """Record the replies; go on from the stored history unless calls are still pending."""
-        batch = TurnBatch(events=[step.event])
+        batch = TurnBatch(events=[step.event], processed=list(step.processed))
         for reply in step.replies:
             batch.messages.append(
                 NewMessage(
@@ -536,11 +540,9 @@ class Runner:
                     data={"tool_name": reply.tool_name},
                 )
             )
-            batch.outcomes.append(
-                ToolCallOutcome(reply.call_id, ToolCallStatus.SUCCEEDED, reply.content)
-            )
+            batch.outcomes.append(ToolCallOutcome(reply.call_id, reply.status, reply.content))
         if step.still_pending:
-            return Returned(None, batch, step.still_pending)
+            return Returned(None, batch, step.still_pending, waiting=step.waiting)
         await self._runtime.recorder.write(turn, batch)
         compiled = turn.compiled
         history = memory_messages(await self.store.memory(self.tenant, turn.handle.memory_id))

@@ -15,6 +15,7 @@ __all__ = [
     "USE_SKILL",
     "ArgumentValidators",
     "CatalogToolSource",
+    "EventRoute",
     "SkillInfo",
     "ToolSet",
     "ToolSource",
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pilothouse.catalog._enums import ToolKind
+from pilothouse.catalog._events import EventToolSettings
 from pilothouse.catalog._models import McpClient, Tool
 from pilothouse.providers import SecretResolver
 from pilothouse.tools._base import ExecutableTool, ToolDefinition, ToolError
@@ -86,6 +88,33 @@ class SkillInfo:
     prompt: str
     tools: tuple[Tool, ...]
     depends_on: tuple[str, ...]
+    execution: str = "local"
+    """``event``: the skill's tools are published on the event bus."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventRoute:
+    """Where calls of an event tool go: the outbox, then the bus.
+
+    Attributes:
+        skill_name: the ``skillName`` the worker runs.
+        topic: the command topic.
+        reply_to: the topic the worker answers on.
+        timeout: seconds until the call ends with a timeout result.
+    """
+
+    skill_name: str
+    topic: str
+    reply_to: str
+    timeout: float
+
+
+def event_route(row: Tool) -> EventRoute:
+    """The route of a catalog tool published on the bus (its settings, checked on import)."""
+    settings = EventToolSettings.model_validate(row.settings if row.kind is ToolKind.EVENT else {})
+    return EventRoute(
+        settings.skill or row.name, settings.topic, settings.reply_to, settings.timeout
+    )
 
 
 def use_skill_definition(skills: Sequence[SkillInfo]) -> ToolDefinition:
@@ -147,6 +176,8 @@ class ToolSet:
         builtins: built-in tools handled by the loop itself.
         validators: argument validators (``iter_errors``), by name.
         timeouts: per-tool timeouts in seconds, by name.
+        events: tools whose calls go to the event bus, by name (also in
+            ``returned``: the loop runs none of them itself).
     """
 
     executable: dict[str, ExecutableTool] = field(default_factory=lambda: {})
@@ -154,6 +185,7 @@ class ToolSet:
     builtins: dict[str, ToolDefinition] = field(default_factory=lambda: {})
     validators: ArgumentValidators = field(default_factory=ArgumentValidators)
     timeouts: dict[str, float] = field(default_factory=lambda: {})
+    events: dict[str, EventRoute] = field(default_factory=lambda: {})
 
     def add(self, definition: ToolDefinition, *, tool: ExecutableTool | None = None) -> None:
         """Offer a tool; ``tool`` None means returned to the caller."""
@@ -227,6 +259,11 @@ class CatalogToolSource:
         self._mcp = mcp
         self._mcp_stop: Any = None
         self._mcp_task: Any = None
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The tool registry (Python tools registered in code, catalog builds)."""
+        return self._tools()
 
     def _tools(self) -> ToolRegistry:
         if self._registry is None:
@@ -310,15 +347,22 @@ async def build_toolset(
     toolset = ToolSet()
     rows: list[Tool] = list(tools)
     by_code = {skill.code: skill for skill in skills}
+    on_bus: set[str] = set()
     for code in sorted(active_skills):
         skill = by_code.get(code)
         if skill is not None:
             rows.extend(skill.tools)
+            if skill.execution == "event":
+                on_bus.update(t.name for t in skill.tools)
     seen: set[str] = set()
     for row in rows:
         if row.name in seen:
             continue
         seen.add(row.name)
+        if row.kind is ToolKind.EVENT or (row.name in on_bus and row.kind is not ToolKind.SCHEMA):
+            toolset.add(await _bus_definition(source, row))
+            toolset.events[row.name] = event_route(row)
+            continue
         if row.kind is ToolKind.SCHEMA:
             toolset.add(ToolDefinition(row.name, row.description or "", dict(row.input_schema)))
             continue
@@ -344,6 +388,19 @@ async def build_toolset(
     if ask_user:
         toolset.add_builtin(ASK_USER_DEFINITION)
     return toolset
+
+
+async def _bus_definition(source: ToolSource, row: Tool) -> ToolDefinition:
+    """What the model sees of a tool the bus runs: its catalog schema, else its own."""
+    if row.kind is ToolKind.EVENT or row.input_schema:
+        return ToolDefinition(row.name, row.description or "", dict(row.input_schema))
+    if row.kind is ToolKind.MCP:
+        raise ToolError(
+            f"tool '{row.code}': an MCP tool in an event skill needs its input_schema "
+            "in the catalog (the worker, not this process, reaches the MCP server)"
+        )
+    # A Python tool's parameters come from its signature.
+    return (await source.tool(row)).definition
 
 
 def activate(skills: Sequence[SkillInfo], code: str) -> list[SkillInfo]:

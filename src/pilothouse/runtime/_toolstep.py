@@ -14,14 +14,17 @@ from __future__ import annotations
 __all__ = [
     "ToolResults",
     "answers_reply",
+    "event_command",
     "normalized_response",
     "results_as_text",
     "run_tool_step",
 ]
 
 import json
+import uuid as uuid_module
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any, cast
 
 from pydantic_ai.messages import (
@@ -39,10 +42,25 @@ from pilothouse.catalog._enums import MessageRole, TimelineKind, ToolCallStatus
 from pilothouse.runtime._events import Question, ReturnedCall, ToolCallRecord
 from pilothouse.runtime._repair import EXPECTED_FORMAT, CallProblem, RepairedCall
 from pilothouse.runtime._toolexec import Execution, ToolExecutor
-from pilothouse.runtime._toolset import ASK_USER, USE_SKILL, SkillInfo, ToolSet, activate
+from pilothouse.runtime._toolset import (
+    ASK_USER,
+    USE_SKILL,
+    EventRoute,
+    SkillInfo,
+    ToolSet,
+    activate,
+)
 from pilothouse.runtime._toolset import skill_reply as _skill_reply
 from pilothouse.runtime._turn import Paused, Returned
-from pilothouse.store import NewEvent, NewMessage, NewToolCall, ToolCallOutcome, TurnBatch
+from pilothouse.store import (
+    NewEvent,
+    NewMessage,
+    NewOutboxMessage,
+    NewToolCall,
+    ToolCallOutcome,
+    TurnBatch,
+)
+from pilothouse.store._base import utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +207,35 @@ async def run_tool_step(
             returns.append(ToolReturnPart(USE_SKILL, reply, tool_call_id=call.call_id))
         elif call.name == ASK_USER:
             asked.extend(_questions(call))
+        elif call.name in toolset.events:
+            command = event_command(
+                call, toolset.events[call.name], tenant=tenant, conversation_uuid=conversation_uuid
+            )
+            batch.outbox.append(command)
+            returned.append(
+                ReturnedCall(call.call_id, call.name, call.arguments, command.correlation_id)
+            )
+            batch.outcomes.append(
+                ToolCallOutcome(
+                    call.call_id,
+                    ToolCallStatus.RETURNED,
+                    f"published on {command.topic} as {command.correlation_id}",
+                )
+            )
+            batch.events.append(
+                NewEvent(
+                    TimelineKind.TOOL_EXECUTION,
+                    {
+                        "call_id": call.call_id,
+                        "tool": call.name,
+                        "status": "published",
+                        "correlation_id": command.correlation_id,
+                        "topic": command.topic,
+                        "deadline": command.deadline.isoformat(),
+                        **repairs,
+                    },
+                )
+            )
         else:
             returned.append(ReturnedCall(call.call_id, call.name, call.arguments))
             batch.outcomes.append(
@@ -237,8 +284,36 @@ async def run_tool_step(
             )
         return Paused(response.model_name, batch, tuple(asked))
     if returned:
-        return Returned(response.model_name, batch, tuple(returned))
+        return Returned(response.model_name, batch, tuple(returned), waiting=bool(batch.outbox))
     return ToolResults(batch, ModelRequest(parts=returns), tuple(activated), only_repeats)
+
+
+def event_command(
+    call: RepairedCall, route: EventRoute, *, tenant: str, conversation_uuid: str
+) -> NewOutboxMessage:
+    """The ``SkillInvocationEvent`` of an event tool's call, for the outbox (seed 002's names)."""
+    correlation_id = uuid_module.uuid4().hex
+    deadline = utcnow() + timedelta(seconds=route.timeout)
+    payload: dict[str, Any] = {
+        "type": "SkillInvocationEvent",
+        "correlationId": correlation_id,
+        "skillName": route.skill_name,
+        "arguments": dict(call.arguments),
+        "replyTo": route.reply_to,
+        "tenant": tenant,
+        "conversationId": conversation_uuid,
+        "toolCallId": call.call_id,
+        "deadline": deadline.isoformat(),
+    }
+    return NewOutboxMessage(
+        correlation_id=correlation_id,
+        call_id=call.call_id,
+        skill_name=route.skill_name,
+        topic=route.topic,
+        reply_to=route.reply_to,
+        payload=payload,
+        deadline=deadline,
+    )
 
 
 def _record_execution(

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
 
-from pilothouse.catalog._enums import MessageRole, ProcessStatus
+from pilothouse.catalog._enums import MessageRole, ProcessStatus, ToolCallStatus
 from pilothouse.memory import MemoryMessage, TokenCounter
 from pilothouse.runtime._advisors import ContentBlocked
 from pilothouse.runtime._compile import CompiledAction
@@ -58,6 +58,7 @@ from pilothouse.store import (
     NewAttachment,
     NewEvent,
     NewMessage,
+    NewProcessed,
     StoredMessage,
     TurnBatch,
     TurnHandle,
@@ -289,18 +290,23 @@ class ToolReply:
     call_id: str
     tool_name: str
     content: str
+    status: ToolCallStatus = ToolCallStatus.SUCCEEDED
 
 
 @dataclass(frozen=True, slots=True)
 class Resume:
     """Record replies to pending calls, then continue from the stored history.
 
-    With calls of the caller's ``still_pending``, the turn ends waiting for them.
+    With calls of the caller's ``still_pending``, the turn ends waiting for
+    them (``WA`` when ``waiting``: some of them are on the event bus).
+    ``processed`` marks event completions applied with the replies.
     """
 
     replies: tuple[ToolReply, ...]
     event: NewEvent
     still_pending: tuple[ReturnedCall, ...] = ()
+    waiting: bool = False
+    processed: tuple[NewProcessed, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,12 +355,15 @@ class Returned:
     """Calls of custom-schema tools go back to the caller: ``CO``, finish reason ``TC``.
 
     ``response_model`` None leaves the conversation's as it is (a resumed
-    turn still waiting for results made no model call).
+    turn still waiting for results made no model call). With ``waiting``
+    (calls of event tools are among them, in the batch's outbox) the
+    conversation is ``WA`` instead, until the bus answers.
     """
 
     response_model: str | None
     batch: TurnBatch
     calls: tuple[ReturnedCall, ...]
+    waiting: bool = False
 
 
 @dataclass(frozen=True, slots=True)

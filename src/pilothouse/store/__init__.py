@@ -9,6 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from pilothouse.store._base import Base
 from pilothouse.store._engine import Database, current_revision, head_revision
+from pilothouse.store._outbox import (
+    EventOutbox,
+    EventProcessed,
+    NewOutboxMessage,
+    NewProcessed,
+)
 from pilothouse.store._queries import (
     AttachmentView,
     ConversationInfo,
@@ -52,6 +58,8 @@ __all__ = [
     "ConversationQueries",
     "ConversationView",
     "Database",
+    "EventOutbox",
+    "EventProcessed",
     "Message",
     "MessageView",
     "Page",
@@ -62,6 +70,8 @@ __all__ = [
     "NewAttachment",
     "NewEvent",
     "NewMessage",
+    "NewOutboxMessage",
+    "NewProcessed",
     "NewToolCall",
     "OrmTurnStore",
     "SqlTurnStore",

@@ -24,6 +24,7 @@ from pilothouse.catalog._models import Action, Agent, CatalogRevision
 from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.store._base import utcnow
 from pilothouse.store._engine import Database
+from pilothouse.store._outbox import EventOutbox, EventProcessed, outbox_row, processed_row
 from pilothouse.store._records import (
     Attachment,
     Conversation,
@@ -369,6 +370,12 @@ async def _write(session: AsyncSession, handle: TurnHandle, batch: TurnBatch) ->
                 )
             )
             handle.next_event += 1
+    session.add_all(
+        EventOutbox(**outbox_row(m, handle.tenant, handle.uuid, now)) for m in batch.outbox
+    )
+    session.add_all(
+        EventProcessed(**processed_row(p, handle.tenant, handle.uuid, now)) for p in batch.processed
+    )
     if batch.touches_conversation():
         conversation = await session.get_one(Conversation, handle.conversation_id)
         for name, value in batch.changes().items():

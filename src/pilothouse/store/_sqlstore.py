@@ -45,6 +45,7 @@ from pilothouse.store._fastsql import (
     fetch,
     insert_one,
 )
+from pilothouse.store._outbox import EventOutbox, EventProcessed, outbox_row, processed_row
 from pilothouse.store._records import (
     Attachment,
     Conversation,
@@ -69,6 +70,8 @@ _MESSAGE = cast(Table, Message.__table__)
 _ATTACHMENT = cast(Table, Attachment.__table__)
 _TOOL_CALL = cast(Table, ToolCall.__table__)
 _EVENT = cast(Table, TimelineEvent.__table__)
+_OUTBOX = cast(Table, EventOutbox.__table__)
+_PROCESSED = cast(Table, EventProcessed.__table__)
 
 _USAGE_COLUMNS = (
     "input_tokens",
@@ -552,6 +555,16 @@ class SqlTurnStore:
                 )
                 handle.next_event += 1
             executemany(connection, statements.insert_event, rows)
+        if batch.outbox:
+            connection.execute(
+                insert(_OUTBOX),
+                [outbox_row(m, handle.tenant, handle.uuid, now) for m in batch.outbox],
+            )
+        if batch.processed:
+            connection.execute(
+                insert(_PROCESSED),
+                [processed_row(p, handle.tenant, handle.uuid, now) for p in batch.processed],
+            )
         if batch.touches_conversation():
             changes = batch.changes()
             parameters: dict[str, Any] = {f"b_{name}": value for name, value in changes.items()}

@@ -50,6 +50,7 @@ from pilothouse.catalog._enums import (
 )
 from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.store._base import utcnow
+from pilothouse.store._outbox import NewOutboxMessage, NewProcessed
 from pilothouse.store._records import Conversation
 
 #: Statuses from which a new user message may start a turn. ``CO`` is here
@@ -152,6 +153,10 @@ class TurnBatch:
         error_detail: why the turn failed.
         finished_at: when the turn ended.
         usage: token and cost increments.
+        outbox: event commands to publish once this step is committed
+            (written in the same transaction; see ``store/_outbox.py``).
+        processed: event completions this step applies (their correlation
+            ids enter ``event_processed`` with the result, never apart from it).
     """
 
     messages: list[NewMessage] = field(default_factory=lambda: [])
@@ -164,6 +169,8 @@ class TurnBatch:
     error_detail: str | None = None
     finished_at: datetime | None = None
     usage: Usage | None = None
+    outbox: list[NewOutboxMessage] = field(default_factory=lambda: [])
+    processed: list[NewProcessed] = field(default_factory=lambda: [])
 
     def changes(self) -> dict[str, Any]:
         """The conversation columns this batch sets, by column name."""
@@ -195,6 +202,8 @@ class TurnBatch:
             or self.tool_calls
             or self.outcomes
             or self.events
+            or self.outbox
+            or self.processed
             or self.touches_conversation()
         )
 

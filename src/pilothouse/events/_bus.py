@@ -1,0 +1,121 @@
+"""The bus adapter: one small protocol, three implementations.
+
+A bus publishes bytes on a topic and delivers a topic's messages to a
+consumer group (each message to one member of the group), at least once: a
+message is delivered again until its consumer acknowledges it. Nothing here
+is idempotent or transactional on the broker side (tansu refuses both);
+pilothouse's idempotency lives in its own tables (docs/events.md).
+
+``open_bus("memory://")``, ``open_bus("kafka://127.0.0.1:9092")`` or
+``open_bus("nats://127.0.0.1:4222")`` gives the adapter for a URL.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Bus", "BusError", "Delivery", "open_bus"]
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+from urllib.parse import urlsplit
+
+from pilothouse.errors import InvalidFieldError, PilothouseError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+
+class BusError(PilothouseError):
+    """The broker could not be reached or refused a request."""
+
+
+@dataclass
+class Delivery:
+    """One message delivered to a consumer.
+
+    Attributes:
+        topic: where it was published.
+        value: its bytes.
+        key: its key (the correlation id for pilothouse's messages).
+        lag: messages of the topic after this one not yet consumed by the
+            group, when the broker says (a metric, not a promise).
+    """
+
+    topic: str
+    value: bytes
+    key: str | None = None
+    lag: int | None = None
+    _ack: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
+
+    async def ack(self) -> None:
+        """Acknowledge it: the group will not be given it again."""
+        if self._ack is not None:
+            await self._ack()
+
+
+class Bus(Protocol):
+    """A message bus: Kafka protocol, NATS JetStream, or memory."""
+
+    async def start(self) -> None:
+        """Connect (idempotent)."""
+        ...
+
+    async def close(self) -> None:
+        """Disconnect; consumers stop."""
+        ...
+
+    async def publish(self, topic: str, value: bytes, *, key: str | None = None) -> None:
+        """Publish one message; returns once the broker has it.
+
+        Raises:
+            BusError: the broker did not take it.
+        """
+        ...
+
+    def consume(self, topic: str, group: str) -> AsyncIterator[Delivery]:
+        """Deliver ``topic``'s messages to ``group``; unacknowledged ones come again."""
+        ...
+
+
+def open_bus(
+    url: str, *, session_timeout: float | None = None, ack_wait: float | None = None
+) -> Bus:
+    """The bus of a URL: ``memory://``, ``kafka://host:port[,host:port]``, ``nats://host:port``.
+
+    Args:
+        url: where the broker is.
+        session_timeout: a Kafka consumer group's session timeout in seconds
+            (tansu: 2, so a new member joins in about a second).
+        ack_wait: seconds before NATS delivers an unacknowledged message again.
+
+    Raises:
+        InvalidFieldError: an unknown scheme, or an option the bus does not have.
+    """
+    scheme = urlsplit(url).scheme
+    if scheme == "kafka":
+        from pilothouse.events._kafka import KafkaBus
+
+        if ack_wait is not None:
+            raise InvalidFieldError(
+                "ack_wait", "only NATS has one; Kafka redelivers from the last commit: remove it"
+            )
+        if session_timeout is None:
+            return KafkaBus(url.removeprefix("kafka://"))
+        return KafkaBus(url.removeprefix("kafka://"), session_timeout=session_timeout)
+    if session_timeout is not None:
+        raise InvalidFieldError(
+            "session_timeout", f"only Kafka consumer groups have one, not '{url}': remove it"
+        )
+    if scheme == "nats":
+        from pilothouse.events._nats import NatsBus
+
+        return NatsBus(url) if ack_wait is None else NatsBus(url, ack_wait=ack_wait)
+    if ack_wait is not None:
+        raise InvalidFieldError("ack_wait", f"only NATS has one, not '{url}': remove it")
+    if scheme == "memory":
+        from pilothouse.events._memory import MemoryBus
+
+        return MemoryBus()
+    raise InvalidFieldError(
+        "bus", f"unknown bus '{url}': write memory://, kafka://host:port or nats://host:port"
+    )

@@ -1,0 +1,84 @@
+"""The in-memory bus, for unit tests and single-process use.
+
+Each topic is a list; each consumer group has a cursor over it. A message
+handed out but not acknowledged when its consumer stops is handed out
+again to the next consumer of the group, as a broker would.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MemoryBus"]
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from pilothouse.events._bus import BusError, Delivery
+
+
+class MemoryBus:
+    """A bus in this process's memory (no broker)."""
+
+    def __init__(self) -> None:
+        self._logs: dict[str, list[tuple[str | None, bytes]]] = {}
+        self._next: dict[tuple[str, str], int] = {}
+        self._returned: dict[tuple[str, str], list[int]] = {}
+        self._changed = asyncio.Condition()
+        self._closed = False
+
+    async def start(self) -> None:
+        """Nothing to connect."""
+        self._closed = False
+
+    async def close(self) -> None:
+        """Stop every consumer."""
+        self._closed = True
+        async with self._changed:
+            self._changed.notify_all()
+
+    def messages(self, topic: str) -> list[bytes]:
+        """Everything published on ``topic`` so far (tests read it)."""
+        return [value for _, value in self._logs.get(topic, [])]
+
+    async def publish(self, topic: str, value: bytes, *, key: str | None = None) -> None:
+        """Append to the topic and wake its consumers."""
+        if self._closed:
+            raise BusError("the memory bus is closed")
+        async with self._changed:
+            self._logs.setdefault(topic, []).append((key, value))
+            self._changed.notify_all()
+
+    async def consume(self, topic: str, group: str) -> AsyncIterator[Delivery]:
+        """Hand out the topic's messages to the group, each to one consumer."""
+        slot = (topic, group)
+        while not self._closed:
+            async with self._changed:
+                index = self._claim(slot)
+                while index is None and not self._closed:
+                    await self._changed.wait()
+                    index = self._claim(slot)
+            if index is None:
+                return
+            key, value = self._logs[topic][index]
+            done = False
+
+            async def ack() -> None:
+                nonlocal done
+                done = True
+
+            lag = len(self._logs[topic]) - self._next[slot]
+            try:
+                yield Delivery(topic, value, key, lag, ack)
+            finally:
+                if not done:
+                    # Not acknowledged: the group gets it again.
+                    self._returned.setdefault(slot, []).append(index)
+
+    def _claim(self, slot: tuple[str, str]) -> int | None:
+        returned = self._returned.get(slot)
+        if returned:
+            return returned.pop(0)
+        position = self._next.get(slot, 0)
+        if position < len(self._logs.get(slot[0], [])):
+            self._next[slot] = position + 1
+            return position
+        return None

@@ -1,0 +1,136 @@
+"""The NATS JetStream bus, on nats-py.
+
+Each topic is a subject with a stream of its own (``PH_<topic>``); a
+consumer group is a durable pull consumer shared by its members, and an
+unacknowledged message comes again after ``ack_wait``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["NatsBus"]
+
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from pilothouse.events._bus import BusError, Delivery
+
+logger = logging.getLogger("pilothouse.events.nats")
+
+
+def _acker(message: Any) -> Callable[[], Awaitable[None]]:
+    async def ack() -> None:
+        from nats.errors import Error as NatsError
+
+        try:
+            await message.ack()
+        except NatsError as exc:
+            # Not acknowledged: JetStream delivers it again after ack_wait.
+            raise BusError(f"nats: acknowledgement lost: {exc}") from exc
+
+    return ack
+
+
+def _name(prefix: str, topic: str) -> str:
+    # Stream and durable names may not hold '.', '*', '>' or spaces.
+    return prefix + re.sub(r"[^A-Za-z0-9_-]", "_", topic)
+
+
+class NatsBus:
+    """A bus over NATS JetStream.
+
+    Args:
+        url: ``nats://host:port``.
+        ack_wait: seconds before an unacknowledged message is delivered again.
+    """
+
+    def __init__(self, url: str, *, ack_wait: float = 60.0) -> None:
+        self._url = url
+        self._ack_wait = ack_wait
+        self._nc: Any = None
+        self._js: Any = None
+        self._streams: set[str] = set()
+
+    async def start(self) -> None:
+        """Connect to the server."""
+        if self._nc is not None:
+            return
+        import nats
+        from nats.errors import Error as NatsError
+
+        try:
+            connect: Any = nats.connect  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+            self._nc = await connect(
+                self._url, connect_timeout=5, max_reconnect_attempts=-1, reconnect_time_wait=0.5
+            )
+        except (NatsError, OSError) as exc:
+            raise BusError(f"nats at {self._url}: {exc}") from exc
+        self._js = self._nc.jetstream()
+
+    async def close(self) -> None:
+        """Drain and close the connection."""
+        if self._nc is not None:
+            nc, self._nc, self._js = self._nc, None, None
+            await nc.close()
+
+    async def _stream(self, topic: str) -> str:
+        name = _name("PH_", topic)
+        if name in self._streams:
+            return name
+        from nats.js.errors import NotFoundError
+
+        await self.start()
+        try:
+            await self._js.stream_info(name)
+        except NotFoundError:
+            await self._js.add_stream(name=name, subjects=[topic])
+        self._streams.add(name)
+        return name
+
+    async def publish(self, topic: str, value: bytes, *, key: str | None = None) -> None:
+        """Publish and wait for JetStream's acknowledgement."""
+        from nats.errors import Error as NatsError
+
+        try:
+            await self._stream(topic)
+            headers = {"key": key} if key is not None else None
+            await self._js.publish(topic, value, headers=headers)
+        except NatsError as exc:
+            raise BusError(f"nats at {self._url}: publish to '{topic}': {exc}") from exc
+
+    async def consume(self, topic: str, group: str) -> AsyncIterator[Delivery]:
+        """The group's messages from a durable pull consumer.
+
+        While the server is away (a restart), fetching waits and tries
+        again; nats-py reconnects by itself.
+        """
+        import anyio
+        from nats.errors import Error as NatsError
+        from nats.errors import TimeoutError as NatsTimeout
+        from nats.js.api import ConsumerConfig
+
+        stream = await self._stream(topic)
+        subscription = await self._js.pull_subscribe(
+            topic,
+            durable=_name("", group),
+            stream=stream,
+            config=ConsumerConfig(ack_wait=self._ack_wait),
+        )
+        try:
+            while self._nc is not None:
+                try:
+                    batch = await subscription.fetch(10, timeout=1)
+                except NatsTimeout:
+                    continue
+                except NatsError as exc:
+                    logger.info("nats fetch on %s failed (%s); trying again", topic, exc)
+                    await anyio.sleep(0.5)
+                    continue
+                for message in batch:
+                    headers: dict[str, str] = message.headers or {}
+                    lag = message.metadata.num_pending if message.metadata else None
+                    yield Delivery(topic, message.data, headers.get("key"), lag, _acker(message))
+        finally:
+            if self._nc is not None and not self._nc.is_closed:
+                await subscription.unsubscribe()

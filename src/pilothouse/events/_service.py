@@ -1,0 +1,339 @@
+"""pilothouse's side of the bus: relay, completions, deadlines and ``run_action``.
+
+:class:`EventService` runs four loops in one task group, all through the
+facade (``ph.events``, ``ph.command``):
+
+- the **relay** publishes the outbox's unsent commands and marks them sent
+  (at least once: a crash between the two publishes them again, and the
+  worker's completion is deduplicated by correlation id);
+- the **completion consumer** applies each ``SkillCompletionEvent`` on the
+  reply topic (a duplicate or late one is counted, never applied twice)
+  and acknowledges it only afterwards, so a crash delivers it again;
+- the **deadline sweep** ends overdue calls with a timeout result;
+- the **action consumer** answers ``run_action`` with ``turn_finished``.
+
+Any number of pilothouse processes may run one: they share the consumer
+groups and the database's tables.
+"""
+
+from __future__ import annotations
+
+__all__ = ["EventService", "EventServiceMetrics"]
+
+import json
+import logging
+import uuid as uuid_module
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from pydantic import ValidationError
+
+from pilothouse.errors import PilothouseError
+from pilothouse.events._bus import Bus, BusError, Delivery
+from pilothouse.events._payloads import (
+    RunAction,
+    SkillCompletionEvent,
+    TurnFinishedEvent,
+    decode,
+    encode,
+)
+from pilothouse.types import FinishReason, TurnResult
+
+if TYPE_CHECKING:
+    from pilothouse.api import Pilothouse
+
+logger = logging.getLogger("pilothouse.events")
+
+_ACTION_NAMESPACE = uuid_module.UUID("6f1d1a52-64a4-4b8e-9f3c-1c2b3a4d5e6f")
+"""Names the conversation of a ``run_action`` after its correlation id (uuid5):
+a duplicate command finds its conversation taken and is not run twice."""
+
+
+@dataclass
+class EventServiceMetrics:
+    """Prometheus metrics of the service (its own registry)."""
+
+    registry: CollectorRegistry
+    published: Counter
+    completions: Counter
+    actions: Counter
+    unsent: Gauge
+    lag: Gauge
+
+    @classmethod
+    def create(cls) -> EventServiceMetrics:
+        """New metrics in a registry of their own."""
+        registry = CollectorRegistry()
+        return cls(
+            registry=registry,
+            published=Counter(
+                "pilothouse_events_published",
+                "Commands the relay published.",
+                ["topic"],
+                registry=registry,
+            ),
+            completions=Counter(
+                "pilothouse_events_completions",
+                "Completions received, by what became of them.",
+                ["outcome"],
+                registry=registry,
+            ),
+            actions=Counter(
+                "pilothouse_events_actions",
+                "run_action commands, by outcome.",
+                ["outcome"],
+                registry=registry,
+            ),
+            unsent=Gauge(
+                "pilothouse_events_outbox_unsent",
+                "Outbox commands not yet published.",
+                registry=registry,
+            ),
+            lag=Gauge(
+                "pilothouse_events_consumer_lag",
+                "Messages after the last one consumed, by topic.",
+                ["topic"],
+                registry=registry,
+            ),
+        )
+
+
+class EventService:
+    """Relays event commands and applies completions for a pilothouse process.
+
+    Args:
+        ph: the facade (its tenant is the default for ``run_action``).
+        bus: the bus.
+        reply_topic: where workers' completions come (``agent-events``).
+        group: this service's consumer group (shared by its processes).
+        action_topic: where ``run_action`` commands come; None runs no
+            action consumer.
+        poll_interval: seconds between outbox reads when nothing woke the relay.
+        sweep_interval: seconds between deadline sweeps.
+        busy_retry: seconds to keep retrying a completion whose conversation
+            is running a turn, before leaving it to the next delivery.
+        metrics: where to count; new ones by default.
+    """
+
+    def __init__(
+        self,
+        ph: Pilothouse,
+        bus: Bus,
+        *,
+        reply_topic: str = "agent-events",
+        group: str = "pilothouse",
+        action_topic: str | None = None,
+        poll_interval: float = 0.2,
+        sweep_interval: float = 1.0,
+        busy_retry: float = 60.0,
+        metrics: EventServiceMetrics | None = None,
+    ) -> None:
+        self._ph = ph
+        self._bus = bus
+        self.reply_topic = reply_topic
+        self.group = group
+        self.action_topic = action_topic
+        self._poll = poll_interval
+        self._sweep = sweep_interval
+        self._busy_retry = busy_retry
+        self.metrics = metrics or EventServiceMetrics.create()
+        self._wake = anyio.Event()
+
+    def wake(self) -> None:
+        """Have the relay read the outbox now (a turn just wrote to it)."""
+        self._wake.set()
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run every loop until cancelled."""
+        await self._bus.start()
+        self._ph.subscribe(self._on_turn_event, deltas=False)
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._relay_loop)
+                group.start_soon(self._completion_loop)
+                group.start_soon(self._sweep_loop)
+                if self.action_topic is not None:
+                    group.start_soon(self._action_loop, self.action_topic)
+                task_status.started()
+        finally:
+            self._ph.unsubscribe(self._on_turn_event)
+
+    async def _on_turn_event(self, event: Any) -> None:
+        result = getattr(event, "result", None)
+        if isinstance(result, TurnResult) and any(c.correlation_id for c in result.tool_calls):
+            self.wake()
+
+    # -- the relay ------------------------------------------------------------
+
+    async def relay_once(self) -> int:
+        """Publish every unsent command; return how many were published."""
+        sent = 0
+        while True:
+            commands = await self._ph.events.unpublished(100)
+            if not commands:
+                self.metrics.unsent.set(0)
+                return sent
+            done: list[int] = []
+            try:
+                for command in commands:
+                    await self._bus.publish(
+                        command.topic,
+                        json.dumps(command.payload).encode(),
+                        key=command.correlation_id,
+                    )
+                    done.append(command.id)
+                    self.metrics.published.labels(command.topic).inc()
+            finally:
+                # What the bus took is marked even when a later publish failed.
+                await self._ph.events.mark_published(done)
+            sent += len(done)
+
+    async def _relay_loop(self) -> None:
+        while True:
+            try:
+                await self.relay_once()
+            except PilothouseError as exc:
+                logger.warning("event relay: %s; retrying", exc)
+            with anyio.move_on_after(self._poll):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+
+    # -- completions ------------------------------------------------------------
+
+    async def _completion_loop(self) -> None:
+        async for delivery in self._bus.consume(self.reply_topic, self.group):
+            if delivery.lag is not None:
+                self.metrics.lag.labels(delivery.topic).set(delivery.lag)
+            try:
+                await self.handle_completion(delivery)
+            except BusError as exc:
+                # Applied but not acknowledged: it comes again and is a duplicate.
+                logger.warning("completion on %s not acknowledged: %s", delivery.topic, exc)
+
+    async def handle_completion(self, delivery: Delivery) -> str:
+        """Apply one delivered completion, then acknowledge it; return its outcome."""
+        try:
+            message = decode(delivery.value)
+        except (ValidationError, ValueError) as exc:
+            logger.warning("ignored a message on %s that is no completion: %s", delivery.topic, exc)
+            self.metrics.completions.labels("invalid").inc()
+            await delivery.ack()
+            return "invalid"
+        if not isinstance(message, SkillCompletionEvent):
+            # Another kind of message shares the topic: not ours to apply.
+            await delivery.ack()
+            return "other"
+        outcome = await self._apply(message)
+        self.metrics.completions.labels(outcome).inc()
+        if outcome != "busy":
+            await delivery.ack()
+        return outcome
+
+    async def _apply(self, message: SkillCompletionEvent) -> str:
+        waited, pause = 0.0, 0.02
+        while True:
+            applied = await self._ph.events.complete(
+                message.correlation_id, result=message.result, error=message.error
+            )
+            if applied.outcome != "busy" or waited >= self._busy_retry:
+                return applied.outcome
+            await anyio.sleep(pause)
+            waited += pause
+            pause = min(pause * 2, 1.0)
+
+    # -- deadlines ----------------------------------------------------------------
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await anyio.sleep(self._sweep)
+            ended = await self._ph.events.expire()
+            if ended:
+                self.metrics.completions.labels("timeout").inc(ended)
+
+    # -- run_action ---------------------------------------------------------------
+
+    async def _action_loop(self, topic: str) -> None:
+        async for delivery in self._bus.consume(topic, self.group + "-actions"):
+            if delivery.lag is not None:
+                self.metrics.lag.labels(delivery.topic).set(delivery.lag)
+            try:
+                await self.handle_action(delivery)
+            except BusError as exc:
+                logger.warning("run_action on %s not finished: %s", delivery.topic, exc)
+
+    async def handle_action(self, delivery: Delivery) -> str:
+        """Run one delivered ``run_action`` and publish its ``turn_finished``."""
+        try:
+            message = decode(delivery.value)
+        except (ValidationError, ValueError) as exc:
+            logger.warning("ignored a message on %s that is no run_action: %s", delivery.topic, exc)
+            self.metrics.actions.labels("invalid").inc()
+            await delivery.ack()
+            return "invalid"
+        if not isinstance(message, RunAction):
+            await delivery.ack()
+            return "other"
+        outcome = "finished"
+        try:
+            reply = await self._run_action(message)
+        except _Duplicate:
+            # Its conversation exists: this command was run already.
+            outcome, reply = "duplicate", None
+        except PilothouseError as exc:
+            outcome = "refused"
+            reply = TurnFinishedEvent(
+                correlation_id=message.correlation_id,
+                status="FA",
+                error=f"{exc.category.value}: {exc.public_message}",
+            )
+        if reply is not None:
+            await self._bus.publish(message.reply_to, encode(reply), key=message.correlation_id)
+        self.metrics.actions.labels(outcome).inc()
+        await delivery.ack()
+        return outcome
+
+    async def _run_action(self, message: RunAction) -> TurnFinishedEvent:
+        ph = self._ph if message.tenant is None else self._ph.for_tenant(message.tenant)
+        conversation_uuid = str(uuid_module.uuid5(_ACTION_NAMESPACE, message.correlation_id))
+        if await ph.query.find_conversation(conversation_uuid) is not None:
+            raise _Duplicate
+        if isinstance(message.input, str):
+            text, data = message.input, None
+        else:
+            text = str(message.input.get("input", "")) or json.dumps(message.input)
+            data = message.input
+        result = await ph.command.start_and_send(
+            text,
+            action=message.action,
+            agent=message.agent,
+            memory_id=message.memory_id,
+            input_data=data,
+            conversation_uuid=conversation_uuid,
+        )
+        return turn_finished(message.correlation_id, result)
+
+
+class _Duplicate(Exception):
+    """The command's conversation exists: it was run already."""
+
+
+def turn_finished(correlation_id: str, result: TurnResult) -> TurnFinishedEvent:
+    """The ``turn_finished`` event of a turn (the fields ``/v1/invoke`` answers with)."""
+    finish = result.finish_reason
+    return TurnFinishedEvent(
+        correlation_id=correlation_id,
+        conversation_uuid=result.conversation_uuid,
+        status=result.status.value,
+        finish_reason=finish.value if isinstance(finish, FinishReason) else None,
+        output=result.output,
+        usage={
+            "inputTokens": result.input_tokens,
+            "outputTokens": result.output_tokens,
+            "totalTokens": result.input_tokens + result.output_tokens,
+            "cost": str(result.cost),
+        },
+        ai_meta=result.ai_meta,
+        error=result.error,
+    )

@@ -1,0 +1,218 @@
+"""The tool worker: runs ``SkillInvocationEvent`` commands and answers them.
+
+A :class:`Worker` consumes the command topic in a consumer group (start as
+many as needed: the group shares the work), runs each command's
+``skillName`` (a Python tool registered on the worker, or a catalog tool of
+the command's tenant, through ``ph.events.run_tool``) and publishes a
+``SkillCompletionEvent`` on its ``replyTo``. A command that fails
+``attempts`` times in a row, or that cannot be read, goes to the
+dead-letter topic; a readable one is also answered with the error, so its
+conversation does not wait for the deadline. A command past its deadline is
+not run: pilothouse has already ended the call with a timeout result.
+
+Idempotency is pilothouse's: a command delivered twice is run twice, and
+the second completion is recorded as a duplicate and ignored. Make tools
+with side effects idempotent by ``correlationId`` (``ToolContext.call_id``
+carries the model's call id; the correlation id is in the command).
+"""
+
+from __future__ import annotations
+
+__all__ = ["Worker", "WorkerMetrics"]
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from pydantic import ValidationError
+
+from pilothouse.errors import PilothouseError
+from pilothouse.events._bus import Bus, BusError, Delivery
+from pilothouse.events._payloads import (
+    SkillCompletionEvent,
+    SkillInvocationEvent,
+    decode,
+    encode,
+)
+
+if TYPE_CHECKING:
+    from pilothouse.api import Pilothouse
+
+logger = logging.getLogger("pilothouse.events.worker")
+
+
+@dataclass
+class WorkerMetrics:
+    """Prometheus metrics of a worker: progress, failures, lag, durations."""
+
+    registry: CollectorRegistry
+    commands: Counter
+    seconds: Histogram
+    lag: Gauge
+
+    @classmethod
+    def create(cls) -> WorkerMetrics:
+        """New metrics in a registry of their own."""
+        registry = CollectorRegistry()
+        return cls(
+            registry=registry,
+            commands=Counter(
+                "pilothouse_worker_commands",
+                "Commands handled, by outcome (ok, error, dead_letter, expired, invalid).",
+                ["topic", "outcome"],
+                registry=registry,
+            ),
+            seconds=Histogram(
+                "pilothouse_worker_seconds",
+                "Time to run one command, by skill.",
+                ["skill"],
+                registry=registry,
+            ),
+            lag=Gauge(
+                "pilothouse_worker_lag",
+                "Commands after the last one taken, by topic (consumer lag).",
+                ["topic"],
+                registry=registry,
+            ),
+        )
+
+
+class Worker:
+    """Runs tools for commands on the bus.
+
+    Args:
+        ph: the facade (runs the tools; a command's tenant picks the view).
+        bus: the bus.
+        topic: the command topic (``agent-commands``).
+        group: the workers' consumer group.
+        attempts: runs of a failing command before it is dead-lettered.
+        dead_letter_topic: where poison commands go (default ``<topic>.dlq``).
+        timeout: seconds a tool may run.
+        metrics: where to count; new ones by default.
+
+    Example:
+        ```python
+        worker = Worker(ph, open_bus("kafka://127.0.0.1:9092"))
+
+        @worker.tool
+        def lookup_order(order_id: str) -> dict:
+            return {"order_id": order_id, "status": "shipped"}
+
+        await worker.run()
+        ```
+    """
+
+    def __init__(
+        self,
+        ph: Pilothouse,
+        bus: Bus,
+        *,
+        topic: str = "agent-commands",
+        group: str = "pilothouse-workers",
+        attempts: int = 3,
+        dead_letter_topic: str | None = None,
+        timeout: float = 30.0,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
+        if attempts < 1:
+            raise PilothouseError("attempts must be at least 1")
+        self._ph = ph
+        self._bus = bus
+        self.topic = topic
+        self.group = group
+        self.attempts = attempts
+        self.dead_letter_topic = dead_letter_topic or f"{topic}.dlq"
+        self._timeout = timeout
+        self.metrics = metrics or WorkerMetrics.create()
+
+    def tool(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Register a Python function as a tool this worker runs (a decorator)."""
+        self._ph.events.register_tools(function)
+        return function
+
+    def register(self, references: Sequence[str]) -> list[str]:
+        """Register tools by reference (``package.module:function`` or a module)."""
+        return [name for ref in references for name in self._ph.events.register_tools(ref)]
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Consume and run commands until cancelled."""
+        await self._bus.start()
+        stream = self._bus.consume(self.topic, self.group)
+        task_status.started()
+        async for delivery in stream:
+            if delivery.lag is not None:
+                self.metrics.lag.labels(self.topic).set(delivery.lag)
+            try:
+                await self.handle(delivery)
+            except BusError as exc:
+                # Unacknowledged: the bus delivers the command again.
+                logger.warning("command on %s not finished: %s", self.topic, exc)
+
+    async def handle(self, delivery: Delivery) -> str:
+        """Run one delivered command, answer it, acknowledge it; return the outcome."""
+        outcome = await self._handle(delivery)
+        self.metrics.commands.labels(self.topic, outcome).inc()
+        await delivery.ack()
+        return outcome
+
+    async def _handle(self, delivery: Delivery) -> str:
+        try:
+            command = decode(delivery.value)
+        except (ValidationError, ValueError) as exc:
+            await self._dead_letter(delivery, f"unreadable: {exc}")
+            return "invalid"
+        if not isinstance(command, SkillInvocationEvent):
+            return "other"
+        if command.deadline is not None and command.deadline.timestamp() < time.time():
+            # pilothouse has ended (or will end) the call with a timeout.
+            return "expired"
+        error: str | None = None
+        started = time.perf_counter()
+        for attempt in range(1, self.attempts + 1):
+            error, result = await self._run(command)
+            if error is None:
+                self.metrics.seconds.labels(command.skill_name).observe(
+                    time.perf_counter() - started
+                )
+                await self._answer(command, result, None)
+                return "ok"
+            logger.info(
+                "command %s (%s) failed, attempt %d of %d: %s",
+                command.correlation_id,
+                command.skill_name,
+                attempt,
+                self.attempts,
+                error,
+            )
+        assert error is not None
+        await self._dead_letter(delivery, error)
+        await self._answer(command, None, f"{error} (dead-lettered after {self.attempts} attempts)")
+        return "dead_letter"
+
+    async def _run(self, command: SkillInvocationEvent) -> tuple[str | None, Any]:
+        ph = self._ph.for_tenant(command.tenant)
+        try:
+            run = await ph.events.run_tool(
+                command.skill_name,
+                command.arguments,
+                conversation_uuid=command.conversation_id,
+                call_id=command.tool_call_id,
+                timeout=self._timeout,
+            )
+        except PilothouseError as exc:
+            return f"tool.exec.error: {exc}", None
+        return run.error, run.result
+
+    async def _answer(self, command: SkillInvocationEvent, result: Any, error: str | None) -> None:
+        completion = SkillCompletionEvent(
+            correlation_id=command.correlation_id, result=result, error=error
+        )
+        await self._bus.publish(command.reply_to, encode(completion), key=command.correlation_id)
+
+    async def _dead_letter(self, delivery: Delivery, reason: str) -> None:
+        logger.warning("dead-lettered a command from %s: %s", delivery.topic, reason)
+        await self._bus.publish(self.dead_letter_topic, delivery.value, key=delivery.key)

@@ -1,0 +1,375 @@
+"""Event tools: the outbox side and completions from workers.
+
+A call of an event tool ended its turn ``WA`` with a command in
+``event_outbox`` (same transaction). This module gives the relay the
+unsent commands, applies a worker's ``SkillCompletionEvent`` by resuming
+the conversation (the reply and the ``event_processed`` row in one
+transaction), and ends overdue calls with a timeout result. It works for
+any tenant: the outbox row names the conversation's tenant.
+
+At most once: a completion whose correlation id is in ``event_processed``
+is a duplicate (or late, after the timeout): it is counted there and
+ignored. A completion for a conversation that is running a turn right now
+(another call's completion being applied) is ``busy``: the caller tries
+again later, the bus keeps it meanwhile.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CompletionApplied", "EventCalls", "OutboxCommand", "ToolRun", "run_tool"]
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import anyio
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+
+from pilothouse.catalog._enums import ProcessStatus, TimelineKind, ToolCallStatus
+from pilothouse.errors import InvalidStateError
+from pilothouse.runtime._events import ReturnedCall, TurnResult
+from pilothouse.runtime._runner import Runner
+from pilothouse.runtime._shared import Runtime
+from pilothouse.runtime._toolset import CatalogToolSource
+from pilothouse.runtime._turn import ToolReply
+from pilothouse.store import (
+    Conversation,
+    ConversationQueries,
+    Database,
+    EventOutbox,
+    EventProcessed,
+    NewEvent,
+    NewProcessed,
+)
+from pilothouse.store._base import utcnow
+
+Outcome = Literal["applied", "duplicate", "unknown", "stale", "busy"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxCommand:
+    """An outbox row the relay publishes.
+
+    Attributes:
+        id: the row's id (to mark it sent).
+        correlation_id: the key to publish under.
+        topic: the command topic.
+        payload: the ``SkillInvocationEvent``.
+    """
+
+    id: int
+    correlation_id: str
+    topic: str
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionApplied:
+    """What became of one completion.
+
+    Attributes:
+        outcome: ``applied``; ``duplicate`` (already processed: counted and
+            ignored); ``unknown`` (no such call); ``stale`` (the call or
+            its conversation no longer waits: recorded and ignored);
+            ``busy`` (the conversation runs a turn: try again later).
+        conversation_uuid: the conversation, when known.
+        result: the resumed turn's result, when applied.
+    """
+
+    outcome: Outcome
+    conversation_uuid: str | None = None
+    result: TurnResult | None = None
+
+
+class EventCalls:
+    """The outbox and completions of event tools, for every tenant of a process.
+
+    Args:
+        database: the store.
+        runner: the runner of a tenant (resumes its conversations, with the
+            process's authorizer).
+    """
+
+    def __init__(self, database: Database, runner: Callable[[str], Runner]) -> None:
+        self._db = database
+        self._runner = runner
+
+    async def unpublished(self, limit: int = 100) -> list[OutboxCommand]:
+        """Commands not yet published, oldest first."""
+        async with self._db.sessions() as session:
+            rows = await session.scalars(
+                select(EventOutbox)
+                .where(EventOutbox.published_at.is_(None))
+                .order_by(EventOutbox.id)
+                .limit(limit)
+            )
+            return [OutboxCommand(r.id, r.correlation_id, r.topic, r.payload) for r in rows]
+
+    async def mark_published(self, ids: list[int]) -> None:
+        """Note commands as published (the relay calls this after the bus took them)."""
+        if not ids:
+            return
+        async with self._db.sessions.begin() as session:
+            await session.execute(
+                update(EventOutbox)
+                .where(EventOutbox.id.in_(ids))
+                .values(published_at=utcnow(), attempts=EventOutbox.attempts + 1)
+            )
+
+    async def counts(self) -> dict[str, int]:
+        """Outbox and processed counts, for metrics and tests."""
+        async with self._db.sessions() as session:
+            unsent = await session.scalar(
+                select(func.count()).where(EventOutbox.published_at.is_(None))
+            )
+            total = await session.scalar(select(func.count()).select_from(EventOutbox))
+            processed = await session.scalar(select(func.count()).select_from(EventProcessed))
+            duplicates = await session.scalar(
+                select(func.coalesce(func.sum(EventProcessed.duplicates), 0))
+            )
+            waiting = await session.scalar(
+                select(func.count())
+                .select_from(EventOutbox)
+                .where(~EventOutbox.correlation_id.in_(select(EventProcessed.correlation_id)))
+            )
+        return {
+            "commands": int(total or 0),
+            "unsent": int(unsent or 0),
+            "processed": int(processed or 0),
+            "duplicates": int(duplicates or 0),
+            "waiting": int(waiting or 0),
+        }
+
+    async def complete(
+        self,
+        correlation_id: str,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        outcome: str | None = None,
+    ) -> CompletionApplied:
+        """Apply a worker's completion: resume the conversation with the result.
+
+        Args:
+            correlation_id: the command's correlation id.
+            result: the tool's result (any JSON value; a string is sent as is).
+            error: the worker's error, instead of a result.
+            outcome: recorded in ``event_processed`` (default ``result`` or
+                ``error``; the deadline sweep passes ``timeout``).
+        """
+        kind = outcome or ("error" if error is not None else "result")
+        async with self._db.sessions() as session:
+            done = await session.get(EventProcessed, correlation_id)
+            if done is not None:
+                await self._duplicate(correlation_id, f"{kind} after {done.outcome}")
+                return CompletionApplied("duplicate", done.conversation_uuid)
+            command = await session.scalar(
+                select(EventOutbox).where(EventOutbox.correlation_id == correlation_id)
+            )
+        if command is None:
+            await self._record(correlation_id, None, None, "unknown", "no command with this id")
+            return CompletionApplied("unknown")
+        uuid, tenant = command.conversation_uuid, command.tenant
+        queries = ConversationQueries(self._db, tenant)
+        conversation = await queries.get(uuid)
+        calls = await queries.tool_calls(uuid)
+        call = next((c for c in calls if c.call_id == command.call_id), None)
+        if conversation.status is ProcessStatus.RUNNING:
+            return CompletionApplied("busy", uuid)
+        if (
+            call is None
+            or call.status is not ToolCallStatus.RETURNED
+            or conversation.status is not ProcessStatus.WAITING
+        ):
+            await self._record(
+                correlation_id, tenant, uuid, "stale", _why_stale(conversation, call is None)
+            )
+            return CompletionApplied("stale", uuid)
+        on_bus = await self._on_bus(uuid)
+        pending = [
+            ReturnedCall(c.call_id, c.name, c.arguments, on_bus.get(c.call_id))
+            for c in calls
+            if c.status is ToolCallStatus.RETURNED and c.call_id != command.call_id
+        ]
+        if error is not None:
+            content = error if error.startswith("tool.exec.") else f"tool.exec.error: {error}"
+            status = ToolCallStatus.FAILED
+        else:
+            content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+            status = ToolCallStatus.SUCCEEDED
+        event = NewEvent(
+            TimelineKind.TOOL_EXECUTION,
+            {
+                "call_id": command.call_id,
+                "tool": call.name,
+                "status": f"completion: {kind}",
+                "correlation_id": correlation_id,
+            },
+        )
+        runner = self._runner(tenant)
+        try:
+            turn = await runner.resume(
+                uuid,
+                [ToolReply(command.call_id, call.name, content, status)],
+                allowed=frozenset({ProcessStatus.WAITING}),
+                event=event,
+                still_pending=pending,
+                waiting=any(p.correlation_id for p in pending),
+                processed=[NewProcessed(correlation_id, kind)],
+            )
+        except InvalidStateError:
+            # Another process took the conversation between the read and the
+            # take (its status check is atomic): let the bus deliver again.
+            return CompletionApplied("busy", uuid)
+        return CompletionApplied("applied", uuid, turn)
+
+    async def expire(self, now: datetime | None = None) -> int:
+        """End every call past its deadline with a timeout result the model sees.
+
+        Returns:
+            How many calls were ended.
+        """
+        moment = now or utcnow()
+        async with self._db.sessions() as session:
+            rows = (
+                await session.execute(
+                    select(
+                        EventOutbox.correlation_id,
+                        EventOutbox.skill_name,
+                        EventOutbox.created_at,
+                        EventOutbox.deadline,
+                    )
+                    .where(
+                        EventOutbox.deadline < moment,
+                        ~EventOutbox.correlation_id.in_(select(EventProcessed.correlation_id)),
+                    )
+                    .order_by(EventOutbox.deadline)
+                )
+            ).all()
+        ended = 0
+        for correlation_id, skill, created, deadline in rows:
+            seconds = round((deadline - created).total_seconds(), 3)
+            applied = await self.complete(
+                correlation_id,
+                error=f"tool.exec.timeout: no completion for '{skill}' within {seconds:g} s",
+                outcome="timeout",
+            )
+            ended += applied.outcome == "applied"
+        return ended
+
+    async def _on_bus(self, uuid: str) -> dict[str, str]:
+        async with self._db.sessions() as session:
+            rows = await session.execute(
+                select(EventOutbox.call_id, EventOutbox.correlation_id).where(
+                    EventOutbox.conversation_uuid == uuid,
+                    ~EventOutbox.correlation_id.in_(select(EventProcessed.correlation_id)),
+                )
+            )
+            return {call_id: cid for call_id, cid in rows.all()}
+
+    async def _record(
+        self, correlation_id: str, tenant: str | None, uuid: str | None, outcome: str, detail: str
+    ) -> None:
+        try:
+            async with self._db.sessions.begin() as session:
+                session.add(
+                    EventProcessed(
+                        correlation_id=correlation_id,
+                        tenant=tenant,
+                        conversation_uuid=uuid,
+                        outcome=outcome,
+                        duplicates=0,
+                        detail=detail,
+                    )
+                )
+        except IntegrityError:
+            # Recorded meanwhile by another consumer: this one is a duplicate.
+            await self._duplicate(correlation_id, detail)
+
+    async def _duplicate(self, correlation_id: str, detail: str) -> None:
+        async with self._db.sessions.begin() as session:
+            await session.execute(
+                update(EventProcessed)
+                .where(EventProcessed.correlation_id == correlation_id)
+                .values(
+                    duplicates=EventProcessed.duplicates + 1,
+                    last_duplicate_at=utcnow(),
+                    detail=func.coalesce(EventProcessed.detail, detail),
+                )
+            )
+
+
+def _why_stale(conversation: Conversation, missing: bool) -> str:
+    if missing:
+        return "the conversation has no such tool call"
+    status = conversation.status
+    return f"the call no longer waits (conversation {status.name} {status.value})"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRun:
+    """What a worker's run of one tool gave.
+
+    Attributes:
+        result: the structured result when the tool has one, else its text.
+        error: why it failed (``tool.exec.*: ...``), or None.
+    """
+
+    result: Any
+    error: str | None
+
+
+async def run_tool(
+    runtime: Runtime,
+    database: Database,
+    tenant: str,
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    conversation_uuid: str = "",
+    call_id: str = "",
+    timeout: float = 30.0,
+) -> ToolRun:
+    """Run a registered Python tool, or a catalog tool of ``tenant``, as a worker does.
+
+    Raises:
+        NotFoundError: no registered tool and no active runnable catalog
+            tool has that name.
+    """
+    from pilothouse.catalog._enums import ToolKind
+    from pilothouse.catalog._models import Tool
+    from pilothouse.errors import NotFoundError
+    from pilothouse.tools._base import ToolContext
+
+    source = runtime.tool_source
+    registry = source.registry if isinstance(source, CatalogToolSource) else None
+    if registry is not None and name in registry:
+        tool = registry.get(name)
+    else:
+        async with database.sessions() as session:
+            row = await session.scalar(
+                select(Tool).where(
+                    Tool.tenant == tenant,
+                    Tool.name == name,
+                    Tool.active.is_(True),
+                    Tool.kind.in_([ToolKind.PYTHON, ToolKind.REST, ToolKind.SCRIPT]),
+                )
+            )
+        if row is None:
+            raise NotFoundError(
+                f"no registered tool and no python, rest or script tool named '{name}' "
+                f"in tenant '{tenant}'"
+            )
+        tool = await source.tool(row)
+    context = ToolContext(tenant, conversation_uuid, call_id, timeout)
+    try:
+        with anyio.fail_after(timeout):
+            outcome = await tool.execute(arguments, context)
+    except TimeoutError:
+        return ToolRun(None, f"tool.exec.timeout: '{name}' took longer than {timeout:g} s")
+    if outcome.is_error:
+        return ToolRun(None, f"{outcome.error_code or 'tool.exec.error'}: {outcome.content}")
+    return ToolRun(outcome.data if outcome.data is not None else outcome.content, None)

@@ -1,0 +1,281 @@
+"""Event tools through the facade and the in-memory bus, on SQLite and PostgreSQL.
+
+The real brokers (tansu, NATS JetStream) run the same round trip in
+``tests/real/test_events_real.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+from event_catalog import CATALOG, order_model, sums_model
+from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.models.function import FunctionModel
+
+from pilothouse.api import Pilothouse
+from pilothouse.errors import CatalogValidationError, InvalidFieldError
+from pilothouse.events import (
+    EventService,
+    MemoryBus,
+    RunAction,
+    SkillCompletionEvent,
+    SkillInvocationEvent,
+    Worker,
+    decode,
+    encode,
+    open_bus,
+)
+from pilothouse.settings import Settings
+from pilothouse.store import Database
+from pilothouse.types import ProcessStatus, ToolCallStatus
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def ph(database: Database) -> AsyncIterator[Pilothouse]:
+    settings = Settings(database_url=database.url)
+    async with Pilothouse(settings, database=database, model=order_model()) as facade:
+        await facade.catalog.import_text(CATALOG)
+        yield facade
+
+
+async def _wait_for(ph: Pilothouse, uuid: str, status: ProcessStatus) -> None:
+    with anyio.fail_after(20):
+        while (await ph.query.get_conversation(uuid)).status is not status:
+            await anyio.sleep(0.02)
+
+
+async def test_event_tool_call_suspends_the_conversation_with_its_command_in_the_outbox(
+    ph: Pilothouse,
+) -> None:
+    result = await ph.command.start_and_send("A-17", action="ORDERS")
+    assert result.status is ProcessStatus.WAITING
+    (call,) = result.tool_calls
+    assert call.name == "lookup_order" and call.correlation_id
+    assert result.as_json()["tool_calls"][0]["correlationId"] == call.correlation_id
+    (command,) = await ph.events.unpublished()
+    # Seed 002's names, plus tenant, conversation and deadline.
+    assert command.payload["correlationId"] == call.correlation_id
+    assert command.payload["skillName"] == "lookup_order"
+    assert command.payload["arguments"] == {"order_id": "A-17"}
+    assert command.payload["replyTo"] == "agent-events"
+    assert command.payload["tenant"] == "default"
+    assert command.payload["conversationId"] == result.conversation_uuid
+    assert command.topic == "agent-commands"
+    decoded = decode(json.dumps(command.payload).encode())
+    assert isinstance(decoded, SkillInvocationEvent) and decoded.deadline is not None
+    (row,) = (await ph.query.get_transcript(result.conversation_uuid)).tool_calls
+    assert row.status is ToolCallStatus.RETURNED
+
+
+async def test_round_trip_through_the_memory_bus_resumes_the_conversation(
+    ph: Pilothouse,
+) -> None:
+    bus = MemoryBus()
+    service = EventService(ph, bus)
+    worker = Worker(ph, bus)
+
+    @worker.tool
+    def lookup_order(order_id: str) -> dict[str, str]:
+        return {"order_id": order_id, "status": "shipped"}
+
+    result = await ph.command.start_and_send("A-17", action="ORDERS")
+    async with anyio.create_task_group() as group:
+        await group.start(service.run)
+        await group.start(worker.run)
+        await _wait_for(ph, result.conversation_uuid, ProcessStatus.COMPLETED)
+        group.cancel_scope.cancel()
+    conversation = await ph.query.get_conversation(result.conversation_uuid)
+    assert conversation.status is ProcessStatus.COMPLETED
+    (row,) = (await ph.query.get_transcript(result.conversation_uuid)).tool_calls
+    assert row.status is ToolCallStatus.SUCCEEDED
+    assert json.loads(row.result or "") == {"order_id": "A-17", "status": "shipped"}
+    counts = await ph.events.counts()
+    assert counts == {"commands": 1, "unsent": 0, "processed": 1, "duplicates": 0, "waiting": 0}
+    (completion,) = bus.messages("agent-events")
+    assert json.loads(completion)["correlationId"] == result.tool_calls[0].correlation_id
+
+
+async def test_a_duplicate_completion_is_recorded_and_never_applied_twice(
+    ph: Pilothouse,
+) -> None:
+    result = await ph.command.start_and_send("A-17", action="ORDERS")
+    correlation = result.tool_calls[0].correlation_id
+    assert correlation is not None
+    first = await ph.events.complete(correlation, result={"status": "shipped"})
+    second = await ph.events.complete(correlation, result={"status": "lost"})
+    assert (first.outcome, second.outcome) == ("applied", "duplicate")
+    assert first.result is not None and first.result.output == 'Status: {"status": "shipped"}'
+    messages = await ph.query.get_conversation_messages(result.conversation_uuid)
+    assert sum(1 for m in messages if m.role.value == "TO") == 1
+    counts = await ph.events.counts()
+    assert (counts["processed"], counts["duplicates"]) == (1, 1)
+
+
+async def test_a_deadline_ends_the_call_with_a_timeout_the_model_sees_and_a_late_one_is_ignored(
+    ph: Pilothouse,
+) -> None:
+    await ph.catalog.import_text(CATALOG.replace("timeout: 120", "timeout: 0.05"))
+    result = await ph.command.start_and_send("A-17", action="ORDERS")
+    await anyio.sleep(0.1)
+    assert await ph.events.expire() == 1
+    conversation = await ph.query.get_conversation(result.conversation_uuid)
+    assert conversation.status is ProcessStatus.COMPLETED
+    (row,) = (await ph.query.get_transcript(result.conversation_uuid)).tool_calls
+    assert row.status is ToolCallStatus.FAILED
+    assert (row.result or "").startswith("tool.exec.timeout: no completion for 'lookup_order'")
+    messages = await ph.query.get_conversation_messages(result.conversation_uuid)
+    assert messages[-1].content.startswith("Status: tool.exec.timeout")
+    correlation = result.tool_calls[0].correlation_id
+    assert correlation is not None
+    late = await ph.events.complete(correlation, result="shipped")
+    assert late.outcome == "duplicate"
+    assert await ph.events.expire() == 0
+
+
+async def test_an_unknown_correlation_id_is_recorded_once(ph: Pilothouse) -> None:
+    assert (await ph.events.complete("nope", result=1)).outcome == "unknown"
+    assert (await ph.events.complete("nope", result=1)).outcome == "duplicate"
+
+
+async def test_a_skill_with_execution_event_sends_its_tools_to_the_bus(
+    database: Database,
+) -> None:
+    bus = MemoryBus()
+    settings = Settings(database_url=database.url)
+    async with Pilothouse(settings, database=database, model=sums_model()) as ph:
+        await ph.catalog.import_text(CATALOG)
+        service, worker = EventService(ph, bus), Worker(ph, bus)
+        result = await ph.command.start_and_send("2 + 40?", action="SUMS")
+        assert result.status is ProcessStatus.WAITING
+        assert [c.name for c in result.tool_calls] == ["add"]
+        assert await service.relay_once() == 1
+        # The worker runs the catalog's python tool (event_catalog:add).
+        async for delivery in bus.consume("agent-commands", worker.group):
+            assert await worker.handle(delivery) == "ok"
+            break
+        async for delivery in bus.consume("agent-events", service.group):
+            assert await service.handle_completion(delivery) == "applied"
+            break
+        conversation = await ph.query.get_conversation(result.conversation_uuid)
+        assert conversation.status is ProcessStatus.COMPLETED
+        messages = await ph.query.get_conversation_messages(result.conversation_uuid)
+        assert messages[-1].content == "Sum: 42"
+
+
+async def test_a_failing_command_is_dead_lettered_after_n_attempts_and_answered(
+    ph: Pilothouse,
+) -> None:
+    bus = MemoryBus()
+    worker = Worker(ph, bus, attempts=3)
+    runs: list[str] = []
+
+    @worker.tool
+    def lookup_order(order_id: str) -> str:
+        runs.append(order_id)
+        raise RuntimeError("warehouse offline")
+
+    result = await ph.command.start_and_send("A-17", action="ORDERS")
+    await EventService(ph, bus).relay_once()
+    async for delivery in bus.consume("agent-commands", worker.group):
+        assert await worker.handle(delivery) == "dead_letter"
+        break
+    assert runs == ["A-17"] * 3
+    assert len(bus.messages("agent-commands.dlq")) == 1
+    (reply,) = bus.messages("agent-events")
+    completion = decode(reply)
+    assert isinstance(completion, SkillCompletionEvent)
+    assert completion.error is not None and "warehouse offline" in completion.error
+    assert "dead-lettered after 3 attempts" in completion.error
+    applied = await ph.events.complete(completion.correlation_id, error=completion.error)
+    assert applied.outcome == "applied"
+    (row,) = (await ph.query.get_transcript(result.conversation_uuid)).tool_calls
+    assert row.status is ToolCallStatus.FAILED
+    text = worker.metrics.registry.get_sample_value(
+        "pilothouse_worker_commands_total",
+        {"topic": "agent-commands", "outcome": "dead_letter"},
+    )
+    assert text == 1
+
+
+async def test_an_unreadable_command_goes_straight_to_the_dead_letter_topic(
+    ph: Pilothouse,
+) -> None:
+    bus = MemoryBus()
+    worker = Worker(ph, bus)
+    await bus.publish("agent-commands", b"{not json")
+    async for delivery in bus.consume("agent-commands", worker.group):
+        assert await worker.handle(delivery) == "invalid"
+        break
+    assert bus.messages("agent-commands.dlq") == [b"{not json"]
+    assert bus.messages("agent-events") == []
+
+
+async def test_run_action_is_answered_by_turn_finished_and_a_duplicate_is_not_run(
+    database: Database,
+) -> None:
+    bus = MemoryBus()
+    settings = Settings(database_url=database.url)
+    model = FunctionModel(lambda messages, info: _text("Done."), model_name="m")
+    async with Pilothouse(settings, database=database, model=model) as ph:
+        await ph.catalog.import_text(CATALOG)
+        service = EventService(ph, bus, action_topic="pilothouse-actions")
+        command = RunAction(
+            action="ORDERS",
+            input="How is A-17?",
+            memory_id="client-7",
+            correlation_id="bpmn-1",
+            reply_to="bpmn-replies",
+        )
+        await bus.publish("pilothouse-actions", encode(command))
+        await bus.publish("pilothouse-actions", encode(command))
+        outcomes: list[str] = []
+        async for delivery in bus.consume("pilothouse-actions", "g"):
+            outcomes.append(await service.handle_action(delivery))
+            if len(outcomes) == 2:
+                break
+        assert outcomes == ["finished", "duplicate"]
+        (reply,) = bus.messages("bpmn-replies")
+        finished = json.loads(reply)
+        assert finished["type"] == "turn_finished"
+        assert finished["correlationId"] == "bpmn-1"
+        assert (finished["status"], finished["output"]) == ("CO", "Done.")
+        assert set(finished["usage"]) == {"inputTokens", "outputTokens", "totalTokens", "cost"}
+        assert finished["aiMeta"]["aiGenerated"] is True
+        conversation = await ph.query.get_conversation(finished["conversationUuid"])
+        assert conversation.memory_id == "client-7"
+
+
+async def test_run_action_for_an_unknown_action_answers_failed(ph: Pilothouse) -> None:
+    bus = MemoryBus()
+    service = EventService(ph, bus)
+    await bus.publish(
+        "actions",
+        json.dumps({"action": "NOPE", "correlationId": "x1", "replyTo": "out"}).encode(),
+    )
+    async for delivery in bus.consume("actions", "g"):
+        assert await service.handle_action(delivery) == "refused"
+        break
+    finished = json.loads(bus.messages("out")[0])
+    assert finished["status"] == "FA" and finished["error"].startswith("not_found")
+
+
+async def test_catalog_refuses_an_unknown_event_tool_setting(ph: Pilothouse) -> None:
+    with pytest.raises(CatalogValidationError, match="replyTo"):
+        await ph.catalog.import_text(CATALOG.replace("reply_to: agent-events", "replyTo: x"))
+
+
+def test_open_bus_refuses_an_unknown_scheme_and_a_kafka_option_elsewhere() -> None:
+    with pytest.raises(InvalidFieldError, match="unknown bus 'amqp://x'"):
+        open_bus("amqp://x")
+    with pytest.raises(InvalidFieldError, match="only Kafka"):
+        open_bus("nats://127.0.0.1:4222", session_timeout=2)
+    assert isinstance(open_bus("memory://"), MemoryBus)
+
+
+def _text(text: str) -> ModelResponse:
+    return ModelResponse(parts=[TextPart(text)])
