@@ -37,11 +37,13 @@ __all__ = [
     "AttachmentInput",
     "CatalogApi",
     "CommandApi",
+    "HistoryApi",
     "KeyApi",
     "Pilothouse",
     "QueryApi",
     "SyncCatalogApi",
     "SyncCommandApi",
+    "SyncHistoryApi",
     "SyncKeyApi",
     "SyncPilothouse",
     "SyncQueryApi",
@@ -54,11 +56,13 @@ from typing import TYPE_CHECKING, Self
 
 from pilothouse._facade.catalog import CatalogApi
 from pilothouse._facade.command import CommandApi
+from pilothouse._facade.history import HistoryApi
 from pilothouse._facade.keys import KeyApi
 from pilothouse._facade.query import QueryApi
 from pilothouse._sync import (
     SyncCatalogApi,
     SyncCommandApi,
+    SyncHistoryApi,
     SyncKeyApi,
     SyncPilothouse,
     SyncQueryApi,
@@ -213,6 +217,7 @@ class Pilothouse:
         command: state changes (conversations and turns).
         catalog: catalog validation, import, export and edits.
         keys: API keys of the HTTP service.
+        history: conversation titles, forks (edits), hiding, export and import.
     """
 
     def __init__(
@@ -250,6 +255,12 @@ class Pilothouse:
         )
         self.catalog = CatalogApi(database, tenant, shared.settings.user)
         self.keys = KeyApi(database, tenant)
+        self.history = HistoryApi(
+            database,
+            tenant,
+            runner=lambda: shared.runner(tenant),
+            default_audit=shared.settings.audit,
+        )
 
     def for_tenant(self, tenant: str) -> Pilothouse:
         """Return a facade of ``tenant`` sharing everything this one holds.

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pilothouse.store._base import Base
 from pilothouse.store._engine import Database, current_revision, head_revision
+from pilothouse.store._lineage import ConversationLink
 from pilothouse.store._queries import (
     AttachmentView,
     ConversationInfo,
@@ -49,6 +50,7 @@ __all__ = [
     "Base",
     "Conversation",
     "ConversationInfo",
+    "ConversationLink",
     "ConversationQueries",
     "ConversationView",
     "Database",

@@ -7,10 +7,11 @@ from pilothouse.catalog._models import Action
 from pilothouse.knowledge._tables import KnowledgeChunk
 from pilothouse.store._access import ApiKey
 from pilothouse.store._base import Base
+from pilothouse.store._lineage import ConversationLink
 from pilothouse.store._records import Conversation
 
 # Importing one model of each module registers all of its tables on Base.
-_REGISTERED = (Action, ApiKey, Conversation, KnowledgeChunk)
+_REGISTERED = (Action, ApiKey, Conversation, ConversationLink, KnowledgeChunk)
 
 # SQLite's full-text index of the knowledge chunks is a virtual table (and
 # its shadow tables) made by hand in migration 0004: autogenerate must not
