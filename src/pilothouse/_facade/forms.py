@@ -18,10 +18,13 @@ from decimal import Decimal
 from enum import Enum
 from typing import Any, get_args, get_origin
 
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
 from pilothouse.errors import InvalidFieldError
 from pilothouse.types import FormField, KindForm
 
-_LONG_TEXT = ("prompt", "description", "instructions", "code", "goal")
+_LONG_TEXT = ("prompt", "description", "instructions", "script", "goal")
 
 
 def _unwrapped(annotation: Any) -> tuple[Any, bool]:
@@ -85,8 +88,9 @@ def describe_kind(kind_name: str) -> KindForm:
         else:
             (widget, choices), target = _widget(name, annotation), None
         default: Any = None if required else info.get_default(call_default_factory=True)
-        if isinstance(default, Enum):
-            default = default.value
+        if isinstance(default, BaseModel):
+            default = default.model_dump(mode="json", exclude_defaults=True)
+        default = to_jsonable_python(default)
         fields.append(
             FormField(
                 name=name,
