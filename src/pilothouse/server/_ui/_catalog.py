@@ -156,7 +156,7 @@ async def create_entity(request: Request, user: UiAdmin, kind: KindName) -> Resp
             request, user, kind, key=None, document=dict(values), version=None,
             status_code=409, issues=[str(exc)],
         )  # fmt: skip
-    notice = f"Created {entry.kind} {entry.key}."
+    notice = f"Created {user.ph.catalog.form(kind).entity_name} {entry.key}."
     return RedirectResponse(f"/catalog/{kind}?notice={notice}", status_code=303)
 
 
@@ -203,7 +203,9 @@ async def update_entity(request: Request, user: UiAdmin, kind: KindName, key: st
             request, user, kind, key=key, document=dict(values), version=version,
             status_code=422, issues=issues, field_errors=fields,
         )  # fmt: skip
-    notice = f"Saved {entry.kind} {entry.key} (version {entry.version})."
+    notice = (
+        f"Saved {user.ph.catalog.form(kind).entity_name} {entry.key} (version {entry.version})."
+    )
     return RedirectResponse(f"/catalog/{kind}?notice={notice}", status_code=303)
 
 

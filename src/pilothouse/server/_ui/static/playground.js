@@ -95,6 +95,7 @@ const Playground = (() => {
     let uuid = conversation;
     let finished = null;
     let failure = null;
+    let deltas = 0;
     try {
       if (!(await saveTemplateIfAsked())) throw new Error("The template was not saved; see the message above.");
       const response = await fetch("/ui/chat", {
@@ -127,7 +128,11 @@ const Playground = (() => {
           }
           const payload = data ? JSON.parse(data) : {};
           if (name === "conversation") { uuid = payload.uuid; setCurrent(uuid); }
-          else if (name === "delta") { answer.body.textContent += payload.text; chat.scrollTop = chat.scrollHeight; }
+          else if (name === "delta") {
+            deltas += 1;
+            answer.body.textContent += payload.text;
+            chat.scrollTop = chat.scrollHeight;
+          }
           else if (name === "tool_call") {
             const note = document.createElement("p");
             note.className = "turn-meta";
@@ -142,11 +147,15 @@ const Playground = (() => {
     }
     busy = false;
     $("#send").disabled = false;
+    // How many pieces the answer streamed in (shown to screen readers as nothing; read by tests).
+    document.body.dataset.lastDeltas = String(deltas);
     if (uuid) {
       await load(uuid);
       await refreshList(uuid);
     }
     if (finished) {
+      // Counts finished turns on this page (a test waits for it; nothing reads it otherwise).
+      document.body.dataset.turns = String(Number(document.body.dataset.turns || 0) + 1);
       const answers = document.querySelectorAll("#chat .bubble.assistant");
       const last = answers[answers.length - 1];
       const meta = document.createElement("p");
