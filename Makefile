@@ -12,7 +12,7 @@ WHEELS := ../shared/wheels
 FIND_LINKS := $(if $(wildcard $(WHEELS)/llama_cpp_python-*.whl),--find-links $(WHEELS),)
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 
-.PHONY: install sandbox test lint typecheck pytest demo serve bench clean
+.PHONY: install sandbox browser screenshots test lint typecheck pytest demo serve bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --progress-bar off $(FIND_LINKS) -e '.[all,test]'
 	touch $@
 
-install: $(VENV)/.installed sandbox
+install: $(VENV)/.installed sandbox browser
 
 # Script tools run in a bubblewrap sandbox (docs/tools.md): installed where
 # apt can (root on Debian/Ubuntu); elsewhere the note says what follows.
@@ -40,6 +40,24 @@ sandbox:
 	    echo ">>> bubblewrap (bwrap) is not installed: script tools will be refused unless PILOTHOUSE_SCRIPT_TOOLS=trusted (docs/tools.md)"; \
 	  fi; \
 	fi
+
+# The playground's browser test drives Debian's Chromium through Playwright
+# (docs/playground.md); Playwright itself never downloads a browser.
+browser:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo ">>> installing chromium, for the playground's browser test"; \
+	    apt-get install -y -qq chromium >/dev/null 2>&1 \
+	      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
+	      || echo ">>> could not install chromium: the playground's browser test will be skipped"; \
+	  else \
+	    echo ">>> chromium is not installed: the playground's browser test will be skipped (docs/playground.md)"; \
+	  fi; \
+	fi
+
+# Regenerates the screenshots of docs/playground.md with the browser test.
+screenshots: install
+	PILOTHOUSE_SCREENSHOTS=docs/playground $(BIN)/python -m pytest tests/real/test_playground_browser.py -q -p no:cacheprovider
 
 lint: install
 	$(BIN)/ruff check src tests

@@ -11,12 +11,19 @@ cannot drift apart (a test checks that every method is offered).
 
 from __future__ import annotations
 
-__all__ = ["SyncCatalogApi", "SyncCommandApi", "SyncKeyApi", "SyncPilothouse", "SyncQueryApi"]
+__all__ = [
+    "SyncCatalogApi",
+    "SyncCommandApi",
+    "SyncHistoryApi",
+    "SyncKeyApi",
+    "SyncPilothouse",
+    "SyncQueryApi",
+]
 
 import functools
 import inspect
 import queue
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping, Sequence
 from contextlib import ExitStack
 from types import TracebackType
 from typing import (
@@ -36,6 +43,7 @@ import anyio
 from pilothouse._facade.catalog import CatalogApi
 from pilothouse._facade.command import CommandApi
 from pilothouse._facade.facet import Facet
+from pilothouse._facade.history import HistoryApi
 from pilothouse._facade.keys import KeyApi
 from pilothouse._facade.query import QueryApi
 from pilothouse.settings import Settings
@@ -53,6 +61,7 @@ if TYPE_CHECKING:
         Authorizer,
         CatalogEntity,
         CatalogEntry,
+        KindForm,
         PromptContributor,
         SchemaRevision,
     )
@@ -261,6 +270,30 @@ class SyncCatalogApi(_SyncHalf):
         """:meth:`~pilothouse.api.CatalogApi.entry` (it does not wait)."""
         return self._catalog.entry(entity)
 
+    def form(self, kind: str) -> KindForm:
+        """:meth:`~pilothouse.api.CatalogApi.form` (it does not wait)."""
+        return self._catalog.form(kind)
+
+    def document_from_form(
+        self, kind: str, values: Mapping[str, str | Sequence[str]]
+    ) -> dict[str, Any]:
+        """:meth:`~pilothouse.api.CatalogApi.document_from_form` (it does not wait)."""
+        return self._catalog.document_from_form(kind, values)
+
+
+class SyncHistoryApi(_SyncHalf):
+    """:class:`~pilothouse.api.HistoryApi` as blocking calls."""
+
+    list_conversations = _Blocking(HistoryApi.list_conversations)
+    get = _Blocking(HistoryApi.get)
+    rename = _Blocking(HistoryApi.rename)
+    name_if_untitled = _Blocking(HistoryApi.name_if_untitled)
+    hide = _Blocking(HistoryApi.hide)
+    fork = _Blocking(HistoryApi.fork)
+    export = _Blocking(HistoryApi.export)
+    import_conversation = _Blocking(HistoryApi.import_conversation)
+    system_prompt = _Blocking(HistoryApi.system_prompt)
+
 
 class SyncKeyApi(_SyncHalf):
     """:class:`~pilothouse.api.KeyApi` as blocking calls."""
@@ -360,6 +393,7 @@ class SyncPilothouse:
         self.command = SyncCommandApi(facade.command, portal)
         self.catalog = SyncCatalogApi(facade.catalog, portal)
         self.keys = SyncKeyApi(facade.keys, portal)
+        self.history = SyncHistoryApi(facade.history, portal)
 
     @property
     def tenant(self) -> str:

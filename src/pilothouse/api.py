@@ -38,12 +38,14 @@ __all__ = [
     "CatalogApi",
     "CommandApi",
     "EventApi",
+    "HistoryApi",
     "KeyApi",
     "MemoryApi",
     "Pilothouse",
     "QueryApi",
     "SyncCatalogApi",
     "SyncCommandApi",
+    "SyncHistoryApi",
     "SyncKeyApi",
     "SyncPilothouse",
     "SyncQueryApi",
@@ -57,12 +59,14 @@ from typing import TYPE_CHECKING, Self
 from pilothouse._facade.catalog import CatalogApi
 from pilothouse._facade.command import CommandApi
 from pilothouse._facade.events import EventApi
+from pilothouse._facade.history import HistoryApi
 from pilothouse._facade.keys import KeyApi
 from pilothouse._facade.memory import MemoryApi
 from pilothouse._facade.query import QueryApi
 from pilothouse._sync import (
     SyncCatalogApi,
     SyncCommandApi,
+    SyncHistoryApi,
     SyncKeyApi,
     SyncPilothouse,
     SyncQueryApi,
@@ -232,6 +236,7 @@ class Pilothouse:
         keys: API keys of the HTTP service.
         memory: scoped long-term memory (session, user, agent, organization).
         events: event tools' outbox and completions, and worker runs.
+        history: conversation titles, forks (edits), hiding, export and import.
     """
 
     def __init__(
@@ -277,6 +282,12 @@ class Pilothouse:
             lambda: shared.database.ensure_schema(),
         )
         self.events = EventApi(database, tenant, shared.runtime, shared.runner)
+        self.history = HistoryApi(
+            database,
+            tenant,
+            runner=lambda: shared.runner(tenant),
+            default_audit=shared.settings.audit,
+        )
 
     def for_tenant(self, tenant: str) -> Pilothouse:
         """Return a facade of ``tenant`` sharing everything this one holds.

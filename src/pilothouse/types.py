@@ -43,14 +43,17 @@ __all__ = [
     "ChatMemory",
     "Conversation",
     "ConversationInfo",
+    "ConversationSummary",
     "ConversationView",
     "ExecutionPolicy",
     "FinishReason",
+    "FormField",
     "FormHint",
     "ImportSummary",
     "InstructionMode",
     "KeyInfo",
     "KindCounts",
+    "KindForm",
     "McpClient",
     "McpServer",
     "McpTransport",
@@ -101,6 +104,7 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from pilothouse.catalog._enums import (
@@ -212,6 +216,81 @@ class CatalogEntry:
     version: int
     active: bool
     document: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    """A conversation as a chat client lists it: title, lineage, totals.
+
+    Attributes:
+        uuid: the conversation.
+        title: its title (the first prompt names it), or None before one.
+        action_code: the action it runs.
+        agent_code: the agent running it, if any.
+        status: its status.
+        created_at: when it was started.
+        input_tokens: tokens sent, all turns.
+        output_tokens: tokens received, all turns.
+        estimated_cost: the estimated cost of all turns.
+        parent_uuid: the conversation it was forked from (an edit), if any.
+        hidden: deleted from the list (its records stay).
+    """
+
+    uuid: str
+    title: str | None
+    action_code: str
+    agent_code: str | None
+    status: ProcessStatus
+    created_at: datetime
+    input_tokens: int
+    output_tokens: int
+    estimated_cost: Decimal
+    parent_uuid: str | None
+    hidden: bool
+
+
+@dataclass(frozen=True)
+class FormField:
+    """One field of a catalog kind's form.
+
+    Attributes:
+        name: the field as in catalog YAML.
+        widget: ``text``, ``textarea``, ``number``, ``checkbox``, ``select``,
+            ``multiselect``, ``ref`` (one key of ``target``), ``refs`` (keys
+            of ``target``) or ``json`` (nested data, as JSON).
+        required: the importer refuses the entity without it.
+        optional: None is a value of its own (unset).
+        choices: the allowed values of a select.
+        target: the kind a reference names (plural, e.g. ``models``).
+        default: the value the importer uses when the field is left out.
+        description: help text.
+    """
+
+    name: str
+    widget: str
+    required: bool
+    optional: bool
+    choices: tuple[str, ...]
+    target: str | None
+    default: Any
+    description: str
+
+
+@dataclass(frozen=True)
+class KindForm:
+    """The form of a catalog kind: its fields in the importer's order.
+
+    Attributes:
+        kind: the plural kind name, e.g. ``actions``.
+        entity_name: the readable singular, e.g. ``action``.
+        key_field: the business key, ``code`` or ``name``.
+        fields: every field.
+    """
+
+    kind: str
+    entity_name: str
+    key_field: str
+    fields: tuple[FormField, ...]
 
 
 @dataclass(frozen=True)

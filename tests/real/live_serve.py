@@ -49,13 +49,17 @@ def free_port() -> int:
 
 
 @contextmanager
-def live_serve(folder: Path, extra_catalog: str) -> Iterator[LiveServer]:
-    """Serve ``examples/catalog`` plus ``extra_catalog`` from a fresh SQLite file."""
+def live_serve(folder: Path, extra_catalog: str, *, admin: bool = False) -> Iterator[LiveServer]:
+    """Serve ``examples/catalog`` plus ``extra_catalog`` from a fresh SQLite file.
+
+    ``admin`` gives the key the admin scope (catalog writes).
+    """
     database_url = f"sqlite+aiosqlite:///{folder / 'live.db'}"
     extra = folder / "extra.yaml"
     extra.write_text(extra_catalog)
     cli(database_url, "catalog", "import", str(CATALOG), str(extra))
-    created = cli(database_url, "keys", "create", "--tenant", "default", "--name", "live")
+    scope = ["--admin"] if admin else []
+    created = cli(database_url, "keys", "create", "--tenant", "default", "--name", "live", *scope)
     key = next(word for word in created.split() if word.startswith("ph_"))
     port = free_port()
     log_path = folder / "serve.log"

@@ -21,7 +21,7 @@ from pydantic_core import to_jsonable_python
 from pilothouse._facade.facet import Facet
 from pilothouse.errors import CatalogValidationError, NotFoundError, ValidationIssue
 from pilothouse.store import Database
-from pilothouse.types import CatalogCheck, CatalogEntry
+from pilothouse.types import CatalogCheck, CatalogEntry, KindForm
 
 if TYPE_CHECKING:
     from pilothouse.catalog import CatalogKind, CatalogRepository
@@ -285,6 +285,29 @@ class CatalogApi(Facet):
         await self._database.ensure_schema()
         async with self._database.sessions() as session, session.begin():
             await self._repository(session, user).delete(catalog_kind, key, expected_version)
+
+    def form(self, kind: str) -> KindForm:
+        """Return the form of a kind: its fields, widgets and reference targets.
+
+        Raises:
+            NotFoundError: an unknown kind.
+        """
+        from pilothouse._facade.forms import describe_kind
+
+        return describe_kind(_kind(kind).name)
+
+    def document_from_form(
+        self, kind: str, values: Mapping[str, str | Sequence[str]]
+    ) -> dict[str, Any]:
+        """Turn a submitted form of ``kind`` into its document, for :meth:`create`/:meth:`update`.
+
+        Raises:
+            NotFoundError: an unknown kind.
+            InvalidFieldError: an unknown field, or a value that does not parse.
+        """
+        from pilothouse._facade.forms import document_from_form
+
+        return document_from_form(self.form(kind), values)
 
     def entry(self, entity: CatalogEntity) -> CatalogEntry:
         """Return a catalog row the query API returned as its spec document.

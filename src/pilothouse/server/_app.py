@@ -75,8 +75,9 @@ def routers() -> list[APIRouter]:
     from pilothouse.server._invoke import router as invoke
     from pilothouse.server._jsonrpc import router as jsonrpc
     from pilothouse.server._openai import router as openai
+    from pilothouse.server._ui import routers as ui
 
-    return [health, catalog, conversations, openai, invoke, jsonrpc]
+    return [health, catalog, conversations, openai, invoke, jsonrpc, *ui()]
 
 
 async def _pilothouse_error(_: Request, exc: Exception) -> JSONResponse:
@@ -229,6 +230,9 @@ def create_app(
         summary="Governed access from business applications to large language models.",
         version=_version(),
         lifespan=lifespan,
+        # /docs and /redoc are served from vendored assets (server/_ui), not a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.pilothouse = state
     app.add_exception_handler(ProblemError, _problem_error)
@@ -238,6 +242,9 @@ def create_app(
 
     for router in routers():
         app.include_router(router)
+    from pilothouse.server._ui import mount_static
+
+    mount_static(app)
 
     # Added innermost first: a request meets metrics, then the 500 guard,
     # then CORS, then the body limit (so a 413 still carries CORS headers).

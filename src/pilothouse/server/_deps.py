@@ -37,6 +37,7 @@ __all__ = [
     "get_admin_facade",
     "get_facade",
     "get_state",
+    "principal_from_key",
     "principal_from_request",
     "require_admin",
 ]
@@ -154,6 +155,16 @@ async def principal_from_request(request: Request, state: ServerState) -> Princi
         raise UnauthorizedError(
             "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
         )
+    return await principal_from_key(request, state, key)
+
+
+async def principal_from_key(request: Request, state: ServerState, key: str) -> Principal:
+    """Verify ``key`` (however it came: a header, the browser UI's cookie) and rate-limit it.
+
+    Raises:
+        UnauthorizedError: an unknown or revoked key.
+        TooManyRequestsError: over the rate limit.
+    """
     info = await state.keys.verify(key)
     if info is None:
         _count_auth_failure(request, state)

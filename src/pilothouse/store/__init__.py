@@ -15,6 +15,7 @@ from pilothouse.store._outbox import (
     NewOutboxMessage,
     NewProcessed,
 )
+from pilothouse.store._lineage import ConversationLink
 from pilothouse.store._queries import (
     AttachmentView,
     ConversationInfo,
@@ -55,6 +56,7 @@ __all__ = [
     "Base",
     "Conversation",
     "ConversationInfo",
+    "ConversationLink",
     "ConversationQueries",
     "ConversationView",
     "Database",

@@ -8,11 +8,20 @@ from pilothouse.knowledge._tables import KnowledgeChunk
 from pilothouse.memory._tables import MemoryRecord
 from pilothouse.store._access import ApiKey
 from pilothouse.store._base import Base
+from pilothouse.store._lineage import ConversationLink
 from pilothouse.store._outbox import EventOutbox
 from pilothouse.store._records import Conversation
 
 # Importing one model of each module registers all of its tables on Base.
-_REGISTERED = (Action, ApiKey, Conversation, EventOutbox, KnowledgeChunk, MemoryRecord)
+_REGISTERED = (
+    Action,
+    ApiKey,
+    Conversation,
+    ConversationLink,
+    EventOutbox,
+    KnowledgeChunk,
+    MemoryRecord,
+)
 
 # SQLite's full-text index of the knowledge chunks is a virtual table (and
 # its shadow tables) made by hand in migration 0004: autogenerate must not

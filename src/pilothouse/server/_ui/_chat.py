@@ -1,0 +1,217 @@
+"""The playground's chat: a streamed turn, per-prompt edits (forks), answers, tool results.
+
+``POST /ui/chat`` answers Server-Sent Events, the REST stream's events
+(``delta``, ``tool_call``, ``status``, ``retry``, ``finished``) framed by
+two of the playground's own: ``conversation`` first (the uuid, before the
+model answers) and ``named`` last (the title the first prompt gave). A
+refused turn is an ``error`` event with the one-line reason.
+
+An edit never changes a recorded message: it forks the conversation
+(``ph.history.fork``) and, to resubmit, the browser then streams the prompt
+into the fork.
+"""
+
+from __future__ import annotations
+
+__all__ = ["router"]
+
+import json
+import uuid as uuids
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from pilothouse.api import Pilothouse
+from pilothouse.errors import InvalidFieldError, PilothouseError
+from pilothouse.server._conversation_routes import event_data
+from pilothouse.server._ui._base import UiFacade
+from pilothouse.server._ui._playground import ADHOC, MODEL_KEY, SLIDERS
+from pilothouse.types import AdHocRun, ChatMemory, ModelOptions, TurnEvent
+
+router = APIRouter(include_in_schema=False)
+
+
+class ChatRequest(BaseModel):
+    """The body of ``POST /ui/chat``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conversation: str | None = Field(default=None, max_length=36)
+    target: str = Field(min_length=1, max_length=80)
+    text: str = Field(min_length=1, max_length=100_000)
+    input: dict[str, str] = Field(default_factory=dict[str, str])
+    options: dict[str, float] = Field(default_factory=dict[str, float])
+    instruction: str = Field(default="", max_length=20_000)
+
+
+def _sse(name: str, data: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data, default=str)}\n\n".encode()
+
+
+def _runtime_config(body: ChatRequest) -> dict[str, Any]:
+    known = {name: step for name, _, _, _, step in SLIDERS}
+    config: dict[str, Any] = {}
+    for name, value in body.options.items():
+        if name not in known:
+            raise InvalidFieldError(f"options.{name}", f"must be one of {sorted(known)}")
+        config[name] = int(value) if known[name] >= 1 else value
+    if body.instruction.strip():
+        config["instruction"] = body.instruction
+        config["instructionMode"] = "append"
+    return config
+
+
+async def _adhoc(ph: Pilothouse, body: ChatRequest, model: str) -> AsyncIterator[bytes]:
+    """A bare model: one ad-hoc turn (not streamed by the run loop), shown as one delta."""
+    memory_id = None
+    if body.conversation:
+        memory_id = (await ph.query.get_conversation(body.conversation)).memory_id
+    options = _runtime_config(body)
+    run = AdHocRun(
+        name="playground",
+        message=body.text,
+        model=model,
+        instruction=options.pop("instruction", None),
+        options=ModelOptions(**{k: v for k, v in options.items() if k != "instructionMode"}),
+        memory=ChatMemory(memory_id=memory_id),
+        record={MODEL_KEY: model},
+    )
+    done = await ph.command.run_adhoc(run)
+    uuid = done.conversation_uuid
+    yield _sse("conversation", {"uuid": uuid})
+    if done.result.text:
+        yield _sse("delta", {"conversation_uuid": uuid, "text": done.result.text})
+    yield _sse("finished", done.result.as_json())
+    named = await ph.history.name_if_untitled(uuid, body.text)
+    yield _sse("named", {"uuid": uuid, "title": named.title})
+
+
+async def _turn(ph: Pilothouse, body: ChatRequest) -> AsyncIterator[bytes]:
+    kind, _, code = body.target.partition(":")
+    if kind == "model":
+        async for chunk in _adhoc(ph, body, code):
+            yield chunk
+        return
+    config = _runtime_config(body)
+    events: AsyncIterator[TurnEvent]
+    if body.conversation:
+        uuid = body.conversation
+        current = await ph.query.get_conversation(uuid)
+        if current.action_code == ADHOC:
+            model = body.target.partition(":")[2]
+            async for chunk in _adhoc(ph, body, model):
+                yield chunk
+            return
+        events = ph.command.stream_message(
+            uuid, body.text, input_data=body.input or None, runtime_config=config
+        )
+    else:
+        found = await ph.query.find_target(body.target)
+        if found is None:
+            raise InvalidFieldError("target", f"no active action or agent {body.target!r}")
+        uuid = str(uuids.uuid4())
+        events = ph.command.start_and_stream(
+            body.text,
+            action=found.action_code,
+            agent=found.agent_code,
+            input_data=body.input or None,
+            runtime_config=config,
+            conversation_uuid=uuid,
+        )
+    yield _sse("conversation", {"uuid": uuid})
+    async for event in events:
+        yield _sse(*event_data(event))
+    named = await ph.history.name_if_untitled(uuid, body.text)
+    yield _sse("named", {"uuid": uuid, "title": named.title})
+
+
+async def _guarded(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """End the stream with an ``error`` event when the turn is refused."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except PilothouseError as exc:
+        yield _sse("error", {"detail": str(exc), "category": exc.category.value})
+
+
+@router.post("/ui/chat")
+async def chat(user: UiFacade, body: ChatRequest) -> StreamingResponse:
+    """Run one turn and stream it as Server-Sent Events."""
+    return StreamingResponse(
+        _guarded(_turn(user.ph, body)),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+Operation = Literal["save", "submit", "delete", "delete_following", "resubmit"]
+
+
+@router.post("/ui/conversations/{uuid}/prompts/{sequence}")
+async def edit_prompt(
+    user: UiFacade,
+    uuid: str,
+    sequence: int,
+    op: Annotated[Operation, Form()],
+    text: Annotated[str, Form(max_length=100_000)] = "",
+) -> JSONResponse:
+    """Edit, delete or resubmit one prompt: a fork of the conversation.
+
+    Answers ``{"conversation": <the fork>, "submit": <text to stream> | null}``.
+    "Submit again" appends the same prompt to the conversation as it is: no fork.
+    """
+    ph = user.ph
+    messages = await ph.query.get_conversation_messages(uuid)
+    prompt = next((m for m in messages if m.sequence == sequence), None)
+    if prompt is None or prompt.role.value != "US":
+        raise InvalidFieldError("sequence", f"message {sequence} is no prompt of this conversation")
+    if op in ("save", "submit") and not text.strip():
+        raise InvalidFieldError("text", "the edited prompt is empty")
+    if op == "resubmit":
+        return JSONResponse({"conversation": uuid, "submit": prompt.content})
+    if op == "save":
+        fork = await ph.history.fork(uuid, replace={sequence: text}, reason="edit prompt (save)")
+        return JSONResponse({"conversation": fork.uuid, "submit": None})
+    if op == "submit":
+        fork = await ph.history.fork(uuid, before=sequence, reason="edit prompt (submit)")
+        return JSONResponse({"conversation": fork.uuid, "submit": text})
+    if op == "delete":
+        fork = await ph.history.fork(uuid, drop_prompt=sequence, reason="delete prompt")
+        return JSONResponse({"conversation": fork.uuid, "submit": None})
+    fork = await ph.history.fork(
+        uuid, before=sequence, reason="delete prompt and all following messages"
+    )
+    return JSONResponse({"conversation": fork.uuid, "submit": None})
+
+
+@router.post("/ui/conversations/{uuid}/answers")
+async def answer(request: Request, user: UiFacade, uuid: str) -> JSONResponse:
+    """Answer the model's pending questions (fields ``answer:<question id>``) and continue."""
+    form = await request.form()
+    answers = {
+        str(name).removeprefix("answer:"): str(value)
+        for name, value in form.items()
+        if str(name).startswith("answer:")
+    }
+    result = await user.ph.command.submit_answers(uuid, answers)
+    return JSONResponse(result.as_json())
+
+
+@router.post("/ui/conversations/{uuid}/tool-results")
+async def tool_result(
+    user: UiFacade,
+    uuid: str,
+    call_id: Annotated[str, Form(max_length=128)],
+    result: Annotated[str, Form(max_length=1_000_000)],
+) -> JSONResponse:
+    """Give the result of a custom-schema tool call the model made; JSON or text."""
+    value: Any
+    try:
+        value = json.loads(result)
+    except json.JSONDecodeError:
+        value = result
+    done = await user.ph.command.submit_tool_result(uuid, call_id, value)
+    return JSONResponse(done.as_json())

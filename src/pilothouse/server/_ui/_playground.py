@@ -1,0 +1,447 @@
+"""The playground's pages and fragments: conversations, messages, settings, system prompt, template.
+
+Pages are server-rendered (Jinja2); htmx swaps the fragments these routes
+return. The chat's stream and the per-prompt edits are in
+:mod:`pilothouse.server._ui._chat`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["router", "target_of"]
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from pilothouse.api import Pilothouse
+from pilothouse.errors import (
+    ConflictError,
+    InvalidFieldError,
+    NotFoundError,
+    PilothouseError,
+    StaleVersionError,
+)
+from pilothouse.server._ui._base import UiAdmin, UiFacade, render
+from pilothouse.types import (
+    ConversationSummary,
+    ConversationView,
+    MessageRole,
+    ProcessStatus,
+    ToolCallStatus,
+)
+
+router = APIRouter(include_in_schema=False)
+
+ADHOC = "INVOKE"
+"""The action code of ad-hoc runs (a bare model): see ``pilothouse.api`` ``run_adhoc``."""
+
+MODEL_KEY = "playground_model"
+"""Recorded with an ad-hoc run's system message: the model code the playground chose."""
+
+SLIDERS: tuple[tuple[str, str, float, float, float], ...] = (
+    ("temperature", "Temperature", 0, 2, 0.05),
+    ("top_p", "Top P", 0, 1, 0.01),
+    ("top_k", "Top K", 0, 200, 1),
+    ("max_tokens", "Max tokens", 1, 8192, 1),
+    ("presence_penalty", "Presence penalty", -2, 2, 0.05),
+    ("frequency_penalty", "Frequency penalty", -2, 2, 0.05),
+)
+"""Name, label, min, max and step of each setting the panel offers."""
+
+
+def target_of(view: ConversationView) -> str:
+    """The target id a conversation runs: ``agent:X``, ``action:X`` or ``model:X``."""
+    if view.action_code == ADHOC:
+        for message in view.messages:
+            record = (message.data or {}).get("record")
+            if message.role is MessageRole.SYSTEM and isinstance(record, dict):
+                model = record.get(MODEL_KEY)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+                if isinstance(model, str):
+                    return f"model:{model}"
+        return "model:"
+    if view.agent_code:
+        return f"agent:{view.agent_code}"
+    return f"action:{view.action_code}"
+
+
+async def _targets(ph: Pilothouse) -> list[tuple[str, str]]:
+    """Every target the playground offers: actions, agents, then bare models."""
+    found = [(t.target_id, t.description) for t in await ph.query.list_targets()]
+    for entry in await ph.catalog.list_entries("models", active=True):
+        capabilities: Any = entry.document.get("capabilities") or []
+        if "EM" in capabilities:
+            continue  # an embedding model does not chat
+        found.append((f"model:{entry.key}", str(entry.document.get("model_name", ""))))
+    return found
+
+
+def _exchanges(view: ConversationView) -> list[dict[str, Any]]:
+    """The messages grouped as the chat shows them: each prompt with what followed it."""
+    calls = {c.call_id: c for c in view.tool_calls}
+    pending = view.status is ProcessStatus.WAITING
+    groups: list[dict[str, Any]] = []
+    current: dict[str, Any] = {"prompt": None, "items": []}
+    for message in view.messages:
+        if message.role is MessageRole.USER:
+            if current["prompt"] is not None or current["items"]:
+                groups.append(current)
+            current = {"prompt": message, "items": []}
+            continue
+        item: dict[str, Any] = {"message": message, "calls": []}
+        tool_calls = (message.data or {}).get("tool_calls")
+        if message.role is MessageRole.ASSISTANT and isinstance(tool_calls, list):
+            for call in tool_calls:  # pyright: ignore[reportUnknownVariableType]
+                call_id = call.get("id") if isinstance(call, dict) else None  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+                if isinstance(call_id, str) and call_id in calls:
+                    item["calls"].append(calls[call_id])
+        if message.role is MessageRole.QUESTION:
+            item["open"] = pending and message.sequence > _last_answer(view)
+        current["items"].append(item)
+    if current["prompt"] is not None or current["items"]:
+        groups.append(current)
+    return groups
+
+
+def _last_answer(view: ConversationView) -> int:
+    answered = [m.sequence for m in view.messages if m.role is MessageRole.TOOL]
+    return max(answered, default=-1)
+
+
+def _returned(view: ConversationView) -> list[Any]:
+    """Custom-schema tool calls waiting for the caller's result."""
+    return [c for c in view.tool_calls if c.status is ToolCallStatus.RETURNED]
+
+
+async def _chat_context(ph: Pilothouse, uuid: str) -> dict[str, Any]:
+    view = await ph.query.get_transcript(uuid)
+    summary = await ph.history.get(uuid)
+    return {
+        "view": view,
+        "summary": summary,
+        "exchanges": _exchanges(view),
+        "returned": _returned(view),
+        "target": target_of(view),
+    }
+
+
+@router.get("/playground")
+async def playground(
+    request: Request,
+    user: UiFacade,
+    c: Annotated[str | None, Query(max_length=36)] = None,
+    target: Annotated[str | None, Query(max_length=80)] = None,
+) -> HTMLResponse:
+    """The playground page: conversations, the chat, the settings panel."""
+    ph = user.ph
+    targets = await _targets(ph)
+    chat: dict[str, Any] = {}
+    if c:
+        try:
+            chat = await _chat_context(ph, c)
+        except NotFoundError:
+            chat = {}
+    chosen = target or chat.get("target") or (targets[0][0] if targets else "")
+    return render(
+        request,
+        "playground.html",
+        user=user,
+        targets=targets,
+        target=chosen,
+        conversations=await ph.history.list_conversations(),
+        current=c if chat else None,
+        **chat,
+    )
+
+
+@router.get("/ui/conversations")
+async def conversation_list(
+    request: Request, user: UiFacade, c: Annotated[str | None, Query(max_length=36)] = None
+) -> HTMLResponse:
+    """The navigation panel's list of conversations (a fragment)."""
+    return render(
+        request,
+        "_conversations.html",
+        conversations=await user.ph.history.list_conversations(),
+        current=c,
+    )
+
+
+@router.get("/ui/conversations/{uuid}")
+async def chat_fragment(request: Request, user: UiFacade, uuid: str) -> HTMLResponse:
+    """One conversation's messages, questions and returned tool calls (a fragment)."""
+    return render(request, "_chat.html", **await _chat_context(user.ph, uuid))
+
+
+@router.post("/ui/conversations/{uuid}/rename")
+async def rename(
+    request: Request, user: UiFacade, uuid: str, title: Annotated[str, Form(max_length=400)]
+) -> HTMLResponse:
+    """Rename a conversation; answers the refreshed list."""
+    await user.ph.history.rename(uuid, title)
+    return await conversation_list(request, user, uuid)
+
+
+@router.post("/ui/conversations/{uuid}/delete")
+async def delete(request: Request, user: UiFacade, uuid: str) -> HTMLResponse:
+    """Delete a conversation from the list: it is hidden (audited), never erased."""
+    await user.ph.history.hide(uuid, reason="deleted in the playground")
+    return await conversation_list(request, user, None)
+
+
+@router.get("/ui/conversations/{uuid}/export")
+async def export(user: UiFacade, uuid: str) -> Response:
+    """The conversation as a JSON file to download."""
+    document = await user.ph.history.export(uuid)
+    return Response(
+        json.dumps(document, indent=2, ensure_ascii=False),
+        media_type="application/json",
+        headers={"Content-Disposition": f'attachment; filename="conversation-{uuid}.json"'},
+    )
+
+
+@router.post("/ui/conversations/import")
+async def import_conversation(
+    request: Request, user: UiFacade, file: Annotated[UploadFile, File()]
+) -> Response:
+    """Import an exported conversation; opens it."""
+    raw = await file.read()
+    try:
+        document: Any = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return render(
+            request,
+            "_notice.html",
+            status_code=422,
+            error="The file is not a JSON export of a conversation.",
+        )
+    if not isinstance(document, dict):
+        return render(request, "_notice.html", status_code=422, error="format: must be an object")
+    try:
+        imported = await user.ph.history.import_conversation(document)  # pyright: ignore[reportUnknownArgumentType]
+    except (InvalidFieldError, NotFoundError) as exc:
+        return render(request, "_notice.html", status_code=422, error=str(exc))
+    location = f"/playground?c={imported.uuid}"
+    if request.headers.get("hx-request"):
+        return Response(status_code=204, headers={"HX-Redirect": location})
+    return RedirectResponse(location, status_code=303)
+
+
+@router.get("/ui/conversations/{uuid}/timeline")
+async def timeline(request: Request, user: UiFacade, uuid: str) -> HTMLResponse:
+    """The audit timeline of a conversation (a fragment)."""
+    view = await user.ph.query.get_transcript(uuid)
+    summary: ConversationSummary = await user.ph.history.get(uuid)
+    return render(request, "_timeline.html", view=view, summary=summary)
+
+
+async def _configuration(ph: Pilothouse, target: str) -> tuple[str | None, dict[str, Any], int]:
+    """The configuration a target's action uses: code, document, version."""
+    kind, _, code = target.partition(":")
+    if kind not in ("action", "agent") or not code:
+        return None, {}, 0
+    found = await ph.query.find_target(target)
+    if found is None:
+        return None, {}, 0
+    action = await ph.catalog.get("actions", found.action_code)
+    configuration = str(action.document["configuration"])
+    entry = await ph.catalog.get("configurations", configuration)
+    return configuration, entry.document, entry.version
+
+
+@router.get("/ui/settings")
+async def settings(
+    request: Request, user: UiFacade, target: Annotated[str, Query(max_length=80)] = ""
+) -> HTMLResponse:
+    """The settings panel for a target, loaded from its configuration (also "Reset")."""
+    code, document, version = await _configuration(user.ph, target)
+    return render(
+        request,
+        "_settings.html",
+        target=target,
+        configuration=code,
+        document=document,
+        version=version,
+        sliders=SLIDERS,
+        user=user,
+        notice=None,
+        error=None,
+    )
+
+
+def _options(form: dict[str, Any]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for name, _, _, _, step in SLIDERS:
+        raw = form.get(name)
+        if raw is None or str(raw).strip() == "":
+            continue
+        try:
+            value = float(str(raw))
+        except ValueError:
+            raise InvalidFieldError(name, "must be a number") from None
+        options[name] = int(value) if step >= 1 else value
+    return options
+
+
+@router.post("/ui/configurations/{code}")
+async def update_configuration(request: Request, user: UiAdmin, code: str) -> HTMLResponse:
+    """Update configuration: write the sliders to the catalog, if still at the version read."""
+    form = dict(await request.form())
+    target = str(form.get("target", ""))
+    notice = error = None
+    try:
+        current = await user.ph.catalog.get("configurations", code)
+        document = {**current.document, **_options(form)}
+        entry = await user.ph.catalog.update(
+            "configurations",
+            code,
+            document,
+            expected_version=int(str(form.get("version", "0"))),
+            user=f"playground:{user.principal.key_prefix}",
+        )
+        notice = f"Configuration {code} updated (version {entry.version})."
+    except StaleVersionError:
+        error = (
+            f"Configuration {code} was changed by someone else since you loaded it. "
+            "Press Reset to load the current settings, then apply your changes again."
+        )
+    except (PilothouseError, ValueError) as exc:
+        error = str(exc)
+    code_, document_, version = await _configuration(user.ph, target)
+    return render(
+        request,
+        "_settings.html",
+        target=target,
+        configuration=code_ or code,
+        document=document_,
+        version=version,
+        sliders=SLIDERS,
+        user=user,
+        notice=notice,
+        error=error,
+        status_code=409 if error and "changed by someone" in error else 200,
+    )
+
+
+@router.post("/ui/configurations/{code}/duplicate")
+async def duplicate_configuration(request: Request, user: UiAdmin, code: str) -> HTMLResponse:
+    """Duplicate configuration: a new configuration with the sliders' values."""
+    form = dict(await request.form())
+    target = str(form.get("target", ""))
+    new_code = str(form.get("new_code", "")).strip().upper()
+    notice = error = None
+    try:
+        current = await user.ph.catalog.get("configurations", code)
+        document = {**current.document, **_options(form), "code": new_code}
+        document["name"] = f"{current.document.get('name') or code} (copy)"
+        await user.ph.catalog.create(
+            "configurations", document, user=f"playground:{user.principal.key_prefix}"
+        )
+        notice = f"Configuration {new_code} created from {code}."
+    except ConflictError:
+        error = f"A configuration {new_code} exists already; choose another code."
+    except PilothouseError as exc:
+        error = str(exc)
+    code_, document_, version = await _configuration(user.ph, target)
+    return render(
+        request,
+        "_settings.html",
+        target=target,
+        configuration=code_ or code,
+        document=document_,
+        version=version,
+        sliders=SLIDERS,
+        user=user,
+        notice=notice,
+        error=error,
+    )
+
+
+@router.get("/ui/system-prompt")
+async def system_prompt(
+    request: Request,
+    user: UiFacade,
+    target: Annotated[str, Query(max_length=80)] = "",
+    instruction: Annotated[str, Query(max_length=20000)] = "",
+) -> HTMLResponse:
+    """The assembled system prompt of a target, read-only (placeholders shown as such)."""
+    prompt = None
+    error = None
+    found = await user.ph.query.find_target(target) if ":" in target else None
+    if found is None:
+        error = "A bare model has no assembled prompt; the extra system prompt is all it gets."
+    else:
+        placeholders = {name: "{" + name + "}" for name in found.placeholders}
+        config = {"instruction": instruction} if instruction.strip() else None
+        try:
+            prompt = await user.ph.history.system_prompt(
+                action=found.action_code,
+                agent=found.agent_code,
+                input_data=placeholders,
+                runtime_config=config,
+            )
+        except PilothouseError as exc:
+            error = str(exc)
+    return render(request, "_system_prompt.html", prompt=prompt, error=error)
+
+
+@router.get("/ui/template")
+async def template(
+    request: Request, user: UiFacade, target: Annotated[str, Query(max_length=80)] = ""
+) -> HTMLResponse:
+    """The template loader: the action's prompt and a field per placeholder."""
+    found = await user.ph.query.find_target(target) if ":" in target else None
+    if found is None:
+        return render(
+            request, "_template.html", action=None, error="Choose an action or an agent first."
+        )
+    action = await user.ph.catalog.get("actions", found.action_code)
+    return render(
+        request,
+        "_template.html",
+        action=action,
+        placeholders=sorted(found.placeholders),
+        error=None,
+        notice=None,
+    )
+
+
+@router.post("/ui/template/{code}")
+async def save_template(
+    request: Request,
+    user: UiAdmin,
+    code: str,
+    prompt: Annotated[str, Form(max_length=100000)],
+    version: Annotated[int, Form()],
+) -> HTMLResponse:
+    """Update the template on save: write the edited prompt back to the action."""
+    error = notice = None
+    try:
+        current = await user.ph.catalog.get("actions", code)
+        entry = await user.ph.catalog.update(
+            "actions",
+            code,
+            {**current.document, "prompt": prompt},
+            expected_version=version,
+            user=f"playground:{user.principal.key_prefix}",
+        )
+        notice = f"Template of action {code} saved (version {entry.version})."
+    except StaleVersionError:
+        error = (
+            f"Action {code} was changed by someone else since you loaded the template; "
+            "load it again and reapply your edit."
+        )
+    except PilothouseError as exc:
+        error = str(exc)
+    action = await user.ph.catalog.get("actions", code)
+    found = await user.ph.query.find_target(f"action:{code}")
+    return render(
+        request,
+        "_template.html",
+        action=action,
+        placeholders=sorted(found.placeholders) if found else [],
+        error=error,
+        notice=notice,
+        status_code=409 if error and "changed by someone" in error else 200,
+    )

@@ -1,0 +1,249 @@
+// The playground's chat: streams a turn from POST /ui/chat (Server-Sent Events over fetch,
+// since EventSource cannot POST), and runs the per-prompt edits. Plain browser JavaScript,
+// no build step; htmx swaps the fragments the server renders.
+"use strict";
+const Playground = (() => {
+  const $ = (selector) => document.querySelector(selector);
+  let busy = false;
+
+  function current() { return $("#chat").dataset.conversation || null; }
+
+  function setCurrent(uuid) {
+    $("#chat").dataset.conversation = uuid;
+    const url = new URL(window.location.href);
+    url.searchParams.set("c", uuid);
+    url.searchParams.delete("target");
+    window.history.replaceState(null, "", url);
+  }
+
+  function status(text) { $("#stream-status").textContent = text; }
+
+  function options() {
+    // Only the settings moved away from the configuration are sent: the rest stay the model's own.
+    const found = {};
+    document.querySelectorAll("#settings-form input.value").forEach((input) => {
+      if (input.value !== "" && input.value !== input.dataset.default) found[input.name] = Number(input.value);
+    });
+    return found;
+  }
+
+  function templateInput() {
+    const found = {};
+    document.querySelectorAll("[data-placeholder]").forEach((field) => { found[field.dataset.placeholder] = field.value; });
+    return found;
+  }
+
+  function problemText(body, fallback) {
+    if (body && typeof body === "object") return body.detail || body.title || fallback;
+    return fallback;
+  }
+
+  async function refreshList(uuid) {
+    await htmx.ajax("GET", "/ui/conversations" + (uuid ? "?c=" + encodeURIComponent(uuid) : ""), { target: "#conversation-list" });
+  }
+
+  async function load(uuid) {
+    setCurrent(uuid);
+    await htmx.ajax("GET", "/ui/conversations/" + encodeURIComponent(uuid), { target: "#chat" });
+    const chat = $("#chat");
+    chat.scrollTop = chat.scrollHeight;
+  }
+
+  function liveList() {
+    let list = $("#chat ol.messages");
+    if (!list) {
+      $("#chat").innerHTML = '<ol class="messages" aria-label="Messages"></ol>';
+      list = $("#chat ol.messages");
+    }
+    return list;
+  }
+
+  function bubble(list, cls, text) {
+    const item = document.createElement("li");
+    const div = document.createElement("div");
+    div.className = "bubble " + cls;
+    const body = document.createElement("div");
+    body.className = "text";
+    body.textContent = text;
+    div.appendChild(body);
+    item.appendChild(div);
+    list.appendChild(item);
+    return { item, div, body };
+  }
+
+  async function saveTemplateIfAsked() {
+    const box = $("#update-template");
+    const form = $("#template-form");
+    if (!box || !box.checked || !form) return true;
+    const response = await fetch(form.getAttribute("hx-post"), { method: "POST", body: new FormData(form) });
+    const html = await response.text();
+    $("#template-panel").innerHTML = html;
+    htmx.process($("#template-panel"));
+    return response.ok;
+  }
+
+  async function send(text, conversation) {
+    if (busy) return;
+    busy = true;
+    $("#send").disabled = true;
+    status("Sending…");
+    const list = liveList();
+    bubble(list, "user", text);
+    const answer = bubble(list, "assistant", "");
+    answer.div.setAttribute("aria-live", "polite");
+    const chat = $("#chat");
+    let uuid = conversation;
+    let finished = null;
+    let failure = null;
+    let deltas = 0;
+    try {
+      if (!(await saveTemplateIfAsked())) throw new Error("The template was not saved; see the message above.");
+      const response = await fetch("/ui/chat", {
+        method: "POST",
+        headers: { "Content-Type": "application/json", "Accept": "text/event-stream" },
+        body: JSON.stringify({ conversation, target: $("#target").value, text, input: templateInput(),
+          options: options(), instruction: ($("#instruction") || { value: "" }).value }),
+      });
+      if (!response.ok) {
+        let body = null;
+        try { body = await response.json(); } catch (e) { body = null; }
+        throw new Error(problemText(body, "The prompt was refused (" + response.status + ")."));
+      }
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      status("The model is answering…");
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const frame = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          let name = "message"; let data = "";
+          for (const line of frame.split("\n")) {
+            if (line.startsWith("event: ")) name = line.slice(7);
+            else if (line.startsWith("data: ")) data += line.slice(6);
+          }
+          const payload = data ? JSON.parse(data) : {};
+          if (name === "conversation") { uuid = payload.uuid; setCurrent(uuid); }
+          else if (name === "delta") {
+            deltas += 1;
+            answer.body.textContent += payload.text;
+            chat.scrollTop = chat.scrollHeight;
+          }
+          else if (name === "tool_call") {
+            const note = document.createElement("p");
+            note.className = "turn-meta";
+            note.textContent = "Tool call " + payload.name + " " + JSON.stringify(payload.arguments);
+            answer.div.appendChild(note);
+          } else if (name === "finished") { finished = payload; }
+          else if (name === "error") { failure = payload.detail; }
+        }
+      }
+    } catch (error) {
+      failure = error.message || String(error);
+    }
+    busy = false;
+    $("#send").disabled = false;
+    // How many pieces the answer streamed in (shown to screen readers as nothing; read by tests).
+    document.body.dataset.lastDeltas = String(deltas);
+    if (uuid) {
+      await load(uuid);
+      await refreshList(uuid);
+    }
+    if (finished) {
+      // Counts finished turns on this page (a test waits for it; nothing reads it otherwise).
+      document.body.dataset.turns = String(Number(document.body.dataset.turns || 0) + 1);
+      const answers = document.querySelectorAll("#chat .bubble.assistant");
+      const last = answers[answers.length - 1];
+      const meta = document.createElement("p");
+      meta.className = "turn-meta turn-cost";
+      meta.textContent = "This turn: " + finished.input_tokens + " in / " + finished.output_tokens +
+        " out tokens · cost $" + finished.cost + " · " + finished.status;
+      (last || $("#chat")).appendChild(meta);
+    }
+    status(failure ? "" : (finished ? "Done." : ""));
+    if (failure) {
+      const list2 = liveList();
+      const item = document.createElement("li");
+      item.innerHTML = '<p class="error" role="alert"></p>';
+      item.firstChild.textContent = failure;
+      list2.appendChild(item);
+    }
+  }
+
+  function submit(event) {
+    event.preventDefault();
+    const box = $("#prompt");
+    const text = box.value.trim();
+    if (!text) { box.focus(); return false; }
+    box.value = "";
+    send(text, current());
+    return false;
+  }
+
+  async function postForm(url, data) {
+    const response = await fetch(url, { method: "POST", body: data });
+    let body = null;
+    try { body = await response.json(); } catch (e) { body = null; }
+    if (!response.ok) throw new Error(problemText(body, "Refused (" + response.status + ")."));
+    return body;
+  }
+
+  async function edit(event) {
+    event.preventDefault();
+    const form = event.target;
+    const data = new FormData(form);
+    data.set("op", event.submitter ? event.submitter.value : "save");
+    await promptOp(form.dataset.sequence, data);
+    return false;
+  }
+
+  async function op(button, name) {
+    const data = new FormData();
+    data.set("op", name);
+    await promptOp(button.dataset.sequence, data);
+  }
+
+  async function promptOp(sequence, data) {
+    const uuid = current();
+    try {
+      const done = await postForm("/ui/conversations/" + uuid + "/prompts/" + sequence, data);
+      if (done.conversation !== uuid) { await load(done.conversation); await refreshList(done.conversation); }
+      if (done.submit) await send(done.submit, done.conversation);
+    } catch (error) {
+      status(error.message);
+    }
+  }
+
+  async function post(event) {
+    event.preventDefault();
+    const form = event.target;
+    const error = form.querySelector(".error");
+    const button = form.querySelector("button[type=submit]");
+    button.disabled = true;
+    status("Sending…");
+    try {
+      await postForm(form.dataset.jsonPost, new FormData(form));
+      await load(current());
+      await refreshList(current());
+      status("Done.");
+    } catch (e) {
+      button.disabled = false;
+      status("");
+      if (error) { error.hidden = false; error.textContent = e.message; }
+    }
+    return false;
+  }
+
+  function retarget(select) {
+    window.location.href = "/playground?target=" + encodeURIComponent(select.value);
+  }
+
+  function useTemplate() { status("The template's values go with your next prompt."); $("#prompt").focus(); }
+
+  return { submit, send, edit, op, post, retarget, useTemplate, load };
+})();
+window.Playground = Playground;

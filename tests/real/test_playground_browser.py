@@ -1,0 +1,226 @@
+"""The playground and the catalog UI in a real browser: Debian's Chromium driven by Playwright.
+
+A real ``pilothouse serve`` (example catalog, a fresh SQLite file) is driven
+through one whole session: log in with an API key, create an action in the
+catalog UI, chat with it on the packaged local model (SmolLM2 on llama.cpp,
+streamed), edit a prompt and resubmit it, answer a question the model asks,
+export the conversation and import it again. The question comes from a
+scripted OpenAI-compatible upstream on loopback (``fault_upstream``): a
+135M-parameter model does not reliably ask one.
+
+Playwright never downloads a browser here: it launches ``/usr/bin/chromium``
+(``make install`` installs it with apt). With ``PILOTHOUSE_SCREENSHOTS=<dir>``
+(``make screenshots``) the screenshots of ``docs/playground.md`` are written
+there, at 1280×800 and at phone width.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fault_upstream import Reply, Upstream, chunk, completion, running_upstream
+from live_serve import LiveServer, live_serve
+
+pytestmark = pytest.mark.real
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+WAIT = 240_000
+"""Milliseconds a step may take: the local model starts on the first turn."""
+
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+
+
+def _catalog(upstream: str) -> str:
+    # The question-asking action runs on the scripted upstream.
+    return f"""
+providers:
+  - code: UP
+    kind: openai
+    base_url: {upstream}
+models:
+  - code: UPM
+    provider: UP
+    model_name: scripted
+    capabilities: [FC, SR]
+    input_price: 0.5
+    output_price: 1.5
+actions:
+  - code: SHIRTS
+    name: Order a shirt
+    model: UPM
+    configuration: DEFAULT
+    prompt: "Help the user order a shirt: {{input}}"
+"""
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Upstream]]:
+    if importlib.util.find_spec("playwright") is None:
+        pytest.skip("playwright is not installed: pip install 'pilothouse[test]'")
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed: make install (apt-get install chromium)")
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama_cpp is not importable: pip install 'pilothouse[local]'")
+    with running_upstream() as upstream:
+        folder = tmp_path_factory.mktemp("browser")
+        with live_serve(folder, _catalog(upstream.base_url), admin=True) as server:
+            yield server, upstream
+
+
+def _shots() -> Path | None:
+    folder = os.environ.get("PILOTHOUSE_SCREENSHOTS")
+    if not folder:
+        return None
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_a_whole_playground_session_in_chromium(
+    served: tuple[LiveServer, Upstream], tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    server, upstream = served
+    base = server.base_url.removesuffix("/v1")
+    shots = _shots()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=ARGS
+        )
+        context = browser.new_context(viewport=DESKTOP, accept_downloads=True)
+        page = context.new_page()
+        page.set_default_timeout(WAIT)
+        expect.set_options(timeout=WAIT)
+
+        # Log in with the API key.
+        page.goto(f"{base}/")
+        expect(page).to_have_url(re.compile(r"/login$"))
+        page.get_by_label("API key").fill(server.key)
+        page.get_by_role("button", name="Log in").click()
+        expect(page).to_have_url(re.compile(r"/playground$"))
+
+        # Create an action in the catalog UI; the model is picked from the catalog's models.
+        page.goto(f"{base}/catalog/actions/new")
+        page.locator("#f-code").fill("COLORS")
+        page.locator("#f-name").fill("Name colors")
+        page.locator("#f-model").select_option("SMOLLM2")
+        page.locator("#f-configuration").select_option("DEFAULT")
+        page.locator("#f-prompt").fill("Answer in one short sentence: {input}")
+        page.locator("#f-ask_user").uncheck()
+        if shots:
+            page.screenshot(path=str(shots / "catalog-form-1280x800.png"))
+        page.get_by_role("button", name="Create").click()
+        expect(page.get_by_role("status")).to_contain_text("Created action COLORS")
+
+        # Chat with it, streamed from the local model.
+        page.goto(f"{base}/playground?target=action:COLORS")
+        page.get_by_label("Prompt", exact=True).fill("Name one color of the sky.")
+        page.get_by_role("button", name="Send").click()
+        expect(page.locator("body")).to_have_attribute("data-turns", "1")
+        cost = page.locator(".turn-cost")
+        expect(cost).to_contain_text("out tokens")
+        expect(cost).to_contain_text("CO")
+        assert int(page.locator("body").get_attribute("data-last-deltas") or 0) >= 2
+        expect(page.locator("#chat-title")).to_have_text("Name one color of the sky.")
+        expect(page.locator("#conversation-list")).to_contain_text("Name one color of the sky.")
+        first = page.url.split("c=")[1]
+        answer = page.locator(".bubble.assistant .text").last.inner_text()
+        assert answer.strip()
+        if shots:
+            page.screenshot(path=str(shots / "playground-1280x800.png"))
+
+        # Edit the prompt and submit it: a fork holds the new turn; the original stays recorded.
+        page.get_by_role("button", name="Prompt actions").first.click()
+        page.get_by_role("button", name="Edit prompt").click()
+        page.get_by_label("Edit prompt").fill("Name one color of grass.")
+        page.get_by_role("button", name="Submit", exact=True).click()
+        expect(page.locator("body")).to_have_attribute("data-turns", "2")
+        expect(page.locator(".turn-cost")).to_contain_text("CO")
+        expect(page.locator(".bubble.user .text").first).to_have_text("Name one color of grass.")
+        assert page.url.split("c=")[1] != first
+        expect(page.locator("#chat")).to_contain_text("edited copy of")
+        expect(page.locator("#chat")).not_to_contain_text("Name one color of the sky.")
+
+        # The audit timeline viewer shows the fork.
+        page.get_by_text("Audit timeline").click()
+        expect(page.locator("table.timeline")).to_contain_text("fork")
+
+        # The model asks a question; it is answered inline.
+        ask = {
+            "index": 0,
+            "id": "q1",
+            "type": "function",
+            "function": {
+                "name": "AskUserQuestion",
+                "arguments": json.dumps({"question": "Which size?", "choices": ["S", "M"]}),
+            },
+        }
+        upstream.script(
+            Reply(
+                events=[
+                    chunk({"role": "assistant", "content": None, "tool_calls": [ask]}),
+                    chunk({}, "tool_calls"),
+                ]
+            ),
+            Reply(body=completion("Size M it is.")),
+        )
+        page.goto(f"{base}/playground?target=action:SHIRTS")
+        page.get_by_label("Prompt", exact=True).fill("I want a shirt.")
+        page.get_by_role("button", name="Send").click()
+        expect(page.locator(".bubble.question")).to_contain_text("Which size?")
+        page.get_by_label("M", exact=True).check()
+        page.get_by_role("button", name="Answer").click()
+        expect(page.locator(".bubble.assistant").last).to_contain_text("Size M it is.")
+        assert "M" in json.dumps(upstream.requests[-1]["messages"][-1])
+
+        # Export the conversation to JSON, then import it back.
+        shirt = page.url.split("c=")[1]
+        page.locator("#conversation-list li.current").get_by_role("button").first.click()
+        with page.expect_download() as download_info:
+            page.get_by_role("link", name="Export").click()
+        exported = tmp_path / "conversation.json"
+        download_info.value.save_as(exported)
+        document = json.loads(exported.read_text())
+        assert document["format"] == "pilothouse.conversation/1"
+        assert document["conversation"]["uuid"] == shirt
+        page.get_by_label("Import conversation").set_input_files(str(exported))
+        page.get_by_role("button", name="Import", exact=True).click()
+        page.wait_for_url(lambda url: "c=" in url and shirt not in url)
+        expect(page.locator("#chat")).to_contain_text("Size M it is.")
+        expect(page.locator("#chat-title")).to_have_text("I want a shirt.")
+
+        # Phone width: the chat is usable, the panels open from buttons.
+        phone = browser.new_context(viewport=PHONE)
+        small = phone.new_page()
+        small.set_default_timeout(WAIT)
+        small.goto(f"{base}/login")
+        small.get_by_label("API key").fill(server.key)
+        small.get_by_role("button", name="Log in").click()
+        small.goto(f"{base}/playground?c={first}")
+        expect(small.get_by_label("Prompt", exact=True)).to_be_visible()
+        expect(small.get_by_role("button", name="Send")).to_be_visible()
+        small.get_by_role("button", name="Conversations").click()
+        expect(small.locator("#conversation-list")).to_be_visible()
+        if shots:
+            small.screenshot(path=str(shots / "playground-phone.png"), full_page=True)
+            page.goto(f"{base}/catalog/actions/COLORS")
+            page.screenshot(path=str(shots / "catalog-edit-1280x800.png"))
+        phone.close()
+        context.close()
+        browser.close()
