@@ -204,12 +204,16 @@ def create_app(
     if state is None:
         state = ServerState(settings if settings is not None else Settings(), server=server)
     served = state
+    from pilothouse.server._mcp import McpHttp
+
+    mcp = McpHttp(state)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncGenerator[None]:
         await served.open()
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             # Turns still running get the grace period, then are cancelled
             # and recorded TE, before the database closes under them.
@@ -230,6 +234,8 @@ def create_app(
 
     for router in routers():
         app.include_router(router)
+    # The MCP server's transports are the SDK's ASGI apps, not FastAPI routes.
+    app.router.routes.extend(mcp.routes())
 
     # Added innermost first: a request meets metrics, then the 500 guard,
     # then CORS, then the body limit (so a 413 still carries CORS headers).

@@ -70,6 +70,11 @@ class ServerSettings(BaseSettings):
         key_cache_seconds: trust a verified API key this long without
             reading it again; a key revoked by another process (the CLI)
             keeps working here for at most this long. 0 reads every time.
+        mcp_max_tools: the MCP server lists each action as a tool while a
+            tenant has at most this many; past it, it lists the disclosure
+            tools (``pilothouse_find_actions``, ``pilothouse_run_action``).
+        mcp_list_changed_seconds: how often the MCP server looks for catalog
+            changes to announce (``notifications/tools/list_changed``).
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_SERVER_", extra="ignore")
@@ -85,6 +90,8 @@ class ServerSettings(BaseSettings):
     shutdown_grace_seconds: float = 30.0
     last_used_interval_seconds: float = 60.0
     key_cache_seconds: float = 5.0
+    mcp_max_tools: int = Field(default=30, ge=1)
+    mcp_list_changed_seconds: float = Field(default=2.0, gt=0)
 
     @property
     def is_loopback(self) -> bool:
