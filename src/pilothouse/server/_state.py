@@ -32,6 +32,7 @@ from pilothouse.api import Pilothouse
 from pilothouse.server._keys import KeyCache
 from pilothouse.server._limits import RateLimiter
 from pilothouse.server._metrics import Metrics
+from pilothouse.server._rpc_router import RpcRouter
 from pilothouse.settings import Settings
 from pilothouse.types import ProcessStatus, StatusChanged, TurnEvent, TurnFinished
 
@@ -59,6 +60,9 @@ class ServerSettings(BaseSettings):
             key a minute per client address before they get 429 instead of
             401 (slows key guessing); 0 disables the limit. Per process.
         jsonrpc_max_batch: the most calls one JSON-RPC batch may hold.
+        jsonrpc_actions: JSON-RPC methods routed to catalog targets, e.g.
+            ``{"erp-1/llm/summarize/1.0.0": "action:SUMBRAND"}`` (see
+            :class:`~pilothouse.server.RpcRouter`).
         cors_origins: origins allowed by CORS; empty (the default) leaves
             CORS off, so browsers refuse cross-origin calls.
         metrics_anonymous: whether ``/metrics`` needs no key; None (the
@@ -85,6 +89,7 @@ class ServerSettings(BaseSettings):
     rate_limit_per_minute: int = 600
     auth_failures_per_minute: int = 60
     jsonrpc_max_batch: int = Field(default=50, ge=1)
+    jsonrpc_actions: dict[str, str] = Field(default_factory=dict[str, str])
     cors_origins: list[str] = Field(default_factory=list)
     metrics_anonymous: bool | None = None
     shutdown_grace_seconds: float = 30.0
@@ -119,6 +124,8 @@ class ServerState:
         model: a pydantic-ai model every turn uses instead of the catalog's
             (tests pass a :class:`~pilothouse.testing.ScriptedModel`).
         server: HTTP service settings; read from the environment when omitted.
+        rpc: the application's own JSON-RPC methods; the catalog targets of
+            ``server.jsonrpc_actions`` are added to it.
 
     Attributes:
         settings: the deployment settings.
@@ -137,9 +144,13 @@ class ServerState:
         *,
         model: Model | None = None,
         server: ServerSettings | None = None,
+        rpc: RpcRouter | None = None,
     ) -> None:
         self.settings = settings
         self.server = server if server is not None else ServerSettings()
+        self.rpc = rpc if rpc is not None else RpcRouter()
+        for method, target in self.server.jsonrpc_actions.items():
+            self.rpc.add_action(method, target)
         self.pilothouse = Pilothouse(settings, model=model)
         self.metrics = Metrics()
         self.limiter = RateLimiter(self.server.rate_limit_per_minute)
