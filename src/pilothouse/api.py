@@ -41,6 +41,7 @@ __all__ = [
     "HistoryApi",
     "KeyApi",
     "MemoryApi",
+    "McpService",
     "Pilothouse",
     "QueryApi",
     "SyncCatalogApi",
@@ -79,6 +80,8 @@ if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
     from pilothouse.memory import ScopedMemory
+    from pilothouse._facade.mcpserver import CallerOf, McpService
+
     from pilothouse.providers import LocalModelServers
     from pilothouse.runtime import EventHub, Runner, Runtime
     from pilothouse.runtime._events import Listener
@@ -300,6 +303,30 @@ class Pilothouse:
         view._bind(self._shared, tenant, owner=False)
         return view
 
+    def mcp_service(
+        self, caller_of: CallerOf, *, max_tools: int = 30, list_changed_seconds: float = 2.0
+    ) -> McpService:
+        """Return pilothouse as an MCP server (the official SDK's), for a face to serve.
+
+        Args:
+            caller_of: finds the :class:`~pilothouse.types.McpCaller` of a
+                request (its tenant, key and tool allow-list) from the SDK's
+                request context; raise a ``PilothouseError`` to refuse it.
+            max_tools: list each action as a tool while a tenant has at most
+                this many; past it, list the disclosure tools instead.
+            list_changed_seconds: how often catalog changes are looked for
+                (``notifications/tools/list_changed``).
+        """
+        from pilothouse._facade.mcpserver import McpService
+
+        return McpService(
+            self,
+            lambda: self._shared.database,
+            caller_of,
+            max_tools=max_tools,
+            list_changed_seconds=list_changed_seconds,
+        )
+
     def subscribe(
         self, listener: Listener, *, conversation_uuid: str | None = None, deltas: bool = True
     ) -> None:
@@ -390,3 +417,12 @@ class Pilothouse:
         """
         if self._owner:
             await self._shared.aclose()
+
+
+def __getattr__(name: str) -> object:
+    # The MCP server loads the mcp SDK: only when a face asks for it.
+    if name == "McpService":
+        from pilothouse._facade.mcpserver import McpService
+
+        return McpService
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

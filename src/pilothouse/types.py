@@ -27,6 +27,7 @@ from __future__ import annotations
 
 __all__ = [
     "ADMIN_SCOPE",
+    "MCP_TOOL_SCOPE",
     "AdHocResult",
     "AdHocRun",
     "Action",
@@ -54,6 +55,7 @@ __all__ = [
     "KeyInfo",
     "KindCounts",
     "KindForm",
+    "McpCaller",
     "McpClient",
     "McpServer",
     "McpTransport",
@@ -101,7 +103,7 @@ __all__ = [
 ]
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -167,6 +169,45 @@ if TYPE_CHECKING:
 
 ADMIN_SCOPE = "admin"
 """The scope of an API key that may change the catalog."""
+
+
+MCP_TOOL_SCOPE = "mcp:tool:"
+"""Prefix of an API key scope naming an MCP tool the key may see and call.
+
+A key with no such scope may use every tool of its tenant; a key with one
+or more (``mcp:tool:action_*``, ``mcp:tool:agent_WRITER``) only the tools
+whose names match one of the patterns (``fnmatch`` globs, case-sensitive).
+"""
+
+
+@dataclass(frozen=True)
+class McpCaller:
+    """Who calls pilothouse's MCP server, and which of its tools they may use.
+
+    Attributes:
+        tenant: every tool call acts for this tenant.
+        key_prefix: the API key's public prefix (None on stdio).
+        allowed_tools: name patterns of the tools the caller may list and
+            call; None for every tool.
+    """
+
+    tenant: str
+    key_prefix: str | None = None
+    allowed_tools: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_scopes(cls, tenant: str, key_prefix: str | None, scopes: Sequence[str]) -> McpCaller:
+        """Return the caller of a key with ``scopes`` (its ``mcp:tool:`` ones restrict it)."""
+        patterns = tuple(s.removeprefix(MCP_TOOL_SCOPE) for s in scopes if s.startswith(MCP_TOOL_SCOPE))
+        return cls(tenant, key_prefix, patterns or None)
+
+    def allows(self, tool: str) -> bool:
+        """Whether the caller may see and call the tool named ``tool``."""
+        if self.allowed_tools is None:
+            return True
+        from fnmatch import fnmatchcase
+
+        return any(fnmatchcase(tool, pattern) for pattern in self.allowed_tools)
 
 
 @dataclass(frozen=True)

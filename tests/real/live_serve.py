@@ -26,6 +26,7 @@ class LiveServer:
 
     base_url: str
     key: str
+    database_url: str = ""
 
 
 def cli(database_url: str, *args: str) -> str:
@@ -93,7 +94,7 @@ def live_serve(folder: Path, extra_catalog: str, *, admin: bool = False) -> Iter
                     pass
                 assert time.monotonic() < deadline, "pilothouse serve did not start in 60 s"
                 time.sleep(0.2)
-            yield LiveServer(base_url=f"{base_url}/v1", key=key)
+            yield LiveServer(base_url=f"{base_url}/v1", key=key, database_url=database_url)
         finally:
             process.terminate()
             try:

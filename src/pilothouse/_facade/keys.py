@@ -15,7 +15,7 @@ __all__ = ["KeyApi", "digest", "parse_key"]
 import hashlib
 import hmac
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any, cast
@@ -23,11 +23,11 @@ from typing import Any, cast
 from sqlalchemy import Connection, Row, Select, Table, Update, bindparam, select, update
 
 from pilothouse._facade.facet import Facet
-from pilothouse.errors import NotFoundError
+from pilothouse.errors import InvalidFieldError, NotFoundError
 from pilothouse.store import Database
 from pilothouse.store._access import ApiKey
 from pilothouse.store._base import utcnow
-from pilothouse.types import ADMIN_SCOPE, KeyInfo
+from pilothouse.types import ADMIN_SCOPE, MCP_TOOL_SCOPE, KeyInfo
 
 _PREFIX_BYTES = 4
 
@@ -107,7 +107,12 @@ class KeyApi(Facet):
         super().__init__(database, tenant)
 
     async def create(
-        self, *, tenant: str | None = None, name: str = "", admin: bool = False
+        self,
+        *,
+        tenant: str | None = None,
+        name: str = "",
+        admin: bool = False,
+        mcp_tools: Sequence[str] = (),
     ) -> tuple[str, KeyInfo]:
         """Create a key.
 
@@ -115,10 +120,22 @@ class KeyApi(Facet):
             tenant: the tenant the key acts for; the facade's by default.
             name: a label shown in listings.
             admin: allow catalog writes (the admin scope).
+            mcp_tools: name patterns (globs) of the MCP server tools the key
+                may list and call; empty for every tool of its tenant.
 
         Returns:
             The key (shown once; only its digest is stored) and its description.
+
+        Raises:
+            InvalidFieldError: an empty pattern or one with whitespace.
         """
+        for pattern in mcp_tools:
+            if not pattern or any(c.isspace() for c in pattern):
+                raise InvalidFieldError(
+                    "mcp_tools",
+                    f"{pattern!r} is not a tool name pattern; write a name or a glob "
+                    "such as 'action_*', without spaces",
+                )
         await self._database.ensure_schema()
         prefix = secrets.token_hex(_PREFIX_BYTES)
         key = f"ph_{prefix}_{secrets.token_urlsafe(32)}"
@@ -127,7 +144,7 @@ class KeyApi(Facet):
             name=name,
             prefix=prefix,
             digest=digest(key),
-            scopes=[ADMIN_SCOPE] if admin else [],
+            scopes=[*([ADMIN_SCOPE] if admin else []), *(MCP_TOOL_SCOPE + p for p in mcp_tools)],
             active=True,
             created_at=utcnow(),
         )

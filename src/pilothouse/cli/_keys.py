@@ -39,6 +39,14 @@ def create(
     admin: Annotated[
         bool, typer.Option("--admin", help="Allow catalog writes (the admin scope).")
     ] = False,
+    mcp_tool: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mcp-tool",
+            help="An MCP server tool (name or glob) the key may use; repeat it. "
+            "Without it the key may use every tool of its tenant.",
+        ),
+    ] = None,
 ) -> None:
     """Create a key and print it once (only its digest is stored)."""
     state: CliState = ctx.obj
@@ -46,7 +54,9 @@ def create(
 
     async def body() -> tuple[str, KeyInfo]:
         async with open_facade(state) as ph:
-            return await ph.keys.create(tenant=owner, name=name, admin=admin)
+            return await ph.keys.create(
+                tenant=owner, name=name, admin=admin, mcp_tools=mcp_tool or ()
+            )
 
     key, info = run(body)
     # The key alone on stdout, so scripts can capture it; the rest on stderr.

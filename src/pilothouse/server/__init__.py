@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "Principal",
+    "RpcRouter",
     "ServerSettings",
     "ServerState",
     "app_from_environment",
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from pilothouse.server._app import create_app
 from pilothouse.server._deps import Principal
+from pilothouse.server._rpc_router import RpcRouter
 from pilothouse.server._state import ServerSettings, ServerState
 
 if TYPE_CHECKING:

@@ -206,12 +206,15 @@ def create_app(
     if state is None:
         state = ServerState(settings if settings is not None else Settings(), server=server)
     served = state
+    from pilothouse.server._mcp import McpHttp
+
+    mcp = McpHttp(state)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncGenerator[None]:
         await served.open()
         try:
-            async with anyio.create_task_group() as background:
+            async with mcp.running(), anyio.create_task_group() as background:
                 if served.server.question_sweep_seconds > 0:
                     # Questions expire on the service's own clock (seed 000).
                     background.start_soon(served.expire_questions_forever)
@@ -245,6 +248,8 @@ def create_app(
     from pilothouse.server._ui import mount_static
 
     mount_static(app)
+    # The MCP server's transports are the SDK's ASGI apps, not FastAPI routes.
+    app.router.routes.extend(mcp.routes())
 
     # Added innermost first: a request meets metrics, then the 500 guard,
     # then CORS, then the body limit (so a 413 still carries CORS headers).

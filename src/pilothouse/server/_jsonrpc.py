@@ -1,10 +1,13 @@
 """JSON-RPC 2.0 at ``POST /jsonrpc``, and the legacy envelope at the same URL.
 
 A request names one method of :data:`~pilothouse.server._jsonrpc_methods.METHODS`
-(``pilothouse/<service>/<action>/<version>``) with params by name. Batches
-(a JSON array) are answered with an array in request order, calls run one
-after another; notifications (no ``id``) run but get no entry, and a batch of
-notifications only is answered ``204 No Content``. Every answer that has a
+(``pilothouse/<service>/<action>/<version>``) with params by name, or one the
+application routed (:class:`~pilothouse.server.RpcRouter`:
+``<host>/<service>/<action>/<version>`` to a Python callable or a catalog
+action). Batches (a JSON array) are answered with an array in request order,
+their calls run concurrently (they are independent by the specification);
+notifications (no ``id``) run but get no entry, and a batch of notifications
+only is answered ``204 No Content``. Every answer that has a
 body is HTTP 200: errors travel inside it, with the spec codes
 
 =======  ================================================================
@@ -29,9 +32,13 @@ REST service's for the same error. Application errors map by their
 :class:`~pilothouse.errors.ErrorCategory`, in one table (``_ERRORS``).
 
 The legacy envelope ``{host, service, action, version, data}`` is the same
-call (method ``pilothouse/<service>/<action>/<version>``, params ``data``) and
-is answered ``{host, service, action, version, data}`` or ``{..., error:
-{code, message, data}}``. See ``docs/jsonrpc.md``.
+call: method ``<host>/<service>/<action>/<version>`` when the application
+routed it, else ``pilothouse/<service>/<action>/<version>``, params ``data``.
+Its UI members ``title``, ``success`` and ``failure`` are accepted and
+ignored (the migration plan keeps them client-side). It is answered
+``{host, service, action, version, data}`` or ``{..., error: {code, message,
+data}}``, or as JSON-RPC when it carries an ``id``; it may stand in a batch.
+See ``docs/jsonrpc.md``.
 """
 
 from __future__ import annotations
@@ -42,16 +49,20 @@ import json
 import logging
 from typing import Any, cast
 
+import anyio
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
+from pydantic_core import to_jsonable_python
 
 from pilothouse.api import Pilothouse
 from pilothouse.errors import ErrorCategory, PilothouseError
 from pilothouse.server._deps import Facade, State, charge_batch
 from pilothouse.server._jsonrpc_methods import METHODS, to_json
 from pilothouse.server._problems import HTTP_STATUS, problem_body, problem_responses
+from pilothouse.server._rpc_router import RpcRoute, RpcRouter
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +97,7 @@ _ERRORS: dict[ErrorCategory, tuple[int, str]] = {
 problem document in ``data`` carries the service's HTTP status)."""
 
 _LEGACY_KEYS = ("host", "service", "action", "version")
+_LEGACY_UI = ("title", "success", "failure")
 _MISSING = object()
 
 
@@ -127,7 +139,31 @@ def _from_pilothouse(exc: PilothouseError) -> RpcError:
     return RpcError(code, message, HTTP_STATUS[exc.category], exc.public_message)
 
 
-async def _call(ph: Pilothouse, method: str, params: Any) -> Any:
+async def _routed(ph: Pilothouse, route: RpcRoute, params: Any) -> Any:
+    """Run an application's method (a Python callable or a catalog target)."""
+    if params is _MISSING or params is None:
+        params = {}
+    if route.handler is None and not isinstance(params, dict):
+        raise RpcError(INVALID_PARAMS, "Invalid params", 400, "params must be an object (by name)")
+    if route.handler is not None:
+        if not isinstance(params, dict | list):
+            raise RpcError(INVALID_PARAMS, "Invalid params", 400, "params must be an object or an array")
+        try:
+            route.bind(params)
+        except TypeError as exc:
+            raise RpcError(INVALID_PARAMS, "Invalid params", 400, str(exc)) from None
+    try:
+        return to_jsonable_python(await route.call(ph, params))
+    except PilothouseError as exc:
+        raise _from_pilothouse(exc) from None
+    except Exception:
+        logger.exception("JSON-RPC method %s failed unexpectedly", route.method)
+        raise RpcError(
+            INTERNAL_ERROR, "Internal error", 500, "an unexpected error occurred; it has been logged"
+        ) from None
+
+
+async def _call(ph: Pilothouse, method: str, params: Any, rpc: RpcRouter | None = None) -> Any:
     """Run one method and return its JSON result.
 
     Raises:
@@ -135,6 +171,9 @@ async def _call(ph: Pilothouse, method: str, params: Any) -> Any:
     """
     entry = METHODS.get(method)
     if entry is None:
+        route = rpc.get(method) if rpc is not None else None
+        if route is not None:
+            return await _routed(ph, route, params)
         raise RpcError(METHOD_NOT_FOUND, "Method not found", 404, f"no method '{method}'")
     if params is _MISSING or params is None:
         params = {}
@@ -172,8 +211,10 @@ def _invalid(detail: str) -> RpcError:
     return RpcError(INVALID_REQUEST, "Invalid Request", 400, detail)
 
 
-async def _one(ph: Pilothouse, item: Any) -> dict[str, Any] | None:
-    """Answer one request object; None for a notification."""
+async def _one(ph: Pilothouse, item: Any, rpc: RpcRouter) -> dict[str, Any] | None:
+    """Answer one request object or legacy envelope; None for a notification."""
+    if isinstance(item, dict) and _is_legacy(cast("dict[str, Any]", item)):
+        return await _legacy(ph, cast("dict[str, Any]", item), rpc)
     if not isinstance(item, dict):
         return _error(None, _invalid("a request must be a JSON object"))
     request = cast("dict[str, Any]", item)
@@ -190,7 +231,7 @@ async def _one(ph: Pilothouse, item: Any) -> dict[str, Any] | None:
     if unknown:
         return _error(answer_id, _invalid(f"unknown member(s): {', '.join(unknown)}"))
     try:
-        result = await _call(ph, method, request.get("params", _MISSING))
+        result = await _call(ph, method, request.get("params", _MISSING), rpc)
     except RpcError as error:
         return None if request_id is _MISSING else _error(answer_id, error)
     if request_id is _MISSING:
@@ -198,25 +239,47 @@ async def _one(ph: Pilothouse, item: Any) -> dict[str, Any] | None:
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 
-async def _legacy(ph: Pilothouse, envelope: dict[str, Any]) -> dict[str, Any]:
+async def _legacy(ph: Pilothouse, envelope: dict[str, Any], rpc: RpcRouter) -> dict[str, Any]:
+    """Answer a legacy envelope: in its own shape, or as JSON-RPC when it carries an ``id``."""
     head = {key: envelope.get(key) for key in _LEGACY_KEYS}
-    unknown = sorted(set(envelope) - {*_LEGACY_KEYS, "data"})
+    request_id = envelope.get("id", _MISSING)
+    unknown = sorted(set(envelope) - {*_LEGACY_KEYS, *_LEGACY_UI, "data", "id"})
+    if request_id is not _MISSING and not _valid_id(request_id):
+        unknown = ["id (must be a string, an integer or null)", *unknown]
+
+    def answer(result: Any = _MISSING, error: RpcError | None = None) -> dict[str, Any]:
+        if request_id is not _MISSING:
+            # The migration plan: a request with an id gets a JSON-RPC answer.
+            rid = request_id if _valid_id(request_id) else None
+            if error is not None:
+                return _error(rid, error)
+            return {"jsonrpc": "2.0", "id": rid, "result": result}
+        if error is not None:
+            return {**head, "error": error.as_json()}
+        return {**head, "data": result}
+
     if unknown or not all(isinstance(head[key], str) for key in ("service", "action")):
         detail = (
             f"unknown member(s): {', '.join(unknown)}"
             if unknown
             else "service and action must be strings"
         )
-        return {**head, "error": _invalid(detail).as_json()}
-    version = str(head["version"] or "v1")
-    if not version.startswith("v"):
-        version = f"v{version}"
-    method = f"pilothouse/{head['service']}/{head['action']}/{version}"
+        return answer(error=_invalid(detail))
+    # UI members (title, success, failure) are the form's, not the call's:
+    # accepted and ignored, as the JSON-RPC migration plan says.
+    routed = "/".join(str(head[key]) for key in _LEGACY_KEYS)
+    if rpc.get(routed) is not None:
+        method = routed
+    else:
+        version = str(head["version"] or "v1")
+        if not version.startswith("v"):
+            version = f"v{version}"
+        method = f"pilothouse/{head['service']}/{head['action']}/{version}"
     try:
-        result = await _call(ph, method, envelope.get("data", _MISSING))
+        result = await _call(ph, method, envelope.get("data", _MISSING), rpc)
     except RpcError as error:
-        return {**head, "error": error.as_json()}
-    return {**head, "data": result}
+        return answer(error=error)
+    return answer(result)
 
 
 def _is_legacy(body: dict[str, Any]) -> bool:
@@ -276,9 +339,25 @@ async def jsonrpc(request: Request, ph: Facade, state: State) -> Response:
         # The request itself took one token of the key's rate limit; each
         # further call of the batch takes one more, all before any runs.
         charge_batch(request, len(items) - 1)
-        answers = [answer for item in items if (answer := await _one(ph, item)) is not None]
+        answers = await _batch(ph, items, state.rpc)
         return JSONResponse(answers) if answers else Response(status_code=204)
-    if isinstance(body, dict) and _is_legacy(cast("dict[str, Any]", body)):
-        return JSONResponse(await _legacy(ph, cast("dict[str, Any]", body)))
-    answer = await _one(ph, body)
+    answer = await _one(ph, body, state.rpc)
     return JSONResponse(answer) if answer is not None else Response(status_code=204)
+
+
+async def _batch(ph: Pilothouse, items: list[Any], rpc: RpcRouter) -> list[dict[str, Any]]:
+    """Answer a batch's calls concurrently; the answers keep the request order.
+
+    The calls of a batch are independent by the specification (a server may
+    run them in any order), so none waits for another; a call that needs
+    another's result belongs in a later request.
+    """
+    answers: list[dict[str, Any] | None] = [None] * len(items)
+
+    async def answer(index: int, item: Any) -> None:
+        answers[index] = await _one(ph, item, rpc)
+
+    async with anyio.create_task_group() as group:
+        for index, item in enumerate(items):
+            group.start_soon(answer, index, item)
+    return [a for a in answers if a is not None]

@@ -32,6 +32,7 @@ from pilothouse.api import Pilothouse
 from pilothouse.server._keys import KeyCache
 from pilothouse.server._limits import RateLimiter
 from pilothouse.server._metrics import Metrics
+from pilothouse.server._rpc_router import RpcRouter
 from pilothouse.settings import Settings
 from pilothouse.types import ProcessStatus, StatusChanged, TurnEvent, TurnFinished
 
@@ -59,6 +60,9 @@ class ServerSettings(BaseSettings):
             key a minute per client address before they get 429 instead of
             401 (slows key guessing); 0 disables the limit. Per process.
         jsonrpc_max_batch: the most calls one JSON-RPC batch may hold.
+        jsonrpc_actions: JSON-RPC methods routed to catalog targets, e.g.
+            ``{"erp-1/llm/summarize/1.0.0": "action:SUMBRAND"}`` (see
+            :class:`~pilothouse.server.RpcRouter`).
         cors_origins: origins allowed by CORS; empty (the default) leaves
             CORS off, so browsers refuse cross-origin calls.
         metrics_anonymous: whether ``/metrics`` needs no key; None (the
@@ -73,6 +77,11 @@ class ServerSettings(BaseSettings):
         question_sweep_seconds: how often the service ends conversations
             whose questions waited past their action's ``question_timeout``
             (300 s by default, seed 000's five minutes); 0 turns it off.
+        mcp_max_tools: the MCP server lists each action as a tool while a
+            tenant has at most this many; past it, it lists the disclosure
+            tools (``pilothouse_find_actions``, ``pilothouse_run_action``).
+        mcp_list_changed_seconds: how often the MCP server looks for catalog
+            changes to announce (``notifications/tools/list_changed``).
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_SERVER_", extra="ignore")
@@ -83,12 +92,15 @@ class ServerSettings(BaseSettings):
     rate_limit_per_minute: int = 600
     auth_failures_per_minute: int = 60
     jsonrpc_max_batch: int = Field(default=50, ge=1)
+    jsonrpc_actions: dict[str, str] = Field(default_factory=dict[str, str])
     cors_origins: list[str] = Field(default_factory=list)
     metrics_anonymous: bool | None = None
     shutdown_grace_seconds: float = 30.0
     last_used_interval_seconds: float = 60.0
     key_cache_seconds: float = 5.0
     question_sweep_seconds: float = Field(default=30.0, ge=0)
+    mcp_max_tools: int = Field(default=30, ge=1)
+    mcp_list_changed_seconds: float = Field(default=2.0, gt=0)
 
     @property
     def is_loopback(self) -> bool:
@@ -116,6 +128,8 @@ class ServerState:
         model: a pydantic-ai model every turn uses instead of the catalog's
             (tests pass a :class:`~pilothouse.testing.ScriptedModel`).
         server: HTTP service settings; read from the environment when omitted.
+        rpc: the application's own JSON-RPC methods; the catalog targets of
+            ``server.jsonrpc_actions`` are added to it.
 
     Attributes:
         settings: the deployment settings.
@@ -134,9 +148,13 @@ class ServerState:
         *,
         model: Model | None = None,
         server: ServerSettings | None = None,
+        rpc: RpcRouter | None = None,
     ) -> None:
         self.settings = settings
         self.server = server if server is not None else ServerSettings()
+        self.rpc = rpc if rpc is not None else RpcRouter()
+        for method, target in self.server.jsonrpc_actions.items():
+            self.rpc.add_action(method, target)
         self.pilothouse = Pilothouse(settings, model=model)
         self.metrics = Metrics()
         self.limiter = RateLimiter(self.server.rate_limit_per_minute)

@@ -1,0 +1,244 @@
+"""pilothouse as an MCP server: the official SDK's low-level ``Server`` over the facade.
+
+:class:`McpService` builds one :class:`mcp.server.Server` for the process.
+Each request's caller (:class:`~pilothouse.types.McpCaller`: tenant, key,
+tool allow-list) is found by a function the face gives (the HTTP service
+reads it from the request its authentication checked; stdio has one fixed
+caller), and the request is answered by that tenant's
+:class:`~pilothouse._facade.mcptools.McpToolbox`. Transports are the
+face's business: the HTTP service mounts the SDK's streamable HTTP session
+manager (both the stateless 2026-07-28 protocol and the session-based
+handshake protocols) and its SSE transport; ``pilothouse mcp serve
+--stdio`` runs the SDK's stdio transport.
+
+**tools/list_changed.** While it runs (:meth:`McpService.running`), a watcher
+reads the catalog revision of every tenant that has an open session or
+listen stream every ``list_changed_seconds``; when it moved, each open
+handshake-era session of the tenant gets ``notifications/tools/list_changed``
+and ``notifications/prompts/list_changed``, and each 2026-07-28
+``subscriptions/listen`` stream of the tenant the same events.
+"""
+
+from __future__ import annotations
+
+__all__ = ["McpService"]
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import mcp_types as mt
+from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ToolsListChanged,
+)
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from sqlalchemy import Connection, Select, bindparam, select
+
+from pilothouse._facade.mcptools import McpToolbox
+from pilothouse.catalog._models import CatalogRevision
+from pilothouse.errors import PilothouseError
+from pilothouse.store import Database
+
+if TYPE_CHECKING:
+    from mcp.server.models import InitializationOptions
+    from mcp.server.session import ServerSession
+
+    from pilothouse.api import Pilothouse
+    from pilothouse.types import McpCaller
+
+logger = logging.getLogger(__name__)
+
+CallerOf = Callable[[ServerRequestContext[Any, Any]], "McpCaller"]
+"""Finds the caller of one MCP request (raises PilothouseError to refuse it)."""
+
+
+@cache
+def _revision_statement() -> Select[Any]:
+    return select(CatalogRevision.revision).where(CatalogRevision.tenant == bindparam("b_tenant"))
+
+
+def _revision(connection: Connection, tenant: str) -> int:
+    value = connection.execute(_revision_statement(), {"b_tenant": tenant}).scalar()
+    return int(value or 0)
+
+
+class McpService:
+    """The MCP server of one process: SDK server, per-tenant tools, list_changed.
+
+    Made by :meth:`pilothouse.api.Pilothouse.mcp_service`.
+
+    Args:
+        ph: the process's facade; each caller's tenant is a view of it.
+        database: the facade's database (catalog revisions are read there).
+        caller_of: finds the caller of a request.
+        max_tools: list action tools only up to this many (then disclose).
+        list_changed_seconds: how often the watcher reads catalog revisions.
+
+    Attributes:
+        server: the SDK's low-level server to hand to a transport.
+    """
+
+    def __init__(
+        self,
+        ph: Pilothouse,
+        database: Callable[[], Database],
+        caller_of: CallerOf,
+        *,
+        max_tools: int = 30,
+        list_changed_seconds: float = 2.0,
+    ) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            release = version("pilothouse")
+        except PackageNotFoundError:
+            release = "0.0.0"
+        self._ph = ph
+        self._database = database
+        self._caller_of = caller_of
+        self._max_tools = max_tools
+        self._interval = list_changed_seconds
+        # Per tenant: its open handshake-era sessions and its listen bus.
+        self._sessions: dict[str, dict[int, ServerSession]] = {}
+        self._buses: dict[str, InMemorySubscriptionBus] = {}
+        self._listeners: dict[str, ListenHandler] = {}
+        self._revisions: dict[str, int] = {}
+        self.server: Server[Any] = Server(
+            "pilothouse",
+            version=release,
+            title="pilothouse",
+            instructions=(
+                "Each tool runs one governed, audited task (an action of the catalog). "
+                f"If a result says the action asks questions, answer them with {'pilothouse_answer'}."
+            ),
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_prompts=self._list_prompts,
+            on_get_prompt=self._get_prompt,
+            on_subscriptions_listen=self._listen,
+        )
+
+    def initialization_options(self) -> InitializationOptions:
+        """The handshake options: tools and prompts, both announcing list changes."""
+        return self.server.create_initialization_options(
+            NotificationOptions(prompts_changed=True, tools_changed=True)
+        )
+
+    async def _toolbox(self, ctx: ServerRequestContext[Any, Any]) -> tuple[McpCaller, McpToolbox]:
+        caller = self._caller_of(ctx)
+        await self._track(caller.tenant, ctx)
+        view = self._ph.for_tenant(caller.tenant)
+        return caller, McpToolbox(view, max_tools=self._max_tools)
+
+    async def _track(self, tenant: str, ctx: ServerRequestContext[Any, Any]) -> None:
+        if tenant not in self._revisions:
+            # The baseline: a change after this first request is announced.
+            self._revisions[tenant] = await self.revision(tenant)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            # No session to notify: 2026-07-28 clients listen instead.
+            return
+        self._sessions.setdefault(tenant, {})[id(ctx.session)] = ctx.session
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any, Any], _: mt.PaginatedRequestParams | None
+    ) -> mt.ListToolsResult:
+        caller, toolbox = await self._toolbox(ctx)
+        return mt.ListToolsResult(tools=await toolbox.list_tools(caller))
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: mt.CallToolRequestParams
+    ) -> mt.CallToolResult:
+        caller, toolbox = await self._toolbox(ctx)
+        logger.info(
+            "MCP tool %s called for tenant %s by key %s", params.name, caller.tenant, caller.key_prefix
+        )
+        return await toolbox.call_tool(caller, params.name, params.arguments)
+
+    async def _list_prompts(
+        self, ctx: ServerRequestContext[Any, Any], _: mt.PaginatedRequestParams | None
+    ) -> mt.ListPromptsResult:
+        _, toolbox = await self._toolbox(ctx)
+        return mt.ListPromptsResult(prompts=await toolbox.list_prompts())
+
+    async def _get_prompt(
+        self, ctx: ServerRequestContext[Any, Any], params: mt.GetPromptRequestParams
+    ) -> mt.GetPromptResult:
+        from mcp.shared.exceptions import MCPError
+
+        _, toolbox = await self._toolbox(ctx)
+        try:
+            return await toolbox.get_prompt(params.name)
+        except PilothouseError as exc:
+            raise MCPError(mt.INVALID_PARAMS, exc.public_message) from None
+
+    async def _listen(
+        self, ctx: ServerRequestContext[Any, Any], params: mt.SubscriptionsListenRequestParams
+    ) -> mt.SubscriptionsListenResult:
+        caller = self._caller_of(ctx)
+        tenant = caller.tenant
+        if tenant not in self._revisions:
+            self._revisions[tenant] = await self.revision(tenant)
+        if tenant not in self._listeners:
+            bus = InMemorySubscriptionBus()
+            self._buses[tenant] = bus
+            self._listeners[tenant] = ListenHandler(bus)
+        return await self._listeners[tenant](ctx, params)
+
+    async def revision(self, tenant: str) -> int:
+        """Return the catalog revision of ``tenant`` (0 before its first write)."""
+        return await self._database().transaction(_revision, tenant)
+
+    async def check_changes(self) -> list[str]:
+        """Notify every open session and listen stream of a tenant whose catalog changed.
+
+        Returns:
+            The tenants whose catalog changed since the last check.
+        """
+        changed: list[str] = []
+        for tenant in sorted({*self._sessions, *self._buses}):
+            now = await self.revision(tenant)
+            before = self._revisions.get(tenant)
+            self._revisions[tenant] = now
+            if before is None or before == now:
+                continue
+            changed.append(tenant)
+            sessions = self._sessions.get(tenant, {})
+            for key, session in list(sessions.items()):
+                try:
+                    await session.send_tool_list_changed()
+                    await session.send_prompt_list_changed()
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError):
+                    # The client went away: forget its session.
+                    sessions.pop(key, None)
+            bus = self._buses.get(tenant)
+            if bus is not None:
+                await bus.publish(ToolsListChanged())
+                await bus.publish(PromptsListChanged())
+        return changed
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run the list_changed watcher for as long as the block lasts."""
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._watch)
+            try:
+                yield
+            finally:
+                group.cancel_scope.cancel()
+
+    async def _watch(self) -> None:
+        while True:
+            await anyio.sleep(self._interval)
+            try:
+                await self.check_changes()
+            except Exception:
+                # A failed read (the database restarting) must not end the
+                # watcher; the next round tries again.
+                logger.exception("MCP server: checking catalog revisions failed")

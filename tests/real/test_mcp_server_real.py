@@ -1,0 +1,256 @@
+"""Real MCP clients against a real ``pilothouse serve`` and ``pilothouse mcp serve --stdio``.
+
+One ``pilothouse serve`` process for the module, started by ``live_serve`` on
+a free loopback port (SQLite file, examples catalog, a key from ``pilothouse
+keys create``). Its action ``ASK`` runs on a real OpenAI-compatible HTTP
+server on loopback (``fault_upstream``) that answers ``ACK``; so each tool
+call below is a whole governed turn over real sockets. The clients:
+
+- the official ``mcp`` client (``mcp.Client``) over streamable HTTP in both
+  protocol modes (2026-07-28 stateless, handshake session), over SSE, and
+  over stdio (it starts ``pilothouse mcp serve --stdio`` itself);
+- MCP Inspector's CLI (``@modelcontextprotocol/inspector`` from npm,
+  installed once into ``tests/real/.node``), skipped with the reason printed
+  only when npm cannot install it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import mcp_types as mt
+import pytest
+from fault_upstream import Reply, Upstream, completion, running_upstream
+from live_serve import PILOTHOUSE, LiveServer, cli, live_serve
+from mcp import Client, StdioServerParameters
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+
+pytestmark = [pytest.mark.real, pytest.mark.anyio]
+
+INSPECTOR_VERSION = "1.0.3"
+NODE_DIR = Path(__file__).parent / ".node"
+INSPECTOR_JS = NODE_DIR / "node_modules" / "@modelcontextprotocol" / "inspector" / "cli" / "build" / "cli.js"
+
+EXTRA_CATALOG = """\
+providers:
+  - code: UPSTREAM
+    kind: openai-compatible
+    base_url: {base_url}
+models:
+  - code: UPSTREAMM
+    provider: UPSTREAM
+    model_name: mock
+    capabilities: [FC]
+    input_price: 0
+    output_price: 0
+actions:
+  - code: ASK
+    name: Ask about a topic
+    goal_description: Answers one question about a topic.
+    model: UPSTREAMM
+    configuration: DEFAULT
+    prompt: "Answer questions about {{topic}}."
+    ask_user: false
+"""
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Upstream]:
+    with running_upstream() as up:
+        up.script(Reply(body=completion("ACK")))
+        yield up
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[LiveServer]:
+    folder = tmp_path_factory.mktemp("mcp-live")
+    with live_serve(folder, EXTRA_CATALOG.format(base_url=upstream.base_url)) as server:
+        yield server
+
+
+def root(live: LiveServer) -> str:
+    return live.base_url.removesuffix("/v1")
+
+
+@asynccontextmanager
+async def http_client(live: LiveServer, mode: str) -> AsyncIterator[Client]:
+    async with httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {live.key}"}, timeout=60
+    ) as http:
+        async with Client(
+            streamable_http_client(f"{root(live)}/mcp", http_client=http), mode=mode
+        ) as client:
+            yield client
+
+
+async def ask(client: Client) -> mt.CallToolResult:
+    tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert tools["action_ASK"].input_schema["required"] == ["message", "topic"]
+    return await client.call_tool("action_ASK", {"message": "Is it safe?", "topic": "rockets"})
+
+
+def answer_text(result: mt.CallToolResult) -> str:
+    assert not result.is_error, result
+    first = result.content[0]
+    assert isinstance(first, mt.TextContent)
+    return first.text
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_official_client_over_streamable_http(
+    live: LiveServer, upstream: Upstream, mode: str
+) -> None:
+    async with http_client(live, mode) as client:
+        result = await ask(client)
+    assert answer_text(result) == "ACK"
+    # The upstream got the governed turn: the action's prompt, filled.
+    assert "Answer questions about rockets." in json.dumps(upstream.requests[-1])
+
+
+async def test_official_client_over_sse(live: LiveServer) -> None:
+    opened = sse_client(f"{root(live)}/sse", headers={"X-API-Key": live.key})
+    async with Client(opened, mode="legacy") as client:
+        result = await ask(client)
+    assert answer_text(result) == "ACK"
+
+
+async def test_each_call_is_an_audited_conversation(live: LiveServer) -> None:
+    async with http_client(live, "legacy") as client:
+        result = await ask(client)
+    assert result.meta is not None
+    uuid = result.meta["pilothouse/conversation_uuid"]
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {live.key}"}) as http:
+        transcript = (await http.get(f"{live.base_url}/conversations/{uuid}")).json()
+    assert transcript["status"] == "CO"
+    assert [m["content"] for m in transcript["messages"] if m["role"] == "AS"] == ["ACK"]
+
+
+async def test_official_client_over_stdio(live: LiveServer, tmp_path: Path) -> None:
+    # The stdio server opens the same SQLite file as the live server.
+    folder = Path(live.database_url.removeprefix("sqlite+aiosqlite:///")).parent
+    parameters = StdioServerParameters(
+        command=PILOTHOUSE,
+        args=["--database-url", live.database_url, "mcp", "serve", "--stdio"],
+        env={"PILOTHOUSE_SECRETS_FILE": ""},
+        cwd=str(folder),
+    )
+    async with Client(parameters, mode="legacy") as client:
+        result = await ask(client)
+        prompts = {p.name for p in (await client.list_prompts()).prompts}
+    assert answer_text(result) == "ACK"
+    assert "BRANDVOICE" in prompts
+
+
+def _inspector() -> tuple[str, Path]:
+    node = shutil.which("node")
+    npm = shutil.which("npm")
+    if node is None or npm is None:
+        reason = "node or npm is not on PATH"
+        print(f"skipping MCP Inspector tests: {reason}")
+        pytest.skip(reason)
+    assert node is not None and npm is not None
+    if not INSPECTOR_JS.is_file():
+        NODE_DIR.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        done = subprocess.run(
+            [
+                npm,
+                "install",
+                "--prefix",
+                str(NODE_DIR),
+                "--no-audit",
+                "--no-fund",
+                f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        if done.returncode != 0 or not INSPECTOR_JS.is_file():
+            reason = f"npm could not install the inspector: {done.stderr.strip()[-300:]}"
+            print(f"skipping MCP Inspector tests: {reason}")
+            pytest.skip(reason)
+        print(f"installed MCP Inspector in {time.perf_counter() - started:.1f} s")
+    return node, INSPECTOR_JS
+
+
+def inspector(live: LiveServer, transport: str, *args: str) -> dict[str, Any]:
+    node, script = _inspector()
+    path = "/mcp" if transport == "http" else "/sse"
+    done = subprocess.run(
+        [
+            node,
+            str(script),
+            "--cli",
+            f"{root(live)}{path}",
+            "--transport",
+            transport,
+            "--header",
+            f"Authorization: Bearer {live.key}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("transport", ["http", "sse"])
+def test_mcp_inspector_cli_lists_and_calls(live: LiveServer, transport: str) -> None:
+    listed = inspector(live, transport, "--method", "tools/list")
+    assert "action_ASK" in {tool["name"] for tool in listed["tools"]}
+    called = inspector(
+        live,
+        transport,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "action_ASK",
+        "--tool-arg",
+        "message=Is it safe?",
+        "--tool-arg",
+        "topic=rockets",
+    )
+    assert called["content"][0]["text"] == "ACK"
+    assert not called.get("isError")
+
+
+def test_a_key_allowed_one_tool_sees_only_it(live: LiveServer) -> None:
+    created = cli(
+        live.database_url, "keys", "create", "--name", "ask only", "--mcp-tool", "action_ASK"
+    )
+    key = next(word for word in created.split() if word.startswith("ph_"))
+    node, script = _inspector()
+    done = subprocess.run(
+        [
+            node,
+            str(script),
+            "--cli",
+            f"{root(live)}/mcp",
+            "--transport",
+            "http",
+            "--header",
+            f"Authorization: Bearer {key}",
+            "--method",
+            "tools/list",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [tool["name"] for tool in json.loads(done.stdout)["tools"]] == ["action_ASK"]
