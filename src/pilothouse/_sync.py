@@ -11,7 +11,14 @@ cannot drift apart (a test checks that every method is offered).
 
 from __future__ import annotations
 
-__all__ = ["SyncCatalogApi", "SyncCommandApi", "SyncKeyApi", "SyncPilothouse", "SyncQueryApi"]
+__all__ = [
+    "SyncCatalogApi",
+    "SyncCommandApi",
+    "SyncKeyApi",
+    "SyncKnowledgeApi",
+    "SyncPilothouse",
+    "SyncQueryApi",
+]
 
 import functools
 import inspect
@@ -37,6 +44,7 @@ from pilothouse._facade.catalog import CatalogApi
 from pilothouse._facade.command import CommandApi
 from pilothouse._facade.facet import Facet
 from pilothouse._facade.keys import KeyApi
+from pilothouse._facade.knowledge import KnowledgeApi
 from pilothouse._facade.query import QueryApi
 from pilothouse.settings import Settings
 from pilothouse.store import Database
@@ -272,6 +280,17 @@ class SyncKeyApi(_SyncHalf):
     touch = _Blocking(KeyApi.touch)
 
 
+class SyncKnowledgeApi(_SyncHalf):
+    """:class:`~pilothouse.api.KnowledgeApi` as blocking calls."""
+
+    ingest = _Blocking(KnowledgeApi.ingest)
+    reingest = _Blocking(KnowledgeApi.reingest)
+    search = _Blocking(KnowledgeApi.search)
+    documents = _Blocking(KnowledgeApi.documents)
+    delete_document = _Blocking(KnowledgeApi.delete_document)
+    embed = _Blocking(KnowledgeApi.embed)
+
+
 async def _open(
     settings: Settings | None,
     tenant: str | None,
@@ -360,6 +379,7 @@ class SyncPilothouse:
         self.command = SyncCommandApi(facade.command, portal)
         self.catalog = SyncCatalogApi(facade.catalog, portal)
         self.keys = SyncKeyApi(facade.keys, portal)
+        self.knowledge = SyncKnowledgeApi(facade.knowledge, portal)
 
     @property
     def tenant(self) -> str:

@@ -9,7 +9,9 @@ and exposes four halves, each scoped to the facade's tenant:
   sends messages, answers questions, runs ad-hoc agents, cancels;
 - ``ph.catalog`` (:class:`CatalogApi`) validates, imports, exports and edits
   the catalog;
-- ``ph.keys`` (:class:`KeyApi`) manages the HTTP service's API keys.
+- ``ph.keys`` (:class:`KeyApi`) manages the HTTP service's API keys;
+- ``ph.knowledge`` (:class:`KnowledgeApi`) ingests documents into the
+  catalog's document collections, searches them and embeds texts.
 
 A tenant is a view, not a stack: ``ph.for_tenant("acme")`` is a facade of
 another tenant over the same database, model clients and their HTTP pools,
@@ -38,11 +40,13 @@ __all__ = [
     "CatalogApi",
     "CommandApi",
     "KeyApi",
+    "KnowledgeApi",
     "Pilothouse",
     "QueryApi",
     "SyncCatalogApi",
     "SyncCommandApi",
     "SyncKeyApi",
+    "SyncKnowledgeApi",
     "SyncPilothouse",
     "SyncQueryApi",
 ]
@@ -55,11 +59,13 @@ from typing import TYPE_CHECKING, Self
 from pilothouse._facade.catalog import CatalogApi
 from pilothouse._facade.command import CommandApi
 from pilothouse._facade.keys import KeyApi
+from pilothouse._facade.knowledge import KnowledgeApi
 from pilothouse._facade.query import QueryApi
 from pilothouse._sync import (
     SyncCatalogApi,
     SyncCommandApi,
     SyncKeyApi,
+    SyncKnowledgeApi,
     SyncPilothouse,
     SyncQueryApi,
 )
@@ -70,6 +76,7 @@ from pilothouse.store import NewAttachment as AttachmentInput
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
+    from pilothouse.knowledge import Knowledge
     from pilothouse.providers import LocalModelServers
     from pilothouse.runtime import EventHub, Runner, Runtime
     from pilothouse.runtime._events import Listener
@@ -109,6 +116,7 @@ class _Shared:
         self._contributors = contributors
         self._hub: EventHub | None = None
         self._runtime: Runtime | None = None
+        self._knowledge: Knowledge | None = None
         from pilothouse.providers._egress import EgressPolicy
 
         # Checked once here; Settings validated every entry already.
@@ -156,8 +164,20 @@ class _Shared:
                 tool_source=CatalogToolSource(
                     secrets, registry=self._tools, script_tools=settings.script_tools
                 ),
+                knowledge=self.knowledge,
             )
         return self._runtime
+
+    def knowledge(self) -> Knowledge:
+        """The knowledge service of every tenant and the retrieval advisor, made on first use."""
+        if self._knowledge is None:
+            from pilothouse.knowledge import Knowledge
+
+            runtime = self.runtime()
+            self._knowledge = Knowledge(
+                self.database, secrets=runtime.compiler.secrets, models=runtime.models
+            )
+        return self._knowledge
 
     def runner(self, tenant: str) -> Runner:
         """The tenant's runner: a view of the shared runtime, a few attributes."""
@@ -173,6 +193,8 @@ class _Shared:
         return runtime.runner(tenant, authorizer=self._authorizer)
 
     async def aclose(self) -> None:
+        if self._knowledge is not None:
+            await self._knowledge.aclose()
         if self._runtime is not None:
             await self._runtime.aclose()
             await self._runtime.models.aclose()
@@ -213,6 +235,7 @@ class Pilothouse:
         command: state changes (conversations and turns).
         catalog: catalog validation, import, export and edits.
         keys: API keys of the HTTP service.
+        knowledge: document collections (ingest, search, documents, embeddings).
     """
 
     def __init__(
@@ -250,6 +273,7 @@ class Pilothouse:
         )
         self.catalog = CatalogApi(database, tenant, shared.settings.user)
         self.keys = KeyApi(database, tenant)
+        self.knowledge = KnowledgeApi(database, tenant, shared.knowledge, shared.egress)
 
     def for_tenant(self, tenant: str) -> Pilothouse:
         """Return a facade of ``tenant`` sharing everything this one holds.

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pilothouse.catalog._enums import Cardinality, InstructionMode
 from pilothouse.errors import PilothouseError
 from pilothouse.providers import ModelOptions
+from pilothouse.runtime._retrieval import RetrievalOverride, parse_override
 
 if TYPE_CHECKING:
     from pilothouse.runtime._compile import CompiledAction
@@ -34,6 +35,7 @@ _SWITCHES = {
     "tool_parameter_override": "overrides",
     "output_schema": "output_schema",
     "client_tools": "client_tools",
+    "retrieval": "retrieval",
 }
 
 # OpenAI's rule for function names, which every provider accepts.
@@ -61,6 +63,9 @@ class RuntimeConfig:
         client_tools: tools ``(name, description, parameters schema)``
             offered for this turn only, whose calls go back to the caller
             (an OpenAI client's ``tools``).
+        retrieval: this turn's top-K, threshold and filters for the action's
+            document collections (``{"top_k": 6, "similarity_threshold": 0.4,
+            "filters": {...}, "enabled": true}``).
     """
 
     options: ModelOptions = ModelOptions()
@@ -71,6 +76,7 @@ class RuntimeConfig:
     overrides: tuple[OverrideRule, ...] = ()
     output_schema: dict[str, Any] | None = None
     client_tools: tuple[tuple[str, str, dict[str, Any]], ...] = ()
+    retrieval: RetrievalOverride = RetrievalOverride()
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None) -> RuntimeConfig:
@@ -115,6 +121,13 @@ class RuntimeConfig:
             ) from None
         from pilothouse.runtime._toolexec import OverrideRule
 
+        retrieval = RetrievalOverride()
+        if "retrieval" in switches:
+            try:
+                retrieval = parse_override(switches["retrieval"])
+            except ValueError as exc:
+                raise RuntimeConfigError(f"runtime config: retrieval: {exc}") from None
+
         overrides = (
             tuple(OverrideRule.parse(switches["overrides"])) if "overrides" in switches else ()
         )
@@ -127,6 +140,7 @@ class RuntimeConfig:
             stream=switches.get("stream"),
             output_schema=_output_schema(switches.get("output_schema")),
             client_tools=_client_tools(switches.get("client_tools")),
+            retrieval=retrieval,
         )
 
     def shape(self, compiled: CompiledAction) -> CompiledAction:
