@@ -16,6 +16,8 @@ __all__ = [
     "SyncCommandApi",
     "SyncHistoryApi",
     "SyncKeyApi",
+    "SyncKeyApi",
+    "SyncKnowledgeApi",
     "SyncPilothouse",
     "SyncQueryApi",
 ]
@@ -45,6 +47,7 @@ from pilothouse._facade.command import CommandApi
 from pilothouse._facade.facet import Facet
 from pilothouse._facade.history import HistoryApi
 from pilothouse._facade.keys import KeyApi
+from pilothouse._facade.knowledge import KnowledgeApi
 from pilothouse._facade.query import QueryApi
 from pilothouse.settings import Settings
 from pilothouse.store import Database
@@ -305,6 +308,17 @@ class SyncKeyApi(_SyncHalf):
     touch = _Blocking(KeyApi.touch)
 
 
+class SyncKnowledgeApi(_SyncHalf):
+    """:class:`~pilothouse.api.KnowledgeApi` as blocking calls."""
+
+    ingest = _Blocking(KnowledgeApi.ingest)
+    reingest = _Blocking(KnowledgeApi.reingest)
+    search = _Blocking(KnowledgeApi.search)
+    documents = _Blocking(KnowledgeApi.documents)
+    delete_document = _Blocking(KnowledgeApi.delete_document)
+    embed = _Blocking(KnowledgeApi.embed)
+
+
 async def _open(
     settings: Settings | None,
     tenant: str | None,
@@ -394,6 +408,7 @@ class SyncPilothouse:
         self.catalog = SyncCatalogApi(facade.catalog, portal)
         self.keys = SyncKeyApi(facade.keys, portal)
         self.history = SyncHistoryApi(facade.history, portal)
+        self.knowledge = SyncKnowledgeApi(facade.knowledge, portal)
 
     @property
     def tenant(self) -> str:

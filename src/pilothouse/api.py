@@ -9,7 +9,9 @@ and exposes four halves, each scoped to the facade's tenant:
   sends messages, answers questions, runs ad-hoc agents, cancels;
 - ``ph.catalog`` (:class:`CatalogApi`) validates, imports, exports and edits
   the catalog;
-- ``ph.keys`` (:class:`KeyApi`) manages the HTTP service's API keys.
+- ``ph.keys`` (:class:`KeyApi`) manages the HTTP service's API keys;
+- ``ph.knowledge`` (:class:`KnowledgeApi`) ingests documents into the
+  catalog's document collections, searches them and embeds texts.
 
 A tenant is a view, not a stack: ``ph.for_tenant("acme")`` is a facade of
 another tenant over the same database, model clients and their HTTP pools,
@@ -42,12 +44,14 @@ __all__ = [
     "KeyApi",
     "MemoryApi",
     "McpService",
+    "KnowledgeApi",
     "Pilothouse",
     "QueryApi",
     "SyncCatalogApi",
     "SyncCommandApi",
     "SyncHistoryApi",
     "SyncKeyApi",
+    "SyncKnowledgeApi",
     "SyncPilothouse",
     "SyncQueryApi",
 ]
@@ -63,12 +67,14 @@ from pilothouse._facade.events import EventApi
 from pilothouse._facade.history import HistoryApi
 from pilothouse._facade.keys import KeyApi
 from pilothouse._facade.memory import MemoryApi
+from pilothouse._facade.knowledge import KnowledgeApi
 from pilothouse._facade.query import QueryApi
 from pilothouse._sync import (
     SyncCatalogApi,
     SyncCommandApi,
     SyncHistoryApi,
     SyncKeyApi,
+    SyncKnowledgeApi,
     SyncPilothouse,
     SyncQueryApi,
 )
@@ -82,6 +88,7 @@ if TYPE_CHECKING:
     from pilothouse.memory import ScopedMemory
     from pilothouse._facade.mcpserver import CallerOf, McpService
 
+    from pilothouse.knowledge import Knowledge
     from pilothouse.providers import LocalModelServers
     from pilothouse.runtime import EventHub, Runner, Runtime
     from pilothouse.runtime._events import Listener
@@ -122,6 +129,7 @@ class _Shared:
         self._hub: EventHub | None = None
         self._runtime: Runtime | None = None
         self._scoped: ScopedMemory | None = None
+        self._knowledge: Knowledge | None = None
         from pilothouse.providers._egress import EgressPolicy
 
         # Checked once here; Settings validated every entry already.
@@ -170,6 +178,7 @@ class _Shared:
                     secrets, registry=self._tools, script_tools=settings.script_tools
                 ),
                 scoped_memory=self._scoped,
+                knowledge=self.knowledge,
             )
         return self._runtime
 
@@ -182,6 +191,17 @@ class _Shared:
 
             self._scoped = ScopedMemory(self.database)
         return self._scoped
+
+    def knowledge(self) -> Knowledge:
+        """The knowledge service of every tenant and the retrieval advisor, made on first use."""
+        if self._knowledge is None:
+            from pilothouse.knowledge import Knowledge
+
+            runtime = self.runtime()
+            self._knowledge = Knowledge(
+                self.database, secrets=runtime.compiler.secrets, models=runtime.models
+            )
+        return self._knowledge
 
     def runner(self, tenant: str) -> Runner:
         """The tenant's runner: a view of the shared runtime, a few attributes."""
@@ -197,6 +217,8 @@ class _Shared:
         return runtime.runner(tenant, authorizer=self._authorizer)
 
     async def aclose(self) -> None:
+        if self._knowledge is not None:
+            await self._knowledge.aclose()
         if self._runtime is not None:
             await self._runtime.aclose()
             await self._runtime.models.aclose()
@@ -240,6 +262,7 @@ class Pilothouse:
         memory: scoped long-term memory (session, user, agent, organization).
         events: event tools' outbox and completions, and worker runs.
         history: conversation titles, forks (edits), hiding, export and import.
+        knowledge: document collections (ingest, search, documents, embeddings).
     """
 
     def __init__(
@@ -291,6 +314,7 @@ class Pilothouse:
             runner=lambda: shared.runner(tenant),
             default_audit=shared.settings.audit,
         )
+        self.knowledge = KnowledgeApi(database, tenant, shared.knowledge, shared.egress)
 
     def for_tenant(self, tenant: str) -> Pilothouse:
         """Return a facade of ``tenant`` sharing everything this one holds.

@@ -11,6 +11,9 @@ module is its public address:
   ``ConversationView``), catalog rows (``Action``, ``Agent``, ``Tool``,
   ``McpClient``), ``KeyInfo``, ``Target``, ``CatalogEntry``,
   ``ImportSummary``;
+- **knowledge**: ``TextDocument``, ``FileDocument``, ``IngestResult``
+  (``IngestedDocument``, ``IngestProgress``), ``SearchResult`` (``SearchHit``),
+  ``DocumentInfo``, ``Embeddings``;
 - **events**: ``TurnEvent`` and its kinds (``TextDelta``, ``TurnFinished``, ...);
 - **requests**: ``AttachmentInput``, ``MessageInput``, ``ModelOptions`` and the
   ad-hoc run (``AdHocRun`` with ``ModelEndpoint``, ``McpServer``,
@@ -28,9 +31,9 @@ from __future__ import annotations
 __all__ = [
     "ADMIN_SCOPE",
     "MCP_TOOL_SCOPE",
+    "Action",
     "AdHocResult",
     "AdHocRun",
-    "Action",
     "AdvisorKind",
     "Agent",
     "AttachmentInput",
@@ -46,11 +49,17 @@ __all__ = [
     "ConversationInfo",
     "ConversationSummary",
     "ConversationView",
+    "DocumentInfo",
+    "Embeddings",
     "ExecutionPolicy",
+    "FileDocument",
     "FinishReason",
     "FormField",
     "FormHint",
     "ImportSummary",
+    "IngestProgress",
+    "IngestResult",
+    "IngestedDocument",
     "InstructionMode",
     "KeyInfo",
     "KindCounts",
@@ -71,11 +80,14 @@ __all__ = [
     "ErasureReport",
     "ExtractionOutcome",
     "MessageView",
+    "MetadataFilter",
     "ModelCapability",
     "ModelEndpoint",
     "ModelOptions",
     "Page",
+    "PgVectorTable",
     "ProcessStatus",
+    "ProgressCallback",
     "PromptContext",
     "PromptContributor",
     "ProviderKind",
@@ -83,10 +95,13 @@ __all__ = [
     "ReasoningSummary",
     "SchemaDirection",
     "SchemaRevision",
+    "SearchHit",
+    "SearchResult",
     "StatusChanged",
     "Target",
     "TargetInfo",
     "TextDelta",
+    "TextDocument",
     "ThinkingDelta",
     "TimelineEventView",
     "TimelineKind",
@@ -141,6 +156,18 @@ if TYPE_CHECKING:
     from pilothouse.catalog._importer import ImportSummary, KindCounts
     from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
     from pilothouse.runtime._eventcalls import CompletionApplied, OutboxCommand, ToolRun
+    from pilothouse.knowledge._types import (
+        DocumentInfo,
+        FileDocument,
+        IngestedDocument,
+        IngestProgress,
+        IngestResult,
+        MetadataFilter,
+        ProgressCallback,
+        SearchHit,
+        SearchResult,
+        TextDocument,
+    )
     from pilothouse.runtime._events import (
         StatusChanged,
         TextDelta,
@@ -456,6 +483,41 @@ class ChatMemory:
 
 
 @dataclass(frozen=True)
+class PgVectorTable:
+    """A LangChain4j ``PgVectorEmbeddingStore`` table an ad-hoc run retrieves from.
+
+    The BPMN connector's RAG parameters (seed 003): the table is searched as
+    LangChain4j filled it, with the embedding model that filled it.
+
+    Attributes:
+        host: the PostgreSQL host (checked against the egress policy).
+        port: its port.
+        database: the database.
+        user: the role.
+        password: its password (used for the connection, never recorded).
+        table: the table (``langchain4j_embeddings`` by default).
+        dimension: the vectors' length in the table (384: all-MiniLM-L6-v2).
+        embedding_model: the model that embeds the query: a catalog embedding
+            model's code, or a model name called at the run's model endpoint
+            (``/embeddings``); None for the packaged all-MiniLM-L6-v2.
+        top_k: hits at most (``maxRagResults``).
+        min_score: least LangChain4j relevance, ``(1 + cosine) / 2``
+            (``minRagScore``).
+    """
+
+    host: str
+    port: int = 5432
+    database: str = "postgres"
+    user: str = "postgres"
+    password: str | None = field(default=None, repr=False)
+    table: str = "langchain4j_embeddings"
+    dimension: int = 384
+    embedding_model: str | None = None
+    top_k: int = 5
+    min_score: float = 0.0
+
+
+@dataclass(frozen=True)
 class AdHocRun:
     """One turn of an agent described inline rather than in the catalog.
 
@@ -478,8 +540,13 @@ class AdHocRun:
         audit: record the audit timeline; None follows the deployment.
         output_schema: a JSON schema the answer must match (the answer is
             then parsed JSON); None for text.
-        collection: an active document collection the caller names; checked,
-            not yet used for retrieval (the result says so in ``warnings``).
+        collection: an active document collection of the catalog searched
+            before the model is called (its top-K and threshold unless
+            ``rag_top_k`` / ``rag_min_score`` say otherwise).
+        rag_top_k: hits at most from ``collection``.
+        rag_min_score: least LangChain4j relevance ``(1 + cosine) / 2`` of a
+            hit from ``collection``.
+        pgvector: a LangChain4j pgvector table searched before the model is called.
         record: JSON data kept with the run's system message (the caller's
             own view of its parameters, for the audit); never credentials.
     """
@@ -497,6 +564,9 @@ class AdHocRun:
     audit: bool | None = None
     output_schema: Mapping[str, Any] | None = None
     collection: str | None = None
+    rag_top_k: int | None = None
+    rag_min_score: float | None = None
+    pgvector: PgVectorTable | None = None
     record: Mapping[str, Any] = field(default_factory=dict[str, Any])
 
 
@@ -517,8 +587,37 @@ class AdHocResult:
     warnings: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Embeddings:
+    """Texts embedded by a catalog embedding model (``ph.knowledge.embed``).
+
+    Attributes:
+        model: the model's code.
+        dimension: the vectors' length.
+        vectors: one unit vector per text, in order.
+        tokens: the tokens the texts took (the model's own count, or its estimate).
+    """
+
+    model: str
+    dimension: int
+    vectors: list[list[float]]
+    tokens: int
+
+
 _LAZY: dict[str, tuple[str, ...]] = {
     "pilothouse.catalog._importer": ("ImportSummary", "KindCounts"),
+    "pilothouse.knowledge._types": (
+        "DocumentInfo",
+        "FileDocument",
+        "IngestProgress",
+        "IngestResult",
+        "IngestedDocument",
+        "MetadataFilter",
+        "ProgressCallback",
+        "SearchHit",
+        "SearchResult",
+        "TextDocument",
+    ),
     "pilothouse.catalog._models": ("Action", "Agent", "CatalogEntity", "McpClient", "Tool"),
     "pilothouse.runtime._events": (
         "StatusChanged",

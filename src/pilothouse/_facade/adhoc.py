@@ -15,7 +15,8 @@ __all__ = ["ADHOC_ACTION", "RECORD_KEY", "compile_run", "conversation_for", "new
 import json
 import uuid as uuid_module
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from sqlalchemy import select
 
@@ -33,8 +34,12 @@ from pilothouse.memory import NO_MEMORY, MemoryPolicy
 from pilothouse.providers import ModelSpec, ProviderSpec
 from pilothouse.providers._egress import EgressPolicy
 from pilothouse.runtime import ActionCompiler, CompiledAction
+from pilothouse.runtime._retrieval import RetrievalSource
 from pilothouse.store import Conversation, Database
-from pilothouse.types import AdHocRun, ModelEndpoint
+from pilothouse.types import AdHocRun, ModelEndpoint, PgVectorTable
+
+if TYPE_CHECKING:
+    from pilothouse.knowledge import Knowledge
 
 ADHOC_ACTION = "INVOKE"
 """The action code of every ad-hoc run's conversation (reserved)."""
@@ -145,29 +150,133 @@ def _mcp_clients(run: AdHocRun) -> list[McpClient]:
 
 
 async def check_egress(run: AdHocRun, policy: EgressPolicy) -> None:
-    """Refuse a run whose model server or MCP servers are addresses callers may not reach.
+    """Refuse a run whose model server, MCP or pgvector servers are addresses callers may not reach.
 
     Raises:
-        InvalidFieldError: naming ``baseUrl`` or ``mcpServers[i].url``.
+        InvalidFieldError: naming ``baseUrl``, ``mcpServers[i].url`` or ``pgHost``.
     """
     if isinstance(run.model, ModelEndpoint):
         await policy.check(run.model.base_url, "base_url")
     for index, server in enumerate(run.mcp_servers):
         await policy.check(server.url, f"mcp_servers[{index}].url")
+    if run.pgvector is not None:
+        table = run.pgvector
+        await policy.check(
+            f"postgresql://{_host(table.host)}:{table.port}", "pg_host", schemes=("postgresql",)
+        )
+
+
+def _host(host: str) -> str:
+    # An IPv6 literal goes in brackets inside a URL.
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+async def _embedding_spec(
+    database: Database, tenant: str, compiler: ActionCompiler, run: AdHocRun, name: str
+) -> tuple[ModelSpec, int | None]:
+    """The model that embeds the query: a catalog EM model, or ``name`` at the run's endpoint."""
+    async with database.sessions() as session:
+        row = await session.scalar(select(Model).where(Model.tenant == tenant, Model.code == name))
+    if row is not None and row.active:
+        if ModelCapability.EMBEDDING.value not in row.capabilities:
+            raise InvalidFieldError(
+                "embedding_model_name", f"catalog model '{name}' is not an embedding model (EM)"
+            )
+        return compiler.model_spec(row), row.max_input_tokens
+    if not isinstance(run.model, ModelEndpoint):
+        raise InvalidFieldError(
+            "embedding_model_name",
+            f"'{name}' is no embedding model code of this catalog; to call it at an "
+            "OpenAI-compatible server's /embeddings, give baseUrl (and apiKey)",
+        )
+    endpoint = run.model
+    spec = ModelSpec(
+        code=ADHOC_ACTION,
+        provider=ProviderSpec(
+            code=ProviderKind.OPENAI_COMPATIBLE.value,
+            kind=ProviderKind.OPENAI_COMPATIBLE,
+            base_url=endpoint.base_url,
+            api_key=endpoint.api_key,
+            headers=dict(endpoint.headers),
+        ),
+        model_name=name,
+        capabilities=frozenset({ModelCapability.EMBEDDING}),
+    )
+    return spec, None
+
+
+async def _retrieval(
+    database: Database,
+    tenant: str,
+    compiler: ActionCompiler,
+    run: AdHocRun,
+    knowledge: Knowledge | None,
+) -> tuple[RetrievalSource, ...]:
+    """The collections the run retrieves from: the catalog's it names, and its pgvector table."""
+    sources: list[RetrievalSource] = []
+    if run.collection is not None:
+        threshold = None if run.rag_min_score is None else 2.0 * run.rag_min_score - 1.0
+        sources.append(RetrievalSource(run.collection, top_k=run.rag_top_k, threshold=threshold))
+    table: PgVectorTable | None = run.pgvector
+    if table is not None:
+        assert knowledge is not None, "a run with a pgvector table needs the knowledge service"
+        from pilothouse.knowledge import DimensionMismatchError
+        from pilothouse.knowledge._pgvector import check_table_name
+
+        check_table_name(table.table, "pg_table")
+        spec, limit = None, None
+        if table.embedding_model:
+            spec, limit = await _embedding_spec(
+                database, tenant, compiler, run, table.embedding_model
+            )
+        connection = (
+            f"postgresql://{quote(table.user, safe='')}@{_host(table.host)}:{table.port}/"
+            f"{quote(table.database, safe='')}"
+        )
+        try:
+            collection = knowledge.adhoc_collection(
+                tenant,
+                connection=connection,
+                password=table.password,
+                table=table.table,
+                top_k=table.top_k,
+                # LangChain4j's minScore is a relevance, (1 + cosine) / 2.
+                threshold=2.0 * table.min_score - 1.0,
+                model=spec,
+                dimension=table.dimension,
+                **({"max_input_tokens": limit} if limit else {}),
+            )
+        except DimensionMismatchError as exc:
+            raise InvalidFieldError("embedding_dimension", str(exc)) from None
+        sources.append(RetrievalSource("INVOKE", collection=collection))
+    return tuple(sources)
 
 
 async def compile_run(
-    database: Database, tenant: str, compiler: ActionCompiler, run: AdHocRun
+    database: Database,
+    tenant: str,
+    compiler: ActionCompiler,
+    run: AdHocRun,
+    knowledge: Knowledge | None = None,
 ) -> CompiledAction:
     """Check what the run references and compile it; nothing is written.
 
+    Args:
+        database: the catalog's database.
+        tenant: who runs it.
+        compiler: resolves catalog models' secrets.
+        run: the run.
+        knowledge: the knowledge service (needed for a run with a pgvector table).
+
     Raises:
         InvalidFieldError: an inactive or unknown model, tool or collection,
-            or an output schema that is no JSON schema.
+            an output schema that is no JSON schema, or a pgvector table
+            whose dimension the packaged model does not give.
     """
     spec = await _model_spec(database, tenant, compiler, run.model)
     tools = await _tools(database, tenant, run.tools)
     await _check_collection(database, tenant, run.collection)
+    retrieval = await _retrieval(database, tenant, compiler, run, knowledge)
     schema, validator, schema_part = _output(run.output_schema)
     persona = f"You are {run.name}."
     if run.description:
@@ -200,6 +309,7 @@ async def compile_run(
         _validator=validator,
         tool_rows=tuple(tools),
         mcp_clients=tuple(_mcp_clients(run)),
+        retrieval=retrieval,
     )
 
 

@@ -414,7 +414,13 @@ class CommandApi(Facet):
         database = await self._ready()
         runner = self._runner
         await adhoc.check_egress(run, self._egress)
-        compiled = await adhoc.compile_run(database, self.tenant, runner.compiler, run)
+        compiled = await adhoc.compile_run(
+            database,
+            self.tenant,
+            runner.compiler,
+            run,
+            runner.runtime.knowledge() if run.pgvector is not None else None,
+        )
         config: dict[str, Any] = {"instruction_mode": run.instruction_mode.value}
         if run.instruction is not None:
             config["instruction"] = run.instruction
@@ -447,12 +453,7 @@ class CommandApi(Facet):
         result = await runner.send_message(
             uuid, run.message, runtime_config=config, compiled=compiled
         )
-        warnings: list[str] = []
-        if run.collection is not None:
-            warnings.append("collection was validated but retrieval (RAG) is not used yet")
-        return AdHocResult(
-            result=result, conversation_uuid=uuid, memory_id=memory_id, warnings=tuple(warnings)
-        )
+        return AdHocResult(result=result, conversation_uuid=uuid, memory_id=memory_id)
 
 
 async def _events(

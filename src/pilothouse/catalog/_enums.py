@@ -215,3 +215,4 @@ class TimelineKind(StrEnum):
     HIDE = "hide"
     """A client deleted the conversation from its list; nothing was erased."""
     IMPORT = "import"
+    RETRIEVAL = "retrieval"

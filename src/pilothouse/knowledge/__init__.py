@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pilothouse.knowledge._service import Knowledge
     from pilothouse.knowledge._types import (
         DocumentInfo,
+        FileDocument,
         IngestedDocument,
         IngestProgress,
         IngestResult,
@@ -56,6 +57,7 @@ __all__ = [
     "DocumentInfo",
     "Embedder",
     "EmbeddingModelInfo",
+    "FileDocument",
     "IngestProgress",
     "IngestResult",
     "IngestedDocument",
@@ -85,6 +87,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "_service": ("Knowledge",),
     "_types": (
         "DocumentInfo",
+        "FileDocument",
         "IngestProgress",
         "IngestResult",
         "IngestedDocument",

@@ -5,9 +5,11 @@ dimension per collection), ``ph_knowledge_document`` and one chunk table per
 dimension, ``ph_knowledge_chunk_<dimension>``, with an HNSW index
 (``vector_cosine_ops``, the store's ``m`` and ``ef_construction``) and a
 generated ``tsvector`` column under a GIN index for the full-text half.
-Tables and indexes are created on first use; ``m`` and ``ef_construction``
-apply when the index is built (``REINDEX`` after changing them), while
-``ef_search`` is set on every query.
+Every row carries its tenant and every statement filters by it, so two
+tenants whose collections share a store and a ``collection_name`` never see
+or delete each other's documents. Tables and indexes are created on first
+use; ``m`` and ``ef_construction`` apply when the index is built
+(``REINDEX`` after changing them), while ``ef_search`` is set on every query.
 
 ``langchain4j`` layout: one LangChain4j ``PgVectorEmbeddingStore`` table per
 collection, named by the collection's ``collection_name``: ``embedding_id
@@ -17,12 +19,15 @@ searched as they are, and documents ingested here are written as LangChain4j
 writes them (metadata values as strings; ``index`` is the segment's
 position), so the BPMN connector reads them too. Such a table records no
 model: only the dimension can be checked. Full text runs over
-``to_tsvector(text)`` without an index there.
+``to_tsvector(text)`` without an index there. Rows pilothouse writes carry
+the tenant in ``metadata.ph_tenant``: a tenant reads its own rows and the
+rows LangChain4j wrote (which have no tenant: they belong to whoever points
+a collection at the table), and replaces or deletes only its own.
 """
 
 from __future__ import annotations
 
-__all__ = ["PgVectorBackend"]
+__all__ = ["PgVectorBackend", "check_table_name"]
 
 import json
 import re
@@ -50,6 +55,30 @@ if TYPE_CHECKING:
 _TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$")
 _WORDS = re.compile(r"\w+", re.UNICODE)
 _NAMESPACE = uuid.UUID("5d7c1f0e-8f0b-4d55-9a2e-6f1c8a3b2d10")
+
+
+def _owned(n: int) -> str:
+    """LangChain4j rows the tenant in parameter ``n`` wrote (what it may replace or delete)."""
+    return f"metadata ->> 'ph_tenant' = ${n}"
+
+
+def _readable(n: int) -> str:
+    """LangChain4j rows the tenant in parameter ``n`` may read: its own and untagged ones."""
+    return f"(metadata ->> 'ph_tenant' IS NULL OR metadata ->> 'ph_tenant' = ${n})"
+
+
+def check_table_name(name: str, field: str) -> None:
+    """Refuse a table name that is not plain (``schema.table`` at most), naming the field.
+
+    Raises:
+        InvalidFieldError: naming ``field``.
+    """
+    from pilothouse.errors import InvalidFieldError
+
+    if not _TABLE.match(name):
+        raise InvalidFieldError(
+            field, "must be a plain table name (letters, digits, '_', optionally schema.table)"
+        )
 
 
 def _quote(name: str) -> str:
@@ -150,24 +179,29 @@ class PgVectorBackend(Backend):
         async with pool.acquire() as connection:
             await connection.execute(
                 "CREATE TABLE IF NOT EXISTS ph_knowledge_collection ("
-                "collection text PRIMARY KEY, dimension int NOT NULL, model text NOT NULL, "
-                "revision bigint NOT NULL DEFAULT 0);"
+                "tenant text NOT NULL, collection text NOT NULL, dimension int NOT NULL, "
+                "model text NOT NULL, revision bigint NOT NULL DEFAULT 0, "
+                "PRIMARY KEY (tenant, collection));"
                 "CREATE TABLE IF NOT EXISTS ph_knowledge_document ("
-                "id bigserial PRIMARY KEY, collection text NOT NULL, source text NOT NULL, "
+                "id bigserial PRIMARY KEY, tenant text NOT NULL, collection text NOT NULL, "
+                "source text NOT NULL, "
                 "title text NOT NULL, content_hash text NOT NULL, metadata jsonb NOT NULL, "
                 "chunk_count int NOT NULL, char_count int NOT NULL, "
                 "created_at timestamptz NOT NULL DEFAULT now(), "
-                "updated_at timestamptz NOT NULL DEFAULT now(), UNIQUE (collection, source));"
+                "updated_at timestamptz NOT NULL DEFAULT now(), "
+                "UNIQUE (tenant, collection, source));"
                 f'CREATE TABLE IF NOT EXISTS "{table}" ('
                 "id bigserial PRIMARY KEY, "
                 "document_id bigint NOT NULL "
                 "REFERENCES ph_knowledge_document(id) ON DELETE CASCADE, "
-                "collection text NOT NULL, position int NOT NULL, text text NOT NULL, "
+                "tenant text NOT NULL, collection text NOT NULL, position int NOT NULL, "
+                "text text NOT NULL, "
                 "heading text NOT NULL, token_count int NOT NULL, metadata jsonb NOT NULL, "
                 f"embedding vector({dimension}) NOT NULL, "
                 f"tsv tsvector GENERATED ALWAYS AS (to_tsvector('{s.text_search_config}', "
                 "heading || ' ' || text)) STORED);"
-                f'CREATE INDEX IF NOT EXISTS "{table}_collection" ON "{table}" (collection);'
+                f'CREATE INDEX IF NOT EXISTS "{table}_collection" ON "{table}" '
+                "(tenant, collection);"
                 f'CREATE INDEX IF NOT EXISTS "{table}_document" ON "{table}" (document_id);'
                 f'CREATE INDEX IF NOT EXISTS "{table}_tsv" ON "{table}" USING gin (tsv);'
                 f'CREATE INDEX IF NOT EXISTS "{table}_hnsw" ON "{table}" USING hnsw '
@@ -225,12 +259,19 @@ class PgVectorBackend(Backend):
                 if found != collection.model.dimension:
                     raise self._mismatch(collection, found)
                 table = _quote(collection.name)
-                return bool(await connection.fetchval(f"SELECT EXISTS (SELECT 1 FROM {table})"))
+                return bool(
+                    await connection.fetchval(
+                        f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {_readable(1)})",
+                        collection.tenant,
+                    )
+                )
             exists = await connection.fetchval("SELECT to_regclass('ph_knowledge_collection')")
             if exists is None:
                 return False
             row = await connection.fetchrow(
-                "SELECT dimension, model FROM ph_knowledge_collection WHERE collection = $1",
+                "SELECT dimension, model FROM ph_knowledge_collection "
+                "WHERE tenant = $1 AND collection = $2",
+                collection.tenant,
                 collection.name,
             )
         if row is None:
@@ -245,14 +286,15 @@ class PgVectorBackend(Backend):
         if self.langchain4j:
             query = (
                 f"SELECT metadata ->> 'ph_content_hash' FROM {table} "
-                "WHERE metadata ->> 'source' = $1 LIMIT 1"
+                f"WHERE metadata ->> 'source' = $1 AND {_owned(2)} LIMIT 1"
             )
-            return cast(str | None, await pool.fetchval(query, source))
+            return cast(str | None, await pool.fetchval(query, source, collection.tenant))
         return cast(
             str | None,
             await pool.fetchval(
-                "SELECT content_hash FROM ph_knowledge_document WHERE collection = $1 "
-                "AND source = $2",
+                "SELECT content_hash FROM ph_knowledge_document WHERE tenant = $1 "
+                "AND collection = $2 AND source = $3",
+                collection.tenant,
                 collection.name,
                 source,
             ),
@@ -270,7 +312,9 @@ class PgVectorBackend(Backend):
         pool = await self.pool()
         async with pool.acquire() as connection, connection.transaction():
             if self.langchain4j:
-                return await self._write_langchain4j(connection, table, document, chunks, vectors)
+                return await self._write_langchain4j(
+                    connection, collection.tenant, table, document, chunks, vectors
+                )
             return await self._write_pilothouse(
                 connection, collection, table, document, chunks, vectors
             )
@@ -285,16 +329,19 @@ class PgVectorBackend(Backend):
         vectors: Vectors,
     ) -> tuple[str, bool]:
         state = await connection.fetchrow(
-            "INSERT INTO ph_knowledge_collection (collection, dimension, model, revision) "
-            "VALUES ($1, $2, $3, 1) ON CONFLICT (collection) DO UPDATE SET "
+            "INSERT INTO ph_knowledge_collection (tenant, collection, dimension, model, revision) "
+            "VALUES ($1, $2, $3, $4, 1) ON CONFLICT (tenant, collection) DO UPDATE SET "
             "revision = ph_knowledge_collection.revision + 1 RETURNING dimension, model",
+            collection.tenant,
             collection.name,
             collection.model.dimension,
             collection.model.name,
         )
         check_state(collection, int(state["dimension"]), str(state["model"]))
         existing = await connection.fetchval(
-            "SELECT id FROM ph_knowledge_document WHERE collection = $1 AND source = $2 FOR UPDATE",
+            "SELECT id FROM ph_knowledge_document WHERE tenant = $1 AND collection = $2 "
+            "AND source = $3 FOR UPDATE",
+            collection.tenant,
             collection.name,
             document.source,
         )
@@ -307,16 +354,21 @@ class PgVectorBackend(Backend):
         )
         if existing is None:
             document_id = await connection.fetchval(
-                "INSERT INTO ph_knowledge_document (collection, source, title, content_hash, "
-                "metadata, chunk_count, char_count) VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7) "
-                "RETURNING id",
+                "INSERT INTO ph_knowledge_document (tenant, collection, source, title, "
+                "content_hash, metadata, chunk_count, char_count) "
+                "VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8) RETURNING id",
+                collection.tenant,
                 collection.name,
                 document.source,
                 *values,
             )
         else:
             document_id = existing
-            await connection.execute(f"DELETE FROM {table} WHERE document_id = $1", document_id)
+            await connection.execute(
+                f"DELETE FROM {table} WHERE document_id = $1 AND tenant = $2",
+                document_id,
+                collection.tenant,
+            )
             await connection.execute(
                 "UPDATE ph_knowledge_document SET title = $2, content_hash = $3, "
                 "metadata = $4::jsonb, chunk_count = $5, char_count = $6, updated_at = now() "
@@ -327,6 +379,7 @@ class PgVectorBackend(Backend):
         records = [
             (
                 document_id,
+                collection.tenant,
                 collection.name,
                 int(chunk.metadata.get("position", i)),
                 chunk.text,
@@ -344,6 +397,7 @@ class PgVectorBackend(Backend):
             records=records,
             columns=[
                 "document_id",
+                "tenant",
                 "collection",
                 "position",
                 "text",
@@ -358,15 +412,18 @@ class PgVectorBackend(Backend):
     async def _write_langchain4j(
         self,
         connection: Any,
+        tenant: str,
         table: str,
         document: NewDocument,
         chunks: Sequence[Chunk],
         vectors: Vectors,
     ) -> tuple[str, bool]:
         deleted = await connection.execute(
-            f"DELETE FROM {table} WHERE metadata ->> 'source' = $1", document.source
+            f"DELETE FROM {table} WHERE metadata ->> 'source' = $1 AND {_owned(2)}",
+            document.source,
+            tenant,
         )
-        document_id = str(uuid.uuid5(_NAMESPACE, document.source))
+        document_id = str(uuid.uuid5(_NAMESPACE, f"{tenant}\n{document.source}"))
         records: list[tuple[Any, ...]] = []
         for i, (chunk, vector) in enumerate(zip(chunks, vectors, strict=True)):
             metadata = {
@@ -378,6 +435,7 @@ class PgVectorBackend(Backend):
                 "index": str(chunk.metadata.get("position", i)),
                 "ph_document_id": document_id,
                 "ph_content_hash": document.content_hash,
+                "ph_tenant": tenant,
             }
             records.append(
                 (
@@ -400,17 +458,23 @@ class PgVectorBackend(Backend):
         pool = await self.pool()
         if self.langchain4j:
             status = await pool.execute(
-                f"DELETE FROM {table} WHERE metadata ->> 'source' = $1", source
+                f"DELETE FROM {table} WHERE metadata ->> 'source' = $1 AND {_owned(2)}",
+                source,
+                collection.tenant,
             )
             return str(status) != "DELETE 0"
         async with pool.acquire() as connection, connection.transaction():
             status = await connection.execute(
-                "DELETE FROM ph_knowledge_document WHERE collection = $1 AND source = $2",
+                "DELETE FROM ph_knowledge_document WHERE tenant = $1 AND collection = $2 "
+                "AND source = $3",
+                collection.tenant,
                 collection.name,
                 source,
             )
             await connection.execute(
-                "UPDATE ph_knowledge_collection SET revision = revision + 1 WHERE collection = $1",
+                "UPDATE ph_knowledge_collection SET revision = revision + 1 "
+                "WHERE tenant = $1 AND collection = $2",
+                collection.tenant,
                 collection.name,
             )
         return str(status) != "DELETE 0"
@@ -425,7 +489,8 @@ class PgVectorBackend(Backend):
                 "metadata ->> 'url', '') AS source, min(metadata ->> 'title') AS title, "
                 "min(metadata ->> 'ph_content_hash') AS hash, "
                 "min(metadata ->> 'ph_document_id') AS id, count(*) AS chunks "
-                f"FROM {table} GROUP BY 1 ORDER BY 1"
+                f"FROM {table} WHERE {_readable(1)} GROUP BY 1 ORDER BY 1",
+                collection.tenant,
             )
             return [
                 DocumentInfo(
@@ -440,7 +505,9 @@ class PgVectorBackend(Backend):
             ]
         rows = await pool.fetch(
             "SELECT id, source, title, chunk_count, content_hash, metadata::text AS metadata, "
-            "updated_at FROM ph_knowledge_document WHERE collection = $1 ORDER BY source",
+            "updated_at FROM ph_knowledge_document WHERE tenant = $1 AND collection = $2 "
+            "ORDER BY source",
+            collection.tenant,
             collection.name,
         )
         return [
@@ -458,11 +525,17 @@ class PgVectorBackend(Backend):
 
     # -- search -----------------------------------------------------------
 
-    def _scope(self, collection: Collection) -> tuple[str, list[Any]]:
-        """The WHERE clause limiting a chunk table to the collection, and its parameters."""
+    def _scope(self, collection: Collection, start: int) -> tuple[str, list[Any]]:
+        """The WHERE clause limiting a chunk table to the tenant's collection, and its parameters.
+
+        Args:
+            collection: the collection.
+            start: the number of the clause's first parameter.
+        """
         if self.langchain4j:
-            return "TRUE", []
-        return "collection = $2", [collection.name]
+            return _readable(start), [collection.tenant]
+        clause = f"tenant = ${start} AND collection = ${start + 1}"
+        return clause, [collection.tenant, collection.name]
 
     async def vector_candidates(
         self, collection: Collection, query: Vectors, k: int, filters: MetadataFilter
@@ -470,7 +543,7 @@ class PgVectorBackend(Backend):
         """See :meth:`Backend.vector_candidates`."""
         table = await self._ensure(collection)
         key = "embedding_id::text" if self.langchain4j else "id::text"
-        scope, scope_params = self._scope(collection)
+        scope, scope_params = self._scope(collection, 2)
         where, params = _filter_sql(filters, 2 + len(scope_params))
         sql = (
             f"SELECT {key} AS key, 1 - (embedding <=> $1) AS similarity FROM {table} "
@@ -498,7 +571,7 @@ class PgVectorBackend(Backend):
             key, vector = "embedding_id::text", f"to_tsvector('{config}', coalesce(text, ''))"
         else:
             key, vector = "id::text", "tsv"
-        scope, scope_params = self._scope(collection)
+        scope, scope_params = self._scope(collection, 2)
         where, params = _filter_sql(filters, 2 + len(scope_params))
         sql = (
             f"SELECT {key} AS key FROM {table}, to_tsquery('{config}', $1) AS q "
@@ -517,12 +590,15 @@ class PgVectorBackend(Backend):
             return {}
         table = await self._ensure(collection)
         key, cast_to = ("embedding_id", "uuid") if self.langchain4j else ("id", "bigint")
+        scope, scope_params = self._scope(collection, 3)
         pool = await self.pool()
         rows = await pool.fetch(
             f"SELECT {key}::text AS key, 1 - (embedding <=> $1) AS similarity FROM {table} "
-            f"WHERE {key} = ANY($2::{cast_to}[])",
+            f"WHERE {scope} "
+            f"AND {key} = ANY($2::{cast_to}[])",
             np.asarray(query),
             _keys(keys, self.langchain4j),
+            *scope_params,
         )
         return {r["key"]: float(r["similarity"]) for r in rows}
 
@@ -532,19 +608,22 @@ class PgVectorBackend(Backend):
             return {}
         table = await self._ensure(collection)
         pool = await self.pool()
+        scope, scope_params = self._scope(collection, 2)
         if self.langchain4j:
             rows = await pool.fetch(
                 f"SELECT embedding_id::text AS key, text, metadata::text AS metadata "
-                f"FROM {table} WHERE embedding_id = ANY($1::uuid[])",
+                f"FROM {table} WHERE embedding_id = ANY($1::uuid[]) AND {scope}",
                 _keys(keys, True),
+                *scope_params,
             )
             return {r["key"]: _langchain4j_row(r, collection.name) for r in rows}
         rows = await pool.fetch(
             f"SELECT c.id::text AS key, c.document_id::text AS document_id, c.text, c.heading, "
             f"c.position, c.metadata::text AS metadata, d.source, d.title FROM {table} c "
             "JOIN ph_knowledge_document d ON d.id = c.document_id "
-            "WHERE c.id = ANY($1::bigint[])",
+            f"WHERE c.id = ANY($1::bigint[]) AND c.{scope.replace(' AND ', ' AND c.')}",
             _keys(keys, False),
+            *scope_params,
         )
         return {
             r["key"]: ChunkRow(

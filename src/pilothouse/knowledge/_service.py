@@ -34,9 +34,10 @@ from pilothouse.knowledge._embedded import EmbeddedBackend
 from pilothouse.knowledge._embedders import MINILM, Embedder, EmbeddingModelInfo, LocalMiniLM
 from pilothouse.knowledge._errors import DocumentError, KnowledgeError, KnowledgeSetupError
 from pilothouse.knowledge._retrieval import retrieve
-from pilothouse.knowledge._sources import Loaded, Pending, expand, load
+from pilothouse.knowledge._sources import Loaded, Pending, UrlCheck, expand, load
 from pilothouse.knowledge._types import (
     DocumentInfo,
+    FileDocument,
     IngestedDocument,
     IngestProgress,
     IngestResult,
@@ -48,7 +49,7 @@ from pilothouse.knowledge._types import (
 
 if TYPE_CHECKING:
     from pilothouse.knowledge._embedders import Purpose, Vectors
-    from pilothouse.providers import ModelFactory, SecretResolver
+    from pilothouse.providers import ModelFactory, ModelSpec, SecretResolver
     from pilothouse.store import Database
 
 logger = logging.getLogger("pilothouse.knowledge")
@@ -199,26 +200,16 @@ class Knowledge:
 
     async def embedder(self, collection: Collection) -> Embedder:
         """The embedder of a collection's model, built once."""
-        if collection.model_spec is None:
-            if self._local is None:
-                self._local = LocalMiniLM()
-            return self._local
-        key = f"{collection.model_spec.fingerprint()}:{collection.model}"
-        embedder = self._embedders.get(key)
-        if embedder is None:
-            from pilothouse.knowledge._remote import build_embedder
-
-            embedder = await build_embedder(
-                collection.model_spec, collection.model, models=self._models, http=self._http
-            )
-            self._embedders[key] = embedder
-        return embedder
+        return await self.model_embedder(collection.model_spec, collection.model)
 
     def backend(self, collection: Collection) -> Backend:
         """The store serving a collection, built once per store."""
         if collection.store_kind is VectorStoreKind.EMBEDDED:
             return self._embedded
-        key = f"{collection.tenant}/{collection.store_code}/{collection.connection}"
+        # The password is part of the key: an ad-hoc store (``/v1/invoke``)
+        # with another password must not reuse a pool opened with the first.
+        secret = hashlib.sha256((collection.password or "").encode()).hexdigest()[:16]
+        key = f"{collection.tenant}/{collection.store_code}/{collection.connection}/{secret}"
         backend = self._backends.get(key)
         if backend is None:
             from pilothouse.knowledge._pgvector import PgVectorBackend
@@ -250,10 +241,11 @@ class Knowledge:
         self,
         tenant: str,
         collection: str,
-        sources: Sequence[str | Path | TextDocument],
+        sources: Sequence[str | Path | TextDocument | FileDocument],
         *,
         metadata: Mapping[str, Any] | None = None,
         progress: ProgressCallback | None = None,
+        url_check: UrlCheck | None = None,
     ) -> IngestResult:
         """Read, chunk, embed and store documents; each one in its own transaction.
 
@@ -268,6 +260,8 @@ class Knowledge:
                 and :class:`TextDocument` values.
             metadata: added to every document's metadata (and its chunks').
             progress: called as each document starts and ends.
+            url_check: refuses a URL (or a redirect) a caller may not make
+                this process fetch; its error fails that document only.
 
         Returns:
             What happened to each document.
@@ -283,6 +277,7 @@ class Knowledge:
         backend = self.backend(target)
         await backend.check_model(target)
         run = _Run(self._http, target, embedder, plan, backend, dict(metadata or {}), progress)
+        run.url_check = url_check
         pending = list(expand(sources))
         for index, item in enumerate(pending, start=1):
             await run.step(item, index, len(pending))
@@ -345,6 +340,27 @@ class Knowledge:
             KnowledgeError: a bad argument (named in the message).
         """
         target = await self.collection(tenant, collection)
+        return await self.search_in(
+            target, query, top_k=top_k, threshold=threshold, filters=filters, mode=mode
+        )
+
+    async def search_in(
+        self,
+        target: Collection,
+        query: str,
+        *,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        filters: MetadataFilter | None = None,
+        mode: SearchMode | str | None = None,
+    ) -> SearchResult:
+        """Search a resolved collection (a catalog one, or an ad-hoc one of ``/v1/invoke``).
+
+        Arguments as :meth:`search`.
+
+        Raises:
+            KnowledgeError: a bad argument (named in the message).
+        """
         if top_k is not None and top_k < 1:
             raise KnowledgeError("top_k must be at least 1")
         if threshold is not None and not -1.0 <= threshold <= 1.0:
@@ -376,6 +392,133 @@ class Knowledge:
         target = await self.collection(tenant, collection)
         embedder = await self.embedder(target)
         return await embedder.embed(texts, purpose)
+
+    async def embed_with_model(
+        self, tenant: str, model: str, texts: Sequence[str], purpose: Purpose = "document"
+    ) -> tuple[Vectors, EmbeddingModelInfo, int]:
+        """Embed texts with a catalog embedding model (``/v1/embeddings``).
+
+        Args:
+            tenant: whose catalog.
+            model: the model's code (capability ``EM``).
+            texts: what to embed; each within the model's limit.
+            purpose: ``document`` (no query prefix) or ``query``.
+
+        Returns:
+            The unit vectors, the model's facts and the tokens the texts took.
+
+        Raises:
+            NotFoundError: no active embedding model of that code.
+            InputTooLongError: a text longer than the model reads.
+        """
+        from pilothouse.catalog._models import Model
+        from pilothouse.providers._spec import compile_model_spec
+
+        await self.database.ensure_schema()
+        async with self.database.sessions() as session:
+            row = await session.scalar(
+                select(Model).where(Model.tenant == tenant, Model.code == model)
+            )
+            if row is None or not row.active:
+                raise NotFoundError(f"'{model}' is not an active model")
+            if ModelCapability.EMBEDDING.value not in row.capabilities:
+                raise NotFoundError(f"'{model}' is not an embedding model (it lacks capability EM)")
+            if row.dimension is None or row.max_input_tokens is None:
+                raise KnowledgeSetupError(f"model {model} needs dimension and max_input_tokens")
+            spec = compile_model_spec(row, self._secrets)
+            info = EmbeddingModelInfo(
+                name=f"{row.provider.kind.value}:{row.model_name}",
+                dimension=row.dimension,
+                max_input_tokens=row.max_input_tokens,
+                query_prefix=row.query_prefix or "",
+                document_prefix=row.document_prefix or "",
+            )
+        embedder = await self.model_embedder(spec, info)
+        vectors = await embedder.embed(texts, purpose)
+        tokens = sum(embedder.tokenizer.count(t) for t in texts)
+        return vectors, info, tokens
+
+    async def model_embedder(self, spec: ModelSpec | None, info: EmbeddingModelInfo) -> Embedder:
+        """The embedder of a model spec (None: the packaged MiniLM), built once."""
+        if spec is None:
+            if self._local is None:
+                self._local = LocalMiniLM()
+            return self._local
+        key = f"{spec.fingerprint()}:{info}"
+        embedder = self._embedders.get(key)
+        if embedder is None:
+            from pilothouse.knowledge._remote import build_embedder
+
+            embedder = await build_embedder(spec, info, models=self._models, http=self._http)
+            self._embedders[key] = embedder
+        return embedder
+
+    def adhoc_collection(
+        self,
+        tenant: str,
+        *,
+        connection: str,
+        password: str | None,
+        table: str,
+        top_k: int,
+        threshold: float,
+        model: ModelSpec | None,
+        dimension: int,
+        max_input_tokens: int = 8191,
+    ) -> Collection:
+        """A LangChain4j table named in a call rather than the catalog (``/v1/invoke``).
+
+        Args:
+            tenant: who calls.
+            connection: ``postgresql://USER@HOST:PORT/DATABASE`` (no password).
+            password: the database password (kept in memory only).
+            table: the LangChain4j ``PgVectorEmbeddingStore`` table.
+            top_k: hits at most.
+            threshold: least cosine similarity.
+            model: the embedding model to call; None for the packaged MiniLM.
+            dimension: the vectors' length the caller says the table holds.
+            max_input_tokens: what ``model`` reads.
+
+        Raises:
+            DimensionMismatchError: no model is named and ``dimension`` is not
+                the packaged MiniLM's 384 (both are named).
+        """
+        from pilothouse.knowledge._errors import DimensionMismatchError
+
+        if model is None:
+            if dimension != MINILM.dimension:
+                raise DimensionMismatchError(
+                    f"embeddingDimension is {dimension}, but the local all-MiniLM-L6-v2 "
+                    f"(used when no embeddingModelName is given) gives {MINILM.dimension}: "
+                    "name the model that filled the table in embeddingModelName",
+                    expected=dimension,
+                    actual=MINILM.dimension,
+                )
+            info = MINILM
+        else:
+            info = EmbeddingModelInfo(
+                name=f"{model.provider.kind.value}:{model.model_name}",
+                dimension=dimension,
+                max_input_tokens=max_input_tokens,
+            )
+        return Collection(
+            id=0,
+            code="INVOKE",
+            tenant=tenant,
+            name=table,
+            store_code="INVOKE",
+            store_kind=VectorStoreKind.PGVECTOR,
+            store_settings=store_settings(VectorStoreKind.PGVECTOR, {"layout": "langchain4j"}),
+            connection=connection,
+            password=password,
+            top_k=top_k,
+            threshold=threshold,
+            mode=SearchMode.VECTOR,
+            chunk_size=None,
+            chunk_overlap=0,
+            model=info,
+            model_spec=model,
+        )
 
     async def aclose(self) -> None:
         """Close stores, embedders and the HTTP client this service made."""
@@ -429,6 +572,7 @@ class _Run:
         self.results: dict[int, IngestedDocument] = {}
         self.waiting: list[_Prepared] = []
         self.total = 0
+        self.url_check: UrlCheck | None = None
 
     async def report(self, event: IngestProgress) -> None:
         if self.progress is None:
@@ -469,7 +613,7 @@ class _Run:
             await self.flush()
 
     async def prepare(self, pending: Pending, index: int) -> _Prepared | None:
-        loaded = await load(pending, self.http)
+        loaded = await load(pending, self.http, self.url_check)
         parsed = parse_document(loaded.data, loaded.format, loaded.source)
         title = loaded.title or parsed.title
         loaded.metadata.update(parsed.metadata)

@@ -12,7 +12,7 @@ from __future__ import annotations
 __all__ = ["Loaded", "Pending", "expand", "load"]
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,12 @@ import httpx
 
 from pilothouse.knowledge._documents import SUFFIXES, format_of
 from pilothouse.knowledge._errors import DocumentError
-from pilothouse.knowledge._types import TextDocument
+from pilothouse.knowledge._types import FileDocument, TextDocument
+
+UrlCheck = Callable[[str], Awaitable[None]]
+"""Refuses a URL (raising) before it is fetched; asked again for every redirect."""
+
+_MAX_REDIRECTS = 5
 
 MAX_BYTES = 50 * 1024 * 1024
 """The largest document read from a file or URL."""
@@ -43,7 +48,7 @@ class Pending:
     source: str
     kind: str
     path: Path | None = None
-    document: TextDocument | None = None
+    document: TextDocument | FileDocument | None = None
     skip: str | None = None
 
 
@@ -70,7 +75,7 @@ def _is_url(value: str) -> bool:
     return value.startswith(("http://", "https://"))
 
 
-def expand(sources: Sequence[str | Path | TextDocument]) -> Iterator[Pending]:
+def expand(sources: Sequence[str | Path | TextDocument | FileDocument]) -> Iterator[Pending]:
     """List every document the sources name, walking folders.
 
     Args:
@@ -82,6 +87,8 @@ def expand(sources: Sequence[str | Path | TextDocument]) -> Iterator[Pending]:
     for item in sources:
         if isinstance(item, TextDocument):
             yield Pending(item.source, "text", document=item)
+        elif isinstance(item, FileDocument):
+            yield Pending(item.source, "bytes", document=item)
         elif isinstance(item, str) and _is_url(item):
             yield Pending(item, "url")
         else:
@@ -105,12 +112,16 @@ def _walk(folder: Path) -> Iterator[Pending]:
             yield Pending(str(path), "file", path=path, skip=skip)
 
 
-async def load(pending: Pending, client: httpx.AsyncClient) -> Loaded:
+async def load(
+    pending: Pending, client: httpx.AsyncClient, url_check: UrlCheck | None = None
+) -> Loaded:
     """Read a pending document.
 
     Args:
         pending: what to read.
         client: fetches URLs.
+        url_check: refuses URLs a caller may not make this process fetch
+            (asked for the URL and every redirect).
 
     Returns:
         The content.
@@ -119,13 +130,24 @@ async def load(pending: Pending, client: httpx.AsyncClient) -> Loaded:
         DocumentError: missing, unreadable, too large, of an unknown type, or
             a URL that did not answer 200.
     """
+    if isinstance(pending.document, FileDocument):
+        upload = pending.document
+        fmt = format_of(upload.file_name)
+        if fmt is None:
+            raise DocumentError(
+                f"{upload.source}: not a supported type (supported: {', '.join(sorted(SUFFIXES))})"
+            )
+        if len(upload.data) > MAX_BYTES:
+            raise DocumentError(f"{upload.source}: more than the {MAX_BYTES} bytes read")
+        metadata = {"file_name": upload.file_name, "format": fmt}
+        return Loaded(upload.source, upload.data, fmt, upload.title, metadata)
     if pending.document is not None:
         doc = pending.document
         return Loaded(
             doc.source, doc.text.encode("utf-8"), doc.format, doc.title, {"format": doc.format}
         )
     if pending.kind == "url":
-        return await _fetch(pending.source, client)
+        return await _fetch(pending.source, client, url_check)
     assert pending.path is not None
     return await _read_file(pending.path, pending.source)
 
@@ -148,23 +170,39 @@ async def _read_file(path: Path, source: str) -> Loaded:
     return Loaded(source, data, fmt, None, {"file_name": path.name, "format": fmt})
 
 
-async def _fetch(url: str, client: httpx.AsyncClient) -> Loaded:
+async def _fetch(url: str, client: httpx.AsyncClient, url_check: UrlCheck | None) -> Loaded:
+    target = url
     try:
-        async with client.stream("GET", url, follow_redirects=True) as response:
-            if response.status_code != 200:
-                raise DocumentError(f"{url}: HTTP {response.status_code}")
-            content_type = response.headers.get("content-type", "")
-            fmt = format_of(str(response.url), content_type)
-            if fmt is None:
-                raise DocumentError(f"{url}: content type '{content_type}' is not supported")
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > MAX_BYTES:
-                    raise DocumentError(f"{url}: more than the {MAX_BYTES} bytes read")
-                chunks.append(chunk)
+        # Redirects are followed here, hop by hop, so a URL check sees each one.
+        for _ in range(_MAX_REDIRECTS + 1):
+            if url_check is not None:
+                await url_check(target)
+            response = await client.send(client.build_request("GET", target), stream=True)
+            try:
+                if response.is_redirect and response.next_request is not None:
+                    target = str(response.next_request.url)
+                    continue
+                return await _read_response(url, response)
+            finally:
+                await response.aclose()
     except httpx.HTTPError as exc:
         raise DocumentError(f"{url}: could not be fetched ({type(exc).__name__})") from exc
+    raise DocumentError(f"{url}: more than {_MAX_REDIRECTS} redirects")
+
+
+async def _read_response(url: str, response: httpx.Response) -> Loaded:
+    if response.status_code != 200:
+        raise DocumentError(f"{url}: HTTP {response.status_code}")
+    content_type = response.headers.get("content-type", "")
+    fmt = format_of(str(response.url), content_type)
+    if fmt is None:
+        raise DocumentError(f"{url}: content type '{content_type}' is not supported")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_BYTES:
+            raise DocumentError(f"{url}: more than the {MAX_BYTES} bytes read")
+        chunks.append(chunk)
     metadata = {"url": url, "content_type": content_type.split(";")[0].strip(), "format": fmt}
     return Loaded(url, b"".join(chunks), fmt, None, metadata)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "DocumentInfo",
+    "FileDocument",
     "IngestProgress",
     "IngestResult",
     "IngestedDocument",
@@ -41,6 +42,25 @@ class TextDocument:
     source: str
     text: str
     format: Literal["text", "markdown", "html"] = "text"
+    title: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict[str, Any])
+
+
+@dataclass(frozen=True)
+class FileDocument:
+    """A file's bytes given rather than a path (an upload).
+
+    Attributes:
+        source: its identity in the collection (an upload's file name by default).
+        data: the file's content.
+        file_name: its name; the ending says the format (``.pdf``, ``.docx``, ...).
+        title: a title; the first heading or the source otherwise.
+        metadata: kept with the document and each of its chunks.
+    """
+
+    source: str
+    data: bytes = field(repr=False)
+    file_name: str
     title: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict[str, Any])
 

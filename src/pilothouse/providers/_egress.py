@@ -64,12 +64,16 @@ class EgressPolicy:
                 hosts.add(entry)
         return cls(frozenset(hosts), tuple(networks))
 
-    async def check(self, url: str, field: str) -> None:
+    async def check(
+        self, url: str, field: str, *, schemes: tuple[str, ...] = ("http", "https")
+    ) -> None:
         """Refuse ``url`` unless every address its host resolves to is allowed.
 
         Args:
-            url: an http(s) URL a caller chose.
+            url: a URL a caller chose.
             field: the request field that holds it, for the error.
+            schemes: the schemes allowed (a pgvector host is checked as
+                ``postgresql://host:port``).
 
         Raises:
             InvalidFieldError: not http(s), unresolvable, or an address the
@@ -77,8 +81,10 @@ class EgressPolicy:
         """
         parts = urlsplit(url)
         host = (parts.hostname or "").lower()
-        if parts.scheme not in ("http", "https") or not host:
-            raise InvalidFieldError(field, "must be an http(s) URL with a host")
+        if parts.scheme not in schemes or not host:
+            if schemes == ("http", "https"):
+                raise InvalidFieldError(field, "must be an http(s) URL with a host")
+            raise InvalidFieldError(field, "must name a host")
         if host in self.hosts:
             return
         port = parts.port or (443 if parts.scheme == "https" else 80)

@@ -50,6 +50,7 @@ from pilothouse.runtime._prompt import (
     output_json_schema,
     template_fields,
 )
+from pilothouse.runtime._retrieval import RetrievalSource
 from pilothouse.runtime._toolset import SkillInfo
 from pilothouse.store import Database
 from pilothouse.store import _fastsql as fastsql
@@ -82,6 +83,8 @@ class CompiledAction:
         question_timeout: seconds to wait for answers before ending ``TE``.
         advisors: the action's advisors around each model call.
         ask_user: offer the built-in AskUserQuestion tool.
+        retrieval: the document collections searched before the first model
+            call of every new message (empty: no retrieval, nothing spent).
     """
 
     revision: int
@@ -106,6 +109,7 @@ class CompiledAction:
     question_timeout: int = 300
     advisors: AdvisorChain = field(default_factory=lambda: AdvisorChain(()))
     ask_user: bool = True
+    retrieval: tuple[RetrievalSource, ...] = ()
 
     def system_prompt(
         self,
@@ -359,6 +363,11 @@ class ActionCompiler:
             mcp_lookup=mcp_lookup,
             question_timeout=action.question_timeout,
             ask_user=action.ask_user,
+            retrieval=tuple(
+                RetrievalSource(link.collection.code)
+                for link in action.collections
+                if link.collection.active
+            ),
             advisors=AdvisorChain(
                 [
                     resolve_advisor(link.advisor, link.order, redis_factory=self._redis)

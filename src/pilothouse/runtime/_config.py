@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pilothouse.catalog._enums import Cardinality, InstructionMode
 from pilothouse.errors import PilothouseError
 from pilothouse.providers import ModelOptions
+from pilothouse.runtime._retrieval import RetrievalOverride, parse_override
 
 if TYPE_CHECKING:
     from pilothouse.runtime._compile import CompiledAction
@@ -36,6 +37,7 @@ _SWITCHES = {
     "client_tools": "client_tools",
     "end_user": "end_user",
     "user_id": "user_id",
+    "retrieval": "retrieval",
 }
 
 # OpenAI's rule for function names, which every provider accepts.
@@ -67,6 +69,9 @@ class RuntimeConfig:
             recorded with the user's message; never a memory id.
         user_id: the end user this turn serves: a ``SCOPED`` memory strategy
             retrieves and extracts that user's memory (none without it).
+        retrieval: this turn's top-K, threshold and filters for the action's
+            document collections (``{"top_k": 6, "similarity_threshold": 0.4,
+            "filters": {...}, "enabled": true}``).
     """
 
     options: ModelOptions = ModelOptions()
@@ -79,6 +84,7 @@ class RuntimeConfig:
     client_tools: tuple[tuple[str, str, dict[str, Any]], ...] = ()
     end_user: str | None = None
     user_id: str | None = None
+    retrieval: RetrievalOverride = RetrievalOverride()
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None) -> RuntimeConfig:
@@ -133,6 +139,13 @@ class RuntimeConfig:
             )
         from pilothouse.runtime._toolexec import OverrideRule
 
+        retrieval = RetrievalOverride()
+        if "retrieval" in switches:
+            try:
+                retrieval = parse_override(switches["retrieval"])
+            except ValueError as exc:
+                raise RuntimeConfigError(f"runtime config: retrieval: {exc}") from None
+
         overrides = (
             tuple(OverrideRule.parse(switches["overrides"])) if "overrides" in switches else ()
         )
@@ -147,6 +160,7 @@ class RuntimeConfig:
             client_tools=_client_tools(switches.get("client_tools")),
             end_user=end_user,
             user_id=user_id,
+            retrieval=retrieval,
         )
 
     def shape(self, compiled: CompiledAction) -> CompiledAction:

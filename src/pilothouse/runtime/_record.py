@@ -35,6 +35,7 @@ from pilothouse.runtime._events import (
     TurnFinished,
     TurnResult,
 )
+from pilothouse.runtime._retrieval import cited_sources
 from pilothouse.runtime._turn import (
     Answered,
     Blocked,
@@ -171,11 +172,25 @@ class TurnRecorder:
         data: dict[str, Any] = {"ai": marker}
         if parsed.thinking:
             data["thinking"] = parsed.thinking
+        events: list[NewEvent] = []
+        if turn.sources:
+            # Which of the numbered sources the answer used, for the audit.
+            cited = cited_sources(content, turn.sources)
+            data["citations"] = cited
+            events.append(
+                NewEvent(
+                    TimelineKind.RETRIEVAL,
+                    {"status": "citations", "citations": cited, "sources": len(turn.sources)},
+                )
+            )
         message = NewMessage(
             MessageRole.ASSISTANT, content, token_count=response.usage.output_tokens, data=data
         )
         batch = TurnBatch(
-            messages=[message], finish_reason=finish, response_model=response.model_name
+            messages=[message],
+            events=events,
+            finish_reason=finish,
+            response_model=response.model_name,
         )
         return await self._close(
             turn,

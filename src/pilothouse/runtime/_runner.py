@@ -50,6 +50,7 @@ from pilothouse.runtime._events import (
     TurnResult,
 )
 from pilothouse.runtime._record import status_event
+from pilothouse.runtime._retrieval import retrieve_context
 from pilothouse.runtime._toolexec import Authorizer
 from pilothouse.runtime._toolset import ToolSource
 from pilothouse.runtime._toolstep import results_as_text
@@ -501,6 +502,23 @@ class Runner:
             except PilothouseError as exc:
                 # Deleted, deactivated, or the input no longer fits.
                 return Failed(f"the catalog changed: {exc}")
+        if turn.compiled.retrieval:
+            try:
+                retrieved = await retrieve_context(
+                    self._runtime.knowledge(),
+                    self.tenant,
+                    turn.compiled.retrieval,
+                    new.text,
+                    turn.config.retrieval,
+                )
+            except PilothouseError as exc:
+                # Never answer without the context the action is meant to have.
+                return Failed(str(exc))
+            turn.pending.append(retrieved.event)
+            turn.sources = retrieved.sources
+            if retrieved.prompt:
+                # Before the history is chosen, so its token budget counts the context.
+                prompt = f"{prompt}\n\n{retrieved.prompt}"
         # The memory as it was before this turn's user message, read when the
         # turn began.
         history = memory_messages(turn.handle.memory)

@@ -32,6 +32,7 @@ from pilothouse.store import Database, TurnStore
 
 if TYPE_CHECKING:
     from pilothouse.memory import MemoryExtractor, ScopedMemory
+    from pilothouse.knowledge import Knowledge
     from pilothouse.runtime._runner import Runner
 
 _KNOWN_LIMIT = 10_000
@@ -97,6 +98,9 @@ class Runtime:
         tool_timeout: default seconds a tool call may take.
         tool_concurrency: how many calls of one response run at once.
         max_tool_steps: tool rounds one turn may take before it fails.
+        knowledge: the knowledge service the retrieval advisor searches with
+            (asked for only when an action has document collections); one
+            over the database and the compiler's secrets otherwise.
     """
 
     def __init__(
@@ -116,6 +120,7 @@ class Runtime:
         tool_concurrency: int = 4,
         max_tool_steps: int = 10,
         scoped_memory: ScopedMemory | None = None,
+        knowledge: Callable[[], Knowledge] | None = None,
     ) -> None:
         from pilothouse.store import SqlTurnStore
 
@@ -131,6 +136,8 @@ class Runtime:
         self.authorizer = authorizer
         self.running = RunningTurns()
         self._tool_source = tool_source
+        self._knowledge_of = knowledge
+        self._knowledge: Knowledge | None = None
         self._known: dict[tuple[str, str], tuple[str, str | None]] = {}
         self._prompts: dict[tuple[str, str], int] = {}
         self.recorder = TurnRecorder(self.store, self.hub)
@@ -186,6 +193,18 @@ class Runtime:
             self._tool_source = CatalogToolSource(self.compiler.secrets)
         return self._tool_source
 
+    def knowledge(self) -> Knowledge:
+        """The knowledge service, made on first use (an action with collections)."""
+        if self._knowledge_of is not None:
+            return self._knowledge_of()
+        if self._knowledge is None:
+            from pilothouse.knowledge import Knowledge
+
+            self._knowledge = Knowledge(
+                self.database, secrets=self.compiler.secrets, models=self.models
+            )
+        return self._knowledge
+
     def remember(
         self, tenant: str, conversation_uuid: str, action_code: str, agent_code: str | None
     ) -> None:
@@ -232,3 +251,6 @@ class Runtime:
         if close is not None:
             await close()
         await self.compiler.aclose()
+        if self._knowledge is not None:
+            await self._knowledge.aclose()
+            self._knowledge = None

@@ -68,6 +68,7 @@ from pilothouse.store import (
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
+    from pilothouse.knowledge import SearchHit
     from pilothouse.providers import ModelOptions
     from pilothouse.runtime._toolexec import ToolExecutor
 
@@ -190,6 +191,7 @@ class Turn:
         records: the tool calls of this turn and their outcomes.
         wire_repairs: repairs the wire layer made to the last model
             response's calls, by call id.
+        sources: the numbered chunks retrieval gave the model (``[1]`` first).
     """
 
     handle: TurnHandle
@@ -208,6 +210,7 @@ class Turn:
     output_retries_left: int = 0
     records: list[ToolCallRecord] = field(default_factory=lambda: [])
     wire_repairs: dict[str, list[str]] = field(default_factory=lambda: {})
+    sources: tuple[SearchHit, ...] = ()
     # Usage not yet written (reset by every write) ...
     input_tokens: int = 0
     output_tokens: int = 0

@@ -74,10 +74,11 @@ def routers() -> list[APIRouter]:
     from pilothouse.server._health import router as health
     from pilothouse.server._invoke import router as invoke
     from pilothouse.server._jsonrpc import router as jsonrpc
+    from pilothouse.server._knowledge_routes import router as knowledge
     from pilothouse.server._openai import router as openai
     from pilothouse.server._ui import routers as ui
 
-    return [health, catalog, conversations, openai, invoke, jsonrpc, *ui()]
+    return [health, catalog, conversations, openai, invoke, jsonrpc, knowledge, *ui()]
 
 
 async def _pilothouse_error(_: Request, exc: Exception) -> JSONResponse:

@@ -61,6 +61,7 @@ from pilothouse.types import (
     McpServer,
     ModelEndpoint,
     ModelOptions,
+    PgVectorTable,
     ProcessStatus,
     ReasoningEffort,
     ReasoningSummary,
@@ -127,6 +128,15 @@ class InvokeRequest(_Body):
     collection: str | None = Field(default=None, min_length=1, max_length=64)
     max_rag_results: int = Field(default=5, ge=1, le=100)
     min_rag_score: float = Field(default=0.0, ge=0.0, le=1.0)
+    # The connector's pgvector store (seed 003); pgHost switches RAG on.
+    pg_host: str | None = Field(default=None, max_length=253)
+    pg_port: int = Field(default=5432, ge=1, le=65535)
+    pg_database: str | None = Field(default=None, max_length=63)
+    pg_user: str | None = Field(default=None, max_length=63)
+    pg_password: SecretStr | None = None
+    pg_table: str = Field(default="langchain4j_embeddings", min_length=1, max_length=127)
+    embedding_dimension: int = Field(default=384, ge=1, le=16000)
+    embedding_model_name: str | None = Field(default=None, max_length=256)
     output_schema: dict[str, Any] | None = None
 
     @field_validator("base_url")
@@ -232,7 +242,50 @@ def _run(body: InvokeRequest) -> AdHocRun:
         audit=body.persist_chat_log,
         output_schema=body.output_schema,
         collection=body.collection,
+        rag_top_k=body.max_rag_results if "max_rag_results" in body.model_fields_set else None,
+        rag_min_score=body.min_rag_score if "min_rag_score" in body.model_fields_set else None,
+        pgvector=_pgvector(body),
         record=_record(body),
+    )
+
+
+_PG_FIELDS = (
+    "pg_port",
+    "pg_database",
+    "pg_user",
+    "pg_password",
+    "pg_table",
+    "embedding_dimension",
+    "embedding_model_name",
+)
+
+
+def _pgvector(body: InvokeRequest) -> PgVectorTable | None:
+    """The connector's pgvector table; RAG parameters without ``pgHost`` are refused."""
+    if not body.pg_host:
+        given = [name for name in _PG_FIELDS if name in body.model_fields_set]
+        if given:
+            raise _bad_request(
+                to_camel(given[0]), "RAG parameters need pgHost (the pgvector database's host)"
+            )
+        if body.collection is None and (
+            {"max_rag_results", "min_rag_score"} & body.model_fields_set
+        ):
+            raise _bad_request(
+                "maxRagResults", "maxRagResults and minRagScore need pgHost or collection"
+            )
+        return None
+    return PgVectorTable(
+        host=body.pg_host,
+        port=body.pg_port,
+        database=body.pg_database or "postgres",
+        user=body.pg_user or "postgres",
+        password=body.pg_password.get_secret_value() if body.pg_password else None,
+        table=body.pg_table,
+        dimension=body.embedding_dimension,
+        embedding_model=body.embedding_model_name or None,
+        top_k=body.max_rag_results,
+        min_score=body.min_rag_score,
     )
 
 
@@ -271,6 +324,14 @@ def _record(body: InvokeRequest) -> dict[str, Any]:
         "collection": body.collection,
         "maxRagResults": body.max_rag_results,
         "minRagScore": body.min_rag_score,
+        "pgHost": body.pg_host,
+        "pgPort": body.pg_port if body.pg_host else None,
+        "pgDatabase": body.pg_database,
+        "pgUser": body.pg_user,
+        "pgPasswordGiven": body.pg_password is not None,
+        "pgTable": body.pg_table if body.pg_host else None,
+        "embeddingDimension": body.embedding_dimension if body.pg_host else None,
+        "embeddingModelName": body.embedding_model_name,
         "outputSchemaGiven": body.output_schema is not None,
     }
 

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible endpoints: ``POST /v1/chat/completions`` and ``GET /v1/models``.
+"""The OpenAI-compatible endpoints: ``/v1/chat/completions``, ``/v1/models``, ``/v1/embeddings``.
 
 Every active action of the caller's tenant is a model (``action:<CODE>``, or
 the plain ``<CODE>``), and so is every active agent with an active goal
@@ -16,6 +16,10 @@ one new conversation and one turn:
   messages: then the server's record is the history and the request's copy
   is ignored. The ``user`` field is the end user's id, recorded with the
   message; it never names memory.
+
+``POST /v1/embeddings`` embeds texts with a catalog embedding model (a
+model with capability ``EM``, named by its code), in OpenAI's request and
+response shape (``encoding_format`` float or base64).
 
 Errors come back in OpenAI's shape, ``{"error": {message, type, param,
 code}}``, with the status codes the official client maps to its exception
@@ -554,3 +558,120 @@ async def retrieve_model(model_id: str, request: Request, state: State) -> Respo
     except PilothouseError as error:
         return _error_response(_from_pilothouse(error))
     return JSONResponse(_model_entry(model_id, target.updated_at.timestamp(), target.name))
+
+
+_EMBEDDING_FIELDS = {"model", "input", "encoding_format", "dimensions"}
+_MAX_EMBEDDING_INPUTS = 2048
+"""OpenAI's own limit of inputs per request."""
+
+
+def _embedding_texts(body: dict[str, Any]) -> list[str]:
+    raw = body.get("input")
+    if isinstance(raw, str):
+        texts: list[Any] = [raw]
+    elif isinstance(raw, list):
+        texts = cast(list[Any], raw)
+    else:
+        raise OpenAIError(400, "'input' must be a string or an array of strings", param="input")
+    if not texts:
+        raise OpenAIError(400, "'input' must not be empty", param="input")
+    if len(texts) > _MAX_EMBEDDING_INPUTS:
+        raise OpenAIError(
+            400, f"'input' may hold at most {_MAX_EMBEDDING_INPUTS} texts", param="input"
+        )
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            # Token arrays are tokens of OpenAI's tokenizers, not of this model's.
+            raise OpenAIError(
+                400,
+                f"input[{index}]: only text is supported, not token arrays; send the text",
+                param="input",
+            )
+        if not text:
+            raise OpenAIError(400, f"input[{index}] is empty", param="input")
+    return cast(list[str], texts)
+
+
+def _parse_embeddings(raw: bytes) -> tuple[str, list[str], str, int | None]:
+    try:
+        data: Any = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise OpenAIError(400, f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise OpenAIError(400, "the request body must be a JSON object")
+    body = cast(dict[str, Any], data)
+    unknown = sorted(set(body) - _EMBEDDING_FIELDS)
+    if unknown:
+        raise OpenAIError(
+            400,
+            f"'{unknown[0]}' is not supported (supported: {', '.join(sorted(_EMBEDDING_FIELDS))})",
+            param=unknown[0],
+        )
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise OpenAIError(400, "'model' must name an embedding model", param="model")
+    encoding = body.get("encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        raise OpenAIError(
+            400, "'encoding_format' must be 'float' or 'base64'", param="encoding_format"
+        )
+    dimensions = body.get("dimensions")
+    if dimensions is not None and (
+        isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1
+    ):
+        raise OpenAIError(400, "'dimensions' must be a positive integer", param="dimensions")
+    return model, _embedding_texts(body), cast(str, encoding), dimensions
+
+
+def _encoded(vector: list[float], encoding: str) -> list[float] | str:
+    if encoding == "float":
+        return vector
+    import base64
+    import struct
+
+    # OpenAI's base64 form: little-endian float32, what its client decodes.
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+
+
+@router.post(
+    "/v1/embeddings",
+    responses=_error_responses(400, 401, 404, 413, 429, 502),
+    summary="Embed texts with a catalog embedding model (capability EM), OpenAI style",
+    response_model=None,
+)
+async def embeddings(request: Request, state: State) -> Response:
+    """Answer OpenAI's embeddings shape; ``model`` is a catalog embedding model's code."""
+    try:
+        ph = await _facade(request, state)
+        model, texts, encoding, dimensions = _parse_embeddings(await request.body())
+        try:
+            result = await ph.knowledge.embed(model, texts)
+        except PilothouseError as error:
+            if error.category is ErrorCategory.NOT_FOUND:
+                raise OpenAIError(
+                    404, error.public_message, param="model", code="model_not_found"
+                ) from None
+            raise
+        if dimensions is not None and dimensions != result.dimension:
+            raise OpenAIError(
+                400,
+                f"model '{model}' gives vectors of {result.dimension} dimensions; "
+                f"'dimensions' {dimensions} cannot be honoured (leave it out)",
+                param="dimensions",
+            )
+    except OpenAIError as error:
+        return _error_response(error)
+    except PilothouseError as error:
+        return _error_response(_from_pilothouse(error))
+    data = [
+        {"object": "embedding", "index": index, "embedding": _encoded(vector, encoding)}
+        for index, vector in enumerate(result.vectors)
+    ]
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": data,
+            "model": model,
+            "usage": {"prompt_tokens": result.tokens, "total_tokens": result.tokens},
+        }
+    )

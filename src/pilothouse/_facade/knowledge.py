@@ -1,0 +1,216 @@
+"""The knowledge half of the facade: ingest, search, list and delete documents, embed texts.
+
+``ph.knowledge`` acts for the facade's tenant on the catalog's document
+collections through one :class:`~pilothouse.knowledge.Knowledge` service
+per process (shared with the run loop's retrieval advisor, so the packaged
+model, the stores' pools and HTTP clients are loaded once).
+"""
+
+from __future__ import annotations
+
+__all__ = ["KnowledgeApi"]
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from pilothouse._facade.facet import Facet
+from pilothouse.store import Database
+
+if TYPE_CHECKING:
+    from pilothouse.knowledge import Knowledge
+    from pilothouse.providers._egress import EgressPolicy
+    from pilothouse.types import (
+        DocumentInfo,
+        Embeddings,
+        FileDocument,
+        IngestResult,
+        MetadataFilter,
+        ProgressCallback,
+        SearchResult,
+        TextDocument,
+    )
+
+
+class KnowledgeApi(Facet):
+    """Document collections of one tenant: ingestion, search, documents, embeddings.
+
+    Args:
+        database: returns the database, opened on first use.
+        tenant: the tenant every call acts for.
+        service: returns the process's knowledge service.
+        egress: the deployment's egress policy (URLs a caller names).
+    """
+
+    def __init__(
+        self,
+        database: Callable[[], Database],
+        tenant: str,
+        service: Callable[[], Knowledge],
+        egress: EgressPolicy,
+    ) -> None:
+        super().__init__(database, tenant)
+        self._service_of = service
+        self._egress = egress
+
+    async def ingest(
+        self,
+        collection: str,
+        sources: Sequence[str | Path | TextDocument | FileDocument],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        progress: ProgressCallback | None = None,
+        check_urls: bool = True,
+    ) -> IngestResult:
+        """Read, chunk, embed and store documents; each one in its own transaction.
+
+        A document whose content is stored already is left as it is
+        (``unchanged``), a changed one replaces its older version
+        (``replaced``), one that fails is reported (``failed``, nothing of it
+        written) and the others go on.
+
+        Args:
+            collection: the collection's code.
+            sources: files, folders (walked recursively), ``http(s)://`` URLs,
+                given text (:class:`~pilothouse.types.TextDocument`) and given
+                bytes (:class:`~pilothouse.types.FileDocument`).
+            metadata: added to every document's metadata and its chunks'.
+            progress: called as each document starts and ends (sync or async).
+            check_urls: refuse URLs (and redirects) to private, local or
+                reserved addresses unless ``PILOTHOUSE_EGRESS_ALLOW`` allows
+                them, as for every address a caller names; a face whose
+                operator types the URLs (the CLI) passes False.
+
+        Returns:
+            What happened to each document.
+
+        Raises:
+            NotFoundError: no such active collection.
+            KnowledgeSetupError: the collection cannot be used as configured.
+            DimensionMismatchError: the collection holds another model's vectors.
+        """
+        await self._ready()
+        egress = self._egress
+
+        async def url_check(url: str) -> None:
+            await egress.check(url, "url")
+
+        return await self._service_of().ingest(
+            self.tenant,
+            collection,
+            sources,
+            metadata=metadata,
+            progress=progress,
+            url_check=url_check if check_urls else None,
+        )
+
+    async def reingest(
+        self,
+        collection: str,
+        sources: Sequence[str | Path | TextDocument | FileDocument],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        progress: ProgressCallback | None = None,
+        check_urls: bool = True,
+    ) -> IngestResult:
+        """Delete each named document, then ingest it again (embedded anew even if unchanged).
+
+        Arguments as :meth:`ingest`; a folder's documents are deleted one by one.
+        """
+        await self._ready()
+        service = self._service_of()
+        from pilothouse.knowledge._sources import expand
+
+        for pending in expand(sources):
+            await service.delete_document(self.tenant, collection, pending.source)
+        return await self.ingest(
+            collection, sources, metadata=metadata, progress=progress, check_urls=check_urls
+        )
+
+    async def search(
+        self,
+        collection: str,
+        query: str,
+        *,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        filters: MetadataFilter | None = None,
+        mode: Literal["hybrid", "vector", "text"] | None = None,
+    ) -> SearchResult:
+        """Find the chunks that answer a query (no model is called but the embedding model).
+
+        Args:
+            collection: the collection's code.
+            query: the question.
+            top_k: hits at most (the collection's ``top_k`` by default).
+            threshold: least cosine similarity (the collection's by default).
+            filters: metadata every hit must match, ``{key: value or [values]}``.
+            mode: ``hybrid``, ``vector`` or ``text`` (the collection's by default).
+
+        Returns:
+            The hits, best first, with a status saying when nothing passed the threshold.
+
+        Raises:
+            NotFoundError: no such active collection.
+            KnowledgeError: a bad argument (named in the message).
+        """
+        await self._ready()
+        return await self._service_of().search(
+            self.tenant,
+            collection,
+            query,
+            top_k=top_k,
+            threshold=threshold,
+            filters=filters,
+            mode=mode,
+        )
+
+    async def documents(self, collection: str) -> list[DocumentInfo]:
+        """List a collection's documents (source, title, chunks, content hash, metadata)."""
+        await self._ready()
+        return await self._service_of().documents(self.tenant, collection)
+
+    async def delete_document(self, collection: str, source: str) -> bool:
+        """Delete a document and its chunks; False when the collection has no such document.
+
+        Args:
+            collection: the collection's code.
+            source: the document's source, as :meth:`documents` lists it (a
+                file's path is resolved as ingestion resolved it).
+        """
+        await self._ready()
+        return await self._service_of().delete_document(self.tenant, collection, source)
+
+    async def embed(
+        self,
+        model: str,
+        texts: Sequence[str],
+        *,
+        purpose: Literal["document", "query"] = "document",
+    ) -> Embeddings:
+        """Embed texts with a catalog embedding model (capability ``EM``).
+
+        Args:
+            model: the model's code.
+            texts: what to embed, each within the model's ``max_input_tokens``.
+            purpose: ``document`` (the model's document prefix) or ``query``.
+
+        Returns:
+            One unit vector per text, the model's dimension and the tokens used.
+
+        Raises:
+            NotFoundError: no active embedding model of that code.
+            InputTooLongError: a text longer than the model reads.
+        """
+        from pilothouse.types import Embeddings
+
+        await self._ready()
+        vectors, info, tokens = await self._service_of().embed_with_model(
+            self.tenant, model, texts, purpose
+        )
+        return Embeddings(
+            model=model,
+            dimension=info.dimension,
+            vectors=cast(list[list[float]], vectors.tolist()),
+            tokens=tokens,
+        )
