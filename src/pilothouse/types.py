@@ -71,6 +71,7 @@ __all__ = [
     "SchemaDirection",
     "SchemaRevision",
     "StatusChanged",
+    "StuckConversation",
     "Target",
     "TargetInfo",
     "TextDelta",
@@ -247,6 +248,21 @@ class TargetInfo:
     target_id: str
     updated_at: datetime
     description: str
+
+
+@dataclass(frozen=True)
+class StuckConversation:
+    """A conversation a turn left running when its process died, marked ``ST``.
+
+    Attributes:
+        tenant: the conversation's tenant.
+        uuid: the conversation.
+        reason: why no live process owns its turn.
+    """
+
+    tenant: str
+    uuid: str
+    reason: str
 
 
 @dataclass(frozen=True)

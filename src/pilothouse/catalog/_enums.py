@@ -203,3 +203,4 @@ class TimelineKind(StrEnum):
     TOOL_EXECUTION = "tool_execution"
     HUMAN_ANSWER = "human_answer"
     CANCEL = "cancel"
+    RECOVER = "recover"

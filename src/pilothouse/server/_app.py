@@ -209,11 +209,17 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncGenerator[None]:
         await served.open()
         try:
-            yield
+            # The lease marks ST what a crashed process left RU, and lets
+            # cancels recorded by other workers reach this one's turns.
+            async with served.pilothouse.lease(heartbeat_seconds=served.server.heartbeat_seconds):
+                try:
+                    yield
+                finally:
+                    # Turns still running get the grace period, then are
+                    # cancelled and recorded TE, before the lease is given up
+                    # and the database closes under them.
+                    await served.drain()
         finally:
-            # Turns still running get the grace period, then are cancelled
-            # and recorded TE, before the database closes under them.
-            await served.drain()
             await served.aclose()
 
     app = FastAPI(

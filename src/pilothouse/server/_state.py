@@ -70,6 +70,8 @@ class ServerSettings(BaseSettings):
         key_cache_seconds: trust a verified API key this long without
             reading it again; a key revoked by another process (the CLI)
             keeps working here for at most this long. 0 reads every time.
+        heartbeat_seconds: how often each worker renews its lease on the
+            turns it runs (``PILOTHOUSE_LEASE_SECONDS`` must stay well above).
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_SERVER_", extra="ignore")
@@ -85,6 +87,7 @@ class ServerSettings(BaseSettings):
     shutdown_grace_seconds: float = 30.0
     last_used_interval_seconds: float = 60.0
     key_cache_seconds: float = 5.0
+    heartbeat_seconds: float = Field(default=5.0, gt=0)
 
     @property
     def is_loopback(self) -> bool:
