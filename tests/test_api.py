@@ -306,6 +306,9 @@ def test_sync_facade_offers_every_async_method_with_its_signature(
             expected = inspect.signature(getattr(Pilothouse, name))
             if expected.return_annotation == "Pilothouse":
                 expected = expected.replace(return_annotation="SyncPilothouse")
+            if name == "lease":
+                # An async context manager on one side, a plain one on the other.
+                expected = expected.replace(return_annotation="Generator[list[StuckConversation]]")
             assert inspect.signature(getattr(SyncPilothouse, name)) == expected, name
         assert inspect.signature(SyncPilothouse.__init__) == inspect.signature(Pilothouse.__init__)
         return

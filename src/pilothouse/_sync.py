@@ -26,7 +26,7 @@ import functools
 import inspect
 import queue
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from types import TracebackType
 from typing import (
     TYPE_CHECKING,
@@ -67,6 +67,7 @@ if TYPE_CHECKING:
         KindForm,
         PromptContributor,
         SchemaRevision,
+        StuckConversation,
     )
 
 P = ParamSpec("P")
@@ -246,6 +247,7 @@ class SyncCommandApi(_SyncHalf):
     submit_tool_result = _Blocking(CommandApi.submit_tool_result)
     expire_waiting = _Blocking(CommandApi.expire_waiting)
     cancel = _Blocking(CommandApi.cancel)
+    recover = _Blocking(CommandApi.recover)
     start_conversation = _Blocking(CommandApi.start_conversation)
     run_adhoc = _Blocking(CommandApi.run_adhoc)
 
@@ -445,6 +447,19 @@ class SyncPilothouse:
     def schema_revision(self) -> SchemaRevision:
         """Return where the schema stands, changing nothing."""
         return self._portal.call(self.facade.schema_revision)
+
+    def sweep_orphans(self, *, force: bool = False) -> list[StuckConversation]:
+        """Mark ``ST`` every running conversation that no live process owns."""
+        return self._portal.call(functools.partial(self.facade.sweep_orphans, force=force))
+
+    @contextmanager
+    def lease(
+        self, *, heartbeat_seconds: float = 5.0, poll_seconds: float = 0.5
+    ) -> Generator[list[StuckConversation]]:
+        """Hold this process's lease while the block runs (see ``Pilothouse.lease``)."""
+        held = self.facade.lease(heartbeat_seconds=heartbeat_seconds, poll_seconds=poll_seconds)
+        with self._portal.wrap_async_context_manager(held) as swept:
+            yield swept
 
     def close(self) -> None:
         """Close what the facade opened and stop the background loop (a view: nothing)."""

@@ -57,7 +57,8 @@ __all__ = [
 ]
 
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
@@ -93,7 +94,12 @@ if TYPE_CHECKING:
     from pilothouse.runtime import EventHub, Runner, Runtime
     from pilothouse.runtime._events import Listener
     from pilothouse.tools import ToolRegistry
-    from pilothouse.types import Authorizer, PromptContributor, SchemaRevision
+    from pilothouse.types import (
+        Authorizer,
+        PromptContributor,
+        SchemaRevision,
+        StuckConversation,
+    )
 
 
 class _Shared:
@@ -179,6 +185,7 @@ class _Shared:
                 ),
                 scoped_memory=self._scoped,
                 knowledge=self.knowledge,
+                lease_seconds=settings.lease_seconds,
             )
         return self._runtime
 
@@ -421,6 +428,48 @@ class Pilothouse:
         async with self._shared.database.engine.connect() as connection:
             current = await connection.run_sync(current_revision)
         return SchemaRevision(current=current, head=head_revision())
+
+    @asynccontextmanager
+    async def lease(
+        self, *, heartbeat_seconds: float = 5.0, poll_seconds: float = 0.5
+    ) -> AsyncGenerator[list[StuckConversation]]:
+        """Hold this process's lease on the turns it runs, for a long-running service.
+
+        On entry the process registers with a heartbeat and every running
+        conversation that no live process owns (a crash left it ``RU``) is
+        marked ``ST`` with the reason; these are yielded. While the block
+        runs, the heartbeat is renewed, cancels that other processes record
+        for this process's turns reach them, and owners that die later are
+        swept. ``pilothouse serve`` holds it in each worker.
+
+        Args:
+            heartbeat_seconds: how often the heartbeat is renewed; keep it
+                well under ``settings.lease_seconds``.
+            poll_seconds: how often running turns look for cancel requests.
+        """
+        from pilothouse.runtime._leasing import keep_lease
+        from pilothouse.types import StuckConversation
+
+        await self.ensure_schema()
+        runtime = self._shared.runtime()
+        async with keep_lease(
+            runtime, heartbeat_seconds=heartbeat_seconds, poll_seconds=poll_seconds
+        ) as swept:
+            yield [StuckConversation(o.tenant, o.uuid, o.why) for o in swept]
+
+    async def sweep_orphans(self, *, force: bool = False) -> list[StuckConversation]:
+        """Mark ``ST`` every running conversation (any tenant) that no live process owns.
+
+        Args:
+            force: also those whose owner cannot be proved dead (another
+                host's process without heartbeat, or a fresh heartbeat);
+                only when that process is known to be gone.
+        """
+        from pilothouse.types import StuckConversation
+
+        await self.ensure_schema()
+        swept = await self._shared.runtime().leases.sweep(force=force)
+        return [StuckConversation(o.tenant, o.uuid, o.why) for o in swept]
 
     async def __aenter__(self) -> Self:
         await self.ensure_schema()

@@ -53,6 +53,10 @@ class Settings(BaseSettings):
             the service reach through the URLs they choose (``/v1/invoke``
             ``baseUrl`` and ``mcpServers``); public addresses are always
             allowed. Comma-separated in ``PILOTHOUSE_EGRESS_ALLOW``.
+        lease_seconds: how long another host's serving process may go
+            without a heartbeat before the turns it runs are presumed
+            orphaned and marked ``ST`` (processes on this host are checked
+            by their pid at once).
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_", extra="ignore")
@@ -75,6 +79,7 @@ class Settings(BaseSettings):
     provider_timeout: float = Field(default=600.0, gt=0)
     script_tools: Literal["sandbox", "trusted", "off"] = "sandbox"
     egress_allow: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list[str]())
+    lease_seconds: float = Field(default=30.0, gt=0)
 
     @field_validator("egress_allow", mode="before")
     @classmethod

@@ -98,6 +98,7 @@ __all__ = [
     "SearchHit",
     "SearchResult",
     "StatusChanged",
+    "StuckConversation",
     "Target",
     "TargetInfo",
     "TextDelta",
@@ -412,6 +413,21 @@ class TargetInfo:
     target_id: str
     updated_at: datetime
     description: str
+
+
+@dataclass(frozen=True)
+class StuckConversation:
+    """A conversation a turn left running when its process died, marked ``ST``.
+
+    Attributes:
+        tenant: the conversation's tenant.
+        uuid: the conversation.
+        reason: why no live process owns its turn.
+    """
+
+    tenant: str
+    uuid: str
+    reason: str
 
 
 @dataclass(frozen=True)

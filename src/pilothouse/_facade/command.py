@@ -321,8 +321,13 @@ class CommandApi(Facet):
     async def cancel(self, uuid: str) -> bool:
         """Cancel a conversation: abort its running turn, or terminate it when idle.
 
+        A turn that another process of the service runs (another worker or
+        replica) is asked to stop through the database; that process records
+        it ``TE`` with the usage of its model calls, and this call waits for
+        it (up to 10 s).
+
         Returns:
-            True when a turn running in this process was aborted.
+            True when a running turn was aborted, here or in another process.
         """
         await self._ready()
         return await self._runner.cancel(uuid)
@@ -343,6 +348,23 @@ class CommandApi(Facet):
         """
         database = await self._ready()
         return await records.clear_memory(self._runner.store, database, self.tenant, memory_id)
+    async def recover(self, uuid: str, *, retry: bool) -> TurnResult | None:
+        """End a stuck conversation (``ST``, its turn's process died): retry or fail it.
+
+        Args:
+            uuid: the conversation.
+            retry: call the model again on the stored history (the user's
+                message is kept); False records it ``FA``.
+
+        Returns:
+            The retried turn's result; None when it was recorded failed.
+
+        Raises:
+            NotFoundError: no such conversation for this tenant.
+            InvalidStateError: the conversation is not stuck.
+        """
+        await self._ready()
+        return await self._runner.recover(uuid, retry=retry)
 
     async def start_conversation(
         self,

@@ -216,3 +216,4 @@ class TimelineKind(StrEnum):
     """A client deleted the conversation from its list; nothing was erased."""
     IMPORT = "import"
     RETRIEVAL = "retrieval"
+    RECOVER = "recover"

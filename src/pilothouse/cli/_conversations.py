@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
+from pilothouse.api import Pilothouse
 from pilothouse.cli._context import CliState, fail, open_facade, run
 from pilothouse.types import (
     Conversation,
@@ -24,7 +25,7 @@ from pilothouse.types import (
     ProcessStatus,
 )
 
-app = typer.Typer(help="Inspect recorded conversations.", no_args_is_help=True)
+app = typer.Typer(help="Inspect and recover recorded conversations.", no_args_is_help=True)
 
 
 def _status(value: str | None) -> ProcessStatus | None:
@@ -248,3 +249,72 @@ def clear_memory(
 
     memory_id = run(body)
     typer.echo(f"chat memory '{memory_id}' cleared")
+@app.command("recover")
+def recover(
+    ctx: typer.Context,
+    uuids: Annotated[
+        list[str] | None, typer.Argument(help="Stuck conversations to recover (or --all).")
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Every stuck (ST) conversation of the tenant.")
+    ] = False,
+    retry: Annotated[
+        bool | None,
+        typer.Option(
+            "--retry/--fail",
+            help="Call the model again on the stored history, or record the conversation FA.",
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Also take over running turns whose process cannot be proved dead "
+            "(another host's, or a fresh heartbeat): only when it is known to be gone.",
+        ),
+    ] = False,
+) -> None:
+    """Recover conversations a crash left running: retry their turn, or fail them.
+
+    Running conversations that no live process owns are first marked ST (as
+    `pilothouse serve` does at start-up); then each one named, or every ST
+    conversation with --all, is retried or failed.
+    """
+    state: CliState = ctx.obj
+    if retry is None:
+        fail("say what to do: --retry (call the model again) or --fail (record FA)")
+    if every == bool(uuids):
+        fail("name the conversations to recover, or give --all (not both)")
+
+    async def body() -> list[str]:
+        lines: list[str] = []
+        async with open_facade(state) as ph:
+            for stuck in await ph.sweep_orphans(force=force):
+                lines.append(f"{stuck.uuid}: marked ST ({stuck.reason})")
+            targets = list(uuids or [])
+            if every:
+                targets = await _stuck(ph)
+            for uuid in targets:
+                result = await ph.command.recover(uuid, retry=bool(retry))
+                if result is None:
+                    lines.append(f"{uuid}: recorded FA")
+                else:
+                    lines.append(f"{uuid}: retried, now {result.status.value}")
+        return lines
+
+    for line in run(body):
+        typer.echo(line)
+
+
+async def _stuck(ph: Pilothouse) -> list[str]:
+    """Every ST conversation of the facade's tenant, oldest first."""
+    found: list[str] = []
+    offset = 0
+    while True:
+        page = await ph.query.list_conversations(
+            status=ProcessStatus.STUCK, limit=200, offset=offset
+        )
+        found.extend(c.uuid for c in page.items)
+        offset += len(page.items)
+        if not page.items or offset >= page.total:
+            return list(reversed(found))

@@ -322,16 +322,77 @@ class Runner:
                 raise PilothouseError("an attachment needs a url or content")
         return compiled, config, system_prompt
 
-    async def cancel(self, conversation_uuid: str) -> bool:
+    async def cancel(self, conversation_uuid: str, *, wait: float = 10.0) -> bool:
         """Abort the conversation's running turn, or terminate it when idle.
 
+        A turn that another live process runs (another worker or replica) is
+        asked to stop through the database: that process cancels it and its
+        own recorder writes ``TE`` with the usage so far, as a local cancel
+        would; this call waits up to ``wait`` seconds for it.
+
         Returns:
-            True when a turn running in this process was aborted.
+            True when a running turn was aborted (here or in another process).
         """
-        if self._runtime.running.cancel(self.tenant, conversation_uuid):
+        runtime = self._runtime
+        if runtime.running.cancel(self.tenant, conversation_uuid):
+            return True
+        leases = runtime.leases
+        running, owner = await leases.running_owner(self.tenant, conversation_uuid)
+        if (
+            running
+            and owner is not None
+            and owner != leases.owner
+            and await leases.owner_alive(owner)
+            and await leases.request_cancel(self.tenant, conversation_uuid, owner, "cancelled")
+        ):
+            with anyio.move_on_after(wait):
+                while (await leases.running_owner(self.tenant, conversation_uuid))[0]:
+                    await anyio.sleep(0.1)
             return True
         await self.terminate(conversation_uuid, "cancelled")
         return False
+
+    async def recover(
+        self, conversation_uuid: str, *, retry: bool, on_event: Listener | None = None
+    ) -> TurnResult | None:
+        """End a stuck turn (``ST``): run it again, or record it failed.
+
+        Args:
+            conversation_uuid: the conversation in ``ST``.
+            retry: call the model again on the stored history (the user's
+                message is kept); otherwise end the conversation ``FA``.
+            on_event: called with every event of a retried turn.
+
+        Returns:
+            The retried turn's result, or None when it was failed.
+
+        Raises:
+            NotFoundError: no such conversation.
+            InvalidStateError: it is not stuck.
+        """
+        stuck = frozenset({ProcessStatus.STUCK})
+        if retry:
+            return await self.resume(
+                conversation_uuid,
+                (),
+                allowed=stuck,
+                event=NewEvent(TimelineKind.RECOVER, {"how": "retry"}),
+                on_event=on_event,
+            )
+        handle = await self.store.begin_turn(self.tenant, conversation_uuid, allowed=stuck)
+        await self.store.write(
+            handle,
+            TurnBatch(
+                events=[
+                    NewEvent(TimelineKind.RECOVER, {"how": "fail"}),
+                    status_event(ProcessStatus.RUNNING, ProcessStatus.FAILED),
+                ],
+                status=ProcessStatus.FAILED,
+                error_detail="the turn stopped without an ending (ST); recovered as failed",
+                finished_at=utcnow(),
+            ),
+        )
+        return None
 
     async def terminate(self, conversation_uuid: str, reason: str) -> None:
         """End a conversation that no turn is running here: status ``TE``.
@@ -431,6 +492,9 @@ class Runner:
     ) -> TurnResult:
         """Take the conversation, run the turn's steps under a cancel scope, record its end."""
         runtime, uuid = self._runtime, opening.uuid
+        if not runtime.leases.registered:
+            # Once per process: the owner row the turn's conversation names.
+            await runtime.leases.register()
         # Registered before the conversation is taken, so a cancel that
         # arrives while the turn starts still reaches it: a scope cancelled
         # before it is entered cancels at its first checkpoint.

@@ -14,6 +14,7 @@ from __future__ import annotations
 __all__ = ["RunningTurns", "Runtime"]
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import anyio
@@ -29,6 +30,8 @@ from pilothouse.runtime._telemetry import Telemetry
 from pilothouse.runtime._toolexec import Authorizer
 from pilothouse.runtime._toolset import ToolSource
 from pilothouse.store import Database, TurnStore
+from pilothouse.store._base import utcnow
+from pilothouse.store._leases import Leases, OwnerIdentity
 
 if TYPE_CHECKING:
     from pilothouse.memory import MemoryExtractor, ScopedMemory
@@ -44,6 +47,9 @@ class RunningTurns:
 
     def __init__(self) -> None:
         self._scopes: dict[tuple[str, str], anyio.CancelScope] = {}
+        # When each turn began, so a cancel request recorded for an earlier
+        # turn of the same conversation cannot cancel this one.
+        self._started: dict[tuple[str, str], datetime] = {}
 
     def register(self, tenant: str, conversation_uuid: str) -> anyio.CancelScope:
         """Note a turn about to start; returns the scope it runs under.
@@ -58,19 +64,36 @@ class RunningTurns:
                 "wait for it to finish or cancel it"
             )
         scope = self._scopes[key] = anyio.CancelScope()
+        self._started[key] = utcnow()
         return scope
 
     def unregister(self, tenant: str, conversation_uuid: str) -> None:
         """Forget a turn that ended."""
         self._scopes.pop((tenant, conversation_uuid), None)
+        self._started.pop((tenant, conversation_uuid), None)
 
-    def cancel(self, tenant: str, conversation_uuid: str) -> bool:
-        """Cancel the conversation's running turn; False when none runs here."""
-        scope = self._scopes.get((tenant, conversation_uuid))
+    def cancel(
+        self, tenant: str, conversation_uuid: str, *, requested_at: datetime | None = None
+    ) -> bool:
+        """Cancel the conversation's running turn; False when none runs here.
+
+        Args:
+            tenant: the conversation's tenant.
+            conversation_uuid: the conversation.
+            requested_at: when the cancel was asked (a request another process
+                recorded); a turn that began later is not the one it meant.
+        """
+        key = (tenant, conversation_uuid)
+        scope = self._scopes.get(key)
         if scope is None:
+            return False
+        if requested_at is not None and self._started[key] > requested_at:
             return False
         scope.cancel()
         return True
+
+    def __len__(self) -> int:
+        return len(self._scopes)
 
 
 class Runtime:
@@ -101,6 +124,8 @@ class Runtime:
         knowledge: the knowledge service the retrieval advisor searches with
             (asked for only when an action has document collections); one
             over the database and the compiler's secrets otherwise.
+        lease_seconds: how old another host's heartbeat may be before the
+            turns its process owns are presumed orphaned.
     """
 
     def __init__(
@@ -121,16 +146,21 @@ class Runtime:
         max_tool_steps: int = 10,
         scoped_memory: ScopedMemory | None = None,
         knowledge: Callable[[], Knowledge] | None = None,
+        lease_seconds: float = 30.0,
     ) -> None:
         from pilothouse.store import SqlTurnStore
 
         self._scoped_memory = scoped_memory
         self._extractor: MemoryExtractor | None = None
-
+        self.leases = Leases(database, OwnerIdentity.of_this_process(), lease_seconds=lease_seconds)
         self.database = database
         self.models = models
         self.compiler = compiler
-        self.store: TurnStore = store if store is not None else SqlTurnStore(database)
+        self.store: TurnStore = (
+            store if store is not None else SqlTurnStore(database, owner=self.leases.owner)
+        )
+        if self.store.owner is None:
+            self.store.owner = self.leases.owner
         self.hub = hub or EventHub()
         self.telemetry = telemetry or Telemetry()
         self.authorizer = authorizer

@@ -215,7 +215,13 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncGenerator[None]:
         await served.open()
         try:
-            async with mcp.running(), anyio.create_task_group() as background:
+            # The lease marks ST what a crashed process left RU, and lets
+            # cancels recorded by other workers reach this one's turns.
+            async with (
+                served.pilothouse.lease(heartbeat_seconds=served.server.heartbeat_seconds),
+                mcp.running(),
+                anyio.create_task_group() as background,
+            ):
                 if served.server.question_sweep_seconds > 0:
                     # Questions expire on the service's own clock (seed 000).
                     background.start_soon(served.expire_questions_forever)
@@ -223,10 +229,11 @@ def create_app(
                     yield
                 finally:
                     background.cancel_scope.cancel()
+                    # Turns still running get the grace period, then are
+                    # cancelled and recorded TE, before the lease is given up
+                    # and the database closes under them.
+                    await served.drain()
         finally:
-            # Turns still running get the grace period, then are cancelled
-            # and recorded TE, before the database closes under them.
-            await served.drain()
             await served.aclose()
 
     app = FastAPI(

@@ -82,6 +82,8 @@ class ServerSettings(BaseSettings):
             tools (``pilothouse_find_actions``, ``pilothouse_run_action``).
         mcp_list_changed_seconds: how often the MCP server looks for catalog
             changes to announce (``notifications/tools/list_changed``).
+        heartbeat_seconds: how often each worker renews its lease on the
+            turns it runs (``PILOTHOUSE_LEASE_SECONDS`` must stay well above).
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_SERVER_", extra="ignore")
@@ -101,6 +103,7 @@ class ServerSettings(BaseSettings):
     question_sweep_seconds: float = Field(default=30.0, ge=0)
     mcp_max_tools: int = Field(default=30, ge=1)
     mcp_list_changed_seconds: float = Field(default=2.0, gt=0)
+    heartbeat_seconds: float = Field(default=5.0, gt=0)
 
     @property
     def is_loopback(self) -> bool:

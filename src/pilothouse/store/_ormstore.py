@@ -50,10 +50,12 @@ class OrmTurnStore:
 
     Args:
         database: the store's database.
+        owner: the process's owner id, written on every conversation a turn takes.
     """
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, owner: str | None = None) -> None:
         self._db = database
+        self.owner = owner
 
     async def create(
         self,
@@ -108,6 +110,7 @@ class OrmTurnStore:
                 check_catalog,
                 running=True,
             )
+            conversation.owner = self.owner
             handle = TurnHandle(
                 tenant=tenant,
                 conversation_id=conversation.id,
@@ -139,7 +142,13 @@ class OrmTurnStore:
         try:
             async with self._db.sessions.begin() as session:
                 return await _begin(
-                    session, tenant, conversation_uuid, frozenset(allowed), first, read_memory
+                    session,
+                    tenant,
+                    conversation_uuid,
+                    frozenset(allowed),
+                    first,
+                    read_memory,
+                    self.owner,
                 )
         except StaleDataError as exc:
             # The version check of the ORM's UPDATE: another turn took it first.
@@ -233,6 +242,7 @@ async def _begin(
     allowed: frozenset[ProcessStatus],
     first: TurnBatch | None,
     read_memory: bool,
+    owner: str | None,
 ) -> TurnHandle:
     conversation = await _conversation(session, tenant, conversation_uuid)
     status = conversation.status
@@ -259,6 +269,7 @@ async def _begin(
     conversation.started_at = conversation.started_at or now
     conversation.finished_at = None
     conversation.error_detail = None
+    conversation.owner = owner
     conversation.updated_at = now
     await session.flush()
     handle = TurnHandle(

@@ -10,6 +10,8 @@ from __future__ import annotations
 __all__ = [
     "memory_order",
     "AppendOnlyViolation",
+    "CancelRequest",
+    "TurnOwner",
     "Attachment",
     "Conversation",
     "Message",
@@ -56,6 +58,9 @@ class Conversation(Base):
     __table_args__ = (
         Index("ix_conversation_tenant_created", "tenant", "created_at"),
         Index("ix_conversation_tenant_memory", "tenant", "memory_id"),
+        # The start-up sweep and the owners' cancel poll look for running
+        # turns by owner; without it both would scan every conversation.
+        Index("ix_conversation_status_owner", "status", "owner"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -84,6 +89,9 @@ class Conversation(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
     version: Mapped[int] = mapped_column(Integer, nullable=False)
+    owner: Mapped[str | None] = mapped_column(String(36))
+    """The process (a :class:`TurnOwner`) whose turn holds the conversation; set when
+    a turn takes it, so a crash leaves a trace of who held it."""
 
     __mapper_args__ = {"version_id_col": version}
 
@@ -160,6 +168,41 @@ class TimelineEvent(Base):
     kind: Mapped[TimelineKind] = mapped_column(coded_enum(TimelineKind, "timeline_kind"))
     data: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class TurnOwner(Base):
+    """A process that runs turns: its lease on the conversations it takes.
+
+    A process registers once (the first turn, or ``pilothouse serve`` at
+    start-up). ``heartbeat_at`` is renewed by a process that runs a heartbeat
+    (the service); None means "no heartbeat": such a process is known alive
+    only on its own host, by its pid.
+    """
+
+    __tablename__ = "turn_owner"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    pid_start: Mapped[int | None] = mapped_column(Integer)
+    """The process's start time in clock ticks since boot (Linux), so a reused
+    pid (a restarted container's pid 1) is not taken for the dead process."""
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class CancelRequest(Base):
+    """A cancel asked of a turn that another process runs; that process polls for it."""
+
+    __tablename__ = "turn_cancel"
+
+    conversation_id: Mapped[int] = mapped_column(
+        ForeignKey("conversation.id", ondelete="CASCADE"), primary_key=True
+    )
+    owner: Mapped[str] = mapped_column(String(36))
+    """The owner the request is for: a later turn (another owner) ignores it."""
+    reason: Mapped[str] = mapped_column(String(64), default="cancelled")
+    requested_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 def _refuse(mapper: Mapper[Any], connection: Any, target: Any) -> None:

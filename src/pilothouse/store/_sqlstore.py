@@ -170,6 +170,7 @@ def _build_statements() -> _Statements:
                 started_at=bindparam("b_started"),
                 finished_at=None,
                 error_detail=None,
+                owner=bindparam("b_owner"),
                 version=conversation.version + 1,
                 updated_at=bindparam("b_now"),
             )
@@ -247,10 +248,13 @@ class SqlTurnStore:
 
     Args:
         database: the store's database.
+        owner: the process's owner id (:class:`~pilothouse.store.Leases`),
+            written on every conversation a turn takes.
     """
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, owner: str | None = None) -> None:
         self._db = database
+        self.owner = owner
         self._statements = _build_statements()
         self._changes: dict[tuple[str, ...], Statement] = {}
 
@@ -294,6 +298,7 @@ class SqlTurnStore:
         )
         values["status"] = ProcessStatus.RUNNING
         values["started_at"] = now
+        values["owner"] = self.owner
         return await self._db.transaction(
             self._start_turn, values, default_audit, check_catalog, first
         )
@@ -441,6 +446,7 @@ class SqlTurnStore:
                 "b_status": status,
                 "b_started": found.started_at or now,
                 "b_now": now,
+                "b_owner": self.owner,
             },
         )
         if taken != 1:

@@ -234,7 +234,14 @@ class TurnStore(Protocol):
 
     Every method is one transaction. Implementations must store the same
     rows for the same calls (the differential suite checks it).
+
+    Attributes:
+        owner: the owner id of the process whose turns this store writes
+            (:class:`~pilothouse.store.Leases`), set on each conversation a
+            turn takes; the runtime sets it when None.
     """
+
+    owner: str | None
 
     async def create(
         self,
@@ -385,6 +392,7 @@ def new_conversation(
         "created_at": now,
         "updated_at": now,
         "version": 1,
+        "owner": None,
     }
 
 

@@ -1,0 +1,108 @@
+"""A serving process's lease: sweep orphaned turns, renew the heartbeat, take cancels.
+
+:func:`keep_lease` is what ``pilothouse serve`` (each worker) runs beside
+its requests. At start it registers this process as an owner with a
+heartbeat and marks ``ST`` every running conversation no live process owns
+(a crash left it). Then, in the background:
+
+- every ``poll_seconds`` while turns run here: the cancel requests other
+  processes recorded for them (:meth:`~pilothouse.store.Leases.request_cancel`)
+  cancel them here, so the turn's own recorder writes ``TE``;
+- every ``heartbeat_seconds``: the heartbeat, a sweep for owners that died
+  since (another replica), and the removal of cancel requests nobody took.
+
+Nothing of this runs per turn: a turn only names its owner in the statement
+that takes the conversation.
+"""
+
+from __future__ import annotations
+
+__all__ = ["keep_lease"]
+
+import logging
+import time
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import anyio
+
+from pilothouse.store._base import utcnow
+from pilothouse.store._leases import Orphan
+
+if TYPE_CHECKING:
+    from pilothouse.runtime._shared import Runtime
+
+logger = logging.getLogger(__name__)
+
+_STALE_REQUEST = timedelta(minutes=10)
+
+
+def _log_swept(swept: list[Orphan]) -> None:
+    for orphan in swept:
+        logger.warning(
+            "conversation %s (tenant %s) was left running: marked ST (%s)",
+            orphan.uuid,
+            orphan.tenant,
+            orphan.why,
+        )
+
+
+async def _take_cancels(runtime: Runtime) -> None:
+    requested_at = utcnow()
+    for tenant, uuid in await runtime.leases.take_cancel_requests():
+        # ``requested_at`` is no later than the request: a turn that began
+        # after this poll started is not the one the request meant.
+        if runtime.running.cancel(tenant, uuid, requested_at=requested_at):
+            logger.info("conversation %s: cancelled at another process's request", uuid)
+
+
+async def _renew(runtime: Runtime) -> None:
+    leases = runtime.leases
+    await leases.heartbeat()
+    _log_swept(await leases.sweep())
+    await leases.forget_stale_requests(_STALE_REQUEST)
+
+
+async def _background(runtime: Runtime, heartbeat_seconds: float, poll_seconds: float) -> None:
+    next_beat = time.monotonic() + heartbeat_seconds
+    while True:
+        await anyio.sleep(poll_seconds)
+        # A database hiccup must not end the lease loop: the next tick retries.
+        try:
+            if len(runtime.running):
+                await _take_cancels(runtime)
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + heartbeat_seconds
+                await _renew(runtime)
+        except Exception:
+            logger.exception("the turn lease loop failed; retrying at the next tick")
+
+
+@asynccontextmanager
+async def keep_lease(
+    runtime: Runtime, *, heartbeat_seconds: float = 5.0, poll_seconds: float = 0.5
+) -> AsyncGenerator[list[Orphan]]:
+    """Hold this process's lease while the block runs; yields the orphans swept at start.
+
+    Args:
+        runtime: the process's runtime.
+        heartbeat_seconds: how often the heartbeat is renewed (keep it well
+            under the lease, ``PILOTHOUSE_LEASE_SECONDS``).
+        poll_seconds: how often running turns look for cancel requests.
+    """
+    leases = runtime.leases
+    await leases.register(heartbeat=True)
+    swept = await leases.sweep()
+    _log_swept(swept)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_background, runtime, heartbeat_seconds, poll_seconds)
+            try:
+                yield swept
+            finally:
+                group.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await leases.unregister()
