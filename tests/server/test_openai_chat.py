@@ -186,7 +186,9 @@ async def test_completion_non_streaming(
     assert stored.status is ProcessStatus.COMPLETED
     # The memory id defaults to the conversation's own uuid, as when it was started apart.
     assert stored.memory_id == stored.uuid
+    # What the model was told is recorded first (SY), then the exchange.
     assert messages == [
+        (MessageRole.SYSTEM, system.content),
         (MessageRole.USER, "Acme brand book"),
         (MessageRole.ASSISTANT, "Acme sells rockets."),
     ]
@@ -227,12 +229,14 @@ async def test_earlier_messages_are_replayed_as_memory(
     assert isinstance(sent[1], ModelResponse)
     uuid = answer.model_extra["pilothouse"]["conversation_uuid"]
     messages = await server_state.facade("default").query.get_conversation_messages(uuid)
-    assert [(m.role, m.content) for m in messages] == [
+    assert [(m.role, m.content) for m in messages if m.role is not MessageRole.SYSTEM] == [
         (MessageRole.USER, "first"),
         (MessageRole.ASSISTANT, "first answer"),
         (MessageRole.USER, "second"),
         (MessageRole.ASSISTANT, "Third answer."),
     ]
+    # The system prompt is recorded with the turn, after the replayed history.
+    assert [m.role for m in messages].index(MessageRole.SYSTEM) == 2
     assert messages[0].data == {"replayed": True}
     # The history is written before the turn, so this conversation is started apart.
     assert separate_starts == [uuid]
@@ -293,7 +297,8 @@ async def test_streaming_chunks_and_usage(
     assert separate_starts == []
     assert {c.id for c in chunks} == {f"chatcmpl-{stored.uuid}"}
     assert stored.status is ProcessStatus.COMPLETED
-    assert messages == [(MessageRole.USER, "doc"), (MessageRole.ASSISTANT, "alpha beta gamma")]
+    assert messages[1:] == [(MessageRole.USER, "doc"), (MessageRole.ASSISTANT, "alpha beta gamma")]
+    assert messages[0][0] is MessageRole.SYSTEM
 
 
 async def test_streaming_wire_format_ends_with_done(
