@@ -217,7 +217,7 @@ async def test_migration_0005_refuses_too_long_keys_on_sqlite(tmp_path: Path) ->
 @pytest.mark.anyio
 @pytest.mark.postgres
 async def test_migration_0005_refuses_too_long_keys_on_postgres() -> None:
-    import asyncpg  # type: ignore[import-untyped]
+    import asyncpg
 
     from conftest import PG_SERVER
 

@@ -269,6 +269,36 @@ async def test_memory_id_makes_the_server_record_the_history(
     assert [c.memory_id for c in page.items] == ["chat-42", "chat-42"]
 
 
+async def test_the_user_field_never_replaces_the_requests_history(
+    oai: Any, scripted: ScriptedModel, server_state: ServerState
+) -> None:
+    # CHATTOOL has no memory strategy: it has no memory of its own, but the
+    # history a client sends is this request's and reaches the model whole.
+    scripted.script.steps.extend([Reply("Hello Ada."), Reply("You are Bob.")])
+    await oai.chat.completions.create(
+        model="CHATTOOL", messages=[{"role": "user", "content": "I am Ada."}], user="alice"
+    )
+    answer = await oai.chat.completions.create(
+        model="CHATTOOL",
+        messages=[
+            {"role": "user", "content": "I am Bob."},
+            {"role": "assistant", "content": "Hi Bob."},
+            {"role": "user", "content": "Who am I?"},
+        ],
+        user="alice",
+    )
+    second = scripted.requests[1].messages
+    texts = [p.content for m in second for p in m.parts if isinstance(p, UserPromptPart)]
+    assert texts == ["I am Bob.", "Who am I?"]
+    uuid = answer.model_extra["pilothouse"]["conversation_uuid"]
+    ph = server_state.facade("default")
+    conversation = await ph.query.get_conversation(uuid)
+    assert conversation.memory_id == uuid  # "alice" is not a memory id
+    messages = await ph.query.get_conversation_messages(uuid)
+    turn_message = [m for m in messages if m.role is MessageRole.USER][-1]
+    assert turn_message.data == {"end_user": "alice"}
+
+
 async def test_streaming_chunks_and_usage(
     oai: Any, scripted: ScriptedModel, server_state: ServerState, separate_starts: list[str]
 ) -> None:
