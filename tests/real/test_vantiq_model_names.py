@@ -30,22 +30,36 @@ def upstream() -> Iterator[Upstream]:
 
 
 @pytest.mark.parametrize(
-    ("model_name", "sent"),
+    ("kind", "model_name", "sent"),
     [
-        ("openai/llama3.2:latest", "llama3.2:latest"),
-        ("nvidia-nim/mistralai/mixtral-8x7b-instruct-v0.1", "mistralai/mixtral-8x7b-instruct-v0.1"),
-        ("llama3.2:latest", "llama3.2:latest"),
+        # The guide's Ollama example: an Ollama server.
+        ("ollama", "openai/llama3.2:latest", "llama3.2:latest"),
+        ("openai", "openai/llama3.2:latest", "llama3.2:latest"),
+        (
+            "openai-compatible",
+            "nvidia-nim/mistralai/mixtral-8x7b-instruct-v0.1",
+            "mistralai/mixtral-8x7b-instruct-v0.1",
+        ),
+        # An openai-compatible server's own ids may carry a vendor prefix (OpenRouter).
+        ("openai-compatible", "openai/gpt-4o", "openai/gpt-4o"),
+        ("openai-compatible", "llama3.2:latest", "llama3.2:latest"),
     ],
 )
 async def test_the_vendor_gets_the_model_id_without_the_vantiq_prefix(
-    tmp_path: Path, upstream: Upstream, model_name: str, sent: str
+    tmp_path: Path,
+    upstream: Upstream,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    model_name: str,
+    sent: str,
 ) -> None:
     upstream.script(Reply(completion("Hi.")))
+    monkeypatch.setenv("K", "unused")
     settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'v.db'}", secrets_file=None)
     async with Pilothouse(settings) as ph:
         await (
             CatalogBuilder()
-            .provider("OLMA", kind="openai-compatible", base_url=upstream.base_url)
+            .provider("OLMA", kind=kind, base_url=upstream.base_url, api_key="@secrets(K)")
             .model("LLAMA3", provider="OLMA", model_name=model_name)
             .action("ASK", prompt="Answer.", model="LLAMA3", ask_user=False)
             .import_into(ph)

@@ -150,7 +150,9 @@ def secret_values(spec: ModelSpec) -> tuple[str, ...]:
     return tuple(v for v in values if len(v) >= 6)
 
 
-_OPENAI_LIKE = frozenset({ProviderKind.OPENAI, ProviderKind.OPENAI_COMPATIBLE, ProviderKind.OLLAMA})
+# Not openai-compatible: its servers' own ids carry vendor prefixes
+# (OpenRouter's "openai/gpt-4o"), so the name is sent as written there.
+_OPENAI_LIKE = frozenset({ProviderKind.OPENAI, ProviderKind.OLLAMA})
 
 # Vantiq's model-name prefixes (seed 004) and the provider kinds they name.
 VANTIQ_PREFIXES: Final[dict[str, frozenset[ProviderKind]]] = {
@@ -206,6 +208,8 @@ def vendor_model_name(
         return str(value)
     for prefix, kinds in VANTIQ_PREFIXES.items():
         if model_name.startswith(prefix) and len(model_name) > len(prefix):
+            if prefix == "openai/" and kind is ProviderKind.OPENAI_COMPATIBLE:
+                return model_name
             if kind not in kinds:
                 names = " or ".join(sorted(k.value for k in kinds))
                 raise ProviderConfigError(
