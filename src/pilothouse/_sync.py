@@ -248,6 +248,7 @@ class SyncCommandApi(_SyncHalf):
     expire_waiting = _Blocking(CommandApi.expire_waiting)
     cancel = _Blocking(CommandApi.cancel)
     recover = _Blocking(CommandApi.recover)
+    clear_memory = _Blocking(CommandApi.clear_memory)
     start_conversation = _Blocking(CommandApi.start_conversation)
     run_adhoc = _Blocking(CommandApi.run_adhoc)
 
@@ -439,6 +440,10 @@ class SyncPilothouse:
     def ensure_schema(self) -> None:
         """Create or upgrade the database schema; one read when it is current."""
         self._portal.call(self.facade.ensure_schema)
+
+    def expire_questions(self) -> int:
+        """End every conversation of every tenant whose questions waited too long."""
+        return self._portal.call(self.facade.expire_questions)
 
     def upgrade_schema(self) -> tuple[str | None, str]:
         """Run every pending migration; return the revision before and after."""

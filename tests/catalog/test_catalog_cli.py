@@ -28,7 +28,7 @@ async def invoke(database: Database | None, *args: str) -> Result:
 async def test_validate_prints_a_one_line_summary() -> None:
     result = await invoke(None, "catalog", "validate", str(EXAMPLES))
     assert result.exit_code == 0
-    assert result.stdout.startswith("ok: 4 files, 25 entities (3 providers, 3 models, ")
+    assert result.stdout.startswith("ok: 4 files, 26 entities (3 providers, 3 models, ")
     assert result.stdout.count("\n") == 1
 
 

@@ -147,7 +147,8 @@ async def test_link_rows_are_replaced_to_match_the_file(database: Database, tmp_
     await import_catalog(database, "default", [EXAMPLES])
     async with database.sessions() as session:
         links = list(await session.scalars(select(ActionSkill)))
-        assert [(link.skill.code, link.position) for link in links] == [("BRVOICE", 0)]
+        # CAMPAIGN and TAGLINE each link BRVOICE.
+        assert [(link.skill.code, link.position) for link in links] == [("BRVOICE", 0)] * 2
         schemas = list(await session.scalars(select(ActionSchema)))
         assert [s.direction.value for s in schemas] == ["O"]
 

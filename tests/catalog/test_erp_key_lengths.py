@@ -7,6 +7,7 @@ refused everywhere with the entity and the limit named.
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -217,18 +218,18 @@ async def test_migration_0005_refuses_too_long_keys_on_sqlite(tmp_path: Path) ->
 @pytest.mark.anyio
 @pytest.mark.postgres
 async def test_migration_0005_refuses_too_long_keys_on_postgres() -> None:
-    import asyncpg  # type: ignore[import-untyped]
+    import asyncpg
 
-    from conftest import PG_SERVER
-
-    server = PG_SERVER.replace("postgresql+asyncpg://", "postgresql://")
+    # The suite's PostgreSQL (tests/conftest.py reads the same variable).
+    pg_server = os.environ.get("PILOTHOUSE_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432")
+    server = pg_server.replace("postgresql+asyncpg://", "postgresql://")
     name = f"pilothouse_0005_{uuid.uuid4().hex[:8]}"
     try:
         admin = await asyncpg.connect(f"{server}/postgres")
     except OSError as exc:
         pytest.skip(f"PostgreSQL unreachable: {exc}")
     await admin.execute(f'CREATE DATABASE "{name}"')
-    db = Database(f"{PG_SERVER}/{name}")
+    db = Database(f"{pg_server}/{name}")
     try:
         await _migration_refuses_then_runs(db)
     finally:

@@ -218,5 +218,6 @@ def _tool_actions(model: Model, config: Configuration) -> list[Action]:
             configuration=config,
             prompt="Help with travel.",
             skills=[ActionSkill(skill=skilled)],
+            progressive_disclosure=True,
         ),
     ]

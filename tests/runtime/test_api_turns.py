@@ -25,7 +25,12 @@ async def test_send_message_through_the_facade(catalog: Database) -> None:
         result = await ph.command.send_message(conversation.uuid, "Acme builds rockets.")
         assert (result.status, result.output) == (ProcessStatus.COMPLETED, "A tidy summary.")
         messages = await ph.query.get_conversation_messages(conversation.uuid)
-        assert [m.role for m in messages] == [MessageRole.USER, MessageRole.ASSISTANT]
+        # The assembled system prompt is recorded first (seed 000's SY role).
+        assert [m.role for m in messages] == [
+            MessageRole.SYSTEM,
+            MessageRole.USER,
+            MessageRole.ASSISTANT,
+        ]
 
 
 async def test_attachments_are_recorded_and_sent(catalog: Database) -> None:
@@ -38,7 +43,7 @@ async def test_attachments_are_recorded_and_sent(catalog: Database) -> None:
             [AttachmentInput("text/plain", content=b"Acme brand book", name="brand.txt")],
         )
         transcript = await ph.query.get_transcript(conversation.uuid)
-        assert transcript.messages[0].attachments[0].media_type == "text/plain"
+        assert transcript.messages[1].attachments[0].media_type == "text/plain"
     user_part = model.requests[0].messages[-1].parts[-1]
     assert "BinaryContent" in repr(user_part)
 

@@ -294,3 +294,49 @@ def test_mcp_client_schemas_are_in_the_system_prompt() -> None:
     ]
     assert part.startswith("Available tool 'crm': The CRM.\nInput data structure:\n{")
     assert '"rows"' in part and "Output data structure:" in part
+
+
+def convert(amount: float, currency: str, rounding: dict[str, int]) -> dict[str, object]:
+    """Convert an amount."""
+    return {"amount": amount, "currency": currency, "rounding": rounding}
+
+
+async def test_defaults_of_a_tools_input_schema_are_applied(database_url: str) -> None:
+    registry = ToolRegistry(SecretResolver({}))
+    registry.register(convert)
+    model = ScriptedModel([ToolCall("convert", {"amount": 2, "rounding": {}}), "Done."])
+    settings = Settings(database_url=database_url, secrets_file=None)
+    schema = {
+        "type": "object",
+        "properties": {
+            "amount": {"type": "number"},
+            "currency": {"type": "string", "default": "EUR"},
+            "rounding": {
+                "type": "object",
+                "properties": {"digits": {"type": "integer", "default": 2}},
+            },
+        },
+        "required": ["amount", "currency"],
+    }
+    async with Pilothouse(settings, model=model, tools=registry) as ph:
+        await (
+            CatalogBuilder()
+            .tool(
+                "CONVERT",
+                name="convert",
+                kind="python",
+                implementation="convert",
+                input_schema=schema,
+            )
+            .action("PRICE", prompt="Convert.", tools=["CONVERT"], ask_user=False)
+            .import_into(ph)
+        )
+        result = await ph.command.start_and_send("2 please", action="PRICE")
+        messages = await ph.query.get_conversation_messages(result.conversation_uuid)
+    assert result.output == "Done."
+    (tool_message,) = [m for m in messages if m.role is MessageRole.TOOL]
+    assert json.loads(tool_message.content) == {
+        "amount": 2,
+        "currency": "EUR",
+        "rounding": {"digits": 2},
+    }

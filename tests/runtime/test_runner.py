@@ -102,9 +102,13 @@ async def test_turn_records_answer_usage_cost_and_timeline(
     )
     assert (conversation.input_tokens, conversation.output_tokens) == (100, 20)
     assert conversation.response_model == "scripted"
-    assert [m.role for m in messages] == [MessageRole.USER, MessageRole.ASSISTANT]
+    assert [m.role for m in messages] == [
+        MessageRole.SYSTEM,
+        MessageRole.USER,
+        MessageRole.ASSISTANT,
+    ]
     assert (
-        messages[1].data is not None and messages[1].data["ai"]["runId"] == result.ai_meta["runId"]
+        messages[2].data is not None and messages[2].data["ai"]["runId"] == result.ai_meta["runId"]
     )
     assert [e.kind for e in events] == [
         TimelineKind.STATUS_CHANGE,
@@ -127,7 +131,7 @@ async def test_system_prompt_follows_the_design_order(
         "You work for Brand intelligence.",
         "You analyse brands.",
         "You are a concise editor.",
-        "Your skill: Brand voice (VOICE): Keep the brand's voice.",
+        "Your skill: Keep the brand's voice.",
         "Answer in at most two sentences.",
         "Summarize the brand document the user sends.",
     ]
@@ -276,7 +280,8 @@ async def test_provider_down_ends_failed_and_keeps_the_user_message(
     conversation, messages, timeline = await rows(catalog, uuid)
     assert conversation.status is ProcessStatus.FAILED
     assert conversation.error_detail == result.error
-    assert [(m.role, m.content) for m in messages] == [(MessageRole.USER, "please summarize")]
+    assert [(m.role, m.content) for m in messages][1:] == [(MessageRole.USER, "please summarize")]
+    assert messages[0].role is MessageRole.SYSTEM
     assert timeline[-1].data == {"from": "RU", "to": "FA"}
 
 
@@ -298,11 +303,12 @@ async def test_structured_output_is_validated_and_errors_fed_back(
     assert "'name' is a required property" in str(retry_request.parts[0])
     _, messages, _ = await rows(catalog, uuid)
     assert [m.role for m in messages] == [
+        MessageRole.SYSTEM,
         MessageRole.USER,
         MessageRole.ASSISTANT,
         MessageRole.ASSISTANT,
     ]
-    assert messages[1].data is not None and messages[1].data["invalid_output"] is True
+    assert messages[2].data is not None and messages[2].data["invalid_output"] is True
 
 
 async def test_structured_output_that_never_conforms_fails_with_the_error(
@@ -385,7 +391,8 @@ async def test_window_memory_keeps_the_last_messages_across_turns(
     ]
     assert user_texts == ["two", "three"]
     conversation, messages, _ = await rows(catalog, uuid)
-    assert len(messages) == 6
+    # The system prompt (once: it did not change) and three exchanges.
+    assert len(messages) == 7
     assert conversation.input_tokens == 30
 
 
@@ -430,7 +437,7 @@ async def test_audit_off_per_call_records_no_timeline(
         uuid, "x", runtime_config={"audit": False}
     )
     _, messages, timeline = await rows(catalog, uuid)
-    assert len(messages) == 2
+    assert len(messages) == 3
     assert timeline == [
         e for e in timeline if e.kind is TimelineKind.STATUS_CHANGE and e.data["to"] == "RU"
     ]

@@ -66,7 +66,11 @@ async def test_it_records_what_start_conversation_then_send_message_record(
     assert second == first
     # The status change NS -> RU is on the timeline, as after start + send.
     assert {"from": "NS", "to": "RU"} in [e[2] for e in second[2]]
-    assert [m[1] for m in second[1]] == [MessageRole.USER, MessageRole.ASSISTANT]
+    assert [m[1] for m in second[1]] == [
+        MessageRole.SYSTEM,
+        MessageRole.USER,
+        MessageRole.ASSISTANT,
+    ]
     assert system_text(model, 0) == system_text(model, 1)
 
 
@@ -77,7 +81,9 @@ async def test_the_conversation_takes_further_turns(catalog: Database) -> None:
         again = await ph.command.send_message(result.conversation_uuid, "second")
     assert again.status is ProcessStatus.COMPLETED
     _, messages, _ = await rows(catalog, result.conversation_uuid)
-    assert [m.content for m in messages] == ["first", "one", "second", "two"]
+    # The system prompt is recorded once: it did not change between the turns.
+    assert messages[0].role is MessageRole.SYSTEM
+    assert [m.content for m in messages[1:]] == ["first", "one", "second", "two"]
     # The second request carried the first turn as history.
     assert "first" in repr(model.requests[1].messages)
 
@@ -163,7 +169,7 @@ async def test_audit_off_writes_no_timeline(catalog: Database) -> None:
     conversation, messages, events = await rows(catalog, result.conversation_uuid)
     assert conversation.audit is False
     assert events == []
-    assert [m.content for m in messages] == ["hello", "quiet"]
+    assert [m.content for m in messages][1:] == ["hello", "quiet"]
 
 
 async def test_start_and_stream_yields_deltas_then_the_result(catalog: Database) -> None:
@@ -177,4 +183,4 @@ async def test_start_and_stream_yields_deltas_then_the_result(catalog: Database)
     assert isinstance(finished, TurnFinished)
     assert finished.result.status is ProcessStatus.COMPLETED
     _, messages, _ = await rows(catalog, finished.result.conversation_uuid)
-    assert [m.content for m in messages] == ["go", "alpha beta gamma"]
+    assert [m.content for m in messages][1:] == ["go", "alpha beta gamma"]

@@ -130,12 +130,13 @@ async def test_tool_result_goes_back_to_the_model_and_everything_is_recorded(
     assert (part.tool_call_id, part.content) == ("w1", "sunny in Paris")
     _, messages, calls = await stored(catalog, uuid)
     assert [m.role for m in messages] == [
+        MessageRole.SYSTEM,
         MessageRole.USER,
         MessageRole.ASSISTANT,
         MessageRole.TOOL,
         MessageRole.ASSISTANT,
     ]
-    assert messages[2].tool_call_id == "w1"
+    assert messages[3].tool_call_id == "w1"
     assert [(c.call_id, c.status, c.result) for c in calls] == [
         ("w1", ToolCallStatus.SUCCEEDED, "sunny in Paris")
     ]
@@ -212,7 +213,7 @@ async def test_calls_that_never_validate_fail_after_the_retry_limit(
     assert result.error is not None and result.error.startswith("tool calls could not be repaired")
     conversation, messages, _ = await stored(catalog, uuid)
     assert conversation.status is ProcessStatus.FAILED
-    assert messages[0].role is MessageRole.USER  # nothing lost
+    assert messages[1].role is MessageRole.USER  # nothing lost
 
 
 async def test_authorized_tool_never_runs_without_an_authorizer(
@@ -514,7 +515,7 @@ async def test_content_filter_on_input_ends_with_cf_before_any_model_call(
     assert model.requests == []
     conversation, messages, _ = await stored(catalog, uuid)
     assert conversation.finish_reason is FinishReason.CONTENT_FILTER
-    assert [m.role for m in messages] == [MessageRole.USER]
+    assert [m.role for m in messages] == [MessageRole.SYSTEM, MessageRole.USER]
 
 
 async def test_content_filter_on_output_ends_with_cf(

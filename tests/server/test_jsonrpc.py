@@ -115,7 +115,7 @@ async def test_send_message_returns_the_turn_result(
     result = sent.json()["result"]
     assert (result["status"], result["output"]) == ("CO", "summary")
     messages = await rpc(client, api_key, call(Q.format("getConversationMessages"), {"uuid": uuid}))
-    assert [m["role"] for m in messages.json()["result"]] == ["US", "AS"]
+    assert [m["role"] for m in messages.json()["result"]] == ["SY", "US", "AS"]
 
 
 async def test_start_and_send_starts_the_conversation_with_its_first_turn(
@@ -136,7 +136,7 @@ async def test_start_and_send_starts_the_conversation_with_its_first_turn(
     got = await rpc(client, api_key, call(Q.format("getConversation"), {"uuid": uuid}))
     assert got.json()["result"]["memory_id"] == "m-1"
     messages = await rpc(client, api_key, call(Q.format("getConversationMessages"), {"uuid": uuid}))
-    assert [m["role"] for m in messages.json()["result"]] == ["US", "AS"]
+    assert [m["role"] for m in messages.json()["result"]] == ["SY", "US", "AS"]
     refused = await rpc(
         client, api_key, call(C.format("startAndSend"), {"action": "NOPE", "text": "t"})
     )

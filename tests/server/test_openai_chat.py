@@ -186,7 +186,9 @@ async def test_completion_non_streaming(
     assert stored.status is ProcessStatus.COMPLETED
     # The memory id defaults to the conversation's own uuid, as when it was started apart.
     assert stored.memory_id == stored.uuid
+    # What the model was told is recorded first (SY), then the exchange.
     assert messages == [
+        (MessageRole.SYSTEM, system.content),
         (MessageRole.USER, "Acme brand book"),
         (MessageRole.ASSISTANT, "Acme sells rockets."),
     ]
@@ -227,12 +229,14 @@ async def test_earlier_messages_are_replayed_as_memory(
     assert isinstance(sent[1], ModelResponse)
     uuid = answer.model_extra["pilothouse"]["conversation_uuid"]
     messages = await server_state.facade("default").query.get_conversation_messages(uuid)
-    assert [(m.role, m.content) for m in messages] == [
+    assert [(m.role, m.content) for m in messages if m.role is not MessageRole.SYSTEM] == [
         (MessageRole.USER, "first"),
         (MessageRole.ASSISTANT, "first answer"),
         (MessageRole.USER, "second"),
         (MessageRole.ASSISTANT, "Third answer."),
     ]
+    # The system prompt is recorded with the turn, after the replayed history.
+    assert [m.role for m in messages].index(MessageRole.SYSTEM) == 2
     assert messages[0].data == {"replayed": True}
     # The history is written before the turn, so this conversation is started apart.
     assert separate_starts == [uuid]
@@ -265,6 +269,36 @@ async def test_memory_id_makes_the_server_record_the_history(
     assert [c.memory_id for c in page.items] == ["chat-42", "chat-42"]
 
 
+async def test_the_user_field_never_replaces_the_requests_history(
+    oai: Any, scripted: ScriptedModel, server_state: ServerState
+) -> None:
+    # CHATTOOL has no memory strategy: it has no memory of its own, but the
+    # history a client sends is this request's and reaches the model whole.
+    scripted.script.steps.extend([Reply("Hello Ada."), Reply("You are Bob.")])
+    await oai.chat.completions.create(
+        model="CHATTOOL", messages=[{"role": "user", "content": "I am Ada."}], user="alice"
+    )
+    answer = await oai.chat.completions.create(
+        model="CHATTOOL",
+        messages=[
+            {"role": "user", "content": "I am Bob."},
+            {"role": "assistant", "content": "Hi Bob."},
+            {"role": "user", "content": "Who am I?"},
+        ],
+        user="alice",
+    )
+    second = scripted.requests[1].messages
+    texts = [p.content for m in second for p in m.parts if isinstance(p, UserPromptPart)]
+    assert texts == ["I am Bob.", "Who am I?"]
+    uuid = answer.model_extra["pilothouse"]["conversation_uuid"]
+    ph = server_state.facade("default")
+    conversation = await ph.query.get_conversation(uuid)
+    assert conversation.memory_id == uuid  # "alice" is not a memory id
+    messages = await ph.query.get_conversation_messages(uuid)
+    turn_message = [m for m in messages if m.role is MessageRole.USER][-1]
+    assert turn_message.data == {"end_user": "alice"}
+
+
 async def test_streaming_chunks_and_usage(
     oai: Any, scripted: ScriptedModel, server_state: ServerState, separate_starts: list[str]
 ) -> None:
@@ -293,7 +327,8 @@ async def test_streaming_chunks_and_usage(
     assert separate_starts == []
     assert {c.id for c in chunks} == {f"chatcmpl-{stored.uuid}"}
     assert stored.status is ProcessStatus.COMPLETED
-    assert messages == [(MessageRole.USER, "doc"), (MessageRole.ASSISTANT, "alpha beta gamma")]
+    assert messages[1:] == [(MessageRole.USER, "doc"), (MessageRole.ASSISTANT, "alpha beta gamma")]
+    assert messages[0][0] is MessageRole.SYSTEM
 
 
 async def test_streaming_wire_format_ends_with_done(

@@ -73,15 +73,13 @@ def catalog(base_url: str) -> dict[str, Any]:
             }
         ],
         "models": [{"code": "LEAKYM", "provider": "LEAK", "model_name": "gpt-planted"}],
-        "configurations": [
-            {"code": "NORETRY", "max_tokens": 16, "retry_count": 0, "retry_delay": 0}
-        ],
+        "configurations": [{"code": "NORT", "max_tokens": 16, "retry_count": 0, "retry_delay": 0}],
         "actions": [
             {
                 "code": "LEAKACT",
                 "name": "Leak test",
                 "model": "LEAKYM",
-                "configuration": "NORETRY",
+                "configuration": "NORT",
                 "prompt": "Answer: {input}",
             }
         ],

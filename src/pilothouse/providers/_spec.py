@@ -150,6 +150,76 @@ def secret_values(spec: ModelSpec) -> tuple[str, ...]:
     return tuple(v for v in values if len(v) >= 6)
 
 
+# Not openai-compatible: its servers' own ids carry vendor prefixes
+# (OpenRouter's "openai/gpt-4o"), so the name is sent as written there.
+_OPENAI_LIKE = frozenset({ProviderKind.OPENAI, ProviderKind.OLLAMA})
+
+# Vantiq's model-name prefixes (seed 004) and the provider kinds they name.
+VANTIQ_PREFIXES: Final[dict[str, frozenset[ProviderKind]]] = {
+    "openai/": _OPENAI_LIKE,
+    "bedrock/": frozenset({ProviderKind.BEDROCK}),
+    "google-genai/": frozenset({ProviderKind.GOOGLE}),
+    # NVIDIA NIM serves the OpenAI API.
+    "nvidia-nim/": frozenset({ProviderKind.OPENAI_COMPATIBLE}),
+}
+
+# Vantiq's whole model names whose model is named in the settings instead.
+VANTIQ_NAMES: Final[dict[str, tuple[ProviderKind, str]]] = {
+    "azure-openai": (ProviderKind.AZURE, "deployment"),
+    "azure-openai-embedding": (ProviderKind.AZURE, "deployment"),
+    "sagemaker": (ProviderKind.SAGEMAKER, "endpoint_name"),
+    "sagemaker-embedding": (ProviderKind.SAGEMAKER, "endpoint_name"),
+}
+
+
+def vendor_model_name(
+    provider_code: str, kind: ProviderKind, settings: Mapping[str, Any], model_name: str
+) -> str:
+    """Return the model id the vendor gets for a catalog ``model_name``.
+
+    A Vantiq model name (``openai/gpt-4o``, ``bedrock/<modelId>``,
+    ``google-genai/gemini-2.0-flash``, ``nvidia-nim/<model>``) loses its
+    prefix; ``azure-openai`` and ``sagemaker`` (and their ``-embedding``
+    forms) name the provider's ``settings.deployment`` / ``endpoint_name``.
+    A model name that is not a Vantiq one is sent as it is.
+
+    Raises:
+        ProviderConfigError: the prefix names another kind of provider, or the
+            setting a whole Vantiq name needs is missing.
+    """
+    from pilothouse.providers._errors import ProviderConfigError
+
+    if kind is ProviderKind.TEST:
+        return model_name
+    whole = VANTIQ_NAMES.get(model_name)
+    if whole is not None:
+        wanted, setting = whole
+        if kind is not wanted:
+            raise ProviderConfigError(
+                f"model name '{model_name}' is Vantiq's name for a {wanted.value} model; "
+                f"provider {provider_code} is kind '{kind.value}'"
+            )
+        value = settings.get(setting)
+        if not value:
+            raise ProviderConfigError(
+                f"model name '{model_name}' needs the provider's settings.{setting} "
+                f"(provider {provider_code})"
+            )
+        return str(value)
+    for prefix, kinds in VANTIQ_PREFIXES.items():
+        if model_name.startswith(prefix) and len(model_name) > len(prefix):
+            if prefix == "openai/" and kind is ProviderKind.OPENAI_COMPATIBLE:
+                return model_name
+            if kind not in kinds:
+                names = " or ".join(sorted(k.value for k in kinds))
+                raise ProviderConfigError(
+                    f"model name '{model_name}': the prefix {prefix} names a {names} provider; "
+                    f"provider {provider_code} is kind '{kind.value}'"
+                )
+            return model_name[len(prefix) :]
+    return model_name
+
+
 def compile_model_spec(model: Model, secrets: SecretResolver) -> ModelSpec:
     """Build the spec of a catalog model, with its provider's secrets resolved.
 
@@ -172,7 +242,9 @@ def compile_model_spec(model: Model, secrets: SecretResolver) -> ModelSpec:
             headers={str(k): resolve(str(v)) for k, v in provider.headers.items()},
             settings=dict(provider.settings),
         ),
-        model_name=model.model_name,
+        model_name=vendor_model_name(
+            provider.code, provider.kind, provider.settings, model.model_name
+        ),
         capabilities=frozenset(ModelCapability(c) for c in model.capabilities),
         input_price=model.input_price,
         output_price=model.output_price,

@@ -21,6 +21,7 @@ __all__ = [
     "used_call_ids",
 ]
 
+import copy
 import difflib
 import json
 import re
@@ -196,6 +197,29 @@ def used_call_ids(history: Sequence[Any], memory: Sequence[Any]) -> set[str]:
     return used
 
 
+def with_defaults(arguments: dict[str, Any], schema: Any) -> dict[str, Any]:
+    """Return ``arguments`` with the defaults its object schema declares filled in.
+
+    Only absent properties get their ``default`` (a copy); nested objects
+    given by the caller get theirs too. Arguments are never removed or changed.
+    """
+    if not isinstance(schema, Mapping):
+        return arguments
+    properties = cast("Mapping[str, Any]", schema).get("properties")
+    if not isinstance(properties, Mapping):
+        return arguments
+    filled = dict(arguments)
+    for key, sub in cast("Mapping[str, Any]", properties).items():
+        if not isinstance(sub, Mapping):
+            continue
+        sub_schema = cast("Mapping[str, Any]", sub)
+        if key not in filled and "default" in sub_schema:
+            filled[key] = copy.deepcopy(sub_schema["default"])
+        elif isinstance(filled.get(key), dict):
+            filled[key] = with_defaults(cast("dict[str, Any]", filled[key]), sub_schema)
+    return filled
+
+
 def repair_calls(
     parts: Sequence[ToolCallPart],
     text: str,
@@ -272,6 +296,9 @@ def repair_calls(
             )
             continue
         validator = schemas[name]
+        # genai-4j: defaults declared in the tool's input schema are applied
+        # (a script tool received {} where its schema said what to assume).
+        arguments = with_defaults(arguments, getattr(validator, "schema", None))
         errors = [
             f"{'/'.join(str(p) for p in e.path) or '(arguments)'}: {e.message}"
             for e in sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))

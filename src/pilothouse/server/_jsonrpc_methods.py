@@ -384,6 +384,16 @@ async def _cancel(ph: Pilothouse, p: ByUuid) -> Any:
     return {"abortedRunningTurn": await ph.command.cancel(p.uuid)}
 
 
+class ByMemoryId(Params):
+    """A chat memory by id."""
+
+    memory_id: _Text
+
+
+async def _clear_memory(ph: Pilothouse, p: ByMemoryId) -> Any:
+    return {"cleared": await ph.command.clear_memory(p.memory_id)}
+
+
 async def _expire(ph: Pilothouse, _: NoParams) -> Any:
     return {"terminated": await ph.command.expire_waiting()}
 
@@ -491,6 +501,9 @@ METHODS: Mapping[str, Method] = {
         NoParams, _expire, "terminate conversations whose questions expired"
     ),
     method_name("command", "cancel"): _m(ByUuid, _cancel, "cancel a conversation"),
+    method_name("command", "clearMemory"): _m(
+        ByMemoryId, _clear_memory, "clear a chat memory: later turns see no earlier message"
+    ),
     method_name("query", "getMemoryMessages"): _m(
         MemoryMessages,
         lambda ph, p: ph.query.get_memory_messages(p.memory_id, limit=p.limit),

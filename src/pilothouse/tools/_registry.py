@@ -309,7 +309,7 @@ class ToolRegistry:
                 # A tool registered in code (Pilothouse(tools=registry)): the
                 # catalog row offers it to its actions, under the row's name
                 # and the stricter of the two policies.
-                return _Registered(self._tools[implementation], row.name, policy)
+                return _Registered(self._tools[implementation], row, policy)
             registered = ", ".join(sorted(self._tools)) or "none"
             raise ToolError(
                 f"tool '{row.name}': implementation '{implementation}' must name one function "
@@ -426,14 +426,15 @@ def _path_schema(url: object, tool_name: str) -> dict[str, Any]:
 class _Registered:
     """A registered tool as a catalog row offers it: the row's name, the stricter policy."""
 
-    def __init__(self, tool: ExecutableTool, name: str, policy: ExecutionPolicy) -> None:
+    def __init__(self, tool: ExecutableTool, row: Tool, policy: ExecutionPolicy) -> None:
         self._tool = tool
         definition = tool.definition
+        # The row's own description and schemas win, as for any catalog tool.
         self._definition = ToolDefinition(
-            name,
-            definition.description,
-            dict(definition.parameters),
-            output_schema=definition.output_schema,
+            row.name,
+            row.description or definition.description,
+            dict(row.input_schema or definition.parameters),
+            output_schema=row.output_schema or definition.output_schema,
         )
         authorized = ExecutionPolicy.AUTHORIZED in (policy, tool.policy)
         self._policy = ExecutionPolicy.AUTHORIZED if authorized else ExecutionPolicy.ALLOW
