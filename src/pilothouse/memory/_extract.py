@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import and_, delete, or_, select, update
 
 from pilothouse.errors import PilothouseError
-from pilothouse.memory._store import ScopedMemory, _scope_filter, content_hash
+from pilothouse.memory._store import ScopedMemory, content_hash, scope_filter
 from pilothouse.memory._tables import MemoryJob, MemoryRecord
 from pilothouse.memory._types import MEMORY_TYPES, ExtractionOutcome, MemoryHit, MemoryScope
 from pilothouse.store._base import utcnow
@@ -236,7 +236,7 @@ class MemoryExtractor:
                     )
                     .execution_options(synchronize_session=False)
                 )
-                if taken.rowcount:  # type: ignore[attr-defined]
+                if taken.rowcount:
                     await session.refresh(candidate)
                     return candidate, attempt
         return None
@@ -392,7 +392,7 @@ class MemoryExtractor:
     ) -> list[dict[str, Any]] | None:
         """Apply every decision and finish the job in one transaction (None: lease lost)."""
         texts = [o.text for o in ops if o.event in ("ADD", "UPDATE")]
-        vectors = iter(await self.memory._embed(texts, "document")) if texts else iter(())
+        vectors = iter(await self.memory.embed(texts, "document")) if texts else iter(())
         for o in ops:
             if o.event in ("ADD", "UPDATE"):
                 o.vector = next(vectors)
@@ -412,7 +412,7 @@ class MemoryExtractor:
                     status="done", updated_at=now, finished_at=now, error=None, lease_until=None
                 )
             )
-            if not fence.rowcount:  # type: ignore[attr-defined]
+            if not fence.rowcount:
                 # Another worker took the job after this one's lease ended:
                 # the update matched nothing, so committing changes nothing.
                 return None
@@ -424,7 +424,7 @@ class MemoryExtractor:
                     await session.execute(
                         update(MemoryRecord)
                         .where(
-                            _scope_filter(job.tenant, o.scope, reading=False),
+                            scope_filter(job.tenant, o.scope, reading=False),
                             MemoryRecord.uuid == target,
                         )
                         .values(
@@ -439,7 +439,7 @@ class MemoryExtractor:
                 elif o.event == "DELETE" and target is not None:
                     await session.execute(
                         delete(MemoryRecord).where(
-                            _scope_filter(job.tenant, o.scope, reading=False),
+                            scope_filter(job.tenant, o.scope, reading=False),
                             MemoryRecord.uuid == target,
                         )
                     )
@@ -457,7 +457,7 @@ class MemoryExtractor:
         digest = content_hash(o.text)
         found = await session.scalar(
             select(MemoryRecord.uuid).where(
-                _scope_filter(job.tenant, o.scope, reading=False),
+                scope_filter(job.tenant, o.scope, reading=False),
                 MemoryRecord.agent.is_(None)
                 if o.scope.agent is None
                 else MemoryRecord.agent == o.scope.agent,
