@@ -17,6 +17,7 @@ from pilothouse.cli._context import CliState
 from pilothouse.cli._conversations import app as conversations_app
 from pilothouse.cli._db import app as db_app
 from pilothouse.cli._keys import app as keys_app
+from pilothouse.cli._memory import app as memory_app
 from pilothouse.cli._run import chat, run_action
 from pilothouse.cli._serve import serve
 from pilothouse.settings import Settings
@@ -31,6 +32,7 @@ app.add_typer(catalog_app, name="catalog")
 app.add_typer(conversations_app, name="conversations")
 app.add_typer(db_app, name="db")
 app.add_typer(keys_app, name="keys")
+app.add_typer(memory_app, name="memory")
 app.command(name="run")(run_action)
 app.command(name="chat")(chat)
 app.command(name="serve")(serve)

@@ -36,6 +36,7 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -73,9 +74,10 @@ def routers() -> list[APIRouter]:
     from pilothouse.server._health import router as health
     from pilothouse.server._invoke import router as invoke
     from pilothouse.server._jsonrpc import router as jsonrpc
+    from pilothouse.server._memory_routes import router as memory
     from pilothouse.server._openai import router as openai
 
-    return [health, catalog, conversations, openai, invoke, jsonrpc]
+    return [health, catalog, conversations, openai, invoke, jsonrpc, memory]
 
 
 async def _pilothouse_error(_: Request, exc: Exception) -> JSONResponse:
@@ -209,7 +211,22 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncGenerator[None]:
         await served.open()
         try:
-            yield
+            # The memory worker (extraction jobs, session expiry) runs beside
+            # the requests and stops first on shutdown.
+            async with anyio.create_task_group() as background:
+                if served.server.memory_worker_seconds > 0:
+                    from pilothouse.server._memory_worker import memory_worker
+
+                    background.start_soon(
+                        memory_worker,
+                        served.pilothouse,
+                        served.server.memory_worker_seconds,
+                        served.server.memory_expiry_seconds,
+                    )
+                try:
+                    yield
+                finally:
+                    background.cancel_scope.cancel()
         finally:
             # Turns still running get the grace period, then are cancelled
             # and recorded TE, before the database closes under them.

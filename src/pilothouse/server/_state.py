@@ -70,6 +70,11 @@ class ServerSettings(BaseSettings):
         key_cache_seconds: trust a verified API key this long without
             reading it again; a key revoked by another process (the CLI)
             keeps working here for at most this long. 0 reads every time.
+        memory_worker_seconds: how often the service looks for pending
+            memory extraction jobs (and runs them); 0 runs no worker here
+            (``pilothouse memory run-jobs`` elsewhere then).
+        memory_expiry_seconds: how often session memory past its TTL is
+            deleted (while the worker runs).
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_SERVER_", extra="ignore")
@@ -85,6 +90,8 @@ class ServerSettings(BaseSettings):
     shutdown_grace_seconds: float = 30.0
     last_used_interval_seconds: float = 60.0
     key_cache_seconds: float = 5.0
+    memory_worker_seconds: float = Field(default=5.0, ge=0)
+    memory_expiry_seconds: float = Field(default=60.0, gt=0)
 
     @property
     def is_loopback(self) -> bool:
