@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,9 @@ class Script:
         self.answers = list(answers)
         self.prompts: list[tuple[str, str]] = []
 
-    async def __call__(self, job: MemoryJob, system: str, user: str) -> str:
+    async def __call__(
+        self, job: MemoryJob, system: str, user: str, schema: Mapping[str, Any]
+    ) -> str:
         self.prompts.append((system, user))
         answer = self.answers.pop(0)
         return answer(user) if callable(answer) else answer
@@ -170,6 +173,13 @@ async def test_malformed_output_is_retried_then_failed_never_dropped(
     )
     with caplog.at_level(logging.WARNING, "pilothouse.memory._extract"):
         outcomes = await extractor.run_pending()
+        # A failed attempt waits before its retry: nothing more runs at once.
+        assert [o.status for o in outcomes] == ["pending"]
+        for step in (1, 2):
+            later = utcnow() + timedelta(seconds=30 * step + 1)
+            claimed = await extractor.claim(now=later)
+            assert claimed is not None
+            outcomes.append(await extractor.run(*claimed))
     assert [o.status for o in outcomes] == ["pending", "pending", "failed"]
     [row] = await extractor.jobs("t1")
     assert row["id"] == job and row["status"] == "failed" and row["attempts"] == 3

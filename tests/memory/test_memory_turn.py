@@ -69,7 +69,7 @@ async def ph(
     settings = Settings(database_url=database.url, secrets_file=None)
     async with Pilothouse(settings, database=database, model=model) as facade:
         # One MiniLM for the test session rather than one per facade.
-        facade._shared._scoped = ScopedMemory(database, minilm)  # pyright: ignore[reportPrivateUsage]
+        facade._shared._scoped = ScopedMemory(database, minilm)
         await facade.catalog.import_text(CATALOG)
         yield facade
 

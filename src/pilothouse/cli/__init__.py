@@ -19,6 +19,7 @@ from pilothouse.cli._db import app as db_app
 from pilothouse.cli._keys import app as keys_app
 from pilothouse.cli._mcp import app as mcp_app
 from pilothouse.cli._knowledge import app as knowledge_app
+from pilothouse.cli._memory import app as memory_app
 from pilothouse.cli._run import chat, run_action
 from pilothouse.cli._serve import serve
 from pilothouse.settings import Settings
@@ -35,6 +36,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(keys_app, name="keys")
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(knowledge_app, name="knowledge")
+app.add_typer(memory_app, name="memory")
 app.command(name="run")(run_action)
 app.command(name="chat")(chat)
 app.command(name="serve")(serve)

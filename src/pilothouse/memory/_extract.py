@@ -40,15 +40,48 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import and_, delete, or_, select, update
 
 from pilothouse.errors import PilothouseError
-from pilothouse.memory._store import ScopedMemory, _scope_filter, content_hash
+from pilothouse.memory._store import ScopedMemory, content_hash, scope_filter
 from pilothouse.memory._tables import MemoryJob, MemoryRecord
 from pilothouse.memory._types import MEMORY_TYPES, ExtractionOutcome, MemoryHit, MemoryScope
 from pilothouse.store._base import utcnow
 
 logger = logging.getLogger(__name__)
 
-Complete = Callable[[MemoryJob, str, str], Awaitable[str]]
-"""Ask the job's model: ``(job, system prompt, user prompt) -> answer text``."""
+Complete = Callable[[MemoryJob, str, str, Mapping[str, Any]], Awaitable[str]]
+"""Ask the job's model: ``(job, system prompt, user prompt, answer schema) -> answer text``.
+
+The schema is the JSON the answer must be; a model that can be held to it
+(llama.cpp turns it into a grammar) is.
+"""
+
+FACTS_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "facts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "text": {"type": "string"},
+                    "scope": {"type": "string", "enum": ["user", "agent"]},
+                    "type": {"type": "string"},
+                    "importance": {"type": "number"},
+                },
+                "required": ["text", "scope"],
+            },
+        }
+    },
+    "required": ["facts"],
+}
+DECISION_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string", "enum": ["ADD", "UPDATE", "DELETE", "NOOP"]},
+        "id": {"type": ["integer", "null"]},
+        "text": {"type": ["string", "null"]},
+    },
+    "required": ["event"],
+}
 
 SAME_TEXT = 0.97
 """Cosine similarity above which a candidate is the record it resembles: NOOP."""
@@ -62,7 +95,11 @@ Return ONLY a JSON object: {"facts": [{"text": str, "scope": "user" | "agent", "
 - scope "agent": lessons the assistant learned about doing its job (type "learning").
 - Each text is one short, self-contained sentence in the third person ("The user ...").
 - Leave out greetings, questions, small talk and anything only true for this moment.
-- If there is nothing worth remembering, return {"facts": []}."""
+- If there is nothing worth remembering, return {"facts": []}.
+Example: "user: I'm Tom and I only fly economy." ->
+{"facts": [{"text": "The user's name is Tom.", "scope": "user", "type": "fact",
+"importance": 0.8}, {"text": "The user only flies economy.", "scope": "user",
+"type": "preference", "importance": 0.7}]}"""
 
 DECIDE_PROMPT = """You maintain a memory store. Compare a NEW fact with EXISTING memories.
 Return ONLY a JSON object: {"event": "ADD" | "UPDATE" | "DELETE" | "NOOP", "id": int | null,
@@ -133,14 +170,22 @@ class MemoryExtractor:
             extraction model).
         lease_seconds: how long a claimed job is a worker's; a worker that
             dies holding it leaves it to be taken again after this.
+        retry_seconds: a failed attempt is retried after this many seconds
+            times the attempts so far.
     """
 
     def __init__(
-        self, memory: ScopedMemory, complete: Complete, *, lease_seconds: float = 300.0
+        self,
+        memory: ScopedMemory,
+        complete: Complete,
+        *,
+        lease_seconds: float = 300.0,
+        retry_seconds: float = 30.0,
     ) -> None:
         self.memory = memory
         self.complete = complete
         self.lease_seconds = lease_seconds
+        self.retry_seconds = retry_seconds
 
     @property
     def database(self) -> Any:
@@ -209,7 +254,10 @@ class MemoryExtractor:
         """
         stamp = now or utcnow()
         runnable = or_(
-            MemoryJob.status == "pending",
+            and_(
+                MemoryJob.status == "pending",
+                or_(MemoryJob.lease_until.is_(None), MemoryJob.lease_until < stamp),
+            ),
             and_(MemoryJob.status == "running", MemoryJob.lease_until < stamp),
         )
         async with self.database.sessions() as session, session.begin():
@@ -236,7 +284,7 @@ class MemoryExtractor:
                     )
                     .execution_options(synchronize_session=False)
                 )
-                if taken.rowcount:  # type: ignore[attr-defined]
+                if taken.rowcount:
                     await session.refresh(candidate)
                     return candidate, attempt
         return None
@@ -277,7 +325,10 @@ class MemoryExtractor:
                 .values(
                     status=status,
                     error=error[:4000],
-                    lease_until=None,
+                    # A retry waits a little longer after each failed attempt.
+                    lease_until=None
+                    if final
+                    else utcnow() + timedelta(seconds=self.retry_seconds * attempt),
                     updated_at=utcnow(),
                     finished_at=utcnow() if final else None,
                 )
@@ -292,11 +343,18 @@ class MemoryExtractor:
         ]
         return "\n".join(lines)
 
-    async def _ask(self, job: MemoryJob, system: str, user: str, shape: type[BaseModel]) -> Any:
+    async def _ask(
+        self,
+        job: MemoryJob,
+        system: str,
+        user: str,
+        shape: type[BaseModel],
+        schema: Mapping[str, Any],
+    ) -> Any:
         """Ask, parse, and once send a malformed answer back with its error."""
         prompt = user
         for round_ in (1, 2):
-            answer = await self.complete(job, system, prompt)
+            answer = await self.complete(job, system, prompt, schema)
             try:
                 return shape.model_validate(parse_json_object(answer))
             except (ValueError, ValidationError) as exc:
@@ -327,7 +385,9 @@ class MemoryExtractor:
         transcript = self._transcript(job)
         if not transcript:
             return []
-        facts: _Facts = await self._ask(job, FACTS_PROMPT, f"Conversation:\n{transcript}", _Facts)
+        facts: _Facts = await self._ask(
+            job, FACTS_PROMPT, f"Conversation:\n{transcript}", _Facts, FACTS_SCHEMA
+        )
         ops: list[_Op] = []
         seen: set[tuple[str, str]] = set()
         for fact in facts.facts:
@@ -369,7 +429,7 @@ class MemoryExtractor:
             return [op("NOOP", similar[0].item.id)]
         listing = "\n".join(f"{n}: {hit.item.content}" for n, hit in enumerate(similar))
         decision: _Decision = await self._ask(
-            job, DECIDE_PROMPT, f"EXISTING:\n{listing}\n\nNEW: {text}", _Decision
+            job, DECIDE_PROMPT, f"EXISTING:\n{listing}\n\nNEW: {text}", _Decision, DECISION_SCHEMA
         )
         if decision.event == "ADD":
             return [op("ADD")]
@@ -392,7 +452,7 @@ class MemoryExtractor:
     ) -> list[dict[str, Any]] | None:
         """Apply every decision and finish the job in one transaction (None: lease lost)."""
         texts = [o.text for o in ops if o.event in ("ADD", "UPDATE")]
-        vectors = iter(await self.memory._embed(texts, "document")) if texts else iter(())
+        vectors = iter(await self.memory.embed(texts, "document")) if texts else iter(())
         for o in ops:
             if o.event in ("ADD", "UPDATE"):
                 o.vector = next(vectors)
@@ -412,7 +472,7 @@ class MemoryExtractor:
                     status="done", updated_at=now, finished_at=now, error=None, lease_until=None
                 )
             )
-            if not fence.rowcount:  # type: ignore[attr-defined]
+            if not fence.rowcount:
                 # Another worker took the job after this one's lease ended:
                 # the update matched nothing, so committing changes nothing.
                 return None
@@ -424,7 +484,7 @@ class MemoryExtractor:
                     await session.execute(
                         update(MemoryRecord)
                         .where(
-                            _scope_filter(job.tenant, o.scope, reading=False),
+                            scope_filter(job.tenant, o.scope, reading=False),
                             MemoryRecord.uuid == target,
                         )
                         .values(
@@ -439,7 +499,7 @@ class MemoryExtractor:
                 elif o.event == "DELETE" and target is not None:
                     await session.execute(
                         delete(MemoryRecord).where(
-                            _scope_filter(job.tenant, o.scope, reading=False),
+                            scope_filter(job.tenant, o.scope, reading=False),
                             MemoryRecord.uuid == target,
                         )
                     )
@@ -457,7 +517,7 @@ class MemoryExtractor:
         digest = content_hash(o.text)
         found = await session.scalar(
             select(MemoryRecord.uuid).where(
-                _scope_filter(job.tenant, o.scope, reading=False),
+                scope_filter(job.tenant, o.scope, reading=False),
                 MemoryRecord.agent.is_(None)
                 if o.scope.agent is None
                 else MemoryRecord.agent == o.scope.agent,

@@ -2,7 +2,7 @@
 
 :class:`ScopedMemory` is the one place that reads and writes
 ``memory_record``. Every statement carries the tenant and the scope's keys
-(:func:`_scope_filter`), so a search, an edit or a delete of one user's,
+(:func:`scope_filter`), so a search, an edit or a delete of one user's,
 agent's or session's memory cannot touch another's: the rows are narrowed by
 SQL before anything is compared in Python. That is the field's common bug
 (mem0's ``delete_all`` once reset the whole collection: mem0ai/mem0#3928), and
@@ -16,7 +16,14 @@ cheaper than any index.
 
 from __future__ import annotations
 
-__all__ = ["RankWeights", "ScopedMemory", "SessionLimits", "content_hash", "subject_digest"]
+__all__ = [
+    "RankWeights",
+    "ScopedMemory",
+    "SessionLimits",
+    "content_hash",
+    "scope_filter",
+    "subject_digest",
+]
 
 import hashlib
 import math
@@ -88,7 +95,7 @@ def subject_digest(tenant: str, user_id: str) -> str:
     return hashlib.sha256(f"{tenant}:{user_id}".encode()).hexdigest()
 
 
-def _scope_filter(tenant: str, scope: MemoryScope, *, reading: bool) -> ColumnElement[bool]:
+def scope_filter(tenant: str, scope: MemoryScope, *, reading: bool) -> ColumnElement[bool]:
     """The SQL condition of one scope; every statement on records uses it."""
     parts: list[ColumnElement[bool]] = [
         MemoryRecord.tenant == tenant,
@@ -204,7 +211,7 @@ class ScopedMemory:
             self._embedder = LocalMiniLM()
         return self._embedder
 
-    async def _embed(self, texts: Sequence[str], purpose: str) -> np.ndarray[Any, Any]:
+    async def embed(self, texts: Sequence[str], purpose: str) -> np.ndarray[Any, Any]:
         embedder = self.embedder
         # A memory is short; a long one is cut for its vector (its text stays whole).
         prepared, _ = embedder.prepare(
@@ -241,7 +248,7 @@ class ScopedMemory:
         text = _check_content(content)
         kind = _check_type(scope, memory_type or MEMORY_TYPES[scope.scope][0])
         weight = _check_importance(importance)
-        vector = (await self._embed([text], "document"))[0]
+        vector = (await self.embed([text], "document"))[0]
         digest = content_hash(text)
         stamp = now or utcnow()
         expires = (
@@ -252,7 +259,7 @@ class ScopedMemory:
         async with self.database.sessions() as session, session.begin():
             found = await session.scalar(
                 select(MemoryRecord).where(
-                    _scope_filter(tenant, scope, reading=False),
+                    scope_filter(tenant, scope, reading=False),
                     MemoryRecord.agent.is_(scope.agent)
                     if scope.agent is None
                     else MemoryRecord.agent == scope.agent,
@@ -333,11 +340,11 @@ class ScopedMemory:
         text = _check_content(content) if content is not None else None
         kind = _check_type(scope, memory_type) if memory_type is not None else None
         weight = _check_importance(importance) if importance is not None else None
-        vector = (await self._embed([text], "document"))[0] if text is not None else None
+        vector = (await self.embed([text], "document"))[0] if text is not None else None
         async with self.database.sessions() as session, session.begin():
             row = await session.scalar(
                 select(MemoryRecord).where(
-                    _scope_filter(tenant, scope, reading=False), MemoryRecord.uuid == memory_id
+                    scope_filter(tenant, scope, reading=False), MemoryRecord.uuid == memory_id
                 )
             )
             if row is None:
@@ -361,7 +368,7 @@ class ScopedMemory:
         async with self.database.sessions() as session, session.begin():
             result = await session.execute(
                 delete(MemoryRecord).where(
-                    _scope_filter(tenant, scope, reading=False), MemoryRecord.uuid == memory_id
+                    scope_filter(tenant, scope, reading=False), MemoryRecord.uuid == memory_id
                 )
             )
             return bool(result.rowcount)  # type: ignore[attr-defined]
@@ -515,7 +522,7 @@ class ScopedMemory:
             rows = (
                 await session.scalars(
                     select(MemoryRecord)
-                    .where(_scope_filter(tenant, scope, reading=True), _alive(utcnow()))
+                    .where(scope_filter(tenant, scope, reading=True), _alive(utcnow()))
                     .order_by(MemoryRecord.updated_at.desc(), MemoryRecord.id.desc())
                     .limit(limit)
                     .offset(offset)
@@ -528,7 +535,7 @@ class ScopedMemory:
         async with self.database.sessions() as session:
             row = await session.scalar(
                 select(MemoryRecord).where(
-                    _scope_filter(tenant, scope, reading=True),
+                    scope_filter(tenant, scope, reading=True),
                     MemoryRecord.uuid == memory_id,
                     _alive(utcnow()),
                 )
@@ -570,7 +577,7 @@ class ScopedMemory:
             return []
         stamp = now or utcnow()
         model = self.embedder.info.name
-        conditions = [_scope_filter(tenant, scope, reading=True) for scope in wanted]
+        conditions = [scope_filter(tenant, scope, reading=True) for scope in wanted]
         async with self.database.sessions() as session:
             rows = (
                 await session.scalars(
@@ -581,7 +588,7 @@ class ScopedMemory:
             ).all()
         if not rows:
             return []
-        vector = (await self._embed([query], "query"))[0]
+        vector = (await self.embed([query], "query"))[0]
         matrix = np.frombuffer(b"".join(row.embedding for row in rows), dtype="<f4").reshape(
             len(rows), -1
         )

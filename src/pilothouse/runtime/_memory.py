@@ -22,13 +22,14 @@ from __future__ import annotations
 __all__ = ["MemoryTurn", "ModelCompletion", "recall", "remember"]
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
-from pilothouse.catalog._enums import ProcessStatus, TimelineKind
+from pilothouse.catalog._enums import ProcessStatus, ProviderKind, TimelineKind
 from pilothouse.errors import NotFoundError, PilothouseError
 from pilothouse.memory._store import ScopedMemory, SessionLimits
 from pilothouse.memory._types import MemoryHit, MemoryScope
@@ -44,6 +45,14 @@ if TYPE_CHECKING:
     from pilothouse.runtime._turn import Turn
 
 logger = logging.getLogger(__name__)
+
+_JSON_MODE = (
+    ProviderKind.OPENAI,
+    ProviderKind.OPENAI_COMPATIBLE,
+    ProviderKind.AZURE,
+    ProviderKind.OLLAMA,
+)
+"""Providers whose chat API takes ``response_format: json_object``."""
 
 HEADER = "Relevant memories (from earlier conversations; may be outdated):"
 
@@ -196,7 +205,9 @@ class ModelCompletion:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
 
-    async def __call__(self, job: MemoryJob, system: str, user: str) -> str:
+    async def __call__(
+        self, job: MemoryJob, system: str, user: str, schema: Mapping[str, Any]
+    ) -> str:
         """Send one system and user prompt; return the answer's text."""
         from pydantic_ai.direct import model_request
         from pydantic_ai.messages import ModelRequest, SystemPromptPart, TextPart, UserPromptPart
@@ -229,9 +240,21 @@ class ModelCompletion:
             spec = compiled.model
             options = compiled.options
         model: Any = runtime.loop.model_override or await runtime.models.model(spec, options)
+        settings: dict[str, Any] = dict(to_model_settings(spec, options))
+        kind = spec.provider.kind
+        if kind is ProviderKind.LOCAL:
+            # llama.cpp turns a json_object format with a schema into a
+            # grammar: even a 0.5B model can then only answer the JSON asked for.
+            extra = dict(settings.get("extra_body") or {})
+            extra["response_format"] = {"type": "json_object", "schema": dict(schema)}
+            settings["extra_body"] = extra
+        elif kind in _JSON_MODE:
+            extra = dict(settings.get("extra_body") or {})
+            extra["response_format"] = {"type": "json_object"}
+            settings["extra_body"] = extra
         response = await model_request(
             model,
             [ModelRequest(parts=[SystemPromptPart(system), UserPromptPart(user)])],
-            model_settings=to_model_settings(spec, options),
+            model_settings=cast("Any", settings),
         )
         return "".join(part.content for part in response.parts if isinstance(part, TextPart))

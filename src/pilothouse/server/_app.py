@@ -75,10 +75,11 @@ def routers() -> list[APIRouter]:
     from pilothouse.server._invoke import router as invoke
     from pilothouse.server._jsonrpc import router as jsonrpc
     from pilothouse.server._knowledge_routes import router as knowledge
+    from pilothouse.server._memory_routes import router as memory
     from pilothouse.server._openai import router as openai
     from pilothouse.server._ui import routers as ui
 
-    return [health, catalog, conversations, openai, invoke, jsonrpc, knowledge, *ui()]
+    return [health, catalog, conversations, openai, invoke, jsonrpc, knowledge, memory, *ui()]
 
 
 async def _pilothouse_error(_: Request, exc: Exception) -> JSONResponse:
@@ -225,6 +226,17 @@ def create_app(
                 if served.server.question_sweep_seconds > 0:
                     # Questions expire on the service's own clock (seed 000).
                     background.start_soon(served.expire_questions_forever)
+                # The memory worker (extraction jobs, session expiry) runs beside
+                # the requests and stops first on shutdown.
+                if served.server.memory_worker_seconds > 0:
+                    from pilothouse.server._memory_worker import memory_worker
+
+                    background.start_soon(
+                        memory_worker,
+                        served.pilothouse,
+                        served.server.memory_worker_seconds,
+                        served.server.memory_expiry_seconds,
+                    )
                 try:
                     yield
                 finally:

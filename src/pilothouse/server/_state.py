@@ -84,6 +84,11 @@ class ServerSettings(BaseSettings):
             changes to announce (``notifications/tools/list_changed``).
         heartbeat_seconds: how often each worker renews its lease on the
             turns it runs (``PILOTHOUSE_LEASE_SECONDS`` must stay well above).
+        memory_worker_seconds: how often the service looks for pending
+            memory extraction jobs (and runs them); 0 runs no worker here
+            (``pilothouse memory run-jobs`` elsewhere then).
+        memory_expiry_seconds: how often session memory past its TTL is
+            deleted (while the worker runs).
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_SERVER_", extra="ignore")
@@ -104,6 +109,8 @@ class ServerSettings(BaseSettings):
     mcp_max_tools: int = Field(default=30, ge=1)
     mcp_list_changed_seconds: float = Field(default=2.0, gt=0)
     heartbeat_seconds: float = Field(default=5.0, gt=0)
+    memory_worker_seconds: float = Field(default=5.0, ge=0)
+    memory_expiry_seconds: float = Field(default=60.0, gt=0)
 
     @property
     def is_loopback(self) -> bool:

@@ -1,0 +1,35 @@
+"""A memory worker that takes one extraction job and hangs in the model call (killed by the test).
+
+Usage: python memory_worker_process.py DATABASE_URL
+
+It prints ``claimed <job id>`` once the job is its own (status ``running``),
+then waits forever inside the "model call", as a worker does whose process
+is about to be killed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+
+from pilothouse.memory import MemoryExtractor, ScopedMemory
+from pilothouse.memory._tables import MemoryJob
+from pilothouse.store import Database
+
+
+async def main(url: str) -> None:
+    database = Database(url)
+    memory = ScopedMemory(database)
+
+    async def hang(job: MemoryJob, system: str, user: str, schema: object) -> str:
+        print(f"claimed {job.id}", flush=True)
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    extractor = MemoryExtractor(memory, hang, lease_seconds=600)
+    await extractor.run_pending(limit=1)
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1])

@@ -1,0 +1,183 @@
+"""Scoped memory against real components: the packaged MiniLM, PostgreSQL, a killed worker, Qwen.
+
+- retrieval with the packaged all-MiniLM-L6-v2 (int8 ONNX) on PostgreSQL at
+  127.0.0.1:5432: planted facts found among distractors, never across users;
+- a worker process killed (SIGKILL) in the middle of an extraction job: the
+  job is taken again after its lease and completes exactly once;
+- extraction on the packaged local model (Qwen2.5-Coder-0.5B on llama.cpp):
+  its answer becomes memories, or the job says why not; never silence.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from pilothouse.api import Pilothouse
+from pilothouse.knowledge import LocalMiniLM
+from pilothouse.memory import MemoryExtractor, ScopedMemory
+from pilothouse.memory._tables import MemoryJob
+from pilothouse.providers import LocalModelServers
+from pilothouse.settings import Settings
+from pilothouse.store import Database
+from pilothouse.store._base import utcnow
+from pilothouse.types import MemoryScope
+
+pytestmark = pytest.mark.anyio
+
+HERE = Path(__file__).parent
+ALICE = MemoryScope("user", user_id="alice")
+BOB = MemoryScope("user", user_id="bob")
+
+DISTRACTORS = [
+    "The user asked about the weather in Berlin.",
+    "The user prefers dark mode in the app.",
+    "The user's favourite football club is Benfica.",
+    "The user works as a nurse on night shifts.",
+    "The user is learning to play the cello.",
+    "The user has two cats named Miso and Tofu.",
+    "The user plans a trip to Japan in April.",
+    "The user drinks oat milk in coffee.",
+]
+
+
+@pytest.fixture(scope="module")
+def minilm() -> LocalMiniLM:
+    return LocalMiniLM()
+
+
+@pytest.fixture
+async def pg(postgres_database_url: str) -> AsyncIterator[Database]:
+    database = Database(postgres_database_url)
+    await database.ensure_schema()
+    yield database
+    await database.dispose()
+
+
+async def test_packaged_minilm_on_postgresql_finds_planted_facts_within_the_user(
+    pg: Database, minilm: LocalMiniLM
+) -> None:
+    memory = ScopedMemory(pg, minilm)
+    for text in DISTRACTORS:
+        await memory.add("default", ALICE, text)
+    planted, _ = await memory.add("default", ALICE, "The user is allergic to penicillin.")
+    await memory.add("default", BOB, "The user is allergic to penicillin and to latex.")
+    hits = await memory.search(
+        "default", "Which antibiotics must I avoid prescribing?", {ALICE: 3}, threshold=0.1
+    )
+    assert hits[0].item.id == planted.id
+    assert all(hit.item.scope.user_id == "alice" for hit in hits)
+    report = await memory.erase_user("default", "alice", requested_by="test")
+    assert report.records == len(DISTRACTORS) + 1
+    assert [i.content for i in await memory.list("default", BOB)] == [
+        "The user is allergic to penicillin and to latex."
+    ]
+
+
+async def test_a_worker_killed_mid_job_leaves_it_to_complete_exactly_once(
+    pg: Database, minilm: LocalMiniLM
+) -> None:
+    memory = ScopedMemory(pg, minilm)
+
+    async def answer(job: MemoryJob, system: str, user: str, schema: object) -> str:
+        return json.dumps({"facts": [{"text": "The user is vegetarian.", "scope": "user"}]})
+
+    extractor = MemoryExtractor(memory, answer, lease_seconds=600)
+    job_id = await extractor.enqueue(
+        "default",
+        [{"role": "user", "content": "I am vegetarian."}, {"role": "assistant", "content": "OK."}],
+        user_id="alice",
+        agent="CHAT",
+        session_id="s-1",
+    )
+    worker = subprocess.Popen(
+        [sys.executable, str(HERE / "memory_worker_process.py"), pg.url],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == f"claimed {job_id}"
+        worker.kill()  # SIGKILL: no cleanup, the job stays "running" under its lease
+        worker.wait(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(timeout=30)
+        if worker.stdout is not None:
+            worker.stdout.close()
+    [row] = await extractor.jobs("default")
+    assert row["status"] == "running" and row["attempts"] == 1
+    # While the dead worker's lease lasts nobody takes the job; after it, one does.
+    assert await extractor.claim() is None
+    claimed = await extractor.claim(now=utcnow() + timedelta(seconds=601))
+    assert claimed is not None and claimed[0].id == job_id
+    outcome = await extractor.run(*claimed)
+    assert outcome.status == "done"
+    assert await extractor.run_pending() == []
+    [row] = await extractor.jobs("default")
+    assert row["status"] == "done" and row["attempts"] == 2
+    assert row["outcome"] == {"ADD": 1, "UPDATE": 0, "DELETE": 0, "NOOP": 0}
+    assert [i.content for i in await memory.list("default", ALICE)] == ["The user is vegetarian."]
+
+
+CATALOG = """
+providers:
+  - code: LOCAL
+    kind: local
+models:
+  - code: QWEN05
+    provider: LOCAL
+    model_name: Qwen2.5-Coder-0.5B-Instruct
+    capabilities: [FC, SR]
+configurations:
+  - code: DEFAULT
+    max_tokens: 256
+    temperature: 0
+memory_strategies:
+  - code: SCOPED
+    kind: SCOPED
+actions:
+  - code: CHAT
+    model: QWEN05
+    configuration: DEFAULT
+    memory_strategy: SCOPED
+    prompt: You are a helpful assistant. Answer in one sentence.
+"""
+
+
+async def test_extraction_on_the_packaged_qwen_model(
+    tmp_path: Path, local_model_servers: LocalModelServers, minilm: LocalMiniLM
+) -> None:
+    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'm.db'}", secrets_file=None)
+    async with Pilothouse(settings, local_servers=local_model_servers) as ph:
+        ph._shared._scoped = ScopedMemory(ph._shared.database, minilm)  # one MiniLM per module
+        await ph.catalog.import_text(CATALOG)
+        turn = await ph.command.start_and_send(
+            "My name is Dana, I live in Lisbon and I am allergic to penicillin.",
+            action="CHAT",
+            runtime_config={"user_id": "dana"},
+        )
+        assert turn.status.value == "CO", turn.error
+        [outcome] = await ph.memory.run_jobs()
+        [job] = await ph.memory.jobs()
+        print("qwen extraction:", outcome.status, outcome.events, outcome.error)
+        if outcome.status == "done":
+            facts = await ph.memory.list(MemoryScope("user", user_id="dana"))
+            added = [e for e in outcome.events if e["event"] == "ADD" and e["scope"] == "user"]
+            assert {f.id for f in facts} == {e["memory_id"] for e in added}
+            assert job["outcome"]["ADD"] >= len(added) >= 1
+            assert any(
+                "penicillin" in f.content.lower() or "lisbon" in f.content.lower() for f in facts
+            )
+        else:
+            # A small model may not produce the JSON: the job says so and stays to retry.
+            assert outcome.status == "pending" and job["error"] and job["attempts"] == 1
+        # Whatever the model did, nothing reached another user.
+        assert await ph.memory.list(MemoryScope("user", user_id="someone-else")) == []
