@@ -52,6 +52,7 @@ providers:
   - code: UP
     kind: openai
     base_url: {upstream}
+    api_key: "@secrets(PLAYGROUND_UP_KEY)"
 models:
   - code: UPM
     provider: UP
@@ -76,10 +77,15 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
         pytest.skip("Debian's chromium is not installed: make install (apt-get install chromium)")
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("llama_cpp is not importable: pip install 'pilothouse[local]'")
-    with running_upstream() as upstream:
-        folder = tmp_path_factory.mktemp("browser")
-        with live_serve(folder, _catalog(upstream.base_url), admin=True) as server:
-            yield server, upstream
+    # The served process reads the scripted upstream's key from its environment.
+    os.environ["PLAYGROUND_UP_KEY"] = "sk-test"
+    try:
+        with running_upstream() as upstream:
+            folder = tmp_path_factory.mktemp("browser")
+            with live_serve(folder, _catalog(upstream.base_url), admin=True) as server:
+                yield server, upstream
+    finally:
+        del os.environ["PLAYGROUND_UP_KEY"]
 
 
 def _shots() -> Path | None:
@@ -155,7 +161,9 @@ def test_a_whole_playground_session_in_chromium(
         expect(page.locator(".bubble.user .text").first).to_have_text("Name one color of grass.")
         assert page.url.split("c=")[1] != first
         expect(page.locator("#chat")).to_contain_text("edited copy of")
-        expect(page.locator("#chat")).not_to_contain_text("Name one color of the sky.")
+        # The fork keeps the conversation's title; the edited prompt replaced the old one.
+        expect(page.locator(".bubble.user")).to_have_count(1)
+        expect(page.locator("#chat-title")).to_have_text("Name one color of the sky.")
 
         # The audit timeline viewer shows the fork.
         page.get_by_text("Audit timeline").click()
