@@ -22,6 +22,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from fault_upstream import Reply, Upstream, chunk, completion, running_upstream
@@ -41,8 +42,11 @@ ARGS = [
 WAIT = 240_000
 """Milliseconds a step may take: the local model starts on the first turn."""
 
-DESKTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
+if TYPE_CHECKING:
+    from playwright.sync_api import ViewportSize
+
+DESKTOP: ViewportSize = {"width": 1280, "height": 800}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
 def _catalog(upstream: str) -> str:
@@ -52,6 +56,7 @@ providers:
   - code: UP
     kind: openai
     base_url: {upstream}
+    api_key: "@secrets(PLAYGROUND_UP_KEY)"
 models:
   - code: UPM
     provider: UP
@@ -76,10 +81,15 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
         pytest.skip("Debian's chromium is not installed: make install (apt-get install chromium)")
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("llama_cpp is not importable: pip install 'pilothouse[local]'")
-    with running_upstream() as upstream:
-        folder = tmp_path_factory.mktemp("browser")
-        with live_serve(folder, _catalog(upstream.base_url), admin=True) as server:
-            yield server, upstream
+    # The served process reads the scripted upstream's key from its environment.
+    os.environ["PLAYGROUND_UP_KEY"] = "sk-test"
+    try:
+        with running_upstream() as upstream:
+            folder = tmp_path_factory.mktemp("browser")
+            with live_serve(folder, _catalog(upstream.base_url), admin=True) as server:
+                yield server, upstream
+    finally:
+        del os.environ["PLAYGROUND_UP_KEY"]
 
 
 def _shots() -> Path | None:
@@ -124,6 +134,7 @@ def test_a_whole_playground_session_in_chromium(
         page.locator("#f-prompt").fill("Answer in one short sentence: {input}")
         page.locator("#f-ask_user").uncheck()
         if shots:
+            page.evaluate("window.scrollTo(0, 0)")
             page.screenshot(path=str(shots / "catalog-form-1280x800.png"))
         page.get_by_role("button", name="Create").click()
         expect(page.get_by_role("status")).to_contain_text("Created action COLORS")
@@ -153,9 +164,12 @@ def test_a_whole_playground_session_in_chromium(
         expect(page.locator("body")).to_have_attribute("data-turns", "2")
         expect(page.locator(".turn-cost")).to_contain_text("CO")
         expect(page.locator(".bubble.user .text").first).to_have_text("Name one color of grass.")
-        assert page.url.split("c=")[1] != first
+        edited = page.url.split("c=")[1]
+        assert edited != first
         expect(page.locator("#chat")).to_contain_text("edited copy of")
-        expect(page.locator("#chat")).not_to_contain_text("Name one color of the sky.")
+        # The fork keeps the conversation's title; the edited prompt replaced the old one.
+        expect(page.locator(".bubble.user")).to_have_count(1)
+        expect(page.locator("#chat-title")).to_have_text("Name one color of the sky.")
 
         # The audit timeline viewer shows the fork.
         page.get_by_text("Audit timeline").click()
@@ -212,7 +226,7 @@ def test_a_whole_playground_session_in_chromium(
         small.goto(f"{base}/login")
         small.get_by_label("API key").fill(server.key)
         small.get_by_role("button", name="Log in").click()
-        small.goto(f"{base}/playground?c={first}")
+        small.goto(f"{base}/playground?c={edited}")
         expect(small.get_by_label("Prompt", exact=True)).to_be_visible()
         expect(small.get_by_role("button", name="Send")).to_be_visible()
         small.get_by_role("button", name="Conversations").click()

@@ -76,6 +76,11 @@ async def test_a_streamed_chat_names_the_conversation_after_its_first_prompt(
     assert "Say hello to my friend" in listed.text
     chat = await client.get(f"/ui/conversations/{uuid}")
     assert "Hello there, friend." in chat.text and "Edit prompt" in chat.text
+    page = await client.get("/playground", params={"c": uuid})
+    assert page.status_code == 200 and 'value="action:ECHO" selected' in page.text
+    assert "Hello there, friend." in page.text
+    missing = await client.get("/playground", params={"c": "no-such-conversation"})
+    assert missing.status_code == 200 and "The first prompt names the conversation" in missing.text
     # A second turn continues the same conversation and keeps its title.
     scripted.script.steps.append(Reply("Second."))
     events = await _chat(client, conversation=uuid, target="action:ECHO", text="Again")
@@ -361,3 +366,85 @@ async def test_api_docs_load_no_cdn(client: httpx.AsyncClient) -> None:
         assert page.status_code == 200
         assert "/static/vendor/" in page.text
         assert "cdn" not in page.text.lower() and "googleapis" not in page.text
+
+
+async def test_a_custom_schema_tool_result_is_submitted_inline(
+    client: httpx.AsyncClient, admin_key: str, scripted: ScriptedModel, server_state: ServerState
+) -> None:
+    ph = server_state.pilothouse
+    await ph.catalog.create(
+        "tools",
+        {
+            "code": "INVOICE",
+            "name": "extract_invoice",
+            "kind": "schema",
+            "description": "The application stores the invoice.",
+            "input_schema": {"type": "object", "properties": {"total": {"type": "number"}}},
+        },
+    )
+    await ph.catalog.create(
+        "actions",
+        {
+            "code": "BILL",
+            "model": "SCRIPTEDM",
+            "configuration": "DEFAULT",
+            "prompt": "File invoices: {input}",
+            "tools": ["INVOICE"],
+        },
+    )
+    await _login(client, admin_key)
+    scripted.script.steps.append(ToolCall("extract_invoice", {"total": 42}, call_id="i1"))
+    events = await _chat(client, target="action:BILL", text="Total is 42")
+    uuid = str(events[0][1]["uuid"])
+    finished = dict(events[-2][1])
+    assert finished["finish_reason"] == "TC"
+    assert finished["tool_calls"] == [
+        {"id": "i1", "name": "extract_invoice", "arguments": {"total": 42}}
+    ]
+    chat = (await client.get(f"/ui/conversations/{uuid}")).text
+    assert "Result of extract_invoice" in chat and 'name="call_id" value="i1"' in chat
+    scripted.script.steps.append(Reply("Stored, thanks."))
+    done = await client.post(
+        f"/ui/conversations/{uuid}/tool-results",
+        data={"call_id": "i1", "result": '{"stored": true}'},
+    )
+    assert done.status_code == 200, done.text
+    assert done.json()["output"] == "Stored, thanks."
+    assert '{"stored": true}' in str(scripted.requests[-1].messages[-1])
+    chat = (await client.get(f"/ui/conversations/{uuid}")).text
+    assert "Result of extract_invoice" not in chat and "Stored, thanks." in chat
+    again = await client.post(
+        f"/ui/conversations/{uuid}/tool-results", data={"call_id": "i1", "result": "plain"}
+    )
+    assert again.status_code == 409
+
+
+async def test_a_bare_model_chats_through_an_adhoc_run(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel, server_state: ServerState
+) -> None:
+    await _login(client, api_key)
+    scripted.script.steps.append(Reply("Bare hello."))
+    events = await _chat(client, target="model:SCRIPTEDM", text="Hi model", instruction="Be terse.")
+    uuid = str(events[0][1]["uuid"])
+    assert [name for name, _ in events] == ["conversation", "delta", "finished", "named"]
+    assert events[1][1]["text"] == "Bare hello."
+    scripted.script.steps.append(Reply("Again."))
+    events = await _chat(
+        client,
+        conversation=uuid,
+        target="model:SCRIPTEDM",
+        text="More",
+        options={"temperature": 0.3},
+    )
+    assert events[0][1]["uuid"] == uuid
+    page = await client.get("/playground", params={"c": uuid})
+    assert 'value="model:SCRIPTEDM" selected' in page.text
+    messages = await server_state.pilothouse.query.get_conversation_messages(uuid)
+    # Each ad-hoc run records its system prompt (with the extra one) before the turn.
+    assert [m.content for m in messages if m.role.value != "SY"] == [
+        "Hi model",
+        "Bare hello.",
+        "More",
+        "Again.",
+    ]
+    assert "Be terse." in next(m.content for m in messages if m.role.value == "SY")

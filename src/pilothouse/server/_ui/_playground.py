@@ -55,7 +55,8 @@ def target_of(view: ConversationView) -> str:
     """The target id a conversation runs: ``agent:X``, ``action:X`` or ``model:X``."""
     if view.action_code == ADHOC:
         for message in view.messages:
-            record = (message.data or {}).get("record")
+            # run_adhoc records the run's record under "invoke" (the connector's name).
+            record = (message.data or {}).get("invoke")
             if message.role is MessageRole.SYSTEM and isinstance(record, dict):
                 model = record.get(MODEL_KEY)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
                 if isinstance(model, str):
@@ -142,7 +143,8 @@ async def playground(
             chat = await _chat_context(ph, c)
         except NotFoundError:
             chat = {}
-    chosen = target or chat.get("target") or (targets[0][0] if targets else "")
+    chosen = target or chat.pop("target", None) or (targets[0][0] if targets else "")
+    chat.pop("target", None)
     return render(
         request,
         "playground.html",
