@@ -30,6 +30,7 @@ from __future__ import annotations
 __all__ = ["ANSWER", "FIND", "RUN", "McpToolbox", "tool_name"]
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -40,10 +41,15 @@ from pilothouse.catalog._enums import Cardinality, ProcessStatus, SchemaDirectio
 from pilothouse.errors import PilothouseError
 from pilothouse.runtime._prompt import template_fields
 
+from pilothouse._facade.mcpgateway import GatewayTool
+
 if TYPE_CHECKING:
+    from pilothouse._facade.mcpgateway import Gateways
     from pilothouse.api import Pilothouse
     from pilothouse.catalog._models import Action
     from pilothouse.types import McpCaller, TurnResult
+
+logger = logging.getLogger(__name__)
 
 ANSWER = "pilothouse_answer"
 FIND = "pilothouse_find_actions"
@@ -201,13 +207,24 @@ class McpToolbox:
             many; past it, the disclosure tools are listed instead.
     """
 
-    def __init__(self, ph: Pilothouse, *, max_tools: int) -> None:
+    def __init__(self, ph: Pilothouse, *, max_tools: int, gateways: Gateways | None = None) -> None:
         self._ph = ph
         self._max_tools = max_tools
+        self._gateways = gateways
 
-    async def _entries(self) -> dict[str, _Entry]:
+    async def _entries(self) -> dict[str, _Entry | GatewayTool]:
         actions = {a.code: a for a in await self._ph.query.get_all_actions()}
-        entries: dict[str, _Entry] = {}
+        entries: dict[str, _Entry | GatewayTool] = {}
+        if self._gateways is not None:
+            for proxied in await self._gateways.tools(self._ph):
+                if proxied.tool.name in entries:
+                    logger.warning(
+                        "MCP gateway %s: tool %s is offered already; skipped",
+                        proxied.gateway,
+                        proxied.tool.name,
+                    )
+                    continue
+                entries[proxied.tool.name] = proxied
         for action in actions.values():
             description = action.goal_description or action.name or action.code
             entry = _entry(action, "action", action.code, description, "")
@@ -265,12 +282,17 @@ class McpToolbox:
             entry = entries.get(name)
             if entry is None:
                 return _error(f"unknown tool '{name}'")
+            if isinstance(entry, GatewayTool):
+                assert self._gateways is not None
+                if (problem := _problems(entry.tool.input_schema, args)) is not None:
+                    return _error(problem)
+                return await self._gateways.call(caller, entry, args)
             return await self._run(entry, args)
         except PilothouseError as exc:
             return _error(exc.public_message)
 
     async def _find(
-        self, caller: McpCaller, entries: dict[str, _Entry], args: dict[str, Any]
+        self, caller: McpCaller, entries: dict[str, _Entry | GatewayTool], args: dict[str, Any]
     ) -> mt.CallToolResult:
         if (problem := _problems(_FIND_TOOL.input_schema, args)) is not None:
             return _error(problem)

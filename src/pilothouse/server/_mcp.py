@@ -70,14 +70,28 @@ class _Authenticated:
         self._app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        checked = scope
+        if "x-api-key" in headers:
+            # The key came in X-API-Key: Authorization is the caller's own
+            # identity (for a gateway to pass through), not a pilothouse key.
+            checked = {
+                **scope,
+                "headers": [(k, v) for k, v in scope["headers"] if k.lower() != b"authorization"],
+            }
+        else:
+            # The key came as the bearer token: it is the gateway's own
+            # credential and is never passed on.
+            headers.pop("authorization", None)
+        headers.pop("x-api-key", None)
+        headers.pop("cookie", None)
         try:
-            principal = await principal_from_request(request, self._state)
+            principal = await principal_from_request(Request(checked, receive), self._state)
         except PilothouseError as exc:
             await error_problem(exc).response()(scope, receive, send)
             return
         scope[_CALLER] = McpCaller.from_scopes(
-            principal.tenant, principal.key_prefix, sorted(principal.scopes)
+            principal.tenant, principal.key_prefix, sorted(principal.scopes), headers
         )
         # The SDK binds a session to the credential that opened it: another
         # key presenting the session id is answered as if it did not exist.
