@@ -72,7 +72,6 @@ if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
     from pilothouse._facade.mcpserver import CallerOf, McpService
-
     from pilothouse.providers import LocalModelServers
     from pilothouse.runtime import EventHub, Runner, Runtime
     from pilothouse.runtime._events import Listener

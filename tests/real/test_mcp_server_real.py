@@ -38,7 +38,9 @@ pytestmark = [pytest.mark.real, pytest.mark.anyio]
 
 INSPECTOR_VERSION = "1.0.3"
 NODE_DIR = Path(__file__).parent / ".node"
-INSPECTOR_JS = NODE_DIR / "node_modules" / "@modelcontextprotocol" / "inspector" / "cli" / "build" / "cli.js"
+INSPECTOR_JS = (
+    NODE_DIR / "node_modules" / "@modelcontextprotocol" / "inspector" / "cli" / "build" / "cli.js"
+)
 
 EXTRA_CATALOG = """\
 providers:

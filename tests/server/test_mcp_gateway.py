@@ -40,7 +40,7 @@ def backend() -> tuple[FastAPI, list[dict[str, str]]]:
     seen: list[dict[str, str]] = []
 
     @app.get("/customers/{id}", summary="Read a customer", openapi_extra={"x-ai-enabled": True})
-    async def read_customer(id: str, request: Request) -> dict[str, Any]:  # noqa: A002
+    async def read_customer(id: str, request: Request) -> dict[str, Any]:
         seen.append(dict(request.headers))
         return {"id": id, "name": "Ada"}
 
@@ -50,7 +50,7 @@ def backend() -> tuple[FastAPI, list[dict[str, str]]]:
         return {"customer": order.customer, "amount": order.amount, "status": "placed"}
 
     @app.delete("/customers/{id}")
-    async def delete_customer(id: str) -> None:  # noqa: A002 - never reachable through the gateway
+    async def delete_customer(id: str) -> None:
         raise AssertionError("not AI-enabled")
 
     return app, seen
@@ -63,7 +63,9 @@ def crm_token(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def server_settings(tmp_path: Path, sqlite_templates: SqliteTemplates, database_seed: Seed) -> Settings:
+def server_settings(
+    tmp_path: Path, sqlite_templates: SqliteTemplates, database_seed: Seed
+) -> Settings:
     url = sqlite_templates.fresh(tmp_path / "server.db", database_seed)
     return Settings(database_url=url, secrets_file=None, egress_allow=["127.0.0.1"])
 
@@ -108,7 +110,10 @@ def text(result: mt.CallToolResult) -> str:
 
 
 async def test_ai_enabled_and_included_operations_are_tools_and_calls_are_proxied(
-    base_url: str, api_key: str, server_state: ServerState, service: tuple[str, list[dict[str, str]]]
+    base_url: str,
+    api_key: str,
+    server_state: ServerState,
+    service: tuple[str, list[dict[str, str]]],
 ) -> None:
     url, seen = service
     await gateway(server_state, url)
@@ -127,10 +132,15 @@ async def test_ai_enabled_and_included_operations_are_tools_and_calls_are_proxie
 
 
 async def test_client_headers_pass_only_when_enabled_and_never_over_a_configured_credential(
-    base_url: str, api_key: str, server_state: ServerState, service: tuple[str, list[dict[str, str]]]
+    base_url: str,
+    api_key: str,
+    server_state: ServerState,
+    service: tuple[str, list[dict[str, str]]],
 ) -> None:
     url, seen = service
-    await gateway(server_state, url, gateway={"forward_authorization": True, "forward_headers": ["x-team"]})
+    await gateway(
+        server_state, url, gateway={"forward_authorization": True, "forward_headers": ["x-team"]}
+    )
     caller = {
         "X-API-Key": api_key,
         "Authorization": "Bearer user-token",
@@ -150,7 +160,10 @@ async def test_client_headers_pass_only_when_enabled_and_never_over_a_configured
 
 
 async def test_a_configured_credential_wins_and_the_pilothouse_key_never_leaks(
-    base_url: str, api_key: str, server_state: ServerState, service: tuple[str, list[dict[str, str]]]
+    base_url: str,
+    api_key: str,
+    server_state: ServerState,
+    service: tuple[str, list[dict[str, str]]],
 ) -> None:
     url, seen = service
     await gateway(
@@ -182,11 +195,16 @@ async def test_a_configured_credential_wins_and_the_pilothouse_key_never_leaks(
 
 
 async def test_without_forwarding_no_client_header_passes(
-    base_url: str, api_key: str, server_state: ServerState, service: tuple[str, list[dict[str, str]]]
+    base_url: str,
+    api_key: str,
+    server_state: ServerState,
+    service: tuple[str, list[dict[str, str]]],
 ) -> None:
     url, seen = service
     await gateway(server_state, url)
-    async with connect(base_url, {"X-API-Key": api_key, "Authorization": "Bearer u", "X-Team": "s"}) as client:
+    async with connect(
+        base_url, {"X-API-Key": api_key, "Authorization": "Bearer u", "X-Team": "s"}
+    ) as client:
         await client.call_tool("get_customers_by_id", {"id": "1"})
     assert "authorization" not in seen[-1] and "x-team" not in seen[-1]
 
@@ -221,7 +239,10 @@ async def test_acl_denied_gateway_tools_are_never_listed_nor_callable(
 
 
 async def test_each_key_has_a_rate_limit_per_gateway(
-    base_url: str, api_key: str, server_state: ServerState, service: tuple[str, list[dict[str, str]]]
+    base_url: str,
+    api_key: str,
+    server_state: ServerState,
+    service: tuple[str, list[dict[str, str]]],
 ) -> None:
     url, _ = service
     await gateway(server_state, url, gateway={"rate_limit_per_minute": 1})
@@ -268,7 +289,8 @@ async def test_outside_the_egress_policy_a_gateway_offers_no_tools(
 
     url, _ = service
     settings = Settings(
-        database_url=sqlite_templates.fresh(tmp_path / "strict.db", database_seed), secrets_file=None
+        database_url=sqlite_templates.fresh(tmp_path / "strict.db", database_seed),
+        secrets_file=None,
     )
     state = ServerState(settings)
     app = create_app(settings, state=state)

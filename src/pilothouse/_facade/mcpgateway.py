@@ -1,4 +1,4 @@
-"""The OpenAPI → MCP gateway: a REST service's AI-enabled operations as MCP tools.
+r"""The OpenAPI → MCP gateway: a REST service's AI-enabled operations as MCP tools.
 
 A gateway is a catalog tool of kind ``rest`` whose implementation names a
 whole OpenAPI document (``openapi:<url-or-path>``, no ``#operationId``) and
@@ -24,7 +24,7 @@ summary and description, with its parameters and JSON body as input schema
 (:func:`pilothouse.tools._openapi.operation`). A call is proxied:
 
 - path parameters are checked first: a value that could walk the path
-  (``/``, ``\\``, ``.``/``..``, ``%``, control characters) is refused;
+  (``/``, ``\``, ``.``/``..``, ``%``, control characters) is refused;
 - the base URL passes the deployment's egress policy (``egress_allow``);
 - configured headers (secrets resolved) always win: a caller's header never
   replaces one, and no operation header parameter may set one;
@@ -84,7 +84,9 @@ TRUSTED_IP_HEADERS = frozenset(
     }
 )
 """Headers a proxy trusts to name the client's address: never passed on."""
-_SETTINGS = frozenset({"include", "forward_authorization", "forward_headers", "rate_limit_per_minute"})
+_SETTINGS = frozenset(
+    {"include", "forward_authorization", "forward_headers", "rate_limit_per_minute"}
+)
 _FORWARD = "__forward_"
 
 
@@ -119,7 +121,8 @@ def _config(code: str, raw: Any) -> _Config:
     unknown = sorted(set(block) - _SETTINGS)
     if unknown:
         raise InvalidFieldError(
-            where, f"unknown setting(s) {', '.join(unknown)}; write only {', '.join(sorted(_SETTINGS))}"
+            where,
+            f"unknown setting(s) {', '.join(unknown)}; write only {', '.join(sorted(_SETTINGS))}",
         )
     include = block.get("include", [])
     forward = block.get("forward_headers", [])
@@ -229,7 +232,8 @@ class Gateways:
         source = str(document.get("implementation") or "").removeprefix("openapi:")
         if not str(document.get("implementation") or "").startswith("openapi:") or "#" in source:
             raise InvalidFieldError(
-                f"tool '{code}': implementation", "a gateway names a whole document: 'openapi:<url-or-path>'"
+                f"tool '{code}': implementation",
+                "a gateway names a whole document: 'openapi:<url-or-path>'",
             )
         spec = await load_document(source, self.http)
         headers = cast("dict[str, str]", settings.get("headers") or {})
@@ -242,7 +246,11 @@ class Gateways:
                 if op is None:
                     continue
                 ident = f"{method.upper()} {template}"
-                if not (op.get("x-ai-enabled") is True or ident in config.include or op.get("operationId") in config.include):
+                if not (
+                    op.get("x-ai-enabled") is True
+                    or ident in config.include
+                    or op.get("operationId") in config.include
+                ):
                     continue
                 name = gateway_tool_name(method, template)
                 # Operations without an operationId get the tool's name, so
@@ -281,8 +289,13 @@ class Gateways:
         name = gateway.tool.name
         for argument in gateway.endpoint.path:
             if argument in arguments and not _safe_segment(arguments[argument]):
-                return _error(f"{argument}: a path parameter may not hold '/', '\\\\', '%', '.' or '..'")
-        if not self._window.take((caller.key_prefix or caller.tenant, gateway.gateway), gateway.config.rate_limit_per_minute):
+                return _error(
+                    f"{argument}: a path parameter may not hold '/', '\\\\', '%', '.' or '..'"
+                )
+        if not self._window.take(
+            (caller.key_prefix or caller.tenant, gateway.gateway),
+            gateway.config.rate_limit_per_minute,
+        ):
             return _error(
                 f"rate limit of {gateway.config.rate_limit_per_minute} calls a minute for this "
                 f"gateway reached; retry later"
@@ -315,11 +328,12 @@ class Gateways:
             caller.key_prefix,
             result.error_code or "ok",
         )
-        structured = result.data if isinstance(result.data, dict) else None
+        data: Any = result.data
+        structured = cast("dict[str, Any]", data) if isinstance(data, dict) else None
         return mt.CallToolResult(
             content=[mt.TextContent(text=result.content)],
             is_error=result.is_error,
-            structured_content=cast("dict[str, Any] | None", structured),
+            structured_content=structured,
         )
 
     async def aclose(self) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 __all__ = ["McpService"]
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -120,7 +120,8 @@ class McpService:
             title="pilothouse",
             instructions=(
                 "Each tool runs one governed, audited task (an action of the catalog). "
-                f"If a result says the action asks questions, answer them with {'pilothouse_answer'}."
+                "If a result says the action asks questions, answer them with "
+                "pilothouse_answer."
             ),
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
@@ -161,13 +162,17 @@ class McpService:
     ) -> mt.CallToolResult:
         caller, toolbox = await self._toolbox(ctx)
         logger.info(
-            "MCP tool %s called for tenant %s by key %s", params.name, caller.tenant, caller.key_prefix
+            "MCP tool %s called for tenant %s by key %s",
+            params.name,
+            caller.tenant,
+            caller.key_prefix,
         )
         return await toolbox.call_tool(caller, params.name, params.arguments)
 
     async def _list_prompts(
-        self, ctx: ServerRequestContext[Any, Any], _: mt.PaginatedRequestParams | None
+        self, ctx: ServerRequestContext[Any, Any], params: mt.PaginatedRequestParams | None
     ) -> mt.ListPromptsResult:
+        del params  # one page holds every prompt
         _, toolbox = await self._toolbox(ctx)
         return mt.ListPromptsResult(prompts=await toolbox.list_prompts())
 
@@ -176,7 +181,7 @@ class McpService:
     ) -> mt.GetPromptResult:
         from mcp.shared.exceptions import MCPError
 
-        _, toolbox = await self._toolbox(ctx)
+        toolbox = (await self._toolbox(ctx))[1]
         try:
             return await toolbox.get_prompt(params.name)
         except PilothouseError as exc:
@@ -228,7 +233,7 @@ class McpService:
         return changed
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
+    async def running(self) -> AsyncGenerator[None]:
         """Run the list_changed watcher for as long as the block lasts."""
         try:
             async with anyio.create_task_group() as group:

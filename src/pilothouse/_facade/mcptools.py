@@ -37,11 +37,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import mcp_types as mt
 
+from pilothouse._facade.mcpgateway import GatewayTool
 from pilothouse.catalog._enums import Cardinality, ProcessStatus, SchemaDirection
 from pilothouse.errors import PilothouseError
 from pilothouse.runtime._prompt import template_fields
-
-from pilothouse._facade.mcpgateway import GatewayTool
 
 if TYPE_CHECKING:
     from pilothouse._facade.mcpgateway import Gateways
@@ -100,7 +99,11 @@ def _output(action: Action) -> tuple[dict[str, Any] | None, str | None]:
 def _entry(action: Action, kind: str, code: str, description: str, extra_prompt: str) -> _Entry:
     placeholders = frozenset(template_fields(action.prompt) | template_fields(extra_prompt))
     properties: dict[str, Any] = {
-        "message": {"type": "string", "minLength": 1, "description": "Your message (the user turn)."}
+        "message": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Your message (the user turn).",
+        }
     }
     required: list[str] = []
     for name in sorted(placeholders):
@@ -129,7 +132,9 @@ def _entry(action: Action, kind: str, code: str, description: str, extra_prompt:
         },
         output_schema=output_schema,
     )
-    return _Entry(tool, action.code, code if kind == "agent" else None, placeholders, data is not None, output)
+    return _Entry(
+        tool, action.code, code if kind == "agent" else None, placeholders, data is not None, output
+    )
 
 
 _ANSWER_TOOL = mt.Tool(
@@ -303,7 +308,11 @@ class McpToolbox:
             text = f"{tool.name} {tool.title or ''} {tool.description or ''}".lower()
             if caller.allows(tool.name) and all(word in text for word in words):
                 found.append(
-                    {"tool": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
+                    {
+                        "tool": tool.name,
+                        "description": tool.description,
+                        "inputSchema": tool.input_schema,
+                    }
                 )
         return mt.CallToolResult(
             content=[mt.TextContent(text=json.dumps(found, indent=1))],
@@ -324,7 +333,12 @@ class McpToolbox:
         return self._result(entry, turn)
 
     def _result(self, entry: _Entry | None, turn: TurnResult) -> mt.CallToolResult:
-        meta = {_META: turn.conversation_uuid}
+        result = self._outcome(entry, turn)
+        # Which conversation recorded the call: the caller can read its transcript.
+        result.meta = {_META: turn.conversation_uuid}
+        return result
+
+    def _outcome(self, entry: _Entry | None, turn: TurnResult) -> mt.CallToolResult:
         if turn.status is ProcessStatus.WAITING:
             asked = [{"id": q.id, "question": q.question} for q in turn.questions]
             text = (
@@ -332,21 +346,22 @@ class McpToolbox:
                 f"Answer with the tool {ANSWER} (conversation_uuid "
                 f"'{turn.conversation_uuid}', answers by id)."
             )
-            return mt.CallToolResult(content=[mt.TextContent(text=text)], is_error=True, meta=meta)
+            return mt.CallToolResult(content=[mt.TextContent(text=text)], is_error=True)
         if turn.status is not ProcessStatus.COMPLETED:
             detail = turn.error or f"the conversation ended with status {turn.status.value}"
             return mt.CallToolResult(
                 content=[mt.TextContent(text=f"the action failed: {detail}")],
                 is_error=True,
-                meta=meta,
             )
         if turn.tool_calls:
-            calls = [{"id": c.id, "tool": c.name, "arguments": c.arguments} for c in turn.tool_calls]
+            calls = [
+                {"id": c.id, "tool": c.name, "arguments": c.arguments} for c in turn.tool_calls
+            ]
             text = (
                 "The action returned tool calls for its caller to run, which MCP cannot "
                 f"carry: {json.dumps(calls, ensure_ascii=False)}"
             )
-            return mt.CallToolResult(content=[mt.TextContent(text=text)], is_error=True, meta=meta)
+            return mt.CallToolResult(content=[mt.TextContent(text=text)], is_error=True)
         structured: dict[str, Any] | None = None
         if entry is not None and entry.output is not None:
             structured = (
@@ -355,9 +370,7 @@ class McpToolbox:
                 else {entry.output: turn.output}
             )
         text = turn.text if structured is None else json.dumps(turn.output, ensure_ascii=False)
-        return mt.CallToolResult(
-            content=[mt.TextContent(text=text)], structured_content=structured, meta=meta
-        )
+        return mt.CallToolResult(content=[mt.TextContent(text=text)], structured_content=structured)
 
     async def list_prompts(self) -> list[mt.Prompt]:
         """Return the tenant's active skills as prompts."""

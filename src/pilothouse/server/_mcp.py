@@ -24,7 +24,7 @@ from __future__ import annotations
 
 __all__ = ["McpHttp", "mcp_routes"]
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +96,9 @@ class _Authenticated:
         # The SDK binds a session to the credential that opened it: another
         # key presenting the session id is answered as if it did not exist.
         token = AccessToken(
-            token=principal.key_prefix, client_id=principal.key_prefix, scopes=sorted(principal.scopes)
+            token=principal.key_prefix,
+            client_id=principal.key_prefix,
+            scopes=sorted(principal.scopes),
         )
         scope["user"] = AuthenticatedUser(token)
         await self._app(scope, receive, send)
@@ -157,7 +159,7 @@ class McpHttp:
         ]
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
+    async def running(self) -> AsyncGenerator[None]:
         """Run the session manager and the list_changed watcher for the app's lifetime."""
         async with self.sessions.run(), self.service.running():
             yield
@@ -167,4 +169,3 @@ def mcp_routes(state: ServerState) -> tuple[list[Route], McpHttp]:
     """Return the MCP routes of ``state``'s service and what runs them."""
     http = McpHttp(state)
     return http.routes(), http
-
