@@ -28,6 +28,7 @@ from typing import Any
 import httpx2
 import mcp_types as mt
 import pytest
+from fastapi import FastAPI, Request
 from fault_upstream import Reply, Upstream, completion, running_upstream
 from live_serve import PILOTHOUSE, LiveServer, cli, live_serve
 from mcp import Client, StdioServerParameters
@@ -85,9 +86,7 @@ class Order(BaseModel):
     item: str
 
 
-def crm_app() -> Any:
-    from fastapi import FastAPI, Request
-
+def crm_app() -> FastAPI:
     app = FastAPI(title="CRM")
 
     @app.get("/customers/{id}", summary="Read a customer", openapi_extra={"x-ai-enabled": True})
