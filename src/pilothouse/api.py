@@ -348,14 +348,19 @@ class Pilothouse:
             list_changed_seconds: how often catalog changes are looked for
                 (``notifications/tools/list_changed``).
         """
+        from pilothouse._facade.mcpgateway import Gateways
         from pilothouse._facade.mcpserver import McpService
+        from pilothouse.providers import SecretResolver
 
+        settings = self._shared.settings
+        secrets = SecretResolver(env=dict(os.environ), secrets_file=settings.secrets_file)
         return McpService(
             self,
             lambda: self._shared.database,
             caller_of,
             max_tools=max_tools,
             list_changed_seconds=list_changed_seconds,
+            gateways=Gateways(secrets, self._shared.egress),
         )
 
     def subscribe(

@@ -217,17 +217,29 @@ class McpCaller:
         key_prefix: the API key's public prefix (None on stdio).
         allowed_tools: name patterns of the tools the caller may list and
             call; None for every tool.
+        headers: the caller's request headers (lower-case names) an
+            OpenAPI gateway may pass on when configured to; never the
+            pilothouse key that authenticated the request.
     """
 
     tenant: str
     key_prefix: str | None = None
     allowed_tools: tuple[str, ...] | None = None
+    headers: Mapping[str, str] = field(default_factory=dict[str, str])
 
     @classmethod
-    def from_scopes(cls, tenant: str, key_prefix: str | None, scopes: Sequence[str]) -> McpCaller:
+    def from_scopes(
+        cls,
+        tenant: str,
+        key_prefix: str | None,
+        scopes: Sequence[str],
+        headers: Mapping[str, str] | None = None,
+    ) -> McpCaller:
         """Return the caller of a key with ``scopes`` (its ``mcp:tool:`` ones restrict it)."""
-        patterns = tuple(s.removeprefix(MCP_TOOL_SCOPE) for s in scopes if s.startswith(MCP_TOOL_SCOPE))
-        return cls(tenant, key_prefix, patterns or None)
+        patterns = tuple(
+            s.removeprefix(MCP_TOOL_SCOPE) for s in scopes if s.startswith(MCP_TOOL_SCOPE)
+        )
+        return cls(tenant, key_prefix, patterns or None, dict(headers or {}))
 
     def allows(self, tool: str) -> bool:
         """Whether the caller may see and call the tool named ``tool``."""

@@ -28,19 +28,31 @@ from typing import Any
 import httpx2
 import mcp_types as mt
 import pytest
+from fastapi import FastAPI, Request
 from fault_upstream import Reply, Upstream, completion, running_upstream
 from live_serve import PILOTHOUSE, LiveServer, cli, live_serve
 from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
+from pydantic import BaseModel
 
 pytestmark = [pytest.mark.real, pytest.mark.anyio]
 
 INSPECTOR_VERSION = "1.0.3"
 NODE_DIR = Path(__file__).parent / ".node"
-INSPECTOR_JS = NODE_DIR / "node_modules" / "@modelcontextprotocol" / "inspector" / "cli" / "build" / "cli.js"
+INSPECTOR_JS = (
+    NODE_DIR / "node_modules" / "@modelcontextprotocol" / "inspector" / "cli" / "build" / "cli.js"
+)
 
 EXTRA_CATALOG = """\
+tools:
+  - code: CRM
+    name: crm
+    kind: rest
+    implementation: openapi:{crm_url}/openapi.json
+    settings:
+      gateway:
+        include: [createOrder]
 providers:
   - code: UPSTREAM
     kind: openai-compatible
@@ -70,11 +82,61 @@ def upstream() -> Iterator[Upstream]:
         yield up
 
 
+class Order(BaseModel):
+    item: str
+
+
+def crm_app() -> FastAPI:
+    app = FastAPI(title="CRM")
+
+    @app.get("/customers/{id}", summary="Read a customer", openapi_extra={"x-ai-enabled": True})
+    async def read_customer(id: str, request: Request) -> dict[str, Any]:
+        return {"id": id, "name": "Ada", "sawAuthorization": "authorization" in request.headers}
+
+    @app.post("/orders", operation_id="createOrder", summary="Place an order")
+    async def create_order(order: Order) -> dict[str, Any]:
+        return {"item": order.item, "status": "placed"}
+
+    return app
+
+
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[LiveServer]:
+def crm() -> Iterator[str]:
+    """A real FastAPI service under uvicorn on a loopback port, in a thread of its own."""
+    import threading
+
+    import uvicorn
+    from live_serve import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(crm_app(), port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the CRM service did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def live(
+    tmp_path_factory: pytest.TempPathFactory, upstream: Upstream, crm: str
+) -> Iterator[LiveServer]:
     folder = tmp_path_factory.mktemp("mcp-live")
-    with live_serve(folder, EXTRA_CATALOG.format(base_url=upstream.base_url)) as server:
-        yield server
+    extra = EXTRA_CATALOG.format(base_url=upstream.base_url, crm_url=crm)
+    patch = pytest.MonkeyPatch()
+    # The gateway's service is on loopback: the egress policy must allow it.
+    patch.setenv("PILOTHOUSE_EGRESS_ALLOW", "127.0.0.1")
+    try:
+        with live_serve(folder, extra) as server:
+            yield server
+    finally:
+        patch.undo()
 
 
 def root(live: LiveServer) -> str:
@@ -254,3 +316,16 @@ def test_a_key_allowed_one_tool_sees_only_it(live: LiveServer) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert [tool["name"] for tool in json.loads(done.stdout)["tools"]] == ["action_ASK"]
+
+
+async def test_gateway_in_front_of_a_real_fastapi_service(live: LiveServer) -> None:
+    async with http_client(live, "legacy") as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        customer = await client.call_tool("get_customers_by_id", {"id": "7"})
+        traversal = await client.call_tool("get_customers_by_id", {"id": "../admin"})
+        order = await client.call_tool("post_orders", {"item": "rocket"})
+    assert tools["get_customers_by_id"].description == "Read a customer"
+    # The pilothouse key (the bearer token) is never passed on.
+    assert customer.structured_content == {"id": "7", "name": "Ada", "sawAuthorization": False}
+    assert traversal.is_error
+    assert order.structured_content == {"item": "rocket", "status": "placed"}

@@ -69,7 +69,7 @@ async def get_data() -> list[Any]:
 created: list[dict[str, str]] = []
 
 
-def create_api_version(apiId: str, hostId: str) -> dict[str, str]:  # noqa: N803 - the seed's names
+def create_api_version(apiId: str, hostId: str) -> dict[str, str]:
     created.append({"apiId": apiId, "hostId": hostId})
     return {"apiVersionId": f"{apiId}-0.1.0", "hostId": hostId}
 
@@ -112,11 +112,13 @@ SPEC_EXAMPLES = [
         {"jsonrpc": "2.0", "result": -19, "id": 2},
     ),
     (
-        '{"jsonrpc": "2.0", "method": "subtract", "params": {"subtrahend": 23, "minuend": 42}, "id": 3}',
+        '{"jsonrpc": "2.0", "method": "subtract", '
+        '"params": {"subtrahend": 23, "minuend": 42}, "id": 3}',
         {"jsonrpc": "2.0", "result": 19, "id": 3},
     ),
     (
-        '{"jsonrpc": "2.0", "method": "subtract", "params": {"minuend": 42, "subtrahend": 23}, "id": 4}',
+        '{"jsonrpc": "2.0", "method": "subtract", '
+        '"params": {"minuend": 42, "subtrahend": 23}, "id": 4}',
         {"jsonrpc": "2.0", "result": 19, "id": 4},
     ),
     ('{"jsonrpc": "2.0", "method": "update", "params": [1,2,3,4,5]}', None),
@@ -220,7 +222,10 @@ async def test_the_seeds_json_rpc_form_reaches_the_same_handler(
     assert response.json() == {
         "jsonrpc": "2.0",
         "id": 1,
-        "result": {"apiVersionId": "MCP0001-0.1.0", "hostId": "01964b05-552a-7c4b-9184-6857e7f3dc5f"},
+        "result": {
+            "apiVersionId": "MCP0001-0.1.0",
+            "hostId": "01964b05-552a-7c4b-9184-6857e7f3dc5f",
+        },
     }
 
 
@@ -248,7 +253,10 @@ async def test_legacy_entries_are_allowed_in_a_batch(
     assert answers[1] == {
         "jsonrpc": "2.0",
         "id": 1,
-        "result": {"apiVersionId": "MCP0001-0.1.0", "hostId": "01964b05-552a-7c4b-9184-6857e7f3dc5f"},
+        "result": {
+            "apiVersionId": "MCP0001-0.1.0",
+            "hostId": "01964b05-552a-7c4b-9184-6857e7f3dc5f",
+        },
     }
 
 

@@ -34,7 +34,9 @@ MODERN = "2026-07-28"
 
 @pytest.fixture
 def server_config() -> ServerSettings:
-    return ServerSettings(host="127.0.0.1", shutdown_grace_seconds=2.0, mcp_list_changed_seconds=0.1)
+    return ServerSettings(
+        host="127.0.0.1", shutdown_grace_seconds=2.0, mcp_list_changed_seconds=0.1
+    )
 
 
 @pytest.fixture
@@ -78,7 +80,9 @@ async def test_a_client_lists_the_actions_and_runs_one_as_an_audited_conversatio
 ) -> None:
     async with connect(base_url, api_key, mode=mode, transport=transport) as client:
         listed = {tool.name: tool for tool in (await client.list_tools()).tools}
-        assert {"action_ECHO", "action_SUMBRAND", "agent_WRITER", "pilothouse_answer"} <= set(listed)
+        assert {"action_ECHO", "action_SUMBRAND", "agent_WRITER", "pilothouse_answer"} <= set(
+            listed
+        )
         echo = listed["action_ECHO"]
         # The prompt's {input} placeholder and the message are the arguments.
         assert echo.input_schema["required"] == ["input", "message"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 __all__ = ["McpService"]
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from mcp.server.models import InitializationOptions
     from mcp.server.session import ServerSession
 
+    from pilothouse._facade.mcpgateway import Gateways
     from pilothouse.api import Pilothouse
     from pilothouse.types import McpCaller
 
@@ -80,6 +81,7 @@ class McpService:
         caller_of: finds the caller of a request.
         max_tools: list action tools only up to this many (then disclose).
         list_changed_seconds: how often the watcher reads catalog revisions.
+        gateways: the OpenAPI → MCP gateways (their tools join each tenant's).
 
     Attributes:
         server: the SDK's low-level server to hand to a transport.
@@ -93,6 +95,7 @@ class McpService:
         *,
         max_tools: int = 30,
         list_changed_seconds: float = 2.0,
+        gateways: Gateways | None = None,
     ) -> None:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -105,6 +108,7 @@ class McpService:
         self._caller_of = caller_of
         self._max_tools = max_tools
         self._interval = list_changed_seconds
+        self.gateways = gateways
         # Per tenant: its open handshake-era sessions and its listen bus.
         self._sessions: dict[str, dict[int, ServerSession]] = {}
         self._buses: dict[str, InMemorySubscriptionBus] = {}
@@ -116,7 +120,8 @@ class McpService:
             title="pilothouse",
             instructions=(
                 "Each tool runs one governed, audited task (an action of the catalog). "
-                f"If a result says the action asks questions, answer them with {'pilothouse_answer'}."
+                "If a result says the action asks questions, answer them with "
+                "pilothouse_answer."
             ),
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
@@ -135,7 +140,7 @@ class McpService:
         caller = self._caller_of(ctx)
         await self._track(caller.tenant, ctx)
         view = self._ph.for_tenant(caller.tenant)
-        return caller, McpToolbox(view, max_tools=self._max_tools)
+        return caller, McpToolbox(view, max_tools=self._max_tools, gateways=self.gateways)
 
     async def _track(self, tenant: str, ctx: ServerRequestContext[Any, Any]) -> None:
         if tenant not in self._revisions:
@@ -157,13 +162,17 @@ class McpService:
     ) -> mt.CallToolResult:
         caller, toolbox = await self._toolbox(ctx)
         logger.info(
-            "MCP tool %s called for tenant %s by key %s", params.name, caller.tenant, caller.key_prefix
+            "MCP tool %s called for tenant %s by key %s",
+            params.name,
+            caller.tenant,
+            caller.key_prefix,
         )
         return await toolbox.call_tool(caller, params.name, params.arguments)
 
     async def _list_prompts(
-        self, ctx: ServerRequestContext[Any, Any], _: mt.PaginatedRequestParams | None
+        self, ctx: ServerRequestContext[Any, Any], params: mt.PaginatedRequestParams | None
     ) -> mt.ListPromptsResult:
+        del params  # one page holds every prompt
         _, toolbox = await self._toolbox(ctx)
         return mt.ListPromptsResult(prompts=await toolbox.list_prompts())
 
@@ -172,7 +181,7 @@ class McpService:
     ) -> mt.GetPromptResult:
         from mcp.shared.exceptions import MCPError
 
-        _, toolbox = await self._toolbox(ctx)
+        toolbox = (await self._toolbox(ctx))[1]
         try:
             return await toolbox.get_prompt(params.name)
         except PilothouseError as exc:
@@ -224,14 +233,18 @@ class McpService:
         return changed
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
+    async def running(self) -> AsyncGenerator[None]:
         """Run the list_changed watcher for as long as the block lasts."""
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._watch)
-            try:
-                yield
-            finally:
-                group.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._watch)
+                try:
+                    yield
+                finally:
+                    group.cancel_scope.cancel()
+        finally:
+            if self.gateways is not None:
+                await self.gateways.aclose()
 
     async def _watch(self) -> None:
         while True:

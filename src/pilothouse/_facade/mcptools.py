@@ -30,20 +30,25 @@ from __future__ import annotations
 __all__ = ["ANSWER", "FIND", "RUN", "McpToolbox", "tool_name"]
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import mcp_types as mt
 
+from pilothouse._facade.mcpgateway import GatewayTool
 from pilothouse.catalog._enums import Cardinality, ProcessStatus, SchemaDirection
 from pilothouse.errors import PilothouseError
 from pilothouse.runtime._prompt import template_fields
 
 if TYPE_CHECKING:
+    from pilothouse._facade.mcpgateway import Gateways
     from pilothouse.api import Pilothouse
     from pilothouse.catalog._models import Action
     from pilothouse.types import McpCaller, TurnResult
+
+logger = logging.getLogger(__name__)
 
 ANSWER = "pilothouse_answer"
 FIND = "pilothouse_find_actions"
@@ -94,7 +99,11 @@ def _output(action: Action) -> tuple[dict[str, Any] | None, str | None]:
 def _entry(action: Action, kind: str, code: str, description: str, extra_prompt: str) -> _Entry:
     placeholders = frozenset(template_fields(action.prompt) | template_fields(extra_prompt))
     properties: dict[str, Any] = {
-        "message": {"type": "string", "minLength": 1, "description": "Your message (the user turn)."}
+        "message": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Your message (the user turn).",
+        }
     }
     required: list[str] = []
     for name in sorted(placeholders):
@@ -123,7 +132,9 @@ def _entry(action: Action, kind: str, code: str, description: str, extra_prompt:
         },
         output_schema=output_schema,
     )
-    return _Entry(tool, action.code, code if kind == "agent" else None, placeholders, data is not None, output)
+    return _Entry(
+        tool, action.code, code if kind == "agent" else None, placeholders, data is not None, output
+    )
 
 
 _ANSWER_TOOL = mt.Tool(
@@ -201,13 +212,24 @@ class McpToolbox:
             many; past it, the disclosure tools are listed instead.
     """
 
-    def __init__(self, ph: Pilothouse, *, max_tools: int) -> None:
+    def __init__(self, ph: Pilothouse, *, max_tools: int, gateways: Gateways | None = None) -> None:
         self._ph = ph
         self._max_tools = max_tools
+        self._gateways = gateways
 
-    async def _entries(self) -> dict[str, _Entry]:
+    async def _entries(self) -> dict[str, _Entry | GatewayTool]:
         actions = {a.code: a for a in await self._ph.query.get_all_actions()}
-        entries: dict[str, _Entry] = {}
+        entries: dict[str, _Entry | GatewayTool] = {}
+        if self._gateways is not None:
+            for proxied in await self._gateways.tools(self._ph):
+                if proxied.tool.name in entries:
+                    logger.warning(
+                        "MCP gateway %s: tool %s is offered already; skipped",
+                        proxied.gateway,
+                        proxied.tool.name,
+                    )
+                    continue
+                entries[proxied.tool.name] = proxied
         for action in actions.values():
             description = action.goal_description or action.name or action.code
             entry = _entry(action, "action", action.code, description, "")
@@ -265,12 +287,17 @@ class McpToolbox:
             entry = entries.get(name)
             if entry is None:
                 return _error(f"unknown tool '{name}'")
+            if isinstance(entry, GatewayTool):
+                assert self._gateways is not None
+                if (problem := _problems(entry.tool.input_schema, args)) is not None:
+                    return _error(problem)
+                return await self._gateways.call(caller, entry, args)
             return await self._run(entry, args)
         except PilothouseError as exc:
             return _error(exc.public_message)
 
     async def _find(
-        self, caller: McpCaller, entries: dict[str, _Entry], args: dict[str, Any]
+        self, caller: McpCaller, entries: dict[str, _Entry | GatewayTool], args: dict[str, Any]
     ) -> mt.CallToolResult:
         if (problem := _problems(_FIND_TOOL.input_schema, args)) is not None:
             return _error(problem)
@@ -281,7 +308,11 @@ class McpToolbox:
             text = f"{tool.name} {tool.title or ''} {tool.description or ''}".lower()
             if caller.allows(tool.name) and all(word in text for word in words):
                 found.append(
-                    {"tool": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
+                    {
+                        "tool": tool.name,
+                        "description": tool.description,
+                        "inputSchema": tool.input_schema,
+                    }
                 )
         return mt.CallToolResult(
             content=[mt.TextContent(text=json.dumps(found, indent=1))],
@@ -302,7 +333,12 @@ class McpToolbox:
         return self._result(entry, turn)
 
     def _result(self, entry: _Entry | None, turn: TurnResult) -> mt.CallToolResult:
-        meta = {_META: turn.conversation_uuid}
+        result = self._outcome(entry, turn)
+        # Which conversation recorded the call: the caller can read its transcript.
+        result.meta = {_META: turn.conversation_uuid}
+        return result
+
+    def _outcome(self, entry: _Entry | None, turn: TurnResult) -> mt.CallToolResult:
         if turn.status is ProcessStatus.WAITING:
             asked = [{"id": q.id, "question": q.question} for q in turn.questions]
             text = (
@@ -310,21 +346,22 @@ class McpToolbox:
                 f"Answer with the tool {ANSWER} (conversation_uuid "
                 f"'{turn.conversation_uuid}', answers by id)."
             )
-            return mt.CallToolResult(content=[mt.TextContent(text=text)], is_error=True, meta=meta)
+            return mt.CallToolResult(content=[mt.TextContent(text=text)], is_error=True)
         if turn.status is not ProcessStatus.COMPLETED:
             detail = turn.error or f"the conversation ended with status {turn.status.value}"
             return mt.CallToolResult(
                 content=[mt.TextContent(text=f"the action failed: {detail}")],
                 is_error=True,
-                meta=meta,
             )
         if turn.tool_calls:
-            calls = [{"id": c.id, "tool": c.name, "arguments": c.arguments} for c in turn.tool_calls]
+            calls = [
+                {"id": c.id, "tool": c.name, "arguments": c.arguments} for c in turn.tool_calls
+            ]
             text = (
                 "The action returned tool calls for its caller to run, which MCP cannot "
                 f"carry: {json.dumps(calls, ensure_ascii=False)}"
             )
-            return mt.CallToolResult(content=[mt.TextContent(text=text)], is_error=True, meta=meta)
+            return mt.CallToolResult(content=[mt.TextContent(text=text)], is_error=True)
         structured: dict[str, Any] | None = None
         if entry is not None and entry.output is not None:
             structured = (
@@ -333,9 +370,7 @@ class McpToolbox:
                 else {entry.output: turn.output}
             )
         text = turn.text if structured is None else json.dumps(turn.output, ensure_ascii=False)
-        return mt.CallToolResult(
-            content=[mt.TextContent(text=text)], structured_content=structured, meta=meta
-        )
+        return mt.CallToolResult(content=[mt.TextContent(text=text)], structured_content=structured)
 
     async def list_prompts(self) -> list[mt.Prompt]:
         """Return the tenant's active skills as prompts."""

@@ -50,7 +50,6 @@ import logging
 from typing import Any, cast
 
 import anyio
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
@@ -147,7 +146,9 @@ async def _routed(ph: Pilothouse, route: RpcRoute, params: Any) -> Any:
         raise RpcError(INVALID_PARAMS, "Invalid params", 400, "params must be an object (by name)")
     if route.handler is not None:
         if not isinstance(params, dict | list):
-            raise RpcError(INVALID_PARAMS, "Invalid params", 400, "params must be an object or an array")
+            raise RpcError(
+                INVALID_PARAMS, "Invalid params", 400, "params must be an object or an array"
+            )
         try:
             route.bind(params)
         except TypeError as exc:
@@ -159,7 +160,10 @@ async def _routed(ph: Pilothouse, route: RpcRoute, params: Any) -> Any:
     except Exception:
         logger.exception("JSON-RPC method %s failed unexpectedly", route.method)
         raise RpcError(
-            INTERNAL_ERROR, "Internal error", 500, "an unexpected error occurred; it has been logged"
+            INTERNAL_ERROR,
+            "Internal error",
+            500,
+            "an unexpected error occurred; it has been logged",
         ) from None
 
 

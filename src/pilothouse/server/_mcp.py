@@ -24,7 +24,7 @@ from __future__ import annotations
 
 __all__ = ["McpHttp", "mcp_routes"]
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -70,19 +70,35 @@ class _Authenticated:
         self._app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        checked = scope
+        if "x-api-key" in headers:
+            # The key came in X-API-Key: Authorization is the caller's own
+            # identity (for a gateway to pass through), not a pilothouse key.
+            checked = {
+                **scope,
+                "headers": [(k, v) for k, v in scope["headers"] if k.lower() != b"authorization"],
+            }
+        else:
+            # The key came as the bearer token: it is the gateway's own
+            # credential and is never passed on.
+            headers.pop("authorization", None)
+        headers.pop("x-api-key", None)
+        headers.pop("cookie", None)
         try:
-            principal = await principal_from_request(request, self._state)
+            principal = await principal_from_request(Request(checked, receive), self._state)
         except PilothouseError as exc:
             await error_problem(exc).response()(scope, receive, send)
             return
         scope[_CALLER] = McpCaller.from_scopes(
-            principal.tenant, principal.key_prefix, sorted(principal.scopes)
+            principal.tenant, principal.key_prefix, sorted(principal.scopes), headers
         )
         # The SDK binds a session to the credential that opened it: another
         # key presenting the session id is answered as if it did not exist.
         token = AccessToken(
-            token=principal.key_prefix, client_id=principal.key_prefix, scopes=sorted(principal.scopes)
+            token=principal.key_prefix,
+            client_id=principal.key_prefix,
+            scopes=sorted(principal.scopes),
         )
         scope["user"] = AuthenticatedUser(token)
         await self._app(scope, receive, send)
@@ -143,7 +159,7 @@ class McpHttp:
         ]
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
+    async def running(self) -> AsyncGenerator[None]:
         """Run the session manager and the list_changed watcher for the app's lifetime."""
         async with self.sessions.run(), self.service.running():
             yield
@@ -153,4 +169,3 @@ def mcp_routes(state: ServerState) -> tuple[list[Route], McpHttp]:
     """Return the MCP routes of ``state``'s service and what runs them."""
     http = McpHttp(state)
     return http.routes(), http
-

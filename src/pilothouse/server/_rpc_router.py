@@ -106,7 +106,9 @@ class RpcRoute:
 
 def _check_name(method: str, *, routed: bool) -> None:
     if not method or method != method.strip():
-        raise InvalidFieldError("method", "a method name must be a non-empty string without spaces around it")
+        raise InvalidFieldError(
+            "method", "a method name must be a non-empty string without spaces around it"
+        )
     if method.startswith(_RESERVED):
         raise InvalidFieldError(
             "method", f"'{method}' is reserved (rpc.* by JSON-RPC, pilothouse/* by the built-ins)"
@@ -114,8 +116,9 @@ def _check_name(method: str, *, routed: bool) -> None:
     parts = method.split("/")
     if routed and (len(parts) != 4 or not all(parts)):
         raise InvalidFieldError(
-            "method", f"'{method}' is not <host>/<service>/<action>/<version>, e.g. "
-            "'erp-1/llm/summarize/1.0.0'"
+            "method",
+            f"'{method}' is not <host>/<service>/<action>/<version>, e.g. "
+            "'erp-1/llm/summarize/1.0.0'",
         )
 
 

@@ -275,6 +275,12 @@ class ToolRegistry:
             return SchemaTool(self._definition(row, None, ""), policy)
         implementation = (row.implementation or "").strip()
         settings: Mapping[str, Any] = row.settings or {}
+        if kind is ToolKind.REST and "gateway" in settings:
+            raise ToolError(
+                f"tool '{row.name}': it is an OpenAPI → MCP gateway (settings.gateway), served "
+                "to MCP clients at /mcp; an action cannot call it: declare one operation as "
+                "'openapi:<url-or-path>#<operationId>' instead"
+            )
         if kind is ToolKind.REST:
             # A REST tool is an OpenAPI operation, or declared in its settings.
             if implementation.startswith("openapi:"):
