@@ -93,6 +93,11 @@ async def ph(database: Database) -> AsyncIterator[Pilothouse]:
         yield facade
 
 
+def _system(model: ScriptedModel, index: int = 0) -> str:
+    """The system prompt of the model's request ``index``."""
+    return str(getattr(model.requests[index].messages[0].parts[0], "content", ""))
+
+
 def _retrieval_events(timeline: list[Any]) -> list[dict[str, Any]]:
     return [e.data for e in timeline if e.kind is TimelineKind.RETRIEVAL]
 
@@ -159,7 +164,7 @@ async def test_the_advisor_gives_the_model_numbered_sources_and_records_them(
         )
         transcript = await run.query.get_transcript(result.conversation_uuid)
     assert result.status is ProcessStatus.COMPLETED
-    system = model.requests[0].messages[0].parts[0].content  # type: ignore[union-attr]
+    system = _system(model)
     assert "Answer from the numbered sources" in system
     assert "[1] Expenses (hb:expenses; Expenses)" in system
     assert "Submit receipts within 30 days" in system
@@ -190,7 +195,7 @@ async def test_nothing_passing_the_threshold_is_said_to_the_model_and_the_timeli
     async with Pilothouse(Settings(), database=database, model=model) as run:
         result = await run.command.start_and_send("Who won the 1954 World Cup?", action="ASKSTRICT")
         transcript = await run.query.get_transcript(result.conversation_uuid)
-    system = model.requests[0].messages[0].parts[0].content  # type: ignore[union-attr]
+    system = _system(model)
     assert "found nothing relevant enough" in system
     assert "STRICT: best similarity" in system and "below the threshold 0.95" in system
     (event,) = _retrieval_events(transcript.timeline)
@@ -230,7 +235,7 @@ async def test_runtime_config_overrides_top_k_and_threshold_per_call(
             await run.command.start_and_send(
                 "x", action="ASK", runtime_config={"retrieval": {"top_k": 0}}
             )
-    assert "Sources:" not in model.requests[1].messages[0].parts[0].content  # type: ignore[union-attr]
+    assert "Sources:" not in _system(model, 1)
 
 
 async def test_an_action_without_collections_retrieves_nothing(
@@ -242,7 +247,7 @@ async def test_an_action_without_collections_retrieves_nothing(
         result = await run.command.start_and_send("hello", action="PLAIN")
         transcript = await run.query.get_transcript(result.conversation_uuid)
     assert _retrieval_events(transcript.timeline) == []
-    assert "Sources" not in model.requests[0].messages[0].parts[0].content  # type: ignore[union-attr]
+    assert "Sources" not in _system(model)
 
 
 async def test_a_failing_search_fails_the_turn_rather_than_answering_without_context(
