@@ -151,11 +151,18 @@ async def test_refusals_are_problems_naming_the_field(
 async def test_embeddings_with_the_official_openai_client(
     app: Any, knowledge_state: ServerState, api_key: str
 ) -> None:
+    import httpx2
     from openai import AsyncOpenAI, BadRequestError, NotFoundError
 
+    # The official client is built on httpx2; its transport calls the app in-process.
+    sdk_http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
-        client = AsyncOpenAI(api_key=api_key, base_url="http://testserver/v1", http_client=http)
+    async with (
+        httpx.AsyncClient(transport=transport, base_url="http://testserver") as http,
+        AsyncOpenAI(
+            api_key=api_key, base_url="http://testserver/v1", http_client=sdk_http, max_retries=0
+        ) as client,
+    ):
         # The client asks for base64 by default and decodes it.
         result = await client.embeddings.create(model="MINILM", input=["hello world", "goodbye"])
         assert [d.index for d in result.data] == [0, 1]
