@@ -165,7 +165,7 @@ def search(
                 top_k=top_k,
                 threshold=threshold,
                 filters=filters,
-                mode=mode,  # pyright: ignore[reportArgumentType]
+                mode=mode,
             )
 
     result = run(body)

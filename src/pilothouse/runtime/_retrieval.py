@@ -113,7 +113,7 @@ def parse_override(value: Any) -> RetrievalOverride:
         if not -1.0 <= float(threshold) <= 1.0:
             raise ValueError("'similarity_threshold' must be between -1 and 1 (a cosine)")
         threshold = float(threshold)
-    filters = given.get("filters") or {}
+    filters: Any = given.get("filters") or {}
     if not isinstance(filters, Mapping):
         raise ValueError("'filters' must be an object {key: value or [values]}")
     enabled = given.get("enabled", True)

@@ -134,7 +134,10 @@ class InvokeRequest(_Body):
     pg_database: str | None = Field(default=None, max_length=63)
     pg_user: str | None = Field(default=None, max_length=63)
     pg_password: SecretStr | None = None
-    pg_table: str = Field(default="langchain4j_embeddings", min_length=1, max_length=127)
+    pg_table: str = Field(
+        default="langchain4j_embeddings",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$",
+    )
     embedding_dimension: int = Field(default=384, ge=1, le=16000)
     embedding_model_name: str | None = Field(default=None, max_length=256)
     output_schema: dict[str, Any] | None = None

@@ -176,24 +176,24 @@ def _document_json(info: DocumentInfo) -> dict[str, Any]:
 
 
 async def _from_form(request: Request) -> tuple[list[FileDocument], dict[str, Any], bool]:
-    form = await request.form(max_files=_MAX_FILES)
-    uploads: list[FileDocument] = []
-    for value in form.getlist("files"):
-        if isinstance(value, str):
-            raise _invalid("files", "must be file parts (multipart with a filename)")
-        name = value.filename or ""
-        if not name:
-            raise _invalid(
-                "files", "every file part needs a filename (its ending gives the format)"
-            )
-        uploads.append(FileDocument(source=name, data=await value.read(), file_name=name))
-    unknown = sorted(set(form.keys()) - {"files", "metadata", "reingest"})
-    if unknown:
-        raise _invalid(unknown[0], "unknown form field (known: files, metadata, reingest)")
+    # The form's spooled files are closed when the block ends.
+    async with request.form(max_files=_MAX_FILES) as form:
+        unknown = sorted(set(form.keys()) - {"files", "metadata", "reingest"})
+        if unknown:
+            raise _invalid(unknown[0], "unknown form field (known: files, metadata, reingest)")
+        uploads: list[FileDocument] = []
+        for value in form.getlist("files"):
+            if isinstance(value, str) or not value.filename:
+                raise _invalid(
+                    "files", "every file part needs a filename (its ending gives the format)"
+                )
+            name = value.filename
+            uploads.append(FileDocument(source=name, data=await value.read(), file_name=name))
+        raw = form.get("metadata")
+        flag = str(form.get("reingest") or "false").lower()
     if not uploads:
         raise _invalid("files", "give at least one file")
     metadata: dict[str, Any] = {}
-    raw = form.get("metadata")
     if raw is not None:
         try:
             parsed: Any = json.loads(str(raw))
@@ -202,7 +202,6 @@ async def _from_form(request: Request) -> tuple[list[FileDocument], dict[str, An
         if not isinstance(parsed, dict):
             raise _invalid("metadata", "must be a JSON object")
         metadata = cast(dict[str, Any], parsed)
-    flag = str(form.get("reingest") or "false").lower()
     if flag not in ("true", "false"):
         raise _invalid("reingest", "must be true or false")
     return uploads, metadata, flag == "true"

@@ -1,0 +1,247 @@
+"""Knowledge over HTTP: the REST routes, ``/v1/invoke``'s RAG parameters, ``/v1/embeddings``.
+
+The collection is on the embedded store with the packaged MiniLM; the
+official ``openai`` client reads ``/v1/embeddings`` through the app.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from pilothouse.server._state import ServerState
+from pilothouse.testing import CatalogBuilder, Reply, ScriptedModel
+from pilothouse.types import TimelineKind
+
+pytestmark = pytest.mark.anyio
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+CATALOG = (
+    CatalogBuilder(scripted=False)
+    .add("vector_stores", code="EMBED")
+    .add("document_collections", code="HANDBOOK", store="EMBED", collection_name="handbook")
+    .provider("LOCAL", kind="local")
+    .model(
+        "MINILM",
+        provider="LOCAL",
+        model_name="all-MiniLM-L6-v2",
+        capabilities=["EM"],
+        dimension=384,
+        max_input_tokens=256,
+    )
+)
+
+TEXTS = [
+    {"source": "hb:travel", "text": "Book trains for trips under four hours.", "format": "text"},
+    {
+        "source": "hb:badges",
+        "text": "# Security\n\nReport lost badges to the front desk at once.",
+        "format": "markdown",
+        "metadata": {"department": "it"},
+    },
+]
+
+
+@pytest.fixture
+async def knowledge_state(server_state: ServerState) -> AsyncIterator[ServerState]:
+    await server_state.pilothouse.catalog.import_text(CATALOG.yaml())
+    yield server_state
+
+
+async def test_ingest_json_and_multipart_search_list_delete(
+    client: httpx.AsyncClient, knowledge_state: ServerState, admin_key: str, api_key: str
+) -> None:
+    base = "/v1/knowledge/collections/HANDBOOK"
+    response = await client.post(
+        f"{base}/documents",
+        json={"texts": TEXTS, "metadata": {"edition": "2026"}},
+        headers=auth(admin_key),
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["counts"]["added"] == 2 and body["model"] == "local:all-MiniLM-L6-v2"
+    upload = await client.post(
+        f"{base}/documents",
+        files=[
+            ("files", ("parking.md", b"# Parking\n\nVisitors park in lot B.", "text/markdown")),
+            ("files", ("scan.pdf", b"not a pdf at all", "application/pdf")),
+        ],
+        data={"metadata": '{"site": "hq"}'},
+        headers=auth(admin_key),
+    )
+    assert upload.status_code == 200, upload.text
+    statuses = {d["source"]: d["status"] for d in upload.json()["documents"]}
+    assert statuses == {"parking.md": "added", "scan.pdf": "failed"}
+
+    found = await client.post(
+        f"{base}/search", json={"query": "where do visitors park"}, headers=auth(api_key)
+    )
+    assert found.status_code == 200, found.text
+    hit = found.json()["hits"][0]
+    assert hit["source"] == "parking.md" and hit["metadata"]["site"] == "hq"
+    assert 0 < hit["similarity"] <= 1 and hit["relevance"] == pytest.approx(
+        (1 + hit["similarity"]) / 2
+    )
+    filtered = await client.post(
+        f"{base}/search",
+        json={"query": "rules", "filters": {"department": "it"}, "threshold": -1},
+        headers=auth(api_key),
+    )
+    assert [h["source"] for h in filtered.json()["hits"]] == ["hb:badges"]
+
+    listed = await client.get(f"{base}/documents", headers=auth(api_key))
+    assert {d["source"] for d in listed.json()["items"]} == {"hb:travel", "hb:badges", "parking.md"}
+    deleted = await client.delete(
+        f"{base}/documents", params={"source": "hb:travel"}, headers=auth(admin_key)
+    )
+    assert deleted.status_code == 204
+    again = await client.delete(
+        f"{base}/documents", params={"source": "hb:travel"}, headers=auth(admin_key)
+    )
+    assert again.status_code == 404
+    assert again.headers["content-type"] == "application/problem+json"
+
+
+async def test_refusals_are_problems_naming_the_field(
+    client: httpx.AsyncClient,
+    knowledge_state: ServerState,
+    admin_key: str,
+    api_key: str,
+    other_tenant_key: str,
+) -> None:
+    base = "/v1/knowledge/collections/HANDBOOK"
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"texts": [{"source": "x"}]}, "texts.0.text"),
+        ({"urls": ["/etc/passwd"]}, "urls[0]"),
+        ({}, "body"),
+        ({"paths": ["x"]}, "paths"),
+    ]
+    for body, field in cases:
+        response = await client.post(f"{base}/documents", json=body, headers=auth(admin_key))
+        assert response.status_code == 422, (body, response.text)
+        assert response.json()["errors"][0]["field"] == field
+    plain = await client.post(f"{base}/documents", json={"texts": TEXTS}, headers=auth(api_key))
+    assert plain.status_code == 403
+    other = await client.post(f"{base}/search", json={"query": "x"}, headers=auth(other_tenant_key))
+    assert other.status_code == 404
+    wrong = await client.post(
+        f"{base}/documents", content=b"x", headers={**auth(admin_key), "content-type": "text/csv"}
+    )
+    assert wrong.status_code == 415
+    bad = await client.post(
+        f"{base}/search", json={"query": "x", "top_k": 0}, headers=auth(api_key)
+    )
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "top_k"
+    private = await client.post(
+        f"{base}/documents", json={"urls": ["http://127.0.0.1:9/x.txt"]}, headers=auth(admin_key)
+    )
+    assert private.json()["documents"][0]["status"] == "failed"
+    assert "PILOTHOUSE_EGRESS_ALLOW" in private.json()["documents"][0]["error"]
+
+
+async def test_embeddings_with_the_official_openai_client(
+    app: Any, knowledge_state: ServerState, api_key: str
+) -> None:
+    import httpx2
+    from openai import AsyncOpenAI, BadRequestError, NotFoundError
+
+    # The official client is built on httpx2; its transport calls the app in-process.
+    sdk_http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app))
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        httpx.AsyncClient(transport=transport, base_url="http://testserver") as http,
+        AsyncOpenAI(
+            api_key=api_key, base_url="http://testserver/v1", http_client=sdk_http, max_retries=0
+        ) as client,
+    ):
+        # The client asks for base64 by default and decodes it.
+        result = await client.embeddings.create(model="MINILM", input=["hello world", "goodbye"])
+        assert [d.index for d in result.data] == [0, 1]
+        assert len(result.data[0].embedding) == 384
+        assert sum(x * x for x in result.data[0].embedding) == pytest.approx(1.0, abs=1e-4)
+        assert result.usage.prompt_tokens == 3 and result.model == "MINILM"
+        floats = await client.embeddings.create(
+            model="MINILM", input="hello world", encoding_format="float"
+        )
+        assert floats.data[0].embedding == pytest.approx(result.data[0].embedding, abs=1e-6)
+        with pytest.raises(NotFoundError):
+            await client.embeddings.create(model="NOPE", input="x")
+        with pytest.raises(BadRequestError, match="dimensions"):
+            await client.embeddings.create(model="MINILM", input="x", dimensions=256)
+        with pytest.raises(BadRequestError, match="token arrays"):
+            await client.embeddings.create(model="MINILM", input=[[1, 2, 3]])
+        raw = await http.post(
+            "/v1/embeddings",
+            json={"model": "MINILM", "input": "hi", "encoding_format": "base64"},
+            headers=auth(api_key),
+        )
+        packed = base64.b64decode(raw.json()["data"][0]["embedding"])
+        assert len(struct.unpack(f"<{len(packed) // 4}f", packed)) == 384
+        unknown = await http.post(
+            "/v1/embeddings",
+            json={"model": "MINILM", "input": "hi", "user": "u"},
+            headers=auth(api_key),
+        )
+        assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "user"
+
+
+async def test_invoke_retrieves_from_a_named_collection(
+    client: httpx.AsyncClient,
+    knowledge_state: ServerState,
+    admin_key: str,
+    scripted: ScriptedModel,
+) -> None:
+    await client.post(
+        "/v1/knowledge/collections/HANDBOOK/documents",
+        json={"texts": TEXTS},
+        headers=auth(admin_key),
+    )
+    scripted.script.steps.append(Reply("Report it at the front desk [1]."))
+    response = await client.post(
+        "/v1/invoke",
+        json={
+            "agentName": "Helpdesk",
+            "model": "SMOLLM2",
+            "message": "I lost my badge, what now?",
+            "collection": "HANDBOOK",
+            "maxRagResults": 1,
+        },
+        headers=auth(admin_key),
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["warnings"] == []
+    system = str(getattr(scripted.requests[-1].messages[0].parts[0], "content", ""))
+    assert "[1] Security (hb:badges; Security)" in system
+    view = await knowledge_state.pilothouse.query.get_transcript(
+        response.json()["conversationUuid"]
+    )
+    events = [e.data for e in view.timeline if e.kind is TimelineKind.RETRIEVAL]
+    assert events[0]["searches"][0]["top_k"] == 1
+    assert events[1]["citations"][0]["source"] == "hb:badges"
+
+
+async def test_invoke_rag_parameters_are_checked(
+    client: httpx.AsyncClient, knowledge_state: ServerState, api_key: str
+) -> None:
+    base = {"agentName": "Bot", "model": "SMOLLM2", "message": "hi"}
+    cases: list[tuple[dict[str, Any], str, str]] = [
+        ({"pgPort": 5433}, "pgPort", "need pgHost"),
+        ({"maxRagResults": 3}, "maxRagResults", "need pgHost or collection"),
+        # The default egress policy refuses loopback for what a caller names.
+        ({"pgHost": "127.0.0.1"}, "pgHost", "private, local or reserved"),
+        ({"pgHost": "db.invalid", "pgTable": "x; drop"}, "pgTable", "pattern"),
+    ]
+    for extra, field, rule in cases:
+        response = await client.post("/v1/invoke", json={**base, **extra}, headers=auth(api_key))
+        assert response.status_code == 400, (extra, response.text)
+        error = response.json()["errors"][0]
+        assert error["field"] == field and rule in error["rule"], (extra, error)
