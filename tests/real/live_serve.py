@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -102,3 +103,88 @@ def live_serve(folder: Path, extra_catalog: str, *, admin: bool = False) -> Iter
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def prepare_database(database_url: str, folder: Path, extra_catalog: str) -> str:
+    """Import ``examples/catalog`` plus ``extra_catalog`` into ``database_url``; a new key."""
+    extra = folder / "extra.yaml"
+    extra.write_text(extra_catalog)
+    cli(database_url, "catalog", "import", str(CATALOG), str(extra))
+    created = cli(database_url, "keys", "create", "--tenant", "default", "--name", "live")
+    return next(word for word in created.split() if word.startswith("ph_"))
+
+
+@dataclass
+class ServeProcess:
+    """A ``pilothouse serve`` process the test may kill (-9) and start again."""
+
+    database_url: str
+    log_path: Path
+    port: int
+    workers: int = 1
+    env: dict[str, str] | None = None
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """Start serving; return once ``/healthz`` answers (every worker has started)."""
+        with self.log_path.open("a") as log:
+            self.process = subprocess.Popen(
+                [
+                    PILOTHOUSE,
+                    "--database-url",
+                    self.database_url,
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    "--workers",
+                    str(self.workers),
+                    "--grace",
+                    "5",
+                    "--log-level",
+                    "warning",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PILOTHOUSE_SECRETS_FILE": "", **(self.env or {})},
+                # Its own process group: kill -9 reaches the workers too.
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 60
+        while True:
+            assert self.process.poll() is None, self.log_path.read_text()
+            try:
+                if httpx.get(f"{self.root}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "pilothouse serve did not start in 60 s"
+            time.sleep(0.2)
+
+    def kill9(self) -> None:
+        """SIGKILL the server and its workers: no shutdown code runs."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def terminate(self) -> int:
+        """SIGTERM (a graceful stop); its exit code."""
+        assert self.process is not None
+        self.process.terminate()
+        try:
+            return self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            raise
+
+    def stop(self) -> None:
+        """Stop it if it runs (test clean-up)."""
+        if self.process is not None and self.process.poll() is None:
+            try:
+                self.terminate()
+            except subprocess.TimeoutExpired:
+                pass

@@ -54,7 +54,7 @@ async def _take_cancels(runtime: Runtime) -> None:
     for tenant, uuid in await runtime.leases.take_cancel_requests():
         # ``requested_at`` is no later than the request: a turn that began
         # after this poll started is not the one the request meant.
-        if runtime.running.cancel(tenant, uuid, requested_at=requested_at):
+        if runtime.running.cancel(tenant, uuid, requested_at=requested_at, why="another process"):
             logger.info("conversation %s: cancelled at another process's request", uuid)
 
 

@@ -202,10 +202,19 @@ class TurnRecorder:
             ai_meta=marker,
         )
 
-    async def cancelled(self, turn: Turn) -> TurnResult:
-        """Record a cancelled turn (``TE``) with the text streamed so far."""
+    async def cancelled(self, turn: Turn, requested_by: str | None = None) -> TurnResult:
+        """Record a cancelled turn (``TE``) with the text streamed so far.
+
+        Args:
+            turn: the cancelled turn.
+            requested_by: who asked, when not a caller of this process (another
+                worker's cancel, the shutdown).
+        """
         partial = "".join(turn.partial)
-        batch = TurnBatch(events=[NewEvent(TimelineKind.CANCEL, {"partial_chars": len(partial)})])
+        data: dict[str, Any] = {"partial_chars": len(partial)}
+        if requested_by is not None:
+            data["requested_by"] = requested_by
+        batch = TurnBatch(events=[NewEvent(TimelineKind.CANCEL, data)])
         if partial:
             marker = self.marker(turn, ModelResponse(parts=[]))
             batch.messages.append(

@@ -328,13 +328,16 @@ class Runner:
         A turn that another live process runs (another worker or replica) is
         asked to stop through the database: that process cancels it and its
         own recorder writes ``TE`` with the usage so far, as a local cancel
-        would; this call waits up to ``wait`` seconds for it.
+        would. Either way this call waits up to ``wait`` seconds for ``TE``
+        to be recorded, so the caller reads the ended conversation.
 
         Returns:
             True when a running turn was aborted (here or in another process).
         """
         runtime = self._runtime
         if runtime.running.cancel(self.tenant, conversation_uuid):
+            # The caller reads the conversation next: let the turn record TE.
+            await runtime.running.wait_ended(self.tenant, conversation_uuid, wait)
             return True
         leases = runtime.leases
         running, owner = await leases.running_owner(self.tenant, conversation_uuid)
@@ -515,11 +518,11 @@ class Runner:
                         turn, StatusChanged(uuid, handle.previous_status, ProcessStatus.RUNNING)
                     )
                     return await self._steps(turn, first)
-                return await recorder.cancelled(turn)
+                return await recorder.cancelled(turn, runtime.running.why(self.tenant, uuid))
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 if isinstance(exc, anyio.get_cancelled_exc_class()):
-                    await recorder.cancelled(turn)
+                    await recorder.cancelled(turn, runtime.running.why(self.tenant, uuid))
                 else:
                     await recorder.end(turn, Failed(f"internal error: {type(exc).__name__}"))
             raise

@@ -50,6 +50,8 @@ class RunningTurns:
         # When each turn began, so a cancel request recorded for an earlier
         # turn of the same conversation cannot cancel this one.
         self._started: dict[tuple[str, str], datetime] = {}
+        self._why: dict[tuple[str, str], str] = {}
+        self._ended: dict[tuple[str, str], anyio.Event] = {}
 
     def register(self, tenant: str, conversation_uuid: str) -> anyio.CancelScope:
         """Note a turn about to start; returns the scope it runs under.
@@ -65,15 +67,36 @@ class RunningTurns:
             )
         scope = self._scopes[key] = anyio.CancelScope()
         self._started[key] = utcnow()
+        self._ended[key] = anyio.Event()
         return scope
 
     def unregister(self, tenant: str, conversation_uuid: str) -> None:
         """Forget a turn that ended."""
         self._scopes.pop((tenant, conversation_uuid), None)
         self._started.pop((tenant, conversation_uuid), None)
+        self._why.pop((tenant, conversation_uuid), None)
+        ended = self._ended.pop((tenant, conversation_uuid), None)
+        if ended is not None:
+            ended.set()
+
+    async def wait_ended(self, tenant: str, conversation_uuid: str, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the conversation's turn here to be recorded."""
+        ended = self._ended.get((tenant, conversation_uuid))
+        if ended is not None:
+            with anyio.move_on_after(timeout):
+                await ended.wait()
+
+    def why(self, tenant: str, conversation_uuid: str) -> str | None:
+        """Who asked for the running turn's cancel, when it was not a caller of this process."""
+        return self._why.get((tenant, conversation_uuid))
 
     def cancel(
-        self, tenant: str, conversation_uuid: str, *, requested_at: datetime | None = None
+        self,
+        tenant: str,
+        conversation_uuid: str,
+        *,
+        requested_at: datetime | None = None,
+        why: str | None = None,
     ) -> bool:
         """Cancel the conversation's running turn; False when none runs here.
 
@@ -82,6 +105,7 @@ class RunningTurns:
             conversation_uuid: the conversation.
             requested_at: when the cancel was asked (a request another process
                 recorded); a turn that began later is not the one it meant.
+            why: who asked, recorded with the cancel in the timeline.
         """
         key = (tenant, conversation_uuid)
         scope = self._scopes.get(key)
@@ -89,6 +113,8 @@ class RunningTurns:
             return False
         if requested_at is not None and self._started[key] > requested_at:
             return False
+        if why is not None:
+            self._why[key] = why
         scope.cancel()
         return True
 
