@@ -67,8 +67,8 @@ from pilothouse._facade.command import CommandApi
 from pilothouse._facade.events import EventApi
 from pilothouse._facade.history import HistoryApi
 from pilothouse._facade.keys import KeyApi
-from pilothouse._facade.memory import MemoryApi
 from pilothouse._facade.knowledge import KnowledgeApi
+from pilothouse._facade.memory import MemoryApi
 from pilothouse._facade.query import QueryApi
 from pilothouse._sync import (
     SyncCatalogApi,
@@ -86,10 +86,9 @@ from pilothouse.store import NewAttachment as AttachmentInput
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
-    from pilothouse.memory import ScopedMemory
     from pilothouse._facade.mcpserver import CallerOf, McpService
-
     from pilothouse.knowledge import Knowledge
+    from pilothouse.memory import ScopedMemory
     from pilothouse.providers import LocalModelServers
     from pilothouse.runtime import EventHub, Runner, Runtime
     from pilothouse.runtime._events import Listener

@@ -156,7 +156,6 @@ from pilothouse.providers._options import ModelOptions, ReasoningEffort, Reasoni
 if TYPE_CHECKING:
     from pilothouse.catalog._importer import ImportSummary, KindCounts
     from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
-    from pilothouse.runtime._eventcalls import CompletionApplied, OutboxCommand, ToolRun
     from pilothouse.knowledge._types import (
         DocumentInfo,
         FileDocument,
@@ -169,6 +168,7 @@ if TYPE_CHECKING:
         SearchResult,
         TextDocument,
     )
+    from pilothouse.runtime._eventcalls import CompletionApplied, OutboxCommand, ToolRun
     from pilothouse.runtime._events import (
         StatusChanged,
         TextDelta,

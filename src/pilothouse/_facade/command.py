@@ -348,6 +348,7 @@ class CommandApi(Facet):
         """
         database = await self._ready()
         return await records.clear_memory(self._runner.store, database, self.tenant, memory_id)
+
     async def recover(self, uuid: str, *, retry: bool) -> TurnResult | None:
         """End a stuck conversation (``ST``, its turn's process died): retry or fail it.
 

@@ -17,8 +17,8 @@ from pilothouse.cli._context import CliState
 from pilothouse.cli._conversations import app as conversations_app
 from pilothouse.cli._db import app as db_app
 from pilothouse.cli._keys import app as keys_app
-from pilothouse.cli._mcp import app as mcp_app
 from pilothouse.cli._knowledge import app as knowledge_app
+from pilothouse.cli._mcp import app as mcp_app
 from pilothouse.cli._memory import app as memory_app
 from pilothouse.cli._run import chat, run_action
 from pilothouse.cli._serve import serve

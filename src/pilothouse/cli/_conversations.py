@@ -249,6 +249,8 @@ def clear_memory(
 
     memory_id = run(body)
     typer.echo(f"chat memory '{memory_id}' cleared")
+
+
 @app.command("recover")
 def recover(
     ctx: typer.Context,

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from pilothouse.catalog._enums import (
     Cardinality,
     InstructionMode,
+    MemoryKind,
     SchemaDirection,
     ToolKind,
 )

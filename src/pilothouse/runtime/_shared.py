@@ -34,8 +34,8 @@ from pilothouse.store._base import utcnow
 from pilothouse.store._leases import Leases, OwnerIdentity
 
 if TYPE_CHECKING:
-    from pilothouse.memory import MemoryExtractor, ScopedMemory
     from pilothouse.knowledge import Knowledge
+    from pilothouse.memory import MemoryExtractor, ScopedMemory
     from pilothouse.runtime._runner import Runner
 
 _KNOWN_LIMIT = 10_000

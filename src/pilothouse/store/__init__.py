@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from pilothouse.store._base import Base
 from pilothouse.store._engine import Database, current_revision, head_revision
+from pilothouse.store._lineage import ConversationLink
 from pilothouse.store._outbox import (
     EventOutbox,
     EventProcessed,
     NewOutboxMessage,
     NewProcessed,
 )
-from pilothouse.store._lineage import ConversationLink
 from pilothouse.store._queries import (
     AttachmentView,
     ConversationInfo,
