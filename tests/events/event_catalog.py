@@ -25,7 +25,7 @@ models:
     provider: TEST
     model_name: test
 configurations:
-  - code: DEFAULT
+  - code: DFLT
     max_tokens: 256
 tools:
   - code: LOOKUP
@@ -61,13 +61,13 @@ skills:
 actions:
   - code: ORDERS
     model: TESTM
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: Answer questions about orders.
     tools: [LOOKUP]
     ask_user: false
   - code: SUMS
     model: TESTM
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: Add numbers.
     skills: [MATH]
     ask_user: false

@@ -73,13 +73,13 @@ def _catalog() -> CatalogBuilder:
         .add(
             "models",
             code="MINILM",
-            provider="LOCAL",
+            provider="LOCL",
             model_name="all-MiniLM-L6-v2",
             capabilities=["EM"],
             dimension=384,
             max_input_tokens=256,
         )
-        .provider("LOCAL", kind="local")
+        .provider("LOCL", kind="local")
         .action("ASK", prompt="Answer questions about the handbook.", collections=["HANDBOOK"])
         .action("ASKSTRICT", prompt="Answer strictly.", collections=["STRICT"])
         .action("PLAIN", prompt="Answer without documents.")
@@ -244,7 +244,7 @@ async def test_an_action_without_collections_retrieves_nothing(
 ) -> None:
     model = ScriptedModel(["plain"])
     async with Pilothouse(Settings(), database=database, model=model) as run:
-        result = await run.command.start_and_send("hello", action="PLAIN")
+        result = await run.command.start_and_send("hello", action="PLN")
         transcript = await run.query.get_transcript(result.conversation_uuid)
     assert _retrieval_events(transcript.timeline) == []
     assert "Sources" not in _system(model)

@@ -32,25 +32,25 @@ models:
     provider: OAI
     model_name: scripted
 configurations:
-  - code: DEFAULT
+  - code: DFLT
     max_tokens: 256
 memory_strategies:
-  - code: SCOPED
+  - code: SCPD
     kind: SCOPED
     window_size: 10
     settings: {user_limit: 5, agent_limit: 3, memory_token_budget: 200}
-  - code: PLAIN
+  - code: PLN
     kind: WINDOW
 actions:
   - code: CHAT
     model: GPT
-    configuration: DEFAULT
-    memory_strategy: SCOPED
+    configuration: DFLT
+    memory_strategy: SCPD
     prompt: You are a helpful shop assistant.
   - code: PLAINCHAT
     model: GPT
-    configuration: DEFAULT
-    memory_strategy: PLAIN
+    configuration: DFLT
+    memory_strategy: PLN
     prompt: You are a helpful shop assistant.
 """
 

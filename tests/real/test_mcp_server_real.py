@@ -69,7 +69,7 @@ actions:
     name: Ask about a topic
     goal_description: Answers one question about a topic.
     model: UPSTREAMM
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: "Answer questions about {{topic}}."
     ask_user: false
 """

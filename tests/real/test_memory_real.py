@@ -129,25 +129,25 @@ async def test_a_worker_killed_mid_job_leaves_it_to_complete_exactly_once(
 
 CATALOG = """
 providers:
-  - code: LOCAL
+  - code: LOCL
     kind: local
 models:
   - code: QWEN05
-    provider: LOCAL
+    provider: LOCL
     model_name: Qwen2.5-Coder-0.5B-Instruct
     capabilities: [FC, SR]
 configurations:
-  - code: DEFAULT
+  - code: DFLT
     max_tokens: 256
     temperature: 0
 memory_strategies:
-  - code: SCOPED
+  - code: SCPD
     kind: SCOPED
 actions:
   - code: CHAT
     model: QWEN05
-    configuration: DEFAULT
-    memory_strategy: SCOPED
+    configuration: DFLT
+    memory_strategy: SCPD
     prompt: You are a helpful assistant. Answer in one sentence.
 """
 

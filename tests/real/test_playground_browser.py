@@ -68,7 +68,7 @@ actions:
   - code: SHIRTS
     name: Order a shirt
     model: UPM
-    configuration: DEFAULT
+    configuration: DFLT
     prompt: "Help the user order a shirt: {{input}}"
 """
 
@@ -130,7 +130,7 @@ def test_a_whole_playground_session_in_chromium(
         page.locator("#f-code").fill("COLORS")
         page.locator("#f-name").fill("Name colors")
         page.locator("#f-model").select_option("SMOLLM2")
-        page.locator("#f-configuration").select_option("DEFAULT")
+        page.locator("#f-configuration").select_option("DFLT")
         page.locator("#f-prompt").fill("Answer in one short sentence: {input}")
         page.locator("#f-ask_user").uncheck()
         if shots:

@@ -29,10 +29,10 @@ CATALOG = (
     CatalogBuilder(scripted=False)
     .add("vector_stores", code="EMBED")
     .add("document_collections", code="HANDBOOK", store="EMBED", collection_name="handbook")
-    .provider("LOCAL", kind="local")
+    .provider("LOCL", kind="local")
     .model(
         "MINILM",
-        provider="LOCAL",
+        provider="LOCL",
         model_name="all-MiniLM-L6-v2",
         capabilities=["EM"],
         dimension=384,

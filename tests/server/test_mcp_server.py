@@ -197,7 +197,7 @@ async def test_a_catalog_change_is_announced_with_tools_list_changed(
             "code": "LATER",
             "name": "Added later",
             "model": "SCRIPTEDM",
-            "configuration": "DEFAULT",
+            "configuration": "DFLT",
             "prompt": "Say something.",
         }
         await server_state.pilothouse.catalog.create("actions", document)

@@ -56,7 +56,7 @@ async def test_create_an_action_with_reference_pickers(
             "code": "GREET",
             "name": "Greet",
             "model": "QWEN05",
-            "configuration": "DEFAULT",
+            "configuration": "DFLT",
             "prompt": "Greet the user: {input}",
             "ask_user": "on",
             "question_timeout": "300",
@@ -74,7 +74,7 @@ async def test_a_refused_form_shows_the_importers_own_messages(
     client: httpx.AsyncClient, admin_key: str, server_state: ServerState
 ) -> None:
     await _login(client, admin_key)
-    document = {"code": "BAD", "model": "NOSUCH", "configuration": "DEFAULT", "prompt": "x"}
+    document = {"code": "BAD", "model": "NOSUCH", "configuration": "DFLT", "prompt": "x"}
     refused = await client.post("/catalog/actions/new", data=document)
     assert refused.status_code == 422
     # The same document through the importer's path gives the same message.

@@ -289,21 +289,21 @@ async def test_settings_update_and_duplicate_the_configuration_optimistically(
     assert "configuration" in panel.text and 'id="opt-temperature"' in panel.text
     version = int(re.search(r'name="version" value="(\d+)"', panel.text).group(1))  # type: ignore[union-attr]
     form = {"target": "action:ECHO", "version": str(version), "temperature": "0.7"}
-    updated = await client.post("/ui/configurations/DEFAULT", data=form)
+    updated = await client.post("/ui/configurations/DFLT", data=form)
     assert updated.status_code == 200 and "updated" in updated.text
-    stored = await server_state.pilothouse.catalog.get("configurations", "DEFAULT")
+    stored = await server_state.pilothouse.catalog.get("configurations", "DFLT")
     assert stored.document["temperature"] == 0.7 and stored.version == version + 1
-    stale = await client.post("/ui/configurations/DEFAULT", data=form)
+    stale = await client.post("/ui/configurations/DFLT", data=form)
     assert stale.status_code == 409 and "changed by someone else" in stale.text
     duplicate = await client.post(
-        "/ui/configurations/DEFAULT/duplicate",
+        "/ui/configurations/DFLT/duplicate",
         data={"target": "action:ECHO", "version": "0", "temperature": "1.1", "new_code": "WARM"},
     )
     assert "WARM created" in duplicate.text
     copy = await server_state.pilothouse.catalog.get("configurations", "WARM")
     assert copy.document["temperature"] == 1.1
     again = await client.post(
-        "/ui/configurations/DEFAULT/duplicate",
+        "/ui/configurations/DFLT/duplicate",
         data={"target": "action:ECHO", "new_code": "WARM"},
     )
     assert "exists already" in again.text
@@ -313,7 +313,7 @@ async def test_settings_writes_need_an_admin_key(client: httpx.AsyncClient, api_
     await _login(client, api_key)
     panel = await client.get("/ui/settings", params={"target": "action:ECHO"})
     assert "Update configuration" not in panel.text
-    refused = await client.post("/ui/configurations/DEFAULT", data={"version": "1"})
+    refused = await client.post("/ui/configurations/DFLT", data={"version": "1"})
     assert refused.status_code == 403
 
 
@@ -387,7 +387,7 @@ async def test_a_custom_schema_tool_result_is_submitted_inline(
         {
             "code": "BILL",
             "model": "SCRIPTEDM",
-            "configuration": "DEFAULT",
+            "configuration": "DFLT",
             "prompt": "File invoices: {input}",
             "tools": ["INVOICE"],
         },
