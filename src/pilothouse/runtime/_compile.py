@@ -79,6 +79,8 @@ class CompiledAction:
             whose calls go back to the caller (ad-hoc actions).
         tool_rows: the action's own catalog tools, loaded directly.
         skills: the action's skills (progressive disclosure).
+        bus_tools: names of tools offered directly (no progressive disclosure)
+            that a skill with ``execution: event`` sends to the event bus.
         mcp_clients: MCP clients whose tools the action offers.
         mcp_lookup: MCP clients by name, for catalog tools of kind mcp.
         question_timeout: seconds to wait for answers before ending ``TE``.
@@ -105,6 +107,7 @@ class CompiledAction:
     _validator: Any = None
     tool_rows: tuple[Tool, ...] = ()
     skills: tuple[SkillInfo, ...] = ()
+    bus_tools: frozenset[str] = frozenset()
     mcp_clients: tuple[McpClient, ...] = ()
     mcp_lookup: Mapping[str, McpClient] = field(default_factory=lambda: {})
     question_timeout: int = 300
@@ -332,7 +335,13 @@ class ActionCompiler:
             names = {tool.name for tool in tool_rows}
             extra = [t for t in _skill_tools(skill_infos) if t.name not in names]
             tool_rows = (*tool_rows, *{t.name: t for t in extra}.values())
+            # An event skill's tools still go to the bus when offered directly.
+            bus_tools = frozenset(
+                t.name for s in skill_infos if s.execution == "event" for t in s.tools
+            )
             skill_infos = ()
+        else:
+            bus_tools = frozenset[str]()
         mcp_lookup = await _mcp_lookup(session, tenant, [*tool_rows, *_skill_tools(skill_infos)])
         return CompiledAction(
             revision=revision,
@@ -360,6 +369,7 @@ class ActionCompiler:
             _validator=validator,
             tool_rows=tool_rows,
             skills=skill_infos,
+            bus_tools=bus_tools,
             mcp_clients=tuple(clients),
             mcp_lookup=mcp_lookup,
             question_timeout=action.question_timeout,

@@ -342,12 +342,13 @@ async def build_toolset(
     default_timeout: float,
     mcp_lookup: Mapping[str, McpClient] | None = None,
     ask_user: bool = True,
+    bus_tools: frozenset[str] = frozenset(),
 ) -> ToolSet:
     """Resolve what a step offers: direct tools, active skills' tools, builtins."""
     toolset = ToolSet()
     rows: list[Tool] = list(tools)
     by_code = {skill.code: skill for skill in skills}
-    on_bus: set[str] = set()
+    on_bus: set[str] = set(bus_tools)
     for code in sorted(active_skills):
         skill = by_code.get(code)
         if skill is not None:
@@ -449,6 +450,7 @@ async def offered_tools(
             default_timeout=default_timeout,
             mcp_lookup=compiled.mcp_lookup,
             ask_user=compiled.ask_user,
+            bus_tools=compiled.bus_tools,
         )
     for name, description, schema in compiled.tools:
         toolset.add(ToolDefinition(name, description, schema))
