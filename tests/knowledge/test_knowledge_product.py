@@ -23,6 +23,7 @@ from pilothouse.testing import CatalogBuilder, ScriptedModel
 from pilothouse.types import (
     FileDocument,
     IngestProgress,
+    MessageRole,
     ProcessStatus,
     TextDocument,
     TimelineKind,
@@ -183,7 +184,8 @@ async def test_the_advisor_gives_the_model_numbered_sources_and_records_them(
     answer = transcript.messages[-1]
     assert answer.data is not None and answer.data["citations"][0]["source"] == "hb:expenses"
     # The stored user message is the user's own text, without the context.
-    assert transcript.messages[0].content == "How long may I wait before handing in receipts?"
+    (asked,) = [m for m in transcript.messages if m.role is MessageRole.USER]
+    assert asked.content == "How long may I wait before handing in receipts?"
 
 
 async def test_nothing_passing_the_threshold_is_said_to_the_model_and_the_timeline(
@@ -244,7 +246,7 @@ async def test_an_action_without_collections_retrieves_nothing(
 ) -> None:
     model = ScriptedModel(["plain"])
     async with Pilothouse(Settings(), database=database, model=model) as run:
-        result = await run.command.start_and_send("hello", action="PLN")
+        result = await run.command.start_and_send("hello", action="PLAIN")
         transcript = await run.query.get_transcript(result.conversation_uuid)
     assert _retrieval_events(transcript.timeline) == []
     assert "Sources" not in _system(model)
