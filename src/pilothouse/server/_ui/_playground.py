@@ -10,7 +10,7 @@ from __future__ import annotations
 __all__ = ["router", "target_of"]
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -395,7 +395,10 @@ async def _values_of(ph: Pilothouse, uuid: str | None, sequence: int | None) -> 
     for message in await ph.query.get_conversation_messages(uuid):
         if message.sequence == sequence and message.role is MessageRole.USER:
             values: Any = (message.data or {}).get("input_data") or {}
-            return {str(k): v for k, v in values.items()} if isinstance(values, dict) else {}  # pyright: ignore[reportUnknownVariableType, reportUnknownMemberType]
+            if not isinstance(values, dict):
+                return {}
+            recorded = cast("dict[str, Any]", values)
+            return {str(k): v for k, v in recorded.items()}
     return {}
 
 
