@@ -448,3 +448,23 @@ async def test_a_bare_model_chats_through_an_adhoc_run(
         "Again.",
     ]
     assert "Be terse." in next(m.content for m in messages if m.role.value == "SY")
+
+
+async def test_edit_prompt_with_template_loads_the_values_it_was_sent_with(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    await _login(client, api_key)
+    scripted.script.steps.append(Reply("A summary."))
+    events = await _chat(
+        client, target="action:SUMBRAND", text="Summarize.", input={"document": "Acme rockets"}
+    )
+    uuid = str(events[0][1]["uuid"])
+    chat = (await client.get(f"/ui/conversations/{uuid}")).text
+    assert "Edit prompt with template" in chat
+    loaded = await client.get(
+        "/ui/template", params={"target": "action:SUMBRAND", "c": uuid, "sequence": 1}
+    )
+    assert re.search(r'data-placeholder="document"[^>]*>Acme rockets</textarea>', loaded.text)
+    # A prompt sent without template values offers the plain edit only.
+    echo = await _conversation(client, scripted, ("plain", "ok"))
+    assert "Edit prompt with template" not in (await client.get(f"/ui/conversations/{echo}")).text

@@ -10,9 +10,9 @@ the whole story.
 
 from __future__ import annotations
 
-__all__ = ["ConversationLink", "append_event", "link_of", "links_of"]
+__all__ = ["ConversationLink", "append_event", "link_of"]
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -52,20 +52,6 @@ async def link_of(session: AsyncSession, tenant: str, uuid: str) -> Conversation
         )
     )
     return found.one_or_none()
-
-
-async def links_of(
-    session: AsyncSession, tenant: str, uuids: Sequence[str]
-) -> dict[str, ConversationLink]:
-    """Return the link rows of these conversations, by uuid (those that have one)."""
-    if not uuids:
-        return {}
-    found = await session.scalars(
-        select(ConversationLink).where(
-            ConversationLink.tenant == tenant, ConversationLink.conversation_uuid.in_(uuids)
-        )
-    )
-    return {link.conversation_uuid: link for link in found}
 
 
 async def append_event(

@@ -10,7 +10,7 @@ from __future__ import annotations
 __all__ = ["router", "target_of"]
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -388,11 +388,33 @@ async def system_prompt(
     return render(request, "_system_prompt.html", prompt=prompt, error=error)
 
 
+async def _values_of(ph: Pilothouse, uuid: str | None, sequence: int | None) -> dict[str, Any]:
+    """The placeholder values a recorded prompt was sent with ("Edit prompt with template")."""
+    if not uuid or sequence is None:
+        return {}
+    for message in await ph.query.get_conversation_messages(uuid):
+        if message.sequence == sequence and message.role is MessageRole.USER:
+            values: Any = (message.data or {}).get("input_data") or {}
+            if not isinstance(values, dict):
+                return {}
+            recorded = cast("dict[str, Any]", values)
+            return {str(k): v for k, v in recorded.items()}
+    return {}
+
+
 @router.get("/ui/template")
 async def template(
-    request: Request, user: UiFacade, target: Annotated[str, Query(max_length=80)] = ""
+    request: Request,
+    user: UiFacade,
+    target: Annotated[str, Query(max_length=80)] = "",
+    c: Annotated[str | None, Query(max_length=36)] = None,
+    sequence: Annotated[int | None, Query()] = None,
 ) -> HTMLResponse:
-    """The template loader: the action's prompt and a field per placeholder."""
+    """The template loader: the action's prompt and a field per placeholder.
+
+    With ``c`` and ``sequence`` (a recorded prompt), the fields hold the
+    values that prompt was sent with.
+    """
     found = await user.ph.query.find_target(target) if ":" in target else None
     if found is None:
         return render(
@@ -404,6 +426,7 @@ async def template(
         "_template.html",
         action=action,
         placeholders=sorted(found.placeholders),
+        values=await _values_of(user.ph, c, sequence),
         error=None,
         notice=None,
     )
@@ -443,6 +466,7 @@ async def save_template(
         "_template.html",
         action=action,
         placeholders=sorted(found.placeholders) if found else [],
+        values={},
         error=error,
         notice=notice,
         status_code=409 if error and "changed by someone" in error else 200,
