@@ -258,3 +258,25 @@ async def test_a_failed_turn_is_a_tool_error(
     async with connect(base_url, api_key) as client:
         failed = await client.call_tool("action_ECHO", {"message": "hi", "input": "x"})
     assert failed.is_error and text(failed).startswith("the action failed")
+
+
+async def test_a_current_protocol_client_hears_of_changes_by_listening(
+    base_url: str, api_key: str, server_state: ServerState
+) -> None:
+    from mcp.client.subscriptions import ToolsListChanged
+
+    async with connect(base_url, api_key, mode=MODERN) as client:
+        async with client.listen(tools_list_changed=True) as subscription:
+            document = {
+                "code": "HEARD",
+                "name": "Heard of",
+                "model": "SCRIPTEDM",
+                "configuration": "DEFAULT",
+                "prompt": "Say something.",
+            }
+            await server_state.pilothouse.catalog.create("actions", document)
+            with anyio.fail_after(20):
+                event = await subscription.__aiter__().__anext__()
+        names = {tool.name for tool in (await client.list_tools()).tools}
+    assert isinstance(event, ToolsListChanged)
+    assert "action_HEARD" in names
