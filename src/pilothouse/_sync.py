@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from anyio.from_thread import BlockingPortal
     from pydantic_ai.models import Model
 
+    from pilothouse._facade.mcpserver import CallerOf, McpService
     from pilothouse.api import Pilothouse
     from pilothouse.providers import LocalModelServers
     from pilothouse.runtime._events import Listener
@@ -426,6 +427,18 @@ class SyncPilothouse:
         view = SyncPilothouse.__new__(SyncPilothouse)
         view._bind(self.facade.for_tenant(tenant), self._portal, owner=False)
         return view
+
+    def mcp_service(
+        self, caller_of: CallerOf, *, max_tools: int = 30, list_changed_seconds: float = 2.0
+    ) -> McpService:
+        """See :meth:`Pilothouse.mcp_service`.
+
+        An MCP server is served by the SDK's async transports: the service
+        returned is the async one, over this facade's shared parts.
+        """
+        return self.facade.mcp_service(
+            caller_of, max_tools=max_tools, list_changed_seconds=list_changed_seconds
+        )
 
     def subscribe(
         self, listener: Listener, *, conversation_uuid: str | None = None, deltas: bool = True

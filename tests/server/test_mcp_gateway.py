@@ -259,6 +259,11 @@ async def test_each_key_has_a_rate_limit_per_gateway(
         ({"forward_headers": ["X-Forwarded-For"]}, "x-forwarded-for cannot be forwarded"),
         ({"colour": "red"}, "unknown setting(s) colour"),
         ({"rate_limit_per_minute": -1}, "whole number"),
+        ({"token_exchange": "no_such_module:f"}, "cannot import"),
+        (
+            {"token_exchange": "test_mcp_gateway:exchange", "forward_authorization": True},
+            "a token exchange makes the Authorization header",
+        ),
     ],
 )
 async def test_a_misconfigured_gateway_offers_no_tools_and_says_why(
@@ -300,3 +305,41 @@ async def test_outside_the_egress_policy_a_gateway_offers_no_tools(
         names = [tool.name for tool in (await client.list_tools()).tools]
     assert "get_customers_by_id" not in names
     assert "egress" in caplog.text.lower() or "not allowed" in caplog.text.lower()
+
+
+def exchange(authorization: str | None, gateway: str, tenant: str) -> str | None:
+    """A token exchange: the caller's token for one the backend accepts."""
+    if authorization is None:
+        return None
+    return f"Bearer {gateway}-{tenant}-for-{authorization.split()[-1]}"
+
+
+def broken_exchange(authorization: str | None, gateway: str, tenant: str) -> str | None:
+    raise RuntimeError(f"token endpoint refused {authorization}")
+
+
+async def test_a_token_exchange_hook_makes_the_backends_authorization(
+    base_url: str,
+    api_key: str,
+    server_state: ServerState,
+    service: tuple[str, list[dict[str, str]]],
+) -> None:
+    url, seen = service
+    await gateway(server_state, url, gateway={"token_exchange": "test_mcp_gateway:exchange"})
+    async with connect(base_url, {"X-API-Key": api_key, "Authorization": "Bearer u1"}) as client:
+        await client.call_tool("get_customers_by_id", {"id": "1"})
+    assert seen[-1]["authorization"] == "Bearer CRM-default-for-u1"
+
+
+async def test_a_failing_token_exchange_sends_nothing(
+    base_url: str,
+    api_key: str,
+    server_state: ServerState,
+    service: tuple[str, list[dict[str, str]]],
+) -> None:
+    url, seen = service
+    await gateway(server_state, url, gateway={"token_exchange": "test_mcp_gateway:broken_exchange"})
+    async with connect(base_url, {"X-API-Key": api_key, "Authorization": "Bearer u1"}) as client:
+        failed = await client.call_tool("get_customers_by_id", {"id": "1"})
+    assert failed.is_error and text(failed) == "the token exchange failed; the call was not sent"
+    assert seen == []

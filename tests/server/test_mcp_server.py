@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from server_helpers import serve_on_loopback
 
 from pilothouse.server._state import ServerSettings, ServerState
-from pilothouse.testing import Json, Reply, ScriptedModel
+from pilothouse.testing import Fail, Json, Reply, ScriptedModel, ToolCall
 
 pytestmark = pytest.mark.anyio
 
@@ -224,3 +224,59 @@ async def test_past_max_tools_the_actions_are_disclosed_on_demand(
     assert found.structured_content is not None
     assert [a["tool"] for a in found.structured_content["actions"]] == ["action_ECHO"]
     assert text(ran) == "ran"
+
+
+async def test_a_question_is_answered_with_pilothouse_answer(
+    base_url: str, api_key: str, scripted: ScriptedModel
+) -> None:
+    question = {"questions": [{"id": "size", "question": "Which size?", "choices": ["S", "M"]}]}
+    scripted.script.steps.append(ToolCall("AskUserQuestion", question, call_id="q1"))
+    async with connect(base_url, api_key) as client:
+        asked = await client.call_tool("action_ECHO", {"message": "Order", "input": "shirts"})
+        assert asked.meta is not None
+        uuid = asked.meta["pilothouse/conversation_uuid"]
+        wrong = await client.call_tool(
+            "pilothouse_answer", {"conversation_uuid": uuid, "answers": {"size": "XL"}}
+        )
+        scripted.script.steps.append(Reply("Ordered size M."))
+        done = await client.call_tool(
+            "pilothouse_answer", {"conversation_uuid": uuid, "answers": {"size": "M"}}
+        )
+        malformed = await client.call_tool("pilothouse_answer", {"answers": {}})
+    assert asked.is_error and "Which size?" in text(asked) and uuid in text(asked)
+    assert wrong.is_error and "must be one of" in text(wrong)
+    assert not done.is_error and text(done) == "Ordered size M."
+    assert malformed.is_error and "conversation_uuid" in text(malformed)
+
+
+async def test_a_failed_turn_is_a_tool_error(
+    base_url: str, api_key: str, scripted: ScriptedModel
+) -> None:
+    from pilothouse.errors import ProviderAuthError
+
+    scripted.script.steps.append(Fail(ProviderAuthError("upstream refused")))
+    async with connect(base_url, api_key) as client:
+        failed = await client.call_tool("action_ECHO", {"message": "hi", "input": "x"})
+    assert failed.is_error and text(failed).startswith("the action failed")
+
+
+async def test_a_current_protocol_client_hears_of_changes_by_listening(
+    base_url: str, api_key: str, server_state: ServerState
+) -> None:
+    from mcp.client.subscriptions import ToolsListChanged
+
+    async with connect(base_url, api_key, mode=MODERN) as client:
+        async with client.listen(tools_list_changed=True) as subscription:
+            document = {
+                "code": "HEARD",
+                "name": "Heard of",
+                "model": "SCRIPTEDM",
+                "configuration": "DEFAULT",
+                "prompt": "Say something.",
+            }
+            await server_state.pilothouse.catalog.create("actions", document)
+            with anyio.fail_after(20):
+                event = await subscription.__aiter__().__anext__()
+        names = {tool.name for tool in (await client.list_tools()).tools}
+    assert isinstance(event, ToolsListChanged)
+    assert "action_HEARD" in names

@@ -16,6 +16,7 @@ whose settings hold a ``gateway`` block::
             forward_authorization: false                          # the caller's Authorization
             forward_headers: [X-Tenant-Id]                        # other caller headers
             rate_limit_per_minute: 60                             # per key, per gateway
+            token_exchange: myapp.auth:exchange                   # or: make Authorization
 
 Each operation marked ``x-ai-enabled: true`` or listed in ``include`` (by
 ``METHOD /path`` or ``operationId``) is a tool named from its method and
@@ -42,11 +43,12 @@ from __future__ import annotations
 
 __all__ = ["GatewayTool", "Gateways", "gateway_tool_name"]
 
+import inspect
 import logging
 import re
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -57,6 +59,7 @@ from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
 from pilothouse.errors import InvalidFieldError, PilothouseError
 from pilothouse.tools._base import ToolContext, ToolDefinition, ToolError
 from pilothouse.tools._openapi import load_document, operation
+from pilothouse.tools._python import resolve_reference
 from pilothouse.tools._rest import HttpEndpoint, RestTool
 
 if TYPE_CHECKING:
@@ -85,7 +88,13 @@ TRUSTED_IP_HEADERS = frozenset(
 )
 """Headers a proxy trusts to name the client's address: never passed on."""
 _SETTINGS = frozenset(
-    {"include", "forward_authorization", "forward_headers", "rate_limit_per_minute"}
+    {
+        "include",
+        "forward_authorization",
+        "forward_headers",
+        "rate_limit_per_minute",
+        "token_exchange",
+    }
 )
 _FORWARD = "__forward_"
 
@@ -105,15 +114,24 @@ def gateway_tool_name(method: str, path: str) -> str:
     return "_".join(words)[:128]
 
 
+TokenExchange = Callable[[str | None, str, str], "Awaitable[str | None] | str | None"]
+"""``(caller's Authorization or None, gateway code, tenant) -> Authorization to send``.
+
+An OAuth2 token exchange (RFC 8693) lives here: trade the caller's token for
+one the backend accepts. None sends no Authorization.
+"""
+
+
 @dataclass(frozen=True)
 class _Config:
     include: frozenset[str]
     forward_authorization: bool
     forward_headers: tuple[str, ...]
     rate_limit_per_minute: int
+    token_exchange: TokenExchange | None = None
 
 
-def _config(code: str, raw: Any) -> _Config:
+def _config(code: str, raw: Any, settings: Mapping[str, Any]) -> _Config:
     where = f"tool '{code}': settings.gateway"
     if not isinstance(raw, dict):
         raise InvalidFieldError(where, "must be a mapping")
@@ -142,11 +160,29 @@ def _config(code: str, raw: Any) -> _Config:
             f"{', '.join(trusted) or 'authorization'} cannot be forwarded "
             "(use forward_authorization for Authorization; trusted-IP headers never pass)",
         )
+    exchange: TokenExchange | None = None
+    reference = block.get("token_exchange")
+    if reference is not None:
+        configured = {str(h).lower() for h in cast("dict[str, Any]", settings.get("headers") or {})}
+        if "authorization" in configured or forward_authorization:
+            raise InvalidFieldError(
+                f"{where}.token_exchange",
+                "a token exchange makes the Authorization header: drop headers.Authorization "
+                "and forward_authorization, or the exchange",
+            )
+        try:
+            target = resolve_reference(str(reference))
+        except ToolError as exc:
+            raise InvalidFieldError(f"{where}.token_exchange", str(exc)) from None
+        if not callable(target):
+            raise InvalidFieldError(f"{where}.token_exchange", f"'{reference}' is not a function")
+        exchange = cast("TokenExchange", target)
     return _Config(
         frozenset(str(i) for i in cast("list[Any]", include)),
         forward_authorization,
         headers,
         rate,
+        exchange,
     )
 
 
@@ -228,7 +264,7 @@ class Gateways:
     async def _load(
         self, code: str, document: Mapping[str, Any], settings: Mapping[str, Any]
     ) -> list[GatewayTool]:
-        config = _config(code, settings["gateway"])
+        config = _config(code, settings["gateway"], settings)
         source = str(document.get("implementation") or "").removeprefix("openapi:")
         if not str(document.get("implementation") or "").startswith("openapi:") or "#" in source:
             raise InvalidFieldError(
@@ -308,6 +344,19 @@ class Gateways:
             value = caller.headers.get("authorization")
             if value is not None:
                 forwarded["Authorization"] = value
+        exchange = gateway.config.token_exchange
+        if exchange is not None:
+            try:
+                made = exchange(caller.headers.get("authorization"), gateway.gateway, caller.tenant)
+                if inspect.isawaitable(made):
+                    made = await made
+            except Exception:
+                # The hook's own failure: logged here, never shown (it may
+                # hold a token in its message).
+                logger.exception("MCP gateway %s: the token exchange failed", gateway.gateway)
+                return _error("the token exchange failed; the call was not sent")
+            if made is not None:
+                forwarded["Authorization"] = str(made)
         for header in gateway.config.forward_headers:
             value = caller.headers.get(header)
             if value is not None and header not in configured:

@@ -24,6 +24,7 @@ from __future__ import annotations
 __all__ = ["McpService"]
 
 import logging
+import weakref
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from functools import cache
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import mcp_types as mt
 from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.connection import Connection as McpConnection
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
@@ -48,7 +50,6 @@ from pilothouse.store import Database
 
 if TYPE_CHECKING:
     from mcp.server.models import InitializationOptions
-    from mcp.server.session import ServerSession
 
     from pilothouse._facade.mcpgateway import Gateways
     from pilothouse.api import Pilothouse
@@ -110,7 +111,8 @@ class McpService:
         self._interval = list_changed_seconds
         self.gateways = gateways
         # Per tenant: its open handshake-era sessions and its listen bus.
-        self._sessions: dict[str, dict[int, ServerSession]] = {}
+        # Weak: a connection the client closed is forgotten with it.
+        self._connections: dict[str, weakref.WeakSet[McpConnection]] = {}
         self._buses: dict[str, InMemorySubscriptionBus] = {}
         self._listeners: dict[str, ListenHandler] = {}
         self._revisions: dict[str, int] = {}
@@ -149,7 +151,11 @@ class McpService:
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             # No session to notify: 2026-07-28 clients listen instead.
             return
-        self._sessions.setdefault(tenant, {})[id(ctx.session)] = ctx.session
+        # ctx.session is made per request; the connection under it is the
+        # client's, and the SDK names it only privately.
+        connection = getattr(ctx.session, "_connection", None)
+        if isinstance(connection, McpConnection):
+            self._connections.setdefault(tenant, weakref.WeakSet()).add(connection)
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], _: mt.PaginatedRequestParams | None
@@ -211,21 +217,17 @@ class McpService:
             The tenants whose catalog changed since the last check.
         """
         changed: list[str] = []
-        for tenant in sorted({*self._sessions, *self._buses}):
+        for tenant in sorted({*self._connections, *self._buses}):
             now = await self.revision(tenant)
             before = self._revisions.get(tenant)
             self._revisions[tenant] = now
             if before is None or before == now:
                 continue
             changed.append(tenant)
-            sessions = self._sessions.get(tenant, {})
-            for key, session in list(sessions.items()):
-                try:
-                    await session.send_tool_list_changed()
-                    await session.send_prompt_list_changed()
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError):
-                    # The client went away: forget its session.
-                    sessions.pop(key, None)
+            for connection in list(self._connections.get(tenant, ())):
+                # Best effort by the SDK: a closed stream drops it, never raises.
+                await connection.send_tool_list_changed()
+                await connection.send_prompt_list_changed()
             bus = self._buses.get(tenant)
             if bus is not None:
                 await bus.publish(ToolsListChanged())
