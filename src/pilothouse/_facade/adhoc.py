@@ -15,6 +15,7 @@ __all__ = ["ADHOC_ACTION", "RECORD_KEY", "compile_run", "conversation_for", "new
 import json
 import uuid as uuid_module
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import select
@@ -166,6 +167,15 @@ async def compile_run(
             or an output schema that is no JSON schema.
     """
     spec = await _model_spec(database, tenant, compiler, run.model)
+    if isinstance(run.model, ModelEndpoint) and run.options.reasoning_summary is not None:
+        # Only the Responses API returns a reasoning summary: the connector's
+        # reasoningSummary switches to it at a baseUrl as with OpenAI.
+        spec = replace(
+            spec,
+            provider=replace(
+                spec.provider, settings={**spec.provider.settings, "api": "responses"}
+            ),
+        )
     tools = await _tools(database, tenant, run.tools)
     await _check_collection(database, tenant, run.collection)
     schema, validator, schema_part = _output(run.output_schema)
