@@ -50,7 +50,7 @@ from collections.abc import Callable
 from datetime import date
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -343,6 +343,32 @@ class PersonaSpec(CatalogSpec):
     prompt: str
 
 
+class SkillToolSpec(BaseModel):
+    """A tool of a skill; written as a plain code when its access level is ``read``.
+
+    genai-4j's ``skill_tool_t.access_level``: ``write`` and ``execute`` tools
+    run only with an authorizer's yes, whatever the tool's own policy.
+    """
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+    tool: str
+    access: Literal["read", "write", "execute"] = "read"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_code(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"tool": data}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _as_code(self, handler: SerializerFunctionWrapHandler) -> Any:
+        if self.access == "read":
+            return self.tool
+        return handler(self)
+
+
 class SkillSpec(CatalogSpec):
     """A reusable capability prompt that may own tools and depend on other skills."""
 
@@ -353,7 +379,7 @@ class SkillSpec(CatalogSpec):
     prompt: str
     parent: str | None = None
     depends_on: list[str] = Field(default_factory=list[str])
-    tools: list[str] = Field(default_factory=list[str])
+    tools: list[SkillToolSpec] = Field(default_factory=list[SkillToolSpec])
 
 
 class ToolSpec(CatalogSpec):

@@ -100,6 +100,8 @@ class CompiledAction:
     _validator: Any = None
     tool_rows: tuple[Tool, ...] = ()
     skills: tuple[SkillInfo, ...] = ()
+    guarded_tools: frozenset[str] = frozenset()
+    """Skill tools linked ``write`` / ``execute``, offered from the start (no disclosure)."""
     mcp_clients: tuple[McpClient, ...] = ()
     mcp_lookup: Mapping[str, McpClient] = field(default_factory=lambda: {})
     question_timeout: int = 300
@@ -321,7 +323,10 @@ class ActionCompiler:
             names = {tool.name for tool in tool_rows}
             extra = [t for t in _skill_tools(skill_infos) if t.name not in names]
             tool_rows = (*tool_rows, *{t.name: t for t in extra}.values())
+            guarded = frozenset(name for info in skill_infos for name in info.guarded)
             skill_infos = ()
+        else:
+            guarded = frozenset[str]()
         mcp_lookup = await _mcp_lookup(session, tenant, [*tool_rows, *_skill_tools(skill_infos)])
         return CompiledAction(
             revision=revision,
@@ -349,6 +354,7 @@ class ActionCompiler:
             _validator=validator,
             tool_rows=tool_rows,
             skills=skill_infos,
+            guarded_tools=guarded,
             mcp_clients=tuple(clients),
             mcp_lookup=mcp_lookup,
             question_timeout=action.question_timeout,
@@ -400,6 +406,11 @@ def _skill_infos(skills: Sequence[Skill]) -> tuple[SkillInfo, ...]:
             prompt=skill.prompt,
             tools=tuple(link.tool for link in skill.tools if link.tool.active),
             depends_on=tuple(required.code for required in _requires(skill)),
+            guarded=frozenset(
+                link.tool.name
+                for link in skill.tools
+                if link.tool.active and link.access_level in ("write", "execute")
+            ),
         )
         for skill in skills
     )

@@ -28,10 +28,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pilothouse.catalog._enums import ToolKind
+from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
 from pilothouse.catalog._models import McpClient, Tool
 from pilothouse.providers import SecretResolver
-from pilothouse.tools._base import ExecutableTool, ToolDefinition, ToolError
+from pilothouse.tools._base import (
+    ExecutableTool,
+    ToolContext,
+    ToolDefinition,
+    ToolError,
+    ToolResult,
+)
 
 if TYPE_CHECKING:
     from pilothouse.mcp import McpClientPool
@@ -86,6 +92,8 @@ class SkillInfo:
     prompt: str
     tools: tuple[Tool, ...]
     depends_on: tuple[str, ...]
+    guarded: frozenset[str] = frozenset()
+    """Names of its tools linked ``write`` or ``execute``: they need the authorizer."""
 
 
 def use_skill_definition(skills: Sequence[SkillInfo]) -> ToolDefinition:
@@ -305,8 +313,13 @@ async def build_toolset(
     default_timeout: float,
     mcp_lookup: Mapping[str, McpClient] | None = None,
     ask_user: bool = True,
+    guarded: frozenset[str] = frozenset(),
 ) -> ToolSet:
-    """Resolve what a step offers: direct tools, active skills' tools, builtins."""
+    """Resolve what a step offers: direct tools, active skills' tools, builtins.
+
+    ``guarded`` names tools a skill links with access ``write`` or
+    ``execute`` (genai-4j): they run only with the authorizer's yes.
+    """
     toolset = ToolSet()
     rows: list[Tool] = list(tools)
     by_code = {skill.code: skill for skill in skills}
@@ -314,6 +327,7 @@ async def build_toolset(
         skill = by_code.get(code)
         if skill is not None:
             rows.extend(skill.tools)
+            guarded = guarded | skill.guarded
     seen: set[str] = set()
     for row in rows:
         if row.name in seen:
@@ -333,6 +347,8 @@ async def build_toolset(
             executable = await source.mcp_tool(client, tool_name or row.name)
         else:
             executable = await source.tool(row)
+        if row.name in guarded and executable.policy is not ExecutionPolicy.AUTHORIZED:
+            executable = _Guarded(executable)
         toolset.add(executable.definition, tool=executable)
         toolset.timeouts[executable.definition.name] = tool_timeout(row, default_timeout)
     for client in mcp_clients:
@@ -344,6 +360,28 @@ async def build_toolset(
     if ask_user:
         toolset.add_builtin(ASK_USER_DEFINITION)
     return toolset
+
+
+class _Guarded:
+    """A tool reached through a ``write`` / ``execute`` skill link: policy ``authorized``."""
+
+    def __init__(self, tool: ExecutableTool) -> None:
+        self._tool = tool
+
+    @property
+    def definition(self) -> ToolDefinition:
+        return self._tool.definition
+
+    @property
+    def kind(self) -> ToolKind:
+        return self._tool.kind
+
+    @property
+    def policy(self) -> ExecutionPolicy:
+        return ExecutionPolicy.AUTHORIZED
+
+    async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        return await self._tool.execute(arguments, context)
 
 
 def activate(skills: Sequence[SkillInfo], code: str) -> list[SkillInfo]:
@@ -392,6 +430,7 @@ async def offered_tools(
             default_timeout=default_timeout,
             mcp_lookup=compiled.mcp_lookup,
             ask_user=compiled.ask_user,
+            guarded=compiled.guarded_tools,
         )
     for name, description, schema in compiled.tools:
         toolset.add(ToolDefinition(name, description, schema))
