@@ -396,6 +396,24 @@ class ToolSpec(CatalogSpec):
     policy: PolicyField = ExecutionPolicy.ALLOW
     settings: JsonObject = Field(default_factory=dict[str, Any])
 
+    @model_validator(mode="after")
+    def _script_language(self) -> ToolSpec:
+        language = self.settings.get("language")
+        if language is None:
+            return self
+        if self.kind is not ToolKind.SCRIPT:
+            raise ValueError("settings.language is a setting of script tools only")
+        if language not in _SCRIPT_LANGUAGES:
+            raise ValueError(
+                f"settings.language '{language}' is not a script language; "
+                f"write one of {', '.join(_SCRIPT_LANGUAGES)}"
+            )
+        return self
+
+
+# genai-4j's script languages; the sandbox runs both (tools/_sandbox.py).
+_SCRIPT_LANGUAGES = ("python", "javascript")
+
 
 class McpClientSpec(CatalogSpec):
     """A connection to an MCP server; its business key is ``name``."""
