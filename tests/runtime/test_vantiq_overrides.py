@@ -91,3 +91,53 @@ async def test_a_vantiq_rule_with_an_unknown_key_is_refused(database_url: str) -
     config = {"toolParameterOverride": {"tool": "getMedicalRecord", "nme": "ssn", "override": "x"}}
     with pytest.raises(PilothouseError, match="unknown key 'nme'"):
         await _called_with(database_url, {"name": "Alice"}, config)
+
+
+def submitOrder(item: str, price: float) -> str:
+    """Submit an order."""
+    return f"ordered {item}"
+
+
+@pytest.mark.parametrize("fail_on_denied", [True, False])
+async def test_a_denied_authorized_tool_fails_the_call_when_asked(
+    database_url: str, fail_on_denied: bool
+) -> None:
+    registry = ToolRegistry(SecretResolver({}))
+    registry.register(submitOrder)
+    # The guide's example: aiExecute = authorized, the authorizer says no.
+    model = ScriptedModel(
+        [ToolCall("submitOrder", {"item": "large pizza", "price": 20}), "Not ordered."]
+    )
+    settings = Settings(database_url=database_url, secrets_file=None)
+    asked: list[tuple[str, dict[str, Any]]] = []
+
+    def confirm_execution(name: str, arguments: dict[str, Any]) -> bool:
+        asked.append((name, arguments))
+        return False
+
+    async with Pilothouse(
+        settings, model=model, tools=registry, authorizer=confirm_execution
+    ) as ph:
+        await (
+            CatalogBuilder()
+            .tool(
+                "ORDER",
+                name="submitOrder",
+                kind="python",
+                implementation="submitOrder",
+                policy="authorized",
+            )
+            .action("PIZZA", prompt="Order food.", tools=["ORDER"], ask_user=False)
+            .import_into(ph)
+        )
+        result = await ph.command.start_and_send(
+            "A large pizza, please.",
+            action="PIZZA",
+            runtime_config={"failOnDenied": fail_on_denied},
+        )
+    assert asked == [("submitOrder", {"item": "large pizza", "price": 20})]
+    if fail_on_denied:
+        assert result.status.value == "FA"
+        assert result.error is not None and result.error.startswith("tool.exec.denied")
+    else:
+        assert (result.status.value, result.output) == ("CO", "Not ordered.")

@@ -35,6 +35,8 @@ _SWITCHES = {
     "output_schema": "output_schema",
     "client_tools": "client_tools",
     "end_user": "end_user",
+    "fail_on_denied": "fail_on_denied",
+    "failOnDenied": "fail_on_denied",
 }
 
 # OpenAI's rule for function names, which every provider accepts.
@@ -62,6 +64,9 @@ class RuntimeConfig:
         client_tools: tools ``(name, description, parameters schema)``
             offered for this turn only, whose calls go back to the caller
             (an OpenAI client's ``tools``).
+        fail_on_denied: end the turn ``FA`` (error ``tool.exec.denied: ...``)
+            when the authorizer or the policy denies a tool call, as Vantiq
+            does; by default the model is told and the turn goes on.
         end_user: who the caller acts for (an OpenAI client's ``user``),
             recorded with the user's message; never a memory id.
     """
@@ -75,6 +80,7 @@ class RuntimeConfig:
     output_schema: dict[str, Any] | None = None
     client_tools: tuple[tuple[str, str, dict[str, Any]], ...] = ()
     end_user: str | None = None
+    fail_on_denied: bool = False
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None) -> RuntimeConfig:
@@ -103,7 +109,7 @@ class RuntimeConfig:
             parsed_options = ModelOptions.parse(options)
         except ValueError as exc:
             raise RuntimeConfigError(f"runtime config: {exc}") from None
-        for name in ("audit", "stream"):
+        for name in ("audit", "stream", "fail_on_denied"):
             if name in switches and not isinstance(switches[name], bool):
                 raise RuntimeConfigError(f"runtime config: '{name}' must be true or false")
         end_user = switches.get("end_user")
@@ -135,6 +141,7 @@ class RuntimeConfig:
             output_schema=_output_schema(switches.get("output_schema")),
             client_tools=_client_tools(switches.get("client_tools")),
             end_user=end_user,
+            fail_on_denied=switches.get("fail_on_denied", False),
         )
 
     def shape(self, compiled: CompiledAction) -> CompiledAction:
