@@ -95,31 +95,26 @@ async def test_falcon_format() -> None:
     assert text == "hi!"
 
 
-async def test_gptj_format_puts_parameters_at_top_level() -> None:
+async def test_gptj_format_is_the_guides() -> None:
+    # Seed 004: request {"text_inputs": <input_value>, **model_kwargs},
+    # response response_json[0][0]["generated_text"].
     text = await run(
         "gptj",
         ONE_TURN,
         {"text_inputs": "Say hi", "max_length": 32, "temperature": 0.5, "top_p": 0.9, "top_k": 10},
-        {"generated_texts": ["hello from gpt-j"]},
+        [[{"generated_text": "hello from gpt-j"}]],
     )
     assert text == "hello from gpt-j"
 
 
-async def test_bloom_format_nests_prompt_in_a_list() -> None:
+async def test_bloom_format_is_the_guides() -> None:
+    # Seed 004: request {"text_inputs": <input_value>, **model_kwargs},
+    # response response_json["generated_texts"][0].
     text = await run(
         "bloom",
         ONE_TURN,
-        {
-            "inputs": ["Say hi"],
-            "parameters": {
-                "return_full_text": False,
-                "max_new_tokens": 32,
-                "temperature": 0.5,
-                "top_p": 0.9,
-                "top_k": 10,
-            },
-        },
-        [[{"generated_text": "bloom hi"}]],
+        {"text_inputs": "Say hi", "max_length": 32, "temperature": 0.5, "top_p": 0.9, "top_k": 10},
+        {"generated_texts": ["bloom hi"]},
     )
     assert text == "bloom hi"
 
