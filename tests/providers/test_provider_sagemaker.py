@@ -386,3 +386,76 @@ async def test_endpoint_model_error_translates_to_server_error() -> None:
     translated = translate_error(info.value)
     assert isinstance(translated, ProviderServerError)
     assert "ModelError" in str(translated)
+
+
+async def test_the_guides_model_kwargs_and_endpoint_kwargs_are_sent() -> None:
+    # Seed 004's configuration, verbatim, as the provider's settings.
+    guide = json.loads(
+        """
+        {
+          "endpoint_kwargs": {
+            "CustomAttributes": "accept_eula=true"
+          },
+          "model_kwargs": {
+            "max_new_tokens": 350,
+            "temperature": 0.1,
+            "return_full_text": false
+          }
+        }
+        """
+    )
+    aws = StubbedAws()
+    response, expected = invoke(
+        {
+            "inputs": "Say hi",
+            "parameters": {"max_new_tokens": 350, "temperature": 0.1, "return_full_text": False},
+        },
+        [{"generated_text": "hi"}],
+    )
+    expected["CustomAttributes"] = "accept_eula=true"
+    aws.plan("sagemaker-runtime", "invoke_endpoint", response, expected)
+    factory = ModelFactory(aws_client_factory=aws)
+    spec = model_spec(
+        ProviderKind.SAGEMAKER,
+        "sagemaker",
+        api_key=None,
+        settings={
+            "endpoint_name": "my-endpoint",
+            "region": "us-east-1",
+            "format": {
+                "request_key": "inputs",
+                "request_parameters_key": "parameters",
+                "response_path": "0.generated_text",
+            },
+            **guide,
+        },
+    )
+    try:
+        model = await factory.model(spec)
+        result = await model.request(
+            ONE_TURN, to_model_settings(spec, ModelOptions()), ModelRequestParameters()
+        )
+    finally:
+        await factory.aclose()
+    aws.stubbers["sagemaker-runtime"].assert_no_pending_responses()
+    assert [p.content for p in result.parts if isinstance(p, TextPart)] == ["hi"]
+
+
+async def test_an_unknown_endpoint_kwarg_is_refused() -> None:
+    factory = ModelFactory(aws_client_factory=StubbedAws())
+    spec = model_spec(
+        ProviderKind.SAGEMAKER,
+        "my-llm",
+        api_key=None,
+        settings={
+            "endpoint_name": "e",
+            "region": "us-east-1",
+            "format": "falcon",
+            "endpoint_kwargs": {"CustomAtributes": "x"},
+        },
+    )
+    try:
+        with pytest.raises(ProviderConfigError, match="endpoint_kwargs.CustomAtributes is not"):
+            await factory.model(spec)
+    finally:
+        await factory.aclose()

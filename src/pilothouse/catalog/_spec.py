@@ -254,7 +254,14 @@ PROVIDER_SETTINGS: dict[ProviderKind, tuple[str, ...]] = {
     ProviderKind.ANTHROPIC: (),
     ProviderKind.GOOGLE: ("safety_settings",),
     ProviderKind.BEDROCK: (*_AWS_SETTINGS, "threads"),
-    ProviderKind.SAGEMAKER: (*_AWS_SETTINGS, "format", "endpoint_name", "threads"),
+    ProviderKind.SAGEMAKER: (
+        *_AWS_SETTINGS,
+        "format",
+        "endpoint_name",
+        "threads",
+        "model_kwargs",
+        "endpoint_kwargs",
+    ),
     ProviderKind.LOCAL: ("model_path", "chat_format", "n_ctx", "n_threads", "threads"),
 }
 
