@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -111,8 +112,8 @@ async def test_a_denied_authorized_tool_fails_the_call_when_asked(
     settings = Settings(database_url=database_url, secrets_file=None)
     asked: list[tuple[str, dict[str, Any]]] = []
 
-    def confirm_execution(name: str, arguments: dict[str, Any]) -> bool:
-        asked.append((name, arguments))
+    def confirm_execution(name: str, arguments: Mapping[str, Any]) -> bool:
+        asked.append((name, dict(arguments)))
         return False
 
     async with Pilothouse(
