@@ -298,10 +298,10 @@ async def test_provider_down_fails_the_turn_after_its_retry(ph: Pilothouse) -> N
     assert "connect" in last_error["error"].lower()
     assert detail["detail"] == result.error
     assert to_failed == {"from": "RU", "to": "FA"}
-    # Nothing lost: the conversation row and its message are all still there.
+    # Nothing lost: the conversation row, its system prompt and message are all still there.
     page = await ph.query.list_conversations(action="UNREACHABLE")
     assert [c.uuid for c in page.items] == [conversation.uuid]
-    assert len(await ph.query.get_conversation_messages(conversation.uuid)) == 1
+    assert len(await ph.query.get_conversation_messages(conversation.uuid)) == 2
 
 
 def pilothouse_cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
