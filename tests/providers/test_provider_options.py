@@ -82,11 +82,12 @@ def test_openai_summary_maps_to_responses_settings() -> None:
     }
 
 
-def test_compatible_server_gets_top_k_in_body_and_unified_thinking() -> None:
+def test_compatible_server_gets_top_k_in_body_and_the_reasoning_effort_field() -> None:
     spec = model_spec(ProviderKind.OPENAI_COMPATIBLE, "m", base_url="http://127.0.0.1:1/v1")
     settings: dict[str, object] = dict(to_model_settings(spec, ALL))
     assert settings["extra_body"] == {"top_k": 4}
-    assert settings["thinking"] == "medium"
+    # Forwarded as the body's reasoning_effort whatever the model (never dropped).
+    assert settings["openai_reasoning_effort"] == "medium"
     assert settings["stop_sequences"] == ["x"]
     assert "openai_reasoning_summary" not in settings
 

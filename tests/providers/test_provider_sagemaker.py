@@ -95,31 +95,26 @@ async def test_falcon_format() -> None:
     assert text == "hi!"
 
 
-async def test_gptj_format_puts_parameters_at_top_level() -> None:
+async def test_gptj_format_is_the_guides() -> None:
+    # Seed 004: request {"text_inputs": <input_value>, **model_kwargs},
+    # response response_json[0][0]["generated_text"].
     text = await run(
         "gptj",
         ONE_TURN,
         {"text_inputs": "Say hi", "max_length": 32, "temperature": 0.5, "top_p": 0.9, "top_k": 10},
-        {"generated_texts": ["hello from gpt-j"]},
+        [[{"generated_text": "hello from gpt-j"}]],
     )
     assert text == "hello from gpt-j"
 
 
-async def test_bloom_format_nests_prompt_in_a_list() -> None:
+async def test_bloom_format_is_the_guides() -> None:
+    # Seed 004: request {"text_inputs": <input_value>, **model_kwargs},
+    # response response_json["generated_texts"][0].
     text = await run(
         "bloom",
         ONE_TURN,
-        {
-            "inputs": ["Say hi"],
-            "parameters": {
-                "return_full_text": False,
-                "max_new_tokens": 32,
-                "temperature": 0.5,
-                "top_p": 0.9,
-                "top_k": 10,
-            },
-        },
-        [[{"generated_text": "bloom hi"}]],
+        {"text_inputs": "Say hi", "max_length": 32, "temperature": 0.5, "top_p": 0.9, "top_k": 10},
+        {"generated_texts": ["bloom hi"]},
     )
     assert text == "bloom hi"
 
@@ -391,3 +386,76 @@ async def test_endpoint_model_error_translates_to_server_error() -> None:
     translated = translate_error(info.value)
     assert isinstance(translated, ProviderServerError)
     assert "ModelError" in str(translated)
+
+
+async def test_the_guides_model_kwargs_and_endpoint_kwargs_are_sent() -> None:
+    # Seed 004's configuration, verbatim, as the provider's settings.
+    guide = json.loads(
+        """
+        {
+          "endpoint_kwargs": {
+            "CustomAttributes": "accept_eula=true"
+          },
+          "model_kwargs": {
+            "max_new_tokens": 350,
+            "temperature": 0.1,
+            "return_full_text": false
+          }
+        }
+        """
+    )
+    aws = StubbedAws()
+    response, expected = invoke(
+        {
+            "inputs": "Say hi",
+            "parameters": {"max_new_tokens": 350, "temperature": 0.1, "return_full_text": False},
+        },
+        [{"generated_text": "hi"}],
+    )
+    expected["CustomAttributes"] = "accept_eula=true"
+    aws.plan("sagemaker-runtime", "invoke_endpoint", response, expected)
+    factory = ModelFactory(aws_client_factory=aws)
+    spec = model_spec(
+        ProviderKind.SAGEMAKER,
+        "sagemaker",
+        api_key=None,
+        settings={
+            "endpoint_name": "my-endpoint",
+            "region": "us-east-1",
+            "format": {
+                "request_key": "inputs",
+                "request_parameters_key": "parameters",
+                "response_path": "0.generated_text",
+            },
+            **guide,
+        },
+    )
+    try:
+        model = await factory.model(spec)
+        result = await model.request(
+            ONE_TURN, to_model_settings(spec, ModelOptions()), ModelRequestParameters()
+        )
+    finally:
+        await factory.aclose()
+    aws.stubbers["sagemaker-runtime"].assert_no_pending_responses()
+    assert [p.content for p in result.parts if isinstance(p, TextPart)] == ["hi"]
+
+
+async def test_an_unknown_endpoint_kwarg_is_refused() -> None:
+    factory = ModelFactory(aws_client_factory=StubbedAws())
+    spec = model_spec(
+        ProviderKind.SAGEMAKER,
+        "my-llm",
+        api_key=None,
+        settings={
+            "endpoint_name": "e",
+            "region": "us-east-1",
+            "format": "falcon",
+            "endpoint_kwargs": {"CustomAtributes": "x"},
+        },
+    )
+    try:
+        with pytest.raises(ProviderConfigError, match="endpoint_kwargs.CustomAtributes is not"):
+            await factory.model(spec)
+    finally:
+        await factory.aclose()

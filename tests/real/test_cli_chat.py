@@ -68,4 +68,5 @@ def test_chat_keeps_one_conversation_across_turns(tmp_path: Path) -> None:
         timeout=120,
     )
     roles = [m["role"] for m in json.loads(shown.stdout)["messages"]]
-    assert roles == ["US", "AS", "US", "AS"]
+    # The system prompt is recorded once (SY), then both exchanges.
+    assert roles == ["SY", "US", "AS", "US", "AS"]

@@ -166,8 +166,9 @@ def test_ctrl_c_stops_the_answer_and_the_chat_goes_on(cli: list[str], upstream: 
     assert isinstance(messages, list)
     contents = [(m["role"], m["content"]) for m in messages]
     # The cut answer is recorded with what was written, then the session went on.
-    assert contents[0] == ("US", "Tell me a long story.")
-    assert contents[1][0] == "AS" and str(contents[1][1]).startswith("word0 word1 word2 word3")
+    assert contents[0][0] == "SY"  # what the model was told, recorded once
+    assert contents[1] == ("US", "Tell me a long story.")
+    assert contents[2][0] == "AS" and str(contents[2][1]).startswith("word0 word1 word2 word3")
     assert contents[-2:] == [("US", "And now?"), ("AS", "Second answer.")]
     # --input filled the prompt's placeholder on every turn.
     for request in upstream.requests:

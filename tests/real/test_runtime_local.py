@@ -151,8 +151,12 @@ async def test_streamed_answer_is_recorded_with_usage_and_ai_marker(ph: Pilothou
         result.input_tokens,
         result.output_tokens,
     )
-    assert [m.role for m in transcript.messages] == [MessageRole.USER, MessageRole.ASSISTANT]
-    answer = transcript.messages[1]
+    assert [m.role for m in transcript.messages] == [
+        MessageRole.SYSTEM,
+        MessageRole.USER,
+        MessageRole.ASSISTANT,
+    ]
+    answer = transcript.messages[2]
     assert answer.content == "".join(deltas) == result.output
     assert answer.content.strip()
     marker = (answer.data or {})["ai"]
@@ -216,8 +220,12 @@ async def test_cancelled_stream_keeps_the_partial_answer(ph: Pilothouse) -> None
 
     transcript = await ph.query.get_transcript(conversation.uuid)
     assert transcript.status is ProcessStatus.TERMINATED
-    assert [m.role for m in transcript.messages] == [MessageRole.USER, MessageRole.ASSISTANT]
-    partial = transcript.messages[1]
+    assert [m.role for m in transcript.messages] == [
+        MessageRole.SYSTEM,
+        MessageRole.USER,
+        MessageRole.ASSISTANT,
+    ]
+    partial = transcript.messages[2]
     assert (partial.data or {})["interrupted"] is True
     assert partial.content == result.text
     # A delta may be cut between being kept and being delivered, never the reverse.
@@ -237,8 +245,11 @@ async def test_window_memory_limits_the_history_of_later_turns(ph: Pilothouse) -
         results.append(result)
 
     transcript = await ph.query.get_transcript(conversation.uuid)
-    assert [m.sequence for m in transcript.messages] == [1, 2, 3, 4, 5, 6]
-    assert [m.role for m in transcript.messages] == [MessageRole.USER, MessageRole.ASSISTANT] * 3
+    assert [m.sequence for m in transcript.messages] == [1, 2, 3, 4, 5, 6, 7]
+    assert [m.role for m in transcript.messages] == [
+        MessageRole.SYSTEM,
+        *[MessageRole.USER, MessageRole.ASSISTANT] * 3,
+    ]
     # Model messages per request: the first turn sends the user message alone
     # (the system prompt rides in the same request), the second the whole
     # 3-message history, and the third still 3 where full memory would send 5.
@@ -265,9 +276,10 @@ async def test_provider_down_fails_the_turn_after_its_retry(ph: Pilothouse) -> N
     transcript = await ph.query.get_transcript(conversation.uuid)
     assert transcript.status is ProcessStatus.FAILED
     assert transcript.error_detail == result.error
-    assert [(m.sequence, m.role, m.content) for m in transcript.messages] == [
-        (1, MessageRole.USER, "Hello?")
+    assert [(m.sequence, m.role, m.content) for m in transcript.messages][1:] == [
+        (2, MessageRole.USER, "Hello?")
     ]
+    assert transcript.messages[0].role is MessageRole.SYSTEM
     assert kinds(transcript) == [
         TimelineKind.STATUS_CHANGE,
         TimelineKind.REQUEST,
@@ -286,10 +298,10 @@ async def test_provider_down_fails_the_turn_after_its_retry(ph: Pilothouse) -> N
     assert "connect" in last_error["error"].lower()
     assert detail["detail"] == result.error
     assert to_failed == {"from": "RU", "to": "FA"}
-    # Nothing lost: the conversation row and its message are all still there.
+    # Nothing lost: the conversation row, its system prompt and message are all still there.
     page = await ph.query.list_conversations(action="UNREACHABLE")
     assert [c.uuid for c in page.items] == [conversation.uuid]
-    assert len(await ph.query.get_conversation_messages(conversation.uuid)) == 1
+    assert len(await ph.query.get_conversation_messages(conversation.uuid)) == 2
 
 
 def pilothouse_cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -336,7 +348,11 @@ def test_cli_imports_runs_and_shows_a_conversation(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     transcript = json.loads(shown.stdout)
     assert transcript["status"] == "CO"
-    assert [(m["role"], m["sequence"]) for m in transcript["messages"]] == [("US", 1), ("AS", 2)]
-    assert transcript["messages"][1]["content"] == result["output"]
+    assert [(m["role"], m["sequence"]) for m in transcript["messages"]] == [
+        ("SY", 1),
+        ("US", 2),
+        ("AS", 3),
+    ]
+    assert transcript["messages"][2]["content"] == result["output"]
     timeline = [event["kind"] for event in transcript["timeline"]]
     assert timeline == ["status_change", "request", "response", "status_change"]

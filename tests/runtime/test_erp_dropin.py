@@ -340,3 +340,40 @@ async def test_defaults_of_a_tools_input_schema_are_applied(database_url: str) -
         "currency": "EUR",
         "rounding": {"digits": 2},
     }
+
+
+def book(seat: str) -> str:
+    """Book a seat."""
+    return f"booked {seat}"
+
+
+@pytest.mark.parametrize(
+    ("access", "authorizer", "ran"),
+    [("read", None, True), ("write", None, False), ("execute", None, False), ("write", True, True)],
+)
+async def test_a_skill_tool_access_level_is_enforced_by_the_tool_policy(
+    database_url: str, access: str, authorizer: bool | None, ran: bool
+) -> None:
+    registry = ToolRegistry(SecretResolver({}))
+    registry.register(book)
+    model = ScriptedModel([ToolCall("book", {"seat": "12A"}), "Done."])
+    settings = Settings(database_url=database_url, secrets_file=None)
+    approve = (lambda name, arguments: authorizer) if authorizer is not None else None
+    async with Pilothouse(settings, model=model, tools=registry, authorizer=approve) as ph:
+        catalog = (
+            CatalogBuilder()
+            .tool("BOOK", name="book", kind="python", implementation="book")
+            .skill("TRAVEL", prompt="Book travel.", tools=[{"tool": "BOOK", "access": access}])
+            .action("TRIP", prompt="Plan.", skills=["TRAVEL"], ask_user=False)
+        )
+        await catalog.import_into(ph)
+        exported = await ph.catalog.get("skills", "TRAVEL")
+        result = await ph.command.start_and_send("Book 12A", action="TRIP")
+        messages = await ph.query.get_conversation_messages(result.conversation_uuid)
+    expected_link: object = "BOOK" if access == "read" else {"tool": "BOOK", "access": access}
+    assert exported.document["tools"] == [expected_link]
+    (tool_message,) = [m for m in messages if m.role is MessageRole.TOOL]
+    if ran:
+        assert tool_message.content == "booked 12A"
+    else:
+        assert "needs an authorizer's approval" in tool_message.content

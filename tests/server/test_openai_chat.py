@@ -299,6 +299,19 @@ async def test_the_user_field_never_replaces_the_requests_history(
     assert turn_message.data == {"end_user": "alice"}
 
 
+async def test_a_memory_id_for_an_action_without_memory_is_refused(
+    oai: Any, scripted: ScriptedModel
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await oai.chat.completions.create(
+            model="CHATTOOL",
+            messages=[{"role": "user", "content": "hello"}],
+            extra_headers={"X-Pilothouse-Memory-Id": "chat-7"},
+        )
+    assert "has no memory strategy" in str(caught.value)
+    assert scripted.requests == []
+
+
 async def test_streaming_chunks_and_usage(
     oai: Any, scripted: ScriptedModel, server_state: ServerState, separate_starts: list[str]
 ) -> None:

@@ -15,6 +15,7 @@ __all__ = ["ADHOC_ACTION", "RECORD_KEY", "compile_run", "conversation_for", "new
 import json
 import uuid as uuid_module
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -274,6 +275,15 @@ async def compile_run(
             whose dimension the packaged model does not give.
     """
     spec = await _model_spec(database, tenant, compiler, run.model)
+    if isinstance(run.model, ModelEndpoint) and run.options.reasoning_summary is not None:
+        # Only the Responses API returns a reasoning summary: the connector's
+        # reasoningSummary switches to it at a baseUrl as with OpenAI.
+        spec = replace(
+            spec,
+            provider=replace(
+                spec.provider, settings={**spec.provider.settings, "api": "responses"}
+            ),
+        )
     tools = await _tools(database, tenant, run.tools)
     await _check_collection(database, tenant, run.collection)
     retrieval = await _retrieval(database, tenant, compiler, run, knowledge)

@@ -73,6 +73,7 @@ from pilothouse.catalog._spec import (
     PersonaTypeSpec,
     ProviderSpec,
     SkillSpec,
+    SkillToolSpec,
     SkillTypeSpec,
     ToolSpec,
     ToolTypeSpec,
@@ -201,7 +202,12 @@ class CatalogKind:
             items: list[Any] = []
             for link_row in getattr(row, link.collection):
                 key = getattr(link_row, link.target_attr).key
-                items.append({"advisor": key, "order": link_row.order} if link.with_order else key)
+                if link.with_order:
+                    items.append({"advisor": key, "order": link_row.order})
+                elif isinstance(link_row, SkillTool):
+                    items.append({"tool": key, "access": link_row.access_level})
+                else:
+                    items.append(key)
             data[link.field] = items
         if isinstance(row, Action):
             data["schemas"] = {
@@ -250,9 +256,17 @@ def _copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+def _item_key(item: Any) -> str:
+    if isinstance(item, ActionAdvisorSpec):
+        return item.advisor
+    if isinstance(item, SkillToolSpec):
+        return item.tool
+    return str(item)
+
+
 def _link_keys(spec: CatalogSpec, link: Link) -> list[str]:
     items: list[Any] = getattr(spec, link.field)
-    return [item.advisor if isinstance(item, ActionAdvisorSpec) else item for item in items]
+    return [_item_key(item) for item in items]
 
 
 def _sync_links(row: CatalogEntity, spec: CatalogSpec, link: Link, resolve: Resolve) -> None:
@@ -263,7 +277,7 @@ def _sync_links(row: CatalogEntity, spec: CatalogSpec, link: Link, resolve: Reso
     by_target = {id(getattr(lr, link.target_attr)): lr for lr in current}
     wanted: list[Any] = []
     for position, item in enumerate(items):
-        key = item.advisor if isinstance(item, ActionAdvisorSpec) else item
+        key = _item_key(item)
         target = resolve(link.target, key)
         link_row: Any = by_target.pop(id(target), None)
         if link_row is None:
@@ -272,6 +286,8 @@ def _sync_links(row: CatalogEntity, spec: CatalogSpec, link: Link, resolve: Reso
             link_row.position = position
         if link.with_order and isinstance(item, ActionAdvisorSpec) and link_row.order != item.order:
             link_row.order = item.order
+        if isinstance(item, SkillToolSpec) and link_row.access_level != item.access:
+            link_row.access_level = item.access
         wanted.append(link_row)
     if [id(x) for x in current] != [id(x) for x in wanted]:
         setattr(row, link.collection, wanted)

@@ -294,6 +294,8 @@ class SkillTool(Base):
     )
     tool_id: Mapped[int] = mapped_column(ForeignKey("tool.id"), primary_key=True)
     position: Mapped[int] = mapped_column(Integer, default=0)
+    access_level: Mapped[str] = mapped_column(String(16), default="read")
+    """genai-4j's skill-tool access: ``read``; ``write`` and ``execute`` need the authorizer."""
 
     tool: Mapped[Tool] = relationship(lazy="joined")
 

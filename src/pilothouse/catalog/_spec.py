@@ -254,7 +254,14 @@ PROVIDER_SETTINGS: dict[ProviderKind, tuple[str, ...]] = {
     ProviderKind.ANTHROPIC: (),
     ProviderKind.GOOGLE: ("safety_settings",),
     ProviderKind.BEDROCK: (*_AWS_SETTINGS, "threads"),
-    ProviderKind.SAGEMAKER: (*_AWS_SETTINGS, "format", "endpoint_name", "threads"),
+    ProviderKind.SAGEMAKER: (
+        *_AWS_SETTINGS,
+        "format",
+        "endpoint_name",
+        "threads",
+        "model_kwargs",
+        "endpoint_kwargs",
+    ),
     ProviderKind.LOCAL: ("model_path", "chat_format", "n_ctx", "n_threads", "threads"),
 }
 
@@ -343,6 +350,32 @@ class PersonaSpec(CatalogSpec):
     prompt: str
 
 
+class SkillToolSpec(BaseModel):
+    """A tool of a skill; written as a plain code when its access level is ``read``.
+
+    genai-4j's ``skill_tool_t.access_level``: ``write`` and ``execute`` tools
+    run only with an authorizer's yes, whatever the tool's own policy.
+    """
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+    tool: str
+    access: Literal["read", "write", "execute"] = "read"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_code(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"tool": data}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _as_code(self, handler: SerializerFunctionWrapHandler) -> Any:
+        if self.access == "read":
+            return self.tool
+        return handler(self)
+
+
 class SkillSpec(CatalogSpec):
     """A reusable capability prompt that may own tools and depend on other skills."""
 
@@ -353,7 +386,7 @@ class SkillSpec(CatalogSpec):
     prompt: str
     parent: str | None = None
     depends_on: list[str] = Field(default_factory=list[str])
-    tools: list[str] = Field(default_factory=list[str])
+    tools: list[SkillToolSpec] = Field(default_factory=list[SkillToolSpec])
     execution: Literal["local", "event"] = "local"
     """``event``: every tool of the skill is published on the event bus (docs/events.md)."""
 
@@ -371,6 +404,24 @@ class ToolSpec(CatalogSpec):
     output_schema: JsonObject | None = None
     policy: PolicyField = ExecutionPolicy.ALLOW
     settings: JsonObject = Field(default_factory=dict[str, Any])
+
+    @model_validator(mode="after")
+    def _script_language(self) -> ToolSpec:
+        language = self.settings.get("language")
+        if language is None:
+            return self
+        if self.kind is not ToolKind.SCRIPT:
+            raise ValueError("settings.language is a setting of script tools only")
+        if language not in _SCRIPT_LANGUAGES:
+            raise ValueError(
+                f"settings.language '{language}' is not a script language; "
+                f"write one of {', '.join(_SCRIPT_LANGUAGES)}"
+            )
+        return self
+
+
+# genai-4j's script languages; the sandbox runs both (tools/_sandbox.py).
+_SCRIPT_LANGUAGES = ("python", "javascript")
 
 
 class McpClientSpec(CatalogSpec):

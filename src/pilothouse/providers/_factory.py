@@ -17,8 +17,8 @@ __all__ = ["AwsClientFactory", "LocalServers", "ModelFactory"]
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 import anyio.to_thread
@@ -516,14 +516,49 @@ class ModelFactory:
                 f"provider {spec.provider.code}: kind 'sagemaker' needs settings.format"
             )
         fmt = SageMakerFormat.from_config(fmt_value)
+        model_kwargs = _kwargs(spec.provider.code, settings, "model_kwargs")
+        if model_kwargs:
+            # Vantiq's model_kwargs: parameters sent with every request; the
+            # call's own options (configuration, runtime config) still win.
+            fmt = replace(fmt, parameters={**fmt.parameters, **model_kwargs})
+        endpoint_kwargs = _kwargs(spec.provider.code, settings, "endpoint_kwargs")
+        unknown = sorted(set(endpoint_kwargs) - set(ENDPOINT_KWARGS))
+        if unknown:
+            raise ProviderConfigError(
+                f"provider {spec.provider.code}: settings.endpoint_kwargs.{unknown[0]} is not an "
+                f"argument of invoke_endpoint; write one of {', '.join(ENDPOINT_KWARGS)}"
+            )
         client, expires_at = await self._aws_client(spec.provider, "sagemaker-runtime")
         model = SageMakerModel(
             spec.model_name,
             client=client,
             endpoint_name=str(settings.get("endpoint_name") or spec.model_name),
             message_format=fmt,
+            endpoint_kwargs=endpoint_kwargs,
         )
         return _Entry(model, expires_at)
+
+
+ENDPOINT_KWARGS = (
+    "CustomAttributes",
+    "TargetModel",
+    "TargetVariant",
+    "TargetContainerHostname",
+    "InferenceId",
+    "EnableExplanations",
+    "InferenceComponentName",
+    "SessionId",
+)
+"""What SageMaker's ``invoke_endpoint`` takes besides the body (Vantiq's ``endpoint_kwargs``)."""
+
+
+def _kwargs(code: str, settings: Mapping[str, Any], name: str) -> dict[str, Any]:
+    value = settings.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ProviderConfigError(f"provider {code}: settings.{name} must be an object")
+    return dict(cast("dict[str, Any]", value))
 
 
 _LOCAL_SETTINGS = ("model_path", "chat_format", "n_ctx", "n_threads")

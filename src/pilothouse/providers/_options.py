@@ -247,8 +247,10 @@ def _openai_family(spec: ModelSpec, options: ModelOptions, out: dict[str, Any]) 
         else:
             _drop(spec, "top_k", options.top_k)
     if options.reasoning_effort is not None:
-        if kind in (ProviderKind.OPENAI, ProviderKind.AZURE):
-            # OpenAI's own field; it wins over pydantic-ai's unified `thinking`.
+        if kind in (ProviderKind.OPENAI, ProviderKind.AZURE, ProviderKind.OPENAI_COMPATIBLE):
+            # OpenAI's own field; it wins over pydantic-ai's unified `thinking`,
+            # which a model its profile does not know as a thinking one would
+            # drop silently (the BPMN connector's reasoningEffort at a baseUrl).
             out["openai_reasoning_effort"] = options.reasoning_effort
         else:
             out["thinking"] = _thinking_level(options.reasoning_effort)

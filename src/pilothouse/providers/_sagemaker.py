@@ -115,6 +115,7 @@ class SageMakerModel(Model[Any]):
         endpoint_name: the endpoint to invoke.
         message_format: how requests and responses are shaped.
         settings: default model settings.
+        endpoint_kwargs: more ``invoke_endpoint`` arguments (``CustomAttributes``...).
     """
 
     def __init__(
@@ -125,12 +126,14 @@ class SageMakerModel(Model[Any]):
         endpoint_name: str,
         message_format: SageMakerFormat,
         settings: ModelSettings | None = None,
+        endpoint_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(settings=settings)
         self._model_name = model_name
         self.client = client
         self.endpoint_name = endpoint_name
         self.message_format = message_format
+        self.endpoint_kwargs = dict(endpoint_kwargs or {})
 
     @property
     def model_name(self) -> str:
@@ -179,7 +182,11 @@ class SageMakerModel(Model[Any]):
         prompt = render_prompt(turns, self.message_format.template)
         body = self.message_format.request_body(prompt, _options_from_settings(model_settings))
         raw = await invoke_endpoint(
-            self.client, self.endpoint_name, body, self.message_format.content_type
+            self.client,
+            self.endpoint_name,
+            body,
+            self.message_format.content_type,
+            **self.endpoint_kwargs,
         )
         text = self.message_format.parse_text(raw)
         return ModelResponse(
@@ -191,7 +198,9 @@ class SageMakerModel(Model[Any]):
         )
 
 
-async def invoke_endpoint(client: Any, endpoint_name: str, body: bytes, content_type: str) -> bytes:
+async def invoke_endpoint(
+    client: Any, endpoint_name: str, body: bytes, content_type: str, **extra: Any
+) -> bytes:
     """Call ``invoke_endpoint`` in a worker thread and read the whole body.
 
     Args:
@@ -199,6 +208,7 @@ async def invoke_endpoint(client: Any, endpoint_name: str, body: bytes, content_
         endpoint_name: the endpoint.
         body: the request body.
         content_type: its content type.
+        **extra: more ``invoke_endpoint`` arguments (Vantiq's ``endpoint_kwargs``).
 
     Returns:
         The response body bytes.
@@ -210,6 +220,7 @@ async def invoke_endpoint(client: Any, endpoint_name: str, body: bytes, content_
             Body=body,
             ContentType=content_type,
             Accept="application/json",
+            **extra,
         )
         return cast(bytes, response["Body"].read())
 

@@ -422,9 +422,9 @@ _BASE_FORMATS: Mapping[str, SageMakerFormat] = {
         parameters={"return_full_text": False},
         response_path="0.generated_text",
     ),
-    # JumpStart GPT-J text generation: parameters at the top level, max
-    # length as "max_length": {"text_inputs": "<prompt>", "max_length": 50}
-    # -> {"generated_texts": ["..."]}.
+    # The Vantiq guide's named formats (seed 004), exactly as it shows them:
+    # GPT-J: {"text_inputs": <input_value>, **model_kwargs}
+    #        -> response_json[0][0]["generated_text"].
     "gptj": SageMakerFormat(
         name="gptj",
         request_key="text_inputs",
@@ -435,22 +435,21 @@ _BASE_FORMATS: Mapping[str, SageMakerFormat] = {
             "top_p": "top_p",
             "top_k": "top_k",
         },
-        response_path="generated_texts,0",
+        response_path="0,0.generated_text",
     ),
-    # BLOOM behind the Hugging Face inference toolkit's text-generation
-    # pipeline, called as a batch of one: {"inputs": ["<prompt>"],
-    # "parameters": {...}} -> [[{"generated_text": "..."}]].
+    # Bloom: {"text_inputs": <input_value>, **model_kwargs}
+    #        -> response_json["generated_texts"][0].
     "bloom": SageMakerFormat(
         name="bloom",
-        request_nesting_level=1,
+        request_key="text_inputs",
+        request_parameters_key=None,
         parameter_names={
-            "max_tokens": "max_new_tokens",
+            "max_tokens": "max_length",
             "temperature": "temperature",
             "top_p": "top_p",
             "top_k": "top_k",
         },
-        parameters={"return_full_text": False},
-        response_path="0,0.generated_text",
+        response_path="generated_texts,0",
     ),
     # JumpStart Meta Llama 2 text models: {"inputs": "<prompt>",
     # "parameters": {"max_new_tokens", "temperature", "top_p"}}

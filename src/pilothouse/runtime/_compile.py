@@ -108,6 +108,8 @@ class CompiledAction:
     tool_rows: tuple[Tool, ...] = ()
     skills: tuple[SkillInfo, ...] = ()
     bus_tools: frozenset[str] = frozenset()
+    guarded_tools: frozenset[str] = frozenset()
+    """Skill tools linked ``write`` / ``execute``, offered from the start (no disclosure)."""
     mcp_clients: tuple[McpClient, ...] = ()
     mcp_lookup: Mapping[str, McpClient] = field(default_factory=lambda: {})
     question_timeout: int = 300
@@ -339,9 +341,11 @@ class ActionCompiler:
             bus_tools = frozenset(
                 t.name for s in skill_infos if s.execution == "event" for t in s.tools
             )
+            guarded = frozenset(name for info in skill_infos for name in info.guarded)
             skill_infos = ()
         else:
             bus_tools = frozenset[str]()
+            guarded = frozenset[str]()
         mcp_lookup = await _mcp_lookup(session, tenant, [*tool_rows, *_skill_tools(skill_infos)])
         return CompiledAction(
             revision=revision,
@@ -370,6 +374,7 @@ class ActionCompiler:
             tool_rows=tool_rows,
             skills=skill_infos,
             bus_tools=bus_tools,
+            guarded_tools=guarded,
             mcp_clients=tuple(clients),
             mcp_lookup=mcp_lookup,
             question_timeout=action.question_timeout,
@@ -427,6 +432,11 @@ def _skill_infos(skills: Sequence[Skill]) -> tuple[SkillInfo, ...]:
             tools=tuple(link.tool for link in skill.tools if link.tool.active),
             depends_on=tuple(required.code for required in _requires(skill)),
             execution=skill.execution or "local",
+            guarded=frozenset(
+                link.tool.name
+                for link in skill.tools
+                if link.tool.active and link.access_level in ("write", "execute")
+            ),
         )
         for skill in skills
     )

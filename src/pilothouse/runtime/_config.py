@@ -38,6 +38,8 @@ _SWITCHES = {
     "end_user": "end_user",
     "user_id": "user_id",
     "retrieval": "retrieval",
+    "fail_on_denied": "fail_on_denied",
+    "failOnDenied": "fail_on_denied",
 }
 
 # OpenAI's rule for function names, which every provider accepts.
@@ -65,6 +67,9 @@ class RuntimeConfig:
         client_tools: tools ``(name, description, parameters schema)``
             offered for this turn only, whose calls go back to the caller
             (an OpenAI client's ``tools``).
+        fail_on_denied: end the turn ``FA`` (error ``tool.exec.denied: ...``)
+            when the authorizer or the policy denies a tool call, as Vantiq
+            does; by default the model is told and the turn goes on.
         end_user: who the caller acts for (an OpenAI client's ``user``),
             recorded with the user's message; never a memory id.
         user_id: the end user this turn serves: a ``SCOPED`` memory strategy
@@ -85,6 +90,7 @@ class RuntimeConfig:
     end_user: str | None = None
     user_id: str | None = None
     retrieval: RetrievalOverride = RetrievalOverride()
+    fail_on_denied: bool = False
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None) -> RuntimeConfig:
@@ -113,7 +119,7 @@ class RuntimeConfig:
             parsed_options = ModelOptions.parse(options)
         except ValueError as exc:
             raise RuntimeConfigError(f"runtime config: {exc}") from None
-        for name in ("audit", "stream"):
+        for name in ("audit", "stream", "fail_on_denied"):
             if name in switches and not isinstance(switches[name], bool):
                 raise RuntimeConfigError(f"runtime config: '{name}' must be true or false")
         end_user = switches.get("end_user")
@@ -161,6 +167,7 @@ class RuntimeConfig:
             end_user=end_user,
             user_id=user_id,
             retrieval=retrieval,
+            fail_on_denied=switches.get("fail_on_denied", False),
         )
 
     def shape(self, compiled: CompiledAction) -> CompiledAction:

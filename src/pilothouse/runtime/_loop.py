@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 
 from pydantic_ai.models import Model
 
+from pilothouse.catalog._enums import ToolCallStatus
 from pilothouse.errors import ProviderError
 from pilothouse.providers import ModelFactory, to_model_settings
 from pilothouse.runtime._advisors import ContentBlocked
@@ -183,7 +184,7 @@ class TurnLoop:
         messages = [*step.messages, response, feedback(errors, parsed, attempt)]
         return CallModel(messages, step.force_text)
 
-    async def run_tools(self, turn: Turn, step: RunTools) -> CallModel | Paused | Returned:
+    async def run_tools(self, turn: Turn, step: RunTools) -> CallModel | Paused | Returned | Failed:
         """Run one round of tool calls and record it; say where the turn goes next."""
         assert turn.calls is not None, "tools run after a model call"
         response = normalized_response(step.response, step.calls, step.problems)
@@ -209,6 +210,12 @@ class TurnLoop:
         if not isinstance(outcome, ToolResults):
             return outcome
         await self._recorder.step(turn, outcome.batch)
+        if turn.config.fail_on_denied:
+            # Vantiq: "If denied, tool execution fails" (the call fails with
+            # io.vantiq.llm.function.exec.denied): the turn ends FA, recorded.
+            denied = [o for o in outcome.batch.outcomes if o.status is ToolCallStatus.DENIED]
+            if denied:
+                return Failed(denied[0].result)
         if turn.compiled.model.profile.tool_results_as_text:
             # One tool round, then the results as plain text with no tools
             # offered: what small models answer well from.

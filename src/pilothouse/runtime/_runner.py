@@ -185,9 +185,19 @@ class Runner:
         opening = TakeConversation(
             conversation_uuid, STARTABLE, first=new.first(record_prompt=record), read_memory=True
         )
-        return await self._drive(
-            opening, new.compiled, new.config, on_event, Prompt(new, checked=compiled is not None)
-        )
+        try:
+            return await self._drive(
+                opening,
+                new.compiled,
+                new.config,
+                on_event,
+                Prompt(new, checked=compiled is not None),
+            )
+        except BaseException:
+            # Not taken (running, waiting, gone): the prompt was not written either.
+            if record:
+                self._runtime.forget_prompt(self.tenant, conversation_uuid)
+            raise
 
     async def start_and_send(
         self,
@@ -252,9 +262,13 @@ class Runner:
             audit,
             default_audit,
         )
-        return await self._drive(
-            opening, new.compiled, new.config, on_event, Prompt(new, checked=False)
-        )
+        try:
+            return await self._drive(
+                opening, new.compiled, new.config, on_event, Prompt(new, checked=False)
+            )
+        except BaseException:
+            self._runtime.forget_prompt(self.tenant, conversation_uuid)
+            raise
 
     async def resume(
         self,

@@ -288,6 +288,10 @@ class Runtime:
         self._prompts[key] = digest
         return True
 
+    def forget_prompt(self, tenant: str, conversation_uuid: str) -> None:
+        """Forget the prompt noted for a turn that failed before it wrote anything."""
+        self._prompts.pop((tenant, conversation_uuid), None)
+
     async def codes(self, tenant: str, conversation_uuid: str) -> tuple[str, str | None]:
         """The conversation's action and agent codes, from memory when known.
 

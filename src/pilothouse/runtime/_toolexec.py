@@ -41,12 +41,17 @@ Authorizer = Callable[[str, Mapping[str, Any]], Awaitable[bool] | bool]
 class OverrideRule:
     """Replace an argument before execution.
 
-    Matches by parameter name, by a substring of the value, or both.
+    Matches by parameter name, by a substring of the value, or both; scoped
+    to one tool when ``tool`` is set. Two spellings are read: ours
+    (``parameter``/``contains``/``value`` = the replacement) and Vantiq's
+    (``tool``/``name``/``value`` = the substring/``override`` = the
+    replacement, seed 004).
     """
 
     value: Any
     parameter: str | None = None
     contains: str | None = None
+    tool: str | None = None
 
     @classmethod
     def parse(cls, raw: Any) -> list[OverrideRule]:
@@ -64,7 +69,17 @@ class OverrideRule:
                     "'parameter' and/or 'contains'"
                 )
             rule = cast("dict[str, Any]", item)
-            unknown = set(rule) - {"parameter", "name", "contains", "valueContains", "value"}
+            if "override" in rule:
+                rules.append(cls._vantiq(index, rule))
+                continue
+            unknown = set(rule) - {
+                "parameter",
+                "name",
+                "contains",
+                "valueContains",
+                "value",
+                "tool",
+            }
             if unknown:
                 raise RuntimeConfigError(
                     f"toolParameterOverride[{index}]: unknown key '{sorted(unknown)[0]}'"
@@ -76,8 +91,32 @@ class OverrideRule:
                     f"toolParameterOverride[{index}]: needs 'value' and 'parameter' "
                     "and/or 'contains'"
                 )
-            rules.append(cls(rule["value"], parameter, contains))
+            rules.append(cls(rule["value"], parameter, contains, _tool(index, rule)))
         return rules
+
+    @classmethod
+    def _vantiq(cls, index: int, rule: dict[str, Any]) -> OverrideRule:
+        """Vantiq's ``{tool, name, value, override}``: ``value`` is the substring to match."""
+        unknown = set(rule) - {"tool", "name", "value", "override"}
+        if unknown:
+            raise RuntimeConfigError(
+                f"toolParameterOverride[{index}]: unknown key '{sorted(unknown)[0]}' "
+                "(Vantiq's form takes tool, name, value, override)"
+            )
+        name, contains = rule.get("name"), rule.get("value")
+        if name is None and contains is None:
+            raise RuntimeConfigError(
+                f"toolParameterOverride[{index}]: needs 'name' and/or 'value' with 'override'"
+            )
+        if contains is not None and not isinstance(contains, str):
+            raise RuntimeConfigError(
+                f"toolParameterOverride[{index}]: 'value' is the substring to match: a string"
+            )
+        return cls(rule["override"], name, contains, _tool(index, rule))
+
+    def applies_to(self, tool: str | None) -> bool:
+        """Whether this rule is for calls of ``tool`` (a rule without ``tool``: every tool)."""
+        return self.tool is None or tool is None or self.tool == tool
 
     def matches(self, name: str, value: Any) -> bool:
         """Whether this rule applies to argument ``name`` with ``value``."""
@@ -89,12 +128,31 @@ class OverrideRule:
         return True
 
 
+_OUR_KEYS = frozenset({"parameter", "name", "contains", "valueContains", "value", "tool"})
+
+
+def _tool(index: int, rule: Mapping[str, Any]) -> str | None:
+    tool = rule.get("tool")
+    if tool is not None and not isinstance(tool, str):
+        raise RuntimeConfigError(f"toolParameterOverride[{index}]: 'tool' must be a tool name")
+    return tool
+
+
 def apply_overrides(
-    arguments: Mapping[str, Any], rules: Sequence[OverrideRule]
+    arguments: Mapping[str, Any], rules: Sequence[OverrideRule], tool: str | None = None
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Return the overridden arguments and what was changed (names only, for audit)."""
+    """Return the overridden arguments and what was changed (names only, for audit).
+
+    A rule by name alone also sets a parameter the model left out (Vantiq:
+    "to provide a value for an optional parameter the LLM did not set").
+    """
+    rules = [rule for rule in rules if rule.applies_to(tool)]
     result = dict(arguments)
     applied: list[dict[str, Any]] = []
+    for rule in rules:
+        if rule.parameter is not None and rule.contains is None and rule.parameter not in result:
+            result[rule.parameter] = rule.value
+            applied.append({"parameter": rule.parameter, "by": "parameter"})
     for name, value in arguments.items():
         for rule in rules:
             if rule.matches(name, value):
@@ -206,7 +264,7 @@ class ToolExecutor:
                     "tool.exec.denied",
                     _ms(started),
                 )
-            arguments, applied = apply_overrides(call.arguments, self.rules)
+            arguments, applied = apply_overrides(call.arguments, self.rules, call.name)
             call.arguments = arguments
             context = ToolContext(tenant, conversation_uuid, call.call_id, timeout)
             try:

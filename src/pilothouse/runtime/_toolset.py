@@ -29,11 +29,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pilothouse.catalog._enums import ToolKind
+from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
 from pilothouse.catalog._events import EventToolSettings
 from pilothouse.catalog._models import McpClient, Tool
 from pilothouse.providers import SecretResolver
-from pilothouse.tools._base import ExecutableTool, ToolDefinition, ToolError
+from pilothouse.tools._base import (
+    ExecutableTool,
+    ToolContext,
+    ToolDefinition,
+    ToolError,
+    ToolResult,
+)
 
 if TYPE_CHECKING:
     from pilothouse.mcp import McpClientPool
@@ -90,6 +96,8 @@ class SkillInfo:
     depends_on: tuple[str, ...]
     execution: str = "local"
     """``event``: the skill's tools are published on the event bus."""
+    guarded: frozenset[str] = frozenset()
+    """Names of its tools linked ``write`` or ``execute``: they need the authorizer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,8 +351,13 @@ async def build_toolset(
     mcp_lookup: Mapping[str, McpClient] | None = None,
     ask_user: bool = True,
     bus_tools: frozenset[str] = frozenset(),
+    guarded: frozenset[str] = frozenset(),
 ) -> ToolSet:
-    """Resolve what a step offers: direct tools, active skills' tools, builtins."""
+    """Resolve what a step offers: direct tools, active skills' tools, builtins.
+
+    ``guarded`` names tools a skill links with access ``write`` or
+    ``execute`` (genai-4j): they run only with the authorizer's yes.
+    """
     toolset = ToolSet()
     rows: list[Tool] = list(tools)
     by_code = {skill.code: skill for skill in skills}
@@ -355,6 +368,7 @@ async def build_toolset(
             rows.extend(skill.tools)
             if skill.execution == "event":
                 on_bus.update(t.name for t in skill.tools)
+            guarded = guarded | skill.guarded
     seen: set[str] = set()
     for row in rows:
         if row.name in seen:
@@ -378,6 +392,8 @@ async def build_toolset(
             executable = await source.mcp_tool(client, tool_name or row.name)
         else:
             executable = await source.tool(row)
+        if row.name in guarded and executable.policy is not ExecutionPolicy.AUTHORIZED:
+            executable = _Guarded(executable)
         toolset.add(executable.definition, tool=executable)
         toolset.timeouts[executable.definition.name] = tool_timeout(row, default_timeout)
     for client in mcp_clients:
@@ -402,6 +418,26 @@ async def _bus_definition(source: ToolSource, row: Tool) -> ToolDefinition:
         )
     # A Python tool's parameters come from its signature.
     return (await source.tool(row)).definition
+class _Guarded:
+    """A tool reached through a ``write`` / ``execute`` skill link: policy ``authorized``."""
+
+    def __init__(self, tool: ExecutableTool) -> None:
+        self._tool = tool
+
+    @property
+    def definition(self) -> ToolDefinition:
+        return self._tool.definition
+
+    @property
+    def kind(self) -> ToolKind:
+        return self._tool.kind
+
+    @property
+    def policy(self) -> ExecutionPolicy:
+        return ExecutionPolicy.AUTHORIZED
+
+    async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        return await self._tool.execute(arguments, context)
 
 
 def activate(skills: Sequence[SkillInfo], code: str) -> list[SkillInfo]:
@@ -451,6 +487,7 @@ async def offered_tools(
             mcp_lookup=compiled.mcp_lookup,
             ask_user=compiled.ask_user,
             bus_tools=compiled.bus_tools,
+            guarded=compiled.guarded_tools,
         )
     for name, description, schema in compiled.tools:
         toolset.add(ToolDefinition(name, description, schema))

@@ -217,6 +217,17 @@ async def _start(
     data = _input_data(target, request, turn_input.text)
     # Validate everything before writing anything: a bad request leaves no conversation.
     await _check(ph, target, turn_input, data, config)
+    if memory_id is not None:
+        action = await ph.query.find_action_by_code(target.action_code)
+        if action is not None and action.memory_strategy is None:
+            # The header asks for server memory the action does not keep:
+            # refused rather than silently ignored.
+            raise OpenAIError(
+                400,
+                f"{MEMORY_HEADER}: action '{target.action_code}' has no memory strategy, so "
+                "it keeps no memory; send the history in messages, or give the action a "
+                "memory_strategy",
+            )
     replay = bool(turn_input.history)
     if replay and memory_id is not None:
         latest = await ph.query.get_memory_messages(memory_id, limit=1)

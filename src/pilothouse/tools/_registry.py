@@ -295,7 +295,8 @@ class ToolRegistry:
             raise ToolError(f"tool '{row.name}': implementation is required for kind {kind.value}")
         if kind is ToolKind.PYTHON:
             return self._python(row, implementation, policy)
-        refusal = self.script_sandbox.refusal()
+        language = str(settings.get("language", "python"))
+        refusal = self.script_sandbox.refusal() or self.script_sandbox.language_refusal(language)
         if refusal is not None:
             raise ToolError(f"tool '{row.name}': {refusal}")
         return ScriptTool(
@@ -307,6 +308,7 @@ class ToolRegistry:
                 _number(settings, "max_output_bytes", DEFAULT_MAX_RESPONSE_BYTES, row.name)
             ),
             sandbox=self.script_sandbox,
+            language=language,
         )
 
     def _python(self, row: Tool, implementation: str, policy: ExecutionPolicy) -> ExecutableTool:

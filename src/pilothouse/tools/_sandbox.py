@@ -16,7 +16,7 @@ deployments that trust every catalog writer) or ``off``.
 
 from __future__ import annotations
 
-__all__ = ["ScriptSandbox", "ScriptToolsMode"]
+__all__ = ["SCRIPT_LANGUAGES", "ScriptSandbox", "ScriptToolsMode"]
 
 import os
 import shutil
@@ -29,6 +29,15 @@ ScriptToolsMode = Literal["sandbox", "trusted", "off"]
 """How a deployment runs script tools (``Settings.script_tools``)."""
 
 _SETTING = "PILOTHOUSE_SCRIPT_TOOLS"
+
+SCRIPT_LANGUAGES = ("python", "javascript")
+"""The languages a script tool's ``settings.language`` may name (genai-4j's two)."""
+
+
+def _node() -> str | None:
+    """Node.js for javascript tools: ``node`` on PATH (the sandbox binds /usr)."""
+    found = shutil.which("node")
+    return os.path.realpath(found) if found else None
 
 
 @dataclass(frozen=True)
@@ -63,15 +72,29 @@ class ScriptSandbox:
             )
         return None
 
-    def command(self, source: str, home: str) -> list[str]:
-        """The command that runs ``source`` with Python; ``home`` is its private folder.
+    def language_refusal(self, language: str) -> str | None:
+        """Why a script in ``language`` cannot run here (None when it can)."""
+        if language not in SCRIPT_LANGUAGES:
+            return (
+                f"settings.language '{language}' is not a script language; "
+                f"write one of {', '.join(SCRIPT_LANGUAGES)}"
+            )
+        if language == "javascript" and _node() is None:
+            return "javascript script tools run on Node.js and 'node' is not installed"
+        return None
+
+    def command(self, source: str, home: str, language: str = "python") -> list[str]:
+        """The command that runs ``source`` (Python, or JavaScript on Node); ``home`` is its folder.
 
         In the sandbox ``home`` is not used: the script gets an empty
-        ``/tmp`` of its own.
+        ``/tmp`` of its own. Both languages run under the same sandbox.
         """
-        python = [sys.executable, "-I", "-c", source]
+        node = _node() if language == "javascript" else None
+        if language == "javascript" and node is None:
+            raise RuntimeError("javascript script tools need 'node' on PATH")
+        plain = [node, "-e", source] if node is not None else [sys.executable, "-I", "-c", source]
         if self.mode != "sandbox" or self.bwrap is None:
-            return python
+            return plain
         # The installation's own interpreter, not a virtual environment's
         # (whose folder, under the project, must not be in the sandbox).
         base: object = getattr(sys, "_base_executable", sys.executable)
@@ -91,6 +114,11 @@ class ScriptSandbox:
         for name in ("/etc/ld.so.cache", "/etc/localtime"):
             if Path(name).exists():
                 binds += ["--ro-bind", name, name]
+        if node is not None and not node.startswith("/usr/"):
+            # A Node installed elsewhere: its own folder only, read-only.
+            folder = str(Path(node).parent)
+            binds += ["--ro-bind", folder, folder]
+        program = [node, "-e", source] if node is not None else [interpreter, "-I", "-c", source]
         return [
             self.bwrap,
             "--unshare-all",
@@ -121,8 +149,5 @@ class ScriptSandbox:
             "--setenv",
             "PYTHONUTF8",
             "1",
-            interpreter,
-            "-I",
-            "-c",
-            source,
+            *program,
         ]

@@ -63,6 +63,7 @@ class ScriptTool:
         timeout: seconds before the process is killed.
         max_output_bytes: longer stdout is truncated.
         sandbox: where it runs (the bubblewrap sandbox by default).
+        language: ``python`` or ``javascript`` (run on Node, same sandbox).
     """
 
     def __init__(
@@ -74,8 +75,10 @@ class ScriptTool:
         timeout: float = DEFAULT_SCRIPT_TIMEOUT,
         max_output_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         sandbox: ScriptSandbox | None = None,
+        language: str = "python",
     ) -> None:
         self._sandbox = sandbox if sandbox is not None else ScriptSandbox.for_mode("sandbox")
+        self._language = language
         self._definition = definition
         self._source = source
         self._policy = policy
@@ -114,7 +117,7 @@ class ScriptTool:
         stdin = json.dumps(dict(arguments), ensure_ascii=False).encode()
         with tempfile.TemporaryDirectory(prefix="pilothouse-script-") as home:
             process = await anyio.open_process(
-                self._sandbox.command(self._source, home),
+                self._sandbox.command(self._source, home, self._language),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

@@ -7,7 +7,7 @@ This migration shortens those columns and makes SQLite enforce every catalog
 key's length too (PostgreSQL's ``varchar(n)`` already does; SQLite ignores
 declared lengths, so triggers refuse a longer key).
 
-MCP clients get optional ``input_schema`` / ``output_schema`` (seed 000's
+Skill-tool links get genai-4j's ``access_level`` (``read`` by default). MCP clients get optional ``input_schema`` / ``output_schema`` (seed 000's
 ``llmSchemaInput`` / ``llmSchemaOutput``). Actions get ``progressive_disclosure`` (seed 000's default is off: a skill
 contributes ``Your skill: <prompt>.``); existing actions keep the progressive
 disclosure they had.
@@ -104,6 +104,10 @@ def upgrade() -> None:
                 "progressive_disclosure", sa.Boolean(), nullable=False, server_default=sa.false()
             )
         )
+    with op.batch_alter_table("skill_tool", schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column("access_level", sa.String(length=16), nullable=False, server_default="read")
+        )
     with op.batch_alter_table("mcp_client", schema=None) as batch_op:
         batch_op.add_column(sa.Column("input_schema", sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column("output_schema", sa.JSON(), nullable=True))
@@ -129,6 +133,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("action", schema=None) as batch_op:
         batch_op.drop_column("progressive_disclosure")
+    with op.batch_alter_table("skill_tool", schema=None) as batch_op:
+        batch_op.drop_column("access_level")
     with op.batch_alter_table("mcp_client", schema=None) as batch_op:
         batch_op.drop_column("output_schema")
         batch_op.drop_column("input_schema")
