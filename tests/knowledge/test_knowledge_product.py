@@ -359,3 +359,46 @@ async def test_adhoc_pgvector_table_parameters_are_checked_and_a_failing_store_f
         )
         assert f"cannot use 127.0.0.1:{port}/postgres" in (result.result.error or "")
     assert model.requests == []
+
+
+SKILL_TOPICS = [
+    ("WEATHER", "Get the weather forecast for a city."),
+    ("INVOICE", "Create an invoice for a customer order."),
+    ("FLIGHTS", "Search and book flights between airports."),
+    ("HOTELS", "Find and reserve hotel rooms."),
+    ("PAYROLL", "Run the monthly payroll for employees."),
+    ("TRANSLATE", "Translate a text into another language."),
+    ("CALENDAR", "Schedule meetings in a calendar."),
+    ("STOCKS", "Look up stock prices and market data."),
+    ("RECIPES", "Suggest cooking recipes from ingredients."),
+    ("SHIPPING", "Track parcels and shipments."),
+    ("TAXES", "Estimate income taxes."),
+    ("NEWS", "Summarize today's news headlines."),
+    ("FITNESS", "Plan a workout routine."),
+    ("MUSIC", "Recommend songs and playlists."),
+]
+
+
+async def test_use_skill_offers_the_skills_matching_the_request_when_there_are_many(
+    database: Database,
+) -> None:
+    catalog = CatalogBuilder()
+    for code, description in SKILL_TOPICS:
+        catalog.skill(code, prompt=f"Use {code}.", description=description)
+    catalog.action("MANY", prompt="Help.", skills=[code for code, _ in SKILL_TOPICS])
+    catalog.skill("ONE", prompt="Use ONE.", description="A single skill.")
+    catalog.action("FEW", prompt="Help.", skills=["ONE", "WEATHER"])
+    model = ScriptedModel(["ok", "ok"])
+    async with Pilothouse(Settings(), database=database, model=model) as ph:
+        await catalog.import_into(ph)
+        await ph.command.start_and_send("Will it rain in Hamburg tomorrow?", action="MANY")
+        await ph.command.start_and_send("Will it rain in Hamburg tomorrow?", action="FEW")
+
+    def offered(index: int) -> list[str]:
+        tools = {t.name: t for t in model.requests[index].info.function_tools}
+        return list(tools["use_skill"].parameters_json_schema["properties"]["skill"]["enum"])
+
+    many = offered(0)
+    assert len(many) == 8 and many[0] == "WEATHER"
+    # Few skills: every one is offered, in catalog order.
+    assert offered(1) == ["ONE", "WEATHER"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 __all__ = ["RunningTurns", "Runtime"]
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -30,9 +30,15 @@ from pilothouse.runtime._toolexec import Authorizer
 from pilothouse.runtime._toolset import ToolSource
 from pilothouse.store import Database, TurnStore
 
+SKILL_OFFER_ABOVE = 12
+"""An action with more skills has ``use_skill`` offer only those matching the request."""
+SKILL_OFFER_TOP = 8
+"""How many skills ``use_skill`` offers then (clients degrade past ~20-40 tools)."""
+
 if TYPE_CHECKING:
-    from pilothouse.knowledge import Knowledge
+    from pilothouse.knowledge import DescriptionMatcher, Knowledge
     from pilothouse.runtime._runner import Runner
+    from pilothouse.runtime._toolset import SkillInfo
 
 _KNOWN_LIMIT = 10_000
 """Conversations whose action and agent codes a runtime keeps in memory."""
@@ -133,6 +139,7 @@ class Runtime:
         self._tool_source = tool_source
         self._knowledge_of = knowledge
         self._knowledge: Knowledge | None = None
+        self._matcher: DescriptionMatcher | None = None
         self._known: dict[tuple[str, str], tuple[str, str | None]] = {}
         self.recorder = TurnRecorder(self.store, self.hub)
         self.loop = TurnLoop(
@@ -179,6 +186,23 @@ class Runtime:
                 self.database, secrets=self.compiler.secrets, models=self.models
             )
         return self._knowledge
+
+    async def skill_offer(self, skills: Sequence[SkillInfo], text: str) -> tuple[str, ...]:
+        """The codes of the skills whose descriptions best match ``text``, best first.
+
+        Seed 002's ``description_embedding``: descriptions are embedded with the
+        packaged MiniLM once (cached by text), the request on every turn.
+        """
+        if self._matcher is None:
+            from pilothouse.knowledge import DescriptionMatcher
+
+            self._matcher = DescriptionMatcher(self.knowledge().local_model())
+        descriptions = {s.code: f"{s.name}: {s.description}" for s in skills}
+        # No threshold: the offer is never empty, only ordered and cut.
+        matches = await self._matcher.match(
+            text, descriptions, top_k=SKILL_OFFER_TOP, threshold=-1.0
+        )
+        return tuple(m.key for m in matches)
 
     def remember(
         self, tenant: str, conversation_uuid: str, action_code: str, agent_code: str | None

@@ -305,8 +305,13 @@ async def build_toolset(
     default_timeout: float,
     mcp_lookup: Mapping[str, McpClient] | None = None,
     ask_user: bool = True,
+    offer: Sequence[str] | None = None,
 ) -> ToolSet:
-    """Resolve what a step offers: direct tools, active skills' tools, builtins."""
+    """Resolve what a step offers: direct tools, active skills' tools, builtins.
+
+    ``offer`` narrows the skills ``use_skill`` offers (by code, in order): the
+    few whose descriptions match the request, for an action with many.
+    """
     toolset = ToolSet()
     rows: list[Tool] = list(tools)
     by_code = {skill.code: skill for skill in skills}
@@ -340,10 +345,18 @@ async def build_toolset(
             if executable.definition.name not in toolset.executable:
                 toolset.add(executable.definition, tool=executable)
     if skills:
-        toolset.add_builtin(use_skill_definition(skills))
+        toolset.add_builtin(use_skill_definition(offered_skills(skills, offer)))
     if ask_user:
         toolset.add_builtin(ASK_USER_DEFINITION)
     return toolset
+
+
+def offered_skills(skills: Sequence[SkillInfo], offer: Sequence[str] | None) -> list[SkillInfo]:
+    """The skills ``use_skill`` offers: all, or those of ``offer`` in its order."""
+    if offer is None:
+        return list(skills)
+    by_code = {skill.code: skill for skill in skills}
+    return [by_code[code] for code in offer if code in by_code]
 
 
 def activate(skills: Sequence[SkillInfo], code: str) -> list[SkillInfo]:
@@ -374,12 +387,13 @@ async def offered_tools(
     compiled: CompiledAction,
     active_skills: set[str],
     default_timeout: float,
+    offer: Sequence[str] | None = None,
 ) -> ToolSet:
     """What a step of a compiled action offers; no source is needed without catalog tools."""
     if source is None:
         toolset = ToolSet()
         if compiled.skills:
-            toolset.add_builtin(use_skill_definition(compiled.skills))
+            toolset.add_builtin(use_skill_definition(offered_skills(compiled.skills, offer)))
         if compiled.ask_user:
             toolset.add_builtin(ASK_USER_DEFINITION)
     else:
@@ -392,6 +406,7 @@ async def offered_tools(
             default_timeout=default_timeout,
             mcp_lookup=compiled.mcp_lookup,
             ask_user=compiled.ask_user,
+            offer=offer,
         )
     for name, description, schema in compiled.tools:
         toolset.add(ToolDefinition(name, description, schema))
