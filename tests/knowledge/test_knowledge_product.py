@@ -294,3 +294,113 @@ def test_the_sync_facade_ingests_and_searches(tmp_path: Path) -> None:
         assert ph.knowledge.ingest("HANDBOOK", HANDBOOK).count("added") == 3
         hits = ph.knowledge.search("HANDBOOK", "lost badge").hits
         assert hits[0].source == "hb:security"
+
+
+async def test_adhoc_pgvector_table_parameters_are_checked_and_a_failing_store_fails_the_turn(
+    ph: Pilothouse, database: Database
+) -> None:
+    from pilothouse.errors import InvalidFieldError
+    from pilothouse.providers._local import _free_loopback_port
+    from pilothouse.types import AdHocRun, ModelEndpoint, PgVectorTable
+
+    port = _free_loopback_port()  # nothing listens there
+    table = PgVectorTable(host="127.0.0.1", port=port, password="pg-secret-0042")
+    settings = Settings(egress_allow=["127.0.0.1"])
+    model = ScriptedModel(["never"])
+    async with Pilothouse(settings, database=database, model=model) as run:
+        with pytest.raises(InvalidFieldError) as not_em:
+            await run.command.run_adhoc(
+                AdHocRun(
+                    "Bot",
+                    "hi",
+                    "SCRIPTED",
+                    pgvector=PgVectorTable("127.0.0.1", embedding_model="SCRIPTED"),
+                )
+            )
+        assert not_em.value.field == "embedding_model_name"
+        with pytest.raises(InvalidFieldError, match="give baseUrl"):
+            await run.command.run_adhoc(
+                AdHocRun(
+                    "Bot",
+                    "hi",
+                    "SCRIPTED",
+                    pgvector=PgVectorTable("127.0.0.1", embedding_model="te3"),
+                )
+            )
+        with pytest.raises(InvalidFieldError, match="512.*384"):
+            await run.command.run_adhoc(
+                AdHocRun(
+                    "Bot", "hi", "SCRIPTED", pgvector=PgVectorTable("127.0.0.1", dimension=512)
+                )
+            )
+        # A model named at the run's endpoint embeds the query there; a catalog
+        # EM model by its code. Either way an unreachable store fails the turn.
+        endpoint = ModelEndpoint(base_url=f"http://127.0.0.1:{port}/v1", model_name="chat")
+        for run_model, embedding in ((endpoint, "text-embedding-3-small"), ("SCRIPTED", "MINILM")):
+            result = await run.command.run_adhoc(
+                AdHocRun(
+                    "Bot",
+                    "hi",
+                    run_model,
+                    pgvector=PgVectorTable(
+                        "127.0.0.1",
+                        port=port,
+                        password="pg-secret-0042",
+                        embedding_model=embedding,
+                        dimension=384 if embedding == "MINILM" else 512,
+                    ),
+                    memory=None,
+                )
+            )
+            assert result.result.status is ProcessStatus.FAILED
+            error = result.result.error or ""
+            assert "retrieval from collection INVOKE failed" in error
+            assert "pg-secret-0042" not in error
+        result = await run.command.run_adhoc(
+            AdHocRun("Bot", "hi", "SCRIPTED", pgvector=table, memory=None)
+        )
+        assert f"cannot use 127.0.0.1:{port}/postgres" in (result.result.error or "")
+    assert model.requests == []
+
+
+SKILL_TOPICS = [
+    ("WEATHER", "Get the weather forecast for a city."),
+    ("INVOICE", "Create an invoice for a customer order."),
+    ("FLIGHTS", "Search and book flights between airports."),
+    ("HOTELS", "Find and reserve hotel rooms."),
+    ("PAYROLL", "Run the monthly payroll for employees."),
+    ("TRANSLATE", "Translate a text into another language."),
+    ("CALENDAR", "Schedule meetings in a calendar."),
+    ("STOCKS", "Look up stock prices and market data."),
+    ("RECIPES", "Suggest cooking recipes from ingredients."),
+    ("SHIPPING", "Track parcels and shipments."),
+    ("TAXES", "Estimate income taxes."),
+    ("NEWS", "Summarize today's news headlines."),
+    ("FITNESS", "Plan a workout routine."),
+    ("MUSIC", "Recommend songs and playlists."),
+]
+
+
+async def test_use_skill_offers_the_skills_matching_the_request_when_there_are_many(
+    database: Database,
+) -> None:
+    catalog = CatalogBuilder()
+    for code, description in SKILL_TOPICS:
+        catalog.skill(code, prompt=f"Use {code}.", description=description)
+    catalog.action("MANY", prompt="Help.", skills=[code for code, _ in SKILL_TOPICS])
+    catalog.skill("ONE", prompt="Use ONE.", description="A single skill.")
+    catalog.action("FEW", prompt="Help.", skills=["ONE", "WEATHER"])
+    model = ScriptedModel(["ok", "ok"])
+    async with Pilothouse(Settings(), database=database, model=model) as ph:
+        await catalog.import_into(ph)
+        await ph.command.start_and_send("Will it rain in Hamburg tomorrow?", action="MANY")
+        await ph.command.start_and_send("Will it rain in Hamburg tomorrow?", action="FEW")
+
+    def offered(index: int) -> list[str]:
+        tools = {t.name: t for t in model.requests[index].info.function_tools}
+        return list(tools["use_skill"].parameters_json_schema["properties"]["skill"]["enum"])
+
+    many = offered(0)
+    assert len(many) == 8 and many[0] == "WEATHER"
+    # Few skills: every one is offered, in catalog order.
+    assert offered(1) == ["ONE", "WEATHER"]

@@ -198,6 +198,12 @@ class Knowledge:
             model_spec=spec,
         )
 
+    def local_model(self) -> LocalMiniLM:
+        """The packaged MiniLM this service embeds with, loaded on first use."""
+        if self._local is None:
+            self._local = LocalMiniLM()
+        return self._local
+
     async def embedder(self, collection: Collection) -> Embedder:
         """The embedder of a collection's model, built once."""
         return await self.model_embedder(collection.model_spec, collection.model)
@@ -441,9 +447,7 @@ class Knowledge:
     async def model_embedder(self, spec: ModelSpec | None, info: EmbeddingModelInfo) -> Embedder:
         """The embedder of a model spec (None: the packaged MiniLM), built once."""
         if spec is None:
-            if self._local is None:
-                self._local = LocalMiniLM()
-            return self._local
+            return self.local_model()
         key = f"{spec.fingerprint()}:{info}"
         embedder = self._embedders.get(key)
         if embedder is None:

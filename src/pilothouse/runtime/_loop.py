@@ -230,4 +230,6 @@ class TurnLoop:
             compiled.tool_rows or compiled.mcp_clients or any(s.tools for s in compiled.skills)
         )
         source = self._tool_source() if needs_source else None
-        return await offered_tools(source, compiled, turn.active_skills, self._tool_timeout)
+        return await offered_tools(
+            source, compiled, turn.active_skills, self._tool_timeout, turn.skill_offer
+        )

@@ -51,6 +51,7 @@ from pilothouse.runtime._events import (
 )
 from pilothouse.runtime._record import status_event
 from pilothouse.runtime._retrieval import retrieve_context
+from pilothouse.runtime._shared import SKILL_OFFER_ABOVE
 from pilothouse.runtime._toolexec import Authorizer
 from pilothouse.runtime._toolset import ToolSource
 from pilothouse.runtime._toolstep import results_as_text
@@ -600,6 +601,8 @@ class Runner:
             if retrieved.prompt:
                 # Before the history is chosen, so its token budget counts the context.
                 prompt = f"{prompt}\n\n{retrieved.prompt}"
+        if len(turn.compiled.skills) > SKILL_OFFER_ABOVE:
+            turn.skill_offer = await self._runtime.skill_offer(turn.compiled.skills, new.text)
         # The memory as it was before this turn's user message, read when the
         # turn began.
         history = memory_messages(turn.handle.memory)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 __all__ = ["RunningTurns", "Runtime"]
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -33,10 +33,16 @@ from pilothouse.store import Database, TurnStore
 from pilothouse.store._base import utcnow
 from pilothouse.store._leases import Leases, OwnerIdentity
 
+SKILL_OFFER_ABOVE = 12
+"""An action with more skills has ``use_skill`` offer only those matching the request."""
+SKILL_OFFER_TOP = 8
+"""How many skills ``use_skill`` offers then (clients degrade past ~20-40 tools)."""
+
 if TYPE_CHECKING:
-    from pilothouse.knowledge import Knowledge
+    from pilothouse.knowledge import DescriptionMatcher, Knowledge
     from pilothouse.memory import MemoryExtractor, ScopedMemory
     from pilothouse.runtime._runner import Runner
+    from pilothouse.runtime._toolset import SkillInfo
 
 _KNOWN_LIMIT = 10_000
 """Conversations whose action and agent codes a runtime keeps in memory."""
@@ -194,6 +200,7 @@ class Runtime:
         self._tool_source = tool_source
         self._knowledge_of = knowledge
         self._knowledge: Knowledge | None = None
+        self._matcher: DescriptionMatcher | None = None
         self._known: dict[tuple[str, str], tuple[str, str | None]] = {}
         self._prompts: dict[tuple[str, str], int] = {}
         self.recorder = TurnRecorder(self.store, self.hub)
@@ -260,6 +267,23 @@ class Runtime:
                 self.database, secrets=self.compiler.secrets, models=self.models
             )
         return self._knowledge
+
+    async def skill_offer(self, skills: Sequence[SkillInfo], text: str) -> tuple[str, ...]:
+        """The codes of the skills whose descriptions best match ``text``, best first.
+
+        Seed 002's ``description_embedding``: descriptions are embedded with the
+        packaged MiniLM once (cached by text), the request on every turn.
+        """
+        if self._matcher is None:
+            from pilothouse.knowledge import DescriptionMatcher
+
+            self._matcher = DescriptionMatcher(self.knowledge().local_model())
+        descriptions = {s.code: f"{s.name}: {s.description}" for s in skills}
+        # No threshold: the offer is never empty, only ordered and cut.
+        matches = await self._matcher.match(
+            text, descriptions, top_k=SKILL_OFFER_TOP, threshold=-1.0
+        )
+        return tuple(m.key for m in matches)
 
     def remember(
         self, tenant: str, conversation_uuid: str, action_code: str, agent_code: str | None

@@ -352,11 +352,14 @@ async def build_toolset(
     ask_user: bool = True,
     bus_tools: frozenset[str] = frozenset(),
     guarded: frozenset[str] = frozenset(),
+    offer: Sequence[str] | None = None,
 ) -> ToolSet:
     """Resolve what a step offers: direct tools, active skills' tools, builtins.
 
     ``guarded`` names tools a skill links with access ``write`` or
     ``execute`` (genai-4j): they run only with the authorizer's yes.
+    ``offer`` narrows the skills ``use_skill`` offers (by code, in order): the
+    few whose descriptions match the request, for an action with many.
     """
     toolset = ToolSet()
     rows: list[Tool] = list(tools)
@@ -401,7 +404,7 @@ async def build_toolset(
             if executable.definition.name not in toolset.executable:
                 toolset.add(executable.definition, tool=executable)
     if skills:
-        toolset.add_builtin(use_skill_definition(skills))
+        toolset.add_builtin(use_skill_definition(offered_skills(skills, offer)))
     if ask_user:
         toolset.add_builtin(ASK_USER_DEFINITION)
     return toolset
@@ -418,6 +421,8 @@ async def _bus_definition(source: ToolSource, row: Tool) -> ToolDefinition:
         )
     # A Python tool's parameters come from its signature.
     return (await source.tool(row)).definition
+
+
 class _Guarded:
     """A tool reached through a ``write`` / ``execute`` skill link: policy ``authorized``."""
 
@@ -438,6 +443,14 @@ class _Guarded:
 
     async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
         return await self._tool.execute(arguments, context)
+
+
+def offered_skills(skills: Sequence[SkillInfo], offer: Sequence[str] | None) -> list[SkillInfo]:
+    """The skills ``use_skill`` offers: all, or those of ``offer`` in its order."""
+    if offer is None:
+        return list(skills)
+    by_code = {skill.code: skill for skill in skills}
+    return [by_code[code] for code in offer if code in by_code]
 
 
 def activate(skills: Sequence[SkillInfo], code: str) -> list[SkillInfo]:
@@ -468,12 +481,13 @@ async def offered_tools(
     compiled: CompiledAction,
     active_skills: set[str],
     default_timeout: float,
+    offer: Sequence[str] | None = None,
 ) -> ToolSet:
     """What a step of a compiled action offers; no source is needed without catalog tools."""
     if source is None:
         toolset = ToolSet()
         if compiled.skills:
-            toolset.add_builtin(use_skill_definition(compiled.skills))
+            toolset.add_builtin(use_skill_definition(offered_skills(compiled.skills, offer)))
         if compiled.ask_user:
             toolset.add_builtin(ASK_USER_DEFINITION)
     else:
@@ -488,6 +502,7 @@ async def offered_tools(
             ask_user=compiled.ask_user,
             bus_tools=compiled.bus_tools,
             guarded=compiled.guarded_tools,
+            offer=offer,
         )
     for name, description, schema in compiled.tools:
         toolset.add(ToolDefinition(name, description, schema))

@@ -192,6 +192,8 @@ class Turn:
         wire_repairs: repairs the wire layer made to the last model
             response's calls, by call id.
         sources: the numbered chunks retrieval gave the model (``[1]`` first).
+        skill_offer: the skills ``use_skill`` offers this turn, best match
+            first (None: all of them; an action with few skills).
     """
 
     handle: TurnHandle
@@ -211,6 +213,7 @@ class Turn:
     records: list[ToolCallRecord] = field(default_factory=lambda: [])
     wire_repairs: dict[str, list[str]] = field(default_factory=lambda: {})
     sources: tuple[SearchHit, ...] = ()
+    skill_offer: tuple[str, ...] | None = None
     # Usage not yet written (reset by every write) ...
     input_tokens: int = 0
     output_tokens: int = 0

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pilothouse.errors import NotFoundError
 from pilothouse.server._deps import AdminFacade, Facade
-from pilothouse.server._problems import PROBLEM_RESPONSES, ProblemError
+from pilothouse.server._problems import PROBLEM_RESPONSES, ProblemError, problem_responses
 from pilothouse.types import (
     DocumentInfo,
     FileDocument,
@@ -250,6 +250,7 @@ _INGEST_BODY = {
     "/{code}/documents",
     summary="Ingest documents: files (multipart), URLs or texts (JSON) (admin)",
     openapi_extra={"requestBody": _INGEST_BODY},
+    responses=problem_responses(415),
 )
 async def ingest(code: str, request: Request, ph: AdminFacade) -> dict[str, Any]:
     """Read, chunk, embed and store; one entry per document with its status."""
