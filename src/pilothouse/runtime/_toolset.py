@@ -384,17 +384,7 @@ async def build_toolset(
         if row.kind is ToolKind.SCHEMA:
             toolset.add(ToolDefinition(row.name, row.description or "", dict(row.input_schema)))
             continue
-        if row.kind is ToolKind.MCP:
-            # An MCP tool in the catalog names its client: "client:tool".
-            client_name, _, tool_name = (row.implementation or "").partition(":")
-            client = (mcp_lookup or {}).get(client_name)
-            if client is None:
-                raise ToolError(
-                    f"tool '{row.code}': MCP client '{client_name}' is not in the catalog"
-                )
-            executable = await source.mcp_tool(client, tool_name or row.name)
-        else:
-            executable = await source.tool(row)
+        executable = await _executable(source, row, mcp_lookup)
         if row.name in guarded and executable.policy is not ExecutionPolicy.AUTHORIZED:
             executable = _Guarded(executable)
         toolset.add(executable.definition, tool=executable)
@@ -408,6 +398,20 @@ async def build_toolset(
     if ask_user:
         toolset.add_builtin(ASK_USER_DEFINITION)
     return toolset
+
+
+async def _executable(
+    source: ToolSource, row: Tool, mcp_lookup: Mapping[str, McpClient] | None
+) -> ExecutableTool:
+    """The runnable tool of a catalog row."""
+    if row.kind is not ToolKind.MCP:
+        return await source.tool(row)
+    # An MCP tool in the catalog names its client: "client:tool".
+    client_name, _, tool_name = (row.implementation or "").partition(":")
+    client = (mcp_lookup or {}).get(client_name)
+    if client is None:
+        raise ToolError(f"tool '{row.code}': MCP client '{client_name}' is not in the catalog")
+    return await source.mcp_tool(client, tool_name or row.name)
 
 
 async def _bus_definition(source: ToolSource, row: Tool) -> ToolDefinition:
