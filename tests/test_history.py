@@ -12,6 +12,7 @@ from pilothouse.api import Pilothouse
 from pilothouse.errors import InvalidFieldError, NotFoundError
 from pilothouse.settings import Settings
 from pilothouse.testing import Reply, ScriptedModel
+from pilothouse.types import MessageRole
 
 pytestmark = pytest.mark.anyio
 
@@ -21,8 +22,16 @@ CATALOG = {
         {"code": "M", "provider": "P", "model_name": "m", "input_price": 1, "output_price": 2}
     ],
     "configurations": [{"code": "C", "max_tokens": 64}],
+    # A chat remembers: without a memory strategy a turn sees only itself (seed 000).
+    "memory_strategies": [{"code": "ALL", "kind": "FULL"}],
     "actions": [
-        {"code": "CHAT", "model": "M", "configuration": "C", "prompt": "Chat about {topic}."},
+        {
+            "code": "CHAT",
+            "model": "M",
+            "configuration": "C",
+            "memory_strategy": "ALL",
+            "prompt": "Chat about {topic}.",
+        },
         {
             "code": "QUIET",
             "model": "M",
@@ -44,7 +53,9 @@ async def _three_turns(ph: Pilothouse, model: ScriptedModel, action: str = "CHAT
 
 
 async def _texts(ph: Pilothouse, uuid: str) -> list[str]:
-    return [m.content for m in await ph.query.get_conversation_messages(uuid)]
+    """The chat's texts: every message but the recorded system prompt (``SY``)."""
+    messages = await ph.query.get_conversation_messages(uuid)
+    return [m.content for m in messages if m.role is not MessageRole.SYSTEM]
 
 
 async def test_fork_copies_and_leaves_the_parent_as_recorded(settings: Settings) -> None:
@@ -81,7 +92,9 @@ async def test_fork_copies_and_leaves_the_parent_as_recorded(settings: Settings)
         await ph.command.send_message(cut.uuid, "deux", input_data={"topic": "shirts"})
         sent = str(model.requests[-1].messages)
         assert "A-one" in sent and "A-two" not in sent
-        assert await _texts(ph, uuid) == [m.content for m in before.messages]
+        assert await _texts(ph, uuid) == [
+            m.content for m in before.messages if m.role is not MessageRole.SYSTEM
+        ]
 
 
 async def test_fork_refuses_what_is_no_prompt(settings: Settings) -> None:
@@ -89,8 +102,9 @@ async def test_fork_refuses_what_is_no_prompt(settings: Settings) -> None:
     async with Pilothouse(settings, model=model) as ph:
         await ph.catalog.import_documents([CATALOG])
         uuid = await _three_turns(ph, model)
-        with pytest.raises(InvalidFieldError, match="drop_prompt: message 2 is no user prompt"):
-            await ph.history.fork(uuid, drop_prompt=2, reason="x")
+        with pytest.raises(InvalidFieldError, match="drop_prompt: message 3 is no user prompt"):
+            # 1 is the recorded system prompt, 2 the first prompt, 3 its answer.
+            await ph.history.fork(uuid, drop_prompt=3, reason="x")
         with pytest.raises(InvalidFieldError, match="replace: message 99 is no user prompt"):
             await ph.history.fork(uuid, replace={99: "x"}, reason="x")
         with pytest.raises(NotFoundError):
@@ -146,7 +160,8 @@ async def test_export_and_import_round_trip(settings: Settings) -> None:
         assert imported.uuid != uuid and imported.title == "Round trip"
         assert await _texts(ph, imported.uuid) == await _texts(ph, uuid)
         timeline = (await ph.query.get_transcript(imported.uuid)).timeline
-        assert timeline[-1].data == {"source_uuid": uuid, "messages": 6}
+        # The recorded system prompt (SY) and three prompts with their answers.
+        assert timeline[-1].data == {"source_uuid": uuid, "messages": 7}
         # Into another tenant without the action: refused, nothing written.
         other = ph.for_tenant("other")
         with pytest.raises(NotFoundError):
