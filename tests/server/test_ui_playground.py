@@ -86,7 +86,8 @@ async def test_a_streamed_chat_names_the_conversation_after_its_first_prompt(
     events = await _chat(client, conversation=uuid, target="action:ECHO", text="Again")
     assert events[-1][1]["title"] == "Say hello to my friend"
     ph = server_state.pilothouse
-    assert [m.content for m in await ph.query.get_conversation_messages(uuid)] == [
+    messages = await ph.query.get_conversation_messages(uuid)
+    assert [m.content for m in messages if m.role.value != "SY"] == [
         "Say hello to my friend",
         "Hello there, friend.",
         "Again",
@@ -123,7 +124,8 @@ async def _conversation(
 
 async def _sequences(server_state: ServerState, uuid: str) -> list[tuple[int, str, str]]:
     messages = await server_state.pilothouse.query.get_conversation_messages(uuid)
-    return [(m.sequence, m.role.value, m.content) for m in messages]
+    # The recorded system prompts (SY) are audit records, not chat.
+    return [(m.sequence, m.role.value, m.content) for m in messages if m.role.value != "SY"]
 
 
 async def test_editing_a_prompt_forks_and_never_changes_the_recorded_messages(
@@ -156,8 +158,10 @@ async def test_editing_a_prompt_forks_and_never_changes_the_recorded_messages(
     assert fork in listed and uuid not in listed
 
     # Submit: the prompt and everything after it are replaced by the new turn.
+    # The fork numbers its own messages (its recorded system prompts are its own).
+    in_fork = next(seq for seq, _, text in await _sequences(server_state, fork) if text == "TWO")
     submit = await client.post(
-        f"/ui/conversations/{fork}/prompts/{second}", data={"op": "submit", "text": "deux"}
+        f"/ui/conversations/{fork}/prompts/{in_fork}", data={"op": "submit", "text": "deux"}
     )
     body = submit.json()
     assert body["submit"] == "deux"
@@ -180,8 +184,9 @@ async def test_editing_a_prompt_forks_and_never_changes_the_recorded_messages(
         "A1",
     ]
     # Submit again appends the same prompt to the same conversation: no fork.
+    in_edited = next(s for s, _, text in await _sequences(server_state, edited) if text == "deux")
     again = await client.post(
-        f"/ui/conversations/{edited}/prompts/{second}", data={"op": "resubmit"}
+        f"/ui/conversations/{edited}/prompts/{in_edited}", data={"op": "resubmit"}
     )
     assert again.json() == {"conversation": edited, "submit": "deux"}
     assert await _sequences(server_state, uuid) == before
@@ -192,17 +197,18 @@ async def test_prompt_edits_refuse_what_is_no_prompt(
 ) -> None:
     await _login(client, api_key)
     uuid = await _conversation(client, scripted, ("one", "A1"))
-    answer_seq = 2
+    # 1 is the recorded system prompt (SY), 2 the prompt, 3 its answer.
+    answer_seq = 3
     refused = await client.post(
         f"/ui/conversations/{uuid}/prompts/{answer_seq}", data={"op": "delete"}
     )
     assert refused.status_code == 422
     assert "no prompt" in refused.json()["detail"]
     empty = await client.post(
-        f"/ui/conversations/{uuid}/prompts/1", data={"op": "save", "text": ""}
+        f"/ui/conversations/{uuid}/prompts/2", data={"op": "save", "text": ""}
     )
     assert empty.status_code == 422 and "empty" in empty.json()["detail"]
-    unknown = await client.post(f"/ui/conversations/{uuid}/prompts/1", data={"op": "zap"})
+    unknown = await client.post(f"/ui/conversations/{uuid}/prompts/2", data={"op": "zap"})
     assert unknown.status_code == 422
 
 
@@ -277,7 +283,7 @@ async def test_rename_delete_and_the_timeline_viewer(
     assert deleted.status_code == 200 and uuid not in deleted.text
     # Hidden, not erased: the transcript and its timeline are still there.
     view = await server_state.pilothouse.query.get_transcript(uuid)
-    assert [m.content for m in view.messages] == ["first", "ok"]
+    assert [m.content for m in view.messages if m.role.value != "SY"] == ["first", "ok"]
     assert view.timeline[-1].kind.value == "hide"
 
 
@@ -462,7 +468,7 @@ async def test_edit_prompt_with_template_loads_the_values_it_was_sent_with(
     chat = (await client.get(f"/ui/conversations/{uuid}")).text
     assert "Edit prompt with template" in chat
     loaded = await client.get(
-        "/ui/template", params={"target": "action:SUMBRAND", "c": uuid, "sequence": 1}
+        "/ui/template", params={"target": "action:SUMBRAND", "c": uuid, "sequence": 2}
     )
     assert re.search(r'data-placeholder="document"[^>]*>Acme rockets</textarea>', loaded.text)
     # A prompt sent without template values offers the plain edit only.
