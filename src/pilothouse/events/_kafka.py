@@ -10,8 +10,10 @@ from __future__ import annotations
 
 __all__ = ["KafkaBus"]
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
+
+import anyio
 
 from pilothouse.events._bus import BusError, Delivery
 
@@ -93,7 +95,7 @@ class KafkaBus:
         except KafkaError as exc:
             raise BusError(f"kafka at {self._servers}: publish to '{topic}': {exc}") from exc
 
-    async def consume(self, topic: str, group: str) -> AsyncIterator[Delivery]:
+    async def consume(self, topic: str, group: str) -> AsyncGenerator[Delivery]:
         """The group's messages; an acknowledgement commits the message's offset."""
         from aiokafka import AIOKafkaConsumer, TopicPartition  # pyright: ignore[reportMissingTypeStubs]
         from aiokafka.errors import KafkaError  # pyright: ignore[reportMissingTypeStubs]
@@ -136,4 +138,7 @@ class KafkaBus:
         finally:
             if consumer in self._consumers:
                 self._consumers.remove(consumer)
-                await consumer.stop()
+                # Shielded: a cancelled consumer must still leave its group
+                # and close its connections.
+                with anyio.CancelScope(shield=True):
+                    await consumer.stop()

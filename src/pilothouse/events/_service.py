@@ -23,6 +23,8 @@ __all__ = ["EventService", "EventServiceMetrics"]
 import json
 import logging
 import uuid as uuid_module
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -203,7 +205,13 @@ class EventService:
     # -- completions ------------------------------------------------------------
 
     async def _completion_loop(self) -> None:
-        async for delivery in self._bus.consume(self.reply_topic, self.group):
+        stream = self._bus.consume(self.reply_topic, self.group)
+        # aclosing: a cancelled loop stops its consumer now, not at garbage collection.
+        async with aclosing(stream):
+            await self._completions(stream)
+
+    async def _completions(self, stream: AsyncGenerator[Delivery]) -> None:
+        async for delivery in stream:
             if delivery.lag is not None:
                 self.metrics.lag.labels(delivery.topic).set(delivery.lag)
             try:
@@ -255,7 +263,12 @@ class EventService:
     # -- run_action ---------------------------------------------------------------
 
     async def _action_loop(self, topic: str) -> None:
-        async for delivery in self._bus.consume(topic, self.group + "-actions"):
+        stream = self._bus.consume(topic, self.group + "-actions")
+        async with aclosing(stream):
+            await self._actions(stream)
+
+    async def _actions(self, stream: AsyncGenerator[Delivery]) -> None:
+        async for delivery in stream:
             if delivery.lag is not None:
                 self.metrics.lag.labels(delivery.topic).set(delivery.lag)
             try:
