@@ -135,6 +135,7 @@ async def test_kill_9_while_100_conversations_wait_loses_nothing_and_applies_not
                 before = await wait_processed(ph, 10, timeout=120)
                 first.kill()  # SIGKILL: no cleanup, mid-flight
                 await anyio.to_thread.run_sync(first.wait)
+                first.stdout.close()
                 killed_at = await ph.events.counts()
                 assert killed_at["processed"] < count, "nothing was left in flight to lose"
                 second = subprocess.Popen(
