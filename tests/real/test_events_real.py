@@ -154,10 +154,12 @@ async def test_kill_9_while_100_conversations_wait_loses_nothing_and_applies_not
         )
         assert before["commands"] == count
         assert after["processed"] == count and after["waiting"] == 0 and after["unsent"] == 0
-        # Every order was run at least once; a command delivered again after
-        # the kill ran again, and its second completion was only counted.
+        # Every order was run at least once. A command delivered again after
+        # the kill ran again, and a completion the killed process applied but
+        # never acknowledged came again: each such second completion was only
+        # counted, never applied (assert_each_applied_once).
         assert set(runs) == {f"K-{i}" for i in range(count)}
-        assert after["duplicates"] == sum(runs.values()) - count
+        assert after["duplicates"] >= sum(runs.values()) - count
         await assert_each_applied_once(ph, count)
 
 
@@ -190,5 +192,5 @@ async def test_a_nats_restart_loses_nothing(tmp_path: Path, ph: Pilothouse) -> N
         await worker_bus.close()
         broker.stop()
     assert after["processed"] == count and after["waiting"] == 0
-    assert after["duplicates"] == sum(runs.values()) - count
+    assert after["duplicates"] >= sum(runs.values()) - count
     await assert_each_applied_once(ph, count)
