@@ -121,7 +121,8 @@ class NatsBus:
             while self._nc is not None:
                 try:
                     batch = await subscription.fetch(10, timeout=1)
-                except NatsTimeout:
+                except (NatsTimeout, TimeoutError):
+                    # Nothing to fetch within the second (nats-py raises either).
                     continue
                 except NatsError as exc:
                     logger.info("nats fetch on %s failed (%s); trying again", topic, exc)
