@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "real"))
 sys.path.insert(0, str(ROOT / "tests" / "events"))
 
-from event_brokers import Broker  # noqa: E402
-from event_catalog import CATALOG, order_model  # noqa: E402
+from event_brokers import Broker  # noqa: E402  # pyright: ignore[reportMissingImports]
+from event_catalog import CATALOG, order_model  # noqa: E402  # pyright: ignore[reportMissingImports]
 
 from pilothouse.api import Pilothouse  # noqa: E402
 from pilothouse.events import Bus, EventService, Worker, open_bus  # noqa: E402
@@ -65,7 +65,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def run_turns(ph: Pilothouse, turns: int, concurrency: int) -> tuple[list[float], float]:
+async def run_turns(
+    ph: Pilothouse, turns: int, concurrency: int, first: int = 0
+) -> tuple[list[float], float]:
     done: dict[str, anyio.Event] = {}
 
     async def finished(event: TurnEvent) -> None:
@@ -92,7 +94,7 @@ async def run_turns(ph: Pilothouse, turns: int, concurrency: int) -> tuple[list[
 
     began = time.perf_counter()
     async with anyio.create_task_group() as group:
-        for index in range(turns):
+        for index in range(first, first + turns):
             group.start_soon(one, index)
     wall = time.perf_counter() - began
     ph.unsubscribe(finished)
@@ -106,13 +108,14 @@ async def scenario(name: str, bus_url: str | None, turns: int, concurrency: int)
         await ph.catalog.import_text(IN_PROCESS if bus_url is None else CATALOG)
         if bus_url is None:
             await run_turns(ph, 10, 1)  # warm-up
-            latencies, wall = await run_turns(ph, turns, concurrency)
+            latencies, wall = await run_turns(ph, turns, concurrency, first=10)
         else:
             options: dict[str, float] = (
                 {"session_timeout": 2.0} if bus_url.startswith("kafka") else {}
             )
             bus: Bus = open_bus(bus_url, **options)
-            worker_bus: Bus = open_bus(bus_url, **options)
+            # The memory bus lives in one object: the worker must share it.
+            worker_bus: Bus = bus if bus_url == "memory://" else open_bus(bus_url, **options)
             worker = Worker(ph, worker_bus)
             worker.tool(lookup_order)
             try:
@@ -120,11 +123,12 @@ async def scenario(name: str, bus_url: str | None, turns: int, concurrency: int)
                     await group.start(EventService(ph, bus).run)
                     await group.start(worker.run)
                     await run_turns(ph, 10, 1)  # warm-up (consumer groups joined)
-                    latencies, wall = await run_turns(ph, turns, concurrency)
+                    latencies, wall = await run_turns(ph, turns, concurrency, first=10)
                     group.cancel_scope.cancel()
             finally:
                 await bus.close()
-                await worker_bus.close()
+                if worker_bus is not bus:
+                    await worker_bus.close()
     return {
         "name": name,
         "turns": turns,

@@ -8,19 +8,23 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "events"))
-
-from event_catalog import CATALOG, order_model
-
 from pilothouse.api import Pilothouse
 from pilothouse.events import EventService, open_bus
 from pilothouse.settings import Settings
+
+# The shared catalog lives beside the unit tests (tests/events), on no
+# import path of its own: loaded by name once the path is set.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "events"))
+_shared = importlib.import_module("event_catalog")
+CATALOG: str = _shared.CATALOG
+order_model = _shared.order_model
 
 
 async def main(command: str, url: str, bus_url: str, count: int) -> None:

@@ -8,6 +8,7 @@ counts: every conversation finished, every result applied exactly once.
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -25,8 +26,12 @@ from pilothouse.events import Bus, EventService, Worker, open_bus
 from pilothouse.settings import Settings
 from pilothouse.types import MessageRole, ProcessStatus, ToolCallStatus
 
+# The shared catalog lives beside the unit tests (tests/events), on no
+# import path of its own: loaded by name once the path is set.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "events"))
-from event_catalog import CATALOG, order_model
+_shared = importlib.import_module("event_catalog")
+CATALOG: str = _shared.CATALOG
+order_model = _shared.order_model
 
 pytestmark = [pytest.mark.anyio, pytest.mark.real]
 
@@ -94,6 +99,7 @@ async def test_event_tool_round_trip_through_a_real_broker(broker: Broker, ph: P
     bus, worker_bus = bus_of(broker), bus_of(broker)
     runs: Counter[str] = Counter()
     service, worker = EventService(ph, bus), order_worker(ph, worker_bus, runs)
+    counts: dict[str, int] = {}
     try:
         async with anyio.create_task_group() as group:
             await group.start(service.run)
@@ -126,7 +132,10 @@ async def test_kill_9_while_100_conversations_wait_loses_nothing_and_applies_not
     assert json.loads(line) == {"started": count}
     runs: Counter[str] = Counter()
     worker_bus = bus_of(broker)
-    second: subprocess.Popen[str] | None = None
+    second: subprocess.Popen[bytes] | None = None
+    before: dict[str, int] = {}
+    after: dict[str, int] = {}
+    killed_at: dict[str, int] = {}
     async with Pilothouse(Settings(database_url=url)) as ph:
         worker = order_worker(ph, worker_bus, runs, pause=0.02)
         try:
@@ -173,6 +182,7 @@ async def test_a_nats_restart_loses_nothing(tmp_path: Path, ph: Pilothouse) -> N
     service = EventService(ph, bus)
     worker = order_worker(ph, worker_bus, runs, pause=0.05)
     count = 20
+    after: dict[str, int] = {}
     try:
         async with anyio.create_task_group() as group:
             await group.start(service.run)

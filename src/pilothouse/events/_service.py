@@ -194,13 +194,15 @@ class EventService:
 
     async def _relay_loop(self) -> None:
         while True:
+            # A fresh event before reading the outbox: a wake that comes
+            # while it is read is kept for the next round, never lost.
+            self._wake = anyio.Event()
             try:
                 await self.relay_once()
             except PilothouseError as exc:
                 logger.warning("event relay: %s; retrying", exc)
             with anyio.move_on_after(self._poll):
                 await self._wake.wait()
-            self._wake = anyio.Event()
 
     # -- completions ------------------------------------------------------------
 
