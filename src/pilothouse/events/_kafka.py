@@ -26,12 +26,21 @@ class KafkaBus:
         session_timeout: the consumer group's session timeout in seconds; a
             new member joins in about half of it (tansu: use 2).
         partitions: partitions of the topics this bus creates.
+        fetch_wait: seconds the broker may hold a fetch while it has nothing;
+            aiokafka's 0.5 s default adds up to that to every round trip on
+            tansu (measured: bench/events.py), so commands wait 0.05 s.
     """
 
     def __init__(
-        self, servers: str, *, session_timeout: float = 10.0, partitions: float = 4
+        self,
+        servers: str,
+        *,
+        session_timeout: float = 10.0,
+        partitions: float = 4,
+        fetch_wait: float = 0.05,
     ) -> None:
         self._servers = servers
+        self._fetch_wait_ms = int(fetch_wait * 1000)
         self._session_ms = int(session_timeout * 1000)
         self._partitions = int(partitions)
         self._producer: Any = None
@@ -108,6 +117,7 @@ class KafkaBus:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             session_timeout_ms=self._session_ms,
+            fetch_max_wait_ms=self._fetch_wait_ms,
             heartbeat_interval_ms=max(100, self._session_ms // 6),
         )
         try:
