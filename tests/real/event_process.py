@@ -37,7 +37,7 @@ async def main(command: str, url: str, bus_url: str, count: int) -> None:
             for index in range(count):
                 await ph.command.start_and_send(f"K-{index}", action="ORDERS")
             print(json.dumps({"started": count}), flush=True)
-        service = EventService(ph, bus, sweep_interval=5.0)
+        service = EventService(ph, bus, sweep_interval=1.0, recover_after=3.0)
         try:
             await service.run()
         finally:

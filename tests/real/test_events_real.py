@@ -82,6 +82,15 @@ async def wait_processed(ph: Pilothouse, count: int, timeout: float) -> dict[str
             await anyio.sleep(0.2)
 
 
+async def wait_all_completed(ph: Pilothouse, count: int, timeout: float) -> None:
+    with anyio.fail_after(timeout):
+        while True:
+            page = await ph.query.list_conversations(status=ProcessStatus.COMPLETED, limit=1000)
+            if len(page.items) >= count:
+                return
+            await anyio.sleep(0.3)
+
+
 async def assert_each_applied_once(ph: Pilothouse, count: int) -> None:
     page = await ph.query.list_conversations(limit=1000)
     assert len(page.items) == count

@@ -116,6 +116,9 @@ class EventService:
         sweep_interval: seconds between deadline sweeps.
         busy_retry: seconds to keep retrying a completion whose conversation
             is running a turn, before leaving it to the next delivery.
+        recover_after: seconds without a write after which a conversation
+            left ``RU`` by a dead process (after a completion was applied) is
+            continued by the sweep; longer than any model call.
         metrics: where to count; new ones by default.
     """
 
@@ -130,6 +133,7 @@ class EventService:
         poll_interval: float = 0.2,
         sweep_interval: float = 1.0,
         busy_retry: float = 60.0,
+        recover_after: float = 120.0,
         metrics: EventServiceMetrics | None = None,
     ) -> None:
         self._ph = ph
@@ -140,6 +144,7 @@ class EventService:
         self._poll = poll_interval
         self._sweep = sweep_interval
         self._busy_retry = busy_retry
+        self._recover_after = recover_after
         self.metrics = metrics or EventServiceMetrics.create()
         self._wake = anyio.Event()
 
@@ -261,6 +266,9 @@ class EventService:
             ended = await self._ph.events.expire()
             if ended:
                 self.metrics.completions.labels("timeout").inc(ended)
+            recovered = await self._ph.events.recover(self._recover_after)
+            if recovered:
+                self.metrics.completions.labels("recovered").inc(recovered)
 
     # -- run_action ---------------------------------------------------------------
 
