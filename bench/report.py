@@ -371,6 +371,10 @@ def main() -> None:
     knowledge = args.results / "knowledge.md"
     if knowledge.exists():
         lines += [knowledge.read_text().strip(), ""]
+    # So do the event-bus round trips (bench/events.py).
+    events = args.results / "events.md"
+    if events.exists():
+        lines += [events.read_text().strip(), ""]
     lines += report_local.section(args.results / "local.json")
     (args.docs / "benchmarks.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {args.docs / 'benchmarks.md'} and {len(plots)} plots")

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 from event_catalog import CATALOG, order_model, sums_model
-from pydantic_ai.messages import ModelResponse, TextPart
-from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pilothouse.api import Pilothouse
 from pilothouse.errors import CatalogValidationError, InvalidFieldError
@@ -135,6 +135,49 @@ async def test_a_deadline_ends_the_call_with_a_timeout_the_model_sees_and_a_late
     late = await ph.events.complete(correlation, result="shipped")
     assert late.outcome == "duplicate"
     assert await ph.events.expire() == 0
+
+
+async def test_a_conversation_left_running_after_its_completion_is_continued(
+    database: Database,
+) -> None:
+    # As if the process died between applying the completion and the end of
+    # the model call it made: the result is recorded, the conversation RU.
+
+    answers = iter([ToolCallPart("lookup_order", {"order_id": "A-17"}, tool_call_id="c1")])
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[next(answers, TextPart("Shipped."))])
+
+    settings = Settings(database_url=database.url)
+    async with Pilothouse(settings, database=database, model=FunctionModel(model)) as ph:
+        await ph.catalog.import_text(CATALOG)
+        await _left_running_is_continued(ph, database)
+
+
+async def _left_running_is_continued(ph: Pilothouse, database: Database) -> None:
+    from datetime import UTC, datetime
+
+    from sqlalchemy import update
+
+    from pilothouse.store import Conversation
+
+    result = await ph.command.start_and_send("A-17", action="ORDERS")
+    correlation = result.tool_calls[0].correlation_id
+    assert correlation is not None
+    await ph.events.complete(correlation, result={"status": "shipped"})
+    async with database.sessions.begin() as session:
+        await session.execute(
+            update(Conversation)
+            .where(Conversation.uuid == result.conversation_uuid)
+            .values(status=ProcessStatus.RUNNING, updated_at=datetime(2020, 1, 1, tzinfo=UTC))
+        )
+    assert await ph.events.recover(older_than=3600) == 1
+    conversation = await ph.query.get_conversation(result.conversation_uuid)
+    assert conversation.status is ProcessStatus.COMPLETED
+    messages = await ph.query.get_conversation_messages(result.conversation_uuid)
+    assert sum(1 for m in messages if m.role.value == "TO") == 1
+    assert [m.content for m in messages[-2:]] == ["Shipped.", "Shipped."]
+    assert await ph.events.recover(older_than=3600) == 0
 
 
 async def test_an_unknown_correlation_id_is_recorded_once(ph: Pilothouse) -> None:

@@ -82,6 +82,18 @@ class EventApi(Facet):
         """End every event call past its deadline with a timeout result; return how many."""
         return await (await self._calls()).expire()
 
+    async def recover(self, older_than: float = 60.0) -> int:
+        """Continue conversations a dead process left ``RU`` after applying a completion.
+
+        Args:
+            older_than: seconds without a write before a running conversation
+                counts as abandoned (longer than any model call of yours).
+
+        Returns:
+            How many were continued.
+        """
+        return await (await self._calls()).recover(older_than)
+
     async def counts(self) -> dict[str, int]:
         """Outbox and processed counts: commands, unsent, waiting, processed, duplicates."""
         return await (await self._calls()).counts()

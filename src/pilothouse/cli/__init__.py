@@ -16,6 +16,7 @@ from pilothouse.cli._catalog import app as catalog_app
 from pilothouse.cli._context import CliState
 from pilothouse.cli._conversations import app as conversations_app
 from pilothouse.cli._db import app as db_app
+from pilothouse.cli._events import events, worker
 from pilothouse.cli._keys import app as keys_app
 from pilothouse.cli._knowledge import app as knowledge_app
 from pilothouse.cli._mcp import app as mcp_app
@@ -40,6 +41,8 @@ app.add_typer(memory_app, name="memory")
 app.command(name="run")(run_action)
 app.command(name="chat")(chat)
 app.command(name="serve")(serve)
+app.command(name="worker")(worker)
+app.command(name="events")(events)
 
 
 @app.callback()

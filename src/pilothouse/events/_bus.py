@@ -14,7 +14,7 @@ from __future__ import annotations
 
 __all__ = ["Bus", "BusError", "Delivery", "open_bus"]
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
@@ -72,7 +72,7 @@ class Bus(Protocol):
         """
         ...
 
-    def consume(self, topic: str, group: str) -> AsyncIterator[Delivery]:
+    def consume(self, topic: str, group: str) -> AsyncGenerator[Delivery]:
         """Deliver ``topic``'s messages to ``group``; unacknowledged ones come again."""
         ...
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 __all__ = ["MemoryBus"]
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from pilothouse.events._bus import BusError, Delivery
 
@@ -47,7 +47,7 @@ class MemoryBus:
             self._logs.setdefault(topic, []).append((key, value))
             self._changed.notify_all()
 
-    async def consume(self, topic: str, group: str) -> AsyncIterator[Delivery]:
+    async def consume(self, topic: str, group: str) -> AsyncGenerator[Delivery]:
         """Hand out the topic's messages to the group, each to one consumer."""
         slot = (topic, group)
         while not self._closed:

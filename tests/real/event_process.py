@@ -1,0 +1,50 @@
+"""The pilothouse process of the kill test: run as its own process.
+
+``start DB BUS N`` starts N conversations that each call the event tool
+``lookup_order`` (so each waits ``WA`` with a command in the outbox), prints
+``{"started": N}``, then relays and applies completions until killed.
+``serve DB BUS`` is the restarted process: it only relays and applies.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import anyio
+
+from pilothouse.api import Pilothouse
+from pilothouse.events import EventService, open_bus
+from pilothouse.settings import Settings
+
+# The shared catalog lives beside the unit tests (tests/events), on no
+# import path of its own: loaded by name once the path is set.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "events"))
+_shared = importlib.import_module("event_catalog")
+CATALOG: str = _shared.CATALOG
+order_model = _shared.order_model
+
+
+async def main(command: str, url: str, bus_url: str, count: int) -> None:
+    settings = Settings(database_url=url)
+    options = {"session_timeout": 2.0} if bus_url.startswith("kafka") else {"ack_wait": 5.0}
+    bus = open_bus(bus_url, **options)
+    async with Pilothouse(settings, model=order_model()) as ph:
+        if command == "start":
+            await ph.catalog.import_text(CATALOG)
+            for index in range(count):
+                await ph.command.start_and_send(f"K-{index}", action="ORDERS")
+            print(json.dumps({"started": count}), flush=True)
+        service = EventService(ph, bus, sweep_interval=1.0, recover_after=3.0)
+        try:
+            await service.run()
+        finally:
+            await bus.close()
+
+
+if __name__ == "__main__":
+    anyio.run(
+        main, sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    )
