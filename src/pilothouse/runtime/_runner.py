@@ -82,6 +82,7 @@ from pilothouse.store import (
     TurnStore,
 )
 from pilothouse.store._base import utcnow
+from pilothouse.store._text import check_storable
 
 if TYPE_CHECKING:
     from pilothouse.runtime._shared import Runtime
@@ -301,6 +302,15 @@ class Runner:
             RuntimeConfigError: invalid runtime config.
             TemplateError: the input data does not fill the prompt.
         """
+        # Text no database can keep is refused here, before anything is written.
+        check_storable(text, "text")
+        check_storable(input_data, "input_data")
+        check_storable(runtime_config, "runtime_config")
+        for index, attachment in enumerate(attachments):
+            check_storable(
+                [attachment.name, attachment.url, attachment.media_type],
+                f"attachments[{index}]",
+            )
         config = RuntimeConfig.parse(runtime_config)
         if compiled is None:
             compiled = await self.compiler.compile(self.tenant, action_code, agent_code)
