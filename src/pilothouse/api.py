@@ -351,6 +351,21 @@ class Pilothouse:
         swept = await self._shared.runtime().leases.sweep(force=force)
         return [StuckConversation(o.tenant, o.uuid, o.why) for o in swept]
 
+    async def stop_running_turns(self, *, grace: float) -> int:
+        """Let this process's running turns finish for ``grace`` seconds, then stop the rest.
+
+        For a service that is shutting down: each stopped turn is recorded
+        ``TE`` and its caller gets :class:`~pilothouse.errors.ServiceUnavailableError`
+        (503 with ``Retry-After``, or a final error event on a stream).
+
+        Returns:
+            How many turns were stopped.
+        """
+        runtime = self._shared.runtime()
+        from pilothouse.runtime._runner import SHUTDOWN
+
+        return await runtime.running.stop_all(grace, why=SHUTDOWN)
+
     async def __aenter__(self) -> Self:
         await self.ensure_schema()
         return self

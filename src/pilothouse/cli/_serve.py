@@ -70,7 +70,10 @@ def serve(
         port=port,
         workers=workers,
         log_level=log_level,
-        timeout_graceful_shutdown=int(grace) if grace else None,
+        # Above the grace: the app stops the turns still running at the grace
+        # (recorded TE, answered 503) and needs its requests' connections open
+        # to answer them.
+        timeout_graceful_shutdown=int(grace) + 10,
         # The service answers its own problem documents; uvicorn's server
         # header adds nothing but a fingerprint.
         server_header=False,

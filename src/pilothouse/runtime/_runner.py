@@ -38,7 +38,7 @@ from pilothouse.catalog._enums import (
     TimelineKind,
     ToolCallStatus,
 )
-from pilothouse.errors import PilothouseError
+from pilothouse.errors import PilothouseError, ServiceUnavailableError
 from pilothouse.memory import MemoryMessage, counter_for, select_history
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
 from pilothouse.runtime._config import RuntimeConfig
@@ -86,6 +86,10 @@ from pilothouse.store._text import check_storable
 
 if TYPE_CHECKING:
     from pilothouse.runtime._shared import Runtime
+
+
+SHUTDOWN = "shutdown"
+"""Why a turn is cancelled when its process stops (``Pilothouse.stop_running_turns``)."""
 
 
 class Runner:
@@ -518,7 +522,19 @@ class Runner:
                         turn, StatusChanged(uuid, handle.previous_status, ProcessStatus.RUNNING)
                     )
                     return await self._steps(turn, first)
-                return await recorder.cancelled(turn, runtime.running.why(self.tenant, uuid))
+                why = runtime.running.why(self.tenant, uuid)
+                result = await recorder.cancelled(turn, why)
+                if why == SHUTDOWN:
+                    # Recorded TE; the caller is told to come back, not given a
+                    # half answer as if the turn had ended on its own.
+                    raise ServiceUnavailableError(
+                        "the service is shutting down: the turn was stopped and recorded TE; "
+                        "send the message again",
+                        retry_after=5,
+                    )
+                return result
+        except ServiceUnavailableError:
+            raise
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 if isinstance(exc, anyio.get_cancelled_exc_class()):

@@ -36,6 +36,7 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -211,14 +212,19 @@ def create_app(
         try:
             # The lease marks ST what a crashed process left RU, and lets
             # cancels recorded by other workers reach this one's turns.
-            async with served.pilothouse.lease(heartbeat_seconds=served.server.heartbeat_seconds):
+            async with (
+                served.pilothouse.lease(heartbeat_seconds=served.server.heartbeat_seconds),
+                anyio.create_task_group() as group,
+            ):
+                group.start_soon(served.drain_on_signal)
                 try:
                     yield
                 finally:
                     # Turns still running get the grace period, then are
-                    # cancelled and recorded TE, before the lease is given up
+                    # stopped and recorded TE, before the lease is given up
                     # and the database closes under them.
                     await served.drain()
+                    group.cancel_scope.cancel()
         finally:
             await served.aclose()
 

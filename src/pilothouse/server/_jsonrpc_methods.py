@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import to_jsonable_python
 
@@ -384,6 +384,20 @@ async def _cancel(ph: Pilothouse, p: ByUuid) -> Any:
     return {"abortedRunningTurn": await ph.command.cancel(p.uuid)}
 
 
+class RecoverParams(Params):
+    """A stuck conversation and what to do with it."""
+
+    uuid: _Text
+    retry: StrictBool
+
+
+async def _recover(ph: Pilothouse, p: RecoverParams) -> Any:
+    result = await ph.command.recover(p.uuid, retry=p.retry)
+    if result is None:
+        return {"uuid": p.uuid, "status": "FA"}
+    return result.as_json()
+
+
 async def _expire(ph: Pilothouse, _: NoParams) -> Any:
     return {"terminated": await ph.command.expire_waiting()}
 
@@ -491,6 +505,9 @@ METHODS: Mapping[str, Method] = {
         NoParams, _expire, "terminate conversations whose questions expired"
     ),
     method_name("command", "cancel"): _m(ByUuid, _cancel, "cancel a conversation"),
+    method_name("command", "recover"): _m(
+        RecoverParams, _recover, "retry or fail a stuck (ST) conversation"
+    ),
     method_name("query", "getMemoryMessages"): _m(
         MemoryMessages,
         lambda ph, p: ph.query.get_memory_messages(p.memory_id, limit=p.limit),

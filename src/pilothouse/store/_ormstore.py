@@ -109,8 +109,8 @@ class OrmTurnStore:
                 default_audit,
                 check_catalog,
                 running=True,
+                owner=self.owner,
             )
-            conversation.owner = self.owner
             handle = TurnHandle(
                 tenant=tenant,
                 conversation_id=conversation.id,
@@ -194,6 +194,7 @@ async def _new(
     check_catalog: bool,
     *,
     running: bool = False,
+    owner: str | None = None,
 ) -> tuple[Conversation, int]:
     """Check the catalog and add the conversation; returns it and the catalog revision."""
     action_audit, revision = None, 0
@@ -229,6 +230,7 @@ async def _new(
     if running:
         values["status"] = ProcessStatus.RUNNING
         values["started_at"] = now
+        values["owner"] = owner
     conversation = Conversation(**values)
     session.add(conversation)
     await session.flush()
