@@ -181,6 +181,9 @@ class _Shared:
 
     async def aclose(self) -> None:
         if self._runtime is not None:
+            if self._runtime.leases.registered:
+                # A clean stop: this process's owner row goes (its turns have ended).
+                await self._runtime.leases.unregister()
             await self._runtime.aclose()
             await self._runtime.models.aclose()
         if self._owns_servers and self._servers is not None:
