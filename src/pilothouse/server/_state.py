@@ -204,6 +204,7 @@ class ServerState:
             return
         loop = asyncio.get_running_loop()
         stopping = anyio.Event()
+        replaced: dict[int, Any] = {}
         for number in (signal.SIGTERM, signal.SIGINT):
             previous = signal.getsignal(number)
             if not callable(previous):
@@ -213,9 +214,15 @@ class ServerState:
                 loop.call_soon_threadsafe(stopping.set)
                 previous(signum, frame)
 
+            replaced[number] = previous
             signal.signal(number, chained)
-        await stopping.wait()
-        await self.drain()
+        try:
+            await stopping.wait()
+            await self.drain()
+        finally:
+            # The loop may close after this: its handlers must not outlive it.
+            for number, previous in replaced.items():
+                signal.signal(number, previous)
 
     async def aclose(self) -> None:
         """Close the facade: model clients, tool sessions, local model servers, database."""
