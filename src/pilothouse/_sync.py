@@ -466,6 +466,10 @@ class SyncPilothouse:
         """Return where the schema stands, changing nothing."""
         return self._portal.call(self.facade.schema_revision)
 
+    def stop_running_turns(self, *, grace: float) -> int:
+        """Let running turns finish for ``grace`` seconds, then stop the rest (``TE``)."""
+        return self._portal.call(functools.partial(self.facade.stop_running_turns, grace=grace))
+
     def sweep_orphans(self, *, force: bool = False) -> list[StuckConversation]:
         """Mark ``ST`` every running conversation that no live process owns."""
         return self._portal.call(functools.partial(self.facade.sweep_orphans, force=force))

@@ -226,6 +226,9 @@ class _Shared:
         if self._knowledge is not None:
             await self._knowledge.aclose()
         if self._runtime is not None:
+            if self._runtime.leases.registered:
+                # A clean stop: this process's owner row goes (its turns have ended).
+                await self._runtime.leases.unregister()
             await self._runtime.aclose()
             await self._runtime.models.aclose()
         if self._owns_servers and self._servers is not None:
@@ -474,6 +477,21 @@ class Pilothouse:
         await self.ensure_schema()
         swept = await self._shared.runtime().leases.sweep(force=force)
         return [StuckConversation(o.tenant, o.uuid, o.why) for o in swept]
+
+    async def stop_running_turns(self, *, grace: float) -> int:
+        """Let this process's running turns finish for ``grace`` seconds, then stop the rest.
+
+        For a service that is shutting down: each stopped turn is recorded
+        ``TE`` and its caller gets :class:`~pilothouse.errors.ServiceUnavailableError`
+        (503 with ``Retry-After``, or a final error event on a stream).
+
+        Returns:
+            How many turns were stopped.
+        """
+        runtime = self._shared.runtime()
+        from pilothouse.runtime._runner import SHUTDOWN
+
+        return await runtime.running.stop_all(grace, why=SHUTDOWN)
 
     async def __aenter__(self) -> Self:
         await self.ensure_schema()

@@ -31,6 +31,7 @@ __all__ = [
     "ProviderTimeoutError",
     "RateLimitError",
     "SecretNotFoundError",
+    "ServiceUnavailableError",
     "StaleVersionError",
     "TooManyRequestsError",
     "UnauthorizedError",
@@ -67,6 +68,9 @@ class ErrorCategory(StrEnum):
     """Valid credentials without the right to do this."""
     RATE_LIMITED = "rate_limited"
     """The caller sent too many requests; ``retry_after`` says how long to wait."""
+    UNAVAILABLE = "unavailable"
+    """The service cannot answer now (it is shutting down); ``retry_after``
+    says when to try again, on another instance if there is one."""
     UPSTREAM = "upstream"
     """A third party (a model provider) failed; its own message stays inside."""
     INTERNAL = "internal"
@@ -181,6 +185,20 @@ class TooManyRequestsError(PilothouseError):
     """
 
     category = ErrorCategory.RATE_LIMITED
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ServiceUnavailableError(PilothouseError):
+    """The service is stopping: the request's turn was stopped and recorded ``TE``.
+
+    Attributes:
+        retry_after: seconds after which a retry may find a running service.
+    """
+
+    category = ErrorCategory.UNAVAILABLE
 
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message)

@@ -258,3 +258,61 @@ def test_a_stopped_service_gives_its_lease_up(
     assert len(anyio.run(_owners, database_url)) == 1
     assert server.terminate() == 0
     assert anyio.run(_owners, database_url) == []
+
+
+def test_sigterm_mid_turn_answers_503_with_retry_after_and_records_te(
+    database_url: str, tmp_path: Path, upstream: Upstream
+) -> None:
+    """SIGTERM while a JSON turn and a streamed turn wait on a slow upstream."""
+    key = prepare_database(database_url, tmp_path, CATALOG.format(base_url=upstream.base_url))
+    upstream.script(SLOW)
+    server = _serve(database_url, tmp_path, upstream)
+    server.start()
+    headers = {"Authorization": f"Bearer {key}"}
+    streamed: dict[str, Any] = {}
+    started = threading.Event()
+    plain: dict[str, Any] = {}
+
+    def plain_turn() -> None:
+        with httpx.Client(base_url=f"{server.root}/v1", headers=headers, timeout=60) as http:
+            uuid = http.post("/conversations", json={"action": "SLOWTALK"}).json()["uuid"]
+            plain["uuid"] = uuid
+            try:
+                plain["response"] = http.post(
+                    f"/conversations/{uuid}/messages", json={"text": "go"}
+                )
+            except httpx.TransportError as exc:
+                plain["cut"] = type(exc).__name__
+
+    try:
+        stream_thread = threading.Thread(
+            target=_stream_turn, args=(server.root, key, started, streamed), daemon=True
+        )
+        plain_thread = threading.Thread(target=plain_turn, daemon=True)
+        stream_thread.start()
+        plain_thread.start()
+        assert started.wait(30)
+        time.sleep(0.5)
+        assert server.terminate() == 0
+        stream_thread.join(30)
+        plain_thread.join(30)
+    finally:
+        server.stop()
+    # The JSON request: 503 with Retry-After, not a 500 or a cut connection.
+    assert "cut" not in plain, plain
+    response: httpx.Response = plain["response"]
+    assert response.status_code == 503, response.text
+    assert int(response.headers["Retry-After"]) >= 1
+    assert "shutting down" in response.json()["detail"]
+    # The stream: a final error event, not a cut stream.
+    assert "cut" not in streamed, streamed
+    assert streamed["final"][0] == "error", streamed
+    assert streamed["final"][1]["status"] == 503
+    rows = anyio.run(_rows, database_url, [plain["uuid"], streamed["uuid"]])
+    assert {row.status for row in rows.values()} == {ProcessStatus.TERMINATED}
+    cancels = [
+        e
+        for e in anyio.run(_timeline, database_url, plain["uuid"])
+        if e.kind is TimelineKind.CANCEL
+    ]
+    assert cancels[0].data["requested_by"] == "shutdown"

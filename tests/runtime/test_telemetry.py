@@ -84,7 +84,6 @@ def test_model_call_span_with_every_option_and_the_response(
     assert dict(span.attributes or {}) == {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "openai",
-        "gen_ai.system": "openai",
         "gen_ai.request.model": "gpt-4o",
         "gen_ai.request.temperature": 0.2,
         "gen_ai.request.max_tokens": 256,
@@ -125,26 +124,23 @@ def test_model_call_accepts_a_single_stop_string_and_pydantic_ai_names(
 
 
 @pytest.mark.parametrize(
-    ("kind", "provider_name", "system"),
+    ("kind", "provider_name"),
     [
-        (ProviderKind.AZURE, "azure.ai.openai", "az.ai.openai"),
-        (ProviderKind.BEDROCK, "aws.bedrock", "aws.bedrock"),
-        (ProviderKind.GOOGLE, "gcp.gemini", "gcp.gemini"),
-        (ProviderKind.LOCAL, "local", "local"),
+        (ProviderKind.AZURE, "azure.ai.openai"),
+        (ProviderKind.BEDROCK, "aws.bedrock"),
+        (ProviderKind.GOOGLE, "gcp.gemini"),
+        (ProviderKind.LOCAL, "local"),
     ],
 )
-def test_provider_names(
-    telemetry: Telemetry,
-    exporter: InMemorySpanExporter,
-    kind: ProviderKind,
-    provider_name: str,
-    system: str,
+def test_provider_names_without_the_deprecated_gen_ai_system(
+    telemetry: Telemetry, exporter: InMemorySpanExporter, kind: ProviderKind, provider_name: str
 ) -> None:
     with telemetry.model_call(kind, "m", {}):
         pass
     attributes = only_span(exporter).attributes or {}
     assert attributes["gen_ai.provider.name"] == provider_name
-    assert attributes["gen_ai.system"] == system
+    # Deprecated by the GenAI conventions in favour of gen_ai.provider.name.
+    assert "gen_ai.system" not in attributes
 
 
 def test_record_response_skips_missing_values(

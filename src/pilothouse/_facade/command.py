@@ -18,6 +18,7 @@ from pilothouse._facade.facet import Facet
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.providers._egress import EgressPolicy
 from pilothouse.store import Conversation, Database, NewMessage
+from pilothouse.store._text import check_storable
 
 if TYPE_CHECKING:
     from pilothouse.runtime import Runner
@@ -295,6 +296,7 @@ class CommandApi(Facet):
             InvalidStateError: not waiting, or the questions expired.
             AnswerError: unknown, missing or out-of-choice answers.
         """
+        check_storable(dict(answers), "answers")
         await self._ready()
         return await self._resumption.submit_answers(uuid, answers)
 
@@ -306,6 +308,7 @@ class CommandApi(Facet):
             tool_call_id: the call's id from the turn result.
             result: text, or JSON-serializable data.
         """
+        check_storable(result, "result")
         await self._ready()
         return await self._resumption.submit_tool_result(uuid, tool_call_id, result)
 
@@ -396,6 +399,9 @@ class CommandApi(Facet):
             NotFoundError: the action or the agent does not exist.
             InvalidStateError: the action or the agent is deactivated.
         """
+        check_storable(memory_id, "memory_id")
+        for index, message in enumerate(history):
+            check_storable(message.content, f"history[{index}].content")
         await self._ready()
         runner = self._runner
         conversation = await runner.store.create(
@@ -434,6 +440,10 @@ class CommandApi(Facet):
         from pilothouse._facade import adhoc
         from pilothouse.types import AdHocResult
 
+        for name in ("name", "message", "description", "instruction"):
+            check_storable(getattr(run, name), name)
+        if run.memory is not None:
+            check_storable(run.memory.memory_id, "memory.memory_id")
         database = await self._ready()
         runner = self._runner
         await adhoc.check_egress(run, self._egress)

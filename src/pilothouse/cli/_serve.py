@@ -43,6 +43,15 @@ def serve(
         typer.Option("--grace", min=0, help="Seconds running turns get to finish on shutdown."),
     ] = 30.0,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+    keep_alive: Annotated[
+        float,
+        typer.Option(
+            "--keep-alive",
+            min=1,
+            help="Seconds an idle keep-alive connection stays open; keep it above "
+            "the clients' and proxies' idle timeouts.",
+        ),
+    ] = 75.0,
 ) -> None:
     """Serve the HTTP API (REST, SSE, OpenAI-compatible, JSON-RPC) with uvicorn."""
     import uvicorn
@@ -70,9 +79,17 @@ def serve(
         port=port,
         workers=workers,
         log_level=log_level,
-        timeout_graceful_shutdown=int(grace) if grace else None,
+        # Above the grace: the app stops the turns still running at the grace
+        # (recorded TE, answered 503) and needs its requests' connections open
+        # to answer them.
+        timeout_graceful_shutdown=int(grace) + 10,
         # The service answers its own problem documents; uvicorn's server
         # header adds nothing but a fingerprint.
         server_header=False,
+        # uvicorn's default (5 s) equals common clients' pool idle expiry
+        # (httpx: 5 s): a request sent on a connection the server is closing
+        # at that moment meets a reset. Longer than the clients' expiry, the
+        # client always closes first (docs/operations.md).
+        timeout_keep_alive=int(keep_alive),
         proxy_headers=False,
     )

@@ -47,6 +47,7 @@ from pilothouse.runtime._turn import (
 )
 from pilothouse.store import NewEvent, NewMessage, TurnBatch, TurnStore
 from pilothouse.store._base import utcnow
+from pilothouse.store._text import storable
 
 logger = logging.getLogger("pilothouse.audit")
 
@@ -165,11 +166,19 @@ class TurnRecorder:
         response, parsed = ending.response, ending.parsed
         finish = finish_reason_of(response, parsed)
         marker = self.marker(turn, response)
+        output = ending.output
         if turn.compiled.output_schema is None:
-            content = parsed.text
+            # A NUL or a lone surrogate cannot be stored: the answer is
+            # escaped once, here, so the caller gets what the record holds.
+            content, escaped = storable(parsed.text)
+            if escaped and isinstance(output, str):
+                output = content
         else:
             content = json.dumps(ending.output, ensure_ascii=False)
+            content, escaped = storable(content)
         data: dict[str, Any] = {"ai": marker}
+        if escaped:
+            data["text_escaped"] = True
         if parsed.thinking:
             data["thinking"] = parsed.thinking
         events: list[NewEvent] = []
@@ -197,7 +206,7 @@ class TurnRecorder:
             batch,
             ProcessStatus.COMPLETED,
             finish_reason=finish,
-            output=ending.output,
+            output=output,
             text=content,
             ai_meta=marker,
         )

@@ -37,7 +37,7 @@ from pilothouse.catalog._enums import (
     ProcessStatus,
     TimelineKind,
 )
-from pilothouse.errors import PilothouseError
+from pilothouse.errors import PilothouseError, ServiceUnavailableError
 from pilothouse.memory import MemoryMessage, counter_for, select_history
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
 from pilothouse.runtime._config import RuntimeConfig
@@ -84,9 +84,14 @@ from pilothouse.store import (
     TurnStore,
 )
 from pilothouse.store._base import utcnow
+from pilothouse.store._text import check_storable
 
 if TYPE_CHECKING:
     from pilothouse.runtime._shared import Runtime
+
+
+SHUTDOWN = "shutdown"
+"""Why a turn is cancelled when its process stops (``Pilothouse.stop_running_turns``)."""
 
 
 class Runner:
@@ -326,6 +331,15 @@ class Runner:
             RuntimeConfigError: invalid runtime config.
             TemplateError: the input data does not fill the prompt.
         """
+        # Text no database can keep is refused here, before anything is written.
+        check_storable(text, "text")
+        check_storable(input_data, "input_data")
+        check_storable(runtime_config, "runtime_config")
+        for index, attachment in enumerate(attachments):
+            check_storable(
+                [attachment.name, attachment.url, attachment.media_type],
+                f"attachments[{index}]",
+            )
         config = RuntimeConfig.parse(runtime_config)
         if compiled is None:
             compiled = await self.compiler.compile(self.tenant, action_code, agent_code)
@@ -533,7 +547,19 @@ class Runner:
                         turn, StatusChanged(uuid, handle.previous_status, ProcessStatus.RUNNING)
                     )
                     return await self._steps(turn, first)
-                return await recorder.cancelled(turn, runtime.running.why(self.tenant, uuid))
+                why = runtime.running.why(self.tenant, uuid)
+                result = await recorder.cancelled(turn, why)
+                if why == SHUTDOWN:
+                    # Recorded TE; the caller is told to come back, not given a
+                    # half answer as if the turn had ended on its own.
+                    raise ServiceUnavailableError(
+                        "the service is shutting down: the turn was stopped and recorded TE; "
+                        "send the message again",
+                        retry_after=5,
+                    )
+                return result
+        except ServiceUnavailableError:
+            raise
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 if isinstance(exc, anyio.get_cancelled_exc_class()):

@@ -127,6 +127,31 @@ class RunningTurns:
     def __len__(self) -> int:
         return len(self._scopes)
 
+    def keys(self) -> list[tuple[str, str]]:
+        """The (tenant, conversation uuid) of every turn running here."""
+        return list(self._scopes)
+
+    async def stop_all(self, grace: float, *, why: str, wait: float = 5.0) -> int:
+        """Wait up to ``grace`` seconds for the turns running here, then cancel the rest.
+
+        Each cancelled turn records ``TE`` (with ``why``) before this returns,
+        or ``wait`` seconds have passed.
+
+        Returns:
+            How many turns were cancelled.
+        """
+        with anyio.move_on_after(grace):
+            while self._scopes:
+                await anyio.sleep(0.05)
+        stopped = 0
+        for tenant, uuid in self.keys():
+            if self.cancel(tenant, uuid, why=why):
+                stopped += 1
+        with anyio.move_on_after(wait):
+            while self._scopes:
+                await anyio.sleep(0.02)
+        return stopped
+
 
 class Runtime:
     """The run loop's shared parts, for every tenant of one process.

@@ -45,8 +45,6 @@ _PROVIDER_NAMES: Final[Mapping[ProviderKind, str]] = {
     ProviderKind.GOOGLE: "gcp.gemini",
     ProviderKind.SAGEMAKER: "aws.sagemaker",
 }
-# gen_ai.system predates gen_ai.provider.name; only Azure's value differs.
-_LEGACY_SYSTEM_NAMES: Final[Mapping[ProviderKind, str]] = {ProviderKind.AZURE: "az.ai.openai"}
 
 # Normalized option name -> request attribute. Both ``stop`` (pilothouse) and
 # ``stop_sequences`` (pydantic-ai) name the stop sequences.
@@ -333,7 +331,6 @@ class Telemetry:
         attributes: dict[str, AttributeValue] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": provider_name,
-            "gen_ai.system": _LEGACY_SYSTEM_NAMES.get(provider_kind, provider_name),
             "gen_ai.request.model": model_name,
         }
         attributes.update(_request_attributes(options))

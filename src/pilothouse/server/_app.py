@@ -221,17 +221,18 @@ def create_app(
             async with (
                 served.pilothouse.lease(heartbeat_seconds=served.server.heartbeat_seconds),
                 mcp.running(),
-                anyio.create_task_group() as background,
+                anyio.create_task_group() as group,
             ):
+                group.start_soon(served.drain_on_signal)
                 if served.server.question_sweep_seconds > 0:
                     # Questions expire on the service's own clock (seed 000).
-                    background.start_soon(served.expire_questions_forever)
+                    group.start_soon(served.expire_questions_forever)
                 # The memory worker (extraction jobs, session expiry) runs beside
-                # the requests and stops first on shutdown.
+                # the requests.
                 if served.server.memory_worker_seconds > 0:
                     from pilothouse.server._memory_worker import memory_worker
 
-                    background.start_soon(
+                    group.start_soon(
                         memory_worker,
                         served.pilothouse,
                         served.server.memory_worker_seconds,
@@ -240,11 +241,11 @@ def create_app(
                 try:
                     yield
                 finally:
-                    background.cancel_scope.cancel()
                     # Turns still running get the grace period, then are
-                    # cancelled and recorded TE, before the lease is given up
+                    # stopped and recorded TE, before the lease is given up
                     # and the database closes under them.
                     await served.drain()
+                    group.cancel_scope.cancel()
         finally:
             await served.aclose()
 

@@ -31,7 +31,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Query, Response
-from pydantic import AliasChoices, Base64Bytes, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AliasChoices,
+    Base64Bytes,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    model_validator,
+)
 
 from pilothouse.errors import PilothouseError
 from pilothouse.server._deps import Facade
@@ -367,6 +375,23 @@ async def clear_memory(uuid: str, ph: Facade) -> MemoryCleared:
     """
     memory_id = (await ph.query.get_conversation(uuid)).memory_id
     return MemoryCleared(memory_id=memory_id, cleared=await ph.command.clear_memory(memory_id))
+
+
+class RecoverBody(BaseModel):
+    """What to do with a stuck conversation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    retry: StrictBool = Field(
+        description="True: call the model again on the stored history; false: record it FA."
+    )
+
+
+@router.post("/{uuid}/recover", summary="Retry or fail a stuck (ST) conversation")
+async def recover(uuid: str, body: RecoverBody, ph: Facade) -> ConversationInfo:
+    """End a turn a crashed process left behind (status ``ST``): run it again, or fail it."""
+    await ph.command.recover(uuid, retry=body.retry)
+    return _conversation_info(await ph.query.get_conversation(uuid))
 
 
 def _aware(moment: datetime | None) -> datetime | None:

@@ -80,6 +80,7 @@ PROVIDER_FAILED = -32005
 UNAUTHORIZED = -32006
 FORBIDDEN = -32007
 RATE_LIMITED = -32008
+UNAVAILABLE = -32009
 
 _ERRORS: dict[ErrorCategory, tuple[int, str]] = {
     ErrorCategory.INVALID_INPUT: (BAD_INPUT, "Bad input"),
@@ -89,6 +90,7 @@ _ERRORS: dict[ErrorCategory, tuple[int, str]] = {
     ErrorCategory.UNAUTHORIZED: (UNAUTHORIZED, "Unauthorized"),
     ErrorCategory.FORBIDDEN: (FORBIDDEN, "Forbidden"),
     ErrorCategory.RATE_LIMITED: (RATE_LIMITED, "Rate limited"),
+    ErrorCategory.UNAVAILABLE: (UNAVAILABLE, "Service unavailable"),
     ErrorCategory.UPSTREAM: (PROVIDER_FAILED, "Provider failed"),
     ErrorCategory.INTERNAL: (INTERNAL_ERROR, "Internal error"),
 }

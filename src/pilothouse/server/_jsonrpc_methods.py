@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import to_jsonable_python
 
@@ -394,6 +394,20 @@ async def _clear_memory(ph: Pilothouse, p: ByMemoryId) -> Any:
     return {"cleared": await ph.command.clear_memory(p.memory_id)}
 
 
+class RecoverParams(Params):
+    """A stuck conversation and what to do with it."""
+
+    uuid: _Text
+    retry: StrictBool
+
+
+async def _recover(ph: Pilothouse, p: RecoverParams) -> Any:
+    result = await ph.command.recover(p.uuid, retry=p.retry)
+    if result is None:
+        return {"uuid": p.uuid, "status": "FA"}
+    return result.as_json()
+
+
 async def _expire(ph: Pilothouse, _: NoParams) -> Any:
     return {"terminated": await ph.command.expire_waiting()}
 
@@ -503,6 +517,9 @@ METHODS: Mapping[str, Method] = {
     method_name("command", "cancel"): _m(ByUuid, _cancel, "cancel a conversation"),
     method_name("command", "clearMemory"): _m(
         ByMemoryId, _clear_memory, "clear a chat memory: later turns see no earlier message"
+    ),
+    method_name("command", "recover"): _m(
+        RecoverParams, _recover, "retry or fail a stuck (ST) conversation"
     ),
     method_name("query", "getMemoryMessages"): _m(
         MemoryMessages,

@@ -100,6 +100,39 @@ class Metrics:
             ["tenant"],
             registry=self.registry,
         )
+        # Per provider and model (the turn's answering model, from its AI
+        # marker): which models cost, fail and take time, across tenants.
+        self.model_turns = Counter(
+            "pilothouse_model_turns",
+            "Finished turns by provider, model and final conversation status.",
+            ["provider", "model", "status"],
+            registry=self.registry,
+        )
+        self.model_turn_seconds = Histogram(
+            "pilothouse_model_turn_duration_seconds",
+            "Turn latency from RU to the finished event, by provider and model.",
+            ["provider", "model"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.model_tokens = Counter(
+            "pilothouse_model_tokens",
+            "Model tokens by provider, model and direction (input/output).",
+            ["provider", "model", "direction"],
+            registry=self.registry,
+        )
+        self.model_cost = Counter(
+            "pilothouse_model_cost",
+            "Estimated model cost by provider and model, in the catalog's price currency.",
+            ["provider", "model"],
+            registry=self.registry,
+        )
+        self.tool_calls = Counter(
+            "pilothouse_tool_calls",
+            "Tool calls of finished turns by tool name and outcome status.",
+            ["tool", "status"],
+            registry=self.registry,
+        )
         self._started: dict[str, float] = {}
 
     def listener(self, tenant: str) -> Callable[[TurnEvent], None]:
@@ -122,10 +155,20 @@ class Metrics:
             self.model_calls.labels(tenant, "retry").inc()
             return
         result = event.result
+        meta = result.ai_meta or {}
+        provider, model = str(meta.get("provider", "")), str(meta.get("model", ""))
         started = self._started.pop(event.conversation_uuid, None)
         if started is not None:
-            self.turn_seconds.labels(tenant).observe(time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            self.turn_seconds.labels(tenant).observe(elapsed)
+            self.model_turn_seconds.labels(provider, model).observe(elapsed)
         self.turns.labels(tenant, result.status.value).inc()
+        self.model_turns.labels(provider, model, result.status.value).inc()
+        self.model_tokens.labels(provider, model, "input").inc(result.input_tokens)
+        self.model_tokens.labels(provider, model, "output").inc(result.output_tokens)
+        self.model_cost.labels(provider, model).inc(float(result.cost))
+        for call in result.call_records:
+            self.tool_calls.labels(call.name, call.status.value).inc()
         self.model_calls.labels(tenant, "error" if result.error else "ok").inc()
         self.tokens.labels(tenant, "input").inc(result.input_tokens)
         self.tokens.labels(tenant, "output").inc(result.output_tokens)

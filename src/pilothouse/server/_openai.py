@@ -102,6 +102,7 @@ _ERRORS: dict[ErrorCategory, tuple[int, str, str]] = {
     ErrorCategory.UNAUTHORIZED: (401, "invalid_request_error", "invalid_api_key"),
     ErrorCategory.FORBIDDEN: (403, "invalid_request_error", "permission_denied"),
     ErrorCategory.RATE_LIMITED: (429, "requests", "rate_limit_exceeded"),
+    ErrorCategory.UNAVAILABLE: (503, "api_error", "service_unavailable"),
     ErrorCategory.UPSTREAM: (502, "api_error", "upstream_error"),
     ErrorCategory.INTERNAL: (500, "api_error", "internal_error"),
 }

@@ -36,6 +36,7 @@ from pilothouse.errors import (
     ErrorCategory,
     InvalidFieldError,
     PilothouseError,
+    ServiceUnavailableError,
     TooManyRequestsError,
 )
 
@@ -49,6 +50,7 @@ HTTP_STATUS: Mapping[ErrorCategory, int] = {
     ErrorCategory.UNAUTHORIZED: 401,
     ErrorCategory.FORBIDDEN: 403,
     ErrorCategory.RATE_LIMITED: 429,
+    ErrorCategory.UNAVAILABLE: 503,
     ErrorCategory.UPSTREAM: 502,
     ErrorCategory.INTERNAL: 500,
 }
@@ -167,7 +169,7 @@ def error_headers(exc: PilothouseError) -> dict[str, str]:
     """The headers an error calls for: ``WWW-Authenticate`` (401), ``Retry-After`` (429)."""
     if exc.category is ErrorCategory.UNAUTHORIZED:
         return {"WWW-Authenticate": 'Bearer realm="pilothouse"'}
-    if isinstance(exc, TooManyRequestsError):
+    if isinstance(exc, TooManyRequestsError | ServiceUnavailableError):
         return {"Retry-After": retry_after_header(exc.retry_after)}
     return {}
 

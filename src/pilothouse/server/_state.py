@@ -19,10 +19,14 @@ from __future__ import annotations
 
 __all__ = ["ServerSettings", "ServerState"]
 
+import asyncio
 import ipaddress
 import logging
+import signal
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import Field
@@ -218,25 +222,49 @@ class ServerState:
                 logger.info("question expiry: %d conversation(s) ended TE", expired)
 
     async def drain(self, grace: float | None = None) -> None:
-        """Wait up to ``grace`` seconds for running turns, then cancel the rest.
+        """Wait up to ``grace`` seconds for running turns, then stop the rest.
 
-        A cancelled turn is recorded ``TE`` by the runner.
+        A stopped turn is recorded ``TE`` by the runner and its request is
+        answered 503 with ``Retry-After`` (a final ``error`` event on a
+        stream), while its connection is still open.
         """
         wait = self.server.shutdown_grace_seconds if grace is None else grace
-        with anyio.move_on_after(wait):
-            while self._running:
-                await anyio.sleep(0.05)
-        for tenant, uuid in self.running_turns:
-            logger.info("shutdown: cancelling the running turn of conversation %s", uuid)
-            try:
-                await self.facade(tenant).command.cancel(uuid)
-            except Exception:
-                # One failing cancel must not keep the others from running.
-                logger.exception("shutdown: cancelling conversation %s failed", uuid)
-        # Give cancelled turns a moment to record TE before the database closes.
-        with anyio.move_on_after(5.0):
-            while self._running:
-                await anyio.sleep(0.05)
+        stopped = await self.pilothouse.stop_running_turns(grace=wait)
+        if stopped:
+            logger.info("shutdown: %d running turn(s) stopped and recorded TE", stopped)
+
+    async def drain_on_signal(self) -> None:
+        """Drain as soon as SIGTERM or SIGINT arrives, before uvicorn closes connections.
+
+        uvicorn answers a signal by waiting for open requests (its graceful
+        timeout, set above the grace) and only then runs the app's shutdown;
+        draining at the signal lets the turns still running be stopped,
+        recorded ``TE`` and answered while their clients are connected.
+        Chained to uvicorn's own handler, which still runs.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+        loop = asyncio.get_running_loop()
+        stopping = anyio.Event()
+        replaced: dict[int, Any] = {}
+        for number in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(number)
+            if not callable(previous):
+                continue
+
+            def chained(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
+                loop.call_soon_threadsafe(stopping.set)
+                previous(signum, frame)
+
+            replaced[number] = previous
+            signal.signal(number, chained)
+        try:
+            await stopping.wait()
+            await self.drain()
+        finally:
+            # The loop may close after this: its handlers must not outlive it.
+            for number, previous in replaced.items():
+                signal.signal(number, previous)
 
     async def aclose(self) -> None:
         """Close the facade: model clients, tool sessions, local model servers, database."""

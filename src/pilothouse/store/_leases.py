@@ -294,12 +294,25 @@ class Leases:
         return await self._db.transaction(write)
 
     async def sweep(self, *, force: bool = False) -> list[Orphan]:
-        """Mark every orphaned running conversation ``ST``; returns those marked."""
+        """Mark every orphaned running conversation ``ST``; returns those marked.
+
+        Then forgets the owners that are provably dead: their turns are marked.
+        """
         marked: list[Orphan] = []
         for orphan in await self.orphans(force=force):
             if await self.mark_stuck(orphan):
                 marked.append(orphan)
+        await self._forget_dead_owners()
         return marked
+
+    async def _forget_dead_owners(self) -> None:
+        now = utcnow()
+        rows = await self._db.transaction(lambda c: c.execute(select(_OWNER)).all())
+        dead = [row.id for row in rows if self._dead_reason(row, now) is not None]
+        if dead:
+            await self._db.transaction(
+                lambda c: c.execute(delete(_OWNER).where(_OWNER.c.id.in_(dead)))
+            )
 
     async def running_owner(self, tenant: str, conversation_uuid: str) -> tuple[bool, str | None]:
         """Whether the conversation is ``RU`` and whose turn holds it."""

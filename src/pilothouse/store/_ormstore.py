@@ -41,6 +41,7 @@ from pilothouse.store._turnstore import (
     catalog_refusal,
     new_conversation,
     refusal,
+    storable_batch,
     with_start_event,
 )
 
@@ -309,6 +310,7 @@ async def _memory(session: AsyncSession, tenant: str, memory_id: str) -> list[St
 
 
 async def _write(session: AsyncSession, handle: TurnHandle, batch: TurnBatch) -> list[int]:
+    batch = storable_batch(batch)
     now = utcnow()
     sequences: list[int] = []
     for message in batch.messages:

@@ -62,6 +62,7 @@ from pilothouse.store._turnstore import (
     catalog_refusal,
     new_conversation,
     refusal,
+    storable_batch,
     with_start_event,
 )
 
@@ -477,6 +478,7 @@ class SqlTurnStore:
 
     def _write(self, connection: Connection, handle: TurnHandle, batch: TurnBatch) -> list[int]:
         """Write ``batch`` on ``connection``, inside the caller's transaction."""
+        batch = storable_batch(batch)
         now = utcnow()
         sequences: list[int] = []
         message_rows: list[dict[str, Any]] = []

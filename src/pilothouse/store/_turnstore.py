@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
@@ -52,6 +52,7 @@ from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.store._base import utcnow
 from pilothouse.store._outbox import NewOutboxMessage, NewProcessed
 from pilothouse.store._records import Conversation
+from pilothouse.store._text import storable
 
 #: Statuses from which a new user message may start a turn. ``CO`` is here
 #: because a conversation takes many turns; each turn completes it again.
@@ -364,6 +365,40 @@ class TurnStore(Protocol):
             NotFoundError: no such conversation for this tenant.
         """
         ...
+
+
+def storable_batch(batch: TurnBatch) -> TurnBatch:
+    r"""``batch`` with model and tool text a database cannot keep escaped (see ``_text``).
+
+    Callers' input was refused before the turn began; what is left is the
+    model's or a tool's text: each NUL or lone surrogate becomes its
+    ``\uXXXX`` escape and the message's data says ``text_escaped``, so the
+    answer is stored rather than lost to a database error.
+    """
+    messages: list[NewMessage] | None = None
+    for index, message in enumerate(batch.messages):
+        content, escaped = storable(message.content)
+        if escaped:
+            messages = messages if messages is not None else list(batch.messages)
+            data = {**(message.data or {}), "text_escaped": True}
+            messages[index] = replace(message, content=content, data=data)
+    outcomes: list[ToolCallOutcome] | None = None
+    for index, outcome in enumerate(batch.outcomes):
+        result, escaped = storable(outcome.result)
+        if escaped:
+            outcomes = outcomes if outcomes is not None else list(batch.outcomes)
+            outcomes[index] = replace(outcome, result=result)
+    detail = batch.error_detail
+    if detail is not None:
+        detail = storable(detail)[0]
+    if messages is None and outcomes is None and detail == batch.error_detail:
+        return batch
+    return replace(
+        batch,
+        messages=messages if messages is not None else batch.messages,
+        outcomes=outcomes if outcomes is not None else batch.outcomes,
+        error_detail=detail,
+    )
 
 
 def new_conversation(

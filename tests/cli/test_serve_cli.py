@@ -1,0 +1,55 @@
+"""`pilothouse serve` hands uvicorn the settings that keep connections and shutdowns clean."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from typer.testing import CliRunner
+
+from pilothouse.cli import app
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    seen: dict[str, Any] = {}
+
+    def run(target: str, **kwargs: Any) -> None:
+        seen.update(kwargs, target=target)
+
+    monkeypatch.setattr(uvicorn, "run", run)
+    # serve installs its own SIGTERM handler; the test process keeps its own.
+    before = signal.getsignal(signal.SIGTERM)
+    # serve writes its options to the environment (for uvicorn's workers):
+    # setting then deleting each records it, so the test's changes are undone.
+    for name in (
+        "DATABASE_URL",
+        "TENANT",
+        "SECRETS_FILE",
+        "SERVER_HOST",
+        "SERVER_PORT",
+        "SERVER_SHUTDOWN_GRACE_SECONDS",
+    ):
+        monkeypatch.setenv(f"PILOTHOUSE_{name}", "")
+        monkeypatch.delenv(f"PILOTHOUSE_{name}")
+    yield seen
+    signal.signal(signal.SIGTERM, before)
+
+
+def test_keep_alive_outlasts_client_pools_and_uvicorn_waits_past_the_grace(
+    captured: dict[str, Any], tmp_path: Path
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    done = CliRunner().invoke(app, ["--database-url", url, "serve", "--grace", "3"])
+    assert done.exit_code == 0, done.output
+    # Longer than httpx's (5 s) and most proxies' idle expiry: the client closes first.
+    assert captured["timeout_keep_alive"] == 75
+    # The app stops the turns at the grace and answers them 503: uvicorn must wait longer.
+    assert captured["timeout_graceful_shutdown"] == 13
+    again = CliRunner().invoke(app, ["--database-url", url, "serve", "--keep-alive", "120"])
+    assert again.exit_code == 0, again.output
+    assert captured["timeout_keep_alive"] == 120
