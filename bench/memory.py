@@ -266,7 +266,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def run_qwen(args: argparse.Namespace) -> dict[str, Any]:
-    """Extraction quality of the packaged Qwen through real jobs, on planted and small-talk turns."""
+    """Extraction quality of the packaged Qwen in real jobs, on planted and small-talk turns."""
     from pilothouse.api import Pilothouse
     from pilothouse.settings import Settings
     from pilothouse.testing import allow_model_requests
