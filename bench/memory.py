@@ -172,6 +172,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     async def oracle(job: MemoryJob, system: str, user: str, schema: Any) -> str:
         calls["n"] += 1
+        if "EXISTING:" in user:
+            # A decision against similar records: the oracle's facts are all
+            # distinct, so each is new (the model's judgement is not measured here).
+            return json.dumps({"event": "ADD", "id": None, "text": None})
         key = (job.user_id or "", int((job.session_id or ":0").split(":")[1]))
         fact, noise = planted_by_turn.get(key), noise_by_turn.get(key) if args.noise else None
         facts = [{"text": fact, "scope": "user", "type": "fact", "importance": 0.8}] if fact else []

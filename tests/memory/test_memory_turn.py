@@ -216,3 +216,24 @@ async def test_the_service_worker_runs_jobs_and_expires_sessions(
                 await anyio.sleep(0.02)
         group.cancel_scope.cancel()
     assert await ph.memory.list(ALICE) == []
+
+
+async def test_a_configured_extraction_model_is_used_and_a_missing_one_named(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    extractor = ph._shared.runtime().extractor
+    turn = [{"role": "user", "content": "I am vegetarian."}]
+    await extractor.enqueue(
+        "default", turn, user_id="alice", agent=None, session_id=None, extraction_model="GPT"
+    )
+    model.script.steps.append(
+        Reply(json.dumps({"facts": [{"text": "The user is vegetarian.", "scope": "user"}]}))
+    )
+    [done] = await ph.memory.run_jobs()
+    assert done.status == "done"
+    await extractor.enqueue(
+        "default", turn, user_id="alice", agent=None, session_id=None, extraction_model="NOPE"
+    )
+    [missing] = await ph.memory.run_jobs()
+    assert missing.status == "pending"
+    assert "extraction model 'NOPE' is not in the catalog" in (missing.error or "")
