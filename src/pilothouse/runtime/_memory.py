@@ -168,9 +168,10 @@ async def remember(
         return
     settings = keys.settings
     try:
+        memory = scoped_memory(runtime, settings)
+        # Linked whatever else is kept: erasing the user finds the conversation here.
+        await memory.link_session(keys.tenant, keys.session_id, keys.user_id, keys.agent)
         if settings.store_responses:
-            memory = scoped_memory(runtime, settings)
-            await memory.link_session(keys.tenant, keys.session_id, keys.user_id, keys.agent)
             exchange = f"User: {text.strip()}\nAssistant: {result.text.strip()}"
             await memory.add(
                 keys.tenant,
