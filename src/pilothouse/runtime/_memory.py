@@ -115,7 +115,13 @@ async def recall(
     if keys is None or not text.strip():
         return system_prompt
     memory = runtime.scoped_memory
-    hits = await memory.search(keys.tenant, text, keys.scopes(), threshold=keys.settings.threshold)
+    hits = await memory.search(
+        keys.tenant,
+        text,
+        keys.scopes(),
+        threshold=keys.settings.threshold,
+        min_importance=keys.settings.min_importance,
+    )
     used = budgeted(hits, keys.settings.memory_token_budget, counter)
     turn.pending.append(
         NewEvent(
