@@ -14,11 +14,13 @@ from pilothouse.api import (
     CatalogApi,
     CommandApi,
     KeyApi,
+    MemoryApi,
     Pilothouse,
     QueryApi,
     SyncCatalogApi,
     SyncCommandApi,
     SyncKeyApi,
+    SyncMemoryApi,
     SyncPilothouse,
     SyncQueryApi,
 )
@@ -279,6 +281,7 @@ def test_sync_wrapper_works_from_plain_sync_code(tmp_path: Path) -> None:
         (SyncCommandApi, CommandApi),
         (SyncCatalogApi, CatalogApi),
         (SyncKeyApi, KeyApi),
+        (SyncMemoryApi, MemoryApi),
         (SyncPilothouse, Pilothouse),
     ],
 )
@@ -313,6 +316,7 @@ def test_sync_facade_offers_every_async_method_with_its_signature(
         CommandApi: facade.command,
         CatalogApi: facade.catalog,
         KeyApi: facade.keys,
+        MemoryApi: facade.memory,
     }[async_half]
     # No portal: reading a method's signature calls nothing.
     wrapped = sync_half(target, None)

@@ -11,7 +11,14 @@ cannot drift apart (a test checks that every method is offered).
 
 from __future__ import annotations
 
-__all__ = ["SyncCatalogApi", "SyncCommandApi", "SyncKeyApi", "SyncPilothouse", "SyncQueryApi"]
+__all__ = [
+    "SyncCatalogApi",
+    "SyncCommandApi",
+    "SyncKeyApi",
+    "SyncMemoryApi",
+    "SyncPilothouse",
+    "SyncQueryApi",
+]
 
 import functools
 import inspect
@@ -37,6 +44,7 @@ from pilothouse._facade.catalog import CatalogApi
 from pilothouse._facade.command import CommandApi
 from pilothouse._facade.facet import Facet
 from pilothouse._facade.keys import KeyApi
+from pilothouse._facade.memory import MemoryApi
 from pilothouse._facade.query import QueryApi
 from pilothouse.settings import Settings
 from pilothouse.store import Database
@@ -272,6 +280,22 @@ class SyncKeyApi(_SyncHalf):
     touch = _Blocking(KeyApi.touch)
 
 
+class SyncMemoryApi(_SyncHalf):
+    """:class:`~pilothouse.api.MemoryApi` as blocking calls."""
+
+    list = _Blocking(MemoryApi.list)
+    get = _Blocking(MemoryApi.get)
+    search = _Blocking(MemoryApi.search)
+    add = _Blocking(MemoryApi.add)
+    edit = _Blocking(MemoryApi.edit)
+    forget = _Blocking(MemoryApi.forget)
+    erase_user = _Blocking(MemoryApi.erase_user)
+    erasures = _Blocking(MemoryApi.erasures)
+    run_jobs = _Blocking(MemoryApi.run_jobs)
+    jobs = _Blocking(MemoryApi.jobs)
+    expire = _Blocking(MemoryApi.expire)
+
+
 async def _open(
     settings: Settings | None,
     tenant: str | None,
@@ -316,6 +340,7 @@ class SyncPilothouse:
         command: blocking state changes.
         catalog: blocking catalog operations.
         keys: blocking API key management.
+        memory: blocking scoped long-term memory.
     """
 
     def __init__(
@@ -360,6 +385,7 @@ class SyncPilothouse:
         self.command = SyncCommandApi(facade.command, portal)
         self.catalog = SyncCatalogApi(facade.catalog, portal)
         self.keys = SyncKeyApi(facade.keys, portal)
+        self.memory = SyncMemoryApi(facade.memory, portal)
 
     @property
     def tenant(self) -> str:

@@ -44,6 +44,7 @@ __all__ = [
     "SyncCatalogApi",
     "SyncCommandApi",
     "SyncKeyApi",
+    "SyncMemoryApi",
     "SyncPilothouse",
     "SyncQueryApi",
 ]
@@ -62,6 +63,7 @@ from pilothouse._sync import (
     SyncCatalogApi,
     SyncCommandApi,
     SyncKeyApi,
+    SyncMemoryApi,
     SyncPilothouse,
     SyncQueryApi,
 )
@@ -267,11 +269,11 @@ class Pilothouse:
         self.catalog = CatalogApi(database, tenant, shared.settings.user)
         self.keys = KeyApi(database, tenant)
         self.memory = MemoryApi(
+            database,
+            tenant,
             shared.scoped_memory,
             lambda: shared.runtime().extractor,
-            tenant,
             shared.settings.user,
-            lambda: shared.database.ensure_schema(),
         )
 
     def for_tenant(self, tenant: str) -> Pilothouse:
