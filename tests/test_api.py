@@ -15,12 +15,14 @@ from pilothouse.api import (
     CommandApi,
     KeyApi,
     KnowledgeApi,
+    MemoryApi,
     Pilothouse,
     QueryApi,
     SyncCatalogApi,
     SyncCommandApi,
     SyncKeyApi,
     SyncKnowledgeApi,
+    SyncMemoryApi,
     SyncPilothouse,
     SyncQueryApi,
 )
@@ -282,6 +284,7 @@ def test_sync_wrapper_works_from_plain_sync_code(tmp_path: Path) -> None:
         (SyncCatalogApi, CatalogApi),
         (SyncKeyApi, KeyApi),
         (SyncKnowledgeApi, KnowledgeApi),
+        (SyncMemoryApi, MemoryApi),
         (SyncPilothouse, Pilothouse),
     ],
 )
@@ -320,6 +323,7 @@ def test_sync_facade_offers_every_async_method_with_its_signature(
         CatalogApi: facade.catalog,
         KeyApi: facade.keys,
         KnowledgeApi: facade.knowledge,
+        MemoryApi: facade.memory,
     }[async_half]
     # No portal: reading a method's signature calls nothing.
     wrapped = sync_half(target, None)

@@ -16,8 +16,8 @@ __all__ = [
     "SyncCommandApi",
     "SyncHistoryApi",
     "SyncKeyApi",
-    "SyncKeyApi",
     "SyncKnowledgeApi",
+    "SyncMemoryApi",
     "SyncPilothouse",
     "SyncQueryApi",
 ]
@@ -48,6 +48,7 @@ from pilothouse._facade.facet import Facet
 from pilothouse._facade.history import HistoryApi
 from pilothouse._facade.keys import KeyApi
 from pilothouse._facade.knowledge import KnowledgeApi
+from pilothouse._facade.memory import MemoryApi
 from pilothouse._facade.query import QueryApi
 from pilothouse.settings import Settings
 from pilothouse.store import Database
@@ -323,6 +324,22 @@ class SyncKnowledgeApi(_SyncHalf):
     embed = _Blocking(KnowledgeApi.embed)
 
 
+class SyncMemoryApi(_SyncHalf):
+    """:class:`~pilothouse.api.MemoryApi` as blocking calls."""
+
+    list = _Blocking(MemoryApi.list)
+    get = _Blocking(MemoryApi.get)
+    search = _Blocking(MemoryApi.search)
+    add = _Blocking(MemoryApi.add)
+    edit = _Blocking(MemoryApi.edit)
+    forget = _Blocking(MemoryApi.forget)
+    erase_user = _Blocking(MemoryApi.erase_user)
+    erasures = _Blocking(MemoryApi.erasures)
+    run_jobs = _Blocking(MemoryApi.run_jobs)
+    jobs = _Blocking(MemoryApi.jobs)
+    expire = _Blocking(MemoryApi.expire)
+
+
 async def _open(
     settings: Settings | None,
     tenant: str | None,
@@ -367,6 +384,7 @@ class SyncPilothouse:
         command: blocking state changes.
         catalog: blocking catalog operations.
         keys: blocking API key management.
+        memory: blocking scoped long-term memory.
     """
 
     def __init__(
@@ -413,6 +431,7 @@ class SyncPilothouse:
         self.keys = SyncKeyApi(facade.keys, portal)
         self.history = SyncHistoryApi(facade.history, portal)
         self.knowledge = SyncKnowledgeApi(facade.knowledge, portal)
+        self.memory = SyncMemoryApi(facade.memory, portal)
 
     @property
     def tenant(self) -> str:

@@ -52,6 +52,7 @@ __all__ = [
     "SyncHistoryApi",
     "SyncKeyApi",
     "SyncKnowledgeApi",
+    "SyncMemoryApi",
     "SyncPilothouse",
     "SyncQueryApi",
 ]
@@ -76,6 +77,7 @@ from pilothouse._sync import (
     SyncHistoryApi,
     SyncKeyApi,
     SyncKnowledgeApi,
+    SyncMemoryApi,
     SyncPilothouse,
     SyncQueryApi,
 )
@@ -310,11 +312,11 @@ class Pilothouse:
         self.catalog = CatalogApi(database, tenant, shared.settings.user)
         self.keys = KeyApi(database, tenant)
         self.memory = MemoryApi(
+            database,
+            tenant,
             shared.scoped_memory,
             lambda: shared.runtime().extractor,
-            tenant,
             shared.settings.user,
-            lambda: shared.database.ensure_schema(),
         )
         self.events = EventApi(database, tenant, shared.runtime, shared.runner)
         self.history = HistoryApi(

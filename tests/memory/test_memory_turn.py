@@ -195,3 +195,45 @@ async def test_runtime_config_user_id_is_checked(ph: Pilothouse) -> None:
 
     with pytest.raises(PilothouseError, match="user_id"):
         await ph.command.start_and_send("hi", action="CHAT", runtime_config={"user_id": ""})
+
+
+async def test_the_service_worker_runs_jobs_and_expires_sessions(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    import anyio
+
+    from pilothouse.server._memory_worker import memory_worker
+
+    model.script.steps.append(Reply("Noted."))
+    await ph.command.start_and_send(
+        "I am vegetarian.", action="CHAT", runtime_config={"user_id": "alice"}
+    )
+    model.script.steps.append(Reply('{"facts": []}'))
+    async with anyio.create_task_group() as group:
+        group.start_soon(memory_worker, ph, 0.01, 0.01)
+        with anyio.fail_after(60):
+            while [j["status"] for j in await ph.memory.jobs()] != ["done"]:
+                await anyio.sleep(0.02)
+        group.cancel_scope.cancel()
+    assert await ph.memory.list(ALICE) == []
+
+
+async def test_a_configured_extraction_model_is_used_and_a_missing_one_named(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    extractor = ph._shared.runtime().extractor
+    turn = [{"role": "user", "content": "I am vegetarian."}]
+    await extractor.enqueue(
+        "default", turn, user_id="alice", agent=None, session_id=None, extraction_model="GPT"
+    )
+    model.script.steps.append(
+        Reply(json.dumps({"facts": [{"text": "The user is vegetarian.", "scope": "user"}]}))
+    )
+    [done] = await ph.memory.run_jobs()
+    assert done.status == "done"
+    await extractor.enqueue(
+        "default", turn, user_id="alice", agent=None, session_id=None, extraction_model="NOPE"
+    )
+    [missing] = await ph.memory.run_jobs()
+    assert missing.status == "pending"
+    assert "extraction model 'NOPE' is not in the catalog" in (missing.error or "")

@@ -236,3 +236,14 @@ def _type_of(scope: MemoryScope) -> str:
     return {"session": "turn", "user": "fact", "agent": "learning", "organization": "fact"}[
         scope.scope
     ]
+
+
+async def test_min_importance_filters_long_term_memory_not_the_session(
+    memory: ScopedMemory,
+) -> None:
+    session = MemoryScope("session", session_id="s-1", user_id="alice")
+    await memory.add("t1", ALICE, "Alice mentioned the weather once.", importance=0.3)
+    kept, _ = await memory.add("t1", ALICE, "Alice mentioned her weather app.", importance=0.8)
+    turn, _ = await memory.add("t1", session, "We talked about the weather.", importance=0.1)
+    hits = await memory.search("t1", "weather", {ALICE: 5, session: 5}, min_importance=0.5)
+    assert {h.item.id for h in hits} == {kept.id, turn.id}

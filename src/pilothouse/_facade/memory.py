@@ -14,6 +14,7 @@ __all__ = ["MemoryApi"]
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pilothouse._facade.facet import Facet
 from pilothouse.errors import InvalidFieldError, NotFoundError
 from pilothouse.memory._types import (
     ErasureReport,
@@ -25,32 +26,32 @@ from pilothouse.memory._types import (
 
 if TYPE_CHECKING:
     from pilothouse.memory import MemoryExtractor, ScopedMemory
+    from pilothouse.store import Database
 
 
-class MemoryApi:
+class MemoryApi(Facet):
     """Scoped long-term memory of one tenant (``ph.memory``).
 
     Args:
+        database: returns the database, opened on first use.
+        tenant: the tenant every call acts for.
         memory: the process's scoped memory, made on first use.
         extractor: the process's extraction job runner, made on first use.
-        tenant: the tenant every call acts for.
         user: who the calls are recorded as (erasure events).
-        ready: makes sure the schema is current.
     """
 
     def __init__(
         self,
+        database: Callable[[], Database],
+        tenant: str,
         memory: Callable[[], ScopedMemory],
         extractor: Callable[[], MemoryExtractor],
-        tenant: str,
         user: str,
-        ready: Callable[[], Any],
     ) -> None:
+        super().__init__(database, tenant)
         self._memory = memory
         self._extractor = extractor
-        self.tenant = tenant
         self._user = user
-        self._ready = ready
 
     async def _store(self) -> ScopedMemory:
         await self._ready()

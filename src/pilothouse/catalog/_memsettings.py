@@ -29,6 +29,9 @@ class ScopedMemorySettings(BaseModel):
         memory_token_budget: the most tokens the retrieved memories may add to
             the system prompt; the lowest ranked are left out first.
         threshold: the least cosine similarity a memory needs to be used.
+        min_importance: the least importance a user, agent or organization
+            memory needs to be retrieved (seed: ``long-term: min-importance:
+            0.5``); session memory is not filtered by it.
         session_ttl_minutes: how long a session memory lives (seed: 60).
         session_max: the most records one session keeps (seed: 100).
         store_responses: store each answered turn in session memory.
@@ -46,6 +49,7 @@ class ScopedMemorySettings(BaseModel):
     organization_limit: Annotated[int, Field(ge=0, le=100)] = 5
     memory_token_budget: Annotated[int, Field(ge=1)] = 1000
     threshold: Annotated[float, Field(ge=-1.0, le=1.0)] = 0.2
+    min_importance: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
     session_ttl_minutes: Annotated[int, Field(ge=1, le=60 * 24 * 30)] = 60
     session_max: Annotated[int, Field(ge=1, le=10_000)] = 100
     store_responses: bool = True

@@ -551,6 +551,7 @@ class ScopedMemory:
         scopes: Mapping[MemoryScope, int],
         *,
         threshold: float = 0.0,
+        min_importance: float = 0.0,
         now: datetime | None = None,
         touch: bool = True,
     ) -> list[MemoryHit]:
@@ -561,6 +562,8 @@ class ScopedMemory:
             query: the text to match.
             scopes: each scope with its most hits (the advisor's 10 / 5 / 3 / 5).
             threshold: the least cosine similarity a hit needs.
+            min_importance: the least importance of a long-term (user, agent,
+                organization) hit; session memory is not filtered by it.
             now: the time recency and expiry are measured at.
             touch: count the hits as accessed (``access_count``, ``last_accessed_at``).
 
@@ -598,7 +601,9 @@ class ScopedMemory:
             chosen = [
                 (float(similarities[i]), row)
                 for i, row in enumerate(rows)
-                if _belongs(row, tenant, scope) and float(similarities[i]) >= threshold
+                if _belongs(row, tenant, scope)
+                and float(similarities[i]) >= threshold
+                and (row.scope == "session" or row.importance >= min_importance)
             ]
             scored = sorted(
                 (MemoryHit(to_item(row), sim, self._score(sim, row, stamp)) for sim, row in chosen),

@@ -115,7 +115,13 @@ async def recall(
     if keys is None or not text.strip():
         return system_prompt
     memory = runtime.scoped_memory
-    hits = await memory.search(keys.tenant, text, keys.scopes(), threshold=keys.settings.threshold)
+    hits = await memory.search(
+        keys.tenant,
+        text,
+        keys.scopes(),
+        threshold=keys.settings.threshold,
+        min_importance=keys.settings.min_importance,
+    )
     used = budgeted(hits, keys.settings.memory_token_budget, counter)
     turn.pending.append(
         NewEvent(
@@ -168,9 +174,10 @@ async def remember(
         return
     settings = keys.settings
     try:
+        memory = scoped_memory(runtime, settings)
+        # Linked whatever else is kept: erasing the user finds the conversation here.
+        await memory.link_session(keys.tenant, keys.session_id, keys.user_id, keys.agent)
         if settings.store_responses:
-            memory = scoped_memory(runtime, settings)
-            await memory.link_session(keys.tenant, keys.session_id, keys.user_id, keys.agent)
             exchange = f"User: {text.strip()}\nAssistant: {result.text.strip()}"
             await memory.add(
                 keys.tenant,
