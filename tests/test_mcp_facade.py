@@ -33,7 +33,7 @@ async def ph(settings: Settings) -> AsyncIterator[Pilothouse]:
                 code="FORM",
                 name="Fill a form",
                 model="SCRIPTED",
-                configuration="DEFAULT",
+                configuration="DFLT",
                 prompt="Check the form.",
                 ask_user=False,
                 schemas={

@@ -369,7 +369,7 @@ SKILL_TOPICS = [
     ("FLIGHTS", "Search and book flights between airports."),
     ("HOTELS", "Find and reserve hotel rooms."),
     ("PAYROLL", "Run the monthly payroll for employees."),
-    ("TRANSLATE", "Translate a text into another language."),
+    ("TRANSLT", "Translate a text into another language."),
     ("CALENDAR", "Schedule meetings in a calendar."),
     ("STOCKS", "Look up stock prices and market data."),
     ("RECIPES", "Suggest cooking recipes from ingredients."),
@@ -387,9 +387,15 @@ async def test_use_skill_offers_the_skills_matching_the_request_when_there_are_m
     catalog = CatalogBuilder()
     for code, description in SKILL_TOPICS:
         catalog.skill(code, prompt=f"Use {code}.", description=description)
-    catalog.action("MANY", prompt="Help.", skills=[code for code, _ in SKILL_TOPICS])
+    # use_skill exists with progressive disclosure, the per-action switch.
+    catalog.action(
+        "MANY",
+        prompt="Help.",
+        skills=[code for code, _ in SKILL_TOPICS],
+        progressive_disclosure=True,
+    )
     catalog.skill("ONE", prompt="Use ONE.", description="A single skill.")
-    catalog.action("FEW", prompt="Help.", skills=["ONE", "WEATHER"])
+    catalog.action("FEW", prompt="Help.", skills=["ONE", "WEATHER"], progressive_disclosure=True)
     model = ScriptedModel(["ok", "ok"])
     async with Pilothouse(Settings(), database=database, model=model) as ph:
         await catalog.import_into(ph)

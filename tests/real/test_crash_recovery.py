@@ -37,23 +37,23 @@ pytestmark = [pytest.mark.real]
 
 CATALOG = """\
 providers:
-  - code: SLOWUP
+  - code: SLWP
     kind: openai-compatible
     base_url: {base_url}
 models:
   - code: SLOWMODEL
-    provider: SLOWUP
+    provider: SLWP
     model_name: mock
     capabilities: [SR]
 configurations:
-  - code: SLOWCONF
+  - code: SLWC
     max_tokens: 64
     retry_count: 0
 actions:
   - code: SLOWTALK
     name: Talk to a slow upstream
     model: SLOWMODEL
-    configuration: SLOWCONF
+    configuration: SLWC
     prompt: Answer.
     ask_user: false
 """

@@ -263,13 +263,13 @@ async def test_a_turn_on_the_local_qwen_model_answers_from_a_linked_collection(
         CatalogBuilder(scripted=False)
         .provider("QWEN", kind="openai-compatible", base_url=qwen_base_url)
         .model("QWEN", provider="QWEN", model_name="qwen", capabilities=["SR"])
-        .configuration("SHORT", max_tokens=48, temperature=0, retry_count=0, retry_delay=0)
+        .configuration("SHRT", max_tokens=48, temperature=0, retry_count=0, retry_delay=0)
         .add("vector_stores", code="EMBED")
         .add("document_collections", code="POLICY", store="EMBED", collection_name="policy")
         .action(
             "ASK",
             model="QWEN",
-            configuration="SHORT",
+            configuration="SHRT",
             prompt="Answer the employee's question in one short sentence.",
             collections=["POLICY"],
         )

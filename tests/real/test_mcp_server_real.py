@@ -54,12 +54,12 @@ tools:
       gateway:
         include: [createOrder]
 providers:
-  - code: UPSTREAM
+  - code: UPST
     kind: openai-compatible
     base_url: {base_url}
 models:
   - code: UPSTREAMM
-    provider: UPSTREAM
+    provider: UPST
     model_name: mock
     capabilities: [FC]
     input_price: 0
@@ -209,7 +209,7 @@ async def test_official_client_over_stdio(live: LiveServer, tmp_path: Path) -> N
         result = await ask(client)
         prompts = {p.name for p in (await client.list_prompts()).prompts}
     assert answer_text(result) == "ACK"
-    assert "BRANDVOICE" in prompts
+    assert "BRVOICE" in prompts
 
 
 def _inspector() -> tuple[str, Path]:

@@ -129,8 +129,8 @@ async def test_bad_arguments_and_unknown_tools_are_tool_errors(base_url: str, ap
 async def test_skills_are_prompts(base_url: str, api_key: str) -> None:
     async with connect(base_url, api_key) as client:
         prompts = {p.name for p in (await client.list_prompts()).prompts}
-        assert "BRANDVOICE" in prompts
-        prompt = await client.get_prompt("BRANDVOICE")
+        assert "BRVOICE" in prompts
+        prompt = await client.get_prompt("BRVOICE")
     content = prompt.messages[0].content
     assert isinstance(content, mt.TextContent) and content.text
 
@@ -271,7 +271,7 @@ async def test_a_current_protocol_client_hears_of_changes_by_listening(
                 "code": "HEARD",
                 "name": "Heard of",
                 "model": "SCRIPTEDM",
-                "configuration": "DEFAULT",
+                "configuration": "DFLT",
                 "prompt": "Say something.",
             }
             await server_state.pilothouse.catalog.create("actions", document)

@@ -33,7 +33,7 @@ async def test_metrics_count_requests_turns_and_tokens(
     assert 'pilothouse_turn_duration_seconds_count{tenant="default"} 1.0' in text
     assert "pilothouse_cost_total" in text
     # The same turn per provider and model (its AI marker's).
-    model = 'model="scripted",provider="SCRIPTED"'
+    model = 'model="scripted",provider="SCRP"'
     assert f'pilothouse_model_turns_total{{{model},status="CO"}} 1.0' in text
     assert f'pilothouse_model_tokens_total{{direction="output",{model}}} {output}' in text
     assert f"pilothouse_model_turn_duration_seconds_count{{{model}}} 1.0" in text
