@@ -100,8 +100,13 @@ def expected_sent(turn: int) -> int:
 
 
 def expected_stored(turns: int) -> int:
-    """Messages pilothouse should store for a conversation of ``turns`` completed turns."""
-    return 2 * turns + (2 if turns >= TOOL_TURN else 0)
+    """Messages pilothouse should store for a conversation of ``turns`` completed turns.
+
+    The system prompt is recorded once (``SY``: it does not change between
+    the turns), then each turn's prompt and answer, and the tool turn's call
+    and result.
+    """
+    return 1 + 2 * turns + (2 if turns >= TOOL_TURN else 0)
 
 
 def check_answer(text: str | None, user: int, turn: int) -> bool:
@@ -127,6 +132,7 @@ def catalog_parts() -> tuple[str, str]:
     name: Benchmark conversation, mock delay {ms} ms
     model: MCONV{ms}
     configuration: BNCH
+    memory_strategy: FULL
     prompt: {C.SYSTEM}
     ask_user: false
     tools: [T00]

@@ -460,6 +460,10 @@ models:
     max_tokens: 256
     retry_count: 0
     retry_delay: 0
+memory_strategies:
+  - code: FULL
+    name: Whole history (scenario 2 sends every earlier turn)
+    kind: FULL
 tools:
 {tools}actions:
 {actions}"""

@@ -153,7 +153,8 @@ def test_bench_concurrent_conversations_lose_no_message(tmp_path: Path) -> None:
     assert conc["mock"]["requests"] == 2 * 5 * (3 + 1)
     store = conc["contenders"]["pilothouse-sqlite"]["store"]
     assert store["complete_conversations"] == store["conversations"] == 5
-    assert store["stored_messages"] == store["expected_messages"] == 5 * (2 * 3 + 2)
+    # Per conversation: the recorded system prompt, 3 prompts and answers, a tool call and result.
+    assert store["stored_messages"] == store["expected_messages"] == 5 * (1 + 2 * 3 + 2)
     assert store["lost_messages"] == store["extra_messages"] == 0
     assert store["duplicate_sequences"] == store["duplicate_contents"] == 0
     assert store["not_idle"] == 0
