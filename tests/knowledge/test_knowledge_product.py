@@ -286,7 +286,7 @@ async def test_runtime_config_collections_replace_the_actions_own_for_one_turn(
 
         for codes, message in (
             (["NOPE"], r"retrieval.collections\[0\]: 'NOPE' is not a document collection"),
-            (["HANDBOOK", "RETIRED"], r"collections\[1\]: document collection 'RETIRED' is inactive"),
+            (["HANDBOOK", "RETIRED"], r"\[1\]: document collection 'RETIRED' is inactive"),
             ([], "'collections' is empty"),
             ("HANDBOOK", "'collections' must be a list"),
         ):

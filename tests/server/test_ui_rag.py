@@ -15,7 +15,7 @@ from server_helpers import ExamplesAnd, parse_sse
 from database_templates import Seed
 from pilothouse.server._state import ServerState
 from pilothouse.testing import Reply, ScriptedModel
-from pilothouse.types import MessageRole, TextDocument, TimelineKind
+from pilothouse.types import MessageRole, TextDocument, TimelineEventView, TimelineKind
 
 pytestmark = pytest.mark.anyio
 
@@ -64,13 +64,11 @@ async def _chat(client: httpx.AsyncClient, **body: object) -> list[tuple[str, di
     return parse_sse(response.text)
 
 
-def _searched(timeline: list[object]) -> list[str]:
+def _searched(timeline: list[TimelineEventView]) -> list[str]:
     found: list[str] = []
     for event in timeline:
-        kind = getattr(event, "kind")
-        data = getattr(event, "data")
-        if kind is TimelineKind.RETRIEVAL and "searches" in data:
-            found += [s["collection"] for s in data["searches"]]
+        if event.kind is TimelineKind.RETRIEVAL and "searches" in event.data:
+            found += [s["collection"] for s in event.data["searches"]]
     return found
 
 
@@ -79,7 +77,7 @@ async def test_the_settings_panel_offers_the_tenants_collections_and_their_own_m
 ) -> None:
     await _login(client, api_key)
     page = (await client.get("/playground")).text
-    assert '<legend>RAG</legend>' in page
+    assert "<legend>RAG</legend>" in page
     assert 'id="rag-on" role="switch"' in page
     assert '<label for="rag-collection">Document collection</label>' in page
     assert '<option value="HANDBOOK" data-qa-model="SCRIPTEDM">HANDBOOK — Staff handbook' in page
@@ -220,6 +218,6 @@ async def test_rag_refusals_name_the_field(client: httpx.AsyncClient, api_key: s
         assert message in str(events[-1][1]["detail"])
     bad = await client.post(
         "/ui/chat",
-        json={"target": "action:ECHO", "text": "x", "rag": {"collection": "X", "answer_with": "me"}},
+        json={"target": "action:ECHO", "text": "x", "rag": {"collection": "X", "answer_with": "x"}},
     )
     assert bad.status_code == 422

@@ -224,8 +224,7 @@ def is_embedding_only(capabilities: Iterable[Any]) -> bool:
 def qa_model_rule(code: str) -> str:
     """The message refusing an embedding model as a collection's ``qa_model``."""
     return (
-        f"model '{code}' is an embedding model (capability EM) and cannot answer: "
-        "name a chat model"
+        f"model '{code}' is an embedding model (capability EM) and cannot answer: name a chat model"
     )
 
 

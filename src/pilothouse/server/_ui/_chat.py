@@ -162,7 +162,7 @@ async def _collection_answers(ph: Pilothouse, body: ChatRequest) -> AsyncIterato
     if given:
         raise InvalidFieldError(
             given[0],
-            "not used when the collection's model answers: choose \"Playground settings\" "
+            'not used when the collection\'s model answers: choose "Playground settings" '
             "to send the panel's settings",
         )
     model = await _qa_model(ph, body.rag.collection)

@@ -28,6 +28,7 @@ from pilothouse.types import (
     ConversationSummary,
     ConversationView,
     MessageRole,
+    MessageView,
     ProcessStatus,
     ToolCallStatus,
 )
@@ -93,7 +94,7 @@ async def _collections(ph: Pilothouse) -> list[dict[str, str]]:
     ]
 
 
-def _rag_of(message: Any, record: dict[str, Any] | None) -> dict[str, Any] | None:
+def _rag_of(message: MessageView, record: dict[str, Any] | None) -> dict[str, Any] | None:
     """What the RAG toggle chose for a prompt: from its ad-hoc run's record or its own data."""
     if record is not None and isinstance(record.get(RAG_KEY), dict):
         rag = cast("dict[str, Any]", record[RAG_KEY])
