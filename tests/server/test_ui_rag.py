@@ -221,3 +221,17 @@ async def test_rag_refusals_name_the_field(client: httpx.AsyncClient, api_key: s
         json={"target": "action:ECHO", "text": "x", "rag": {"collection": "X", "answer_with": "x"}},
     )
     assert bad.status_code == 422
+
+
+async def test_the_rest_catalog_reads_and_refuses_qa_model(
+    client: httpx.AsyncClient, admin_key: str
+) -> None:
+    headers = {"Authorization": f"Bearer {admin_key}"}
+    got = await client.get("/v1/catalog/document_collections/HANDBOOK", headers=headers)
+    assert got.status_code == 200 and got.json()["qa_model"] == "SCRIPTEDM"
+    bad = {"code": "EMQA", "store": "EMBED", "collection_name": "x", "qa_model": "MINILM"}
+    response = await client.post("/v1/catalog/document_collections", json=bad, headers=headers)
+    assert response.status_code == 422
+    (error,) = response.json()["errors"]
+    assert error["field"] == "qa_model"
+    assert error["rule"].startswith("model 'MINILM' is an embedding model (capability EM)")
