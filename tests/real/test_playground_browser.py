@@ -78,7 +78,7 @@ document_collections:
     store: EMBED
     collection_name: office
     similarity_threshold: 0.1
-    qa_model: SMOLLM2
+    qa_model: UPM                 # the collection's own model: the scripted upstream
 actions:
   - code: SHIRTS
     name: Order a shirt
@@ -251,7 +251,7 @@ def test_a_whole_playground_session_in_chromium(
         expect(rag).to_be_checked()
         page.get_by_label("Document collection").select_option("OFFICE")
         expect(page.get_by_label("Collection's model")).to_be_enabled()
-        expect(page.locator("#rag-qa-note")).to_contain_text("its model SMOLLM2")
+        expect(page.locator("#rag-qa-note")).to_contain_text("its model UPM")
         page.get_by_label("Playground settings").check()
         page.get_by_label("Prompt", exact=True).fill("What is the name of the office cat?")
         page.get_by_role("button", name="Send").click()
@@ -264,14 +264,22 @@ def test_a_whole_playground_session_in_chromium(
         expect(timeline).to_contain_text("retrieval")
         expect(timeline).to_contain_text("office:cat")
         if shots:
+            page.locator("#rag").scroll_into_view_if_needed()
             page.screenshot(path=str(shots / "playground-rag-1280x800.png"))
         # "Collection's model": its qa_model answers, without the playground's settings.
+        # (Its qa_model is the scripted upstream's, so the answer shows who gave it.)
+        upstream.script(Reply(body=completion("Pixel is the office cat [1].")))
         page.get_by_label("Collection's model").check()
         page.get_by_label("Prompt", exact=True).fill("Who is Pixel?")
         page.get_by_role("button", name="Send").click()
         expect(page.locator("body")).to_have_attribute("data-turns", "2")
+        expect(page.locator(".bubble.assistant").last).to_contain_text("Pixel is the office cat")
         note = page.locator(".rag-note").last
-        expect(note).to_contain_text("answered by the collection's model SMOLLM2")
+        expect(note).to_contain_text("answered by the collection's model UPM")
+        asked = upstream.requests[-1]
+        assert asked["model"] == "scripted"
+        assert "The office cat is called Pixel" in json.dumps(asked["messages"][0])
+        assert "temperature" not in asked  # the playground's settings are not sent
         page.get_by_text("Audit timeline").click()
         expect(page.locator("table.timeline")).to_contain_text("office:cat")
 

@@ -116,6 +116,20 @@ async def test_rag_with_playground_settings_searches_the_collection_for_an_actio
     timeline = (await client.get(f"/ui/conversations/{uuid}/timeline")).text
     assert "<td>retrieval</td>" in timeline and "hb:expenses" in timeline
 
+    # Switching to the collection's model in that action's conversation starts an ad-hoc one.
+    scripted.script.steps.append(Reply("25 EUR [1]."))
+    own = await _chat(
+        client,
+        conversation=uuid,
+        target="action:ECHO",
+        text="Meals?",
+        rag={"collection": "HANDBOOK", "answer_with": "collection"},
+    )
+    assert [name for name, _ in own][-2:] == ["finished", "named"], own
+    adhoc = str(own[1][1]["uuid"])
+    assert adhoc != uuid
+    assert (await ph.query.get_transcript(adhoc)).action_code == "INVOKE"
+
 
 async def test_rag_with_the_collections_model_runs_it_without_the_panels_settings(
     client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel, server_state: ServerState
