@@ -39,6 +39,11 @@ document_collections:
   - code: NOTES
     store: EMBED
     collection_name: notes
+  - code: OLD
+    store: EMBED
+    collection_name: old
+    qa_model: SCRIPTEDM
+    active: false
 """
 
 TEXT = TextDocument(
@@ -82,6 +87,7 @@ async def test_the_settings_panel_offers_the_tenants_collections_and_their_own_m
     assert '<label for="rag-collection">Document collection</label>' in page
     assert '<option value="HANDBOOK" data-qa-model="SCRIPTEDM">HANDBOOK — Staff handbook' in page
     assert '<option value="NOTES" data-qa-model="">NOTES</option>' in page
+    assert 'value="OLD"' not in page  # inactive
     assert "<legend>Q&amp;A LLM</legend>" in page
     assert "Playground settings" in page and "Collection's model" in page
 
@@ -225,6 +231,11 @@ async def test_rag_refusals_name_the_field(client: httpx.AsyncClient, api_key: s
             {"collection": "NOPE", "answer_with": "collection"},
             "rag.collection: 'NOPE' is not a document collection",
         ),
+        (
+            {"collection": "OLD", "answer_with": "collection"},
+            "rag.collection: document collection 'OLD' is inactive",
+        ),
+        ({"collection": "OLD"}, "retrieval.collections[0]: document collection 'OLD' is inactive"),
     ]
     for rag, message in cases:
         events = await _chat(client, target="action:ECHO", text="x", rag=rag)
