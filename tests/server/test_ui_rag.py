@@ -260,3 +260,24 @@ async def test_the_rest_catalog_reads_and_refuses_qa_model(
     (error,) = response.json()["errors"]
     assert error["field"] == "qa_model"
     assert error["rule"].startswith("model 'MINILM' is an embedding model (capability EM)")
+
+
+async def test_the_rest_api_refuses_an_unknown_or_inactive_collection_with_a_4xx(
+    client: httpx.AsyncClient, api_key: str, server_state: ServerState
+) -> None:
+    headers = {"Authorization": f"Bearer {api_key}"}
+    started = await client.post("/v1/conversations", json={"action": "ECHO"}, headers=headers)
+    uuid = started.json()["uuid"]
+    for codes, message in (
+        (["NOPE"], "retrieval.collections[0]: 'NOPE' is not a document collection"),
+        (["NOTES", "OLD"], "retrieval.collections[1]: document collection 'OLD' is inactive"),
+    ):
+        response = await client.post(
+            f"/v1/conversations/{uuid}/messages",
+            json={"text": "x", "runtimeConfig": {"retrieval": {"collections": codes}}},
+            headers=headers,
+        )
+        assert 400 <= response.status_code < 500, response.text
+        assert message in response.text
+    # Nothing was written: the conversation never took a message.
+    assert await server_state.pilothouse.query.get_conversation_messages(uuid) == []
