@@ -27,6 +27,10 @@ models:
     capabilities: [EM]
     dimension: 384
     max_input_tokens: 256
+  - code: RETIRED
+    provider: SCRP
+    model_name: retired
+    active: false
 vector_stores:
   - code: EMBED
 document_collections:
@@ -39,6 +43,10 @@ document_collections:
   - code: NOTES
     store: EMBED
     collection_name: notes
+  - code: GONE
+    store: EMBED
+    collection_name: gone
+    qa_model: RETIRED
   - code: OLD
     store: EMBED
     collection_name: old
@@ -236,6 +244,10 @@ async def test_rag_refusals_name_the_field(client: httpx.AsyncClient, api_key: s
             "rag.collection: document collection 'OLD' is inactive",
         ),
         ({"collection": "OLD"}, "retrieval.collections[0]: document collection 'OLD' is inactive"),
+        (
+            {"collection": "GONE", "answer_with": "collection"},
+            "rag.answer_with: the qa_model 'RETIRED' of collection 'GONE' is inactive",
+        ),
     ]
     for rag, message in cases:
         events = await _chat(client, target="action:ECHO", text="x", rag=rag)
