@@ -43,6 +43,10 @@ models:
     max_input_tokens: 512
     query_prefix: "Represent this sentence for searching relevant passages: "
     document_prefix: ""
+  - code: GPT4O
+    provider: OAI
+    model_name: gpt-4o-mini
+    capabilities: [FC, SR]
 vector_stores:
   - code: EMBED
   - code: PGV
@@ -65,6 +69,7 @@ document_collections:
     similarity_threshold: 0.3
     top_k: 5
     search_mode: vector
+    qa_model: GPT4O                # the Semantic Index's default Q&A LLM
   - code: BPMN
     store: PGV
     collection_name: langchain4j_embeddings
@@ -108,6 +113,9 @@ async def test_knowledge_fields_round_trip_through_the_database(
     assert collections["HANDBOOK"]["chunk_size"] == 200
     assert collections["HANDBOOK"]["search_mode"] == "vector"
     assert collections["BPMN"]["embedding_model"] is None
+    assert collections["HANDBOOK"]["qa_model"] == "GPT4O"
+    assert collections["BPMN"]["qa_model"] is None
+    assert "qa_model: GPT4O" in text
     assert collections["BPMN"]["chunk_overlap"] == 50
     bge = next(e.spec.model_dump() for e in parsed.entries["models"] if e.spec.key == "BGE")
     assert bge["query_prefix"] == "Represent this sentence for searching relevant passages: "
@@ -206,3 +214,55 @@ def test_a_collection_must_use_an_embedding_model_and_fit_its_limit(tmp_path: Pa
         "chunks would be cut short" in found
     )
     assert "document collection C chunk_overlap: must be smaller than chunk_size" in found
+
+
+def test_a_collections_qa_model_must_be_a_chat_model(tmp_path: Path) -> None:
+    text = """
+    providers: [{code: P, kind: local}]
+    models:
+      - {code: E, provider: P, model_name: m, capabilities: [EM], dimension: 384,
+         max_input_tokens: 256}
+      - {code: CHAT, provider: P, model_name: x}
+    vector_stores: [{code: S}]
+    document_collections:
+      - {code: A, store: S, collection_name: a, qa_model: E}
+      - {code: B, store: S, collection_name: b, qa_model: CHAT}
+      - {code: C, store: S, collection_name: c, qa_model: NOPE}
+    """
+    assert issues_of(tmp_path, text) == [
+        "document collection A qa_model: model 'E' is an embedding model (capability EM) "
+        "and cannot answer: name a chat model",
+        "document collection C qa_model: unknown model 'NOPE'",
+    ]
+
+
+async def test_a_stored_embedding_model_is_refused_as_qa_model(
+    database: Database, tmp_path: Path
+) -> None:
+    from pilothouse.api import Pilothouse
+    from pilothouse.errors import CatalogValidationError
+    from pilothouse.settings import Settings
+
+    await import_catalog(database, "default", [write(tmp_path, CATALOG)])
+    later = tmp_path / "later"
+    later.mkdir()
+    (later / "c.yaml").write_text(
+        "document_collections:\n"
+        "  - {code: LATER, store: EMBED, collection_name: later, qa_model: MINILM}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(CatalogValidationError, match="model 'MINILM' is an embedding model"):
+        await import_catalog(database, "default", [later / "c.yaml"])
+    async with Pilothouse(Settings(), database=database) as ph:
+        document = {"code": "REST", "store": "EMBED", "collection_name": "rest"}
+        with pytest.raises(CatalogValidationError, match="qa_model: model 'BGE' is an embedding"):
+            await ph.catalog.create("document_collections", {**document, "qa_model": "BGE"})
+        created = await ph.catalog.create("document_collections", {**document, "qa_model": "GPT4O"})
+        assert created.document["qa_model"] == "GPT4O"
+        entry = await ph.catalog.update(
+            "document_collections",
+            "REST",
+            {**document, "qa_model": None},
+            expected_version=created.version,
+        )
+        assert "qa_model" not in entry.document

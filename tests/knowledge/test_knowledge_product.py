@@ -80,6 +80,13 @@ def _catalog() -> CatalogBuilder:
             dimension=384,
             max_input_tokens=256,
         )
+        .add(
+            "document_collections",
+            code="RETIRED",
+            store="EMBED",
+            collection_name="retired",
+            active=False,
+        )
         .provider("LOCL", kind="local")
         .action("ASK", prompt="Answer questions about the handbook.", collections=["HANDBOOK"])
         .action("ASKSTRICT", prompt="Answer strictly.", collections=["STRICT"])
@@ -238,6 +245,56 @@ async def test_runtime_config_overrides_top_k_and_threshold_per_call(
                 "x", action="ASK", runtime_config={"retrieval": {"top_k": 0}}
             )
     assert "Sources:" not in _system(model, 1)
+
+
+async def test_runtime_config_collections_replace_the_actions_own_for_one_turn(
+    ph: Pilothouse,
+    database: Database,
+) -> None:
+    await ph.knowledge.ingest("HANDBOOK", HANDBOOK)
+    model = ScriptedModel(["Within 30 days [1].", "plain", "ok"])
+    async with Pilothouse(Settings(), database=database, model=model) as run:
+        # PLAIN links no collection: this turn searches HANDBOOK all the same.
+        result = await run.command.start_and_send(
+            "How long may I wait before handing in receipts?",
+            action="PLAIN",
+            runtime_config={"retrieval": {"collections": ["HANDBOOK"]}},
+        )
+        transcript = await run.query.get_transcript(result.conversation_uuid)
+        searched, cited = _retrieval_events(transcript.timeline)
+        assert searched["status"] == "context"
+        assert [s["collection"] for s in searched["searches"]] == ["HANDBOOK"]
+        assert searched["searches"][0]["hits"][0]["source"] == "hb:expenses"
+        assert cited["citations"][0]["source"] == "hb:expenses"
+        (asked,) = [m for m in transcript.messages if m.role is MessageRole.USER]
+        assert asked.data == {"retrieval": {"collections": ["HANDBOOK"]}}
+        # The next turn of the same conversation, without it, is the action's own again.
+        await run.command.send_message(result.conversation_uuid, "hello")
+        after = await run.query.get_transcript(result.conversation_uuid)
+        assert len(_retrieval_events(after.timeline)) == 2
+
+        # ASKSTRICT's own STRICT (threshold 0.95) is replaced by HANDBOOK.
+        swapped = await run.command.start_and_send(
+            "receipts deadline",
+            action="ASKSTRICT",
+            runtime_config={"retrieval": {"collections": ["HANDBOOK"], "top_k": 1}},
+        )
+        (event, *_) = _retrieval_events(
+            (await run.query.get_transcript(swapped.conversation_uuid)).timeline
+        )
+        assert [(s["collection"], s["top_k"]) for s in event["searches"]] == [("HANDBOOK", 1)]
+
+        for codes, message in (
+            (["NOPE"], r"retrieval.collections\[0\]: 'NOPE' is not a document collection"),
+            (["HANDBOOK", "RETIRED"], r"\[1\]: document collection 'RETIRED' is inactive"),
+            ([], "'collections' is empty"),
+            ("HANDBOOK", "'collections' must be a list"),
+        ):
+            with pytest.raises(PilothouseError, match=message):
+                await run.command.start_and_send(
+                    "x", action="PLAIN", runtime_config={"retrieval": {"collections": codes}}
+                )
+    assert "[1] Expenses (hb:expenses; Expenses)" in _system(model)
 
 
 async def test_an_action_without_collections_retrieves_nothing(

@@ -4,7 +4,9 @@ A real ``pilothouse serve`` (example catalog, a fresh SQLite file) is driven
 through one whole session: log in with an API key, create an action in the
 catalog UI, chat with it on the packaged local model (SmolLM2 on llama.cpp,
 streamed), edit a prompt and resubmit it, answer a question the model asks,
-export the conversation and import it again. The question comes from a
+export the conversation and import it again, switch RAG on for a
+collection a small text was ingested into (packaged MiniLM) and find the
+retrieval in the timeline viewer. The question comes from a
 scripted OpenAI-compatible upstream on loopback (``fault_upstream``): a
 135M-parameter model does not reliably ask one.
 
@@ -24,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 from fault_upstream import Reply, Upstream, chunk, completion, running_upstream
 from live_serve import LiveServer, live_serve
@@ -45,6 +48,9 @@ WAIT = 240_000
 if TYPE_CHECKING:
     from playwright.sync_api import ViewportSize
 
+OFFICE = "The office cat is called Pixel. Pixel sleeps on the printer in room 4 and is fed at noon."
+"""The text the RAG step ingests."""
+
 DESKTOP: ViewportSize = {"width": 1280, "height": 800}
 PHONE: ViewportSize = {"width": 390, "height": 844}
 
@@ -64,6 +70,15 @@ models:
     capabilities: [FC, SR]
     input_price: 0.5
     output_price: 1.5
+vector_stores:
+  - code: EMBED
+document_collections:
+  - code: OFFICE
+    name: Office facts
+    store: EMBED
+    collection_name: office
+    similarity_threshold: 0.1
+    qa_model: UPM                 # the collection's own model: the scripted upstream
 actions:
   - code: SHIRTS
     name: Order a shirt
@@ -218,6 +233,55 @@ def test_a_whole_playground_session_in_chromium(
         page.wait_for_url(lambda url: "c=" in url and shirt not in url)
         expect(page.locator("#chat")).to_contain_text("Size M it is.")
         expect(page.locator("#chat-title")).to_have_text("I want a shirt.")
+
+        # RAG (seed 004, "Testing Semantic Index"): a small text ingested into a collection
+        # with the packaged MiniLM, then the RAG switch at the bottom of the Settings panel.
+        ingested = httpx.post(
+            f"{base}/v1/knowledge/collections/OFFICE/documents",
+            json={"texts": [{"source": "office:cat", "text": OFFICE, "format": "text"}]},
+            headers={"Authorization": f"Bearer {server.key}"},
+            timeout=120,
+        )
+        assert ingested.status_code == 200, ingested.text
+        assert ingested.json()["counts"]["added"] == 1
+        page.goto(f"{base}/playground?target=action:COLORS")
+        rag = page.get_by_role("switch", name="RAG")
+        rag.focus()
+        page.keyboard.press("Space")  # the switch works from the keyboard
+        expect(rag).to_be_checked()
+        page.get_by_label("Document collection").select_option("OFFICE")
+        expect(page.get_by_label("Collection's model")).to_be_enabled()
+        expect(page.locator("#rag-qa-note")).to_contain_text("its model UPM")
+        page.get_by_label("Playground settings").check()
+        page.get_by_label("Prompt", exact=True).fill("What is the name of the office cat?")
+        page.get_by_role("button", name="Send").click()
+        expect(page.locator("body")).to_have_attribute("data-turns", "1")
+        note = page.locator(".rag-note").last
+        expect(note).to_contain_text("RAG: searched collection OFFICE")
+        expect(note).to_contain_text("answered with the playground settings")
+        page.get_by_text("Audit timeline").click()
+        timeline = page.locator("table.timeline")
+        expect(timeline).to_contain_text("retrieval")
+        expect(timeline).to_contain_text("office:cat")
+        if shots:
+            page.locator("#rag").scroll_into_view_if_needed()
+            page.screenshot(path=str(shots / "playground-rag-1280x800.png"))
+        # "Collection's model": its qa_model answers, without the playground's settings.
+        # (Its qa_model is the scripted upstream's, so the answer shows who gave it.)
+        upstream.script(Reply(body=completion("Pixel is the office cat [1].")))
+        page.get_by_label("Collection's model").check()
+        page.get_by_label("Prompt", exact=True).fill("Who is Pixel?")
+        page.get_by_role("button", name="Send").click()
+        expect(page.locator("body")).to_have_attribute("data-turns", "2")
+        expect(page.locator(".bubble.assistant").last).to_contain_text("Pixel is the office cat")
+        note = page.locator(".rag-note").last
+        expect(note).to_contain_text("answered by the collection's model UPM")
+        asked = upstream.requests[-1]
+        assert asked["model"] == "scripted"
+        assert "The office cat is called Pixel" in json.dumps(asked["messages"][0])
+        assert "temperature" not in asked  # the playground's settings are not sent
+        page.get_by_text("Audit timeline").click()
+        expect(page.locator("table.timeline")).to_contain_text("office:cat")
 
         # Phone width: the chat is usable, the panels open from buttons.
         phone = browser.new_context(viewport=PHONE)

@@ -371,7 +371,11 @@ _KIND_LIST: Sequence[CatalogKind] = (
         "document_collections",
         DocumentCollection,
         DocumentCollectionSpec,
-        refs=(Ref("store", "vector_stores"), Ref("embedding_model", "models")),
+        refs=(
+            Ref("store", "vector_stores"),
+            Ref("embedding_model", "models"),
+            Ref("qa_model", "models"),
+        ),
     ),
     _type_kind("memory_strategy_types", MemoryStrategyType, MemoryStrategyTypeSpec),
     CatalogKind(

@@ -441,9 +441,14 @@ class DocumentCollection(CatalogEntity):
     search_mode: Mapped[SearchMode] = mapped_column(
         coded_enum(SearchMode, "search_mode"), default=SearchMode.HYBRID
     )
+    qa_model_id: Mapped[int | None] = mapped_column(ForeignKey("model.id"))
+    """The chat model that answers from this collection by default (Vantiq's Q&A LLM)."""
 
     store: Mapped[VectorStore] = relationship(lazy="joined")
-    embedding_model: Mapped[Model | None] = relationship(lazy="joined")
+    embedding_model: Mapped[Model | None] = relationship(
+        lazy="joined", foreign_keys=[embedding_model_id]
+    )
+    qa_model: Mapped[Model | None] = relationship(lazy="joined", foreign_keys=[qa_model_id])
 
 
 class MemoryStrategyType(_TypeEntity):

@@ -19,9 +19,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
 from pilothouse.catalog._kinds import KINDS, CatalogKind, catalog_kind
-from pilothouse.catalog._models import CatalogEntity, CatalogRevision
+from pilothouse.catalog._models import CatalogEntity, CatalogRevision, Model
 from pilothouse.catalog._spec import CatalogSpec
-from pilothouse.catalog._validate import Entry, load_existing, parse_spec, skill_cycle_issues
+from pilothouse.catalog._validate import (
+    Entry,
+    is_embedding_only,
+    load_existing,
+    parse_spec,
+    qa_model_rule,
+    skill_cycle_issues,
+)
 from pilothouse.errors import (
     CatalogValidationError,
     ConflictError,
@@ -138,6 +145,13 @@ class CatalogRepository:
                 issues.append(entry.issue(location, rule))
             else:
                 targets[target, key] = found
+                if (
+                    kind.name == "document_collections"
+                    and location == ("qa_model",)
+                    and isinstance(found, Model)
+                    and is_embedding_only(found.capabilities)
+                ):
+                    issues.append(entry.issue(location, qa_model_rule(key)))
         if kind.name == "skills":
             existing = await load_existing(self.session, self.tenant, ["skills"])
             issues += skill_cycle_issues([entry], existing)

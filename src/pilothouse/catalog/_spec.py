@@ -479,6 +479,7 @@ class DocumentCollectionSpec(CatalogSpec):
     chunk_size: Annotated[int, Field(ge=16)] | None = None
     chunk_overlap: Annotated[int, Field(ge=0)] = 50
     search_mode: SearchModeField = SearchMode.HYBRID
+    qa_model: str | None = None
 
 
 class MemoryStrategySpec(CatalogSpec):

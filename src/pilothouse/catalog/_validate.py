@@ -20,9 +20,11 @@ __all__ = [
     "ExistingCatalog",
     "ParsedCatalog",
     "check_catalog",
+    "is_embedding_only",
     "load_existing",
     "parse_catalog",
     "parse_spec",
+    "qa_model_rule",
     "skill_cycle_issues",
     "validate_paths",
 ]
@@ -52,7 +54,7 @@ from pilothouse.catalog._enums import (
 from pilothouse.catalog._events import EventToolSettings
 from pilothouse.catalog._kinds import KINDS, CatalogKind, Location, catalog_kind, suggest
 from pilothouse.catalog._memsettings import ScopedMemorySettings
-from pilothouse.catalog._models import Skill, SkillDependency
+from pilothouse.catalog._models import Model, Skill, SkillDependency
 from pilothouse.catalog._spec import (
     ActionSpec,
     CatalogSpec,
@@ -159,11 +161,14 @@ class ExistingCatalog:
         keys: business keys by kind name.
         skill_dependencies: each stored skill's ``depends_on`` keys.
         skill_parents: each stored skill's parent key.
+        embedding_models: the stored models with capability EM (no chat
+            model: a collection's ``qa_model`` may not be one).
     """
 
     keys: dict[str, set[str]] = field(default_factory=dict[str, set[str]])
     skill_dependencies: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
     skill_parents: dict[str, str] = field(default_factory=dict[str, str])
+    embedding_models: set[str] = field(default_factory=set[str])
 
 
 async def load_existing(
@@ -201,7 +206,26 @@ async def load_existing(
             .where(Skill.tenant == tenant)
         )
         existing.skill_parents.update({code: parent for code, parent in parents})
+    if kinds is None or "models" in kinds:
+        models = await session.execute(
+            select(Model.code, Model.capabilities).where(Model.tenant == tenant)
+        )
+        existing.embedding_models = {
+            code for code, capabilities in models if is_embedding_only(capabilities)
+        }
     return existing
+
+
+def is_embedding_only(capabilities: Iterable[Any]) -> bool:
+    """Whether a model with these capabilities embeds and cannot chat (it has ``EM``)."""
+    return ModelCapability.EMBEDDING.value in {str(c) for c in capabilities}
+
+
+def qa_model_rule(code: str) -> str:
+    """The message refusing an embedding model as a collection's ``qa_model``."""
+    return (
+        f"model '{code}' is an embedding model (capability EM) and cannot answer: name a chat model"
+    )
 
 
 def _field_path(location: Sequence[str | int]) -> str:
@@ -748,20 +772,32 @@ def check_catalog(
                 rule = f"unknown {KINDS[target].entity_name} '{key}'"
                 issues.append(_issue_at(kind, code, file, node, location, rule))
     issues += skill_cycle_issues(parsed.entries.get("skills", []), existing)
-    issues += _collection_model_issues(parsed)
+    issues += _collection_model_issues(parsed, existing)
     return issues
 
 
-def _collection_model_issues(parsed: ParsedCatalog) -> list[ValidationIssue]:
+def _collection_model_issues(
+    parsed: ParsedCatalog, existing: ExistingCatalog
+) -> list[ValidationIssue]:
     """A collection's embedding model must embed, and its chunks must fit that model.
 
     Checked against the models in the same input; a model already stored is
     checked when the collection is first used (see ``pilothouse.knowledge``).
+    Its ``qa_model`` must be a chat model, in the input or stored.
     """
     models = {e.spec.key: cast(ModelSpec, e.spec) for e in parsed.entries.get("models", [])}
     issues: list[ValidationIssue] = []
     for entry in parsed.entries.get("document_collections", []):
         spec = cast(DocumentCollectionSpec, entry.spec)
+        if spec.qa_model is not None:
+            given = models.get(spec.qa_model)
+            embeds = (
+                ModelCapability.EMBEDDING in given.capabilities
+                if given is not None
+                else spec.qa_model in existing.embedding_models
+            )
+            if embeds:
+                issues.append(entry.issue(("qa_model",), qa_model_rule(spec.qa_model)))
         model = models.get(spec.embedding_model or "")
         if model is None:
             continue

@@ -31,12 +31,13 @@ from pilothouse.catalog._models import (
     Action,
     Agent,
     CatalogRevision,
+    DocumentCollection,
     McpClient,
     Model,
     Skill,
     Tool,
 )
-from pilothouse.errors import InvalidStateError, NotFoundError
+from pilothouse.errors import InvalidFieldError, InvalidStateError, NotFoundError
 from pilothouse.memory import NO_MEMORY, MemoryPolicy, counter_for
 from pilothouse.providers import ModelOptions, ModelSpec, SecretResolver
 from pilothouse.providers._spec import compile_model_spec
@@ -220,6 +221,35 @@ class ActionCompiler:
             select(CatalogRevision.revision).where(CatalogRevision.tenant == tenant)
         )
         return int(value or 0)
+
+    async def active_collections(
+        self, tenant: str, codes: Sequence[str]
+    ) -> tuple[RetrievalSource, ...]:
+        """The retrieval sources of a turn that names its own collections.
+
+        Raises:
+            InvalidFieldError: a code that is no active document collection
+                of the tenant, named (``retrieval.collections[i]``).
+        """
+        async with self._db.sessions() as session:
+            rows = await session.execute(
+                select(DocumentCollection.code, DocumentCollection.active).where(
+                    DocumentCollection.tenant == tenant, DocumentCollection.code.in_(codes)
+                )
+            )
+            active = {code: bool(flag) for code, flag in rows}
+        for index, code in enumerate(codes):
+            if code not in active:
+                raise InvalidFieldError(
+                    f"retrieval.collections[{index}]",
+                    f"'{code}' is not a document collection of this catalog",
+                )
+            if not active[code]:
+                raise InvalidFieldError(
+                    f"retrieval.collections[{index}]",
+                    f"document collection '{code}' is inactive",
+                )
+        return tuple(RetrievalSource(code) for code in codes)
 
     def cached(
         self, tenant: str, action_code: str, agent_code: str | None

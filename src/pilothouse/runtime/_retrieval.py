@@ -1,7 +1,8 @@
 """The retrieval advisor: context from an action's document collections, with numbered sources.
 
 Each collection linked to an action (in the catalog, or named by a
-``/v1/invoke`` call) is searched with the user's message before the turn's
+``/v1/invoke`` call, or this turn's runtime config ``retrieval.collections``
+instead of the action's) is searched with the user's message before the turn's
 first model call, with the collection's ``top_k`` and
 ``similarity_threshold`` unless the runtime config's ``retrieval`` says
 otherwise (as the ERP module's QuestionAnswerAdvisor, top-K 4 by default).
@@ -68,12 +69,15 @@ class RetrievalOverride:
         threshold: least cosine similarity (None: each collection's own).
         filters: a metadata pre-filter applied to every collection.
         enabled: False skips retrieval for this turn (recorded in the timeline).
+        collections: search these active collections of the tenant instead
+            of the action's linked ones (empty: the action's own).
     """
 
     top_k: int | None = None
     threshold: float | None = None
     filters: Mapping[str, Any] = field(default_factory=dict[str, Any])
     enabled: bool = True
+    collections: tuple[str, ...] = ()
 
 
 _OVERRIDE_KEYS = {
@@ -83,7 +87,30 @@ _OVERRIDE_KEYS = {
     "similarityThreshold": "threshold",
     "filters": "filters",
     "enabled": "enabled",
+    "collections": "collections",
 }
+
+# A collection's code is a short catalog code; anything longer cannot name one.
+_MAX_COLLECTIONS = 16
+_MAX_CODE = 64
+
+
+def _collections(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValueError("'collections' must be a list of document collection codes")
+    codes: list[str] = []
+    for index, item in enumerate(cast(Sequence[Any], value)):
+        if not isinstance(item, str) or not item.strip() or len(item) > _MAX_CODE:
+            raise ValueError(f"'collections[{index}]' must be a document collection code")
+        if item not in codes:
+            codes.append(item)
+    if not codes:
+        raise ValueError("'collections' is empty: name at least one collection, or leave it out")
+    if len(codes) > _MAX_COLLECTIONS:
+        raise ValueError(f"'collections' names more than {_MAX_COLLECTIONS} collections")
+    return tuple(codes)
 
 
 def parse_override(value: Any) -> RetrievalOverride:
@@ -94,7 +121,9 @@ def parse_override(value: Any) -> RetrievalOverride:
             ``runtime config: retrieval``).
     """
     if not isinstance(value, Mapping):
-        raise ValueError("must be an object {top_k, similarity_threshold, filters, enabled}")
+        raise ValueError(
+            "must be an object {top_k, similarity_threshold, filters, enabled, collections}"
+        )
     raw = cast(Mapping[str, Any], value)
     given: dict[str, Any] = {}
     for key, item in raw.items():
@@ -124,6 +153,7 @@ def parse_override(value: Any) -> RetrievalOverride:
         threshold=threshold,
         filters=dict(cast(Mapping[str, Any], filters)),
         enabled=enabled,
+        collections=_collections(given.get("collections")),
     )
 
 

@@ -26,6 +26,7 @@ __all__ = ["Runner"]
 
 import uuid as uuid_module
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -344,6 +345,12 @@ class Runner:
         if compiled is None:
             compiled = await self.compiler.compile(self.tenant, action_code, agent_code)
         compiled = config.shape(compiled)
+        if config.retrieval.collections:
+            # This turn searches the collections it names, not the action's own.
+            sources = await self.compiler.active_collections(
+                self.tenant, config.retrieval.collections
+            )
+            compiled = replace(compiled, retrieval=sources)
         data = {"input": text, **(input_data or {})}
         system_prompt = compiled.system_prompt(config.instruction, config.instruction_mode, data)
         for attachment in attachments:

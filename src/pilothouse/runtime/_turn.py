@@ -125,6 +125,9 @@ class NewTurn:
             data["input_data"] = dict(self.input_data)
         if self.config.end_user is not None:
             data["end_user"] = self.config.end_user
+        if self.config.retrieval.collections:
+            # The audit shows which collections this message asked for.
+            data["retrieval"] = {"collections": list(self.config.retrieval.collections)}
         return data or None
 
 

@@ -25,13 +25,27 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from pilothouse.api import Pilothouse
-from pilothouse.errors import InvalidFieldError, PilothouseError
+from pilothouse.errors import InvalidFieldError, NotFoundError, PilothouseError
 from pilothouse.server._conversation_routes import event_data
 from pilothouse.server._ui._base import UiFacade
-from pilothouse.server._ui._playground import ADHOC, MODEL_KEY, SLIDERS
+from pilothouse.server._ui._playground import ADHOC, MODEL_KEY, RAG_KEY, SLIDERS
 from pilothouse.types import AdHocRun, ChatMemory, ModelOptions, TurnEvent
 
 router = APIRouter(include_in_schema=False)
+
+
+class RagChoice(BaseModel):
+    """The settings panel's RAG toggle: a collection, and who answers from it.
+
+    ``answer_with`` is ``playground`` (the chosen target with the panel's
+    settings, searching ``collection``) or ``collection`` (the collection's
+    own ``qa_model`` answers, and none of the panel's settings are used).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    collection: str = Field(min_length=1, max_length=64)
+    answer_with: Literal["playground", "collection"] = "playground"
 
 
 class ChatRequest(BaseModel):
@@ -45,6 +59,7 @@ class ChatRequest(BaseModel):
     input: dict[str, str] = Field(default_factory=dict[str, str])
     options: dict[str, float] = Field(default_factory=dict[str, float])
     instruction: str = Field(default="", max_length=20_000)
+    rag: RagChoice | None = None
 
 
 def _sse(name: str, data: dict[str, Any]) -> bytes:
@@ -64,12 +79,50 @@ def _runtime_config(body: ChatRequest) -> dict[str, Any]:
     return config
 
 
-async def _adhoc(ph: Pilothouse, body: ChatRequest, model: str) -> AsyncIterator[bytes]:
-    """A bare model: one ad-hoc turn (not streamed by the run loop), shown as one delta."""
+async def _qa_model(ph: Pilothouse, code: str) -> str:
+    """The collection's own answering model; refused by name when it has none or cannot chat."""
+    try:
+        entry = await ph.catalog.get("document_collections", code)
+    except NotFoundError:
+        raise InvalidFieldError(
+            "rag.collection", f"'{code}' is not a document collection of this catalog"
+        ) from None
+    if not entry.active:
+        raise InvalidFieldError("rag.collection", f"document collection '{code}' is inactive")
+    model = entry.document.get("qa_model")
+    if not model:
+        raise InvalidFieldError(
+            "rag.answer_with",
+            f"document collection '{code}' has no qa_model: choose \"Playground settings\" "
+            "or give the collection a qa_model in the catalog",
+        )
+    found = await ph.catalog.get("models", str(model))
+    if not found.active or "EM" in (found.document.get("capabilities") or []):
+        raise InvalidFieldError(
+            "rag.answer_with",
+            f"the qa_model '{model}' of collection '{code}' is inactive or no chat model",
+        )
+    return str(model)
+
+
+async def _adhoc(
+    ph: Pilothouse, body: ChatRequest, model: str, *, continue_memory: bool = True
+) -> AsyncIterator[bytes]:
+    """A bare model: one ad-hoc turn (not streamed by the run loop), shown as one delta.
+
+    With RAG on it searches the chosen collection; when the collection's own
+    model answers (``model`` is its ``qa_model``), the panel's settings are
+    not sent.
+    """
+    rag = body.rag
+    own = rag is not None and rag.answer_with == "collection"
     memory_id = None
-    if body.conversation:
+    if body.conversation and continue_memory:
         memory_id = (await ph.query.get_conversation(body.conversation)).memory_id
-    options = _runtime_config(body)
+    options = {} if own else _runtime_config(body)
+    record: dict[str, Any] = {MODEL_KEY: model}
+    if rag is not None:
+        record[RAG_KEY] = {"collection": rag.collection, "answer_with": rag.answer_with}
     run = AdHocRun(
         name="playground",
         message=body.text,
@@ -77,7 +130,8 @@ async def _adhoc(ph: Pilothouse, body: ChatRequest, model: str) -> AsyncIterator
         instruction=options.pop("instruction", None),
         options=ModelOptions(**{k: v for k, v in options.items() if k != "instructionMode"}),
         memory=ChatMemory(memory_id=memory_id),
-        record={MODEL_KEY: model},
+        record=record,
+        collection=rag.collection if rag is not None else None,
     )
     done = await ph.command.run_adhoc(run)
     uuid = done.conversation_uuid
@@ -89,13 +143,55 @@ async def _adhoc(ph: Pilothouse, body: ChatRequest, model: str) -> AsyncIterator
     yield _sse("named", {"uuid": uuid, "title": named.title})
 
 
+def _rag_event(body: ChatRequest, model: str | None) -> bytes:
+    assert body.rag is not None
+    return _sse(
+        "rag",
+        {
+            "collection": body.rag.collection,
+            "answer_with": body.rag.answer_with,
+            "model": model,
+        },
+    )
+
+
+async def _collection_answers(ph: Pilothouse, body: ChatRequest) -> AsyncIterator[bytes]:
+    """RAG with "Collection's model": an ad-hoc run on the collection's qa_model, no sliders."""
+    assert body.rag is not None
+    given = [name for name in ("options", "instruction", "input") if getattr(body, name)]
+    if given:
+        raise InvalidFieldError(
+            given[0],
+            'not used when the collection\'s model answers: choose "Playground settings" '
+            "to send the panel's settings",
+        )
+    model = await _qa_model(ph, body.rag.collection)
+    yield _rag_event(body, model)
+    # Only an ad-hoc conversation is continued: an action's stays with its action.
+    current = None
+    if body.conversation:
+        current = await ph.query.get_conversation(body.conversation)
+    async for chunk in _adhoc(
+        ph, body, model, continue_memory=current is not None and current.action_code == ADHOC
+    ):
+        yield chunk
+
+
 async def _turn(ph: Pilothouse, body: ChatRequest) -> AsyncIterator[bytes]:
     kind, _, code = body.target.partition(":")
+    if body.rag is not None and body.rag.answer_with == "collection":
+        async for chunk in _collection_answers(ph, body):
+            yield chunk
+        return
+    if body.rag is not None:
+        yield _rag_event(body, code if kind == "model" else None)
     if kind == "model":
         async for chunk in _adhoc(ph, body, code):
             yield chunk
         return
     config = _runtime_config(body)
+    if body.rag is not None:
+        config["retrieval"] = {"collections": [body.rag.collection]}
     events: AsyncIterator[TurnEvent]
     if body.conversation:
         uuid = body.conversation

@@ -28,6 +28,7 @@ from pilothouse.types import (
     ConversationSummary,
     ConversationView,
     MessageRole,
+    MessageView,
     ProcessStatus,
     ToolCallStatus,
 )
@@ -39,6 +40,9 @@ ADHOC = "INVOKE"
 
 MODEL_KEY = "playground_model"
 """Recorded with an ad-hoc run's system message: the model code the playground chose."""
+
+RAG_KEY = "playground_rag"
+"""Recorded with an ad-hoc run's system message: the RAG toggle's collection and Q&A LLM choice."""
 
 SLIDERS: tuple[tuple[str, str, float, float, float], ...] = (
     ("temperature", "Temperature", 0, 2, 0.05),
@@ -78,18 +82,56 @@ async def _targets(ph: Pilothouse) -> list[tuple[str, str]]:
     return found
 
 
+async def _collections(ph: Pilothouse) -> list[dict[str, str]]:
+    """The tenant's active document collections, for the RAG toggle, with their qa_model."""
+    return [
+        {
+            "code": entry.key,
+            "name": str(entry.document.get("name") or ""),
+            "qa_model": str(entry.document.get("qa_model") or ""),
+        }
+        for entry in await ph.catalog.list_entries("document_collections", active=True)
+    ]
+
+
+def _rag_of(message: MessageView, record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the RAG toggle chose for a prompt: from its ad-hoc run's record or its own data."""
+    if record is not None and isinstance(record.get(RAG_KEY), dict):
+        rag = cast("dict[str, Any]", record[RAG_KEY])
+        return {
+            "collections": [str(rag.get("collection"))],
+            "answer_with": str(rag.get("answer_with")),
+            "model": str(record.get(MODEL_KEY) or ""),
+        }
+    asked: Any = (message.data or {}).get("retrieval")
+    if isinstance(asked, dict):
+        codes: Any = cast("dict[str, Any]", asked).get("collections") or []
+        return {
+            "collections": [str(c) for c in cast("list[Any]", codes)],
+            "answer_with": "playground",
+            "model": "",
+        }
+    return None
+
+
 def _exchanges(view: ConversationView) -> list[dict[str, Any]]:
     """The messages grouped as the chat shows them: each prompt with what followed it."""
     calls = {c.call_id: c for c in view.tool_calls}
     pending = view.status is ProcessStatus.WAITING
     groups: list[dict[str, Any]] = []
     current: dict[str, Any] = {"prompt": None, "items": []}
+    record: dict[str, Any] | None = None
     for message in view.messages:
         if message.role is MessageRole.USER:
             if current["prompt"] is not None or current["items"]:
                 groups.append(current)
-            current = {"prompt": message, "items": []}
+            current = {"prompt": message, "items": [], "rag": _rag_of(message, record)}
+            record = None
             continue
+        invoked: Any = (message.data or {}).get("invoke")
+        if message.role is MessageRole.SYSTEM and isinstance(invoked, dict):
+            # An ad-hoc run records its run (and the RAG choice) just before its prompt.
+            record = cast("dict[str, Any]", invoked)
         item: dict[str, Any] = {"message": message, "calls": []}
         tool_calls = (message.data or {}).get("tool_calls")
         if message.role is MessageRole.ASSISTANT and isinstance(tool_calls, list):
@@ -143,6 +185,7 @@ async def playground(
             chat = await _chat_context(ph, c)
         except NotFoundError:
             chat = {}
+    collections = await _collections(ph)
     chosen = target or chat.pop("target", None) or (targets[0][0] if targets else "")
     chat.pop("target", None)
     return render(
@@ -153,6 +196,8 @@ async def playground(
         target=chosen,
         conversations=await ph.history.list_conversations(),
         current=c if chat else None,
+        collections=collections,
+        qa_models={c["code"]: c["qa_model"] for c in collections},
         **chat,
     )
 

@@ -33,6 +33,16 @@ const Playground = (() => {
     return found;
   }
 
+  function rag() {
+    // The settings panel's RAG toggle: null when off; the collection and who answers when on.
+    const on = $("#rag-on");
+    if (!on || !on.checked) return null;
+    const collection = ($("#rag-collection") || { value: "" }).value;
+    if (!collection) throw new Error("RAG is on: choose a document collection, or switch RAG off.");
+    const mode = document.querySelector("input[name=rag-mode]:checked");
+    return { collection, answer_with: mode ? mode.value : "playground" };
+  }
+
   function problemText(body, fallback) {
     if (body && typeof body === "object") return body.detail || body.title || fallback;
     return fallback;
@@ -97,12 +107,16 @@ const Playground = (() => {
     let failure = null;
     let deltas = 0;
     try {
-      if (!(await saveTemplateIfAsked())) throw new Error("The template was not saved; see the message above.");
+      const choice = rag();
+      // The collection's own model answers without the panel's settings: none are sent.
+      const own = choice && choice.answer_with === "collection";
+      if (!own && !(await saveTemplateIfAsked())) throw new Error("The template was not saved; see the message above.");
       const response = await fetch("/ui/chat", {
         method: "POST",
         headers: { "Content-Type": "application/json", "Accept": "text/event-stream" },
-        body: JSON.stringify({ conversation, target: $("#target").value, text, input: templateInput(),
-          options: options(), instruction: ($("#instruction") || { value: "" }).value }),
+        body: JSON.stringify({ conversation, target: $("#target").value, text, rag: choice,
+          input: own ? {} : templateInput(), options: own ? {} : options(),
+          instruction: own ? "" : ($("#instruction") || { value: "" }).value }),
       });
       if (!response.ok) {
         let body = null;
@@ -128,6 +142,13 @@ const Playground = (() => {
           }
           const payload = data ? JSON.parse(data) : {};
           if (name === "conversation") { uuid = payload.uuid; setCurrent(uuid); }
+          else if (name === "rag") {
+            const note = document.createElement("p");
+            note.className = "turn-meta rag-live";
+            note.textContent = "RAG: collection " + payload.collection + (payload.answer_with === "collection"
+              ? " · the collection's model " + payload.model : " · playground settings");
+            answer.div.appendChild(note);
+          }
           else if (name === "delta") {
             deltas += 1;
             answer.body.textContent += payload.text;
