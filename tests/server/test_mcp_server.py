@@ -226,6 +226,23 @@ async def test_past_max_tools_the_actions_are_disclosed_on_demand(
     assert text(ran) == "ran"
 
 
+@pytest.mark.parametrize("server_config", [ServerSettings(host="127.0.0.1", mcp_max_tools=2)])
+async def test_find_actions_ranks_by_meaning_when_no_action_holds_every_word(
+    base_url: str, api_key: str
+) -> None:
+    # Seed 002's description embeddings (the packaged MiniLM): no action's
+    # text holds "give" or "short", so the closest in meaning come back.
+    async with connect(base_url, api_key) as client:
+        found = await client.call_tool(
+            "pilothouse_find_actions", {"query": "give me a short summary of our brand"}
+        )
+    assert found.structured_content is not None
+    ranked = [a["tool"] for a in found.structured_content["actions"]]
+    assert ranked[0] == "action_SUMBRAND"
+    # A few, ranked, not the whole catalog: the other actions follow.
+    assert 1 < len(ranked) <= 8 and "action_ECHO" in ranked
+
+
 async def test_a_question_is_answered_with_pilothouse_answer(
     base_url: str, api_key: str, scripted: ScriptedModel
 ) -> None:

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from mcp.server.models import InitializationOptions
 
     from pilothouse._facade.mcpgateway import Gateways
+    from pilothouse._facade.mcptools import Ranker
     from pilothouse.api import Pilothouse
     from pilothouse.types import McpCaller
 
@@ -83,6 +84,7 @@ class McpService:
         max_tools: list action tools only up to this many (then disclose).
         list_changed_seconds: how often the watcher reads catalog revisions.
         gateways: the OpenAPI → MCP gateways (their tools join each tenant's).
+        rank: orders action descriptions by meaning for ``pilothouse_find_actions``.
 
     Attributes:
         server: the SDK's low-level server to hand to a transport.
@@ -97,6 +99,7 @@ class McpService:
         max_tools: int = 30,
         list_changed_seconds: float = 2.0,
         gateways: Gateways | None = None,
+        rank: Ranker | None = None,
     ) -> None:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -110,6 +113,7 @@ class McpService:
         self._max_tools = max_tools
         self._interval = list_changed_seconds
         self.gateways = gateways
+        self._rank = rank
         # Per tenant: its open handshake-era sessions and its listen bus.
         # Weak: a connection the client closed is forgotten with it.
         self._connections: dict[str, weakref.WeakSet[McpConnection]] = {}
@@ -142,7 +146,9 @@ class McpService:
         caller = self._caller_of(ctx)
         await self._track(caller.tenant, ctx)
         view = self._ph.for_tenant(caller.tenant)
-        return caller, McpToolbox(view, max_tools=self._max_tools, gateways=self.gateways)
+        return caller, McpToolbox(
+            view, max_tools=self._max_tools, gateways=self.gateways, rank=self._rank
+        )
 
     async def _track(self, tenant: str, ctx: ServerRequestContext[Any, Any]) -> None:
         if tenant not in self._revisions:

@@ -43,10 +43,15 @@ from pilothouse.errors import PilothouseError
 from pilothouse.runtime._prompt import template_fields
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
+
     from pilothouse._facade.mcpgateway import Gateways
     from pilothouse.api import Pilothouse
     from pilothouse.catalog._models import Action
     from pilothouse.types import McpCaller, TurnResult
+
+    Ranker = Callable[[str, Mapping[str, str], int], Awaitable[Sequence[str]]]
+    """Orders descriptions (name -> text) by meaning for a request: the best names first."""
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +59,8 @@ ANSWER = "pilothouse_answer"
 FIND = "pilothouse_find_actions"
 RUN = "pilothouse_run_action"
 _META = "pilothouse/conversation_uuid"
+FIND_TOP = 8
+"""How many actions ``pilothouse_find_actions`` returns when it ranks by meaning."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -162,12 +169,13 @@ _FIND_TOOL = mt.Tool(
     name=FIND,
     title="Find actions",
     description=(
-        "List the actions (tasks) you can run, with each one's input schema; give words "
-        "to narrow the list. Run one with pilothouse_run_action."
+        "List the actions (tasks) you can run, with each one's input schema. Say what you "
+        "want to do: actions whose text holds all your words come first; when none does, "
+        "the actions closest in meaning. Run one with pilothouse_run_action."
     ),
     input_schema={
         "type": "object",
-        "properties": {"query": {"type": "string", "description": "Words the action must match."}},
+        "properties": {"query": {"type": "string", "description": "What you want to do."}},
         "additionalProperties": False,
     },
 )
@@ -210,12 +218,23 @@ class McpToolbox:
         ph: the tenant's facade; every call goes through it.
         max_tools: list the action tools only while there are at most this
             many; past it, the disclosure tools are listed instead.
+        gateways: the OpenAPI gateways whose operations are tools too.
+        rank: orders descriptions by meaning (seed 002's description
+            embeddings); None: ``pilothouse_find_actions`` matches words only.
     """
 
-    def __init__(self, ph: Pilothouse, *, max_tools: int, gateways: Gateways | None = None) -> None:
+    def __init__(
+        self,
+        ph: Pilothouse,
+        *,
+        max_tools: int,
+        gateways: Gateways | None = None,
+        rank: Ranker | None = None,
+    ) -> None:
         self._ph = ph
         self._max_tools = max_tools
         self._gateways = gateways
+        self._rank = rank
 
     async def _entries(self) -> dict[str, _Entry | GatewayTool]:
         actions = {a.code: a for a in await self._ph.query.get_all_actions()}
@@ -301,19 +320,26 @@ class McpToolbox:
     ) -> mt.CallToolResult:
         if (problem := _problems(_FIND_TOOL.input_schema, args)) is not None:
             return _error(problem)
-        words = str(args.get("query") or "").lower().split()
-        found: list[dict[str, Any]] = []
-        for entry in entries.values():
-            tool = entry.tool
-            text = f"{tool.name} {tool.title or ''} {tool.description or ''}".lower()
-            if caller.allows(tool.name) and all(word in text for word in words):
-                found.append(
-                    {
-                        "tool": tool.name,
-                        "description": tool.description,
-                        "inputSchema": tool.input_schema,
-                    }
-                )
+        query = str(args.get("query") or "")
+        words = query.lower().split()
+        allowed = {name: e.tool for name, e in entries.items() if caller.allows(e.tool.name)}
+
+        def text(tool: mt.Tool) -> str:
+            return f"{tool.name} {tool.title or ''} {tool.description or ''}".lower()
+
+        chosen = [tool for tool in allowed.values() if all(word in text(tool) for word in words)]
+        if not chosen and words and self._rank is not None:
+            # No action holds every word: the closest in meaning (clients
+            # degrade past ~20-40 tools, so a few, never the whole catalog).
+            descriptions = {
+                name: f"{tool.title or tool.name}: {tool.description or ''}"
+                for name, tool in allowed.items()
+            }
+            chosen = [allowed[name] for name in await self._rank(query, descriptions, FIND_TOP)]
+        found = [
+            {"tool": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
+            for tool in chosen
+        ]
         return mt.CallToolResult(
             content=[mt.TextContent(text=json.dumps(found, indent=1))],
             structured_content={"actions": found},

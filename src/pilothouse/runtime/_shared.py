@@ -13,7 +13,7 @@ from __future__ import annotations
 
 __all__ = ["RunningTurns", "Runtime"]
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -299,15 +299,24 @@ class Runtime:
         Seed 002's ``description_embedding``: descriptions are embedded with the
         packaged MiniLM once (cached by text), the request on every turn.
         """
+        descriptions = {s.code: f"{s.name}: {s.description}" for s in skills}
+        return await self.rank_descriptions(text, descriptions, top_k=SKILL_OFFER_TOP)
+
+    async def rank_descriptions(
+        self, text: str, descriptions: Mapping[str, str], *, top_k: int
+    ) -> tuple[str, ...]:
+        """The keys of the ``top_k`` descriptions closest in meaning to ``text``, best first.
+
+        The packaged MiniLM embeds each description once (cached by text)
+        and the request each time; no threshold, so the result is never
+        empty while there are descriptions (``use_skill``'s offer, the MCP
+        server's ``pilothouse_find_actions``).
+        """
         if self._matcher is None:
             from pilothouse.knowledge import DescriptionMatcher
 
             self._matcher = DescriptionMatcher(self.knowledge().local_model())
-        descriptions = {s.code: f"{s.name}: {s.description}" for s in skills}
-        # No threshold: the offer is never empty, only ordered and cut.
-        matches = await self._matcher.match(
-            text, descriptions, top_k=SKILL_OFFER_TOP, threshold=-1.0
-        )
+        matches = await self._matcher.match(text, descriptions, top_k=top_k, threshold=-1.0)
         return tuple(m.key for m in matches)
 
     def remember(
