@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -101,7 +102,12 @@ def ingest(
             return
         progress.update(task, total=event.total, completed=event.index, current=name)
         if event.event == "failed":
-            progress.console.print(f"[red]failed[/red] {event.source}: {event.error}")
+            # One line whatever the terminal's width (a path cut in two is
+            # not greppable), and a path is text, not Rich markup.
+            progress.console.print(
+                f"[red]failed[/red] {escape(event.source)}: {escape(event.error or '')}",
+                soft_wrap=True,
+            )
 
     async def body() -> IngestResult:
         async with open_facade(state) as ph:
