@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
+import anyio
 from sqlalchemy import Connection, Table, delete, func, insert, select, update
 
 from pilothouse.catalog._enums import ProcessStatus, TimelineKind
@@ -115,6 +116,10 @@ class Leases:
         self.identity = identity
         self.lease = timedelta(seconds=lease_seconds)
         self._registered = False
+        # Concurrent first turns of a process register it once: two
+        # delete-then-insert transactions at once clash on the key
+        # (PostgreSQL: a unique violation that failed one of the turns).
+        self._registering = anyio.Lock()
 
     @property
     def registered(self) -> bool:
@@ -130,6 +135,12 @@ class Leases:
         """Record this process as an owner (once); with a heartbeat when it will renew it."""
         if self._registered and not heartbeat:
             return
+        async with self._registering:
+            if self._registered and not heartbeat:
+                return
+            await self._register(heartbeat)
+
+    async def _register(self, heartbeat: bool) -> None:
         me = self.identity
         now = utcnow()
 
