@@ -108,6 +108,26 @@ async def test_children_of_a_killed_script_die_with_it(mode: ScriptToolsMode) ->
 
 
 @pytest.mark.parametrize("mode", ["sandbox", "trusted"])
+async def test_a_kill_during_the_sandbox_start_up_leaves_no_process(mode: ScriptToolsMode) -> None:
+    # Before the whole tree was stopped and killed, a kill landing while
+    # bubblewrap was still starting its sandbox left the script running (seen
+    # in CI under load): tiny timeouts land there.
+    marker = f"pilothouse-startup-{mode}-{os.getpid()}"
+    source = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', '{marker}'])\n"
+        "time.sleep(30)\n"
+    )
+    for timeout in (0.002, 0.005, 0.01, 0.02, 0.05) * 4:
+        result = await (await script(source, mode, timeout=timeout)).execute({}, CONTEXT)
+        assert result.error_code == "tool.exec.timeout"
+    deadline = time.monotonic() + 5
+    while _marked_processes(marker) and time.monotonic() < deadline:
+        await anyio.sleep(0.05)
+    assert _marked_processes(marker) == []
+
+
+@pytest.mark.parametrize("mode", ["sandbox", "trusted"])
 async def test_the_script_does_not_inherit_our_secrets(
     planted_secret: str, mode: ScriptToolsMode
 ) -> None:

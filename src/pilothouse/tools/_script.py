@@ -9,7 +9,7 @@ opts out (``trusted``) runs it as a plain child with a minimal environment
 built from an allow-list, never a copy of ours, and a fresh temporary home.
 
 A script that outlives its timeout is killed together with anything it
-started (it runs in its own process group).
+started: its process group and every descendant process.
 """
 
 from __future__ import annotations
@@ -188,10 +188,64 @@ async def _drain(stream: ByteReceiveStream, limit: int, into: list[tuple[bytes, 
 async def _reap(process: Process) -> None:
     """Make sure the script and its children are gone, then wait for it."""
     if process.returncode is None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass  # it ended between the check and the kill
+        _kill_tree(process.pid)
     with anyio.CancelScope(shield=True):
         await process.wait()
         await process.aclose()
+
+
+def _kill_tree(root: int) -> None:
+    """SIGKILL ``root``, every process descended from it, and its process group.
+
+    The process group alone is not enough: bubblewrap's sandbox starts its own
+    session, and it only follows bubblewrap down (``--die-with-parent``) once
+    its child has armed that, so a kill landing during the sandbox's start-up
+    left the script running (seen under load). Every process found is stopped
+    first, so none can fork or lose its parent between the scan and the kill;
+    the scan repeats until it finds nothing new.
+    """
+    stopped: set[int] = set()
+    while True:
+        found = _descendants(root) | {root}
+        new = found - stopped
+        if not new:
+            break
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+        stopped |= new
+    for pid in stopped:
+        _signal(pid, signal.SIGKILL)
+    try:
+        os.killpg(root, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # the group had no member left
+
+
+def _descendants(root: int) -> set[int]:
+    """PIDs whose chain of parents leads to ``root``, from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as stat:
+                # The name in parentheses may hold spaces: the fields follow its last ')'.
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # it ended while we read
+        children.setdefault(parent, []).append(int(entry.name))
+    found: set[int] = set()
+    pending = [root]
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            if child not in found:
+                found.add(child)
+                pending.append(child)
+    return found
+
+
+def _signal(pid: int, number: signal.Signals) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:
+        pass  # it ended on its own meanwhile
