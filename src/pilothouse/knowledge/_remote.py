@@ -376,13 +376,15 @@ def _local(spec: ModelSpec, info: EmbeddingModelInfo) -> Embedder:
 
 async def _sagemaker(spec: ModelSpec, info: EmbeddingModelInfo, models: ModelFactory) -> Embedder:
     from pilothouse.providers import SageMakerEmbedder, SageMakerFormat
+    from pilothouse.providers._sagemaker_formats import format_setting
 
     settings = spec.provider.settings
-    fmt_value = settings.get("format")
+    fmt_value = format_setting(spec.provider.code, settings)
     if fmt_value is None:
         raise KnowledgeSetupError(
             f"provider {spec.provider.code}: kind 'sagemaker' needs settings.format "
-            "(jumpstart, tei or a mapping) for an embedding model"
+            "(jumpstart, tei or a mapping) or settings.message_format_config for an "
+            "embedding model"
         )
     fmt = SageMakerFormat.from_config(fmt_value, embedding=True)
     client = await models.aws_client(spec.provider, "sagemaker-runtime")

@@ -13,6 +13,7 @@ import sys
 from collections.abc import AsyncGenerator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
+import httpx2
 from mcp.client._transport import TransportStreams
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -21,6 +22,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from pilothouse.catalog._enums import McpTransport
 from pilothouse.mcp._config import McpClientConfig
+from pilothouse.providers._egress import EgressPolicy
 
 TransportFactory = Callable[[McpClientConfig], AbstractAsyncContextManager[TransportStreams]]
 """Opens the transport of one session from its config."""
@@ -41,8 +43,32 @@ def open_transport(config: McpClientConfig) -> AbstractAsyncContextManager[Trans
         return _stdio(config)
     if config.transport is McpTransport.SSE:
         assert config.url is not None  # checked when the config was made
-        return sse_client(config.url, headers=dict(config.headers))
+        if config.egress is None:
+            return sse_client(config.url, headers=dict(config.headers))
+        policy = config.egress
+
+        def pinned_client(
+            headers: dict[str, str] | None = None,
+            timeout: httpx2.Timeout | None = None,
+            auth: httpx2.Auth | None = None,
+        ) -> httpx2.AsyncClient:
+            client = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)
+            return _pinned(client, policy)
+
+        return sse_client(
+            config.url, headers=dict(config.headers), httpx_client_factory=pinned_client
+        )
     return _streamable_http(config)
+
+
+def _pinned(client: httpx2.AsyncClient, policy: EgressPolicy) -> httpx2.AsyncClient:
+    """``client`` with its transport replaced by one pinned to checked addresses."""
+    from pilothouse.providers._egress_transport import PinnedTransport
+
+    # The SDK's factory sets headers, timeouts and redirects; only where the
+    # connection goes changes (every request is checked, redirects too).
+    client._transport = PinnedTransport(httpx2.AsyncHTTPTransport, policy)  # pyright: ignore[reportPrivateUsage]
+    return client
 
 
 def _stdio(config: McpClientConfig) -> AbstractAsyncContextManager[TransportStreams]:
@@ -66,7 +92,11 @@ async def _streamable_http(config: McpClientConfig) -> AsyncGenerator[TransportS
     # The SDK takes headers only through a client we own, so we open and
     # close it around the transport.
     async with (
-        create_mcp_http_client(headers=dict(config.headers)) as http,
+        (
+            create_mcp_http_client(headers=dict(config.headers))
+            if config.egress is None
+            else _pinned(create_mcp_http_client(headers=dict(config.headers)), config.egress)
+        ) as http,
         streamable_http_client(config.url, http_client=http) as streams,
     ):
         yield streams

@@ -6,17 +6,28 @@ a policy any API key could reach the service's own network (a database's
 admin port, a cloud metadata endpoint at 169.254.169.254, an internal
 admin API). The policy resolves the host and refuses private, loopback,
 link-local, shared, reserved and multicast addresses unless the deployment
-lists them in ``egress_allow`` (host names, addresses or networks).
+lists them in ``egress_allow`` (host names, addresses or networks), or
+the tenant's own list in ``egress_tenants`` allows them for that tenant.
+
+The check and the connection use one resolution: :meth:`EgressPolicy.pin`
+resolves the host once, checks every address and returns the one to connect
+to, and the pinned transports (``_egress_transport.py``) connect to exactly
+that address, so a name whose DNS answer changes between the check and the
+connection (DNS rebinding) cannot reach an address the check did not see.
+The policy of the turn running now is in :data:`current_egress`: one
+tenant's allow-list never applies to another tenant's calls.
 """
 
 from __future__ import annotations
 
-__all__ = ["EgressPolicy"]
+__all__ = ["EgressPolicy", "EgressRefusal", "Resolver", "current_egress", "system_resolver"]
 
 import ipaddress
 import socket
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 import anyio
@@ -27,6 +38,34 @@ _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _SETTING = "PILOTHOUSE_EGRESS_ALLOW"
+_TENANT_SETTING = "PILOTHOUSE_EGRESS_TENANTS"
+
+Resolver = Callable[[str, int], Awaitable[list[_Address]]]
+"""Resolves a host name and port to its addresses (raises ``OSError`` when it cannot)."""
+
+
+async def system_resolver(host: str, port: int) -> list[_Address]:
+    """Resolve ``host`` with the system's resolver (``getaddrinfo``, in a thread)."""
+    found = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [ipaddress.ip_address(item[4][0]) for item in found]
+
+
+class EgressRefusal:
+    """Marks an HTTP client's error as the egress policy's refusal (nothing was sent).
+
+    Mixed into the pinned transports' connection errors, so whoever
+    translates a failed call (a model call, a tool) can tell a refusal,
+    which no retry can fix, from a network failure.
+    """
+
+
+current_egress: ContextVar[EgressPolicy | None] = ContextVar("current_egress", default=None)
+"""The policy of the tenant whose turn runs in this context (set by the runner).
+
+A pinned transport checks each request against it, so a client shared by
+several tenants (one provider's pool) applies each request's own tenant's
+allow-list; outside a turn it falls back to the deployment's policy.
+"""
 
 
 @dataclass(frozen=True)
@@ -40,14 +79,59 @@ class EgressPolicy:
 
     hosts: frozenset[str] = frozenset()
     networks: tuple[_Network, ...] = ()
+    tenants: Mapping[str, EgressPolicy] = field(default_factory=dict[str, "EgressPolicy"])
+    tenant: str | None = None
+    resolver: Resolver = system_resolver
 
     @classmethod
-    def parse(cls, entries: Sequence[str]) -> EgressPolicy:
+    def parse(
+        cls, entries: Sequence[str], tenants: Mapping[str, Sequence[str]] | None = None
+    ) -> EgressPolicy:
         """Build the policy from ``egress_allow`` entries (hosts, addresses, CIDRs).
+
+        Args:
+            entries: the deployment's list, allowed for every tenant.
+            tenants: each tenant's own list, allowed for that tenant only.
 
         Raises:
             ValueError: an entry that is neither a host name nor an address range.
         """
+        own = {
+            tenant: cls._parse_entries(items, f"egress_tenants[{tenant!r}]")
+            for tenant, items in (tenants or {}).items()
+        }
+        base = cls._parse_entries(entries, "egress_allow")
+        return replace(base, tenants=own)
+
+    def for_tenant(self, tenant: str) -> EgressPolicy:
+        """The policy of ``tenant``: the deployment's list plus the tenant's own."""
+        base = replace(self, tenants={}, tenant=tenant)
+        own = self.tenants.get(tenant)
+        if own is None:
+            return base
+        return replace(base, hosts=base.hosts | own.hosts, networks=(*base.networks, *own.networks))
+
+    @contextmanager
+    def applied(self) -> Generator[None]:
+        """Run the block under this policy: the pinned transports check each request with it.
+
+        The one way :data:`current_egress` is set, so every caller (a turn, a
+        direct or worker tool call, the gateway, knowledge) restores the
+        outer policy the same way.
+        """
+        token = current_egress.set(self)
+        try:
+            yield
+        finally:
+            current_egress.reset(token)
+
+    def with_resolver(self, resolver: Resolver) -> EgressPolicy:
+        """The same policy, resolving names with ``resolver`` (its tenants' too)."""
+        tenants = {name: replace(p, resolver=resolver) for name, p in self.tenants.items()}
+        return replace(self, resolver=resolver, tenants=tenants)
+
+    @classmethod
+    def _parse_entries(cls, entries: Sequence[str], setting: str) -> EgressPolicy:
         hosts: set[str] = set()
         networks: list[_Network] = []
         for raw in entries:
@@ -59,7 +143,7 @@ class EgressPolicy:
             except ValueError:
                 if "/" in entry or ":" in entry or " " in entry:
                     raise ValueError(
-                        f"egress_allow: {raw!r} is neither a host nor a network"
+                        f"{setting}: {raw!r} is neither a host nor a network"
                     ) from None
                 hosts.add(entry)
         return cls(frozenset(hosts), tuple(networks))
@@ -85,9 +169,32 @@ class EgressPolicy:
             if schemes == ("http", "https"):
                 raise InvalidFieldError(field, "must be an http(s) URL with a host")
             raise InvalidFieldError(field, "must name a host")
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise InvalidFieldError(field, "has a port that is not a number 0-65535") from None
+        await self.pin(host, port, field)
+
+    async def pin(self, host: str, port: int, field: str) -> str | None:
+        """Resolve ``host`` once and return the address to connect to, every address checked.
+
+        Args:
+            host: the host name or address literal of a URL.
+            port: its port (some resolvers answer per service).
+            field: what holds the URL, for the error.
+
+        Returns:
+            The checked address to connect to, or None for a host the policy
+            allows by name (connected to as it is: the operator trusts it
+            whatever it resolves to).
+
+        Raises:
+            InvalidFieldError: unresolvable, or an address the policy does
+                not allow (named, with the setting to change).
+        """
+        host = host.lower().strip("[]")
         if host in self.hosts:
-            return
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+            return None
         try:
             literal: _Address | None = ipaddress.ip_address(host)
         except ValueError:
@@ -97,21 +204,29 @@ class EgressPolicy:
             addresses = [literal]
         else:
             try:
-                found = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                addresses = await self.resolver(host, port)
             except OSError as exc:
                 raise InvalidFieldError(
                     field, f"the host {host!r} does not resolve ({exc})"
                 ) from None
-            addresses = [ipaddress.ip_address(item[4][0]) for item in found]
+            if not addresses:
+                raise InvalidFieldError(field, f"the host {host!r} does not resolve")
         for address in addresses:
             if self._refused(address):
                 where = f"{address} is" if literal is not None else f"{host} resolves to {address},"
+                if self.tenant is not None:
+                    allow = (
+                        f"the operator may allow it with {_SETTING} (every tenant) or "
+                        f"{_TENANT_SETTING} (this tenant only)"
+                    )
+                else:
+                    allow = f"the operator may allow it with {_SETTING}"
                 raise InvalidFieldError(
                     field,
                     f"{where} a private, local or reserved address, which callers may not make "
-                    f"this service reach; the operator may allow it with {_SETTING} "
-                    "(hosts or networks, comma-separated)",
+                    f"this service reach; {allow} (hosts or networks)",
                 )
+        return str(addresses[0])
 
     def _refused(self, address: _Address) -> bool:
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:

@@ -338,16 +338,20 @@ def _result(response: httpx.Response, kept: bytes, total: int) -> ToolResult:
             content=f"HTTP {response.status_code} {response.reason_phrase}: {excerpt}{more}",
             is_error=True,
             error_code=f"tool.exec.http_{response.status_code}",
+            status_code=response.status_code,
         )
     if truncated:
-        return ToolResult(content=f"{text}…[truncated: {len(kept)} of {total} bytes]")
+        return ToolResult(
+            content=f"{text}…[truncated: {len(kept)} of {total} bytes]",
+            status_code=response.status_code,
+        )
     data: Any = None
     if "json" in response.headers.get("content-type", "") and text:
         try:
             data = json.loads(text)
         except ValueError:
             data = None
-    return ToolResult(content=text, data=data)
+    return ToolResult(content=text, data=data, status_code=response.status_code)
 
 
 def _safe_url(request: httpx.Request) -> str:
