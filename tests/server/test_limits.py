@@ -180,3 +180,28 @@ async def test_requests_with_invalid_keys_are_limited_per_address(
             assert ok.status_code == 200
     finally:
         await state.aclose()
+
+
+async def test_a_shared_limit_falls_back_to_the_process_bucket_while_redis_is_unreachable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import socket
+
+    from pilothouse.api import Coordination
+    from pilothouse.server._limits import SharedRateLimiter
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # Nothing listens on the port: every Redis call fails to connect.
+    coordination = Coordination(f"redis://127.0.0.1:{port}/0", "ph-test-down:")
+    try:
+        limiter = SharedRateLimiter(RateLimiter(2), coordination, "key")
+        assert await limiter.acquire("k") is None
+        assert await limiter.acquire("k") is None
+        wait = await limiter.acquire("k")
+        assert wait is not None and wait > 0
+    finally:
+        await coordination.aclose()
+    warnings = [r for r in caplog.records if "counted per process" in r.getMessage()]
+    assert len(warnings) == 1

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
     from opentelemetry.util.types import AttributeValue
 
+    from pilothouse.runtime._meter import Meter
+
 _INSTRUMENTATION_NAME: Final = "pilothouse"
 
 # gen_ai.provider.name: the well-known values where the conventions define one,
@@ -229,9 +231,14 @@ class Telemetry:
         tracer_provider: the provider to trace with; by default the global
             one, looked up (at most once a second) until an SDK provider has
             been installed.
+        meter: receives the run loop's measurements (metrics); None
+            measures nothing.
+
+    Attributes:
+        meter: the meter given, or None.
     """
 
-    __slots__ = ("_explicit", "_next_check", "_tracer")
+    __slots__ = ("_explicit", "_next_check", "_tracer", "meter")
 
     # Looking the global provider up costs microseconds (an environment
     # lookup inside the API), too much for every span of an untraced
@@ -239,7 +246,10 @@ class Telemetry:
     # again once a second is soon enough.
     _RECHECK_SECONDS: ClassVar[float] = 1.0
 
-    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+    def __init__(
+        self, tracer_provider: TracerProvider | None = None, *, meter: Meter | None = None
+    ) -> None:
+        self.meter = meter
         self._explicit = tracer_provider is not None
         self._tracer: Tracer | None = None
         self._next_check = 0.0

@@ -1,14 +1,18 @@
 """Request limits: body size (413) and per-key request rate (429 with Retry-After).
 
-Both are enforced in memory, per process: a deployment with several workers
-gets ``workers x rate`` per key at most, which is the usual trade for not
-needing a shared store; the documentation says so.
+Rates are counted in memory, per process (a deployment with several
+workers gets ``workers x rate`` per key at most), unless the deployment
+shares a Redis (``PILOTHOUSE_REDIS_URL``): then :class:`SharedRateLimiter`
+takes every request from one bucket per key in Redis, across all workers
+and replicas, and falls back to the process's own bucket while Redis
+cannot be reached.
 """
 
 from __future__ import annotations
 
-__all__ = ["BodySizeLimitMiddleware", "RateLimiter"]
+__all__ = ["BodySizeLimitMiddleware", "RateLimiter", "SharedRateLimiter"]
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +24,10 @@ from pilothouse.server._problems import PROBLEM_MEDIA_TYPE, problem_bytes
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+    from pilothouse.api import Coordination
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -72,6 +80,48 @@ class RateLimiter:
             # More than a whole bucket: never possible; wait a full minute.
             return 60.0
         return (cost - bucket.tokens) / rate
+
+
+class SharedRateLimiter:
+    """A rate limit shared by every process through Redis, else this process's own.
+
+    Args:
+        local: the process's token buckets: used without Redis, and while
+            Redis cannot be reached (a warning is logged, at most once a
+            minute).
+        coordination: the deployment's Redis, or None.
+        name: which limit (keys of different limits never share a bucket).
+    """
+
+    def __init__(self, local: RateLimiter, coordination: Coordination | None, name: str) -> None:
+        self.local = local
+        self.coordination = coordination
+        self.name = name
+        self._warned = float("-inf")
+
+    @property
+    def per_minute(self) -> int:
+        """The limit, requests a minute."""
+        return self.local.per_minute
+
+    async def acquire(self, key: str, cost: int = 1) -> float | None:
+        """Take ``cost`` requests for ``key``; None, or the seconds until there are enough."""
+        if self.coordination is None or self.local.per_minute <= 0:
+            return self.local.acquire(key, cost)
+        from redis.exceptions import RedisError
+
+        try:
+            return await self.coordination.take(f"{self.name}:{key}", self.local.per_minute, cost)
+        except (RedisError, OSError) as exc:
+            now = time.monotonic()
+            if now - self._warned >= 60:
+                self._warned = now
+                logger.warning(
+                    "redis unreachable (%s): the %s limit is counted per process meanwhile",
+                    type(exc).__name__,
+                    self.name,
+                )
+            return self.local.acquire(key, cost)
 
 
 class _TooLarge(HTTPException):

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the HTTP service: requests, turns, model calls, tokens, cost.
+"""Prometheus metrics of the HTTP service: requests, turns, model calls, tools, queues.
 
 Every :class:`~pilothouse.server._state.ServerState` owns one
 :class:`Metrics` with its own registry, so two apps in one process (tests,
@@ -10,7 +10,10 @@ would create one time series per conversation and leak identifiers into
 the monitoring system. Turns are counted from the events each tenant's
 facade emits (``ph.subscribe``), so turns started
 by any protocol (REST, OpenAI-compatible, JSON-RPC, connector) are counted
-in one place.
+in one place. What no event carries (each model attempt's latency and time
+to first token, tool latencies, retries per action, queue waits) comes from
+the run loop itself: :class:`Metrics` is the facade's
+:class:`~pilothouse.types.Meter`.
 """
 
 from __future__ import annotations
@@ -133,7 +136,121 @@ class Metrics:
             ["tool", "status"],
             registry=self.registry,
         )
+        # From the run loop (``Pilothouse(meter=...)``), with the action too.
+        # Labels are catalog codes, coded statuses and error class names:
+        # never a conversation id.
+        self.action_turns = Counter(
+            "pilothouse_action_turns",
+            "Finished turns by provider, model, action and final conversation status.",
+            ["provider", "model", "action", "status"],
+            registry=self.registry,
+        )
+        self.action_turn_seconds = Histogram(
+            "pilothouse_action_turn_duration_seconds",
+            "Turn latency (taking the conversation to the recorded ending) by provider, "
+            "model, action and status.",
+            ["provider", "model", "action", "status"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.action_tokens = Counter(
+            "pilothouse_action_tokens",
+            "Model tokens by provider, model, action and direction (input/output).",
+            ["provider", "model", "action", "direction"],
+            registry=self.registry,
+        )
+        self.action_cost = Counter(
+            "pilothouse_action_cost",
+            "Estimated model cost by provider, model and action, in the catalog's currency.",
+            ["provider", "model", "action"],
+            registry=self.registry,
+        )
+        self.model_call_seconds = Histogram(
+            "pilothouse_model_call_duration_seconds",
+            "Model call attempt latency by provider, model, action and status "
+            "(ok, or the error class).",
+            ["provider", "model", "action", "status"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.first_token_seconds = Histogram(
+            "pilothouse_model_time_to_first_token_seconds",
+            "Time to the first streamed token of a model call attempt, by provider, model "
+            "and action.",
+            ["provider", "model", "action"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.retries = Counter(
+            "pilothouse_model_retries",
+            "Model call attempts retried, by provider, model, action and error class.",
+            ["provider", "model", "action", "error"],
+            registry=self.registry,
+        )
+        self.tool_call_seconds = Histogram(
+            "pilothouse_tool_call_duration_seconds",
+            "Tool execution latency by tool, action and status.",
+            ["tool", "action", "status"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.queue_wait_seconds = Histogram(
+            "pilothouse_queue_wait_seconds",
+            "Time a turn waited for a slot, by queue (database_transaction, tool_slot); "
+            "only waits that blocked.",
+            ["queue"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
         self._started: dict[str, float] = {}
+
+    # The run loop's Meter (pilothouse.types.Meter).
+
+    def turn(
+        self,
+        *,
+        provider: str,
+        model: str,
+        action: str,
+        status: str,
+        seconds: float,
+        input_tokens: int,
+        output_tokens: int,
+        cost: float,
+    ) -> None:
+        """Count one finished turn (see :class:`~pilothouse.types.Meter`)."""
+        self.action_turns.labels(provider, model, action, status).inc()
+        self.action_turn_seconds.labels(provider, model, action, status).observe(seconds)
+        self.action_tokens.labels(provider, model, action, "input").inc(input_tokens)
+        self.action_tokens.labels(provider, model, action, "output").inc(output_tokens)
+        self.action_cost.labels(provider, model, action).inc(cost)
+
+    def model_call(
+        self,
+        *,
+        provider: str,
+        model: str,
+        action: str,
+        status: str,
+        seconds: float,
+        first_token_seconds: float | None,
+    ) -> None:
+        """Time one model call attempt (see :class:`~pilothouse.types.Meter`)."""
+        self.model_call_seconds.labels(provider, model, action, status).observe(seconds)
+        if first_token_seconds is not None:
+            self.first_token_seconds.labels(provider, model, action).observe(first_token_seconds)
+
+    def retry(self, *, provider: str, model: str, action: str, error: str) -> None:
+        """Count one retried attempt (see :class:`~pilothouse.types.Meter`)."""
+        self.retries.labels(provider, model, action, error).inc()
+
+    def tool_call(self, *, tool: str, action: str, status: str, seconds: float) -> None:
+        """Time one tool execution (see :class:`~pilothouse.types.Meter`)."""
+        self.tool_call_seconds.labels(tool, action, status).observe(seconds)
+
+    def queue_wait(self, *, queue: str, seconds: float) -> None:
+        """Time one wait for a slot (see :class:`~pilothouse.types.Meter`)."""
+        self.queue_wait_seconds.labels(queue).observe(seconds)
 
     def listener(self, tenant: str) -> Callable[[TurnEvent], None]:
         """Return an :class:`~pilothouse.runtime.EventHub` listener counting ``tenant``'s turns."""
