@@ -20,7 +20,17 @@ from pilothouse.providers._spec import vendor_model_name
         ),
         (ProviderKind.GOOGLE, {}, "google-genai/gemini-2.0-flash", "gemini-2.0-flash"),
         (ProviderKind.OPENAI, {}, "openai/gpt-4o", "gpt-4o"),
-        (ProviderKind.OPENAI_COMPATIBLE, {}, "openai/gpt-4o", "openai/gpt-4o"),
+        # The guide: openai/<model-name> for any model compatible with OpenAI.
+        (ProviderKind.OPENAI_COMPATIBLE, {}, "openai/llama3.2:latest", "llama3.2:latest"),
+        (ProviderKind.OLLAMA, {}, "openai/llama3.2:latest", "llama3.2:latest"),
+        # A server id that itself starts with openai/ (OpenRouter): the prefix once more.
+        (ProviderKind.OPENAI_COMPATIBLE, {}, "openai/openai/gpt-4o", "openai/gpt-4o"),
+        (
+            ProviderKind.OPENAI_COMPATIBLE,
+            {},
+            "anthropic/claude-sonnet-4",
+            "anthropic/claude-sonnet-4",
+        ),
         (ProviderKind.AZURE, {"deployment": "gpt-4o-dep"}, "azure-openai", "gpt-4o-dep"),
         (ProviderKind.SAGEMAKER, {"endpoint_name": "ep"}, "sagemaker-embedding", "ep"),
         (ProviderKind.GOOGLE, {}, "gemini-2.0-flash", "gemini-2.0-flash"),

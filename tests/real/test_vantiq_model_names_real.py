@@ -40,8 +40,11 @@ def upstream() -> Iterator[Upstream]:
             "nvidia-nim/mistralai/mixtral-8x7b-instruct-v0.1",
             "mistralai/mixtral-8x7b-instruct-v0.1",
         ),
-        # An openai-compatible server's own ids may carry a vendor prefix (OpenRouter).
-        ("openai-compatible", "openai/gpt-4o", "openai/gpt-4o"),
+        # The guide's openai/ names any OpenAI-compatible model: removed there too.
+        ("openai-compatible", "openai/llama3.2:latest", "llama3.2:latest"),
+        # A server's own id starting with openai/ (OpenRouter) gets the prefix once more.
+        ("openai-compatible", "openai/openai/gpt-4o", "openai/gpt-4o"),
+        ("openai-compatible", "anthropic/claude-sonnet-4", "anthropic/claude-sonnet-4"),
         ("openai-compatible", "llama3.2:latest", "llama3.2:latest"),
     ],
 )
@@ -86,3 +89,28 @@ async def test_a_prefix_of_another_vendor_is_refused_before_any_call(
         with pytest.raises(ProviderConfigError, match="the prefix google-genai/ names a google"):
             await ph.command.start_and_send("Hello", action="ASK")
     assert upstream.requests == []
+
+
+async def test_the_connectors_model_at_a_base_url_is_sent_as_written(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    # Seed 003: "on OpenRouter prefix with provider, e.g. openai/gpt-5.4-nano".
+    # The connector's model parameter is the server's id, not a Vantiq name.
+    from pilothouse.types import AdHocRun, ModelEndpoint
+
+    upstream.script(Reply(completion("Hi.")))
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'v.db'}",
+        secrets_file=None,
+        egress_allow=["127.0.0.1"],
+    )
+    async with Pilothouse(settings) as ph:
+        run = await ph.command.run_adhoc(
+            AdHocRun(
+                name="my-agent",
+                message="Hello",
+                model=ModelEndpoint(base_url=upstream.base_url, model_name="openai/gpt-5.4-nano"),
+            )
+        )
+    assert run.result.output == "Hi."
+    assert [body["model"] for body in upstream.requests] == ["openai/gpt-5.4-nano"]

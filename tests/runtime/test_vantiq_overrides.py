@@ -142,3 +142,31 @@ async def test_a_denied_authorized_tool_fails_the_call_when_asked(
         assert result.error is not None and result.error.startswith("tool.exec.denied")
     else:
         assert (result.status.value, result.output) == ("CO", "Not ordered.")
+
+
+def test_the_guides_tool_schema_is_offered_for_one_call_as_tools() -> None:
+    # Seed 004's getCurrentWeather FunctionDescriptor, verbatim.
+    from pilothouse.runtime._config import RuntimeConfig, RuntimeConfigError
+
+    schema = {
+        "name": "getCurrentWeather",
+        "description": "Return the temperature of the specified location in Celsius",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "location": {
+                    "type": "string",
+                    "description": "The location to get the temperature for",
+                }
+            },
+            "required": ["location"],
+        },
+    }
+    parsed = RuntimeConfig.parse({"tools": [schema]})
+    assert parsed.client_tools == (
+        ("getCurrentWeather", schema["description"], schema["parameters"]),
+    )
+    with pytest.raises(RuntimeConfigError, match="keep one"):
+        RuntimeConfig.parse({"tools": [schema], "client_tools": []})
+    with pytest.raises(RuntimeConfigError, match="unknown key 'returns'"):
+        RuntimeConfig.parse({"tools": [{**schema, "returns": "Integer"}]})

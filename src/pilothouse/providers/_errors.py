@@ -10,6 +10,7 @@ and its message, with anything that looks like a credential masked.
 from __future__ import annotations
 
 __all__ = [
+    "EgressRefusedError",
     "MissingExtraError",
     "ProviderConfigError",
     "http_status_error",
@@ -36,6 +37,16 @@ from pilothouse.errors import (
     RateLimitError,
     UnparseableResponseError,
 )
+from pilothouse.providers._egress import EgressRefusal
+
+
+class EgressRefusedError(ProviderError):
+    """The egress policy refused the provider's address; nothing was sent (not retried)."""
+
+    suggestions = (
+        "ask the operator to allow the address for this tenant "
+        "(PILOTHOUSE_EGRESS_TENANTS) or every tenant (PILOTHOUSE_EGRESS_ALLOW)",
+    )
 
 
 class ProviderConfigError(PilothouseError):
@@ -142,6 +153,10 @@ def translate_error(exc: BaseException, *, secrets: Collection[str] = ()) -> Pro
             break
         if isinstance(cause, UnparseableResponseError):
             return UnparseableResponseError(redact(str(cause), secrets))
+        if isinstance(cause, EgressRefusal):
+            # The policy refused the address before anything was sent: no
+            # retry can help, and the reason names what the operator can do.
+            return EgressRefusedError(redact(str(cause), secrets))
         cause = cause.__cause__ or cause.__context__
     translated = _from_pydantic_ai(exc, secrets)
     if translated is None:

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     import httpx2
     from pydantic_ai.models import Model
 
+    from pilothouse.providers._egress import EgressPolicy
+
 
 class LocalServers(Protocol):
     """What the factory needs from the local llama.cpp server manager."""
@@ -99,6 +101,11 @@ class ModelFactory:
         connect_timeout: seconds to open a connection to a provider.
         max_connections: connections per provider client, open and in
             flight at once (all kept alive between calls).
+        egress: when given, every provider request goes only to an address
+            this policy (the running turn's tenant's, see ``current_egress``)
+            checked, pinned per request against DNS rebinding; the HTTP
+            service gives it. Local llama.cpp servers pilothouse starts itself
+            are not checked.
     """
 
     def __init__(
@@ -110,7 +117,9 @@ class ModelFactory:
         timeout: float = 600.0,
         connect_timeout: float = 10.0,
         max_connections: int = 1000,
+        egress: EgressPolicy | None = None,
     ) -> None:
+        self._egress = egress
         self._local_servers = local_servers
         self._connect_timeout = connect_timeout
         self._max_connections = max_connections
@@ -213,15 +222,26 @@ class ModelFactory:
 
     # -- HTTP ---------------------------------------------------------------
 
-    def _http_client(self, provider: ProviderSpec) -> httpx2.AsyncClient:
+    def _http_client(self, provider: ProviderSpec, *, pinned: bool = True) -> httpx2.AsyncClient:
         import httpx2
 
         from pilothouse.providers._pool import provider_transport
         from pilothouse.providers._wire_transport import WireRepairTransport
 
-        key = provider.fingerprint()
+        pin = self._egress if pinned and self._transport is None else None
+        key = f"{provider.fingerprint()}:{'pinned' if pin is not None else 'direct'}"
         client = self._http_clients.get(key)
         if client is None:
+            connections = self._max_connections
+            inner: httpx2.AsyncBaseTransport
+            if self._transport is not None:
+                inner = self._transport
+            elif pin is not None:
+                from pilothouse.providers._egress_transport import PinnedTransport
+
+                inner = PinnedTransport(lambda: provider_transport(connections), pin)
+            else:
+                inner = provider_transport(connections)
             client = httpx2.AsyncClient(
                 timeout=httpx2.Timeout(self._timeout, connect=self._connect_timeout),
                 limits=httpx2.Limits(
@@ -232,9 +252,7 @@ class ModelFactory:
                 # walk of hundreds of connections (providers/_pool.py).
                 # Chat completions are repaired before the SDK parses them
                 # (providers/_wire.py).
-                transport=WireRepairTransport(
-                    self._transport or provider_transport(self._max_connections)
-                ),
+                transport=WireRepairTransport(inner),
             )
             self._http_clients[key] = client
         return client
@@ -269,7 +287,9 @@ class ModelFactory:
                 api_key=provider.api_key or "not-set",
                 base_url=base_url,
                 default_headers=dict(provider.headers),
-                http_client=self._http_client(provider),
+                # A local server is pilothouse's own child on loopback, not a
+                # URL anyone chose: not subject to the egress policy.
+                http_client=self._http_client(provider, pinned=local_url is None),
                 max_retries=0,
             )
             self._sdk_clients[sdk_key] = client
@@ -507,13 +527,14 @@ class ModelFactory:
 
     async def _sagemaker(self, spec: ModelSpec) -> _Entry:
         from pilothouse.providers._sagemaker import SageMakerModel
-        from pilothouse.providers._sagemaker_formats import SageMakerFormat
+        from pilothouse.providers._sagemaker_formats import SageMakerFormat, format_setting
 
         settings = spec.provider.settings
-        fmt_value = settings.get("format")
+        fmt_value = format_setting(spec.provider.code, settings)
         if fmt_value is None:
             raise ProviderConfigError(
-                f"provider {spec.provider.code}: kind 'sagemaker' needs settings.format"
+                f"provider {spec.provider.code}: kind 'sagemaker' needs settings.format "
+                "or settings.message_format_config"
             )
         fmt = SageMakerFormat.from_config(fmt_value)
         model_kwargs = _kwargs(spec.provider.code, settings, "model_kwargs")

@@ -308,9 +308,16 @@ def _bedrock(spec: ModelSpec, options: ModelOptions, out: dict[str, Any]) -> Non
     # never send). top_k has no Converse field: it rides in the family's own
     # additionalModelRequestFields.
     family = bedrock_family(spec.model_name)
+    settings = spec.provider.settings
+    model_kwargs = settings.get("model_kwargs") if "class_name" in settings else None
+    if isinstance(model_kwargs, dict) and model_kwargs:
+        # A Vantiq ChatAWSBedrockConverse configuration's model_kwargs (seed
+        # 004): the model's own parameters, which Converse takes here.
+        out["bedrock_additional_model_requests_fields"] = dict(cast(dict[str, Any], model_kwargs))
     if options.top_k is not None:
         if family == "anthropic":
-            out["bedrock_additional_model_requests_fields"] = {"top_k": options.top_k}
+            fields = dict(out.get("bedrock_additional_model_requests_fields") or {})
+            out["bedrock_additional_model_requests_fields"] = {**fields, "top_k": options.top_k}
         elif family == "nova":
             # pydantic-ai places it as additionalModelRequestFields.inferenceConfig.topK.
             out["top_k"] = options.top_k

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 __all__ = [
     "EMBEDDING_FORMATS",
+    "MESSAGE_FORMAT_CONFIG_KEYS",
     "GENERATION_FORMATS",
     "ChatTurn",
     "SageMakerFormat",
     "extract_path",
+    "format_setting",
     "render_prompt",
 ]
 
@@ -514,3 +516,69 @@ EMBEDDING_FORMATS: Mapping[str, SageMakerFormat] = {
         response_path="",
     ),
 }
+
+
+MESSAGE_FORMAT_CONFIG_KEYS = (
+    "request_key",
+    "request_nesting_level",
+    "request_parameters_key",
+    "response_path",
+)
+"""The keys of the Vantiq guide's ``message_format_config`` (seed 004)."""
+
+
+def format_setting(code: str, settings: Mapping[str, Any]) -> str | Mapping[str, Any] | None:
+    """Return a SageMaker provider's format: ``format`` or Vantiq's ``message_format_config``.
+
+    ``message_format_config`` is the guide's generic syntax: ``request:
+    {"<request_key>": <input_value>, "<request_parameters_key>": model_kwargs}``,
+    ``response: response_json<response_path>``; ``request_key`` and
+    ``response_path`` are required, ``request_nesting_level`` defaults to 0,
+    and without ``request_parameters_key`` the parameters go at the top of the
+    body (``{"text_inputs": <input_value>, **model_kwargs}``). It becomes a
+    custom format with exactly those fields.
+
+    Args:
+        code: the provider's code, for messages.
+        settings: the provider's settings.
+
+    Returns:
+        A format name, a format mapping, or None when neither is set.
+
+    Raises:
+        ProviderConfigError: both are set, or the config has an unknown key,
+            lacks a required one, or has a value of the wrong type.
+    """
+    config = settings.get("message_format_config")
+    if config is None:
+        return cast("str | Mapping[str, Any] | None", settings.get("format"))
+    where = f"provider {code}: settings.message_format_config"
+    if "format" in settings:
+        raise ProviderConfigError(
+            f"provider {code}: settings.format and settings.message_format_config both name "
+            "the message format; keep one"
+        )
+    if not isinstance(config, Mapping):
+        raise ProviderConfigError(f"{where} must be an object")
+    fields_ = cast("Mapping[str, Any]", config)
+    for key in fields_:
+        if key not in MESSAGE_FORMAT_CONFIG_KEYS:
+            raise ProviderConfigError(
+                f"{where}.{key} is not a key of the guide's message format; write "
+                f"{', '.join(MESSAGE_FORMAT_CONFIG_KEYS)} (or settings.format for more)"
+            )
+    for key in ("request_key", "response_path"):
+        if not isinstance(fields_.get(key), str):
+            raise ProviderConfigError(f"{where}.{key} is required (a string)")
+    parameters_key = fields_.get("request_parameters_key")
+    if parameters_key is not None and not isinstance(parameters_key, str):
+        raise ProviderConfigError(f"{where}.request_parameters_key must be a string")
+    level = fields_.get("request_nesting_level", 0)
+    if not isinstance(level, int) or isinstance(level, bool):
+        raise ProviderConfigError(f"{where}.request_nesting_level must be 0, 1 or 2")
+    return {
+        "request_key": fields_["request_key"],
+        "request_nesting_level": level,
+        "request_parameters_key": parameters_key,
+        "response_path": fields_["response_path"],
+    }

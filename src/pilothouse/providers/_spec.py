@@ -7,7 +7,13 @@ so building or looking up a model never touches the store or the secrets file.
 
 from __future__ import annotations
 
-__all__ = ["ModelSpec", "ProviderSpec", "compile_model_spec", "secret_values"]
+__all__ = [
+    "custom_config_options",
+    "ModelSpec",
+    "ProviderSpec",
+    "compile_model_spec",
+    "secret_values",
+]
 
 import hashlib
 import json
@@ -26,6 +32,7 @@ _KIND_PROFILE: Final = ModelProfile()
 
 if TYPE_CHECKING:
     from pilothouse.catalog._models import Model
+    from pilothouse.providers._options import ModelOptions
     from pilothouse.providers._secrets import SecretResolver
 
 
@@ -150,9 +157,12 @@ def secret_values(spec: ModelSpec) -> tuple[str, ...]:
     return tuple(v for v in values if len(v) >= 6)
 
 
-# Not openai-compatible: its servers' own ids carry vendor prefixes
-# (OpenRouter's "openai/gpt-4o"), so the name is sent as written there.
-_OPENAI_LIKE = frozenset({ProviderKind.OPENAI, ProviderKind.OLLAMA})
+# The guide's "openai/<model-name>" names OpenAI or "a model compatible with
+# OpenAI" (its Ollama example: openai/llama3.2:latest), so the prefix is
+# Vantiq's on every kind that speaks OpenAI's protocol and is removed once.
+# A server whose own ids start with it (OpenRouter's "openai/gpt-4o") is
+# written as Vantiq needs it too: openai/openai/gpt-4o.
+_OPENAI_LIKE = frozenset({ProviderKind.OPENAI, ProviderKind.OPENAI_COMPATIBLE, ProviderKind.OLLAMA})
 
 # Vantiq's model-name prefixes (seed 004) and the provider kinds they name.
 VANTIQ_PREFIXES: Final[dict[str, frozenset[ProviderKind]]] = {
@@ -179,7 +189,9 @@ def vendor_model_name(
 
     A Vantiq model name (``openai/gpt-4o``, ``bedrock/<modelId>``,
     ``google-genai/gemini-2.0-flash``, ``nvidia-nim/<model>``) loses its
-    prefix; ``azure-openai`` and ``sagemaker`` (and their ``-embedding``
+    prefix, once (``openai/`` on openai, openai-compatible and ollama
+    providers alike, so an OpenRouter id ``openai/gpt-4o`` is written
+    ``openai/openai/gpt-4o``); ``azure-openai`` and ``sagemaker`` (and their ``-embedding``
     forms) name the provider's ``settings.deployment`` / ``endpoint_name``.
     A model name that is not a Vantiq one is sent as it is.
 
@@ -191,6 +203,16 @@ def vendor_model_name(
 
     if kind is ProviderKind.TEST:
         return model_name
+    if "class_name" in settings:
+        # A Vantiq custom configuration names the model itself; the catalog
+        # model's name is descriptive, as the guide says of such definitions.
+        custom = settings.get("model_name") or settings.get("model_id")
+        if not custom:
+            raise ProviderConfigError(
+                f"provider {provider_code}: a class_name configuration needs "
+                "settings.model_name (ChatOpenAI) or settings.model_id (Bedrock)"
+            )
+        return str(custom)
     whole = VANTIQ_NAMES.get(model_name)
     if whole is not None:
         wanted, setting = whole
@@ -208,8 +230,6 @@ def vendor_model_name(
         return str(value)
     for prefix, kinds in VANTIQ_PREFIXES.items():
         if model_name.startswith(prefix) and len(model_name) > len(prefix):
-            if prefix == "openai/" and kind is ProviderKind.OPENAI_COMPATIBLE:
-                return model_name
             if kind not in kinds:
                 names = " or ".join(sorted(k.value for k in kinds))
                 raise ProviderConfigError(
@@ -240,7 +260,12 @@ def compile_model_spec(model: Model, secrets: SecretResolver) -> ModelSpec:
             base_url=provider.base_url,
             api_key=resolve(provider.api_key) if provider.api_key else None,
             headers={str(k): resolve(str(v)) for k, v in provider.headers.items()},
-            settings=dict(provider.settings),
+            # AWS keys (and any other setting) may be @secrets(NAME) references:
+            # the factory gets their values, never the reference text.
+            settings={
+                str(k): resolve(v) if isinstance(v, str) else v
+                for k, v in provider.settings.items()
+            },
         ),
         model_name=vendor_model_name(
             provider.code, provider.kind, provider.settings, model.model_name
@@ -250,3 +275,33 @@ def compile_model_spec(model: Model, secrets: SecretResolver) -> ModelSpec:
         output_price=model.output_price,
         knowledge_cutoff=model.knowledge_cutoff,
     )
+
+
+def custom_config_options(provider_code: str, settings: Mapping[str, Any]) -> ModelOptions:
+    """The normalized options a Vantiq ``class_name`` configuration sets (seed 004).
+
+    They are the model's own, so they override the action's configuration;
+    a per-call runtime config still overrides them.
+
+    Args:
+        provider_code: for messages.
+        settings: the provider's settings.
+
+    Returns:
+        The options (all None without a class_name configuration).
+
+    Raises:
+        ProviderConfigError: a value of the wrong type or range, named.
+    """
+    from pilothouse.providers._errors import ProviderConfigError
+    from pilothouse.providers._options import ModelOptions
+
+    if "class_name" not in settings:
+        return ModelOptions()
+    names = ("temperature", "max_tokens", "top_p", "top_k", "stop")
+    names += ("presence_penalty", "frequency_penalty")
+    given = {name: settings[name] for name in names if name in settings}
+    try:
+        return ModelOptions.parse(given)
+    except ValueError as exc:
+        raise ProviderConfigError(f"provider {provider_code}: settings: {exc}") from None
