@@ -39,6 +39,9 @@ def test_add_list_search_edit_forget_erase(database_url: str) -> None:
 
     found = _memory(database_url, "search", "hot drinks", "--scope", "user", "--user", "alice")
     assert json.loads(found.stdout.splitlines()[0])["id"] == item["id"]
+    # Which index served the search: the embedded one on SQLite and on a
+    # PostgreSQL without pgvector (this machine's), never a silent fallback.
+    assert found.stderr.startswith("index: embedded (")
 
     edited = _memory(
         database_url,

@@ -96,6 +96,18 @@ class MemoryApi(Facet):
             raise InvalidFieldError("threshold", f"must be between -1 and 1, got {threshold}")
         return await (await self._store()).search(self.tenant, query, wanted, threshold=threshold)
 
+    async def index(self) -> dict[str, str]:
+        """The vector index memory search uses here, and why.
+
+        Returns:
+            ``{"kind": "pgvector" | "embedded" | "exact", "reason": ...}``:
+            pgvector where pilothouse's PostgreSQL has the extension, the
+            knowledge feature's embedded index otherwise, exact search only
+            when neither can run.
+        """
+        chosen = await (await self._store()).vector_index()
+        return {"kind": chosen.kind, "reason": chosen.reason}
+
     async def add(
         self,
         content: str,

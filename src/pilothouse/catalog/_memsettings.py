@@ -6,7 +6,9 @@ validation accepted is exactly what a turn honours, and a misspelt key
 (``user_limt``) is refused rather than silently leaving the default.
 Defaults follow light-genai-4j's memory design: per-turn limits 10 / 5 / 3 / 5
 (session, user, agent, organization) and session memory of 60 minutes, at
-most 100 records (``short-term: ttl-minutes: 60, max-memories: 100``).
+most 100 records (``short-term: ttl-minutes: 60, max-memories: 100``), and
+long-term memory of importance 0.5 or more, at most 10 per turn
+(``long-term: min-importance: 0.5, max-results: 10``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ __all__ = ["ScopedMemorySettings"]
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from pilothouse.catalog._models import SHORT_CODE
+
+_CODE = r"^[A-Za-z0-9_.-]+$"
+"""A catalog code (``_spec.CODE_PATTERN``, not imported: a turn must not load the YAML tooling)."""
 
 
 class ScopedMemorySettings(BaseModel):
@@ -32,6 +39,17 @@ class ScopedMemorySettings(BaseModel):
         min_importance: the least importance a user, agent or organization
             memory needs to be retrieved (seed: ``long-term: min-importance:
             0.5``); session memory is not filtered by it.
+        max_results: the most long-term memories (user, agent and
+            organization together, after ranking) one turn gets (seed:
+            ``long-term: max-results: 10``); the per-scope limits (5 + 3 + 5)
+            add up to more. Session memory is not counted: it has
+            ``session_limit``.
+        organization_collections: document collections (catalog codes) whose
+            chunks are organization memory (seed 002: "organizational memory
+            (shared knowledge, chunked documents)"): each turn searches them
+            with the user's message, and their chunks compete with the
+            organization's records for ``organization_limit``. Resolved in
+            the turn's tenant only.
         session_ttl_minutes: how long a session memory lives (seed: 60).
         session_max: the most records one session keeps (seed: 100).
         store_responses: store each answered turn in session memory.
@@ -50,6 +68,10 @@ class ScopedMemorySettings(BaseModel):
     memory_token_budget: Annotated[int, Field(ge=1)] = 1000
     threshold: Annotated[float, Field(ge=-1.0, le=1.0)] = 0.2
     min_importance: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    max_results: Annotated[int, Field(ge=0, le=300)] = 10
+    organization_collections: tuple[
+        Annotated[str, Field(min_length=1, max_length=SHORT_CODE, pattern=_CODE)], ...
+    ] = ()
     session_ttl_minutes: Annotated[int, Field(ge=1, le=60 * 24 * 30)] = 60
     session_max: Annotated[int, Field(ge=1, le=10_000)] = 100
     store_responses: bool = True

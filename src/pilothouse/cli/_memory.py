@@ -89,11 +89,15 @@ def search(
     state: CliState = ctx.obj
     where = _scope(scope, user, agent, session)
 
-    async def body() -> list[dict[str, Any]]:
+    async def body() -> tuple[list[dict[str, Any]], dict[str, str]]:
         async with open_facade(state) as ph:
-            return [hit.as_json() for hit in await ph.memory.search(query, where, limit=limit)]
+            hits = await ph.memory.search(query, where, limit=limit)
+            return [hit.as_json() for hit in hits], await ph.memory.index()
 
-    _print(run(body))
+    rows, index = run(body)
+    _print(rows)
+    # On stderr, so the hits stay one JSON object per line on stdout.
+    typer.echo(f"index: {index['kind']} ({index['reason']})", err=True)
 
 
 @app.command()

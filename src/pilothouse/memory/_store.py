@@ -9,9 +9,11 @@ SQL before anything is compared in Python. That is the field's common bug
 the tests try every boundary.
 
 Vectors come from a knowledge :class:`~pilothouse.knowledge.Embedder` (the
-packaged all-MiniLM-L6-v2 by default) and are compared exactly in the
-process: one scope holds tens to hundreds of records, where exact search is
-cheaper than any index.
+packaged all-MiniLM-L6-v2 by default). Search goes through a vector index
+(:mod:`pilothouse.memory._index`): pgvector on PostgreSQL where the
+extension is available, the knowledge feature's embedded index otherwise,
+exact search only when neither can run. Each scope is one index query with
+the scope's whole filter in it, never a filter after a top-k cut.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ __all__ = [
     "RankWeights",
     "ScopedMemory",
     "SessionLimits",
+    "cap_long_term",
     "content_hash",
     "scope_filter",
     "subject_digest",
@@ -38,6 +41,7 @@ import numpy as np
 from sqlalchemy import ColumnElement, and_, delete, func, or_, select, update
 
 from pilothouse.errors import InvalidFieldError, NotFoundError
+from pilothouse.memory._index import IndexQuery, MemoryIndex, choose_index
 from pilothouse.memory._tables import MemoryErasure, MemoryJob, MemoryRecord, MemorySession
 from pilothouse.memory._types import (
     MEMORY_TYPES,
@@ -187,6 +191,10 @@ class ScopedMemory:
             (loaded on first use).
         session: session memory's TTL and size.
         weights: how search results are ranked.
+        index: the vector index: ``auto`` (pgvector where pilothouse's
+            PostgreSQL has it, else the knowledge feature's embedded index,
+            else exact), ``pgvector``, ``embedded`` or ``exact``; or an index
+            already chosen (shared by views with other session limits).
     """
 
     def __init__(
@@ -196,11 +204,34 @@ class ScopedMemory:
         *,
         session: SessionLimits | None = None,
         weights: RankWeights | None = None,
+        index: str | MemoryIndex = "auto",
     ) -> None:
         self.database = database
         self._embedder = embedder
         self.session_limits = session or SessionLimits()
         self.weights = weights or RankWeights()
+        self._wanted_index = index if isinstance(index, str) else index.kind
+        self._index: MemoryIndex | None = None if isinstance(index, str) else index
+
+    def with_session_limits(self, session: SessionLimits) -> ScopedMemory:
+        """The same memory (database, embedder, index) with other session limits."""
+        view = ScopedMemory(self.database, self._embedder, session=session, weights=self.weights)
+        view._wanted_index = self._wanted_index
+        view._index = self._index
+        return view
+
+    async def vector_index(self) -> MemoryIndex:
+        """The vector index searches use, chosen on first use (see :func:`choose_index`).
+
+        Raises:
+            InvalidFieldError: ``pgvector`` asked for where it cannot run, or
+                an unknown kind (field ``memory_index``).
+        """
+        if self._index is None:
+            self._index = await choose_index(
+                self.database, self._wanted_index, self.embedder.info.dimension
+            )
+        return self._index
 
     @property
     def embedder(self) -> Embedder:
@@ -374,7 +405,11 @@ class ScopedMemory:
             return bool(result.rowcount)  # type: ignore[attr-defined]
 
     async def expire(self, now: datetime | None = None) -> int:
-        """Delete every session record past its ``expires_at``, in every tenant."""
+        """Delete every session record past its ``expires_at``, in every tenant.
+
+        The index's copies of deleted records go too (searches never return
+        them anyway: every index query joins the live records).
+        """
         async with self.database.sessions() as session, session.begin():
             result = await session.execute(
                 delete(MemoryRecord).where(
@@ -382,7 +417,26 @@ class ScopedMemory:
                     MemoryRecord.expires_at <= (now or utcnow()),
                 )
             )
-            return int(result.rowcount)  # type: ignore[attr-defined]
+            count = int(result.rowcount)  # type: ignore[attr-defined]
+        if self._index is not None:
+            await self._index.prune(self.database)
+        return count
+
+    async def session_user(self, tenant: str, session_id: str) -> tuple[bool, str | None]:
+        """Whether a session is linked to a user, and which (None: anonymous).
+
+        A turn resumed after a human answer or a tool result has no runtime
+        config of its own: its user is the one its session was linked to.
+        """
+        async with self.database.sessions() as session:
+            row = (
+                await session.execute(
+                    select(MemorySession.user_id).where(
+                        MemorySession.tenant == tenant, MemorySession.session_id == session_id
+                    )
+                )
+            ).first()
+        return (False, None) if row is None else (True, row.user_id)
 
     async def link_session(
         self, tenant: str, session_id: str, user_id: str | None, agent: str | None
@@ -554,8 +608,14 @@ class ScopedMemory:
         min_importance: float = 0.0,
         now: datetime | None = None,
         touch: bool = True,
+        long_term_max: int | None = None,
     ) -> list[MemoryHit]:
         """Search several scopes at once, ``limit`` hits from each, ranked together.
+
+        Each scope is one query of the vector index with the scope's whole
+        filter (tenant, keys, expiry, embedding model, ``min_importance``) in
+        it: its ``limit`` nearest records, then all hits are ranked together
+        by similarity, importance and recency.
 
         Args:
             tenant: the tenant.
@@ -566,6 +626,9 @@ class ScopedMemory:
                 organization) hit; session memory is not filtered by it.
             now: the time recency and expiry are measured at.
             touch: count the hits as accessed (``access_count``, ``last_accessed_at``).
+            long_term_max: the most user, agent and organization hits kept
+                after ranking (seed 002's ``long-term: max-results``); session
+                hits are not counted. None keeps every scope's limit.
 
         Returns:
             The hits of every scope, best score first.
@@ -578,40 +641,65 @@ class ScopedMemory:
         wanted = {scope: limit for scope, limit in scopes.items() if limit > 0}
         if not wanted:
             return []
+        if long_term_max is not None and long_term_max < 0:
+            raise InvalidFieldError("max_results", f"must be 0 or more, got {long_term_max}")
         stamp = now or utcnow()
         model = self.embedder.info.name
-        conditions = [scope_filter(tenant, scope, reading=True) for scope in wanted]
-        async with self.database.sessions() as session:
-            rows = (
-                await session.scalars(
-                    select(MemoryRecord).where(
-                        or_(*conditions), _alive(stamp), MemoryRecord.model == model
-                    )
-                )
-            ).all()
-        if not rows:
-            return []
-        vector = (await self.embed([query], "query"))[0]
-        matrix = np.frombuffer(b"".join(row.embedding for row in rows), dtype="<f4").reshape(
-            len(rows), -1
-        )
-        similarities = matrix @ np.asarray(vector, dtype=np.float32)
-        hits: list[MemoryHit] = []
+        vector = np.asarray((await self.embed([query], "query"))[0], dtype=np.float32)
+        index = await self.vector_index()
+        found_by_scope: list[tuple[ColumnElement[bool], dict[int, float]]] = []
         for scope, limit in wanted.items():
-            chosen = [
-                (float(similarities[i]), row)
-                for i, row in enumerate(rows)
-                if _belongs(row, tenant, scope)
-                and float(similarities[i]) >= threshold
-                and (row.scope == "session" or row.importance >= min_importance)
-            ]
-            scored = sorted(
-                (MemoryHit(to_item(row), sim, self._score(sim, row, stamp)) for sim, row in chosen),
-                key=lambda hit: hit.score,
-                reverse=True,
+            condition = and_(
+                scope_filter(tenant, scope, reading=True),
+                _alive(stamp),
+                MemoryRecord.model == model,
             )
-            hits.extend(scored[:limit])
+            if scope.scope != "session" and min_importance > 0:
+                # In the index query, not after it: a filter after the top-k
+                # cut would let unimportant records crowd out important ones.
+                condition = and_(condition, MemoryRecord.importance >= min_importance)
+            found = await index.nearest(
+                self.database,
+                IndexQuery(
+                    partition=_partition(tenant, scope, stamp, model),
+                    condition=condition,
+                    vector=vector,
+                    k=limit,
+                    dimension=int(vector.shape[0]),
+                    key=_partition_key(tenant, scope, model),
+                ),
+            )
+            similarity = {i: s for i, s in found if s >= threshold}
+            if similarity:
+                found_by_scope.append((condition, similarity))
+        if not found_by_scope:
+            return []
+        # One read for every scope's hits, each still under its scope's filter.
+        async with self.database.sessions() as session:
+            rows = {
+                row.id: row
+                for row in (
+                    await session.scalars(
+                        select(MemoryRecord).where(
+                            or_(
+                                *(
+                                    and_(condition, MemoryRecord.id.in_(list(similarity)))
+                                    for condition, similarity in found_by_scope
+                                )
+                            )
+                        )
+                    )
+                ).all()
+            }
+        hits = [
+            MemoryHit(to_item(rows[i]), s, self._score(s, rows[i], stamp))
+            for _, similarity in found_by_scope
+            for i, s in similarity.items()
+            if i in rows
+        ]
         hits.sort(key=lambda hit: hit.score, reverse=True)
+        if long_term_max is not None:
+            hits = cap_long_term(hits, long_term_max)
         if touch and hits:
             await self._touch([hit.item.id for hit in hits], stamp)
         return hits
@@ -645,20 +733,45 @@ def _alive(now: datetime) -> ColumnElement[bool]:
     return or_(MemoryRecord.expires_at.is_(None), MemoryRecord.expires_at > now)
 
 
-def _belongs(row: MemoryRecord, tenant: str, scope: MemoryScope) -> bool:
-    """Which of the searched scopes a loaded row came from (SQL already filtered)."""
-    if row.tenant != tenant or row.scope != scope.scope:
-        return False
+def _partition(tenant: str, scope: MemoryScope, now: datetime, model: str) -> ColumnElement[bool]:
+    """The live rows of the scope's partition: its kind and main key, in one tenant."""
+    parts: list[ColumnElement[bool]] = [
+        MemoryRecord.tenant == tenant,
+        MemoryRecord.scope == scope.scope,
+        MemoryRecord.model == model,
+        _alive(now),
+    ]
     if scope.scope == "session":
-        return (
-            row.session_id == scope.session_id
-            and row.user_id == scope.user_id
-            and (scope.agent is None or row.agent == scope.agent)
-        )
-    if scope.scope == "user":
-        return row.user_id == scope.user_id and (
-            scope.agent is None or row.agent in (scope.agent, None)
-        )
-    if scope.scope == "agent":
-        return row.agent == scope.agent
-    return True
+        parts.append(MemoryRecord.session_id == scope.session_id)
+    elif scope.scope == "user":
+        parts.append(MemoryRecord.user_id == scope.user_id)
+    elif scope.scope == "agent":
+        parts.append(MemoryRecord.agent == scope.agent)
+    return and_(*parts)
+
+
+def _partition_key(tenant: str, scope: MemoryScope, model: str) -> tuple[str, ...]:
+    main = {
+        "session": scope.session_id,
+        "user": scope.user_id,
+        "agent": scope.agent,
+    }.get(scope.scope)
+    return (tenant, scope.scope, main or "", model)
+
+
+def cap_long_term(hits: list[MemoryHit], most: int) -> list[MemoryHit]:
+    """Keep every session hit and the ``most`` best long-term ones, in rank order.
+
+    Seed 002's ``long-term: max-results: 10`` caps the long-term memories
+    (user, agent, organization) a turn gets, whatever each scope's limit
+    (5 + 3 + 5 = 13 by default); session memory has its own limit.
+    """
+    kept: list[MemoryHit] = []
+    long_term = 0
+    for hit in hits:
+        if hit.item.scope.scope != "session":
+            if long_term >= most:
+                continue
+            long_term += 1
+        kept.append(hit)
+    return kept

@@ -23,7 +23,7 @@ __all__ = ["MemoryTurn", "ModelCompletion", "recall", "remember"]
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import select
@@ -31,9 +31,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from pilothouse.catalog._enums import ProcessStatus, ProviderKind, TimelineKind
 from pilothouse.errors import NotFoundError, PilothouseError
-from pilothouse.memory._store import ScopedMemory, SessionLimits
+from pilothouse.memory._orgknowledge import merge_organization, organization_chunks
+from pilothouse.memory._store import ScopedMemory, SessionLimits, cap_long_term
 from pilothouse.memory._types import MemoryHit, MemoryScope
 from pilothouse.store import NewEvent
+from pilothouse.store._base import utcnow
 
 if TYPE_CHECKING:
     from pilothouse.catalog._memsettings import ScopedMemorySettings
@@ -103,42 +105,80 @@ def scoped_memory(runtime: Runtime, settings: ScopedMemorySettings) -> ScopedMem
     limits = SessionLimits(settings.session_ttl_minutes, settings.session_max)
     if base.session_limits == limits:
         return base
-    # Same database and embedder; only the session limits differ.
-    return ScopedMemory(base.database, base.embedder, session=limits, weights=base.weights)
+    # Same database, embedder and index; only the session limits differ.
+    return base.with_session_limits(limits)
 
 
 async def recall(
     runtime: Runtime, turn: Turn, text: str, system_prompt: str, counter: TokenCounter
 ) -> str:
-    """Return the system prompt with the memories relevant to ``text``; record them."""
+    """Return the system prompt with the memories relevant to ``text``; record them.
+
+    A fresh turn and a turn resumed after a human answer or a tool result
+    both come here (the resumed one with its user's last message), so each
+    model call of a SCOPED action is told its memories and the timeline
+    says which.
+
+    Raises:
+        NotFoundError: an ``organization_collections`` code that is not an
+            active collection of the tenant (the turn fails with it).
+        KnowledgeError: such a collection cannot be searched.
+    """
     keys = memory_turn(turn)
     if keys is None or not text.strip():
         return system_prompt
+    settings = keys.settings
     memory = runtime.scoped_memory
+    # Linked on the first turn, not only after an answer: a turn that pauses
+    # for a human answer resumes with this session's user, and erasure finds it.
+    await memory.link_session(keys.tenant, keys.session_id, keys.user_id, keys.agent)
     hits = await memory.search(
         keys.tenant,
         text,
         keys.scopes(),
-        threshold=keys.settings.threshold,
-        min_importance=keys.settings.min_importance,
+        threshold=settings.threshold,
+        min_importance=settings.min_importance,
     )
-    used = budgeted(hits, keys.settings.memory_token_budget, counter)
+    if settings.organization_collections and settings.organization_limit > 0:
+        chunks = await organization_chunks(
+            runtime.knowledge(),
+            keys.tenant,
+            settings.organization_collections,
+            text,
+            limit=settings.organization_limit,
+            threshold=settings.threshold,
+            weights=memory.weights,
+            now=utcnow(),
+        )
+        hits = merge_organization(hits, chunks, settings.organization_limit)
+    candidates = len(hits)
+    hits = cap_long_term(hits, settings.max_results)
+    used = budgeted(hits, settings.memory_token_budget, counter)
+    index = await memory.vector_index()
     turn.pending.append(
         NewEvent(
             TimelineKind.MEMORY,
             {
                 "user_id": keys.user_id is not None,
-                "candidates": len(hits),
+                "candidates": candidates,
+                "max_results": settings.max_results,
+                "index": index.kind,
+                "resumed": turn.resumed,
                 "used": [
                     {
                         "id": hit.item.id,
                         "scope": hit.item.scope.scope,
+                        **(
+                            {"collection": hit.item.metadata.get("collection")}
+                            if hit.item.memory_type == "document_chunk"
+                            else {}
+                        ),
                         "similarity": round(hit.similarity, 4),
                         "score": round(hit.score, 4),
                     }
                     for hit in used
                 ],
-                "budget": keys.settings.memory_token_budget,
+                "budget": settings.memory_token_budget,
             },
         )
     )
@@ -146,6 +186,16 @@ async def recall(
         return system_prompt
     lines = "\n".join(f"- [{hit.item.scope.scope}] {hit.item.content}" for hit in used)
     return f"{system_prompt}\n\n{HEADER}\n{lines}" if system_prompt else f"{HEADER}\n{lines}"
+
+
+async def resumed_user(runtime: Runtime, turn: Turn) -> None:
+    """Give a resumed turn the user its session served (a resume has no runtime config)."""
+    keys = memory_turn(turn)
+    if keys is None or turn.config.user_id is not None:
+        return
+    linked, user_id = await runtime.scoped_memory.session_user(keys.tenant, keys.session_id)
+    if linked and user_id is not None:
+        turn.config = replace(turn.config, user_id=user_id)
 
 
 def budgeted(hits: list[MemoryHit], budget: int, counter: TokenCounter) -> list[MemoryHit]:
