@@ -32,3 +32,45 @@ def test_keys_create_refuses_a_bad_mcp_tool_pattern(tmp_path: Path) -> None:
     result = runner.invoke(app, ["--database-url", url, "keys", "create", "--mcp-tool", " "])
     assert result.exit_code == 2
     assert "mcp_tools" in result.output
+
+
+def test_gateway_calls_lists_the_audit_rows(tmp_path: Path) -> None:
+    import anyio
+
+    from pilothouse.store import Database, NewGatewayCall, record_gateway_call
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+
+    async def seed() -> None:
+        database = Database(url)
+        await database.ensure_schema()
+        for status, outcome in ((200, "ok"), (None, "gateway.path_refused")):
+            await record_gateway_call(
+                database,
+                NewGatewayCall(
+                    tenant="default",
+                    gateway="CRM",
+                    tool="get_customers_by_id",
+                    operation="GET /customers/{id}",
+                    via="mcp",
+                    key_prefix="0a1b2c3d",
+                    conversation_uuid=None,
+                    call_id=None,
+                    status_code=status,
+                    outcome=outcome,
+                    latency_ms=3.0,
+                ),
+            )
+        await database.dispose()
+
+    anyio.run(seed)
+    listed = runner.invoke(app, ["--database-url", url, "mcp", "gateway-calls"])
+    assert listed.exit_code == 0, listed.output
+    lines = listed.output.splitlines()
+    assert len(lines) == 2
+    assert "GET /customers/{id}  -  gateway.path_refused" in lines[0]
+    assert "GET /customers/{id}  200  ok" in lines[1] and "0a1b2c3d" in lines[1]
+    as_json = runner.invoke(
+        app, ["--database-url", url, "mcp", "gateway-calls", "--json", "--gateway", "ERP"]
+    )
+    assert as_json.exit_code == 0 and as_json.output.strip() == "[]"

@@ -36,6 +36,10 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel
 
+from pilothouse.api import Pilothouse
+from pilothouse.settings import Settings
+from pilothouse.types import GatewayCallRecord
+
 pytestmark = [pytest.mark.real, pytest.mark.anyio]
 
 INSPECTOR_VERSION = "1.0.3"
@@ -51,8 +55,15 @@ tools:
     kind: rest
     implementation: openapi:{crm_url}/openapi.json
     settings:
+      headers:
+        X-Gateway-Key: "@secrets(CRM_GATEWAY_KEY)"
       gateway:
         include: [createOrder]
+  - code: CUSTOMER
+    name: customer
+    kind: rest
+    description: Read one customer of the CRM.
+    implementation: openapi:{crm_url}/openapi.json#readCustomer
 providers:
   - code: UPST
     kind: openai-compatible
@@ -72,7 +83,16 @@ actions:
     configuration: DFLT
     prompt: "Answer questions about {{topic}}."
     ask_user: false
+  - code: LOOKUP
+    name: Look a customer up
+    goal_description: Looks a customer up in the CRM.
+    model: UPSTREAMM
+    configuration: DFLT
+    prompt: "Look customers up with your tools."
+    ask_user: false
+    tools: [CRM]
 """
+GATEWAY_KEY = "gw-5ecret-value"
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +109,19 @@ class Order(BaseModel):
 def crm_app() -> FastAPI:
     app = FastAPI(title="CRM")
 
-    @app.get("/customers/{id}", summary="Read a customer", openapi_extra={"x-ai-enabled": True})
+    @app.get(
+        "/customers/{id}",
+        summary="Read a customer",
+        operation_id="readCustomer",
+        openapi_extra={"x-ai-enabled": True},
+    )
     async def read_customer(id: str, request: Request) -> dict[str, Any]:
-        return {"id": id, "name": "Ada", "sawAuthorization": "authorization" in request.headers}
+        return {
+            "id": id,
+            "name": "Ada",
+            "sawAuthorization": "authorization" in request.headers,
+            "sawGatewayKey": request.headers.get("x-gateway-key") == GATEWAY_KEY,
+        }
 
     @app.post("/orders", operation_id="createOrder", summary="Place an order")
     async def create_order(order: Order) -> dict[str, Any]:
@@ -132,6 +162,8 @@ def live(
     patch = pytest.MonkeyPatch()
     # The gateway's service is on loopback: the egress policy must allow it.
     patch.setenv("PILOTHOUSE_EGRESS_ALLOW", "127.0.0.1")
+    # The gateway's own credential, a secret of the serving process.
+    patch.setenv("CRM_GATEWAY_KEY", GATEWAY_KEY)
     try:
         with live_serve(folder, extra) as server:
             yield server
@@ -326,6 +358,108 @@ async def test_gateway_in_front_of_a_real_fastapi_service(live: LiveServer) -> N
         order = await client.call_tool("post_orders", {"item": "rocket"})
     assert tools["get_customers_by_id"].description == "Read a customer"
     # The pilothouse key (the bearer token) is never passed on.
-    assert customer.structured_content == {"id": "7", "name": "Ada", "sawAuthorization": False}
+    assert customer.structured_content == {
+        "id": "7",
+        "name": "Ada",
+        "sawAuthorization": False,
+        "sawGatewayKey": True,
+    }
     assert traversal.is_error
     assert order.structured_content == {"item": "rocket", "status": "placed"}
+
+
+async def gateway_calls(live: LiveServer, **filters: Any) -> list[GatewayCallRecord]:
+    """The live server's gateway audit rows, read through the public facade."""
+    async with Pilothouse(Settings(database_url=live.database_url, secrets_file=None)) as ph:
+        return await ph.query.list_gateway_calls(**filters)
+
+
+async def test_gateway_calls_are_audit_rows_without_secrets(live: LiveServer) -> None:
+    async with http_client(live, "legacy") as client:
+        customer = await client.call_tool("get_customers_by_id", {"id": "11"})
+    assert customer.structured_content is not None
+    assert customer.structured_content["sawGatewayKey"] is True
+    rows = await gateway_calls(live, gateway="CRM")
+    mine = [r for r in rows if r.via == "mcp" and r.operation == "GET /customers/{id}"]
+    assert mine, rows
+    newest = mine[0]
+    assert (newest.tool, newest.status_code, newest.outcome) == ("get_customers_by_id", 200, "ok")
+    assert live.key.startswith(f"ph_{newest.key_prefix}_")
+    # Never a secret: not the gateway's credential, not the pilothouse key.
+    for row in rows:
+        assert GATEWAY_KEY not in repr(row) and live.key not in repr(row)
+
+
+async def test_a_catalog_tool_over_streamable_http_is_a_recorded_conversation(
+    live: LiveServer,
+) -> None:
+    async with http_client(live, "2026-07-28") as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        result = await client.call_tool("tool_customer", {"id": "5"})
+    assert tools["tool_customer"].description == "Read one customer of the CRM."
+    assert tools["tool_customer"].input_schema["required"] == ["id"]
+    assert not result.is_error, result
+    # A catalog REST tool sends its own headers only: no gateway key here.
+    assert result.structured_content == {
+        "id": "5",
+        "name": "Ada",
+        "sawAuthorization": False,
+        "sawGatewayKey": False,
+    }
+    assert result.meta is not None
+    uuid = result.meta["pilothouse/conversation_uuid"]
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {live.key}"}) as http:
+        transcript = (await http.get(f"{live.base_url}/conversations/{uuid}")).json()
+    assert transcript["action_code"] == "TOOLCALL"
+    assert transcript["status"] == "CO"
+    [call] = transcript["tool_calls"]
+    assert (call["name"], call["arguments"], call["status"]) == (
+        "customer",
+        {"id": "5"},
+        "succeeded",
+    )
+
+
+async def test_an_actions_turn_calls_a_gateway_operation_of_a_real_service(
+    live: LiveServer, upstream: Upstream
+) -> None:
+    arguments = json.dumps({"id": "9"})
+    call = {
+        "id": "call_gateway1",
+        "type": "function",
+        "function": {"name": "get_customers_by_id", "arguments": arguments},
+    }
+    upstream.script(
+        Reply(body=completion(None, tool_calls=[call])),
+        Reply(body=completion("Customer 9 is Ada.")),
+    )
+    try:
+        async with http_client(live, "legacy") as client:
+            result = await client.call_tool("action_LOOKUP", {"message": "Who is customer 9?"})
+        sent = list(upstream.requests)
+    finally:
+        upstream.script(Reply(body=completion("ACK")))
+    assert answer_text(result) == "Customer 9 is Ada."
+    # The model was offered the gateway's AI-enabled operations as tools.
+    offered = [tool["function"]["name"] for tool in sent[0]["tools"]]
+    assert {"get_customers_by_id", "post_orders"} <= set(offered)
+    # The second request carried the real service's answer back to the model.
+    tool_messages = [m for m in sent[1]["messages"] if m.get("role") == "tool"]
+    assert ["call_gateway1"] == [m["tool_call_id"] for m in tool_messages]
+    assert '"name":"Ada"' in str(tool_messages[0]["content"]).replace(" ", "")
+    assert result.meta is not None
+    uuid = result.meta["pilothouse/conversation_uuid"]
+    [row] = await gateway_calls(live, conversation_uuid=uuid)
+    assert (row.via, row.call_id, row.key_prefix, row.status_code, row.outcome) == (
+        "turn",
+        "call_gateway1",
+        None,
+        200,
+        "ok",
+    )
+    assert row.operation == "GET /customers/{id}"
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {live.key}"}) as http:
+        transcript = (await http.get(f"{live.base_url}/conversations/{uuid}")).json()
+    [recorded] = transcript["tool_calls"]
+    assert (recorded["name"], recorded["status"]) == ("get_customers_by_id", "succeeded")
+    assert '"sawGatewayKey":true' in recorded["result"].replace(" ", "")

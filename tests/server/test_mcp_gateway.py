@@ -24,6 +24,8 @@ from pydantic import BaseModel
 from server_helpers import serve_on_loopback
 
 from database_templates import Seed, SqliteTemplates
+from pilothouse.api import Pilothouse
+from pilothouse.errors import CatalogValidationError
 from pilothouse.server._state import ServerState
 from pilothouse.settings import Settings
 
@@ -83,16 +85,19 @@ async def base_url(app: FastAPI) -> AsyncIterator[str]:
         yield url
 
 
-async def gateway(state: ServerState, service_url: str, **settings: Any) -> None:
+def gateway_document(service_url: str, **settings: Any) -> dict[str, Any]:
     block = settings.pop("gateway", {})
-    document = {
+    return {
         "code": "CRM",
         "name": "crm",
         "kind": "rest",
         "implementation": f"openapi:{service_url}/openapi.json",
         "settings": {**settings, "gateway": {"include": ["createOrder"], **block}},
     }
-    await state.pilothouse.catalog.create("tools", document)
+
+
+async def gateway(state: ServerState, service_url: str, **settings: Any) -> None:
+    await state.pilothouse.catalog.create("tools", gateway_document(service_url, **settings))
 
 
 @asynccontextmanager
@@ -300,7 +305,12 @@ async def test_outside_the_egress_policy_a_gateway_offers_no_tools(
     state = ServerState(settings)
     app = create_app(settings, state=state)
     key, _ = await state.pilothouse.keys.create(name="k")
-    await gateway(state, url)
+    # A tenant's write through the service is refused, naming the field...
+    with pytest.raises(CatalogValidationError, match="implementation: 127.0.0.1 is a private"):
+        await gateway(state, url)
+    # ...and one the operator wrote (the CLI trusts its catalog) is refused when loaded.
+    async with Pilothouse(settings) as operator:
+        await operator.catalog.create("tools", gateway_document(url))
     async with serve_on_loopback(app) as base, connect(base, {"X-API-Key": key}) as client:
         names = [tool.name for tool in (await client.list_tools()).tools]
     assert "get_customers_by_id" not in names

@@ -16,7 +16,13 @@ Its output schema is the action's output schema (a list or a non-object
 schema wrapped as ``{"items": [...]}`` / ``{"result": ...}``, since MCP
 wants an object), and ``structuredContent`` carries the checked answer.
 
-Two catalog tools are always there: ``pilothouse_answer`` answers the
+The tenant's catalog tools that run on their own (python, rest, script and
+mcp kinds; :meth:`CommandApi.callable_tools`) are tools ``tool_<name>``;
+calling one runs :meth:`CommandApi.call_tool`: governed like a call in a
+turn (policy, authorizer, skill access level, sandbox, timeout) and
+recorded as a conversation of its own, named in the result's ``_meta``.
+
+Two pilothouse tools are always there: ``pilothouse_answer`` answers the
 questions a conversation asked (it waits, ``WA``), and, when a tenant has
 more actions than a client should see at once (``max_tools``), the action
 tools are not listed but disclosed on demand by ``pilothouse_find_actions``
@@ -38,7 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 import mcp_types as mt
 
 from pilothouse._facade.mcpgateway import GatewayTool
-from pilothouse.catalog._enums import Cardinality, ProcessStatus, SchemaDirection
+from pilothouse.catalog._enums import Cardinality, ProcessStatus, SchemaDirection, ToolCallStatus
 from pilothouse.errors import PilothouseError
 from pilothouse.runtime._prompt import template_fields
 
@@ -67,6 +73,15 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 def tool_name(kind: str, code: str) -> str:
     """Return the MCP tool name of an action or agent (``action_SUMBRAND``)."""
     return f"{kind}_{_UNSAFE.sub('_', code)}"[:128]
+
+
+@dataclass(frozen=True)
+class _CatalogTool:
+    """One catalog tool offered as an MCP tool."""
+
+    tool: mt.Tool
+    name: str
+    """The catalog tool's own name (what ``call_tool`` takes)."""
 
 
 @dataclass(frozen=True)
@@ -169,9 +184,9 @@ _FIND_TOOL = mt.Tool(
     name=FIND,
     title="Find actions",
     description=(
-        "List the actions (tasks) you can run, with each one's input schema. Say what you "
-        "want to do: actions whose text holds all your words come first; when none does, "
-        "the actions closest in meaning. Run one with pilothouse_run_action."
+        "List the actions (tasks) and tools you can run, with each one's input schema. "
+        "Say what you want to do: those whose text holds all your words come first; when "
+        "none does, the closest in meaning. Run one with pilothouse_run_action."
     ),
     input_schema={
         "type": "object",
@@ -236,9 +251,17 @@ class McpToolbox:
         self._gateways = gateways
         self._rank = rank
 
-    async def _entries(self) -> dict[str, _Entry | GatewayTool]:
+    async def _entries(self) -> dict[str, _Entry | GatewayTool | _CatalogTool]:
         actions = {a.code: a for a in await self._ph.query.get_all_actions()}
-        entries: dict[str, _Entry | GatewayTool] = {}
+        entries: dict[str, _Entry | GatewayTool | _CatalogTool] = {}
+        for callable_tool in await self._ph.command.callable_tools():
+            offered = mt.Tool(
+                name=tool_name("tool", callable_tool.name),
+                title=callable_tool.name,
+                description=callable_tool.description or callable_tool.name,
+                input_schema=callable_tool.input_schema,
+            )
+            entries[offered.name] = _CatalogTool(offered, callable_tool.name)
         if self._gateways is not None:
             for proxied in await self._gateways.tools(self._ph):
                 if proxied.tool.name in entries:
@@ -311,12 +334,34 @@ class McpToolbox:
                 if (problem := _problems(entry.tool.input_schema, args)) is not None:
                     return _error(problem)
                 return await self._gateways.call(caller, entry, args)
+            if isinstance(entry, _CatalogTool):
+                return await self._call_catalog_tool(caller, entry, args)
             return await self._run(entry, args)
         except PilothouseError as exc:
             return _error(exc.public_message)
 
+    async def _call_catalog_tool(
+        self, caller: McpCaller, entry: _CatalogTool, args: dict[str, Any]
+    ) -> mt.CallToolResult:
+        outcome = await self._ph.command.call_tool(
+            entry.name, args, via="mcp", key_prefix=caller.key_prefix
+        )
+        failed = outcome.status is not ToolCallStatus.SUCCEEDED
+        data: Any = outcome.data
+        result = mt.CallToolResult(
+            content=[mt.TextContent(text=outcome.content)],
+            is_error=failed,
+            structured_content=cast("dict[str, Any]", data) if isinstance(data, dict) else None,
+        )
+        # Which conversation recorded the call: the caller can read its transcript.
+        result.meta = {_META: outcome.conversation_uuid}
+        return result
+
     async def _find(
-        self, caller: McpCaller, entries: dict[str, _Entry | GatewayTool], args: dict[str, Any]
+        self,
+        caller: McpCaller,
+        entries: dict[str, _Entry | GatewayTool | _CatalogTool],
+        args: dict[str, Any],
     ) -> mt.CallToolResult:
         if (problem := _problems(_FIND_TOOL.input_schema, args)) is not None:
             return _error(problem)

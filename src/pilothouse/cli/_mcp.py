@@ -71,3 +71,45 @@ def serve(
                 await service.server.run(read, write, service.initialization_options())
 
     run(body)
+
+
+@app.command("gateway-calls")
+def gateway_calls(
+    ctx: typer.Context,
+    gateway: Annotated[
+        str | None, typer.Option("--gateway", help="Only this gateway's calls (its tool code).")
+    ] = None,
+    conversation: Annotated[
+        str | None,
+        typer.Option("--conversation", help="Only the calls this conversation's turns made."),
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=1000, help="At most this many, newest first.")
+    ] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+) -> None:
+    """List the OpenAPI gateway's audit rows of the tenant (never arguments or headers)."""
+    import json
+    from dataclasses import asdict
+
+    state: CliState = ctx.obj
+
+    async def body() -> None:
+        async with open_facade(state) as ph:
+            rows = await ph.query.list_gateway_calls(
+                gateway=gateway, conversation_uuid=conversation, limit=limit
+            )
+        if as_json:
+            typer.echo(json.dumps([asdict(row) for row in rows], default=str, indent=2))
+            return
+        for row in rows:
+            who = row.key_prefix or (
+                f"conversation {row.conversation_uuid}" if row.via == "turn" else "-"
+            )
+            typer.echo(
+                f"{row.created_at:%Y-%m-%d %H:%M:%S}  {row.gateway}  {row.operation}  "
+                f"{row.status_code if row.status_code is not None else '-'}  {row.outcome}  "
+                f"{row.latency_ms:.0f} ms  {row.via}  {who}"
+            )
+
+    run(body)

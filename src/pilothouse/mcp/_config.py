@@ -22,6 +22,7 @@ from pilothouse.tools._base import ToolError
 
 if TYPE_CHECKING:
     from pilothouse.catalog._models import McpClient
+    from pilothouse.providers._egress import EgressPolicy
     from pilothouse.providers._secrets import SecretResolver
 
 
@@ -54,6 +55,9 @@ class McpClientConfig:
         headers: HTTP headers with their values resolved.
         confidential_headers: names of headers whose values are secret.
         description: what the server offers, for the prompt.
+        egress: the policy every HTTP request of the session is checked and
+            pinned against (a tenant's, in the HTTP service); None connects
+            as the URL says (the operator's own process).
     """
 
     name: str
@@ -65,6 +69,7 @@ class McpClientConfig:
     headers: Mapping[str, str] = field(default_factory=_empty)
     confidential_headers: frozenset[str] = frozenset()
     description: str | None = None
+    egress: EgressPolicy | None = None
 
     def __post_init__(self) -> None:
         if self.transport is McpTransport.STDIO and not self.command:
@@ -81,7 +86,9 @@ class McpClientConfig:
         object.__setattr__(self, "confidential_headers", frozenset(self.confidential_headers))
 
     @classmethod
-    def from_row(cls, row: McpClient, secrets: SecretResolver) -> McpClientConfig:
+    def from_row(
+        cls, row: McpClient, secrets: SecretResolver, egress: EgressPolicy | None = None
+    ) -> McpClientConfig:
         """Build a config from a catalog row, resolving its secret references.
 
         Header and environment values may be or contain ``@secrets(NAME)``
@@ -90,6 +97,7 @@ class McpClientConfig:
         Args:
             row: the catalog's MCP client.
             secrets: resolves ``@secrets(NAME)`` references.
+            egress: the policy the session's requests go through.
 
         Returns:
             The resolved config.
@@ -110,6 +118,7 @@ class McpClientConfig:
             headers=headers,
             confidential_headers=frozenset(str(h) for h in (row.confidential_headers or [])),
             description=row.description,
+            egress=egress,
         )
 
     @property
@@ -128,6 +137,9 @@ class McpClientConfig:
             "env": dict(sorted(self.env.items())),
             "url": self.url,
             "headers": dict(sorted(self.headers.items())),
+            # One tenant's session never serves another's: each is checked
+            # against its own allow-list.
+            "egress": None if self.egress is None else (self.egress.tenant or ""),
         }
         encoded = json.dumps(material, sort_keys=True).encode()
         return hashlib.sha256(encoded).hexdigest()[:16]

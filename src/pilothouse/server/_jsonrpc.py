@@ -344,7 +344,7 @@ async def jsonrpc(request: Request, ph: Facade, state: State) -> Response:
             )
         # The request itself took one token of the key's rate limit; each
         # further call of the batch takes one more, all before any runs.
-        charge_batch(request, len(items) - 1)
+        await charge_batch(request, len(items) - 1)
         answers = await _batch(ph, items, state.rpc)
         return JSONResponse(answers) if answers else Response(status_code=204)
     answer = await _one(ph, body, state.rpc)

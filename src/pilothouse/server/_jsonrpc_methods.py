@@ -88,6 +88,21 @@ class ByUuid(Params):
     uuid: _Text
 
 
+class ListGatewayCalls(Params):
+    """``listGatewayCalls``: the OpenAPI gateway's audit rows, newest first."""
+
+    gateway: _Text | None = None
+    conversation_uuid: _Text | None = None
+    limit: int = Field(default=100, ge=1, le=1000)
+
+
+class CallTool(Params):
+    """``callTool``: one catalog tool run outside a turn."""
+
+    name: _Text
+    arguments: dict[str, Any] = Field(default_factory=dict[str, Any])
+
+
 class ListConversations(Params):
     """``listConversations``: filters and a page."""
 
@@ -533,6 +548,23 @@ METHODS: Mapping[str, Method] = {
     ),
     method_name("query", "listTargets"): _m(
         NoParams, lambda ph, _: ph.query.list_targets(), "every active action and agent"
+    ),
+    method_name("query", "listGatewayCalls"): _m(
+        ListGatewayCalls,
+        lambda ph, p: ph.query.list_gateway_calls(
+            gateway=p.gateway, conversation_uuid=p.conversation_uuid, limit=p.limit
+        ),
+        "the OpenAPI gateway's proxied calls: who, which operation, status, latency",
+    ),
+    method_name("command", "callableTools"): _m(
+        NoParams,
+        lambda ph, _: ph.command.callable_tools(),
+        "the catalog tools callTool runs, with their input schemas",
+    ),
+    method_name("command", "callTool"): _m(
+        CallTool,
+        lambda ph, p: ph.command.call_tool(p.name, p.arguments, via="jsonrpc"),
+        "run one catalog tool outside a turn, governed and recorded as a TOOLCALL conversation",
     ),
     method_name("command", "runAdhoc"): _m(
         RunAdhoc,
