@@ -9,7 +9,15 @@ completion, resume. Timed from ``start_and_send`` to the conversation's
 emits). Brokers are started on loopback as in tests/real: tansu (memory
 storage) and an isolated NATS JetStream server.
 
-    python bench/events.py [--turns 200] [--concurrency 16]
+    python bench/events.py [--turns 200] [--concurrency 16] [--applied 1,8] [--only-concurrent]
+                           [--model-latency 0.2]
+
+``--applied`` lists the completion concurrencies to compare through each bus
+(``EventService(concurrency=...)``: completions applied at once per process;
+1 is one after another); every row of one run shares the machine's load, so
+compare ratios within a run. ``--model-latency`` makes every model call
+wait that many seconds first (a provider's answer time; the default 0 is a
+model that answers at once, so the figures are pilothouse's own cost).
 
 Writes bench/results/events.json and bench/results/events.md.
 """
@@ -53,6 +61,20 @@ IN_PROCESS = CATALOG.replace(
 """,
     "",
 )
+
+
+def delayed_model(latency: float) -> Any:
+    """The order model, each call answered after ``latency`` seconds (a provider's time)."""
+    from pydantic_ai.messages import ModelMessage, ModelResponse
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    inner: Any = order_model().function
+
+    async def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        await anyio.sleep(latency)
+        return inner(messages, info)
+
+    return FunctionModel(answer, model_name="order-model")
 
 
 def lookup_order(order_id: str) -> dict[str, str]:
@@ -101,10 +123,18 @@ async def run_turns(
     return latencies, wall
 
 
-async def scenario(name: str, bus_url: str | None, turns: int, concurrency: int) -> dict[str, Any]:
+async def scenario(
+    name: str,
+    bus_url: str | None,
+    turns: int,
+    concurrency: int,
+    applied: int = 1,
+    latency: float = 0.0,
+) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="ph-bench-events-"))
     settings = Settings(database_url=f"sqlite+aiosqlite:///{folder / 'ph.db'}")
-    async with Pilothouse(settings, model=order_model()) as ph:
+    model = order_model() if latency == 0 else delayed_model(latency)
+    async with Pilothouse(settings, model=model) as ph:
         await ph.catalog.import_text(IN_PROCESS if bus_url is None else CATALOG)
         if bus_url is None:
             await run_turns(ph, 10, 1)  # warm-up
@@ -120,7 +150,7 @@ async def scenario(name: str, bus_url: str | None, turns: int, concurrency: int)
             worker.tool(lookup_order)
             try:
                 async with anyio.create_task_group() as group:
-                    await group.start(EventService(ph, bus).run)
+                    await group.start(EventService(ph, bus, concurrency=applied).run)
                     await group.start(worker.run)
                     await run_turns(ph, 10, 1)  # warm-up (consumer groups joined)
                     latencies, wall = await run_turns(ph, turns, concurrency, first=10)
@@ -133,6 +163,8 @@ async def scenario(name: str, bus_url: str | None, turns: int, concurrency: int)
         "name": name,
         "turns": turns,
         "concurrency": concurrency,
+        "applied": applied if bus_url is not None else None,
+        "model_latency_s": latency,
         "per_second": turns / wall,
         "p50_ms": statistics.median(latencies),
         "p99_ms": percentile(latencies, 0.99),
@@ -143,7 +175,12 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--applied", default="1,8")
+    parser.add_argument("--only-concurrent", action="store_true")
+    parser.add_argument("--model-latency", type=float, default=0.0)
     args = parser.parse_args()
+    applied_levels = [int(v) for v in str(args.applied).split(",")]
+    levels = (args.concurrency,) if args.only_concurrent else (1, args.concurrency)
     sys.modules["bench_tools_events"] = sys.modules[__name__]
     folder = Path(tempfile.mkdtemp(prefix="ph-bench-brokers-"))
     kafka, nats = Broker("kafka", folder), Broker("nats", folder)
@@ -151,23 +188,31 @@ async def main() -> None:
     nats.start()
     rows: list[dict[str, Any]] = []
     try:
-        for concurrency in (1, args.concurrency):
+        for concurrency in levels:
             for name, url in (
                 ("in process (python tool)", None),
                 ("memory bus", "memory://"),
                 ("Kafka protocol (tansu)", kafka.url),
                 ("NATS JetStream", nats.url),
             ):
-                row = await scenario(name, url, args.turns, concurrency)
-                print(json.dumps(row), flush=True)
-                rows.append(row)
+                for applied in [1] if url is None else applied_levels:
+                    row = await scenario(
+                        name, url, args.turns, concurrency, applied, args.model_latency
+                    )
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
     finally:
         kafka.stop()
         nats.stop()
     results = ROOT / "bench" / "results"
     results.mkdir(exist_ok=True)
-    (results / "events.json").write_text(json.dumps(rows, indent=2))
-    (results / "events.md").write_text(render(rows, args.turns))
+    # A comparison of completion concurrencies only (--only-concurrent) is
+    # kept apart from the full table; a model latency names its own files.
+    stem = "events-applied" if args.only_concurrent else "events"
+    if args.model_latency:
+        stem += f"-latency-{args.model_latency:g}"
+    (results / f"{stem}.json").write_text(json.dumps(rows, indent=2))
+    (results / f"{stem}.md").write_text(render(rows, args.turns))
 
 
 def render(rows: list[dict[str, Any]], turns: int) -> str:
@@ -179,8 +224,9 @@ def render(rows: list[dict[str, Any]], turns: int) -> str:
         "are loopback figures under load, not a broker's capacity. Added latency is the bus "
         "row's p50/p99 minus the in-process row's at the same concurrency.",
         "",
-        "| path | concurrency | round trips/s | p50 ms | p99 ms | added p50 ms | added p99 ms |",
-        "|---|---|---|---|---|---|---|",
+        "| path | concurrency | completions applied at once | round trips/s | p50 ms | p99 ms "
+        "| added p50 ms | added p99 ms |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     base = {r["concurrency"]: r for r in rows if r["name"].startswith("in process")}
     for row in rows:
@@ -189,7 +235,8 @@ def render(rows: list[dict[str, Any]], turns: int) -> str:
         added99 = row["p99_ms"] - ref["p99_ms"]
         same = row is ref
         lines.append(
-            f"| {row['name']} | {row['concurrency']} | {row['per_second']:.1f} | "
+            f"| {row['name']} | {row['concurrency']} | {row.get('applied') or '–'} | "
+            f"{row['per_second']:.1f} | "
             f"{row['p50_ms']:.1f} | {row['p99_ms']:.1f} | "
             f"{'–' if same else f'{added50:+.1f}'} | {'–' if same else f'{added99:+.1f}'} |"
         )

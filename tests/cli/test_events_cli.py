@@ -53,3 +53,12 @@ def test_worker_refuses_a_metrics_port_out_of_range(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "--metrics-port must be between 1 and 65535" in result.stderr
+
+
+def test_events_refuses_a_concurrency_below_one(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}"
+    result = runner.invoke(
+        app, ["--database-url", url, "events", "--bus", "memory://", "--concurrency", "0"]
+    )
+    assert result.exit_code == 2
+    assert "--concurrency" in result.stderr

@@ -12,7 +12,7 @@ from __future__ import annotations
 __all__ = ["EventApi"]
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pilothouse._facade.facet import Facet
 from pilothouse.store import Database
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         OutboxCommand,
         ToolRun,
     )
+    from pilothouse.runtime._eventreplies import EventReplies, FinishedReply
 
 
 class EventApi(Facet):
@@ -52,6 +53,54 @@ class EventApi(Facet):
         from pilothouse.runtime._eventcalls import EventCalls
 
         return EventCalls(await self._ready(), self._runner)
+
+    async def _replies(self) -> EventReplies:
+        from pilothouse.runtime._eventreplies import EventReplies
+
+        return EventReplies(await self._ready(), self._runner)
+
+    async def register_reply(
+        self, correlation_id: str, conversation_uuid: str, reply_to: str
+    ) -> Literal["new", "duplicate"]:
+        """Note where a ``run_action``'s final answer goes, before its first turn (this tenant).
+
+        Args:
+            correlation_id: the ``run_action``'s correlation id.
+            conversation_uuid: the conversation it runs in.
+            reply_to: the topic of its ``turn_finished``.
+
+        Returns:
+            ``new`` (run it: this caller holds the reply until it calls
+            :meth:`release_reply` or :meth:`replies_sent`) or ``duplicate``
+            (its conversation exists: it was run already).
+        """
+        return await (await self._replies()).register(
+            self.tenant, correlation_id, conversation_uuid, reply_to
+        )
+
+    async def release_reply(self, correlation_id: str) -> None:
+        """Leave a waiting ``run_action``'s final answer to whichever process sees it finish."""
+        await (await self._replies()).release(correlation_id)
+
+    async def replies_sent(self, correlation_ids: list[str]) -> None:
+        """Note ``run_action`` final answers as published."""
+        await (await self._replies()).sent(correlation_ids)
+
+    async def finished_replies(self, lease: float = 120.0, limit: int = 100) -> list[FinishedReply]:
+        """Claim the unpublished final answers of finished ``run_action`` conversations.
+
+        Publish each, then call :meth:`replies_sent`. Every tenant.
+
+        Args:
+            lease: seconds after which a claim of a process that died before
+                noting its answer published is taken over (at least once).
+            limit: at most this many.
+        """
+        return await (await self._replies()).finished(lease, limit)
+
+    async def conversation_of(self, correlation_id: str) -> str | None:
+        """The conversation an event call belongs to (every tenant), or None when unknown."""
+        return await (await self._calls()).conversation_of(correlation_id)
 
     async def unpublished(self, limit: int = 100) -> list[OutboxCommand]:
         """Commands in the outbox not yet published, oldest first (every tenant)."""

@@ -86,7 +86,9 @@ def worker(
     opened = _open(bus, session_timeout)
 
     async def go() -> None:
-        async with open_facade(state) as ph:
+        # The worker runs tools tenants wrote through the service: their
+        # addresses pass the tenant's egress policy at every call, as there.
+        async with open_facade(state, catalog_egress=True) as ph:
             runner = Worker(
                 ph,
                 opened,
@@ -124,6 +126,14 @@ def events(
         str | None, typer.Option("--action-topic", help="Answer run_action commands here.")
     ] = None,
     group: Annotated[str, typer.Option("--group", help="The consumer group.")] = "pilothouse",
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency",
+            min=1,
+            help="Completions applied at once (one at a time per conversation).",
+        ),
+    ] = 8,
     session_timeout: SessionTimeout = None,
     metrics_port: MetricsPort = None,
 ) -> None:
@@ -136,7 +146,12 @@ def events(
     async def go() -> None:
         async with open_facade(state) as ph:
             service = EventService(
-                ph, opened, reply_topic=reply_topic, group=group, action_topic=action_topic
+                ph,
+                opened,
+                reply_topic=reply_topic,
+                group=group,
+                action_topic=action_topic,
+                concurrency=concurrency,
             )
             _serve_metrics(metrics_port, service.metrics.registry)
             try:

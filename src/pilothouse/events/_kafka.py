@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = ["KafkaBus"]
 
+import bisect
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -46,11 +47,19 @@ class KafkaBus:
         self._producer: Any = None
         self._consumers: list[Any] = []
         self._topics: set[str] = set()
+        self._starting = anyio.Lock()
 
     async def start(self) -> None:
-        """Start the producer."""
+        """Start the producer (once, however many tasks ask at the same time)."""
         if self._producer is not None:
             return
+        async with self._starting:
+            # A task that waited here finds its peer's producer: two
+            # producers, one of them never stopped, otherwise.
+            if self._producer is None:
+                await self._start_producer()
+
+    async def _start_producer(self) -> None:
         from aiokafka import AIOKafkaProducer  # pyright: ignore[reportMissingTypeStubs]
         from aiokafka.errors import KafkaError  # pyright: ignore[reportMissingTypeStubs]
 
@@ -126,15 +135,17 @@ class KafkaBus:
             await consumer.stop()
             raise BusError(f"kafka at {self._servers}: consume '{topic}': {exc}") from exc
         self._consumers.append(consumer)
+        commits = _InOrderCommits(consumer)
         try:
             record: Any
             async for record in consumer:
                 partition = TopicPartition(record.topic, record.partition)
                 offset = record.offset + 1
+                commits.delivered(partition, record.offset)
 
-                async def ack(partition: Any = partition, offset: int = offset) -> None:
+                async def ack(partition: Any = partition, offset: int = record.offset) -> None:
                     try:
-                        await consumer.commit({partition: offset})
+                        await commits.acknowledge(partition, offset)
                     except KafkaError as exc:
                         # Not committed: the group gets the message again.
                         raise BusError(f"kafka: commit lost: {exc}") from exc
@@ -152,3 +163,45 @@ class KafkaBus:
                 # and close its connections.
                 with anyio.CancelScope(shield=True):
                     await consumer.stop()
+
+
+class _InOrderCommits:
+    """Commits a partition's offsets in order while acknowledgements come in any order.
+
+    Kafka's committed offset says "everything before it is done": a consumer
+    that applies several messages at once must not commit past one still
+    running, or a crash would lose it. An acknowledged offset is committed
+    once every offset delivered before it on its partition is acknowledged.
+    """
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self._pending: dict[Any, list[int]] = {}
+        self._acked: dict[Any, set[int]] = {}
+        self._committed: dict[Any, int] = {}
+        self._lock = anyio.Lock()
+
+    def delivered(self, partition: Any, offset: int) -> None:
+        """Note a delivered offset (a rebalance may deliver one again)."""
+        pending = self._pending.setdefault(partition, [])
+        at = bisect.bisect_left(pending, offset)
+        if at == len(pending) or pending[at] != offset:
+            pending.insert(at, offset)
+
+    async def acknowledge(self, partition: Any, offset: int) -> None:
+        """Note ``offset`` done; commit as far as every earlier one is done."""
+        acked = self._acked.setdefault(partition, set())
+        acked.add(offset)
+        pending = self._pending.get(partition, [])
+        upto: int | None = None
+        while pending and pending[0] in acked:
+            done = pending.pop(0)
+            acked.discard(done)
+            upto = done + 1
+        if upto is None:
+            return  # an earlier offset still runs: committed with it
+        async with self._lock:
+            # Commits of one partition go out one at a time and never backwards.
+            if upto > self._committed.get(partition, -1):
+                await self._consumer.commit({partition: upto})
+                self._committed[partition] = upto

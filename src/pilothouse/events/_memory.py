@@ -2,7 +2,8 @@
 
 Each topic is a list; each consumer group has a cursor over it. A message
 handed out but not acknowledged when its consumer stops is handed out
-again to the next consumer of the group, as a broker would.
+again to the next consumer of the group, as a broker would after a
+rebalance.
 """
 
 from __future__ import annotations
@@ -48,30 +49,34 @@ class MemoryBus:
             self._changed.notify_all()
 
     async def consume(self, topic: str, group: str) -> AsyncGenerator[Delivery]:
-        """Hand out the topic's messages to the group, each to one consumer."""
+        """Hand out the topic's messages to the group, each to one consumer.
+
+        Acknowledgements may come in any order and after the next message was
+        taken (a consumer applying several at once); what is not acknowledged
+        when the consumer stops goes back to the group.
+        """
         slot = (topic, group)
-        while not self._closed:
-            async with self._changed:
-                index = self._claim(slot)
-                while index is None and not self._closed:
-                    await self._changed.wait()
+        unacked: set[int] = set()
+        try:
+            while not self._closed:
+                async with self._changed:
                     index = self._claim(slot)
-            if index is None:
-                return
-            key, value = self._logs[topic][index]
-            done = False
+                    while index is None and not self._closed:
+                        await self._changed.wait()
+                        index = self._claim(slot)
+                if index is None:
+                    return
+                key, value = self._logs[topic][index]
+                unacked.add(index)
 
-            async def ack() -> None:
-                nonlocal done
-                done = True
+                async def ack(index: int = index) -> None:
+                    unacked.discard(index)
 
-            lag = len(self._logs[topic]) - self._next[slot]
-            try:
+                lag = len(self._logs[topic]) - self._next[slot]
                 yield Delivery(topic, value, key, lag, ack)
-            finally:
-                if not done:
-                    # Not acknowledged: the group gets it again.
-                    self._returned.setdefault(slot, []).append(index)
+        finally:
+            # Not acknowledged: the group gets them again.
+            self._returned.setdefault(slot, []).extend(sorted(unacked))
 
     def _claim(self, slot: tuple[str, str]) -> int | None:
         returned = self._returned.get(slot)

@@ -14,6 +14,8 @@ import re
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
+import anyio
+
 from pilothouse.events._bus import BusError, Delivery
 
 logger = logging.getLogger("pilothouse.events.nats")
@@ -51,11 +53,19 @@ class NatsBus:
         self._nc: Any = None
         self._js: Any = None
         self._streams: set[str] = set()
+        self._connecting = anyio.Lock()
 
     async def start(self) -> None:
-        """Connect to the server."""
+        """Connect to the server (once, however many tasks ask at the same time)."""
         if self._nc is not None:
             return
+        async with self._connecting:
+            # A task that waited here finds the connection its peer made: two
+            # connections, one of them never closed, otherwise.
+            if self._nc is None:
+                await self._connect()
+
+    async def _connect(self) -> None:
         import nats
         from nats.errors import Error as NatsError
 
@@ -105,7 +115,6 @@ class NatsBus:
         While the server is away (a restart), fetching waits and tries
         again; nats-py reconnects by itself.
         """
-        import anyio
         from nats.errors import Error as NatsError
         from nats.errors import TimeoutError as NatsTimeout
         from nats.js.api import ConsumerConfig

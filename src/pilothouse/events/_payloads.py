@@ -69,7 +69,12 @@ class RunAction(_Message):
 
 
 class TurnFinishedEvent(_Message):
-    """The answer to ``run_action``: the turn's output, status, usage and ``aiMeta``."""
+    """The answer to ``run_action``: the turn's output, status, usage and ``aiMeta``.
+
+    ``final`` is False on the answer of a turn that waits (``WA``: event
+    calls or questions); the final answer follows when the conversation
+    finishes, with the same ``correlationId``.
+    """
 
     type: Literal["turn_finished"] = "turn_finished"
     correlation_id: str
@@ -80,6 +85,7 @@ class TurnFinishedEvent(_Message):
     usage: dict[str, Any] = Field(default_factory=dict[str, Any])
     ai_meta: dict[str, Any] | None = None
     error: str | None = None
+    final: bool = True
 
 
 EventMessage = Annotated[

@@ -32,7 +32,7 @@ import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import ValidationError
 
-from pilothouse.errors import PilothouseError
+from pilothouse.errors import InvalidFieldError, PilothouseError
 from pilothouse.events._bus import Bus, BusError, Delivery
 from pilothouse.events._payloads import (
     RunAction,
@@ -118,7 +118,12 @@ class EventService:
             is running a turn, before leaving it to the next delivery.
         recover_after: seconds without a write after which a conversation
             left ``RU`` by a dead process (after a completion was applied) is
-            continued by the sweep; longer than any model call.
+            continued by the sweep; longer than any model call. Also the
+            lease of a ``run_action``'s final answer claimed by a process
+            that died before publishing it.
+        concurrency: completions applied at once by this process (each
+            resumes a conversation: its model call included); those of one
+            conversation are applied one after another, in delivery order.
         metrics: where to count; new ones by default.
     """
 
@@ -134,8 +139,14 @@ class EventService:
         sweep_interval: float = 1.0,
         busy_retry: float = 60.0,
         recover_after: float = 120.0,
+        concurrency: int = 8,
         metrics: EventServiceMetrics | None = None,
     ) -> None:
+        if concurrency < 1:
+            raise InvalidFieldError(
+                "concurrency", f"must be at least 1 (1 applies one at a time), not {concurrency}"
+            )
+        self._concurrency = concurrency
         self._ph = ph
         self._bus = bus
         self.reply_topic = reply_topic
@@ -169,7 +180,11 @@ class EventService:
 
     async def _on_turn_event(self, event: Any) -> None:
         result = getattr(event, "result", None)
-        if isinstance(result, TurnResult) and any(c.correlation_id for c in result.tool_calls):
+        # New commands in the outbox, or a conversation that may owe a
+        # run_action its final answer: the relay reads both at once.
+        if isinstance(result, TurnResult) and (
+            result.settled or any(c.correlation_id for c in result.tool_calls)
+        ):
             self.wake()
 
     # -- the relay ------------------------------------------------------------
@@ -197,6 +212,29 @@ class EventService:
                 await self._ph.events.mark_published(done)
             sent += len(done)
 
+    async def replies_once(self) -> int:
+        """Publish the final ``turn_finished`` of every finished ``run_action``; return how many.
+
+        A reply is claimed, published, then noted sent: a process that dies in
+        between leaves a claim another takes over after ``recover_after``
+        seconds (at least once: the caller may see a final answer twice).
+        """
+        sent = 0
+        while True:
+            replies = await self._ph.events.finished_replies(self._recover_after)
+            if not replies:
+                return sent
+            done: list[str] = []
+            try:
+                for reply in replies:
+                    event = turn_finished(reply.correlation_id, reply.result)
+                    await self._bus.publish(reply.reply_to, encode(event), key=reply.correlation_id)
+                    done.append(reply.correlation_id)
+                    self.metrics.actions.labels("final_reply").inc()
+            finally:
+                await self._ph.events.replies_sent(done)
+            sent += len(done)
+
     async def _relay_loop(self) -> None:
         while True:
             # A fresh event before reading the outbox: a wake that comes
@@ -204,6 +242,7 @@ class EventService:
             self._wake = anyio.Event()
             try:
                 await self.relay_once()
+                await self.replies_once()
             except PilothouseError as exc:
                 logger.warning("event relay: %s; retrying", exc)
             with anyio.move_on_after(self._poll):
@@ -218,14 +257,58 @@ class EventService:
             await self._completions(stream)
 
     async def _completions(self, stream: AsyncGenerator[Delivery]) -> None:
-        async for delivery in stream:
-            if delivery.lag is not None:
-                self.metrics.lag.labels(delivery.topic).set(delivery.lag)
-            try:
-                await self.handle_completion(delivery)
-            except BusError as exc:
-                # Applied but not acknowledged: it comes again and is a duplicate.
-                logger.warning("completion on %s not acknowledged: %s", delivery.topic, exc)
+        """Apply deliveries, up to ``concurrency`` at once, one at a time per conversation.
+
+        Completions of one conversation wait in a chain behind each other, in
+        the order delivered (a second would only find the conversation
+        running); the bound counts the waiting ones too, so no more than
+        ``concurrency`` deliveries are taken from the bus and not yet
+        acknowledged.
+        """
+        slots = anyio.Semaphore(self._concurrency)
+        chains: dict[str, list[Delivery]] = {}
+
+        async def chain(key: str, delivery: Delivery) -> None:
+            while True:
+                try:
+                    await self._handle_acked(delivery)
+                finally:
+                    slots.release()
+                waiting = chains[key]
+                if not waiting:
+                    del chains[key]
+                    return
+                delivery = waiting.pop(0)
+
+        async with anyio.create_task_group() as group:
+            async for delivery in stream:
+                if delivery.lag is not None:
+                    self.metrics.lag.labels(delivery.topic).set(delivery.lag)
+                await slots.acquire()
+                key = await self._conversation_of(delivery)
+                if key in chains:
+                    chains[key].append(delivery)
+                else:
+                    chains[key] = []
+                    group.start_soon(chain, key, delivery)
+
+    async def _conversation_of(self, delivery: Delivery) -> str:
+        """The conversation a delivery resumes (its chain); the correlation id when unknown."""
+        try:
+            message = decode(delivery.value)
+        except (ValidationError, ValueError):
+            return ""  # unreadable: handled (and counted) in a chain of its own
+        if not isinstance(message, SkillCompletionEvent):
+            return ""
+        found = await self._ph.events.conversation_of(message.correlation_id)
+        return found or message.correlation_id
+
+    async def _handle_acked(self, delivery: Delivery) -> None:
+        try:
+            await self.handle_completion(delivery)
+        except BusError as exc:
+            # Applied but not acknowledged: it comes again and is a duplicate.
+            logger.warning("completion on %s not acknowledged: %s", delivery.topic, exc)
 
     async def handle_completion(self, delivery: Delivery) -> str:
         """Apply one delivered completion, then acknowledge it; return its outcome."""
@@ -298,36 +381,51 @@ class EventService:
         if not isinstance(message, RunAction):
             await delivery.ack()
             return "other"
-        outcome = "finished"
+        ph = self._ph if message.tenant is None else self._ph.for_tenant(message.tenant)
+        correlation_id = message.correlation_id
+        outcome, reply, settled = "finished", None, True
         try:
-            reply = await self._run_action(message)
+            result = await self._run_action(ph, message)
+            reply = turn_finished(correlation_id, result)
+            settled = result.settled
         except _Duplicate:
-            # Its conversation exists: this command was run already.
-            outcome, reply = "duplicate", None
+            # Its conversation exists: this command was run already (its final
+            # answer, if it still waits, comes from the relay).
+            outcome = "duplicate"
         except PilothouseError as exc:
             outcome = "refused"
             reply = TurnFinishedEvent(
-                correlation_id=message.correlation_id,
+                correlation_id=correlation_id,
                 status="FA",
                 error=f"{exc.category.value}: {exc.public_message}",
             )
         if reply is not None:
-            await self._bus.publish(message.reply_to, encode(reply), key=message.correlation_id)
+            await self._bus.publish(message.reply_to, encode(reply), key=correlation_id)
+            if settled:
+                await ph.events.replies_sent([correlation_id])
+            else:
+                # The turn waits: its final answer goes out from whichever
+                # process sees the conversation finish (the relay).
+                outcome = "waiting"
+                await ph.events.release_reply(correlation_id)
+                self.wake()
         self.metrics.actions.labels(outcome).inc()
         await delivery.ack()
         return outcome
 
-    async def _run_action(self, message: RunAction) -> TurnFinishedEvent:
-        ph = self._ph if message.tenant is None else self._ph.for_tenant(message.tenant)
+    async def _run_action(self, ph: Pilothouse, message: RunAction) -> TurnResult:
         conversation_uuid = str(uuid_module.uuid5(_ACTION_NAMESPACE, message.correlation_id))
-        if await ph.query.find_conversation(conversation_uuid) is not None:
+        registered = await ph.events.register_reply(
+            message.correlation_id, conversation_uuid, message.reply_to
+        )
+        if registered == "duplicate":
             raise _Duplicate
         if isinstance(message.input, str):
             text, data = message.input, None
         else:
             text = str(message.input.get("input", "")) or json.dumps(message.input)
             data = message.input
-        result = await ph.command.start_and_send(
+        return await ph.command.start_and_send(
             text,
             action=message.action,
             agent=message.agent,
@@ -335,7 +433,6 @@ class EventService:
             input_data=data,
             conversation_uuid=conversation_uuid,
         )
-        return turn_finished(message.correlation_id, result)
 
 
 class _Duplicate(Exception):
@@ -343,7 +440,10 @@ class _Duplicate(Exception):
 
 
 def turn_finished(correlation_id: str, result: TurnResult) -> TurnFinishedEvent:
-    """The ``turn_finished`` event of a turn (the fields ``/v1/invoke`` answers with)."""
+    """The ``turn_finished`` event of a turn (the fields ``/v1/invoke`` answers with).
+
+    ``final`` is False when the conversation still waits (``WA``).
+    """
     finish = result.finish_reason
     return TurnFinishedEvent(
         correlation_id=correlation_id,
@@ -359,4 +459,5 @@ def turn_finished(correlation_id: str, result: TurnResult) -> TurnFinishedEvent:
         },
         ai_meta=result.ai_meta,
         error=result.error,
+        final=result.settled,
     )

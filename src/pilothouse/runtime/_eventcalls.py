@@ -108,6 +108,15 @@ class EventCalls:
             )
             return [OutboxCommand(r.id, r.correlation_id, r.topic, r.payload) for r in rows]
 
+    async def conversation_of(self, correlation_id: str) -> str | None:
+        """The conversation of an event call, or None when no command has that id."""
+        async with self._db.sessions() as session:
+            return await session.scalar(
+                select(EventOutbox.conversation_uuid).where(
+                    EventOutbox.correlation_id == correlation_id
+                )
+            )
+
     async def mark_published(self, ids: list[int]) -> None:
         """Note commands as published (the relay calls this after the bus took them)."""
         if not ids:
@@ -226,6 +235,59 @@ class EventCalls:
             return CompletionApplied("busy", uuid)
         return CompletionApplied("applied", uuid, turn)
 
+    async def submit(self, tenant: str, uuid: str, call_id: str, result: Any) -> TurnResult | None:
+        """Answer an event call with a caller's result (``submit_tool_result``).
+
+        The result is applied as the worker's completion would be, with an
+        ``event_processed`` row (outcome ``submitted``) in the same
+        transaction: the bus completion that comes later is a duplicate,
+        counted and ignored. A call the bus (or the deadline) answered first
+        is refused, and the refused submission is counted on that row.
+
+        Returns:
+            The resumed turn, or None when ``call_id`` is no event call (the
+            caller answers it as a custom-schema call).
+
+        Raises:
+            InvalidStateError: the call was answered already, or its
+                conversation is running a turn or no longer waits.
+        """
+        async with self._db.sessions() as session:
+            command = await session.scalar(
+                select(EventOutbox).where(
+                    EventOutbox.tenant == tenant,
+                    EventOutbox.conversation_uuid == uuid,
+                    EventOutbox.call_id == call_id,
+                )
+            )
+            if command is None:
+                return None
+            done = await session.get(EventProcessed, command.correlation_id)
+        correlation_id = command.correlation_id
+        if done is None:
+            applied = await self.complete(correlation_id, result=result, outcome="submitted")
+            if applied.outcome == "applied" and applied.result is not None:
+                return applied.result
+            if applied.outcome == "busy":
+                raise InvalidStateError(
+                    f"conversation '{uuid}' is running a turn; submit the result of "
+                    f"'{call_id}' again when it waits"
+                )
+            if applied.outcome != "duplicate":
+                raise InvalidStateError(
+                    f"tool call '{call_id}' of conversation '{uuid}' no longer waits for a result"
+                )
+            # Answered by the bus between the read and the apply: refused below.
+        else:
+            await self._duplicate(correlation_id, "submit_tool_result after " + done.outcome)
+        async with self._db.sessions() as session:
+            done = await session.get(EventProcessed, correlation_id)
+        answered = done.outcome if done is not None else "a completion"
+        raise InvalidStateError(
+            f"tool call '{call_id}' is not waiting for a result: its event call "
+            f"'{correlation_id}' was answered already ({answered})"
+        )
+
     async def expire(self, now: datetime | None = None) -> int:
         """End every call past its deadline with a timeout result the model sees.
 
@@ -284,7 +346,9 @@ class EventCalls:
                         Conversation.updated_at < cutoff,
                         Conversation.uuid.in_(
                             select(EventProcessed.conversation_uuid).where(
-                                EventProcessed.outcome.in_(["result", "error", "timeout"])
+                                EventProcessed.outcome.in_(
+                                    ["result", "error", "timeout", "submitted"]
+                                )
                             )
                         ),
                     )
@@ -397,6 +461,30 @@ async def run_tool(
         NotFoundError: no registered tool and no active runnable catalog
             tool has that name.
     """
+    with runtime.tenant_egress(tenant):
+        return await _run_tool(
+            runtime,
+            database,
+            tenant,
+            name,
+            arguments,
+            conversation_uuid=conversation_uuid,
+            call_id=call_id,
+            timeout=timeout,
+        )
+
+
+async def _run_tool(
+    runtime: Runtime,
+    database: Database,
+    tenant: str,
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    conversation_uuid: str = "",
+    call_id: str = "",
+    timeout: float = 30.0,
+) -> ToolRun:
     from pilothouse.catalog._enums import ToolKind
     from pilothouse.catalog._models import Tool
     from pilothouse.errors import NotFoundError

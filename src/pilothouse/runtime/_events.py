@@ -113,6 +113,31 @@ class ToolCallRecord:
         }
 
 
+SETTLED = frozenset(
+    {
+        ProcessStatus.COMPLETED,
+        ProcessStatus.FAILED,
+        ProcessStatus.TERMINATED,
+        ProcessStatus.KILLED,
+        ProcessStatus.STUCK,
+    }
+)
+"""Statuses in which a conversation waits for nothing (``CO`` unless its calls wait)."""
+
+
+def settled(status: ProcessStatus, finish_reason: FinishReason | None) -> bool:
+    """Whether a conversation in ``status`` has its answer and waits for nothing.
+
+    ``WA`` (event calls, questions), ``RU``, ``NS`` and ``PA`` wait; so does
+    ``CO`` with finish reason ``TC`` (custom-schema calls returned to the
+    caller wait for their results). A ``run_action``'s final ``turn_finished``
+    is published when its conversation is settled.
+    """
+    if status is ProcessStatus.COMPLETED and finish_reason is FinishReason.TOOL_CALLS:
+        return False
+    return status in SETTLED
+
+
 @dataclass(frozen=True)
 class TurnResult:
     """What one turn produced.
@@ -149,6 +174,11 @@ class TurnResult:
     tool_calls: tuple[ReturnedCall, ...] = ()
     questions: tuple[Question, ...] = ()
     call_records: tuple[ToolCallRecord, ...] = ()
+
+    @property
+    def settled(self) -> bool:
+        """Whether the conversation has its answer: nothing it waits for (see :func:`settled`)."""
+        return settled(self.status, self.finish_reason)
 
     def as_json(self) -> dict[str, Any]:
         """Return the result as JSON-ready data (codes for enums, cost as a string)."""
@@ -304,14 +334,19 @@ class EventHub:
         A failing listener is logged and skipped: a broken subscriber must not
         break the turn it watches.
         """
-        listeners = [listener for listener, only in self._all if only is None or only == tenant]
-        listeners.extend(self._by_conversation.get(event.conversation_uuid, ()))
-        if not isinstance(event, TextDelta | ThinkingDelta):
-            listeners.extend(
-                listener for listener, only in self._quiet if only is None or only == tenant
-            )
-        if extra is not None:
-            listeners.append(extra)
+        if self._all or self._quiet or self._by_conversation:
+            listeners = [listener for listener, only in self._all if only is None or only == tenant]
+            listeners.extend(self._by_conversation.get(event.conversation_uuid, ()))
+            if not isinstance(event, TextDelta | ThinkingDelta):
+                listeners.extend(
+                    listener for listener, only in self._quiet if only is None or only == tenant
+                )
+            if extra is not None:
+                listeners.append(extra)
+        else:
+            # No subscriber (the usual case, once per streamed delta): the
+            # turn's own listener only, without filtering three empty lists.
+            listeners = [extra] if extra is not None else []
         for listener in listeners:
             try:
                 outcome = listener(event)

@@ -15,6 +15,7 @@ from __future__ import annotations
 __all__ = [
     "EventOutbox",
     "EventProcessed",
+    "EventReply",
     "NewOutboxMessage",
     "NewProcessed",
     "outbox_row",
@@ -88,6 +89,35 @@ class EventProcessed(Base):
     duplicates: Mapped[int] = mapped_column(Integer, default=0)
     last_duplicate_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     detail: Mapped[str | None] = mapped_column(Text)
+
+
+class EventReply(Base):
+    """Where a ``run_action``'s final ``turn_finished`` goes once its conversation finishes.
+
+    Written before the action's first turn; a turn that ends waiting on the
+    bus leaves it unpublished, and whichever process sees the conversation
+    finished (by a completion, a caller's result, a deadline, a cancel)
+    publishes the answer and notes it here.
+
+    Attributes:
+        correlation_id: the ``run_action``'s correlation id (the answer carries it).
+        tenant: the conversation's tenant.
+        conversation_uuid: the conversation run for it.
+        reply_to: the topic the answer goes to.
+        claimed_at: when a process took it to publish (or to run the first
+            turn); another may take it once the claim is old.
+        published_at: when the final answer was published; None until then.
+    """
+
+    __tablename__ = "event_reply"
+
+    correlation_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(32))
+    conversation_uuid: Mapped[str] = mapped_column(String(36), unique=True)
+    reply_to: Mapped[str] = mapped_column(String(249))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    claimed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    published_at: Mapped[datetime | None] = mapped_column(UtcDateTime, index=True)
 
 
 @dataclass(frozen=True, slots=True)
