@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from fault_upstream import Reply, Upstream, chunk, completion, running_upstream
+from fault_upstream import Reply, Upstream, chunk, completion, running_upstream, text_stream
 from live_serve import LiveServer, live_serve
 
 pytestmark = pytest.mark.real
@@ -163,6 +163,11 @@ def test_a_whole_playground_session_in_chromium(
         expect(cost).to_contain_text("out tokens")
         expect(cost).to_contain_text("CO")
         assert int(page.locator("body").get_attribute("data-last-deltas") or 0) >= 2
+        # After a reload the turn's line comes from its record, in the live chat's words.
+        live = page.locator("body").get_attribute("data-last-turn") or ""
+        assert live.startswith("This turn: ") and live.endswith(" · CO"), live
+        page.reload()
+        expect(page.locator(".turn-cost")).to_have_text([live])
         expect(page.locator("#chat-title")).to_have_text("Name one color of the sky.")
         expect(page.locator("#conversation-list")).to_contain_text("Name one color of the sky.")
         first = page.url.split("c=")[1]
@@ -172,12 +177,24 @@ def test_a_whole_playground_session_in_chromium(
             page.screenshot(path=str(shots / "playground-1280x800.png"))
 
         # Edit the prompt and submit it: a fork holds the new turn; the original stays recorded.
-        page.get_by_role("button", name="Prompt actions").first.click()
+        # The prompt's menu from the keyboard: Enter opens it, Escape closes it and gives
+        # the focus back to its button.
+        more = page.get_by_role("button", name="Prompt actions: Name one color of the sky.")
+        more.focus()
+        page.keyboard.press("Enter")
+        expect(more).to_have_attribute("aria-expanded", "true")
+        expect(page.get_by_role("button", name="Edit prompt")).to_be_visible()
+        page.keyboard.press("Tab")
+        page.keyboard.press("Escape")
+        expect(more).to_have_attribute("aria-expanded", "false")
+        expect(more).to_be_focused()
+        more.click()
         page.get_by_role("button", name="Edit prompt").click()
         page.get_by_label("Edit prompt").fill("Name one color of grass.")
         page.get_by_role("button", name="Submit", exact=True).click()
-        expect(page.locator("body")).to_have_attribute("data-turns", "2")
-        expect(page.locator(".turn-cost")).to_contain_text("CO")
+        # The first turn since the reload above (the counter is the page's).
+        expect(page.locator("body")).to_have_attribute("data-turns", "1")
+        expect(page.locator(".turn-cost").last).to_contain_text("CO")
         expect(page.locator(".bubble.user .text").first).to_have_text("Name one color of grass.")
         edited = page.url.split("c=")[1]
         assert edited != first
@@ -217,6 +234,15 @@ def test_a_whole_playground_session_in_chromium(
         page.get_by_role("button", name="Answer").click()
         expect(page.locator(".bubble.assistant").last).to_contain_text("Size M it is.")
         assert "M" in json.dumps(upstream.requests[-1]["messages"][-1])
+        # Both turns (the one that asked, the one the answer resumed) show their own
+        # tokens and cost after a reload: UPM is priced, so neither costs nothing.
+        page.reload()
+        turns = page.locator(".turn-cost")
+        expect(turns).to_have_count(2)
+        expect(turns.first).to_contain_text(" · WA")
+        expect(turns.last).to_contain_text(" · CO")
+        for line in turns.all_inner_texts():
+            assert "cost $0 " not in line and re.search(r"cost \$0\.0*[1-9]", line), line
 
         # Export the conversation to JSON, then import it back.
         shirt = page.url.split("c=")[1]
@@ -233,6 +259,28 @@ def test_a_whole_playground_session_in_chromium(
         page.wait_for_url(lambda url: "c=" in url and shirt not in url)
         expect(page.locator("#chat")).to_contain_text("Size M it is.")
         expect(page.locator("#chat-title")).to_have_text("I want a shirt.")
+
+        # A bare model (no action): an ad-hoc run, streamed from the local model as a
+        # governed turn is. Max tokens keeps the 135M model short.
+        page.goto(f"{base}/playground?target=model:SMOLLM2")
+        page.get_by_label("Max tokens value").fill("24")
+        page.get_by_label("Prompt", exact=True).fill("Name one fruit.")
+        page.get_by_role("button", name="Send").click()
+        expect(page.locator("body")).to_have_attribute("data-turns", "1")
+        assert int(page.locator("body").get_attribute("data-last-deltas") or 0) >= 2
+        expect(page.locator("#chat-title")).to_have_text("Name one fruit.")
+        expect(page.locator("#chat .meta").first).to_contain_text("bare model SMOLLM2")
+        live = page.locator("body").get_attribute("data-last-turn") or ""
+        assert live.endswith(" · CO"), live
+        if shots:
+            page.screenshot(path=str(shots / "playground-bare-model-1280x800.png"))
+        # The list and the chat were swapped in by htmx after the turn: every menu is closed.
+        expect(page.locator("#conversation-list .menu:visible, #chat .menu:visible")).to_have_count(
+            0
+        )
+        page.reload()
+        expect(page.locator(".turn-cost")).to_have_text([live])
+        expect(page.locator("#target")).to_have_value("model:SMOLLM2")
 
         # RAG (seed 004, "Testing Semantic Index"): a small text ingested into a collection
         # with the packaged MiniLM, then the RAG switch at the bottom of the Settings panel.
@@ -268,16 +316,18 @@ def test_a_whole_playground_session_in_chromium(
             page.screenshot(path=str(shots / "playground-rag-1280x800.png"))
         # "Collection's model": its qa_model answers, without the playground's settings.
         # (Its qa_model is the scripted upstream's, so the answer shows who gave it.)
-        upstream.script(Reply(body=completion("Pixel is the office cat [1].")))
+        # The ad-hoc run on it streams, as every playground turn does.
+        upstream.script(Reply(events=text_stream("Pixel is ", "the office ", "cat [1].")))
         page.get_by_label("Collection's model").check()
         page.get_by_label("Prompt", exact=True).fill("Who is Pixel?")
         page.get_by_role("button", name="Send").click()
         expect(page.locator("body")).to_have_attribute("data-turns", "2")
+        expect(page.locator("body")).to_have_attribute("data-last-deltas", "3")
         expect(page.locator(".bubble.assistant").last).to_contain_text("Pixel is the office cat")
         note = page.locator(".rag-note").last
         expect(note).to_contain_text("answered by the collection's model UPM")
         asked = upstream.requests[-1]
-        assert asked["model"] == "scripted"
+        assert asked["model"] == "scripted" and asked["stream"] is True
         assert "The office cat is called Pixel" in json.dumps(asked["messages"][0])
         assert "temperature" not in asked  # the playground's settings are not sent
         page.get_by_text("Audit timeline").click()
@@ -295,10 +345,22 @@ def test_a_whole_playground_session_in_chromium(
         expect(small.get_by_role("button", name="Send")).to_be_visible()
         small.get_by_role("button", name="Conversations").click()
         expect(small.locator("#conversation-list")).to_be_visible()
+        fits = "document.documentElement.scrollWidth <= window.innerWidth"
+        assert small.evaluate(fits)  # nothing wider than the phone's screen
+        # The settings panel opens below the chat: its tab takes the focus (and scrolls there).
+        small.get_by_role("button", name="Settings", exact=True).click()
+        expect(small.get_by_role("tab", name="Settings")).to_be_focused()
+        expect(small.get_by_label("Max tokens value")).to_be_visible()
         if shots:
             small.screenshot(path=str(shots / "playground-phone.png"), full_page=True)
             page.goto(f"{base}/catalog/actions/COLORS")
             page.screenshot(path=str(shots / "catalog-edit-1280x800.png"))
+        # The catalog's tables scroll inside the page at phone width; the page does not.
+        small.goto(f"{base}/catalog/actions")
+        expect(small.get_by_role("link", name="COLORS")).to_be_visible()
+        assert small.evaluate(fits)
+        if shots:
+            small.screenshot(path=str(shots / "catalog-phone.png"))
         phone.close()
         context.close()
         browser.close()

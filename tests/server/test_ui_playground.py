@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 
 import httpx
 import pytest
 from server_helpers import parse_sse
 
 from pilothouse.server._state import ServerState
+from pilothouse.server._ui._base import plain_decimal
 from pilothouse.testing import Reply, ScriptedModel, ToolCall
 
 pytestmark = pytest.mark.anyio
@@ -231,6 +233,89 @@ async def test_a_question_is_answered_inline(
     assert "Size M it is." in chat and 'name="answer:size"' not in chat
 
 
+def _turn_lines(html: str) -> list[str]:
+    return re.findall(r'<p class="turn-meta turn-cost">(.*?)</p>', html)
+
+
+def _line(result: dict[str, object]) -> str:
+    """The line the live chat shows for a finished turn (playground.js), from its result."""
+    cost = plain_decimal(result["cost"])
+    return (
+        f"This turn: {result['input_tokens']} in / {result['output_tokens']} out tokens"
+        f" · cost ${cost} · {result['status']}"
+    )
+
+
+async def test_each_turn_shows_its_tokens_and_cost_after_a_reload(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel, server_state: ServerState
+) -> None:
+    await _login(client, api_key)
+    ph = server_state.pilothouse
+    model = await ph.catalog.get("models", "SCRIPTEDM")
+    # Priced, so every turn has a cost of its own (per million tokens).
+    await ph.catalog.update(
+        "models",
+        "SCRIPTEDM",
+        {**model.document, "input_price": 2.5, "output_price": 10},
+        expected_version=model.version,
+    )
+    scripted.script.steps.append(Reply("A priced answer of six words.", input_tokens=120))
+    first = await _chat(client, target="action:ECHO", text="First question")
+    uuid = str(first[0][1]["uuid"])
+    question = {"questions": [{"id": "size", "question": "Which size?", "choices": ["S", "M"]}]}
+    scripted.script.steps.append(ToolCall("AskUserQuestion", question, call_id="q9"))
+    second = await _chat(client, conversation=uuid, target="action:ECHO", text="Order a shirt")
+    scripted.script.steps.append(Reply("Size M it is.", input_tokens=300))
+    answered = await client.post(f"/ui/conversations/{uuid}/answers", data={"answer:size": "M"})
+    assert answered.status_code == 200, answered.text
+    results = [
+        dict(first[-2][1]),
+        dict(second[-2][1]),
+        answered.json(),
+    ]
+    assert [r["status"] for r in results] == ["CO", "WA", "CO"]
+    assert all(Decimal(str(r["cost"])) > 0 for r in results)
+    # The reloaded chat shows each turn's line, in order, as the live chat showed it.
+    chat = (await client.get(f"/ui/conversations/{uuid}")).text
+    assert _turn_lines(chat) == [_line(r) for r in results]
+    # From the records: the last message each turn wrote carries its usage.
+    recorded = [
+        m.data["turn_usage"]
+        for m in await ph.query.get_conversation_messages(uuid)
+        if m.data and "turn_usage" in m.data
+    ]
+    assert recorded == [
+        {
+            "input_tokens": r["input_tokens"],
+            "output_tokens": r["output_tokens"],
+            "cost": r["cost"],
+            "status": r["status"],
+        }
+        for r in results
+    ]
+    # The header's totals are the turns' sums.
+    view = await ph.query.get_transcript(uuid)
+    assert view.estimated_cost == sum(Decimal(str(r["cost"])) for r in results)
+    assert f"cost ${plain_decimal(view.estimated_cost)}" in chat
+
+
+@pytest.mark.parametrize(
+    ("recorded", "shown"),
+    [
+        ("7.5E-7", "0.00000075"),
+        ("0.00015000", "0.00015"),
+        ("0E-8", "0"),
+        ("0.000000", "0"),
+        ("12.50", "12.5"),
+        ("3", "3"),
+        ("1.5E+2", "150"),
+    ],
+)
+def test_costs_are_shown_as_plain_decimals(recorded: str, shown: str) -> None:
+    assert plain_decimal(recorded) == shown
+    assert plain_decimal(Decimal(recorded)) == shown
+
+
 async def test_export_then_import_gives_a_new_conversation_with_the_same_messages(
     client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel, server_state: ServerState
 ) -> None:
@@ -429,11 +514,26 @@ async def test_a_bare_model_chats_through_an_adhoc_run(
     client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel, server_state: ServerState
 ) -> None:
     await _login(client, api_key)
-    scripted.script.steps.append(Reply("Bare hello."))
+    scripted.script.steps.append(Reply("Bare hello, streamed in pieces."))
     events = await _chat(client, target="model:SCRIPTEDM", text="Hi model", instruction="Be terse.")
     uuid = str(events[0][1]["uuid"])
-    assert [name for name, _ in events] == ["conversation", "delta", "finished", "named"]
-    assert events[1][1]["text"] == "Bare hello."
+    names = [name for name, _ in events]
+    # Streamed as a governed turn: the status, the model's pieces one by one, the result.
+    assert names == [
+        "conversation",
+        "status",
+        *["delta"] * 5,
+        "status",
+        "finished",
+        "named",
+    ], names
+    deltas = [str(data["text"]) for name, data in events if name == "delta"]
+    assert deltas == ["Bare ", "hello, ", "streamed ", "in ", "pieces."]
+    finished = next(data for name, data in events if name == "finished")
+    assert finished["status"] == "CO" and finished["output"] == "Bare hello, streamed in pieces."
+    assert {data.get("conversation_uuid") for name, data in events if name == "delta"} == {uuid}
+    # Just the model: no tool is offered (not even AskUserQuestion).
+    assert [t.name for t in scripted.requests[0].info.function_tools] == []
     scripted.script.steps.append(Reply("Again."))
     events = await _chat(
         client,
@@ -445,11 +545,12 @@ async def test_a_bare_model_chats_through_an_adhoc_run(
     assert events[0][1]["uuid"] == uuid
     page = await client.get("/playground", params={"c": uuid})
     assert 'value="model:SCRIPTEDM" selected' in page.text
+    assert _line(dict(finished)) in _turn_lines(page.text)
     messages = await server_state.pilothouse.query.get_conversation_messages(uuid)
     # Each ad-hoc run records its system prompt (with the extra one) before the turn.
     assert [m.content for m in messages if m.role.value != "SY"] == [
         "Hi model",
-        "Bare hello.",
+        "Bare hello, streamed in pieces.",
         "More",
         "Again.",
     ]

@@ -20,6 +20,7 @@ __all__ = [
 ]
 
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,6 +39,26 @@ COOKIE = "pilothouse_key"
 
 # Autoescaping is on for .html (Jinja2Templates selects it by extension).
 templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+
+def plain_decimal(value: object) -> str:
+    """A cost as a plain decimal: no exponent, no trailing zeros (``7.5E-7`` is ``0.00000075``).
+
+    Costs are recorded as decimal strings (a turn's) or numerics of eight
+    places (a conversation's); ``str(Decimal)`` writes small ones with an
+    exponent, which nobody reads as money. ``playground.js`` writes a live
+    turn's cost the same way.
+    """
+    try:
+        text = format(Decimal(str(value)), "f")
+    except InvalidOperation:
+        return str(value)
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+templates.env.filters["cost"] = plain_decimal  # pyright: ignore[reportUnknownMemberType]
 
 
 class LoginRequired(StarletteHTTPException):

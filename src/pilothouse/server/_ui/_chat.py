@@ -108,7 +108,7 @@ async def _qa_model(ph: Pilothouse, code: str) -> str:
 async def _adhoc(
     ph: Pilothouse, body: ChatRequest, model: str, *, continue_memory: bool = True
 ) -> AsyncIterator[bytes]:
-    """A bare model: one ad-hoc turn (not streamed by the run loop), shown as one delta.
+    """A bare model: one ad-hoc turn, streamed as a governed turn is (``stream_adhoc``).
 
     With RAG on it searches the chosen collection; when the collection's own
     model answers (``model`` is its ``qa_model``), the panel's settings are
@@ -132,15 +132,21 @@ async def _adhoc(
         memory=ChatMemory(memory_id=memory_id),
         record=record,
         collection=rag.collection if rag is not None else None,
+        # Just the model: no AskUserQuestion, which would also keep a local
+        # model (llama.cpp streams only without tools) from streaming.
+        ask_user=False,
     )
-    done = await ph.command.run_adhoc(run)
-    uuid = done.conversation_uuid
-    yield _sse("conversation", {"uuid": uuid})
-    if done.result.text:
-        yield _sse("delta", {"conversation_uuid": uuid, "text": done.result.text})
-    yield _sse("finished", done.result.as_json())
-    named = await ph.history.name_if_untitled(uuid, body.text)
-    yield _sse("named", {"uuid": uuid, "title": named.title})
+    uuid: str | None = None
+    async for event in ph.command.stream_adhoc(run):
+        if uuid is None:
+            # Every event names the conversation: the first tells the browser
+            # which one it is before the model has answered.
+            uuid = event.conversation_uuid
+            yield _sse("conversation", {"uuid": uuid})
+        yield _sse(*event_data(event))
+    if uuid is not None:
+        named = await ph.history.name_if_untitled(uuid, body.text)
+        yield _sse("named", {"uuid": uuid, "title": named.title})
 
 
 def _rag_event(body: ChatRequest, model: str | None) -> bytes:

@@ -43,6 +43,22 @@ const Playground = (() => {
     return { collection, answer_with: mode ? mode.value : "playground" };
   }
 
+  function plainDecimal(text) {
+    // A cost as the server's "cost" filter writes it: no exponent (7.5E-7 is 0.00000075),
+    // no trailing zeros.
+    let plain = text;
+    const m = /^(-?)(\d+)(?:\.(\d+))?[eE]([-+]?\d+)$/.exec(text);
+    if (m) {
+      const digits = m[2] + (m[3] || "");
+      const point = m[2].length + Number(m[4]);
+      if (point <= 0) plain = m[1] + "0." + "0".repeat(-point) + digits;
+      else if (point >= digits.length) plain = m[1] + digits + "0".repeat(point - digits.length);
+      else plain = m[1] + digits.slice(0, point) + "." + digits.slice(point);
+    }
+    if (plain.includes(".")) plain = plain.replace(/0+$/, "").replace(/\.$/, "");
+    return plain === "-0" || plain === "" ? "0" : plain;
+  }
+
   function problemText(body, fallback) {
     if (body && typeof body === "object") return body.detail || body.title || fallback;
     return fallback;
@@ -177,13 +193,22 @@ const Playground = (() => {
     if (finished) {
       // Counts finished turns on this page (a test waits for it; nothing reads it otherwise).
       document.body.dataset.turns = String(Number(document.body.dataset.turns || 0) + 1);
-      const answers = document.querySelectorAll("#chat .bubble.assistant");
-      const last = answers[answers.length - 1];
-      const meta = document.createElement("p");
-      meta.className = "turn-meta turn-cost";
-      meta.textContent = "This turn: " + finished.input_tokens + " in / " + finished.output_tokens +
-        " out tokens · cost $" + finished.cost + " · " + finished.status;
-      (last || $("#chat")).appendChild(meta);
+      // The reloaded chat shows the turn's line from its record (data.turn_usage of the last
+      // message it wrote). A turn that wrote no message (a failure before any answer) has no
+      // record of its own: its line is shown from the result, in the same words.
+      const line = "This turn: " + finished.input_tokens + " in / " + finished.output_tokens +
+        " out tokens · cost $" + plainDecimal(String(finished.cost)) + " · " + finished.status;
+      // The line the result gave (read by the browser test, which compares it after a reload).
+      document.body.dataset.lastTurn = line;
+      const shown = document.querySelectorAll("#chat .turn-cost");
+      if (!shown.length || shown[shown.length - 1].textContent !== line) {
+        const item = document.createElement("li");
+        const meta = document.createElement("p");
+        meta.className = "turn-meta turn-cost";
+        meta.textContent = line;
+        item.appendChild(meta);
+        liveList().appendChild(item);
+      }
     }
     status(failure ? "" : (finished ? "Done." : ""));
     if (failure) {
