@@ -230,6 +230,9 @@ async def _pilothouse_serve(base_url: str, scenario: str, options: dict[str, Any
         **os.environ,
         "BENCH_MOCK_API_KEY": "x",
         "PILOTHOUSE_SERVER_RATE_LIMIT_PER_MINUTE": "0",
+        # The operator's benchmark catalog names the mock upstream on loopback,
+        # which the service's egress policy refuses unless the operator allows it.
+        "PILOTHOUSE_EGRESS_ALLOW": "127.0.0.1",
         "PYTHONPATH": os.pathsep.join(p for p in (bench, os.environ.get("PYTHONPATH")) if p),
     }
     command = [

@@ -143,8 +143,8 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up:
 
 
 @contextmanager
-def running_upstream() -> Iterator[Upstream]:
-    """Start the server on a free loopback port; stop it at the end."""
+def running_upstream(host: str = "127.0.0.1", port: int = 0) -> Iterator[Upstream]:
+    """Start the server on a free loopback port (or ``host:port``); stop it at the end."""
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     holder: dict[str, Any] = {}
@@ -154,9 +154,9 @@ def running_upstream() -> Iterator[Upstream]:
 
         async def start() -> None:
             upstream = Upstream("")
-            server = await asyncio.start_server(lambda r, w: _serve(r, w, upstream), "127.0.0.1", 0)
-            port = server.sockets[0].getsockname()[1]
-            upstream.base_url = f"http://127.0.0.1:{port}/v1"
+            server = await asyncio.start_server(lambda r, w: _serve(r, w, upstream), host, port)
+            bound = server.sockets[0].getsockname()[1]
+            upstream.base_url = f"http://{host}:{bound}/v1"
             holder["upstream"], holder["server"] = upstream, server
             ready.set()
 

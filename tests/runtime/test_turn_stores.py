@@ -20,7 +20,7 @@ from pydantic_ai.messages import ModelMessage
 from sqlalchemy import func, select
 
 from pilothouse.catalog._models import Tool
-from pilothouse.errors import ProviderServerError
+from pilothouse.errors import ConflictError, ProviderServerError
 from pilothouse.providers import ModelFactory, SecretResolver
 from pilothouse.runtime import ActionCompiler, Runner, Runtime, TextDelta, TurnEvent
 from pilothouse.runtime._hitl import Resumption
@@ -61,6 +61,9 @@ class WeatherSource:
     async def tool(self, row: Tool) -> ExecutableTool:
         return Weather(row)
 
+    async def service_tools(self, row: Any) -> list[ExecutableTool]:
+        raise AssertionError("no service tools here")
+
     async def mcp_tools(self, row: Any) -> list[ExecutableTool]:
         return []
 
@@ -93,13 +96,13 @@ async def _tools(runner: Runner, model: ScriptedModel) -> None:
 
 async def _question_and_answer(runner: Runner, model: ScriptedModel) -> None:
     result = await runner.start_and_send("TOOLS", None, "Order a shirt")
-    resumption = Resumption(runner.runtime.database, runner.tenant, runner, runner.compiler)
+    resumption = Resumption(runner.runtime.database, runner.tenant, runner)
     await resumption.submit_answers(result.conversation_uuid, {"size": "M"})
 
 
 async def _returned_call(runner: Runner, model: ScriptedModel) -> None:
     result = await runner.start_and_send("TOOLS", None, "Extract the invoice")
-    resumption = Resumption(runner.runtime.database, runner.tenant, runner, runner.compiler)
+    resumption = Resumption(runner.runtime.database, runner.tenant, runner)
     await resumption.submit_tool_result(result.conversation_uuid, "i1", {"stored": True})
 
 
@@ -313,3 +316,43 @@ async def test_both_stores_record_the_same_rows(catalog: Database, name: str) ->
     assert reference[0], "the scenario recorded nothing"
     assert fast[0] == reference[0]
     assert fast[1] == reference[1]
+
+
+@pytest.mark.parametrize("kind", list(STORES))
+async def test_a_new_conversation_with_a_uuid_in_use_is_a_conflict_and_writes_nothing(
+    catalog: Database, kind: str
+) -> None:
+    model = ScriptedModel([Reply("first"), Reply("second")])
+    factory = ModelFactory()
+    runtime = Runtime(
+        database=catalog,
+        models=factory,
+        compiler=ActionCompiler(catalog, SecretResolver(env={}, secrets_file=None)),
+        store=STORES[kind](catalog),
+        model_override=model,
+        tool_source=WeatherSource(),
+        sleep=_no_sleep,
+    )
+    uuid = "0b3a5c1e-5f0e-4d7e-9a8b-1c2d3e4f5a6b"
+    try:
+        runner = runtime.runner("default")
+        await runner.start_and_send("SUMBRAND", None, "hello", conversation_uuid=uuid)
+        with pytest.raises(ConflictError, match="already exists; a new conversation needs a new"):
+            await runner.start_and_send("SUMBRAND", None, "again", conversation_uuid=uuid)
+    finally:
+        await runtime.aclose()
+        await factory.aclose()
+    async with catalog.sessions() as session:
+        conversations = await session.scalar(
+            select(func.count()).select_from(Conversation).where(Conversation.uuid == uuid)
+        )
+        messages = list(
+            await session.scalars(
+                select(Message.content)
+                .join(Conversation, Message.conversation_id == Conversation.id)
+                .where(Conversation.uuid == uuid)
+            )
+        )
+    assert conversations == 1
+    assert "again" not in messages
+    assert "hello" in messages

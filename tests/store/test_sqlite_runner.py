@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -20,7 +21,10 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def path(tmp_path: Path) -> Path:
     file = tmp_path / "runner.db"
-    with sqlite3.connect(file) as setup:
+    # Closed here, not when the garbage collector gets to it: closing the
+    # last connection checkpoints the WAL, which would grow the file in the
+    # middle of a test that measures it.
+    with closing(sqlite3.connect(file)) as setup, setup:
         setup.execute("PRAGMA journal_mode=WAL")
         setup.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
     return file

@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import select
 
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, TimelineKind, ToolCallStatus
-from pilothouse.errors import InvalidStateError, NotFoundError
+from pilothouse.errors import ConflictError, InvalidStateError, NotFoundError
 from pilothouse.store import (
     AppendOnlyViolation,
     Conversation,
@@ -241,7 +241,7 @@ async def test_start_turn_with_a_uuid_in_use_writes_nothing(
     first = TurnBatch(messages=[NewMessage(MessageRole.USER, "x")])
     handle = await store.start_turn("default", "u-1", action_code="A", agent_code=None, first=first)
     assert (handle.next_message, handle.previous_status) == (2, ProcessStatus.NOT_STARTED)
-    with pytest.raises(Exception, match="(?i)unique|duplicate"):
+    with pytest.raises(ConflictError, match="conversation 'u-1' already exists"):
         await store.start_turn(
             "default",
             "u-1",

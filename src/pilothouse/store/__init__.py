@@ -9,10 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 from pilothouse.store._base import Base
 from pilothouse.store._engine import Database, current_revision, head_revision
+from pilothouse.store._gatewaycalls import (
+    GatewayCall,
+    NewGatewayCall,
+    list_gateway_calls,
+    record_gateway_call,
+)
 from pilothouse.store._lineage import ConversationLink
 from pilothouse.store._outbox import (
     EventOutbox,
     EventProcessed,
+    EventReply,
     NewOutboxMessage,
     NewProcessed,
 )
@@ -62,6 +69,9 @@ __all__ = [
     "Database",
     "EventOutbox",
     "EventProcessed",
+    "GatewayCall",
+    "NewGatewayCall",
+    "EventReply",
     "Message",
     "MessageView",
     "Page",
@@ -85,6 +95,8 @@ __all__ = [
     "Usage",
     "current_revision",
     "head_revision",
+    "list_gateway_calls",
+    "record_gateway_call",
 ]
 
 if TYPE_CHECKING:

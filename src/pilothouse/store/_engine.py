@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = ["Database", "current_revision", "head_revision"]
 
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -206,6 +207,8 @@ class Database:
         # which still wait in the pool.
         total = pool_size + max_overflow
         self._slots = anyio.Semaphore(max(1, total - max(1, total // 10)))
+        self.on_wait: Callable[[float], None] | None = None
+        """Told how long a transaction waited for a slot (only waits that blocked)."""
         self._asyncpg = parsed.get_driver_name() == "asyncpg"
         if self._asyncpg:
             event.listen(self.engine.sync_engine, "checkout", _refuse_closed)
@@ -289,7 +292,15 @@ class Database:
                 result.append(await self._sqlite.run(partial(work, **kwargs), *args))
             return result[0]
         # Waiting for a slot may be cancelled: nothing has started then.
-        async with self._slots:
+        try:
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            # Only a wait that blocked is timed: the common case costs nothing.
+            waited = time.perf_counter()
+            await self._slots.acquire()
+            if self.on_wait is not None:
+                self.on_wait(time.perf_counter() - waited)
+        try:
             with anyio.CancelScope(shield=True):
                 if self._asyncpg:
 
@@ -302,6 +313,8 @@ class Database:
                 else:
                     async with self.engine.begin() as connection:
                         result.append(await connection.run_sync(work, *args, **kwargs))
+        finally:
+            self._slots.release()
         return result[0]
 
     async def dispose(self) -> None:

@@ -42,6 +42,7 @@ from pilothouse.store._turnstore import (
     new_conversation,
     refusal,
     storable_batch,
+    uuid_in_use,
     with_start_event,
 )
 
@@ -98,36 +99,44 @@ class OrmTurnStore:
         check_catalog: bool = False,
     ) -> TurnHandle:
         """Record a new conversation already taken by its first turn (see :class:`TurnStore`)."""
-        async with self._db.sessions.begin() as session:
-            conversation, revision = await _new(
-                session,
-                conversation_uuid,
-                tenant,
-                action_code,
-                agent_code,
-                memory_id,
-                audit,
-                default_audit,
-                check_catalog,
-                running=True,
-                owner=self.owner,
-            )
-            handle = TurnHandle(
-                tenant=tenant,
-                conversation_id=conversation.id,
-                uuid=conversation.uuid,
-                action_code=action_code,
-                agent_code=agent_code,
-                memory_id=conversation.memory_id,
-                audit=conversation.audit,
-                next_message=1,
-                next_event=1,
-                catalog_revision=revision,
-            )
-            if handle.memory_id != handle.uuid:
-                handle.memory = await _memory(session, tenant, handle.memory_id)
-            assert conversation.started_at is not None
-            await _write(session, handle, with_start_event(handle, first, conversation.started_at))
+        try:
+            async with self._db.sessions.begin() as session:
+                conversation, revision = await _new(
+                    session,
+                    conversation_uuid,
+                    tenant,
+                    action_code,
+                    agent_code,
+                    memory_id,
+                    audit,
+                    default_audit,
+                    check_catalog,
+                    running=True,
+                    owner=self.owner,
+                )
+                handle = TurnHandle(
+                    tenant=tenant,
+                    conversation_id=conversation.id,
+                    uuid=conversation.uuid,
+                    action_code=action_code,
+                    agent_code=agent_code,
+                    memory_id=conversation.memory_id,
+                    audit=conversation.audit,
+                    next_message=1,
+                    next_event=1,
+                    catalog_revision=revision,
+                )
+                if handle.memory_id != handle.uuid:
+                    handle.memory = await _memory(session, tenant, handle.memory_id)
+                assert conversation.started_at is not None
+                await _write(
+                    session, handle, with_start_event(handle, first, conversation.started_at)
+                )
+        except Exception as exc:
+            conflict = uuid_in_use(conversation_uuid, exc)
+            if conflict is None:
+                raise
+            raise conflict from exc
         return handle
 
     async def begin_turn(

@@ -32,6 +32,7 @@ __all__ = ["SqliteRunner"]
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -50,8 +51,10 @@ class _Busy(Exception):
     """The write lock is held elsewhere; the transaction goes to the thread."""
 
 
-def _is_busy(error: OperationalError) -> bool:
-    return getattr(error.orig, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED")
+def _is_busy(error: BaseException) -> bool:
+    # The driver's error, or SQLAlchemy's wrapping of it.
+    orig = error.orig if isinstance(error, OperationalError) else error
+    return getattr(orig, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED")
 
 
 class SqliteRunner:
@@ -79,7 +82,6 @@ class SqliteRunner:
         """Transactions queued or running on the thread; the loop keeps off meanwhile."""
         self._commits = 0
         event.listen(engine, "connect", _immediate_transactions)
-        event.listen(engine, "begin", _begin_immediate)
 
     async def run(self, work: Callable[..., T], *args: Any) -> T:
         """Run ``work(connection, *args)`` in one transaction.
@@ -117,19 +119,37 @@ class SqliteRunner:
             return work(connection, *args)
 
     def _begin(self, connection: Connection, wait: bool) -> Any:
-        """``BEGIN IMMEDIATE``; on a busy database, raise :class:`_Busy` or wait with backoff."""
+        """``BEGIN IMMEDIATE``; on a busy database, raise :class:`_Busy` or wait with backoff.
+
+        SQLAlchemy's ``begin()`` only opens its own bookkeeping here (the
+        driver runs without implicit transactions, so pysqlite's ``do_begin``
+        sends nothing); the ``BEGIN IMMEDIATE`` goes straight to the driver.
+        Sent through ``exec_driver_sql`` (a ``begin`` event) it cost about as
+        much CPU as the rest of the transaction's SQLAlchemy plumbing, twice
+        per turn; and with no connection event listened to, SQLAlchemy skips
+        its event dispatch on commit too.
+        """
         deadline = time.monotonic() + self._busy_timeout
         pause = 0.001
         while True:
+            transaction = connection.begin()
             try:
-                return connection.begin()
-            except OperationalError as error:
-                if not _is_busy(error):
-                    raise
-                if not wait:
+                connection.connection.driver_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+            except (sqlite3.OperationalError, OperationalError) as error:
+                # Nothing began in SQLite: the rollback only closes the bookkeeping.
+                transaction.rollback()
+                if not wait and _is_busy(error):
                     raise _Busy from error
-                if time.monotonic() + pause > deadline:
-                    raise
+                if not _is_busy(error) or time.monotonic() + pause > deadline:
+                    # Raised as SQLAlchemy raises a driver's error, as before.
+                    if isinstance(error, OperationalError):
+                        raise
+                    raise OperationalError("BEGIN IMMEDIATE", None, error) from error
+            except BaseException:
+                transaction.rollback()
+                raise
+            else:
+                return transaction
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
 
@@ -188,7 +208,3 @@ def _immediate_transactions(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA busy_timeout=0")
     cursor.execute("PRAGMA wal_autocheckpoint=0")
     cursor.close()
-
-
-def _begin_immediate(connection: Connection) -> None:
-    connection.exec_driver_sql("BEGIN IMMEDIATE")

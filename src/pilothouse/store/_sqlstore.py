@@ -63,6 +63,7 @@ from pilothouse.store._turnstore import (
     new_conversation,
     refusal,
     storable_batch,
+    uuid_in_use,
     with_start_event,
 )
 
@@ -300,9 +301,15 @@ class SqlTurnStore:
         values["status"] = ProcessStatus.RUNNING
         values["started_at"] = now
         values["owner"] = self.owner
-        return await self._db.transaction(
-            self._start_turn, values, default_audit, check_catalog, first
-        )
+        try:
+            return await self._db.transaction(
+                self._start_turn, values, default_audit, check_catalog, first
+            )
+        except Exception as exc:
+            conflict = uuid_in_use(conversation_uuid, exc)
+            if conflict is None:
+                raise
+            raise conflict from exc
 
     async def begin_turn(
         self,

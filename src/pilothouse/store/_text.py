@@ -12,11 +12,11 @@ columns need neither: their serializer escapes every such character.
 
 from __future__ import annotations
 
-__all__ = ["check_storable", "storable", "unstorable"]
+__all__ = ["check_storable", "storable", "storable_value", "unstorable"]
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from pilothouse.errors import InvalidFieldError
 
@@ -69,3 +69,35 @@ def storable(text: str) -> tuple[str, bool]:
     if unstorable(text) is None:
         return text, False
     return _BAD.sub(lambda found: f"\\u{ord(found.group()):04x}", text), True
+
+
+def storable_value(value: Any) -> tuple[Any, bool]:
+    r"""A JSON value (a model's structured answer) with every string made storable.
+
+    Strings inside mappings and lists, keys too, get :func:`storable`'s
+    ``\uXXXX`` escapes, so the value can be stored, serialized to the caller
+    and read back equal: a lone surrogate cannot even be encoded as UTF-8.
+
+    Returns:
+        The value (the same object when nothing needed escaping), and
+        whether anything was escaped.
+    """
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, Mapping):
+        mapping = cast("Mapping[Any, Any]", value)
+        changed = False
+        items: dict[Any, Any] = {}
+        for key, item in mapping.items():
+            new_key, key_escaped = storable(key) if isinstance(key, str) else (key, False)
+            new_item, item_escaped = storable_value(item)
+            changed = changed or key_escaped or item_escaped
+            items[new_key] = new_item
+        return (items, True) if changed else (mapping, False)
+    if isinstance(value, list):
+        sequence = cast("list[Any]", value)
+        pairs = [storable_value(item) for item in sequence]
+        if any(escaped for _, escaped in pairs):
+            return [item for item, _ in pairs], True
+        return sequence, False
+    return value, False

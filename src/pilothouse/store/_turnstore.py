@@ -48,7 +48,7 @@ from pilothouse.catalog._enums import (
     TimelineKind,
     ToolCallStatus,
 )
-from pilothouse.errors import InvalidStateError, NotFoundError
+from pilothouse.errors import ConflictError, InvalidStateError, NotFoundError
 from pilothouse.store._base import utcnow
 from pilothouse.store._outbox import NewOutboxMessage, NewProcessed
 from pilothouse.store._records import Conversation
@@ -381,21 +381,37 @@ def storable_batch(batch: TurnBatch) -> TurnBatch:
         if escaped:
             messages = messages if messages is not None else list(batch.messages)
             data = {**(message.data or {}), "text_escaped": True}
-            messages[index] = replace(message, content=content, data=data)
+            message = messages[index] = replace(message, content=content, data=data)
+        if message.tool_call_id is not None:
+            call_id, id_escaped = storable(message.tool_call_id)
+            if id_escaped:
+                messages = messages if messages is not None else list(batch.messages)
+                messages[index] = replace(message, tool_call_id=call_id)
+    # A model-given call id or tool name may hold a NUL too: escaped the same
+    # way in the call and in its outcome, so the two still match.
+    calls: list[NewToolCall] | None = None
+    for index, call in enumerate(batch.tool_calls):
+        call_id, id_escaped = storable(call.call_id)
+        name, name_escaped = storable(call.name)
+        if id_escaped or name_escaped:
+            calls = calls if calls is not None else list(batch.tool_calls)
+            calls[index] = replace(call, call_id=call_id, name=name)
     outcomes: list[ToolCallOutcome] | None = None
     for index, outcome in enumerate(batch.outcomes):
         result, escaped = storable(outcome.result)
-        if escaped:
+        call_id, id_escaped = storable(outcome.call_id)
+        if escaped or id_escaped:
             outcomes = outcomes if outcomes is not None else list(batch.outcomes)
-            outcomes[index] = replace(outcome, result=result)
+            outcomes[index] = replace(outcome, result=result, call_id=call_id)
     detail = batch.error_detail
     if detail is not None:
         detail = storable(detail)[0]
-    if messages is None and outcomes is None and detail == batch.error_detail:
+    if messages is None and calls is None and outcomes is None and detail == batch.error_detail:
         return batch
     return replace(
         batch,
         messages=messages if messages is not None else batch.messages,
+        tool_calls=calls if calls is not None else batch.tool_calls,
         outcomes=outcomes if outcomes is not None else batch.outcomes,
         error_detail=detail,
     )
@@ -456,6 +472,30 @@ def catalog_refusal(kind: str, code: str, found: bool | None) -> None:
         raise NotFoundError(f"{kind} '{code}' not found")
     if not found:
         raise InvalidStateError(f"{kind} '{code}' is inactive; activate it to start conversations")
+
+
+def uuid_in_use(conversation_uuid: str, exc: Exception) -> ConflictError | None:
+    """The clear error for a new conversation whose uuid is taken, if ``exc`` is that.
+
+    The unique constraint on the uuid is the only check (a look-up first would
+    cost every first turn a query, and still race); the drivers report it as
+    their own integrity errors, which name the constraint (PostgreSQL) or the
+    column (SQLite).
+
+    Args:
+        conversation_uuid: the uuid the caller chose.
+        exc: what the insert raised.
+
+    Returns:
+        A :class:`ConflictError` to raise instead, or None for any other error.
+    """
+    text = str(exc)
+    if "uq_conversation_uuid" in text or "conversation.uuid" in text:
+        return ConflictError(
+            f"conversation '{conversation_uuid}' already exists; "
+            "a new conversation needs a new uuid (or none, for a fresh one)"
+        )
+    return None
 
 
 def refusal(conversation_uuid: str, status: ProcessStatus) -> str:
