@@ -14,6 +14,7 @@ from __future__ import annotations
 __all__ = [
     "SyncCatalogApi",
     "SyncCommandApi",
+    "SyncEventApi",
     "SyncHistoryApi",
     "SyncKeyApi",
     "SyncKnowledgeApi",
@@ -44,6 +45,7 @@ import anyio
 
 from pilothouse._facade.catalog import CatalogApi
 from pilothouse._facade.command import CommandApi
+from pilothouse._facade.events import EventApi
 from pilothouse._facade.facet import Facet
 from pilothouse._facade.history import HistoryApi
 from pilothouse._facade.keys import KeyApi
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
     from anyio.from_thread import BlockingPortal
     from pydantic_ai.models import Model
 
+    from pilothouse._coordination import Coordination
     from pilothouse._facade.mcpserver import CallerOf, McpService
     from pilothouse.api import Pilothouse
     from pilothouse.providers import LocalModelServers
@@ -67,6 +70,7 @@ if TYPE_CHECKING:
         CatalogEntity,
         CatalogEntry,
         KindForm,
+        Meter,
         PromptContributor,
         SchemaRevision,
         StuckConversation,
@@ -225,6 +229,7 @@ class SyncQueryApi(_SyncHalf):
     find_agent_by_code = _Blocking(QueryApi.find_agent_by_code)
     find_tool_by_code = _Blocking(QueryApi.find_tool_by_code)
     find_mcp_client_by_name = _Blocking(QueryApi.find_mcp_client_by_name)
+    list_gateway_calls = _Blocking(QueryApi.list_gateway_calls)
     find_conversation = _Blocking(QueryApi.find_conversation)
     get_conversation = _Blocking(QueryApi.get_conversation)
     get_conversation_messages = _Blocking(QueryApi.get_conversation_messages)
@@ -253,6 +258,9 @@ class SyncCommandApi(_SyncHalf):
     clear_memory = _Blocking(CommandApi.clear_memory)
     start_conversation = _Blocking(CommandApi.start_conversation)
     run_adhoc = _Blocking(CommandApi.run_adhoc)
+    callable_tools = _Blocking(CommandApi.callable_tools)
+    call_tool = _Blocking(CommandApi.call_tool)
+    stream_adhoc = _Iterating(CommandApi.stream_adhoc)
 
 
 class SyncCatalogApi(_SyncHalf):
@@ -324,6 +332,31 @@ class SyncKnowledgeApi(_SyncHalf):
     embed = _Blocking(KnowledgeApi.embed)
 
 
+class SyncEventApi(_SyncHalf):
+    """:class:`~pilothouse.api.EventApi` as blocking calls."""
+
+    register_reply = _Blocking(EventApi.register_reply)
+    release_reply = _Blocking(EventApi.release_reply)
+    replies_sent = _Blocking(EventApi.replies_sent)
+    finished_replies = _Blocking(EventApi.finished_replies)
+    conversation_of = _Blocking(EventApi.conversation_of)
+    unpublished = _Blocking(EventApi.unpublished)
+    mark_published = _Blocking(EventApi.mark_published)
+    complete = _Blocking(EventApi.complete)
+    expire = _Blocking(EventApi.expire)
+    recover = _Blocking(EventApi.recover)
+    counts = _Blocking(EventApi.counts)
+    run_tool = _Blocking(EventApi.run_tool)
+
+    def __init__(self, target: EventApi, portal: BlockingPortal) -> None:
+        super().__init__(target, portal)
+        self._events = target
+
+    def register_tools(self, reference: str | Callable[..., Any]) -> list[str]:
+        """:meth:`~pilothouse.api.EventApi.register_tools` (it does not wait)."""
+        return self._events.register_tools(reference)
+
+
 class SyncMemoryApi(_SyncHalf):
     """:class:`~pilothouse.api.MemoryApi` as blocking calls."""
 
@@ -338,6 +371,7 @@ class SyncMemoryApi(_SyncHalf):
     run_jobs = _Blocking(MemoryApi.run_jobs)
     jobs = _Blocking(MemoryApi.jobs)
     expire = _Blocking(MemoryApi.expire)
+    index = _Blocking(MemoryApi.index)
 
 
 async def _open(
@@ -349,6 +383,8 @@ async def _open(
     authorizer: Authorizer | str | None,
     tools: ToolRegistry | None,
     contributors: Sequence[PromptContributor] | None,
+    meter: Meter | None,
+    catalog_egress: bool,
 ) -> Pilothouse:
     from pilothouse.api import Pilothouse
 
@@ -362,6 +398,8 @@ async def _open(
         authorizer=authorizer,
         tools=tools,
         contributors=contributors,
+        meter=meter,
+        catalog_egress=catalog_egress,
     ).__aenter__()
 
 
@@ -385,6 +423,8 @@ class SyncPilothouse:
         catalog: blocking catalog operations.
         keys: blocking API key management.
         memory: blocking scoped long-term memory.
+        events: blocking event-tool outbox, completions, deadlines and
+            worker tool runs (docs/events.md).
     """
 
     def __init__(
@@ -398,6 +438,8 @@ class SyncPilothouse:
         authorizer: Authorizer | str | None = None,
         tools: ToolRegistry | None = None,
         contributors: Sequence[PromptContributor] | None = None,
+        meter: Meter | None = None,
+        catalog_egress: bool = False,
     ) -> None:
         from anyio.from_thread import start_blocking_portal
 
@@ -414,11 +456,17 @@ class SyncPilothouse:
                 authorizer,
                 tools,
                 contributors,
+                meter,
+                catalog_egress,
             )
         except BaseException:
             self._stack.close()
             raise
         self._bind(facade, portal, owner=True)
+
+    def coordination(self) -> Coordination | None:
+        """The Redis the deployment's processes share, or None (see ``Pilothouse``)."""
+        return self.facade.coordination()
 
     def _bind(self, facade: Pilothouse, portal: BlockingPortal, *, owner: bool) -> None:
         self.facade = facade
@@ -432,6 +480,7 @@ class SyncPilothouse:
         self.history = SyncHistoryApi(facade.history, portal)
         self.knowledge = SyncKnowledgeApi(facade.knowledge, portal)
         self.memory = SyncMemoryApi(facade.memory, portal)
+        self.events = SyncEventApi(facade.events, portal)
 
     @property
     def tenant(self) -> str:

@@ -37,6 +37,10 @@ from __future__ import annotations
 
 __all__ = [
     "AttachmentInput",
+    "Coordination",
+    "TraceExport",
+    "bind_request",
+    "logging_config",
     "CatalogApi",
     "CommandApi",
     "EventApi",
@@ -49,6 +53,7 @@ __all__ = [
     "QueryApi",
     "SyncCatalogApi",
     "SyncCommandApi",
+    "SyncEventApi",
     "SyncHistoryApi",
     "SyncKeyApi",
     "SyncKnowledgeApi",
@@ -72,9 +77,11 @@ from pilothouse._facade.keys import KeyApi
 from pilothouse._facade.knowledge import KnowledgeApi
 from pilothouse._facade.memory import MemoryApi
 from pilothouse._facade.query import QueryApi
+from pilothouse._logs import bind_request, logging_config
 from pilothouse._sync import (
     SyncCatalogApi,
     SyncCommandApi,
+    SyncEventApi,
     SyncHistoryApi,
     SyncKeyApi,
     SyncKnowledgeApi,
@@ -82,6 +89,7 @@ from pilothouse._sync import (
     SyncPilothouse,
     SyncQueryApi,
 )
+from pilothouse._tracing import TraceExport
 from pilothouse.settings import Settings
 from pilothouse.store import Database
 from pilothouse.store import NewAttachment as AttachmentInput
@@ -89,15 +97,19 @@ from pilothouse.store import NewAttachment as AttachmentInput
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
+    from pilothouse._coordination import Coordination
     from pilothouse._facade.mcpserver import CallerOf, McpService
     from pilothouse.knowledge import Knowledge
     from pilothouse.memory import ScopedMemory
-    from pilothouse.providers import LocalModelServers
+    from pilothouse.providers import LocalModelServers, SecretResolver
+    from pilothouse.providers._egress import EgressPolicy
     from pilothouse.runtime import EventHub, Runner, Runtime
     from pilothouse.runtime._events import Listener
     from pilothouse.tools import ToolRegistry
+    from pilothouse.tools._gateway import GatewayProxy
     from pilothouse.types import (
         Authorizer,
+        Meter,
         PromptContributor,
         SchemaRevision,
         StuckConversation,
@@ -124,8 +136,12 @@ class _Shared:
         authorizer: Authorizer | str | None,
         tools: ToolRegistry | None,
         contributors: Sequence[PromptContributor] | None,
+        meter: Meter | None = None,
+        catalog_egress: bool = False,
     ) -> None:
         self.settings = settings
+        self.meter = meter
+        self.catalog_egress = catalog_egress
         self.owns_database = database is None
         self._database = database
         self._model = model
@@ -135,20 +151,58 @@ class _Shared:
         self._tools = tools
         self._contributors = contributors
         self._hub: EventHub | None = None
+        self._coordination: Coordination | None = None
         self._runtime: Runtime | None = None
         self._scoped: ScopedMemory | None = None
         self._knowledge: Knowledge | None = None
+        self._gateways: GatewayProxy | None = None
         from pilothouse.providers._egress import EgressPolicy
 
         # Checked once here; Settings validated every entry already.
-        self.egress = EgressPolicy.parse(settings.egress_allow)
+        self.egress = EgressPolicy.parse(settings.egress_allow, settings.egress_tenants)
 
     @property
     def database(self) -> Database:
         """The database: the one given, or one opened from the settings on first use."""
         if self._database is None:
             self._database = self.settings.open_database()
+            if self.meter is not None:
+                meter = self.meter
+
+                def waited(seconds: float) -> None:
+                    meter.queue_wait(queue="database_transaction", seconds=seconds)
+
+                self._database.on_wait = waited
         return self._database
+
+    def secrets(self) -> SecretResolver:
+        """Resolves ``@secrets(NAME)``: the environment, then the secrets file."""
+        from pilothouse.providers import SecretResolver
+
+        return SecretResolver(env=dict(os.environ), secrets_file=self.settings.secrets_file)
+
+    def gateways(self) -> GatewayProxy:
+        """The OpenAPI gateways' proxy of the process (MCP server and turns), made on first use.
+
+        Each proxied call is audited as a ``gateway_call`` row of the database.
+        """
+        if self._gateways is None:
+            from pilothouse.store import NewGatewayCall, record_gateway_call
+            from pilothouse.tools._gateway import GatewayProxy
+
+            async def audit(call: NewGatewayCall) -> None:
+                await record_gateway_call(self.database, call)
+
+            self._gateways = GatewayProxy(self.secrets(), self.egress, audit)
+        return self._gateways
+
+    def coordination(self) -> Coordination | None:
+        """The deployment's shared Redis (``settings.redis_url``), connected on first use."""
+        if self._coordination is None and self.settings.redis_url is not None:
+            from pilothouse._coordination import Coordination
+
+            self._coordination = Coordination(self.settings.redis_url, self.settings.redis_prefix)
+        return self._coordination
 
     @property
     def hub(self) -> EventHub:
@@ -163,7 +217,7 @@ class _Shared:
         """The run loop's shared parts, built on first use."""
         if self._runtime is None:
             from pilothouse.providers import LocalModelServers, ModelFactory, SecretResolver
-            from pilothouse.runtime import ActionCompiler, Runtime
+            from pilothouse.runtime import ActionCompiler, Runtime, Telemetry
             from pilothouse.runtime._toolset import CatalogToolSource
 
             settings = self.settings
@@ -171,6 +225,9 @@ class _Shared:
             if self._servers is None:
                 self._servers = LocalModelServers()
             secrets = SecretResolver(env=dict(os.environ), secrets_file=settings.secrets_file)
+            # Catalog URLs are checked at each call only where tenants write
+            # the catalog (the HTTP service); see docs/invoke.md.
+            egress = self.egress if self.catalog_egress else None
             self._runtime = Runtime(
                 database=self.database,
                 models=ModelFactory(
@@ -178,16 +235,25 @@ class _Shared:
                     timeout=settings.provider_timeout,
                     connect_timeout=settings.provider_connect_timeout,
                     max_connections=settings.provider_max_connections,
+                    egress=egress,
                 ),
                 compiler=ActionCompiler(self.database, secrets, self._contributors),
                 hub=self.hub,
+                telemetry=Telemetry(meter=self.meter),
                 model_override=self._model,
                 tool_source=CatalogToolSource(
-                    secrets, registry=self._tools, script_tools=settings.script_tools
+                    secrets,
+                    registry=self._tools,
+                    script_tools=settings.script_tools,
+                    gateways=self.gateways,
+                    egress=egress,
                 ),
                 scoped_memory=self._scoped,
                 knowledge=self.knowledge,
                 lease_seconds=settings.lease_seconds,
+                memory_index=settings.memory_index,
+                coordination=self.coordination(),
+                egress=egress,
             )
         return self._runtime
 
@@ -198,7 +264,7 @@ class _Shared:
         if self._scoped is None:
             from pilothouse.memory import ScopedMemory
 
-            self._scoped = ScopedMemory(self.database)
+            self._scoped = ScopedMemory(self.database, index=self.settings.memory_index)
         return self._scoped
 
     def knowledge(self) -> Knowledge:
@@ -208,7 +274,10 @@ class _Shared:
 
             runtime = self.runtime()
             self._knowledge = Knowledge(
-                self.database, secrets=runtime.compiler.secrets, models=runtime.models
+                self.database,
+                secrets=runtime.compiler.secrets,
+                models=runtime.models,
+                egress=self.egress if self.catalog_egress else None,
             )
         return self._knowledge
 
@@ -234,8 +303,12 @@ class _Shared:
                 await self._runtime.leases.unregister()
             await self._runtime.aclose()
             await self._runtime.models.aclose()
+        if self._gateways is not None:
+            await self._gateways.aclose()
         if self._owns_servers and self._servers is not None:
             await self._servers.aclose()
+        if self._coordination is not None:
+            await self._coordination.aclose()
         if self.owns_database and self._database is not None:
             await self._database.dispose()
 
@@ -263,6 +336,15 @@ class Pilothouse:
         tools: a tool registry holding Python tools registered in code.
         contributors: the system prompt's contributors, in order; the
             built-ins (``pilothouse.runtime.default_contributors()``) when None.
+        meter: receives the run loop's measurements (turn, model-call and
+            tool latencies, time to first token, retries, queue waits), e.g.
+            Prometheus collectors; see :class:`~pilothouse.types.Meter`.
+        catalog_egress: apply the egress policy to the catalog's URLs
+            (providers, REST and OpenAPI tools, MCP clients, vector stores):
+            refused when written, and checked and pinned at every call. The
+            HTTP service sets it, since its tenants write catalogs; a
+            process of the operator's own (the CLI, an embedding
+            application) trusts its catalog and leaves it False.
 
     Attributes:
         settings: the deployment settings.
@@ -288,9 +370,21 @@ class Pilothouse:
         authorizer: Authorizer | str | None = None,
         tools: ToolRegistry | None = None,
         contributors: Sequence[PromptContributor] | None = None,
+        meter: Meter | None = None,
+        catalog_egress: bool = False,
     ) -> None:
         settings = settings if settings is not None else Settings()
-        shared = _Shared(settings, database, model, local_servers, authorizer, tools, contributors)
+        shared = _Shared(
+            settings,
+            database,
+            model,
+            local_servers,
+            authorizer,
+            tools,
+            contributors,
+            meter=meter,
+            catalog_egress=catalog_egress,
+        )
         self._bind(shared, tenant or settings.tenant, owner=True)
 
     def _bind(self, shared: _Shared, tenant: str, *, owner: bool) -> None:
@@ -308,10 +402,22 @@ class Pilothouse:
             tenant,
             default_audit=shared.settings.audit,
             runner=lambda: shared.runner(tenant),
-            egress=shared.egress,
+            egress=shared.egress.for_tenant(tenant),
+            tool_classes=tuple(shared.settings.invoke_tool_classes),
         )
-        self.catalog = CatalogApi(database, tenant, shared.settings.user)
-        self.keys = KeyApi(database, tenant)
+
+        def catalog_egress() -> EgressPolicy | None:
+            # Read at each write, so the policy is the shared one of now.
+            return shared.egress.for_tenant(tenant) if shared.catalog_egress else None
+
+        self.catalog = CatalogApi(
+            database,
+            tenant,
+            shared.settings.user,
+            egress=catalog_egress,
+            allow_stdio=shared.settings.tenant_mcp_stdio,
+        )
+        self.keys = KeyApi(database, tenant, shared.coordination)
         self.memory = MemoryApi(
             database,
             tenant,
@@ -326,7 +432,9 @@ class Pilothouse:
             runner=lambda: shared.runner(tenant),
             default_audit=shared.settings.audit,
         )
-        self.knowledge = KnowledgeApi(database, tenant, shared.knowledge, shared.egress)
+        self.knowledge = KnowledgeApi(
+            database, tenant, shared.knowledge, shared.egress.for_tenant(tenant)
+        )
 
     def for_tenant(self, tenant: str) -> Pilothouse:
         """Return a facade of ``tenant`` sharing everything this one holds.
@@ -355,10 +463,7 @@ class Pilothouse:
         """
         from pilothouse._facade.mcpgateway import Gateways
         from pilothouse._facade.mcpserver import McpService
-        from pilothouse.providers import SecretResolver
 
-        settings = self._shared.settings
-        secrets = SecretResolver(env=dict(os.environ), secrets_file=settings.secrets_file)
         shared = self._shared
 
         async def rank(text: str, descriptions: Mapping[str, str], top_k: int) -> Sequence[str]:
@@ -373,9 +478,17 @@ class Pilothouse:
             caller_of,
             max_tools=max_tools,
             list_changed_seconds=list_changed_seconds,
-            gateways=Gateways(secrets, shared.egress),
+            gateways=Gateways(shared.gateways()),
             rank=rank if meaning else None,
         )
+
+    def coordination(self) -> Coordination | None:
+        """The Redis the deployment's processes share, or None (``settings.redis_url`` unset).
+
+        The HTTP service takes its rate limits from it and hears key
+        revocations through it; :meth:`lease` hears cancels through it.
+        """
+        return self._shared.coordination()
 
     def subscribe(
         self, listener: Listener, *, conversation_uuid: str | None = None, deltas: bool = True
@@ -532,4 +645,8 @@ def __getattr__(name: str) -> object:
         from pilothouse._facade.mcpserver import McpService
 
         return McpService
+    if name == "Coordination":
+        from pilothouse._coordination import Coordination
+
+        return Coordination
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

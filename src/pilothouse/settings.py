@@ -52,11 +52,41 @@ class Settings(BaseSettings):
             ``model-server.internal``, ``127.0.0.1``) that callers may make
             the service reach through the URLs they choose (``/v1/invoke``
             ``baseUrl`` and ``mcpServers``); public addresses are always
-            allowed. Comma-separated in ``PILOTHOUSE_EGRESS_ALLOW``.
+            allowed. Comma-separated in ``PILOTHOUSE_EGRESS_ALLOW``. In the
+            HTTP service it also applies to every URL of the catalog (providers,
+            REST and OpenAPI tools, MCP clients, vector stores) when a tenant
+            writes it and again at each call, pinned to the checked address.
+        egress_tenants: each tenant's own allow-list, added to
+            ``egress_allow`` for that tenant only: JSON in
+            ``PILOTHOUSE_EGRESS_TENANTS``, e.g. ``{"acme": ["10.1.0.0/16",
+            "crm.acme.internal"]}``.
+        invoke_tool_classes: the modules and classes whose ``@tool`` methods
+            ``/v1/invoke`` callers may name in ``toolClasses`` (the CIB seven
+            connector's parameter). A module entry (``acme.tools``) allows
+            every class in it and its submodules, a class entry
+            (``acme.tools.Weather``) that class only. Empty (the default)
+            allows none: naming a class imports and runs its module's code.
+            Comma-separated in ``PILOTHOUSE_INVOKE_TOOL_CLASSES``.
+        tenant_mcp_stdio: let tenants of the HTTP service write stdio MCP
+            clients, commands the server runs with its own files,
+            environment and network; off by default (only a catalog the
+            operator imports may hold them). ``PILOTHOUSE_TENANT_MCP_STDIO``.
+        redis_url: a Redis every process of the deployment shares
+            (``redis://host:6379/0``; the ``redis`` extra): rate limits and
+            API-key revocations then hold across workers and replicas, and
+            cancels reach another process's turn at once. Unset: per process
+            (see docs/operations.md).
+        redis_prefix: put before every Redis key and channel name, so
+            deployments can share one Redis server.
         lease_seconds: how long another host's serving process may go
             without a heartbeat before the turns it runs are presumed
             orphaned and marked ``ST`` (processes on this host are checked
             by their pid at once).
+        memory_index: the vector index of scoped memory search: ``auto``
+            (pgvector where pilothouse's PostgreSQL has the extension, else
+            the knowledge feature's embedded index, else exact search, logged
+            at WARNING), or ``pgvector``, ``embedded``, ``exact`` (a kind that
+            cannot run is refused on the first search, naming this field).
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_", extra="ignore")
@@ -79,9 +109,24 @@ class Settings(BaseSettings):
     provider_timeout: float = Field(default=600.0, gt=0)
     script_tools: Literal["sandbox", "trusted", "off"] = "sandbox"
     egress_allow: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list[str]())
+    egress_tenants: dict[str, list[str]] = Field(default_factory=lambda: dict[str, list[str]]())
     lease_seconds: float = Field(default=30.0, gt=0)
+    invoke_tool_classes: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list[str]())
+    memory_index: Literal["auto", "pgvector", "embedded", "exact"] = "auto"
+    tenant_mcp_stdio: bool = False
+    redis_url: str | None = None
+    redis_prefix: str = Field(default="pilothouse:", min_length=1)
 
-    @field_validator("egress_allow", mode="before")
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(
+                "must be a redis://, rediss:// or unix:// URL, e.g. redis://127.0.0.1:6379/0"
+            )
+        return value or None
+
+    @field_validator("egress_allow", "invoke_tool_classes", mode="before")
     @classmethod
     def _split_hosts(cls, value: Any) -> Any:
         # The environment gives one string: hosts and networks, comma-separated.
@@ -95,6 +140,28 @@ class Settings(BaseSettings):
         from pilothouse.providers._egress import EgressPolicy
 
         EgressPolicy.parse(value)  # raises ValueError naming a bad entry
+        return value
+
+    @field_validator("invoke_tool_classes")
+    @classmethod
+    def _valid_tool_classes(cls, value: list[str]) -> list[str]:
+        import re
+
+        # The same rule as tools._classes.DOTTED_NAME, without importing the tools package.
+        dotted = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+        for entry in value:
+            if not dotted.match(entry):
+                raise ValueError(
+                    f"invoke_tool_classes entry '{entry}' is not a dotted module or class name"
+                )
+        return value
+
+    @field_validator("egress_tenants")
+    @classmethod
+    def _valid_tenant_hosts(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        from pilothouse.providers._egress import EgressPolicy
+
+        EgressPolicy.parse([], value)  # raises ValueError naming the tenant and entry
         return value
 
     def open_database(self) -> Database:

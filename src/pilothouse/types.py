@@ -19,7 +19,7 @@ module is its public address:
   ad-hoc run (``AdHocRun`` with ``ModelEndpoint``, ``McpServer``,
   ``ChatMemory``; answered by ``AdHocResult``);
 - **extension points** passed to ``Pilothouse(...)``: ``Authorizer``,
-  ``PromptContributor`` and ``PromptContext`` (advisors are in
+  ``PromptContributor`` and ``PromptContext``, ``Meter`` (advisors are in
   :mod:`pilothouse.advisors`, tools in :mod:`pilothouse.tools`).
 
 Names defined in the run loop are imported on first use, so importing this
@@ -39,6 +39,7 @@ __all__ = [
     "AttachmentInput",
     "AttachmentView",
     "Authorizer",
+    "CallableTool",
     "Cardinality",
     "CatalogCheck",
     "CatalogEntity",
@@ -49,6 +50,7 @@ __all__ = [
     "ConversationInfo",
     "ConversationSummary",
     "ConversationView",
+    "DirectToolCall",
     "DocumentInfo",
     "Embeddings",
     "ExecutionPolicy",
@@ -56,6 +58,7 @@ __all__ = [
     "FinishReason",
     "FormField",
     "FormHint",
+    "GatewayCallRecord",
     "ImportSummary",
     "IngestProgress",
     "IngestResult",
@@ -80,6 +83,7 @@ __all__ = [
     "ErasureReport",
     "ExtractionOutcome",
     "MessageView",
+    "Meter",
     "MetadataFilter",
     "ModelCapability",
     "ModelEndpoint",
@@ -168,6 +172,7 @@ if TYPE_CHECKING:
         SearchResult,
         TextDocument,
     )
+    from pilothouse.runtime._directcall import CallableTool, DirectToolCall
     from pilothouse.runtime._eventcalls import CompletionApplied, OutboxCommand, ToolRun
     from pilothouse.runtime._events import (
         StatusChanged,
@@ -179,6 +184,7 @@ if TYPE_CHECKING:
         TurnResult,
         TurnRetry,
     )
+    from pilothouse.runtime._meter import Meter
     from pilothouse.runtime._prompt import PromptContext, PromptContributor
     from pilothouse.runtime._toolexec import Authorizer
     from pilothouse.store._queries import (
@@ -206,6 +212,40 @@ A key with no such scope may use every tool of its tenant; a key with one
 or more (``mcp:tool:action_*``, ``mcp:tool:agent_WRITER``) only the tools
 whose names match one of the patterns (``fnmatch`` globs, case-sensitive).
 """
+
+
+@dataclass(frozen=True)
+class GatewayCallRecord:
+    """One call the OpenAPI gateway proxied, as its audit row holds it.
+
+    Never an argument, a header value or a query string.
+
+    Attributes:
+        gateway: the gateway row's code.
+        tool: the operation's tool name.
+        operation: ``METHOD /path`` (the document's template).
+        via: ``mcp`` (an MCP client called it) or ``turn`` (an action's turn).
+        key_prefix: the caller's API key prefix (None on stdio and in turns).
+        conversation_uuid: the turn's conversation, when a turn called it.
+        call_id: the turn's tool call id, when a turn called it.
+        status_code: the service's HTTP status; None when nothing was sent.
+        outcome: ``ok`` or the error code (``tool.exec.http_404``,
+            ``gateway.rate_limited``, ``gateway.path_refused``, ...).
+        latency_ms: the call's duration in milliseconds.
+        created_at: when it was recorded.
+    """
+
+    gateway: str
+    tool: str
+    operation: str
+    via: str
+    key_prefix: str | None
+    conversation_uuid: str | None
+    call_id: str | None
+    status_code: int | None
+    outcome: str
+    latency_ms: float
+    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -562,6 +602,9 @@ class AdHocRun:
         instruction_mode: how it combines (append, prepend or replace).
         options: sampling and limit options (temperature, max_tokens, ...).
         tools: codes of active catalog tools the agent may call.
+        tool_classes: dotted class names (``package.module.Class``) whose
+            ``@tool``-marked methods the agent may call; each must be on the
+            deployment's ``Settings.invoke_tool_classes`` allow-list.
         mcp_servers: MCP servers whose tools the agent may call.
         memory: chat memory across runs; None for none (each run is a new
             conversation whose memory is its own).
@@ -577,6 +620,11 @@ class AdHocRun:
         pgvector: a LangChain4j pgvector table searched before the model is called.
         record: JSON data kept with the run's system message (the caller's
             own view of its parameters, for the audit); never credentials.
+        ask_user: offer the built-in ``AskUserQuestion`` tool, as an action
+            does by default. False offers the model only ``tools`` and
+            ``mcp_servers``: a run with none of them is the bare model,
+            which streams even on a server that cannot stream while tools
+            are offered (llama.cpp).
     """
 
     name: str
@@ -589,6 +637,7 @@ class AdHocRun:
     tools: tuple[str, ...] = ()
     mcp_servers: tuple[McpServer, ...] = ()
     memory: ChatMemory | None = field(default_factory=ChatMemory)
+    tool_classes: tuple[str, ...] = ()
     audit: bool | None = None
     output_schema: Mapping[str, Any] | None = None
     collection: str | None = None
@@ -596,6 +645,7 @@ class AdHocRun:
     rag_min_score: float | None = None
     pgvector: PgVectorTable | None = None
     record: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    ask_user: bool = True
 
 
 @dataclass(frozen=True)
@@ -657,7 +707,9 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "TurnResult",
         "TurnRetry",
     ),
+    "pilothouse.runtime._meter": ("Meter",),
     "pilothouse.runtime._prompt": ("PromptContext", "PromptContributor"),
+    "pilothouse.runtime._directcall": ("CallableTool", "DirectToolCall"),
     "pilothouse.runtime._eventcalls": ("CompletionApplied", "OutboxCommand", "ToolRun"),
     "pilothouse.runtime._toolexec": ("Authorizer",),
     "pilothouse.store._queries": (

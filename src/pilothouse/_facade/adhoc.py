@@ -29,11 +29,18 @@ from pilothouse.catalog._enums import (
     ProcessStatus,
     ProviderKind,
 )
-from pilothouse.catalog._models import DocumentCollection, McpClient, Model, Tool
+from pilothouse.catalog._models import (
+    ADHOC_ACTION,
+    DocumentCollection,
+    McpClient,
+    Model,
+    Tool,
+)
 from pilothouse.errors import InvalidFieldError
 from pilothouse.memory import NO_MEMORY, MemoryPolicy
 from pilothouse.providers import ModelSpec, ProviderSpec
 from pilothouse.providers._egress import EgressPolicy
+from pilothouse.providers._spec import custom_config_options
 from pilothouse.runtime import ActionCompiler, CompiledAction
 from pilothouse.runtime._retrieval import RetrievalSource
 from pilothouse.store import Conversation, Database
@@ -41,9 +48,8 @@ from pilothouse.types import AdHocRun, ModelEndpoint, PgVectorTable
 
 if TYPE_CHECKING:
     from pilothouse.knowledge import Knowledge
+    from pilothouse.tools import ExecutableTool
 
-ADHOC_ACTION = "INVOKE"
-"""The action code of every ad-hoc run's conversation (reserved)."""
 RECORD_KEY = "invoke"
 """Where a run's ``record`` sits in the data of its system message."""
 
@@ -95,6 +101,49 @@ async def _tools(database: Database, tenant: str, codes: tuple[str, ...]) -> lis
                 f"tools[{index}]", f"'{code}' is not an active tool of this catalog"
             )
     return [found[code] for code in codes]
+
+
+def _tool_classes(
+    run: AdHocRun, allowed: tuple[str, ...], tool_rows: list[Tool]
+) -> tuple[ExecutableTool, ...]:
+    """The tools of the run's tool classes; only classes the operator allowed are imported."""
+    if not run.tool_classes:
+        return ()
+    from pilothouse.tools._base import ToolError
+    from pilothouse.tools._classes import DOTTED_NAME, ToolClassAllowList, tool_class_tools
+
+    allow = ToolClassAllowList.parse(allowed)
+    for index, name in enumerate(run.tool_classes):
+        if not DOTTED_NAME.match(name) or "." not in name:
+            raise InvalidFieldError(
+                f"tool_classes[{index}]",
+                f"'{name}' is not a class name: write package.module.Class",
+            )
+        if not allow.allows(name):
+            listed = "lists other modules" if allow.entries else "is empty"
+            raise InvalidFieldError(
+                f"tool_classes[{index}]",
+                f"'{name}' is not allowed on this deployment: its operator lists the modules "
+                f"and classes callers may name in PILOTHOUSE_INVOKE_TOOL_CLASSES "
+                f"(Settings.invoke_tool_classes), which {listed}",
+            )
+    built: list[ExecutableTool] = []
+    taken = {row.name: f"catalog tool '{row.code}'" for row in tool_rows}
+    for index, name in enumerate(run.tool_classes):
+        try:
+            tools = tool_class_tools(name)
+        except ToolError as exc:
+            raise InvalidFieldError(f"tool_classes[{index}]", str(exc)) from None
+        for executable in tools:
+            tool_name = executable.definition.name
+            if tool_name in taken:
+                raise InvalidFieldError(
+                    f"tool_classes[{index}]",
+                    f"'{name}' has a tool '{tool_name}', the name of {taken[tool_name]}",
+                )
+            taken[tool_name] = f"a tool of '{name}'"
+            built.append(executable)
+    return tuple(built)
 
 
 async def _check_collection(database: Database, tenant: str, code: str | None) -> None:
@@ -249,7 +298,7 @@ async def _retrieval(
             )
         except DimensionMismatchError as exc:
             raise InvalidFieldError("embedding_dimension", str(exc)) from None
-        sources.append(RetrievalSource("INVOKE", collection=collection))
+        sources.append(RetrievalSource(ADHOC_ACTION, collection=collection))
     return tuple(sources)
 
 
@@ -259,6 +308,8 @@ async def compile_run(
     compiler: ActionCompiler,
     run: AdHocRun,
     knowledge: Knowledge | None = None,
+    *,
+    allowed_tool_classes: tuple[str, ...] = (),
 ) -> CompiledAction:
     """Check what the run references and compile it; nothing is written.
 
@@ -268,13 +319,17 @@ async def compile_run(
         compiler: resolves catalog models' secrets.
         run: the run.
         knowledge: the knowledge service (needed for a run with a pgvector table).
+        allowed_tool_classes: the deployment's allow-list of tool classes.
 
     Raises:
         InvalidFieldError: an inactive or unknown model, tool or collection,
+            a tool class not allowed, not importable or without ``@tool`` methods,
             an output schema that is no JSON schema, or a pgvector table
             whose dimension the packaged model does not give.
     """
     spec = await _model_spec(database, tenant, compiler, run.model)
+    # A catalog model's Vantiq class_name parameters, under the run's own options.
+    options = custom_config_options(spec.provider.code, spec.provider.settings).merged(run.options)
     if isinstance(run.model, ModelEndpoint) and run.options.reasoning_summary is not None:
         # Only the Responses API returns a reasoning summary: the connector's
         # reasoningSummary switches to it at a baseUrl as with OpenAI.
@@ -285,6 +340,7 @@ async def compile_run(
             ),
         )
     tools = await _tools(database, tenant, run.tools)
+    local_tools = _tool_classes(run, allowed_tool_classes, tools)
     await _check_collection(database, tenant, run.collection)
     retrieval = await _retrieval(database, tenant, compiler, run, knowledge)
     schema, validator, schema_part = _output(run.output_schema)
@@ -305,7 +361,7 @@ async def compile_run(
         action_code=ADHOC_ACTION,
         agent_code=None,
         model=spec,
-        options=run.options,
+        options=options,
         retry_count=2,
         retry_delay=0.5,
         # Not templated: the caller's texts are sent as they are, braces and all.
@@ -320,6 +376,8 @@ async def compile_run(
         tool_rows=tuple(tools),
         mcp_clients=tuple(_mcp_clients(run)),
         retrieval=retrieval,
+        ask_user=run.ask_user,
+        local_tools=local_tools,
     )
 
 

@@ -26,7 +26,49 @@ from pilothouse.types import CatalogCheck, CatalogEntry, KindForm
 if TYPE_CHECKING:
     from pilothouse.catalog import CatalogKind, CatalogRepository
     from pilothouse.catalog._models import CatalogEntity
+    from pilothouse.catalog._validate import ParsedCatalog
+    from pilothouse.providers._egress import EgressPolicy
     from pilothouse.types import ImportSummary
+
+EgressOf = Callable[[], "EgressPolicy | None"]
+"""The writer's egress policy, or None where catalog URLs are not checked."""
+
+
+async def _served_write_issues(
+    policy: EgressPolicy,
+    kind: CatalogKind,
+    document: Mapping[str, Any],
+    code: str | None,
+    *,
+    allow_stdio: bool,
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """What the service refuses in one entity a tenant writes, with its location and the rule.
+
+    Each address the tenant's egress policy refuses, and a stdio MCP client
+    unless the operator allows them.
+    """
+    from pilothouse.catalog._urls import catalog_urls
+    from pilothouse.errors import InvalidFieldError
+
+    found: list[tuple[tuple[str | int, ...], str]] = []
+    if kind.name == "mcp_clients" and document.get("transport") == "stdio" and not allow_stdio:
+        # A stdio client is a command the server runs, with its files,
+        # environment and network: no tenant of a shared service may write one.
+        found.append(
+            (
+                ("transport",),
+                "a stdio MCP client runs a command on the server, which a tenant of the "
+                "service may not write; connect to the server over streamable-http or sse "
+                "with its url (the operator may allow stdio with "
+                "PILOTHOUSE_TENANT_MCP_STDIO=true)",
+            )
+        )
+    for item in catalog_urls(kind.name, document):
+        try:
+            await policy.check(item.url, ".".join(map(str, item.location)), schemes=item.schemes)
+        except InvalidFieldError as exc:
+            found.append((item.location, exc.rule))
+    return found
 
 
 def _kind(name: str) -> CatalogKind:
@@ -55,15 +97,77 @@ class CatalogApi(Facet):
     files, and are all or nothing. Every write bumps the tenant's catalog
     revision, so compiled actions are compiled again on their next turn.
 
+    In the HTTP service every address an entity names (a provider's
+    ``base_url``, a REST tool's URL, an OpenAPI document, an MCP client's
+    ``url``, a vector store's ``connection``) must pass the tenant's egress
+    policy too; a refused one is a validation issue naming the field.
+
     Args:
         database: the catalog's database.
         tenant: whose catalog.
         user: written to ``updated_by`` when a write names nobody.
+        egress: the tenant's egress policy when writes are checked against
+            it (``Pilothouse(catalog_egress=True)``).
+        allow_stdio: with ``egress``, tenants may write stdio MCP clients
+            (``Settings.tenant_mcp_stdio``); commands the server runs.
     """
 
-    def __init__(self, database: Callable[[], Database], tenant: str, user: str) -> None:
+    def __init__(
+        self,
+        database: Callable[[], Database],
+        tenant: str,
+        user: str,
+        *,
+        egress: EgressOf | None = None,
+        allow_stdio: bool = False,
+    ) -> None:
         super().__init__(database, tenant)
         self._user = user
+        self._egress: EgressOf = egress or (lambda: None)
+        self._allow_stdio = allow_stdio
+
+    async def _check_document(self, kind: CatalogKind, document: Mapping[str, Any]) -> None:
+        """Refuse one entity whose addresses the tenant's policy does not allow."""
+        policy = self._egress()
+        if policy is None:
+            return
+        from pilothouse.catalog import spec_document
+        from pilothouse.catalog._validate import parse_spec
+
+        spec = parse_spec(kind, document)  # raises every broken rule, as the write would
+        found = await _served_write_issues(
+            policy, kind, spec_document(kind, spec), spec.key, allow_stdio=self._allow_stdio
+        )
+        if found:
+            raise CatalogValidationError(
+                [
+                    ValidationIssue(kind.entity_name, spec.key, ".".join(map(str, loc)), rule)
+                    for loc, rule in found
+                ]
+            )
+
+    def _import_check(self) -> Callable[[ParsedCatalog], Any] | None:
+        """The import's egress check of every entity, located by file and line."""
+        policy = self._egress()
+        if policy is None:
+            return None
+        checked = policy
+        allow_stdio = self._allow_stdio
+
+        async def check(parsed: ParsedCatalog) -> list[ValidationIssue]:
+            from pilothouse.catalog import spec_document
+
+            issues: list[ValidationIssue] = []
+            for entries in parsed.entries.values():
+                for entry in entries:
+                    document = spec_document(entry.kind, entry.spec)
+                    for location, rule in await _served_write_issues(
+                        checked, entry.kind, document, entry.spec.key, allow_stdio=allow_stdio
+                    ):
+                        issues.append(entry.issue(location, rule))
+            return issues
+
+        return check
 
     def _repository(self, session: Any, user: str | None = None) -> CatalogRepository:
         from pilothouse.catalog import CatalogRepository
@@ -118,7 +222,9 @@ class CatalogApi(Facet):
         """
         from pilothouse.catalog import import_catalog
 
-        return await import_catalog(self._database, self.tenant, paths, user=user or self._user)
+        return await import_catalog(
+            self._database, self.tenant, paths, user=user or self._user, check=self._import_check()
+        )
 
     async def import_documents(
         self, documents: Sequence[Mapping[str, Any]], *, user: str | None = None
@@ -134,7 +240,11 @@ class CatalogApi(Facet):
         from pilothouse.catalog import import_documents
 
         return await import_documents(
-            self._database, self.tenant, documents, user=user or self._user
+            self._database,
+            self.tenant,
+            documents,
+            user=user or self._user,
+            check=self._import_check(),
         )
 
     async def import_text(
@@ -233,6 +343,7 @@ class CatalogApi(Facet):
             ConflictError: the key is taken.
         """
         catalog_kind = _kind(kind)
+        await self._check_document(catalog_kind, document)
         await self._database.ensure_schema()
         async with self._database.sessions() as session, session.begin():
             row = await self._repository(session, user).create(catalog_kind, dict(document))
@@ -259,6 +370,7 @@ class CatalogApi(Facet):
             CatalogValidationError: the document breaks rules.
         """
         catalog_kind = _kind(kind)
+        await self._check_document(catalog_kind, document)
         await self._database.ensure_schema()
         async with self._database.sessions() as session, session.begin():
             repository = self._repository(session, user)

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
         AdHocResult,
         AdHocRun,
         AttachmentInput,
+        CallableTool,
+        DirectToolCall,
         MessageInput,
         TurnEvent,
         TurnResult,
@@ -49,9 +51,12 @@ class CommandApi(Facet):
         default_audit: bool,
         runner: Callable[[], Runner],
         egress: EgressPolicy | None = None,
+        tool_classes: tuple[str, ...] = (),
     ) -> None:
         super().__init__(database, tenant)
         self._egress = egress if egress is not None else EgressPolicy()
+        # The operator's allow-list of ad-hoc runs' tool classes (Settings.invoke_tool_classes).
+        self._tool_classes = tool_classes
         self._default_audit = default_audit
         self._runner_of = runner
         self._resumption_: Resumption | None = None
@@ -67,7 +72,7 @@ class CommandApi(Facet):
             from pilothouse.runtime._hitl import Resumption
 
             runner = self._runner
-            self._resumption_ = Resumption(self._database, self.tenant, runner, runner.compiler)
+            self._resumption_ = Resumption(self._database, self.tenant, runner)
         return self._resumption_
 
     async def send_message(
@@ -211,6 +216,66 @@ class CommandApi(Facet):
             input_data=input_data,
             runtime_config=runtime_config,
             conversation_uuid=conversation_uuid,
+        )
+
+    async def callable_tools(self) -> list[CallableTool]:
+        """The tenant's catalog tools that :meth:`call_tool` runs, with their schemas.
+
+        Active tools of kind python, rest, script and mcp; not ``schema``
+        tools (their caller runs them), ``event`` tools (a worker does) or
+        OpenAPI gateway rows (each operation is a tool of its own). A tool
+        that cannot be built is left out and logged.
+        """
+        await self._ready()
+        from pilothouse.runtime._directcall import callable_tools
+
+        return await callable_tools(self._runner)
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        via: str = "python",
+        key_prefix: str | None = None,
+    ) -> DirectToolCall:
+        """Run one catalog tool outside a turn, governed and audited like a turn's call.
+
+        The same tool source, policy, authorizer, skill access level
+        (``write``/``execute`` links need the authorizer), script sandbox,
+        timeout and argument check as a call in a turn. It is recorded as a
+        conversation of its own (action code ``TOOLCALL``): the call, its
+        tool call row, the tool message and the timeline; ``CO`` when the
+        tool succeeded, ``FA`` when it failed or was denied.
+
+        Args:
+            name: the tool's name.
+            arguments: its arguments (checked against its input schema).
+            via: who called, for the record (``mcp``, ``python``, ...).
+            key_prefix: the caller's API key prefix, for the record.
+
+        Returns:
+            The call's outcome; a failing or denied tool is an outcome, not
+            an exception.
+
+        Raises:
+            NotFoundError: no active tool has this name.
+            InvalidFieldError: the tool does not run on its own, or the
+                arguments do not match its schema.
+            ToolError: the tool cannot be built.
+
+        Nothing is written when it raises.
+        """
+        await self._ready()
+        from pilothouse.runtime._directcall import run_catalog_tool
+
+        return await run_catalog_tool(
+            self._runner,
+            name,
+            dict(arguments or {}),
+            via=via,
+            key_prefix=key_prefix,
+            default_audit=self._default_audit,
         )
 
     async def start_and_stream(
@@ -433,12 +498,51 @@ class CommandApi(Facet):
 
         Raises:
             InvalidFieldError: an unknown or inactive model, tool or
-                collection, or an output schema that is no JSON schema.
+                collection, a tool class the deployment does not allow, or
+                an output schema that is no JSON schema.
             InvalidStateError: the run's conversation is running a turn.
             RuntimeConfigError: an invalid option.
         """
-        from pilothouse._facade import adhoc
         from pilothouse.types import AdHocResult
+
+        uuid, memory_id, result = await self._adhoc_turn(run, None)
+        return AdHocResult(result=result, conversation_uuid=uuid, memory_id=memory_id)
+
+    async def stream_adhoc(self, run: AdHocRun) -> AsyncIterator[TurnEvent]:
+        """:meth:`run_adhoc`, yielding the turn's events as :meth:`stream_message` does.
+
+        The same checks and the same records as :meth:`run_adhoc` (the run's
+        system message with ``run.record``, then the turn); the model is
+        called streaming, so the answer arrives as ``TextDelta`` events and
+        the last event is ``TurnFinished`` with the result. Every event
+        names the conversation; its memory id is the conversation's
+        (``ph.query.get_conversation(uuid).memory_id``).
+
+        Raises:
+            InvalidFieldError: as :meth:`run_adhoc`, before any event and
+                with nothing written.
+            InvalidStateError: the run's conversation is running a turn.
+            RuntimeConfigError: an invalid option.
+        """
+
+        async def turn(on_event: Callable[[TurnEvent], Awaitable[None] | None]) -> TurnResult:
+            _, _, result = await self._adhoc_turn(run, on_event)
+            return result
+
+        async for event in _events(turn):
+            yield event
+
+    async def _adhoc_turn(
+        self,
+        run: AdHocRun,
+        on_event: Callable[[TurnEvent], Awaitable[None] | None] | None,
+    ) -> tuple[str, str, TurnResult]:
+        """Check, record and run an ad-hoc turn: its conversation, memory id and result.
+
+        One path for :meth:`run_adhoc` and :meth:`stream_adhoc`, so a
+        streamed run is checked and recorded exactly as a plain one.
+        """
+        from pilothouse._facade import adhoc
 
         for name in ("name", "message", "description", "instruction"):
             check_storable(getattr(run, name), name)
@@ -453,12 +557,16 @@ class CommandApi(Facet):
             runner.compiler,
             run,
             runner.runtime.knowledge() if run.pgvector is not None else None,
+            allowed_tool_classes=self._tool_classes,
         )
         config: dict[str, Any] = {"instruction_mode": run.instruction_mode.value}
         if run.instruction is not None:
             config["instruction"] = run.instruction
         if run.audit is not None:
             config["audit"] = run.audit
+        if on_event is not None:
+            # Streamed as the governed stream_message asks for it.
+            config["stream"] = True
         # Everything is checked before anything is written: a bad run leaves no conversation.
         _, _, system_prompt = await runner.prepare(
             adhoc.ADHOC_ACTION, None, run.message, None, config, compiled=compiled
@@ -484,9 +592,9 @@ class CommandApi(Facet):
                 runner.store, self.tenant, uuid, [recorded], status=status
             )
         result = await runner.send_message(
-            uuid, run.message, runtime_config=config, compiled=compiled
+            uuid, run.message, runtime_config=config, compiled=compiled, on_event=on_event
         )
-        return AdHocResult(result=result, conversation_uuid=uuid, memory_id=memory_id)
+        return uuid, memory_id, result
 
 
 async def _events(
@@ -521,7 +629,19 @@ async def _events(
 
     async with anyio.create_task_group() as group, receive:
         group.start_soon(turn)
-        async for event in receive:
+        while True:
+            # An event already waiting is taken at once: receive() yields to
+            # the loop before it looks, one more pass of the loop per delta
+            # (a pass runs every other ready task too).
+            try:
+                event = receive.receive_nowait()
+            except anyio.WouldBlock:
+                try:
+                    event = await receive.receive()
+                except anyio.EndOfStream:
+                    break
+            except anyio.EndOfStream:
+                break
             yield event
     if failure:
         raise failure[0]

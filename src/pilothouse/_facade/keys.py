@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cache
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection, Row, Select, Table, Update, bindparam, select, update
 
@@ -28,6 +28,9 @@ from pilothouse.store import Database
 from pilothouse.store._access import ApiKey
 from pilothouse.store._base import utcnow
 from pilothouse.types import ADMIN_SCOPE, MCP_TOOL_SCOPE, KeyInfo
+
+if TYPE_CHECKING:
+    from pilothouse._coordination import Coordination
 
 _PREFIX_BYTES = 4
 
@@ -103,8 +106,14 @@ class KeyApi(Facet):
     itself is seen.
     """
 
-    def __init__(self, database: Callable[[], Database], tenant: str) -> None:
+    def __init__(
+        self,
+        database: Callable[[], Database],
+        tenant: str,
+        coordination: Callable[[], Coordination | None] = lambda: None,
+    ) -> None:
         super().__init__(database, tenant)
+        self._coordination = coordination
 
     async def create(
         self,
@@ -164,8 +173,11 @@ class KeyApi(Facet):
     async def revoke(self, prefix: str) -> KeyInfo:
         """Deactivate the key with this prefix; it is refused from then on.
 
-        A server that remembers verified keys (the HTTP service, for a few
-        seconds) may accept it until it reads it again.
+        With Redis configured (``PILOTHOUSE_REDIS_URL``) the revocation is
+        published, and every process of the service drops the key from its
+        cache at once; without it, a server that remembers verified keys
+        (for ``PILOTHOUSE_SERVER_KEY_CACHE_SECONDS``) may accept it until it
+        reads it again.
 
         Raises:
             NotFoundError: no key has this prefix.
@@ -176,7 +188,13 @@ class KeyApi(Facet):
             if row is None:
                 raise NotFoundError(f"no API key with prefix '{prefix}'")
             row.active = False
-            return _info(row)
+            info = _info(row)
+        coordination = self._coordination()
+        if coordination is not None:
+            # After the commit: a process that drops the key and reads it
+            # again must find it revoked.
+            await coordination.publish_revoked(prefix)
+        return info
 
     async def verify(self, key: str) -> KeyInfo | None:
         """Return the active key matching ``key`` exactly, else None."""

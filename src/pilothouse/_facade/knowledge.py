@@ -10,7 +10,8 @@ from __future__ import annotations
 
 __all__ = ["KnowledgeApi"]
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -52,6 +53,12 @@ class KnowledgeApi(Facet):
         super().__init__(database, tenant)
         self._service_of = service
         self._egress = egress
+
+    @contextmanager
+    def _tenant_egress(self) -> Generator[None]:
+        """Run the block under this tenant's egress policy (the pinned clients read it)."""
+        with self._egress.applied():
+            yield
 
     async def ingest(
         self,
@@ -95,14 +102,15 @@ class KnowledgeApi(Facet):
         async def url_check(url: str) -> None:
             await egress.check(url, "url")
 
-        return await self._service_of().ingest(
-            self.tenant,
-            collection,
-            sources,
-            metadata=metadata,
-            progress=progress,
-            url_check=url_check if check_urls else None,
-        )
+        with self._tenant_egress():
+            return await self._service_of().ingest(
+                self.tenant,
+                collection,
+                sources,
+                metadata=metadata,
+                progress=progress,
+                url_check=url_check if check_urls else None,
+            )
 
     async def reingest(
         self,
@@ -155,15 +163,16 @@ class KnowledgeApi(Facet):
             KnowledgeError: a bad argument (named in the message).
         """
         await self._ready()
-        return await self._service_of().search(
-            self.tenant,
-            collection,
-            query,
-            top_k=top_k,
-            threshold=threshold,
-            filters=filters,
-            mode=mode,
-        )
+        with self._tenant_egress():
+            return await self._service_of().search(
+                self.tenant,
+                collection,
+                query,
+                top_k=top_k,
+                threshold=threshold,
+                filters=filters,
+                mode=mode,
+            )
 
     async def documents(self, collection: str) -> list[DocumentInfo]:
         """List a collection's documents (source, title, chunks, content hash, metadata)."""
@@ -205,9 +214,10 @@ class KnowledgeApi(Facet):
         from pilothouse.types import Embeddings
 
         await self._ready()
-        vectors, info, tokens = await self._service_of().embed_with_model(
-            self.tenant, model, texts, purpose
-        )
+        with self._tenant_egress():
+            vectors, info, tokens = await self._service_of().embed_with_model(
+                self.tenant, model, texts, purpose
+            )
         return Embeddings(
             model=model,
             dimension=info.dimension,

@@ -22,7 +22,7 @@ from pilothouse.store import (
 )
 
 if TYPE_CHECKING:
-    from pilothouse.types import Target, TargetInfo
+    from pilothouse.types import GatewayCallRecord, Target, TargetInfo
 
 E = TypeVar("E", bound=CatalogEntity)
 
@@ -78,6 +78,47 @@ class QueryApi(Facet):
     async def find_mcp_client_by_name(self, name: str) -> McpClient | None:
         """Return the MCP client with this name, or None."""
         return await self._find(McpClient, name)
+
+    async def list_gateway_calls(
+        self,
+        *,
+        gateway: str | None = None,
+        conversation_uuid: str | None = None,
+        limit: int = 100,
+    ) -> list[GatewayCallRecord]:
+        """Return the audit rows of the tenant's OpenAPI gateway calls, newest first.
+
+        Args:
+            gateway: only this gateway's (its tool code).
+            conversation_uuid: only those a turn of this conversation made.
+            limit: at most this many (1 to 1000).
+        """
+        from pilothouse.store import list_gateway_calls
+        from pilothouse.types import GatewayCallRecord
+
+        rows = await list_gateway_calls(
+            await self._ready(),
+            self.tenant,
+            gateway=gateway,
+            conversation_uuid=conversation_uuid,
+            limit=limit,
+        )
+        return [
+            GatewayCallRecord(
+                gateway=row.gateway,
+                tool=row.tool,
+                operation=row.operation,
+                via=row.via,
+                key_prefix=row.key_prefix,
+                conversation_uuid=row.conversation_uuid,
+                call_id=row.call_id,
+                status_code=row.status_code,
+                outcome=row.outcome,
+                latency_ms=row.latency_ms,
+                created_at=row.created_at,
+            )
+            for row in rows
+        ]
 
     async def find_conversation(self, uuid: str) -> Conversation | None:
         """Return the conversation with this uuid, or None."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 __all__ = ["ImportSummary", "KindCounts", "apply_catalog", "import_catalog", "import_documents"]
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -122,8 +122,17 @@ async def apply_catalog(
     return summary
 
 
+Check = Callable[[ParsedCatalog], Awaitable[list[ValidationIssue]]]
+"""A further check of validated entities before they are written (the egress policy)."""
+
+
 async def import_catalog(
-    database: Database, tenant: str, paths: Sequence[Path], *, user: str = "pilothouse"
+    database: Database,
+    tenant: str,
+    paths: Sequence[Path],
+    *,
+    user: str = "pilothouse",
+    check: Check | None = None,
 ) -> ImportSummary:
     """Validate catalog files and import them into a tenant, all or nothing.
 
@@ -132,6 +141,8 @@ async def import_catalog(
         tenant: whose catalog.
         paths: files or folders of ``*.yaml``/``*.yml``.
         user: written to ``updated_by``.
+        check: run on the validated entities before anything is written;
+            its issues refuse the import like validation's.
 
     Returns:
         What changed.
@@ -140,7 +151,9 @@ async def import_catalog(
         CatalogValidationError: the files break rules; nothing was written.
         ConflictError: the database refused a write; nothing was written.
     """
-    return await _import(database, tenant, lambda existing: validate_paths(paths, existing), user)
+    return await _import(
+        database, tenant, lambda existing: validate_paths(paths, existing), user, check
+    )
 
 
 async def import_documents(
@@ -149,6 +162,7 @@ async def import_documents(
     documents: Sequence[Mapping[str, Any]],
     *,
     user: str = "pilothouse",
+    check: Check | None = None,
 ) -> ImportSummary:
     """Validate catalog documents given in memory and import them, all or nothing.
 
@@ -162,6 +176,7 @@ async def import_documents(
         tenant: whose catalog.
         documents: the documents, read in order as files are.
         user: written to ``updated_by``.
+        check: as in :func:`import_catalog`.
 
     Returns:
         What changed.
@@ -175,7 +190,7 @@ async def import_documents(
         parsed, issues = validate_documents(documents, existing)
         return parsed, [replace(issue, file=None) for issue in issues]
 
-    return await _import(database, tenant, validate, user)
+    return await _import(database, tenant, validate, user, check)
 
 
 async def _import(
@@ -183,6 +198,7 @@ async def _import(
     tenant: str,
     validate: Callable[[ExistingCatalog], tuple[ParsedCatalog, list[ValidationIssue]]],
     user: str,
+    check: Check | None = None,
 ) -> ImportSummary:
     await database.ensure_schema()
     async with database.sessions() as session:
@@ -192,6 +208,8 @@ async def _import(
                 # Parsing and validating YAML is CPU work: off the event loop,
                 # so a large (or hostile) document never stalls other requests.
                 parsed, issues = await anyio.to_thread.run_sync(validate, existing)
+                if not issues and check is not None:
+                    issues = await check(parsed)
                 if issues:
                     raise CatalogValidationError(issues)
                 return await apply_catalog(session, tenant, parsed, user=user)

@@ -15,7 +15,7 @@ import copy
 import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from pilothouse.catalog._enums import ModelCapability
 from pilothouse.catalog._models import (
@@ -183,6 +183,8 @@ class CatalogKind:
         for link in self.links:
             for index, key in enumerate(_link_keys(spec, link)):
                 found.append(((link.field, index), link.target, key))
+        if self.name == "memory_strategies":
+            found += _memory_references(cast(dict[str, Any], getattr(spec, "settings", {})))
         return found
 
     def to_spec(self, row: CatalogEntity) -> CatalogSpec:
@@ -447,3 +449,24 @@ def suggest(word: str, choices: Sequence[str] | dict[str, Any]) -> str:
     """Return `` (did you mean 'x'?)`` for the closest choice, or an empty string."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _memory_references(settings: dict[str, Any]) -> list[tuple[Location, str, str]]:
+    """The codes a scoped memory strategy's settings name: collections and a model.
+
+    They live in the settings' JSON (no foreign key), so the catalog checks
+    them as references: a missing one is refused when written, not found by
+    the first turn.
+    """
+    found: list[tuple[Location, str, str]] = []
+    collections = settings.get("organization_collections")
+    if isinstance(collections, list):
+        for index, code in enumerate(cast(list[Any], collections)):
+            if isinstance(code, str):
+                found.append(
+                    (("settings", "organization_collections", index), "document_collections", code)
+                )
+    model = settings.get("extraction_model")
+    if isinstance(model, str):
+        found.append((("settings", "extraction_model"), "models", model))
+    return found

@@ -9,7 +9,10 @@ as ``@secrets(NAME)`` references.
 from __future__ import annotations
 
 __all__ = [
+    "ADHOC_ACTION",
     "CODE_LENGTHS",
+    "DIRECT_TOOL_ACTION",
+    "RESERVED_ACTION_CODES",
     "Action",
     "ActionAdvisor",
     "ActionCollection",
@@ -82,6 +85,10 @@ TYPE_CODE = 4
 SHORT_CODE = 8
 CODE = 12
 MCP_NAME = 32
+RELEASE_LENGTH = 20
+"""genai-4j's ``version VARCHAR(20)`` of skills and tools (seed 002)."""
+DEFAULT_RELEASE = "1.0.0"
+"""genai-4j's default version of skills and tools (seed 002)."""
 
 
 class CatalogRevision(Base):
@@ -256,6 +263,8 @@ class Skill(CatalogEntity):
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("skill.id"))
     execution: Mapped[str] = mapped_column(String(16), default="local")
     """``local``, or ``event``: the skill's tools run on event workers (docs/events.md)."""
+    release: Mapped[str] = mapped_column(String(RELEASE_LENGTH), default=DEFAULT_RELEASE)
+    """genai-4j's ``skill_t.version``: a semantic version, recorded with each use."""
 
     type: Mapped[SkillType | None] = relationship(lazy="joined")
     parent: Mapped[Skill | None] = relationship(remote_side="Skill.id", lazy="selectin")
@@ -328,6 +337,8 @@ class Tool(CatalogEntity):
     )
     settings: Mapped[dict[str, Any]] = mapped_column(default=dict)
     """Kind-specific settings (REST method/URL/headers, timeout, ...)."""
+    release: Mapped[str] = mapped_column(String(RELEASE_LENGTH), default=DEFAULT_RELEASE)
+    """genai-4j's ``tool_t.version``: a semantic version, recorded with each call."""
 
     type: Mapped[ToolType | None] = relationship(lazy="joined")
 
@@ -694,6 +705,16 @@ class Agent(CatalogEntity):
     type: Mapped[AgentType | None] = relationship(lazy="joined")
     goal_action: Mapped[Action | None] = relationship(lazy="joined")
 
+
+ADHOC_ACTION = "INVOKE"
+"""The action code of every ad-hoc run's conversation (reserved)."""
+DIRECT_TOOL_ACTION = "TOOLCALL"
+"""The action code of every conversation that records a direct tool call (reserved)."""
+RESERVED_ACTION_CODES: dict[str, str] = {
+    ADHOC_ACTION: "the conversations of ad-hoc runs (/v1/invoke, run_adhoc)",
+    DIRECT_TOOL_ACTION: "the conversations of direct tool calls (call_tool, MCP catalog tools)",
+}
+"""Action codes the runtime records its own conversations under, with what uses each."""
 
 CODE_LENGTHS: dict[str, int] = {
     cls.entity_name: cls.key_length

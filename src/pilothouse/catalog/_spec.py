@@ -50,7 +50,7 @@ from collections.abc import Callable
 from datetime import date
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, cast
 
 from pydantic import (
     BaseModel,
@@ -60,6 +60,7 @@ from pydantic import (
     PlainSerializer,
     SerializerFunctionWrapHandler,
     StringConstraints,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -77,7 +78,13 @@ from pilothouse.catalog._enums import (
     ToolKind,
     VectorStoreKind,
 )
-from pilothouse.catalog._models import CODE_LENGTHS
+from pilothouse.catalog._models import (
+    CODE_LENGTHS,
+    DEFAULT_RELEASE,
+    RELEASE_LENGTH,
+    RESERVED_ACTION_CODES,
+)
+from pilothouse.catalog._vantiq import class_settings_keys, read_custom_config
 
 CODE_PATTERN = r"^[A-Za-z0-9_.-]+$"
 """What a business key may contain: letters, digits, ``_``, ``.`` and ``-``."""
@@ -257,6 +264,7 @@ PROVIDER_SETTINGS: dict[ProviderKind, tuple[str, ...]] = {
     ProviderKind.SAGEMAKER: (
         *_AWS_SETTINGS,
         "format",
+        "message_format_config",
         "endpoint_name",
         "threads",
         "model_kwargs",
@@ -290,11 +298,20 @@ class ProviderSpec(CatalogSpec):
     settings: JsonObject = Field(default_factory=dict[str, Any])
     description: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _vantiq_class(cls, data: Any) -> Any:
+        # Vantiq's class_name custom configurations, read into our fields (_vantiq.py).
+        if isinstance(data, dict):
+            return read_custom_config(cast(dict[str, Any], data))
+        return cast(object, data)
+
     @model_validator(mode="after")
     def _known_settings(self) -> ProviderSpec:
         known = PROVIDER_SETTINGS.get(self.kind)
         if known is None:  # kind test: scripted in tests, takes anything
             return self
+        known = (*known, *class_settings_keys(self.settings))
         for key in self.settings:
             if key not in known:
                 instead = _SETTING_NAMES.get(key)
@@ -304,7 +321,43 @@ class ProviderSpec(CatalogSpec):
                     else f"kind '{self.kind.value}' takes {', '.join(known) or 'no settings'}"
                 )
                 raise ValueError(f"settings.{key} is not a setting of this provider; {hint}")
+        _check_message_format(self.settings)
         return self
+
+
+# The Vantiq guide's message_format_config keys (seed 004); the provider
+# layer turns them into a SageMaker format (providers/_sagemaker_formats.py).
+_MESSAGE_FORMAT_KEYS = (
+    "request_key",
+    "request_nesting_level",
+    "request_parameters_key",
+    "response_path",
+)
+
+
+def _check_message_format(settings: dict[str, Any]) -> None:
+    config = settings.get("message_format_config")
+    if config is None:
+        return
+    if "format" in settings:
+        raise ValueError(
+            "settings.format and settings.message_format_config both name the message "
+            "format; keep one"
+        )
+    if not isinstance(config, dict):
+        raise ValueError("settings.message_format_config must be an object")
+    fields = cast(dict[str, Any], config)
+    for key in fields:
+        if key not in _MESSAGE_FORMAT_KEYS:
+            raise ValueError(
+                f"settings.message_format_config.{key} is not a key of the guide's message "
+                f"format; write {', '.join(_MESSAGE_FORMAT_KEYS)} (or settings.format for more)"
+            )
+    for key in ("request_key", "response_path"):
+        if not isinstance(fields.get(key), str):
+            raise ValueError(f"settings.message_format_config.{key} is required (a string)")
+    if fields.get("request_nesting_level", 0) not in (0, 1, 2):
+        raise ValueError("settings.message_format_config.request_nesting_level must be 0, 1 or 2")
 
 
 class ModelSpec(CatalogSpec):
@@ -376,8 +429,33 @@ class SkillToolSpec(BaseModel):
         return handler(self)
 
 
+# Semantic versioning 2.0.0: MAJOR.MINOR.PATCH, an optional -pre-release and +build.
+_SEMVER = (
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$"
+)
+Release = Annotated[str, StringConstraints(max_length=RELEASE_LENGTH, pattern=_SEMVER)]
+"""genai-4j's skill and tool ``version VARCHAR(20) DEFAULT '1.0.0'`` (seed 002)."""
+
+
+def _no_row_version(data: object) -> object:
+    # "version" is every entity's optimistic-lock counter on the REST API; a
+    # genai-4j version written there would be read as a counter, so the
+    # catalog file refuses it and says where the semantic version goes.
+    if isinstance(data, dict) and "version" in cast(dict[str, Any], data):
+        raise ValueError(
+            "version is not a field of a skill or tool; write its semantic version as "
+            "release (genai-4j's version, e.g. release: 1.2.0)"
+        )
+    return cast(object, data)
+
+
 class SkillSpec(CatalogSpec):
-    """A reusable capability prompt that may own tools and depend on other skills."""
+    """A reusable capability prompt that may own tools and depend on other skills.
+
+    Attributes:
+        release: its semantic version (genai-4j's ``skill_t.version``).
+    """
 
     code: ShortCode
     name: Name = ""
@@ -389,10 +467,20 @@ class SkillSpec(CatalogSpec):
     tools: list[SkillToolSpec] = Field(default_factory=list[SkillToolSpec])
     execution: Literal["local", "event"] = "local"
     """``event``: every tool of the skill is published on the event bus (docs/events.md)."""
+    release: Release = DEFAULT_RELEASE
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_version(cls, data: Any) -> Any:
+        return _no_row_version(data)
 
 
 class ToolSpec(CatalogSpec):
-    """Something the model can call; ``name`` is the function name it sees."""
+    """Something the model can call; ``name`` is the function name it sees.
+
+    Attributes:
+        release: its semantic version (genai-4j's ``tool_t.version``).
+    """
 
     code: Code
     name: ToolName
@@ -404,6 +492,32 @@ class ToolSpec(CatalogSpec):
     output_schema: JsonObject | None = None
     policy: PolicyField = ExecutionPolicy.ALLOW
     settings: JsonObject = Field(default_factory=dict[str, Any])
+    release: Release = DEFAULT_RELEASE
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_version(cls, data: Any) -> Any:
+        return _no_row_version(data)
+
+    @model_validator(mode="after")
+    def _service(self) -> ToolSpec:
+        # Vantiq's service tools: the row's class offers every public method.
+        service = self.settings.get("service")
+        if service is None:
+            return self
+        if not isinstance(service, bool):
+            raise ValueError("settings.service must be true or false")
+        if service and self.kind is not ToolKind.PYTHON:
+            raise ValueError("settings.service is a setting of python tools only")
+        if service and ":" not in (self.implementation or ""):
+            raise ValueError(
+                "settings.service needs implementation 'package.module:Class' (the service)"
+            )
+        if service and self.input_schema:
+            raise ValueError(
+                "input_schema: a service's methods describe their own parameters; leave it out"
+            )
+        return self
 
     @model_validator(mode="after")
     def _script_language(self) -> ToolSpec:
@@ -567,6 +681,17 @@ class ActionSpec(CatalogSpec):
     mcp_clients: list[str] = Field(default_factory=list[str])
     advisors: list[ActionAdvisorSpec] = Field(default_factory=list[ActionAdvisorSpec])
     collections: list[str] = Field(default_factory=list[str])
+
+    @field_validator("code")
+    @classmethod
+    def _not_reserved(cls, code: str) -> str:
+        # The conversations of ad-hoc runs and direct tool calls carry these
+        # codes; a catalog action of the same code would share their audit
+        # trail, queries and limits.
+        used_by = RESERVED_ACTION_CODES.get(code)
+        if used_by is not None:
+            raise ValueError(f"'{code}' is reserved for {used_by}; choose another action code")
+        return code
 
 
 class ApplicationSpec(CatalogSpec):

@@ -42,13 +42,18 @@ class CliState:
 
 
 @asynccontextmanager
-async def open_facade(state: CliState, *, migrate: bool = True) -> AsyncGenerator[Pilothouse]:
+async def open_facade(
+    state: CliState, *, migrate: bool = True, catalog_egress: bool = False
+) -> AsyncGenerator[Pilothouse]:
     """Open the facade for the command's tenant and close it at the end.
 
     Args:
         state: the command's settings and tenant.
         migrate: bring the schema to the newest migration first (commands
             that only report on the database pass False).
+        catalog_egress: check the catalog's URLs against the egress policy
+            at every call (a process that runs tenants' tools, as the
+            service does).
 
     Connection and SQL failures become exit code 2 with one line naming the
     database (password hidden).
@@ -58,7 +63,7 @@ async def open_facade(state: CliState, *, migrate: bool = True) -> AsyncGenerato
 
     from pilothouse.api import Pilothouse
 
-    ph = Pilothouse(state.settings, tenant=state.effective_tenant)
+    ph = Pilothouse(state.settings, tenant=state.effective_tenant, catalog_egress=catalog_egress)
     try:
         if migrate:
             await ph.ensure_schema()

@@ -17,12 +17,20 @@ __all__ = ["serve"]
 
 import os
 import signal
+from enum import StrEnum
 from types import FrameType
 from typing import Annotated
 
 import typer
 
 from pilothouse.cli._context import CliState, fail
+
+
+class LogFormat(StrEnum):
+    """How the service writes its log lines."""
+
+    TEXT = "text"
+    JSON = "json"
 
 
 def _stopped(_signum: int, _frame: FrameType | None) -> None:
@@ -36,13 +44,27 @@ def serve(
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to bind.")] = 8000,
     workers: Annotated[
-        int, typer.Option("--workers", min=1, help="Worker processes (rate limits are per worker).")
+        int,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Worker processes (rate limits per worker unless PILOTHOUSE_REDIS_URL is set).",
+        ),
     ] = 1,
     grace: Annotated[
         float,
         typer.Option("--grace", min=0, help="Seconds running turns get to finish on shutdown."),
     ] = 30.0,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            "--log-format",
+            envvar="PILOTHOUSE_SERVER_LOG_FORMAT",
+            help="text: uvicorn's lines; json: one JSON object per line with the request, "
+            "conversation and trace ids.",
+        ),
+    ] = LogFormat.TEXT,
     keep_alive: Annotated[
         float,
         typer.Option(
@@ -53,13 +75,29 @@ def serve(
         ),
     ] = 75.0,
 ) -> None:
-    """Serve the HTTP API (REST, SSE, OpenAI-compatible, JSON-RPC) with uvicorn."""
+    """Serve the HTTP API (REST, SSE, OpenAI-compatible, JSON-RPC) with uvicorn.
+
+    Spans are exported as the standard ``OTEL_*`` variables say
+    (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``, ...; see
+    docs/operations.md); a variable that asks for what cannot be done stops
+    the start with an error naming it.
+    """
     import uvicorn
+    from uvicorn.config import LOGGING_CONFIG
+
+    from pilothouse.api import TraceExport, logging_config
+    from pilothouse.errors import InvalidFieldError
 
     state: CliState = ctx.obj
     settings = state.settings
     if not 0 < port < 65536:
         fail(f"--port must be between 1 and 65535, not {port}")
+    try:
+        tracing = TraceExport.from_environment(os.environ)
+    except InvalidFieldError as exc:
+        fail(str(exc))
+    if tracing is not None:
+        typer.echo(tracing.describe(), err=True)
     os.environ["PILOTHOUSE_DATABASE_URL"] = settings.database_url
     os.environ["PILOTHOUSE_TENANT"] = state.effective_tenant
     if settings.secrets_file is not None:
@@ -79,6 +117,8 @@ def serve(
         port=port,
         workers=workers,
         log_level=log_level,
+        # uvicorn's own configuration (text) unless JSON is asked for.
+        log_config=logging_config(log_level) if log_format is LogFormat.JSON else LOGGING_CONFIG,
         # Above the grace: the app stops the turns still running at the grace
         # (recorded TE, answered 503) and needs its requests' connections open
         # to answer them.

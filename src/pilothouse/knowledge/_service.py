@@ -50,6 +50,7 @@ from pilothouse.knowledge._types import (
 if TYPE_CHECKING:
     from pilothouse.knowledge._embedders import Purpose, Vectors
     from pilothouse.providers import ModelFactory, ModelSpec, SecretResolver
+    from pilothouse.providers._egress import EgressPolicy
     from pilothouse.store import Database
 
 logger = logging.getLogger("pilothouse.knowledge")
@@ -83,6 +84,10 @@ class Knowledge:
             is made (and closed by :meth:`aclose`) otherwise.
         local_model: the packaged MiniLM embedder to share (one is made on
             first use otherwise).
+        egress: when given (the HTTP service), the client made here sends
+            each request only to an address this policy (the calling
+            tenant's, ``current_egress``) checked: URL fetches, redirects
+            and embedding calls, pinned against DNS rebinding.
     """
 
     def __init__(
@@ -93,6 +98,7 @@ class Knowledge:
         models: ModelFactory | None = None,
         http: httpx.AsyncClient | None = None,
         local_model: LocalMiniLM | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         self.database = database
         if secrets is None:
@@ -104,6 +110,13 @@ class Knowledge:
         self._secrets = secrets
         self._models = models
         self._owns_http = http is None
+        if http is None and egress is not None:
+            from pilothouse.providers._egress_transport import PinnedHttpxTransport
+
+            http = httpx.AsyncClient(
+                timeout=httpx.Timeout(60.0, connect=10.0), transport=PinnedHttpxTransport(egress)
+            )
+            self._owns_http = True
         self._http = http or httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0))
         self._local = local_model
         self._embedders: dict[str, Embedder] = {}

@@ -28,6 +28,7 @@ from pilothouse.catalog._enums import (
 )
 from pilothouse.catalog._memsettings import ScopedMemorySettings
 from pilothouse.catalog._models import (
+    DEFAULT_RELEASE,
     Action,
     Agent,
     CatalogRevision,
@@ -40,7 +41,7 @@ from pilothouse.catalog._models import (
 from pilothouse.errors import InvalidFieldError, InvalidStateError, NotFoundError
 from pilothouse.memory import NO_MEMORY, MemoryPolicy, counter_for
 from pilothouse.providers import ModelOptions, ModelSpec, SecretResolver
-from pilothouse.providers._spec import compile_model_spec
+from pilothouse.providers._spec import compile_model_spec, custom_config_options
 from pilothouse.runtime._advisors import AdvisorChain, resolve_advisor
 from pilothouse.runtime._cache import RedisClientPool
 from pilothouse.runtime._prompt import (
@@ -56,6 +57,7 @@ from pilothouse.runtime._retrieval import RetrievalSource
 from pilothouse.runtime._toolset import SkillInfo
 from pilothouse.store import Database
 from pilothouse.store import _fastsql as fastsql
+from pilothouse.tools._base import ExecutableTool
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class CompiledAction:
         ask_user: offer the built-in AskUserQuestion tool.
         retrieval: the document collections searched before the first model
             call of every new message (empty: no retrieval, nothing spent).
+        local_tools: tools built outside the catalog for this action only
+            (an ad-hoc run's ``toolClasses``), executed in this process.
     """
 
     revision: int
@@ -117,6 +121,7 @@ class CompiledAction:
     advisors: AdvisorChain = field(default_factory=lambda: AdvisorChain(()))
     ask_user: bool = True
     retrieval: tuple[RetrievalSource, ...] = ()
+    local_tools: tuple[ExecutableTool, ...] = ()
 
     def system_prompt(
         self,
@@ -376,7 +381,7 @@ class ActionCompiler:
         else:
             bus_tools = frozenset[str]()
             guarded = frozenset[str]()
-        mcp_lookup = await _mcp_lookup(session, tenant, [*tool_rows, *_skill_tools(skill_infos)])
+        lookup = await mcp_lookup(session, tenant, [*tool_rows, *_skill_tools(skill_infos)])
         return CompiledAction(
             revision=revision,
             action_code=action.code,
@@ -390,6 +395,9 @@ class ActionCompiler:
                 stop=[str(s) for s in configuration.stop] or None,
                 presence_penalty=configuration.presence_penalty,
                 frequency_penalty=configuration.frequency_penalty,
+            ).merged(
+                # A Vantiq class_name configuration's own parameters (seed 004).
+                custom_config_options(action.model.provider.code, action.model.provider.settings)
             ),
             retry_count=configuration.retry_count,
             retry_delay=configuration.retry_delay,
@@ -406,7 +414,7 @@ class ActionCompiler:
             bus_tools=bus_tools,
             guarded_tools=guarded,
             mcp_clients=tuple(clients),
-            mcp_lookup=mcp_lookup,
+            mcp_lookup=lookup,
             question_timeout=action.question_timeout,
             ask_user=action.ask_user,
             retrieval=tuple(
@@ -462,6 +470,7 @@ def _skill_infos(skills: Sequence[Skill]) -> tuple[SkillInfo, ...]:
             tools=tuple(link.tool for link in skill.tools if link.tool.active),
             depends_on=tuple(required.code for required in _requires(skill)),
             execution=skill.execution or "local",
+            release=skill.release or DEFAULT_RELEASE,
             guarded=frozenset(
                 link.tool.name
                 for link in skill.tools
@@ -476,7 +485,7 @@ def _skill_tools(skills: Sequence[SkillInfo]) -> list[Tool]:
     return [tool for skill in skills for tool in skill.tools]
 
 
-async def _mcp_lookup(
+async def mcp_lookup(
     session: AsyncSession, tenant: str, tools: Sequence[Tool]
 ) -> dict[str, McpClient]:
     """MCP clients named by catalog tools of kind mcp (``client:tool``)."""

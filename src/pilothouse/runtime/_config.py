@@ -35,6 +35,9 @@ _SWITCHES = {
     "tool_parameter_override": "overrides",
     "output_schema": "output_schema",
     "client_tools": "client_tools",
+    # Vantiq's submitPrompt ``tools: [schema]``: FunctionDescriptor schemas
+    # {name, description, parameters} offered for this call, calls returned.
+    "tools": "client_tools",
     "end_user": "end_user",
     "user_id": "user_id",
     "retrieval": "retrieval",
@@ -107,6 +110,12 @@ class RuntimeConfig:
         switches: dict[str, Any] = {}
         for key, value in raw.items():
             if key in _SWITCHES:
+                if _SWITCHES[key] in switches:
+                    # Two spellings of one switch: neither may silently win.
+                    raise RuntimeConfigError(
+                        f"runtime config: '{key}' and another spelling of the same "
+                        f"switch ('{_SWITCHES[key]}') are both given; keep one"
+                    )
                 switches[_SWITCHES[key]] = value
             elif key in option_names:
                 options[key] = value
@@ -180,7 +189,11 @@ class RuntimeConfig:
             return compiled
         changes: dict[str, Any] = {}
         if self.client_tools:
-            taken = {name for name, _, _ in compiled.tools} | {t.name for t in compiled.tool_rows}
+            taken = (
+                {name for name, _, _ in compiled.tools}
+                | {t.name for t in compiled.tool_rows}
+                | {t.definition.name for t in compiled.local_tools}
+            )
             for name, _, _ in self.client_tools:
                 if name in taken:
                     raise RuntimeConfigError(

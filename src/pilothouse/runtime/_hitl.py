@@ -19,7 +19,7 @@ from typing import Any
 
 from pilothouse.catalog._enums import ProcessStatus, TimelineKind, ToolCallStatus
 from pilothouse.errors import InvalidStateError, NotFoundError, PilothouseError
-from pilothouse.runtime._compile import ActionCompiler
+from pilothouse.runtime._eventcalls import EventCalls
 from pilothouse.runtime._events import Listener, ReturnedCall, TurnResult
 from pilothouse.runtime._runner import Runner
 from pilothouse.runtime._toolset import ASK_USER
@@ -39,22 +39,17 @@ class Resumption:
     Args:
         database: the store.
         tenant: the tenant.
-        runner: runs the continued turn.
-        compiler: gives the action's wait limit.
+        runner: runs the continued turn, and gives the action's wait limit.
     """
 
-    def __init__(
-        self, database: Database, tenant: str, runner: Runner, compiler: ActionCompiler
-    ) -> None:
+    def __init__(self, database: Database, tenant: str, runner: Runner) -> None:
         self._tenant = tenant
+        self._database = database
         self._queries = ConversationQueries(database, tenant)
         self._runner = runner
-        self._compiler = compiler
 
     async def _deadline_passed(self, conversation: Conversation, questions: list[Message]) -> bool:
-        compiled = await self._compiler.compile(
-            self._tenant, conversation.action_code, conversation.agent_code
-        )
+        compiled = await self._runner.compiled_of(conversation.uuid)
         asked = max(q.created_at for q in questions)
         return utcnow() > asked + timedelta(seconds=compiled.question_timeout)
 
@@ -114,7 +109,10 @@ class Resumption:
 
         When every returned call of the turn has its result, the model
         continues; until then the result is recorded and the conversation
-        stays ``CO`` with finish reason ``TC``.
+        stays ``CO`` with finish reason ``TC``. A call of an event tool
+        (waiting ``WA`` on the bus) takes the result as its completion,
+        at most once: the worker's completion that comes later is counted
+        and ignored, and a result for a call the bus answered is refused.
 
         Raises:
             NotFoundError: unknown conversation or tool call.
@@ -126,6 +124,13 @@ class Resumption:
         call = next((c for c in calls if c.call_id == tool_call_id), None)
         if call is None:
             raise NotFoundError(f"tool call '{tool_call_id}' not found in conversation '{uuid}'")
+        # An event tool's call waits on the bus (WA); the caller may answer it
+        # instead of a worker, at most once whichever comes first.
+        runner = self._runner
+        events = EventCalls(self._database, lambda _tenant: runner)
+        submitted = await events.submit(self._tenant, uuid, tool_call_id, result)
+        if submitted is not None:
+            return submitted
         if call.status is not ToolCallStatus.RETURNED:
             raise InvalidStateError(
                 f"tool call '{tool_call_id}' is not waiting for a result (it is {call.status})"

@@ -7,7 +7,8 @@ heartbeat and marks ``ST`` every running conversation no live process owns
 
 - every ``poll_seconds`` while turns run here: the cancel requests other
   processes recorded for them (:meth:`~pilothouse.store.Leases.request_cancel`)
-  cancel them here, so the turn's own recorder writes ``TE``;
+  cancel them here, so the turn's own recorder writes ``TE``; with Redis
+  configured the same cancel also arrives published, at once;
 - every ``heartbeat_seconds``: the heartbeat, a sweep for owners that died
   since (another replica), and the removal of cancel requests nobody took.
 
@@ -21,7 +22,7 @@ __all__ = ["keep_lease"]
 
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -58,6 +59,20 @@ async def _take_cancels(runtime: Runtime) -> None:
             logger.info("conversation %s: cancelled at another process's request", uuid)
 
 
+def _cancel_handler(runtime: Runtime) -> Callable[[str, str, str], None]:
+    """Cancel this process's turn when a cancel published on Redis names it."""
+
+    def cancelled(owner: str, tenant: str, uuid: str) -> None:
+        if owner != runtime.leases.owner:
+            return
+        # Received now: a turn of the conversation that began later is not
+        # the one the cancel meant.
+        if runtime.running.cancel(tenant, uuid, requested_at=utcnow(), why="another process"):
+            logger.info("conversation %s: cancelled at another process's request (redis)", uuid)
+
+    return cancelled
+
+
 async def _renew(runtime: Runtime) -> None:
     leases = runtime.leases
     await leases.heartbeat()
@@ -66,13 +81,18 @@ async def _renew(runtime: Runtime) -> None:
 
 
 async def _background(runtime: Runtime, heartbeat_seconds: float, poll_seconds: float) -> None:
-    next_beat = time.monotonic() + heartbeat_seconds
+    now = time.monotonic()
+    next_beat, next_poll = now + heartbeat_seconds, now + poll_seconds
     while True:
-        await anyio.sleep(poll_seconds)
+        # Each on its own clock: a rare cancel poll (Redis delivers cancels)
+        # must not delay the heartbeat.
+        await anyio.sleep(max(0.0, min(next_beat, next_poll) - time.monotonic()))
         # A database hiccup must not end the lease loop: the next tick retries.
         try:
-            if len(runtime.running):
-                await _take_cancels(runtime)
+            if time.monotonic() >= next_poll:
+                next_poll = time.monotonic() + poll_seconds
+                if len(runtime.running):
+                    await _take_cancels(runtime)
             if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + heartbeat_seconds
                 await _renew(runtime)
@@ -96,9 +116,13 @@ async def keep_lease(
     await leases.register(heartbeat=True)
     swept = await leases.sweep()
     _log_swept(swept)
+    coordination = runtime.coordination
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(_background, runtime, heartbeat_seconds, poll_seconds)
+            if coordination is not None:
+                coordination.on_cancel(_cancel_handler(runtime))
+                group.start_soon(coordination.listen)
             try:
                 yield swept
             finally:

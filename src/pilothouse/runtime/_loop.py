@@ -107,6 +107,7 @@ class TurnLoop:
             timeout=self._tool_timeout,
             concurrency=self._tool_concurrency,
             telemetry=self._telemetry,
+            action=compiled.action_code,
         )
         turn.repairs_left = turn.output_retries_left = compiled.retry_count
         return ModelCalls(

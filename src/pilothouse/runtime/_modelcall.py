@@ -120,10 +120,12 @@ class ModelCaller:
         policy = RetryPolicy(turn.compiled.retry_count, turn.compiled.retry_delay)
         stream = self.wants_stream(turn)
         audited_options = options_for_audit(options)
+        meter = self.telemetry.meter
         attempt = 0
         while True:
             attempt += 1
             started = time.perf_counter()
+            first_token: list[float] = []
             turn.pending.append(
                 NewEvent(
                     TimelineKind.REQUEST,
@@ -145,7 +147,9 @@ class ModelCaller:
                     ) as span,
                 ):
                     if stream:
-                        response = await self._stream(turn, model, messages, settings, params)
+                        response = await self._stream(
+                            turn, model, messages, settings, params, first_token
+                        )
                     else:
                         response = await model_request(
                             model,
@@ -166,7 +170,17 @@ class ModelCaller:
                 error = translate_error(exc, secrets=secret_values(spec))
                 if error is None:
                     raise
-                elapsed = round((time.perf_counter() - started) * 1000, 1)
+                seconds = time.perf_counter() - started
+                elapsed = round(seconds * 1000, 1)
+                if meter is not None:
+                    meter.model_call(
+                        provider=spec.provider.code,
+                        model=spec.model_name,
+                        action=turn.compiled.action_code,
+                        status=type(error).__name__,
+                        seconds=seconds,
+                        first_token_seconds=first_token[0] - started if first_token else None,
+                    )
                 turn.pending.append(
                     NewEvent(
                         TimelineKind.ERROR,
@@ -188,6 +202,13 @@ class ModelCaller:
                 if not policy.should_retry(error, attempt):
                     raise error from exc
                 delay = policy.delay_for(error, attempt)
+                if meter is not None:
+                    meter.retry(
+                        provider=spec.provider.code,
+                        model=spec.model_name,
+                        action=turn.compiled.action_code,
+                        error=type(error).__name__,
+                    )
                 turn.pending.append(
                     NewEvent(TimelineKind.RETRY, {"attempt": attempt + 1, "delay": delay})
                 )
@@ -197,6 +218,16 @@ class ModelCaller:
                 )
                 await self.sleep(delay)
                 continue
+            seconds = time.perf_counter() - started
+            if meter is not None:
+                meter.model_call(
+                    provider=spec.provider.code,
+                    model=spec.model_name,
+                    action=turn.compiled.action_code,
+                    status="ok",
+                    seconds=seconds,
+                    first_token_seconds=first_token[0] - started if first_token else None,
+                )
             estimated = response.usage.input_tokens == 0 and response.usage.output_tokens == 0
             if estimated:
                 # Some servers (llama.cpp among them) report no usage for a
@@ -217,7 +248,7 @@ class ModelCaller:
                         "finish_reason": response.finish_reason,
                         "input_tokens": response.usage.input_tokens,
                         "output_tokens": response.usage.output_tokens,
-                        "ms": round((time.perf_counter() - started) * 1000, 1),
+                        "ms": round(seconds * 1000, 1),
                         **({"wire_repairs": notes.repairs} if notes.repairs else {}),
                     },
                 )
@@ -241,13 +272,17 @@ class ModelCaller:
         messages: list[ModelMessage],
         settings: Any,
         params: ModelRequestParameters,
+        first_token: list[float],
     ) -> ModelResponse:
+        """Stream one attempt to the listeners; ``first_token`` gets the first token's time."""
         uuid = turn.handle.uuid
         async with model_request_stream(
             model, messages, model_settings=settings, model_request_parameters=params
         ) as stream:
             async for event in stream:
                 text, thinking = delta_text(event)
+                if not first_token and (text or thinking):
+                    first_token.append(time.perf_counter())
                 if text:
                     turn.partial.append(text)
                     await self.emit(turn, TextDelta(uuid, text))

@@ -10,10 +10,11 @@ the turn's last batch (status, finish reason, usage) and its
 
 from __future__ import annotations
 
-__all__ = ["TurnRecorder", "status_event"]
+__all__ = ["TURN_USAGE", "TurnRecorder", "status_event"]
 
 import json
 import logging
+from dataclasses import replace
 from typing import Any
 
 from pydantic_ai.messages import ModelResponse
@@ -47,9 +48,16 @@ from pilothouse.runtime._turn import (
 )
 from pilothouse.store import NewEvent, NewMessage, TurnBatch, TurnStore
 from pilothouse.store._base import utcnow
-from pilothouse.store._text import storable
+from pilothouse.store._text import storable, storable_value
 
 logger = logging.getLogger("pilothouse.audit")
+
+TURN_USAGE = "turn_usage"
+"""The key, in the data of a turn's last message, of the turn's usage.
+
+``{"input_tokens", "output_tokens", "cost" (a decimal string), "status"}``:
+what the turn's :class:`~pilothouse.runtime.TurnResult` reported.
+"""
 
 
 class TurnRecorder:
@@ -174,8 +182,11 @@ class TurnRecorder:
             if escaped and isinstance(output, str):
                 output = content
         else:
-            content = json.dumps(ending.output, ensure_ascii=False)
-            content, escaped = storable(content)
+            # The parsed value itself is escaped (not only its text): the
+            # caller's JSON answer and the stored one cannot hold a lone
+            # surrogate, which no UTF-8 encoder accepts.
+            output, escaped = storable_value(ending.output)
+            content = json.dumps(output, ensure_ascii=False)
         data: dict[str, Any] = {"ai": marker}
         if escaped:
             data["text_escaped"] = True
@@ -257,6 +268,23 @@ class TurnRecorder:
         batch.status = status
         batch.finished_at = utcnow()
         batch.usage = turn.take_usage()
+        if batch.messages:
+            # The conversation row keeps running totals only: the turn's own
+            # tokens and cost ride on its last message, so a transcript read
+            # later shows each turn exactly as its result reported it.
+            last = batch.messages[-1]
+            batch.messages[-1] = replace(
+                last,
+                data={
+                    **(last.data or {}),
+                    TURN_USAGE: {
+                        "input_tokens": turn.turn_input,
+                        "output_tokens": turn.turn_output,
+                        "cost": str(turn.turn_cost),
+                        "status": status.value,
+                    },
+                },
+            )
         result = TurnResult(
             conversation_uuid=handle.uuid,
             status=status,

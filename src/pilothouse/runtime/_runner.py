@@ -24,6 +24,8 @@ from __future__ import annotations
 
 __all__ = ["Runner"]
 
+import logging
+import time
 import uuid as uuid_module
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -32,13 +34,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
+from pilothouse._logs import bind_conversation
 from pilothouse.catalog._enums import (
     InstructionMode,
     MessageRole,
     ProcessStatus,
     TimelineKind,
 )
-from pilothouse.errors import PilothouseError, ServiceUnavailableError
+from pilothouse.catalog._models import RESERVED_ACTION_CODES
+from pilothouse.errors import InvalidStateError, PilothouseError, ServiceUnavailableError
 from pilothouse.memory import MemoryMessage, counter_for, select_history
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
 from pilothouse.runtime._config import RuntimeConfig
@@ -86,6 +90,8 @@ from pilothouse.store import (
 )
 from pilothouse.store._base import utcnow
 from pilothouse.store._text import check_storable
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pilothouse.runtime._shared import Runtime
@@ -180,6 +186,8 @@ class Runner:
             action_code, agent_code = await self._runtime.codes(self.tenant, conversation_uuid)
         else:
             action_code, agent_code = compiled.action_code, compiled.agent_code
+            # Its resumes (answers, tool results) run the same action again.
+            self._runtime.remember_adhoc(self.tenant, conversation_uuid, compiled)
         new = await self._new_turn(
             action_code, agent_code, text, attachments, input_data, runtime_config, compiled
         )
@@ -302,11 +310,31 @@ class Runner:
             waiting: some of ``still_pending`` wait on the event bus (``WA``).
             processed: event completions these replies apply.
         """
-        action_code, agent_code = await self._runtime.codes(self.tenant, conversation_uuid)
-        compiled = await self.compiler.compile(self.tenant, action_code, agent_code)
+        compiled = await self.compiled_of(conversation_uuid)
         step = Resume(tuple(replies), event, tuple(still_pending), waiting, tuple(processed))
         opening = TakeConversation(conversation_uuid, allowed)
         return await self._drive(opening, compiled, RuntimeConfig(), on_event, step)
+
+    async def compiled_of(self, conversation_uuid: str) -> CompiledAction:
+        """The action a conversation runs: an ad-hoc run's own, else its catalog action's.
+
+        Raises:
+            NotFoundError: unknown conversation, action or agent.
+            InvalidStateError: an ad-hoc run's conversation that this process
+                did not run (or no longer holds: the most recent 10,000 are
+                kept); its definition and endpoint key are never stored.
+        """
+        adhoc = self._runtime.adhoc(self.tenant, conversation_uuid)
+        if adhoc is not None:
+            return adhoc
+        action_code, agent_code = await self._runtime.codes(self.tenant, conversation_uuid)
+        if action_code in RESERVED_ACTION_CODES:
+            raise InvalidStateError(
+                f"conversation '{conversation_uuid}' is an ad-hoc run this process does not "
+                "hold: its definition and endpoint key live only in the process that ran it "
+                "(never in the store); continue it there, or start a new run"
+            )
+        return await self.compiler.compile(self.tenant, action_code, agent_code)
 
     async def prepare(
         self,
@@ -384,6 +412,17 @@ class Runner:
             and await leases.owner_alive(owner)
             and await leases.request_cancel(self.tenant, conversation_uuid, owner, "cancelled")
         ):
+            if runtime.coordination is not None:
+                # At once, rather than at the owner's next poll of the
+                # database (whose request stays, should the message be lost).
+                try:
+                    await runtime.coordination.publish_cancel(owner, self.tenant, conversation_uuid)
+                except Exception:
+                    logger.warning(
+                        "could not publish the cancel of %s on Redis; the owner's poll of "
+                        "the database takes it",
+                        conversation_uuid,
+                    )
             with anyio.move_on_after(wait):
                 while (await leases.running_owner(self.tenant, conversation_uuid))[0]:
                     await anyio.sleep(0.1)
@@ -530,6 +569,19 @@ class Runner:
         first: Prompt | Resume,
     ) -> TurnResult:
         """Take the conversation, run the turn's steps under a cancel scope, record its end."""
+        # Every URL the turn calls (model, tools, MCP) is checked against
+        # this tenant's policy, never another tenant's.
+        with self._runtime.tenant_egress(self.tenant):
+            return await self._drive_turn(opening, compiled, config, listener, first)
+
+    async def _drive_turn(
+        self,
+        opening: Opening,
+        compiled: CompiledAction,
+        config: RuntimeConfig,
+        listener: Listener | None,
+        first: Prompt | Resume,
+    ) -> TurnResult:
         runtime, uuid = self._runtime, opening.uuid
         if not runtime.leases.registered:
             # Once per process: the owner row the turn's conversation names.
@@ -538,6 +590,8 @@ class Runner:
         # arrives while the turn starts still reaches it: a scope cancelled
         # before it is entered cancels at its first checkpoint.
         scope = runtime.running.register(self.tenant, uuid)
+        # Every log line of the turn names its conversation.
+        bind_conversation(uuid)
         try:
             handle = await self._take(opening)
         except BaseException:
@@ -547,15 +601,16 @@ class Runner:
             handle.audit = config.audit
         turn = Turn(handle=handle, compiled=compiled, config=config, listener=listener)
         recorder = runtime.recorder
+        started = time.perf_counter()
         try:
             with runtime.telemetry.turn(uuid, compiled.action_code, compiled.agent_code):
                 with scope:
                     await recorder.emit(
                         turn, StatusChanged(uuid, handle.previous_status, ProcessStatus.RUNNING)
                     )
-                    return await self._steps(turn, first)
+                    return self._measured(turn, started, await self._steps(turn, first))
                 why = runtime.running.why(self.tenant, uuid)
-                result = await recorder.cancelled(turn, why)
+                result = self._measured(turn, started, await recorder.cancelled(turn, why))
                 if why == SHUTDOWN:
                     # Recorded TE; the caller is told to come back, not given a
                     # half answer as if the turn had ended on its own.
@@ -570,12 +625,32 @@ class Runner:
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 if isinstance(exc, anyio.get_cancelled_exc_class()):
-                    await recorder.cancelled(turn, runtime.running.why(self.tenant, uuid))
+                    ended = await recorder.cancelled(turn, runtime.running.why(self.tenant, uuid))
                 else:
-                    await recorder.end(turn, Failed(f"internal error: {type(exc).__name__}"))
+                    ended = await recorder.end(
+                        turn, Failed(f"internal error: {type(exc).__name__}")
+                    )
+                self._measured(turn, started, ended)
             raise
         finally:
             runtime.running.unregister(self.tenant, uuid)
+
+    def _measured(self, turn: Turn, started: float, result: TurnResult) -> TurnResult:
+        """Give the turn's measurements to the meter, if any; return ``result``."""
+        meter = self._runtime.telemetry.meter
+        if meter is not None:
+            spec = turn.compiled.model
+            meter.turn(
+                provider=spec.provider.code,
+                model=spec.model_name,
+                action=turn.compiled.action_code,
+                status=result.status.value,
+                seconds=time.perf_counter() - started,
+                input_tokens=result.input_tokens,
+                output_tokens=result.output_tokens,
+                cost=float(result.cost),
+            )
+        return result
 
     async def _steps(self, turn: Turn, step: Step) -> TurnResult:
         """The turn's state machine: each step returns the next, until an ending."""
@@ -649,7 +724,12 @@ class Runner:
 
             # Only SCOPED actions get here: the others pay one attribute check.
             turn.memory_text = new.text
-            prompt = await recall(self._runtime, turn, new.text, prompt, new.counter)
+            try:
+                prompt = await recall(self._runtime, turn, new.text, prompt, new.counter)
+            except PilothouseError as exc:
+                # An organization collection that cannot be searched: never
+                # answer without the memory the action is meant to have.
+                return Failed(str(exc))
         messages = build_messages(prompt, kept[:-1], new.text, new.attachments)
         last = messages[-1]
         if (
@@ -663,7 +743,7 @@ class Runner:
             return CallModel([*messages[:-1], results_as_text(last)], True)
         return CallModel(messages)
 
-    async def _resume(self, turn: Turn, step: Resume) -> CallModel | Returned:
+    async def _resume(self, turn: Turn, step: Resume) -> CallModel | Returned | Failed:
         """Record the replies; go on from the stored history unless calls are still pending."""
         batch = TurnBatch(events=[step.event], processed=list(step.processed))
         for reply in step.replies:
@@ -686,6 +766,20 @@ class Runner:
         data = {"input": last.content if last else "", **stored}
         system_prompt = compiled.system_prompt(None, InstructionMode.APPEND, data)
         counter = counter_for(compiled.model.provider.kind, compiled.model.model_name)
+        if compiled.memory.scoped is not None and last is not None:
+            from pilothouse.runtime._memory import recall, resumed_user
+
+            # A resumed turn is told its memories as a fresh one is, for the
+            # user's last message, and they are recorded in its timeline.
+            turn.resumed = True
+            turn.memory_text = last.content
+            await resumed_user(self._runtime, turn)
+            try:
+                system_prompt = await recall(
+                    self._runtime, turn, last.content, system_prompt, counter
+                )
+            except PilothouseError as exc:
+                return Failed(str(exc))
         kept = select_history(
             history, compiled.memory, system_prompt=system_prompt, counter=counter
         )

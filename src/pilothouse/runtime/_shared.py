@@ -13,16 +13,17 @@ from __future__ import annotations
 
 __all__ = ["RunningTurns", "Runtime"]
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 from pydantic_ai.models import Model
 
 from pilothouse.errors import InvalidStateError
 from pilothouse.providers import ModelFactory
-from pilothouse.runtime._compile import ActionCompiler
+from pilothouse.runtime._compile import ActionCompiler, CompiledAction
 from pilothouse.runtime._events import EventHub
 from pilothouse.runtime._loop import TurnLoop
 from pilothouse.runtime._record import TurnRecorder
@@ -39,13 +40,27 @@ SKILL_OFFER_TOP = 8
 """How many skills ``use_skill`` offers then (clients degrade past ~20-40 tools)."""
 
 if TYPE_CHECKING:
+    from pilothouse._coordination import Coordination
     from pilothouse.knowledge import DescriptionMatcher, Knowledge
     from pilothouse.memory import MemoryExtractor, ScopedMemory
+    from pilothouse.providers._egress import EgressPolicy
     from pilothouse.runtime._runner import Runner
     from pilothouse.runtime._toolset import SkillInfo
 
 _KNOWN_LIMIT = 10_000
-"""Conversations whose action and agent codes a runtime keeps in memory."""
+"""Conversations a runtime keeps something of in memory (codes, prompt, ad-hoc action)."""
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _keep(store: dict[_K, _V], key: _K, value: _V) -> None:
+    """Set ``store[key]``, dropping the oldest entry when a new key would pass the limit."""
+    if key not in store and len(store) >= _KNOWN_LIMIT:
+        # Oldest first: dicts keep insertion order.
+        del store[next(iter(store))]
+    store[key] = value
 
 
 class RunningTurns:
@@ -183,6 +198,13 @@ class Runtime:
             over the database and the compiler's secrets otherwise.
         lease_seconds: how old another host's heartbeat may be before the
             turns its process owns are presumed orphaned.
+        coordination: the deployment's shared Redis: cancels for turns of
+            another process are published to it as well (see
+            :mod:`pilothouse._coordination`).
+        egress: the deployment's egress policy when catalog URLs are checked
+            at call time (the HTTP service): each runner runs its turns under
+            its tenant's policy (``current_egress``), which the pinned
+            transports of the model factory and tool source apply.
     """
 
     def __init__(
@@ -204,11 +226,17 @@ class Runtime:
         scoped_memory: ScopedMemory | None = None,
         knowledge: Callable[[], Knowledge] | None = None,
         lease_seconds: float = 30.0,
+        memory_index: str = "auto",
+        coordination: Coordination | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         from pilothouse.store import SqlTurnStore
 
+        self.egress = egress
         self._scoped_memory = scoped_memory
+        self._memory_index = memory_index
         self._extractor: MemoryExtractor | None = None
+        self.coordination = coordination
         self.leases = Leases(database, OwnerIdentity.of_this_process(), lease_seconds=lease_seconds)
         self.database = database
         self.models = models
@@ -221,6 +249,8 @@ class Runtime:
         self.hub = hub or EventHub()
         self.telemetry = telemetry or Telemetry()
         self.authorizer = authorizer
+        self.tool_timeout = tool_timeout
+        """Default seconds a tool call may take (a tool's own setting wins)."""
         self.running = RunningTurns()
         self._tool_source = tool_source
         self._knowledge_of = knowledge
@@ -228,6 +258,7 @@ class Runtime:
         self._matcher: DescriptionMatcher | None = None
         self._known: dict[tuple[str, str], tuple[str, str | None]] = {}
         self._prompts: dict[tuple[str, str], int] = {}
+        self._adhoc: dict[tuple[str, str], CompiledAction] = {}
         self.recorder = TurnRecorder(self.store, self.hub)
         self.loop = TurnLoop(
             models=models,
@@ -247,7 +278,7 @@ class Runtime:
         if self._scoped_memory is None:
             from pilothouse.memory import ScopedMemory
 
-            self._scoped_memory = ScopedMemory(self.database)
+            self._scoped_memory = ScopedMemory(self.database, index=self._memory_index)
         return self._scoped_memory
 
     @property
@@ -323,10 +354,7 @@ class Runtime:
         self, tenant: str, conversation_uuid: str, action_code: str, agent_code: str | None
     ) -> None:
         """Note a conversation's action and agent, which never change once started."""
-        if len(self._known) >= _KNOWN_LIMIT:
-            # Oldest first: dicts keep insertion order.
-            del self._known[next(iter(self._known))]
-        self._known[tenant, conversation_uuid] = (action_code, agent_code)
+        _keep(self._known, (tenant, conversation_uuid), (action_code, agent_code))
 
     def prompt_to_record(self, tenant: str, conversation_uuid: str, system_prompt: str) -> bool:
         """Tell whether a turn must record its system prompt as an ``SY`` message.
@@ -341,10 +369,40 @@ class Runtime:
         digest = hash(system_prompt)
         if self._prompts.get(key) == digest:
             return False
-        if len(self._prompts) >= _KNOWN_LIMIT:
-            del self._prompts[next(iter(self._prompts))]
-        self._prompts[key] = digest
+        _keep(self._prompts, key, digest)
         return True
+
+    @contextmanager
+    def tenant_egress(self, tenant: str) -> Generator[None]:
+        """Run what follows under ``tenant``'s egress policy, when catalog URLs are checked.
+
+        The pinned transports of the model factory and the tool source read
+        the policy from the context: a turn, a direct tool call and a
+        worker's call each check the addresses against their own tenant's
+        allow-list, never another tenant's. Without a policy (the operator's
+        own process) nothing changes.
+        """
+        if self.egress is None:
+            yield
+            return
+        with self.egress.for_tenant(tenant).applied():
+            yield
+
+    def remember_adhoc(self, tenant: str, conversation_uuid: str, compiled: CompiledAction) -> None:
+        """Keep the compiled ad-hoc action a conversation runs, for its later resumes.
+
+        An ad-hoc run (``run_adhoc``, ``/v1/invoke``) has no catalog action to
+        compile again when its questions are answered or its returned calls
+        get their results; its endpoint key is never stored, so the compiled
+        action lives in the process that ran it (the most recent 10,000).
+        """
+        key = (tenant, conversation_uuid)
+        self._adhoc.pop(key, None)  # the newest run of a conversation is kept longest
+        _keep(self._adhoc, key, compiled)
+
+    def adhoc(self, tenant: str, conversation_uuid: str) -> CompiledAction | None:
+        """The compiled ad-hoc action :meth:`remember_adhoc` kept, if this process has it."""
+        return self._adhoc.get((tenant, conversation_uuid))
 
     def forget_prompt(self, tenant: str, conversation_uuid: str) -> None:
         """Forget the prompt noted for a turn that failed before it wrote anything."""

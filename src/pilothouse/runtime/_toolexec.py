@@ -186,7 +186,8 @@ class ToolExecutor:
         rules: parameter overrides from the runtime config.
         timeout: default seconds per call (a tool's own setting wins).
         concurrency: how many calls of one response run at once.
-        telemetry: spans per tool call.
+        telemetry: spans per tool call, and its meter's measurements.
+        action: the action's code, for the measurements' labels.
     """
 
     authorizer: Authorizer | None = None
@@ -194,6 +195,7 @@ class ToolExecutor:
     timeout: float = 30.0
     concurrency: int = 4
     telemetry: Telemetry = field(default_factory=Telemetry)
+    action: str = ""
     # Successful results of this turn by (tool, arguments): a model that asks
     # again for what it already has gets the same answer without a second
     # execution (no repeated side effects), and the loop then asks for text.
@@ -219,12 +221,30 @@ class ToolExecutor:
                     call, earlier.status, earlier.content, earlier.error_code, 0.0, repeated=True
                 )
                 return
-            async with limiter:
+            meter = self.telemetry.meter
+            try:
+                limiter.acquire_nowait()
+            except anyio.WouldBlock:
+                # Only a wait that blocked is measured: the common case costs nothing.
+                waited = time.perf_counter()
+                await limiter.acquire()
+                if meter is not None:
+                    meter.queue_wait(queue="tool_slot", seconds=time.perf_counter() - waited)
+            try:
                 timeout = (timeouts or {}).get(call.name, self.timeout)
                 result = await self._one(call, tool, tenant, conversation_uuid, timeout)
+                if meter is not None:
+                    meter.tool_call(
+                        tool=call.name,
+                        action=self.action,
+                        status=result.status.value,
+                        seconds=result.ms / 1000,
+                    )
                 results[index] = result
                 if result.status is ToolCallStatus.SUCCEEDED:
                     self._done[key] = result
+            finally:
+                limiter.release()
 
         async with anyio.create_task_group() as group:
             for index, (call, tool) in enumerate(calls):

@@ -16,6 +16,7 @@ __all__ = [
     "ArgumentValidators",
     "CatalogToolSource",
     "EventRoute",
+    "GatewaySource",
     "SkillInfo",
     "ToolSet",
     "ToolSource",
@@ -27,7 +28,7 @@ __all__ = [
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
 from pilothouse.catalog._events import EventToolSettings
@@ -42,9 +43,13 @@ from pilothouse.tools._base import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pilothouse.mcp import McpClientPool
+    from pilothouse.providers._egress import EgressPolicy
     from pilothouse.runtime._compile import CompiledAction
     from pilothouse.tools import ToolRegistry
+    from pilothouse.tools._gateway import GatewayProxy
     from pilothouse.tools._sandbox import ScriptToolsMode
 
 ASK_USER = "AskUserQuestion"
@@ -98,6 +103,8 @@ class SkillInfo:
     """``event``: the skill's tools are published on the event bus."""
     guarded: frozenset[str] = frozenset()
     """Names of its tools linked ``write`` or ``execute``: they need the authorizer."""
+    release: str = "1.0.0"
+    """Its semantic version (genai-4j's ``skill_t.version``), recorded when it is used."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +200,8 @@ class ToolSet:
     builtins: dict[str, ToolDefinition] = field(default_factory=lambda: {})
     validators: ArgumentValidators = field(default_factory=ArgumentValidators)
     timeouts: dict[str, float] = field(default_factory=lambda: {})
+    releases: dict[str, str] = field(default_factory=lambda: {})
+    """Catalog tools' semantic versions by name, recorded with each call (audit)."""
     events: dict[str, EventRoute] = field(default_factory=lambda: {})
 
     def add(self, definition: ToolDefinition, *, tool: ExecutableTool | None = None) -> None:
@@ -227,6 +236,10 @@ class ToolSource(Protocol):
         """Return the executable tool of a catalog tool row (not of kind mcp)."""
         ...
 
+    async def service_tools(self, row: Tool) -> list[ExecutableTool]:
+        """Return the tools of a catalog row that is a service (``settings.service``)."""
+        ...
+
     async def mcp_tools(self, row: McpClient) -> list[ExecutableTool]:
         """Return every tool of an MCP client."""
         ...
@@ -236,16 +249,31 @@ class ToolSource(Protocol):
         ...
 
 
-class CatalogToolSource:
-    """The default source: the tool registry and the MCP client pool.
+@runtime_checkable
+class GatewaySource(Protocol):
+    """A tool source that also offers OpenAPI gateway rows' operations."""
 
-    Both are created on first use, so actions without tools import neither.
+    async def gateway_tools(self, row: Tool) -> list[ExecutableTool]:
+        """Return the AI-enabled operations of a gateway row as tools."""
+        ...
+
+
+class CatalogToolSource:
+    """The default source: the tool registry, the MCP client pool and the gateways.
+
+    Each is created on first use, so actions without tools import none.
 
     Args:
         secrets: resolves secret references in tool and MCP settings.
         registry: a tool registry with programmatic registrations, if any.
         mcp: an MCP client pool to share, if any.
         script_tools: how script tools run (``Settings.script_tools``).
+        gateways: returns the process's gateway proxy (shared with the MCP
+            server, so limits and documents are one); None: a gateway row
+            offers no tools.
+        egress: when given, REST and OpenAPI tools and MCP clients connect
+            only to addresses this policy (the running turn's tenant's)
+            checked, pinned per request; None in the operator's own process.
     """
 
     def __init__(
@@ -255,14 +283,19 @@ class CatalogToolSource:
         registry: ToolRegistry | None = None,
         mcp: McpClientPool | None = None,
         script_tools: ScriptToolsMode = "sandbox",
+        gateways: Callable[[], GatewayProxy] | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
+        self._gateways = gateways
         self._secrets = secrets
         self._script_tools: ScriptToolsMode = script_tools
+        self._egress = egress
         if registry is not None:
             from pilothouse.tools._sandbox import ScriptSandbox
 
             # The deployment's setting governs every registry, a caller's too.
             registry.script_sandbox = ScriptSandbox.for_mode(script_tools)
+            registry.egress = egress
         self._registry = registry
         self._mcp = mcp
         self._mcp_stop: Any = None
@@ -281,6 +314,7 @@ class CatalogToolSource:
             self._registry = ToolRegistry(
                 self._secrets, script_sandbox=ScriptSandbox.for_mode(self._script_tools)
             )
+            self._registry.egress = self._egress
         return self._registry
 
     async def _pool(self) -> McpClientPool:
@@ -310,19 +344,48 @@ class CatalogToolSource:
         """Return the executable tool of a catalog tool row (not of kind mcp)."""
         return await self._tools().from_catalog(row)
 
+    async def gateway_tools(self, row: Tool) -> list[ExecutableTool]:
+        """Return the AI-enabled operations of a gateway row, proxied like the MCP server's.
+
+        Raises:
+            ToolError: no gateway proxy, or the gateway cannot be loaded.
+        """
+        if self._gateways is None:
+            raise ToolError(f"tool '{row.name}': this process offers no OpenAPI gateways")
+        return list(await self._gateways().tools(row))
+
+    async def service_tools(self, row: Tool) -> list[ExecutableTool]:
+        """Return the tools of a catalog row that is a service (``settings.service``)."""
+        return self._tools().service_from_catalog(row)
+
     async def mcp_tools(self, row: McpClient) -> list[ExecutableTool]:
         """Return every tool of an MCP client."""
         from pilothouse.mcp import McpClientConfig
 
         pool = await self._pool()
-        return await pool.tools(McpClientConfig.from_row(row, self._secrets))
+        return await pool.tools(
+            McpClientConfig.from_row(row, self._secrets, self._session_egress())
+        )
 
     async def mcp_tool(self, row: McpClient, name: str) -> ExecutableTool:
         """Return one tool of an MCP client."""
         from pilothouse.mcp import McpClientConfig
 
         pool = await self._pool()
-        return await pool.tool(McpClientConfig.from_row(row, self._secrets), name)
+        config = McpClientConfig.from_row(row, self._secrets, self._session_egress())
+        return await pool.tool(config, name)
+
+    def _session_egress(self) -> EgressPolicy | None:
+        """The policy of an MCP session opened now: the running turn's tenant's.
+
+        A session runs in the pool's own task, outside the turn's context, so
+        the policy travels in its config (and keys the session: one per tenant).
+        """
+        if self._egress is None:
+            return None
+        from pilothouse.providers._egress import current_egress
+
+        return current_egress.get() or self._egress
 
     async def aclose(self) -> None:
         """Close the registry's HTTP client and the MCP sessions this source opened."""
@@ -377,6 +440,8 @@ async def build_toolset(
         if row.name in seen:
             continue
         seen.add(row.name)
+        if row.release:
+            toolset.releases[row.name] = row.release
         if row.kind is ToolKind.EVENT or (row.name in on_bus and row.kind is not ToolKind.SCHEMA):
             toolset.add(await _bus_definition(source, row))
             toolset.events[row.name] = event_route(row)
@@ -384,11 +449,10 @@ async def build_toolset(
         if row.kind is ToolKind.SCHEMA:
             toolset.add(ToolDefinition(row.name, row.description or "", dict(row.input_schema)))
             continue
-        executable = await _executable(source, row, mcp_lookup)
-        if row.name in guarded and executable.policy is not ExecutionPolicy.AUTHORIZED:
-            executable = _Guarded(executable)
-        toolset.add(executable.definition, tool=executable)
-        toolset.timeouts[executable.definition.name] = tool_timeout(row, default_timeout)
+        if row.kind is ToolKind.REST and "gateway" in (row.settings or {}):
+            await _add_gateway(toolset, source, row, row.name in guarded, default_timeout)
+            continue
+        _offer(toolset, row, await _members(source, row, mcp_lookup), guarded, default_timeout)
     for client in mcp_clients:
         for executable in await source.mcp_tools(client):
             if executable.definition.name not in toolset.executable:
@@ -398,6 +462,50 @@ async def build_toolset(
     if ask_user:
         toolset.add_builtin(ASK_USER_DEFINITION)
     return toolset
+
+
+async def _add_gateway(
+    toolset: ToolSet, source: ToolSource, row: Tool, guarded: bool, default_timeout: float
+) -> None:
+    """Offer a gateway row's AI-enabled operations (a gateway row is many tools)."""
+    if not isinstance(source, GatewaySource):
+        raise ToolError(f"tool '{row.name}': this process's tool source offers no gateways")
+    for operation in await source.gateway_tools(row):
+        name = operation.definition.name
+        if name in toolset.executable:
+            continue
+        if guarded and operation.policy is not ExecutionPolicy.AUTHORIZED:
+            operation = _Guarded(operation)
+        toolset.add(operation.definition, tool=operation)
+        toolset.timeouts[name] = tool_timeout(row, default_timeout)
+
+
+async def _members(
+    source: ToolSource, row: Tool, mcp_lookup: Mapping[str, McpClient] | None
+) -> list[ExecutableTool]:
+    """The runnable tools of a catalog row: one, or a service's methods."""
+    if row.kind is ToolKind.PYTHON and (row.settings or {}).get("service") is True:
+        # Vantiq's service tools: every public method of the row's class.
+        return await source.service_tools(row)
+    return [await _executable(source, row, mcp_lookup)]
+
+
+def _offer(
+    toolset: ToolSet,
+    row: Tool,
+    members: Sequence[ExecutableTool],
+    guarded: frozenset[str],
+    default_timeout: float,
+) -> None:
+    """Offer a row's tools under the row's timeout, link access and release."""
+    for executable in members:
+        if row.name in guarded and executable.policy is not ExecutionPolicy.AUTHORIZED:
+            executable = _Guarded(executable)
+        name = executable.definition.name
+        toolset.add(executable.definition, tool=executable)
+        toolset.timeouts[name] = tool_timeout(row, default_timeout)
+        if row.release:
+            toolset.releases[name] = row.release
 
 
 async def _executable(
@@ -508,6 +616,9 @@ async def offered_tools(
             guarded=compiled.guarded_tools,
             offer=offer,
         )
+    for executable in compiled.local_tools:
+        toolset.add(executable.definition, tool=executable)
+        toolset.timeouts[executable.definition.name] = default_timeout
     for name, description, schema in compiled.tools:
         toolset.add(ToolDefinition(name, description, schema))
     return toolset

@@ -16,6 +16,7 @@ __all__ = [
     "answers_reply",
     "event_command",
     "normalized_response",
+    "record_execution",
     "results_as_text",
     "run_tool_step",
 ]
@@ -187,9 +188,12 @@ async def run_tool_step(
     asked: list[Question] = []
     returned: list[ReturnedCall] = []
     for call in calls:
-        repairs = {"repairs": call.repairs} if call.repairs else {}
+        audit: dict[str, Any] = {"repairs": call.repairs} if call.repairs else {}
+        if call.name in toolset.releases:
+            # The audit names the catalog tool's semantic version (genai-4j's tool_t.version).
+            audit["release"] = toolset.releases[call.name]
         if call.call_id in executions:
-            _record_execution(batch, returns, executions[call.call_id], repairs)
+            record_execution(batch, returns, executions[call.call_id], audit)
         elif call.name == USE_SKILL:
             skills_now = activate(skills, str(call.arguments.get("skill", "")))
             activated.extend(s.code for s in skills_now)
@@ -201,7 +205,13 @@ async def run_tool_step(
             batch.events.append(
                 NewEvent(
                     TimelineKind.TOOL_EXECUTION,
-                    {"call_id": call.call_id, "tool": USE_SKILL, "activated": activated},
+                    {
+                        "call_id": call.call_id,
+                        "tool": USE_SKILL,
+                        "activated": activated,
+                        # genai-4j's skill_t.version of each skill it brought in.
+                        "releases": {s.code: s.release for s in skills_now},
+                    },
                 )
             )
             returns.append(ToolReturnPart(USE_SKILL, reply, tool_call_id=call.call_id))
@@ -232,7 +242,7 @@ async def run_tool_step(
                         "correlation_id": command.correlation_id,
                         "topic": command.topic,
                         "deadline": command.deadline.isoformat(),
-                        **repairs,
+                        **audit,
                     },
                 )
             )
@@ -316,12 +326,13 @@ def event_command(
     )
 
 
-def _record_execution(
+def record_execution(
     batch: TurnBatch,
     returns: list[ModelRequestPart],
     execution: Execution,
-    repairs: dict[str, Any],
+    audit: dict[str, Any],
 ) -> None:
+    """Add one execution's tool message, outcome, timeline event and model result."""
     call = execution.call
     batch.messages.append(
         _tool_message(
@@ -344,7 +355,7 @@ def _record_execution(
                 "ms": execution.ms,
                 **({"repeated": True} if execution.repeated else {}),
                 **({"overrides": execution.overrides} if execution.overrides else {}),
-                **repairs,
+                **audit,
             },
         )
     )

@@ -183,6 +183,7 @@ class Turn:
         pending: audit events not yet written; the next write takes them.
         memory_text: the user's text a ``SCOPED`` memory retrieved for (and
             stores with the answer).
+        resumed: the turn goes on after a human answer or a tool result.
         partial: streamed text so far (recorded if the turn is cancelled).
         active_skills: skills activated in the conversation so far.
         offers_tools: whether the current model call offers tools.
@@ -206,6 +207,7 @@ class Turn:
     run_id: str = field(default_factory=lambda: str(uuid_module.uuid4()))
     pending: list[NewEvent] = field(default_factory=lambda: [])
     memory_text: str = ""
+    resumed: bool = False
     partial: list[str] = field(default_factory=lambda: [])
     active_skills: set[str] = field(default_factory=lambda: set[str]())
     offers_tools: bool = False

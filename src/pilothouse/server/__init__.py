@@ -32,8 +32,13 @@ if TYPE_CHECKING:
 def app_from_environment() -> FastAPI:
     """Build the app from ``PILOTHOUSE_*`` and ``PILOTHOUSE_SERVER_*`` variables.
 
-    uvicorn calls it (``factory=True``) in every worker process.
+    uvicorn calls it (``factory=True``) in every worker process. Span export
+    follows the ``OTEL_*`` variables (:class:`~pilothouse.api.TraceExport`).
     """
+    import os
+
+    from pilothouse.api import TraceExport
     from pilothouse.settings import Settings
 
-    return create_app(Settings(), server=ServerSettings())
+    tracing = TraceExport.from_environment(os.environ)
+    return create_app(Settings(), server=ServerSettings(), tracing=tracing)

@@ -43,6 +43,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
+from pilothouse.api import TraceExport
 from pilothouse.errors import ErrorCategory, PilothouseError
 from pilothouse.server._limits import BodySizeLimitMiddleware
 from pilothouse.server._metrics import MetricsMiddleware
@@ -53,12 +54,15 @@ from pilothouse.server._problems import (
     problem,
     problem_bytes,
 )
+from pilothouse.server._requestlog import RequestContextMiddleware
 from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.settings import Settings
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+    from pilothouse.server._mcp import McpHttp
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +73,7 @@ def routers() -> list[APIRouter]:
     Listed here, one import each: a module that fails to import fails the
     app, rather than a route silently going missing.
     """
+    from pilothouse.server._audit_routes import router as audit
     from pilothouse.server._catalog_routes import router as catalog
     from pilothouse.server._conversation_routes import router as conversations
     from pilothouse.server._health import router as health
@@ -79,7 +84,18 @@ def routers() -> list[APIRouter]:
     from pilothouse.server._openai import router as openai
     from pilothouse.server._ui import routers as ui
 
-    return [health, catalog, conversations, openai, invoke, jsonrpc, knowledge, memory, *ui()]
+    return [
+        health,
+        catalog,
+        conversations,
+        audit,
+        openai,
+        invoke,
+        jsonrpc,
+        knowledge,
+        memory,
+        *ui(),
+    ]
 
 
 async def _pilothouse_error(_: Request, exc: Exception) -> JSONResponse:
@@ -187,11 +203,54 @@ class _UnexpectedErrorMiddleware:
             await send({"type": "http.response.body", "body": body})
 
 
+@asynccontextmanager
+async def _served(served: ServerState, mcp: McpHttp) -> AsyncGenerator[None]:
+    """Run the service's state: schema, lease, MCP sessions and background workers."""
+    await served.open()
+    try:
+        # The lease marks ST what a crashed process left RU, and lets
+        # cancels recorded by other workers reach this one's turns.
+        async with (
+            served.pilothouse.lease(
+                heartbeat_seconds=served.server.heartbeat_seconds,
+                poll_seconds=served.server.cancel_poll_seconds,
+            ),
+            mcp.running(),
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(served.drain_on_signal)
+            if served.server.question_sweep_seconds > 0:
+                # Questions expire on the service's own clock (seed 000).
+                group.start_soon(served.expire_questions_forever)
+            # The memory worker (extraction jobs, session expiry) runs beside
+            # the requests.
+            if served.server.memory_worker_seconds > 0:
+                from pilothouse.server._memory_worker import memory_worker
+
+                group.start_soon(
+                    memory_worker,
+                    served.pilothouse,
+                    served.server.memory_worker_seconds,
+                    served.server.memory_expiry_seconds,
+                )
+            try:
+                yield
+            finally:
+                # Turns still running get the grace period, then are
+                # stopped and recorded TE, before the lease is given up
+                # and the database closes under them.
+                await served.drain()
+                group.cancel_scope.cancel()
+    finally:
+        await served.aclose()
+
+
 def create_app(
     settings: Settings | None = None,
     *,
     state: ServerState | None = None,
     server: ServerSettings | None = None,
+    tracing: TraceExport | None = None,
 ) -> FastAPI:
     """Build the HTTP service.
 
@@ -201,6 +260,9 @@ def create_app(
             Either way the lifespan opens it, and on shutdown drains its
             running turns and closes it (closing twice is harmless).
         server: HTTP service settings for a state the app creates.
+        tracing: span export to install while the app runs (``pilothouse
+            serve`` reads it from the ``OTEL_*`` variables); the process's
+            global tracer provider, so one app per process.
 
     Returns:
         The ASGI application.
@@ -214,40 +276,16 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncGenerator[None]:
-        await served.open()
+        provider = tracing.install() if tracing is not None else None
+        if tracing is not None:
+            logger.info(tracing.describe())
         try:
-            # The lease marks ST what a crashed process left RU, and lets
-            # cancels recorded by other workers reach this one's turns.
-            async with (
-                served.pilothouse.lease(heartbeat_seconds=served.server.heartbeat_seconds),
-                mcp.running(),
-                anyio.create_task_group() as group,
-            ):
-                group.start_soon(served.drain_on_signal)
-                if served.server.question_sweep_seconds > 0:
-                    # Questions expire on the service's own clock (seed 000).
-                    group.start_soon(served.expire_questions_forever)
-                # The memory worker (extraction jobs, session expiry) runs beside
-                # the requests.
-                if served.server.memory_worker_seconds > 0:
-                    from pilothouse.server._memory_worker import memory_worker
-
-                    group.start_soon(
-                        memory_worker,
-                        served.pilothouse,
-                        served.server.memory_worker_seconds,
-                        served.server.memory_expiry_seconds,
-                    )
-                try:
-                    yield
-                finally:
-                    # Turns still running get the grace period, then are
-                    # stopped and recorded TE, before the lease is given up
-                    # and the database closes under them.
-                    await served.drain()
-                    group.cancel_scope.cancel()
+            async with _served(served, mcp):
+                yield
         finally:
-            await served.aclose()
+            if provider is not None:
+                # Spans still queued leave before the process does.
+                await anyio.to_thread.run_sync(TraceExport.shutdown, provider)
 
     app = FastAPI(
         title="pilothouse",
@@ -285,6 +323,8 @@ def create_app(
         )
     app.add_middleware(_UnexpectedErrorMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    # Outermost: every log line of the request, the access line too, names it.
+    app.add_middleware(RequestContextMiddleware)
     return app
 
 

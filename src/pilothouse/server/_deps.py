@@ -102,14 +102,14 @@ def _presented_key(request: Request) -> str | None:
     return key.strip() if key else None
 
 
-def _count_auth_failure(request: Request, state: ServerState) -> None:
+async def _count_auth_failure(request: Request, state: ServerState) -> None:
     """Count a request without a valid key against its client address.
 
     Raises:
         TooManyRequestsError: the address has failed too often this minute.
     """
     address = request.client.host if request.client is not None else "unknown"
-    wait = state.auth_failures.acquire(f"address:{address}")
+    wait = await state.auth_failures.acquire(f"address:{address}")
     if wait is not None:
         raise TooManyRequestsError(
             f"too many requests without a valid API key from this address (the limit is "
@@ -118,7 +118,7 @@ def _count_auth_failure(request: Request, state: ServerState) -> None:
         )
 
 
-def charge_batch(request: Request, extra_calls: int) -> None:
+async def charge_batch(request: Request, extra_calls: int) -> None:
     """Count a batch's further calls against the key's rate limit (after its first).
 
     Raises:
@@ -129,7 +129,7 @@ def charge_batch(request: Request, extra_calls: int) -> None:
         return
     state: ServerState = request.app.state.pilothouse
     principal: Principal = request.state.principal
-    wait = state.limiter.acquire(principal.key_prefix, cost=extra_calls)
+    wait = await state.limiter.acquire(principal.key_prefix, cost=extra_calls)
     if wait is not None:
         raise TooManyRequestsError(
             f"a batch of {extra_calls + 1} calls exceeds what is left of the rate limit of "
@@ -151,7 +151,7 @@ async def principal_from_request(request: Request, state: ServerState) -> Princi
     """
     key = _presented_key(request)
     if key is None:
-        _count_auth_failure(request, state)
+        await _count_auth_failure(request, state)
         raise UnauthorizedError(
             "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
         )
@@ -167,9 +167,9 @@ async def principal_from_key(request: Request, state: ServerState, key: str) -> 
     """
     info = await state.keys.verify(key)
     if info is None:
-        _count_auth_failure(request, state)
+        await _count_auth_failure(request, state)
         raise UnauthorizedError("the API key is unknown or revoked")
-    wait = state.limiter.acquire(info.prefix)
+    wait = await state.limiter.acquire(info.prefix)
     if wait is not None:
         raise TooManyRequestsError(
             f"the rate limit of {state.limiter.per_minute} requests a minute for this key "

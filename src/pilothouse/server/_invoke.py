@@ -120,6 +120,9 @@ class InvokeRequest(_Body):
     max_tokens: int | None = Field(default=None, ge=1)
     top_p: float | None = Field(default=None, ge=0, le=1)
     tools: list[str] = Field(default_factory=list[str], max_length=128)
+    # The connector's comma-separated class names (seed 003), gated by the
+    # deployment's allow-list in the facade.
+    tool_classes: str | None = Field(default=None, max_length=4000)
     mcp_servers: list[McpServerParam] = Field(default_factory=list[McpServerParam], max_length=32)
     use_chat_memory: bool = False
     memory_id: _MemoryId | None = None
@@ -233,6 +236,7 @@ def _run(body: InvokeRequest) -> AdHocRun:
             reasoning_summary=body.reasoning_summary,
         ),
         tools=tuple(body.tools),
+        tool_classes=_tool_classes(body),
         mcp_servers=tuple(
             McpServer(url=s.url, headers=dict(s.headers), transport=s.transport)
             for s in body.mcp_servers
@@ -250,6 +254,13 @@ def _run(body: InvokeRequest) -> AdHocRun:
         pgvector=_pgvector(body),
         record=_record(body),
     )
+
+
+def _tool_classes(body: InvokeRequest) -> tuple[str, ...]:
+    """``toolClasses`` as the connector writes it: names separated by commas."""
+    if body.tool_classes is None:
+        return ()
+    return tuple(name.strip() for name in body.tool_classes.split(",") if name.strip())
 
 
 _PG_FIELDS = (
@@ -313,6 +324,7 @@ def _record(body: InvokeRequest) -> dict[str, Any]:
         "reasoningEffort": body.reasoning_effort,
         "reasoningSummary": body.reasoning_summary,
         "tools": list(body.tools),
+        "toolClasses": list(_tool_classes(body)),
         "mcpServers": [
             {
                 "url": _without_credentials(s.url),

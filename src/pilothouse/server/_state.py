@@ -34,7 +34,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pilothouse.api import Pilothouse
 from pilothouse.server._keys import KeyCache
-from pilothouse.server._limits import RateLimiter
+from pilothouse.server._limits import RateLimiter, SharedRateLimiter
 from pilothouse.server._metrics import Metrics
 from pilothouse.server._rpc_router import RpcRouter
 from pilothouse.settings import Settings
@@ -58,11 +58,13 @@ class ServerSettings(BaseSettings):
         max_body_bytes: the largest request body accepted (413 above it);
             0 disables the limit.
         rate_limit_per_minute: requests a minute per API key (429 above it,
-            with ``Retry-After``); 0 disables the limit. Counted per process.
+            with ``Retry-After``); 0 disables the limit. Counted per process,
+            or across every process sharing ``PILOTHOUSE_REDIS_URL``.
             Each call of a JSON-RPC batch counts as one request.
         auth_failures_per_minute: requests with a missing, unknown or revoked
             key a minute per client address before they get 429 instead of
-            401 (slows key guessing); 0 disables the limit. Per process.
+            401 (slows key guessing); 0 disables the limit. Per process, or
+            shared through Redis like the key's rate.
         jsonrpc_max_batch: the most calls one JSON-RPC batch may hold.
         jsonrpc_actions: JSON-RPC methods routed to catalog targets, e.g.
             ``{"erp-1/llm/summarize/1.0.0": "action:SUMBRAND"}`` (see
@@ -76,8 +78,9 @@ class ServerSettings(BaseSettings):
         last_used_interval_seconds: write a key's ``last_used_at`` at most
             this often, so authentication does not write on every request.
         key_cache_seconds: trust a verified API key this long without
-            reading it again; a key revoked by another process (the CLI)
-            keeps working here for at most this long. 0 reads every time.
+            reading it again; without Redis, a key revoked by another
+            process (the CLI) keeps working here for at most this long
+            (with Redis the revocation is heard at once). 0 reads every time.
         question_sweep_seconds: how often the service ends conversations
             whose questions waited past their action's ``question_timeout``
             (300 s by default, seed 000's five minutes); 0 turns it off.
@@ -88,6 +91,10 @@ class ServerSettings(BaseSettings):
             changes to announce (``notifications/tools/list_changed``).
         heartbeat_seconds: how often each worker renews its lease on the
             turns it runs (``PILOTHOUSE_LEASE_SECONDS`` must stay well above).
+        cancel_poll_seconds: how often a worker running turns reads the
+            cancels other processes recorded for them in the database; with
+            Redis they also arrive published, at once, and this is the
+            fallback for a lost message.
         memory_worker_seconds: how often the service looks for pending
             memory extraction jobs (and runs them); 0 runs no worker here
             (``pilothouse memory run-jobs`` elsewhere then).
@@ -113,6 +120,7 @@ class ServerSettings(BaseSettings):
     mcp_max_tools: int = Field(default=30, ge=1)
     mcp_list_changed_seconds: float = Field(default=2.0, gt=0)
     heartbeat_seconds: float = Field(default=5.0, gt=0)
+    cancel_poll_seconds: float = Field(default=0.5, gt=0)
     memory_worker_seconds: float = Field(default=5.0, ge=0)
     memory_expiry_seconds: float = Field(default=60.0, gt=0)
 
@@ -169,11 +177,22 @@ class ServerState:
         self.rpc = rpc if rpc is not None else RpcRouter()
         for method, target in self.server.jsonrpc_actions.items():
             self.rpc.add_action(method, target)
-        self.pilothouse = Pilothouse(settings, model=model)
         self.metrics = Metrics()
-        self.limiter = RateLimiter(self.server.rate_limit_per_minute)
-        self.auth_failures = RateLimiter(self.server.auth_failures_per_minute)
+        # Tenants write this service's catalog: its URLs pass their egress
+        # policy when written and at every call (docs/invoke.md).
+        self.pilothouse = Pilothouse(settings, model=model, meter=self.metrics, catalog_egress=True)
+        # With PILOTHOUSE_REDIS_URL the limits and key revocations hold
+        # across workers and replicas; without it, per process.
+        coordination = self.pilothouse.coordination()
+        self.limiter = SharedRateLimiter(
+            RateLimiter(self.server.rate_limit_per_minute), coordination, "key"
+        )
+        self.auth_failures = SharedRateLimiter(
+            RateLimiter(self.server.auth_failures_per_minute), coordination, "auth-failures"
+        )
         self.keys = KeyCache(self.pilothouse.keys, self.server.key_cache_seconds)
+        if coordination is not None:
+            coordination.on_revoked(self.keys.forget)
         self._watched: set[str] = set()
         self._running: set[tuple[str, str]] = set()
         # Per key prefix: when its last_used_at was last written (monotonic).

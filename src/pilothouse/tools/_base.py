@@ -63,12 +63,15 @@ class ToolResult:
         is_error: the call failed; ``content`` says why, for the model.
         error_code: a stable code, e.g. ``tool.exec.timeout``.
         data: the structured result, when the tool has one.
+        status_code: the HTTP status a REST tool's service answered (for
+            audit rows; None for other kinds and when no answer came).
     """
 
     content: str
     is_error: bool = False
     error_code: str | None = None
     data: Any = field(default=None)
+    status_code: int | None = None
 
 
 class ToolError(PilothouseError):

@@ -24,6 +24,7 @@ import httpx
 
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
 from pilothouse.catalog._models import Tool
+from pilothouse.providers._egress import EgressPolicy
 from pilothouse.providers._secrets import SecretResolver
 from pilothouse.tools._base import (
     ExecutableTool,
@@ -121,8 +122,12 @@ class ToolRegistry:
         self._secrets = secrets
         self._http = http
         self._owns_http = http is None
+        # Set by the tool source in the HTTP service: the client it makes
+        # connects only to addresses the egress policy checked.
+        self.egress: EgressPolicy | None = None
         self._tools: dict[str, ExecutableTool] = {}
         self._rows: dict[int, tuple[int, ExecutableTool]] = {}
+        self._services: dict[int, tuple[int, tuple[ExecutableTool, ...]]] = {}
         self._documents: dict[str, dict[str, Any]] = {}
         self._documents_lock = anyio.Lock()
 
@@ -233,7 +238,12 @@ class ToolRegistry:
     def http(self) -> httpx.AsyncClient:
         """The shared HTTP client (made on first use when none was given)."""
         if self._http is None:
-            self._http = httpx.AsyncClient()
+            if self.egress is None:
+                self._http = httpx.AsyncClient()
+            else:
+                from pilothouse.providers._egress_transport import PinnedHttpxTransport
+
+                self._http = httpx.AsyncClient(transport=PinnedHttpxTransport(self.egress))
         return self._http
 
     async def from_catalog(self, row: Tool) -> ExecutableTool:
@@ -266,6 +276,50 @@ class ToolRegistry:
             self._rows[row_id] = (row.version, built)
         return built
 
+    def service_from_catalog(self, row: Tool) -> list[ExecutableTool]:
+        """Build the tools of a catalog row that is a service (``settings.service: true``).
+
+        Vantiq's service tools (seed 004): a reference to a service "will
+        include all public procedures as tools". Here the row's
+        implementation names a class (``package.module:Class``), made with no
+        arguments; its public methods become tools under their own names
+        (only the ``@tool``-marked ones if any is marked), each under the
+        row's policy. Built once per row version.
+
+        Args:
+            row: a catalog tool of kind python with ``settings.service``.
+
+        Returns:
+            The tools, in definition order.
+
+        Raises:
+            ToolError: the implementation is no importable class, it has no
+                public methods, or a method cannot be described.
+        """
+        row_id = cast(int | None, row.id)
+        if row_id is not None:
+            cached = self._services.get(row_id)
+            if cached is not None and cached[0] == row.version:
+                return list(cached[1])
+        implementation = (row.implementation or "").strip()
+        target = resolve_reference(implementation) if ":" in implementation else None
+        if not inspect.isclass(target):
+            raise ToolError(
+                f"tool '{row.name}': a service's implementation must name a class, "
+                f"'package.module:Class' (got '{implementation}')"
+            )
+        policy = ExecutionPolicy(row.policy or ExecutionPolicy.ALLOW)
+        built: list[ExecutableTool] = [
+            python_tool(func, policy=policy) for func in service_functions(target)
+        ]
+        if not built:
+            raise ToolError(f"tool '{row.name}': service '{implementation}' has no public methods")
+        for candidate in built:
+            validate_definition(candidate.definition)
+        if row_id is not None:
+            self._services[row_id] = (row.version, tuple(built))
+        return built
+
     async def _build(self, row: Tool) -> ExecutableTool:
         kind = ToolKind(row.kind)
         policy = ExecutionPolicy(row.policy or ExecutionPolicy.ALLOW)
@@ -277,9 +331,9 @@ class ToolRegistry:
         settings: Mapping[str, Any] = row.settings or {}
         if kind is ToolKind.REST and "gateway" in settings:
             raise ToolError(
-                f"tool '{row.name}': it is an OpenAPI → MCP gateway (settings.gateway), served "
-                "to MCP clients at /mcp; an action cannot call it: declare one operation as "
-                "'openapi:<url-or-path>#<operationId>' instead"
+                f"tool '{row.name}': it is an OpenAPI gateway (settings.gateway): many tools, "
+                "one per AI-enabled operation, offered to the actions linked to it and to MCP "
+                "clients, never one tool on its own"
             )
         if kind is ToolKind.REST:
             # A REST tool is an OpenAPI operation, or declared in its settings.
@@ -351,6 +405,12 @@ class ToolRegistry:
         self, row: Tool, implementation: str, settings: Mapping[str, Any], policy: ExecutionPolicy
     ) -> RestTool:
         source, operation_id = parse_reference(implementation, row.name)
+        if self.egress is not None and not source.startswith(("http://", "https://")):
+            # A file path would read the server's own files for a tenant.
+            raise ToolError(
+                f"tool '{row.name}': this service reads OpenAPI documents from http(s) URLs "
+                "only, not files"
+            )
         async with self._documents_lock:
             document = self._documents.get(source)
             if document is None:
