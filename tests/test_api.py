@@ -13,6 +13,7 @@ from pilothouse._sync import sync_iterator_annotation
 from pilothouse.api import (
     CatalogApi,
     CommandApi,
+    EventApi,
     KeyApi,
     KnowledgeApi,
     MemoryApi,
@@ -20,6 +21,7 @@ from pilothouse.api import (
     QueryApi,
     SyncCatalogApi,
     SyncCommandApi,
+    SyncEventApi,
     SyncKeyApi,
     SyncKnowledgeApi,
     SyncMemoryApi,
@@ -47,6 +49,7 @@ from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.settings import Settings
 from pilothouse.store import Database, NewMessage, SqlTurnStore, TurnBatch
 from pilothouse.testing import Reply, ScriptedModel
+from pilothouse.types import AdHocRun, TextDelta, TurnFinished
 
 pytestmark = pytest.mark.anyio
 
@@ -285,6 +288,7 @@ def test_sync_wrapper_works_from_plain_sync_code(tmp_path: Path) -> None:
         (SyncKeyApi, KeyApi),
         (SyncKnowledgeApi, KnowledgeApi),
         (SyncMemoryApi, MemoryApi),
+        (SyncEventApi, EventApi),
         (SyncPilothouse, Pilothouse),
     ],
 )
@@ -324,6 +328,7 @@ def test_sync_facade_offers_every_async_method_with_its_signature(
         KeyApi: facade.keys,
         KnowledgeApi: facade.knowledge,
         MemoryApi: facade.memory,
+        EventApi: facade.events,
     }[async_half]
     # No portal: reading a method's signature calls nothing.
     wrapped = sync_half(target, None)
@@ -345,6 +350,17 @@ def test_sync_streams_are_iterators_that_can_stop_early(tmp_path: Path) -> None:
         assert first.conversation_uuid
         events.close()
         assert list(ph.command.start_and_stream("again", action="SUMMARIZE"))
+
+
+def test_a_sync_adhoc_stream_yields_the_pieces_then_the_result(tmp_path: Path) -> None:
+    settings = seeded_settings(tmp_path)
+    model = ScriptedModel([Reply("alpha beta gamma")])
+    with SyncPilothouse(settings, model=model) as ph:
+        events = list(ph.command.stream_adhoc(AdHocRun(name="A", message="go", model="TESTM")))
+    texts = [e.text for e in events if isinstance(e, TextDelta)]
+    assert texts == ["alpha ", "beta ", "gamma"]
+    last = events[-1]
+    assert isinstance(last, TurnFinished) and last.result.text == "alpha beta gamma"
 
 
 def test_egress_allow_reads_comma_separated_hosts_and_refuses_nonsense(

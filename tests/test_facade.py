@@ -31,7 +31,7 @@ from pilothouse.errors import (
 )
 from pilothouse.settings import Settings
 from pilothouse.store import Database
-from pilothouse.testing import Fail, Json, Reply, ScriptedModel
+from pilothouse.testing import Fail, Json, Reply, ScriptedModel, ToolCall
 from pilothouse.types import (
     AdHocRun,
     ChatMemory,
@@ -39,7 +39,10 @@ from pilothouse.types import (
     MessageRole,
     ModelEndpoint,
     ProcessStatus,
+    StatusChanged,
+    TextDelta,
     TurnEvent,
+    TurnFinished,
 )
 from test_api import seed_catalog
 
@@ -193,6 +196,78 @@ async def test_an_adhoc_run_with_chat_memory_continues_its_conversation(
     assert "first" in repr(model.requests[1].messages)
 
 
+async def test_a_streamed_adhoc_run_yields_deltas_and_records_as_a_plain_one(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    model.script.steps.extend([Reply("one two three"), Reply("four five")])
+    memory = ChatMemory(memory_id="m-s")
+    events = [
+        event
+        async for event in ph.command.stream_adhoc(
+            AdHocRun(name="A", message="first", model="TESTM", memory=memory, record={"k": 1})
+        )
+    ]
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    finished = events[-1]
+    assert isinstance(finished, TurnFinished)
+    # The answer came in the model's pieces, in order, and they make the result.
+    assert [d.text for d in deltas] == ["one ", "two ", "three"]
+    assert finished.result.text == "one two three"
+    assert finished.result.status is ProcessStatus.COMPLETED
+    assert finished.result.output_tokens > 0
+    uuid = finished.conversation_uuid
+    assert {e.conversation_uuid for e in events} == {uuid}
+    statuses = [(e.old, e.new) for e in events if isinstance(e, StatusChanged)]
+    assert statuses == [
+        (ProcessStatus.NOT_STARTED, ProcessStatus.RUNNING),
+        (ProcessStatus.RUNNING, ProcessStatus.COMPLETED),
+    ]
+    # Recorded as run_adhoc records: the run's system message, the prompt, the answer.
+    messages = await ph.query.get_conversation_messages(uuid)
+    assert [m.role for m in messages] == [
+        MessageRole.SYSTEM,
+        MessageRole.USER,
+        MessageRole.ASSISTANT,
+    ]
+    assert messages[0].data == {"invoke": {"k": 1}}
+    assert messages[2].content == "one two three"
+    conversation = await ph.query.get_conversation(uuid)
+    assert conversation.memory_id == "m-s"
+    assert conversation.output_tokens == finished.result.output_tokens
+    # The same memory id continues the conversation, streamed or not.
+    again = await ph.command.run_adhoc(
+        AdHocRun(name="A", message="second", model="TESTM", memory=memory)
+    )
+    assert again.conversation_uuid == uuid
+    assert "first" in repr(model.requests[1].messages)
+
+
+async def test_an_adhoc_run_offers_ask_user_question_unless_told_not_to(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    model.script.steps.extend([Reply("asked"), Reply("bare")])
+    await ph.command.run_adhoc(AdHocRun(name="A", message="x", model="TESTM", memory=None))
+    await ph.command.run_adhoc(
+        AdHocRun(name="A", message="y", model="TESTM", memory=None, ask_user=False)
+    )
+    offered = [[t.name for t in r.info.function_tools] for r in model.requests]
+    assert offered == [["AskUserQuestion"], []]
+
+
+async def test_a_streamed_adhoc_run_refuses_before_any_event_and_writes_nothing(
+    ph: Pilothouse,
+) -> None:
+    events: list[TurnEvent] = []
+    with pytest.raises(InvalidFieldError) as refused:
+        async for event in ph.command.stream_adhoc(
+            AdHocRun(name="A", message="x", model="TESTM", collection="NONE")
+        ):
+            events.append(event)
+    assert refused.value.field == "collection"
+    assert events == []
+    assert (await ph.query.list_conversations()).total == 0
+
+
 @pytest.mark.parametrize(
     ("run", "field"),
     [
@@ -297,3 +372,35 @@ async def test_creating_and_updating_an_action_or_skill_returns_the_entry(
     )
     assert (updated.version, updated.document["prompt"]) == (2, "Hello.")
     assert updated.document["skills"] == ["NEWSKL"]
+
+
+async def test_an_adhoc_run_that_asks_is_answered_and_goes_on_in_the_process_that_ran_it(
+    ph: Pilothouse, model: ScriptedModel, database: Database
+) -> None:
+    ask = ToolCall(
+        "AskUserQuestion",
+        {"questions": [{"id": "size", "question": "Which size?", "choices": ["S", "M"]}]},
+        call_id="q1",
+    )
+    model.script.steps.extend([ask, Reply("Ordered size M.")])
+    paused = await ph.command.run_adhoc(
+        AdHocRun(name="Shop", message="Order a shirt", model="TESTM", memory=None)
+    )
+    assert paused.result.status is ProcessStatus.WAITING
+    done = await ph.command.submit_answers(paused.conversation_uuid, {"size": "M"})
+    assert (done.status, done.output) == (ProcessStatus.COMPLETED, "Ordered size M.")
+    # The resumed request went to the run's own model with the answer.
+    assert "M" in str(model.requests[-1].messages[-1])
+
+    # Another process has no definition of the run (its key is never stored):
+    # a clear refusal, and the conversation still waits for the right one.
+    model.script.steps.append(ask)
+    again = await ph.command.run_adhoc(
+        AdHocRun(name="Shop", message="Another shirt", model="TESTM", memory=None)
+    )
+    settings = Settings(database_url=database.url, egress_allow=["127.0.0.1"])
+    async with Pilothouse(settings, database=database, model=model) as other:
+        with pytest.raises(InvalidStateError, match="is an ad-hoc run this process does not hold"):
+            await other.command.submit_answers(again.conversation_uuid, {"size": "S"})
+    still = await ph.query.get_conversation(again.conversation_uuid)
+    assert still.status is ProcessStatus.WAITING

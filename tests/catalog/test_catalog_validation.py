@@ -614,8 +614,8 @@ def test_an_oversized_catalog_document_is_refused(tmp_path: Path) -> None:
 
 
 # Seed 004's custom configuration, verbatim, put where a migrating user puts
-# it: the provider's settings. Accepted, it was ignored and the call went to
-# the public OpenAI endpoint; it is refused naming what to write instead.
+# it: the provider's settings. Once accepted and ignored (the call went to the
+# public OpenAI endpoint), it is now read; its literal key is refused.
 VANTIQ_CONFIGURATION = {
     "class_name": "vantiq.llms.ChatOpenAI",
     "model_name": "llama3.2:latest",
@@ -628,7 +628,9 @@ VANTIQ_CONFIGURATION = {
     ("settings", "message"),
     [
         ({"openai_api_base": "http://localhost:11434/v1"}, "write the provider field base_url"),
-        (VANTIQ_CONFIGURATION, "settings.class_name is not a setting"),
+        # The guide's Ollama configuration: its literal "unused" key is refused
+        # (keys are @secrets references); the rest is read (test_vantiq_class_name.py).
+        (VANTIQ_CONFIGURATION, "settings.openai_api_key: must be a @secrets(NAME) reference"),
         ({"temprature": 0.2}, "kind 'openai-compatible' takes api"),
         ({"azure_deployment": "gpt"}, "write settings.deployment"),
     ],
@@ -653,3 +655,19 @@ def test_known_provider_settings_still_pass(tmp_path: Path) -> None:
       - {code: SM, kind: sagemaker, settings: {format: jumpstart, region: us-east-1}}
     """
     assert errors(tmp_path, text) == []
+
+
+def test_the_guides_message_format_config_is_a_sagemaker_setting(tmp_path: Path) -> None:
+    import json
+
+    falcon = {
+        "request_key": "inputs",
+        "request_parameters_key": "parameters",
+        "response_path": "0.generated_text",
+    }
+    ok = {"code": "SM", "kind": "sagemaker", "settings": {"message_format_config": falcon}}
+    assert errors(tmp_path, json.dumps({"providers": [ok]})) == []
+    typo = {**falcon, "response_paht": "x"}
+    bad = {"code": "SM", "kind": "sagemaker", "settings": {"message_format_config": typo}}
+    problems = errors(tmp_path, json.dumps({"providers": [bad]}))
+    assert any("message_format_config.response_paht is not a key" in p for p in problems)

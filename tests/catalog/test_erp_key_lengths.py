@@ -106,6 +106,17 @@ def test_yaml_takes_a_key_of_the_seeds_length_and_refuses_one_more(
     ]
 
 
+@pytest.mark.parametrize("code", ["INVOKE", "TOOLCALL"])
+def test_an_action_may_not_take_a_code_the_runtime_records_its_own_conversations_under(
+    tmp_path: Path, code: str
+) -> None:
+    fields = "    model: M\n    configuration: C\n    prompt: p\n"
+    (issue,) = _issues(tmp_path, "actions", code, fields)
+    assert issue.startswith(f"action: code: '{code}' is reserved for the conversations of")
+    assert issue.endswith("; choose another action code")
+    assert _issues(tmp_path, "actions", f"{code}2", fields) == []
+
+
 def test_the_example_catalog_fits_the_seeds_lengths() -> None:
     parsed, issues = validate_paths([Path(__file__).parents[2] / "examples" / "catalog"])
     assert issues == []

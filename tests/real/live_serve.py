@@ -81,7 +81,13 @@ def live_serve(folder: Path, extra_catalog: str, *, admin: bool = False) -> Iter
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PILOTHOUSE_SECRETS_FILE": ""},
+            # The test upstreams are on loopback: the operator allows them
+            # (the service checks catalog URLs at every call).
+            env={
+                **os.environ,
+                "PILOTHOUSE_SECRETS_FILE": "",
+                "PILOTHOUSE_EGRESS_ALLOW": os.environ.get("PILOTHOUSE_EGRESS_ALLOW", "127.0.0.1"),
+            },
         )
         base_url = f"http://127.0.0.1:{port}"
         try:

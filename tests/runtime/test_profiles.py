@@ -40,6 +40,9 @@ class WeatherSource:
     async def tool(self, row: Any) -> ExecutableTool:
         return Weather(ToolDefinition(row.name, row.description or "", dict(row.input_schema)))
 
+    async def service_tools(self, row: Any) -> list[ExecutableTool]:
+        raise AssertionError("no service tools here")
+
     async def mcp_tools(self, row: Any) -> list[ExecutableTool]:
         return []
 

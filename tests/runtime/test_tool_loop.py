@@ -61,6 +61,9 @@ class FakeSource:
             self.tools[row.name] = FakeTool(row, self.behaviours.get(row.name, _echo))
         return self.tools[row.name]
 
+    async def service_tools(self, row: Any) -> list[ExecutableTool]:
+        raise AssertionError("no service tools here")
+
     async def mcp_tools(self, row: McpClient) -> list[ExecutableTool]:
         return []
 
@@ -375,7 +378,7 @@ async def test_schema_tool_call_is_returned_and_its_result_resumes_the_loop(
             "returned to the caller",
         ),
     )
-    resumption = Resumption(catalog, "default", runner, runner.compiler)
+    resumption = Resumption(catalog, "default", runner)
     resumed = await resumption.submit_tool_result(uuid, "i1", {"stored": True})
     assert (resumed.status, resumed.output) == (ProcessStatus.COMPLETED, "Thanks.")
     last = model.requests[1].messages[-1]
@@ -407,7 +410,7 @@ async def test_question_pauses_and_answers_resume_even_in_a_new_runner(
     # A new runner, as after a restart: the state lives in the store.
     model = ScriptedModel(["Ordered size M."])
     second = make_runner(model, tool_source=FakeSource({}))
-    resumption = Resumption(catalog, "default", second, second.compiler)
+    resumption = Resumption(catalog, "default", second)
     with pytest.raises(AnswerError, match="must be one of 'S', 'M'"):
         await resumption.submit_answers(uuid, {"size": "XL"})
     with pytest.raises(AnswerError, match="no pending question with id 'colour'"):
@@ -433,7 +436,7 @@ async def test_unanswered_questions_expire_and_terminate(
     await runner.send_message(uuid, "Order")
     later = utcnow() + timedelta(seconds=301)
     monkeypatch.setattr(_hitl, "utcnow", lambda: later)
-    resumption = Resumption(catalog, "default", runner, runner.compiler)
+    resumption = Resumption(catalog, "default", runner)
     assert await resumption.expire_waiting() == 1
     conversation, _, _ = await stored(catalog, uuid)
     assert conversation.status is ProcessStatus.TERMINATED

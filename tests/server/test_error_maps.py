@@ -79,7 +79,7 @@ async def test_auth_errors_keep_their_headers_in_every_face(client: httpx.AsyncC
 async def test_a_key_over_its_rate_gets_retry_after_in_openai_shape(
     client: httpx.AsyncClient, api_key: str, server_state: ServerState
 ) -> None:
-    server_state.limiter.per_minute = 1
+    server_state.limiter.local.per_minute = 1
     first = await client.get("/v1/models", headers=auth(api_key))
     second = await client.get("/v1/models", headers=auth(api_key))
     assert first.status_code == 200

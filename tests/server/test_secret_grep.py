@@ -105,7 +105,12 @@ async def exercise(
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("PH_PLANTED_PROVIDER_KEY", PROVIDER_KEY)
     monkeypatch.setenv("PH_PLANTED_HEADER", HEADER_SECRET)
-    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 's.db'}", secrets_file=None)
+    # The leaky provider is on loopback: the operator allows it (egress policy).
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 's.db'}",
+        secrets_file=None,
+        egress_allow=["127.0.0.1"],
+    )
     # No scripted model: turns go to the (leaky) provider for real.
     state = ServerState(settings, server=ServerSettings(host="127.0.0.1"))
     await state.open()
