@@ -467,3 +467,26 @@ async def test_use_skill_offers_the_skills_matching_the_request_when_there_are_m
     assert len(many) == 8 and many[0] == "WEATHER"
     # Few skills: every one is offered, in catalog order.
     assert offered(1) == ["ONE", "WEATHER"]
+
+
+async def test_a_closed_adhoc_store_refuses_to_open_a_new_pool(database: Database) -> None:
+    # An ad-hoc store evicted (closed) while a search still held it must not
+    # open a pool nobody would ever close again.
+    from pilothouse.knowledge import Knowledge
+    from pilothouse.knowledge._errors import KnowledgeSetupError
+
+    knowledge = Knowledge(database)
+    collection = knowledge.adhoc_collection(
+        "default",
+        connection="postgresql://postgres@127.0.0.1:1/nowhere",
+        password=None,
+        table="langchain4j_embeddings",
+        top_k=3,
+        threshold=0.0,
+        model=None,
+        dimension=384,
+    )
+    backend = knowledge.backend(collection)
+    await knowledge.aclose()
+    with pytest.raises(KnowledgeSetupError, match="was closed"):
+        await backend.pool()  # pyright: ignore[reportAttributeAccessIssue]

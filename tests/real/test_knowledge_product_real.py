@@ -19,11 +19,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
 from pilothouse.api import Pilothouse
 from pilothouse.catalog._enums import ProcessStatus, TimelineKind
+from pilothouse.knowledge._service import ADHOC_POOLS
 from pilothouse.server._app import create_app
 from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.settings import Settings
@@ -236,6 +238,58 @@ async def test_invoke_reads_the_connectors_langchain4j_table(
     rule = wrong.json()["errors"][0]
     assert rule["field"] == "embeddingDimension"
     assert "512" in rule["rule"] and "384" in rule["rule"]
+
+
+async def test_invoke_keeps_at_most_the_capped_number_of_named_stores_open(
+    served: tuple[httpx.AsyncClient, ServerState, str, ScriptedModel], pgvector_dsn: str
+) -> None:
+    # Every password a caller names is its own pool (a pool opened with one
+    # password must not serve another); a caller cycling through them held
+    # one connection each, without end, before the cap.
+    import asyncpg
+
+    client, _, _, scripted = served
+    dsn = await _fresh_database(pgvector_dsn)
+    await _lc4j_table(dsn, {"vacation.pdf": "Employees get 30 days of paid vacation per year."})
+    port, database = dsn.rsplit(":", 1)[1].split("/")
+    body: dict[str, Any] = {
+        "agentName": "HR bot",
+        "model": "SCRIPTED",
+        "message": "How many vacation days do I get?",
+        "pgHost": "127.0.0.1",
+        "pgPort": port,
+        "pgDatabase": database,
+        "pgUser": "postgres",
+        "embeddingDimension": "384",
+    }
+
+    async def connections() -> int:
+        watcher = await asyncpg.connect(pgvector_dsn)
+        try:
+            count = await watcher.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1", database
+            )
+            return int(count)
+        finally:
+            await watcher.close()
+
+    calls = ADHOC_POOLS + 4
+    for attempt in range(calls):
+        scripted.script.steps.append(Reply("30 days [1]."))
+        response = await client.post(
+            "/v1/invoke", json={**body, "pgPassword": f"password-{attempt}"}
+        )
+        assert response.status_code == 200, response.text
+    deadline = anyio.current_time() + 10
+    while await connections() > ADHOC_POOLS and anyio.current_time() < deadline:
+        await anyio.sleep(0.1)
+    assert await connections() == ADHOC_POOLS
+    # The first password's pool was closed; naming it again opens a new one.
+    scripted.script.steps.append(Reply("30 days [1]."))
+    again = await client.post("/v1/invoke", json={**body, "pgPassword": "password-0"})
+    assert again.status_code == 200, again.text
+    system = str(getattr(scripted.requests[-1].messages[0].parts[0], "content", ""))
+    assert "Employees get 30 days of paid vacation per year." in system
 
 
 async def test_a_real_pdf_uploaded_over_rest_is_cited_with_its_page(

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
+import anyio
 import numpy as np
 
 from pilothouse.catalog._stores import PgVectorStoreSettings
@@ -115,6 +116,8 @@ class PgVectorBackend(Backend):
         self._dsn = collection.connection or ""
         self._password = collection.password
         self._pool: Any = None
+        self._opening = anyio.Lock()
+        self._closed = False
         self._ready: set[str] = set()
 
     @property
@@ -127,8 +130,23 @@ class PgVectorBackend(Backend):
         return f"{url.hostname}:{url.port or 5432}{url.path}"
 
     async def pool(self) -> Any:
-        """The connection pool, opened on first use, with the vector type registered."""
-        if self._pool is None:
+        """The connection pool, opened on first use, with the vector type registered.
+
+        Raises:
+            KnowledgeSetupError: the server cannot be reached, or this store
+                was closed (an ad-hoc store evicted while a search waited).
+        """
+        if self._pool is not None:
+            return self._pool
+        # Two first searches at once must not open two pools (one would leak).
+        async with self._opening:
+            if self._closed:
+                raise KnowledgeSetupError(
+                    f"vector store {self.store}: the connection to {self._where()} was closed "
+                    "(more stores named in calls than are kept open at once); try again"
+                )
+            if self._pool is not None:
+                return self._pool
             import asyncpg  # pyright: ignore[reportMissingTypeStubs]
             from pgvector.asyncpg import register_vector
 
@@ -148,10 +166,12 @@ class PgVectorBackend(Backend):
         return self._pool
 
     async def aclose(self) -> None:
-        """Close the pool."""
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        """Close the pool; running queries finish first, and no new one opens."""
+        async with self._opening:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
 
     # -- tables -----------------------------------------------------------
 

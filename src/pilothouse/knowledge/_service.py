@@ -11,10 +11,12 @@ from __future__ import annotations
 
 __all__ = ["Knowledge"]
 
+import asyncio
 import hashlib
 import inspect
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +62,12 @@ DEFAULT_CHUNK_SIZE = 512
 
 _EMBED_BATCH_CHUNKS = 256
 """Chunks gathered over several small documents before the model runs (one call, less padding)."""
+
+ADHOC_STORE = "INVOKE"
+"""The store code of a pgvector table named in a call rather than the catalog."""
+
+ADHOC_POOLS = 8
+"""Connection pools to stores named in calls kept open at once, per process."""
 
 
 @dataclass
@@ -122,6 +130,10 @@ class Knowledge:
         self._embedders: dict[str, Embedder] = {}
         self._embedded = EmbeddedBackend(database)
         self._backends: dict[str, Backend] = {}
+        # Stores named in a call (``/v1/invoke``), least recently used first:
+        # any key may name any allowed server, so they are capped.
+        self._adhoc: OrderedDict[str, Backend] = OrderedDict()
+        self._closing: set[asyncio.Task[None]] = set()
 
     # -- resolution -----------------------------------------------------
 
@@ -229,6 +241,8 @@ class Knowledge:
         # with another password must not reuse a pool opened with the first.
         secret = hashlib.sha256((collection.password or "").encode()).hexdigest()[:16]
         key = f"{collection.tenant}/{collection.store_code}/{collection.connection}/{secret}"
+        if collection.store_code == ADHOC_STORE:
+            return self._adhoc_backend(key, collection)
         backend = self._backends.get(key)
         if backend is None:
             from pilothouse.knowledge._pgvector import PgVectorBackend
@@ -236,6 +250,34 @@ class Knowledge:
             backend = PgVectorBackend(collection)
             self._backends[key] = backend
         return backend
+
+    def _adhoc_backend(self, key: str, collection: Collection) -> Backend:
+        """A store named in a call: kept while among the last ``ADHOC_POOLS`` used.
+
+        Every distinct server, user or password a caller names opens its own
+        connection pool; without a cap, a caller cycling through them would
+        hold connections (and file descriptors) without end. The least
+        recently used pool beyond the cap is closed in the background; its
+        running queries finish first (asyncpg's graceful close).
+        """
+        backend = self._adhoc.get(key)
+        if backend is not None:
+            self._adhoc.move_to_end(key)
+            return backend
+        from pilothouse.knowledge._pgvector import PgVectorBackend
+
+        backend = self._adhoc[key] = PgVectorBackend(collection)
+        while len(self._adhoc) > ADHOC_POOLS:
+            _, evicted = self._adhoc.popitem(last=False)
+            task = asyncio.get_running_loop().create_task(evicted.aclose())
+            self._closing.add(task)
+            task.add_done_callback(self._closed)
+        return backend
+
+    def _closed(self, task: asyncio.Task[None]) -> None:
+        self._closing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("closing an ad-hoc vector store's pool failed: %s", task.exception())
 
     def plan(self, collection: Collection, embedder: Embedder) -> ChunkPlan:
         """The chunk size and overlap that apply to a collection with its model.
@@ -520,10 +562,10 @@ class Knowledge:
             )
         return Collection(
             id=0,
-            code="INVOKE",
+            code=ADHOC_STORE,
             tenant=tenant,
             name=table,
-            store_code="INVOKE",
+            store_code=ADHOC_STORE,
             store_kind=VectorStoreKind.PGVECTOR,
             store_settings=store_settings(VectorStoreKind.PGVECTOR, {"layout": "langchain4j"}),
             connection=connection,
@@ -539,9 +581,12 @@ class Knowledge:
 
     async def aclose(self) -> None:
         """Close stores, embedders and the HTTP client this service made."""
-        for backend in self._backends.values():
+        for backend in (*self._backends.values(), *self._adhoc.values()):
             await backend.aclose()
         self._backends.clear()
+        self._adhoc.clear()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
         for embedder in self._embedders.values():
             await embedder.aclose()
         self._embedders.clear()
