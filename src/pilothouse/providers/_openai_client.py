@@ -1,4 +1,4 @@
-"""OpenAI SDK clients whose chat completions skip the SDK's body transform.
+"""OpenAI SDK clients whose chat completions skip the SDK's body transform and type walk.
 
 ``AsyncCompletions.create`` passes every request body through
 ``async_maybe_transform``: a walk of the body against the parameters'
@@ -16,6 +16,11 @@ SDK's own path. ``tests/providers/test_openai_client.py`` checks that both
 paths send the same HTTP request (URL, headers, JSON body; only the order of
 the body's keys differs), so an SDK release that changes the glue fails the
 tests instead of changing the wire.
+
+Responses and streamed chunks of chat completions are built by
+:func:`~pilothouse.providers._openai_construct.construct`: the SDK's own
+unchecked construction with its per-class type walk done once (about 150 µs
+of CPU saved per streamed chunk).
 """
 
 from __future__ import annotations
@@ -28,17 +33,23 @@ from typing import Any, cast
 
 from openai import AsyncAzureOpenAI, AsyncOpenAI, AsyncStream
 from openai._base_client import make_request_options
-from openai._compat import cached_property
+from openai._compat import PYDANTIC_V1, cached_property
 from openai._types import NotGiven, Omit
 from openai.resources.chat import AsyncChat
 from openai.resources.chat.completions import AsyncCompletions
 from openai.resources.chat.completions.completions import validate_response_format
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from typing_extensions import override
+
+from pilothouse.providers._openai_construct import construct
 
 _REQUEST_OPTIONS = ("extra_headers", "extra_query", "extra_body", "timeout")
 """Arguments of ``create`` that are request options, not body fields."""
 
 _SCALARS = (str, int, float, bool, type(None))
+
+_CONSTRUCTED: tuple[type, ...] = () if PYDANTIC_V1 else (ChatCompletionChunk, ChatCompletion)
+"""Response models built without the SDK's per-call type walk (pydantic 2 only)."""
 
 
 def plain_json(value: object) -> bool:
@@ -98,8 +109,21 @@ class _FastChat(AsyncChat):
         return _FastCompletions(self._client)
 
 
+def _constructs(client: AsyncOpenAI, data: object, cast_to: Any) -> bool:
+    """Whether :func:`construct` builds this response (a chat completion or chunk, unchecked)."""
+    return (
+        cast_to in _CONSTRUCTED and type(data) is dict and not client._strict_response_validation  # pyright: ignore[reportPrivateUsage]
+    )
+
+
 class FastAsyncOpenAI(AsyncOpenAI):
     """``AsyncOpenAI`` whose ``chat.completions.create`` skips the body transform."""
+
+    @override
+    def _process_response_data(self, *, data: object, cast_to: Any, response: Any) -> Any:
+        if _constructs(self, data, cast_to):
+            return construct(cast_to, cast("dict[str, Any]", data))
+        return super()._process_response_data(data=data, cast_to=cast_to, response=response)
 
     @property
     def user_agent(self) -> str:
@@ -114,6 +138,12 @@ class FastAsyncOpenAI(AsyncOpenAI):
 
 class FastAsyncAzureOpenAI(AsyncAzureOpenAI):
     """``AsyncAzureOpenAI`` whose ``chat.completions.create`` skips the body transform."""
+
+    @override
+    def _process_response_data(self, *, data: object, cast_to: Any, response: Any) -> Any:
+        if _constructs(self, data, cast_to):
+            return construct(cast_to, cast("dict[str, Any]", data))
+        return super()._process_response_data(data=data, cast_to=cast_to, response=response)
 
     @property
     def user_agent(self) -> str:
