@@ -13,7 +13,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import httpx
+
+from pilothouse.api import Pilothouse
+from pilothouse.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = ROOT / "examples" / "catalog"
@@ -57,12 +61,7 @@ def live_serve(folder: Path, extra_catalog: str, *, admin: bool = False) -> Iter
     ``admin`` gives the key the admin scope (catalog writes).
     """
     database_url = f"sqlite+aiosqlite:///{folder / 'live.db'}"
-    extra = folder / "extra.yaml"
-    extra.write_text(extra_catalog)
-    cli(database_url, "catalog", "import", str(CATALOG), str(extra))
-    scope = ["--admin"] if admin else []
-    created = cli(database_url, "keys", "create", "--tenant", "default", "--name", "live", *scope)
-    key = next(word for word in created.split() if word.startswith("ph_"))
+    key = prepare_database(database_url, folder, extra_catalog, admin=admin)
     port = free_port()
     log_path = folder / "serve.log"
     with log_path.open("w") as log:
@@ -111,13 +110,27 @@ def live_serve(folder: Path, extra_catalog: str, *, admin: bool = False) -> Iter
                 process.wait()
 
 
-def prepare_database(database_url: str, folder: Path, extra_catalog: str) -> str:
-    """Import ``examples/catalog`` plus ``extra_catalog`` into ``database_url``; a new key."""
+def prepare_database(
+    database_url: str, folder: Path, extra_catalog: str, *, admin: bool = False
+) -> str:
+    """Import ``examples/catalog`` plus ``extra_catalog`` into ``database_url``; a new key.
+
+    Done in this process through the facade (what ``catalog import`` and
+    ``keys create`` call): the set-up is not what these tests are about,
+    and two CLI processes cost seconds of start-up per server (the CLI's
+    own tests run it).
+    """
     extra = folder / "extra.yaml"
     extra.write_text(extra_catalog)
-    cli(database_url, "catalog", "import", str(CATALOG), str(extra))
-    created = cli(database_url, "keys", "create", "--tenant", "default", "--name", "live")
-    return next(word for word in created.split() if word.startswith("ph_"))
+
+    async def prepare() -> str:
+        settings = Settings(database_url=database_url, secrets_file=None)
+        async with Pilothouse(settings, tenant="default") as ph:  # migrates first
+            await ph.catalog.import_files([CATALOG, extra])
+            key, _ = await ph.keys.create(name="live", admin=admin)
+            return key
+
+    return anyio.run(prepare)
 
 
 @dataclass
