@@ -14,7 +14,7 @@ import copy
 import json
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from openai._models import construct_type
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -189,9 +189,9 @@ def _shape(value: Any) -> Any:
             {name: _shape(v) for name, v in (value.model_extra or {}).items()},
         )
     if isinstance(value, list):
-        return [_shape(v) for v in value]  # pyright: ignore[reportUnknownVariableType]
+        return [_shape(v) for v in value]
     if isinstance(value, dict):
-        return {k: _shape(v) for k, v in value.items()}  # pyright: ignore[reportUnknownVariableType]
+        return {k: _shape(v) for k, v in value.items()}
     return (type(value), value)
 
 
@@ -222,10 +222,10 @@ async def test_the_client_builds_streamed_chunks_and_completions_the_same_way() 
     """Through the client, on an HTTP exchange: the same objects as the stock SDK's."""
     stream = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in CHUNKS[:8]) + "data: [DONE]\n\n"
 
-    def answer(request: httpx.Request) -> httpx.Response:
+    def answer(request: httpx2.Request) -> httpx2.Response:
         if json.loads(request.content).get("stream"):
-            return httpx.Response(200, text=stream, headers={"content-type": "text/event-stream"})
-        return httpx.Response(200, json=COMPLETIONS[1])
+            return httpx2.Response(200, text=stream, headers={"content-type": "text/event-stream"})
+        return httpx2.Response(200, json=COMPLETIONS[1])
 
     from openai import AsyncOpenAI
 
@@ -233,7 +233,7 @@ async def test_the_client_builds_streamed_chunks_and_completions_the_same_way() 
         return cls(
             api_key="k",
             base_url="http://upstream.test/v1",
-            http_client=httpx.AsyncClient(transport=httpx.MockTransport(answer)),
+            http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(answer)),
         )
 
     seen: dict[str, Any] = {}
