@@ -39,7 +39,6 @@ from openai.resources.chat import AsyncChat
 from openai.resources.chat.completions import AsyncCompletions
 from openai.resources.chat.completions.completions import validate_response_format
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from typing_extensions import override
 
 from pilothouse.providers._openai_construct import construct
 
@@ -119,7 +118,6 @@ def _constructs(client: AsyncOpenAI, data: object, cast_to: Any) -> bool:
 class FastAsyncOpenAI(AsyncOpenAI):
     """``AsyncOpenAI`` whose ``chat.completions.create`` skips the body transform."""
 
-    @override
     def _process_response_data(self, *, data: object, cast_to: Any, response: Any) -> Any:
         if _constructs(self, data, cast_to):
             return construct(cast_to, cast("dict[str, Any]", data))
@@ -139,7 +137,6 @@ class FastAsyncOpenAI(AsyncOpenAI):
 class FastAsyncAzureOpenAI(AsyncAzureOpenAI):
     """``AsyncAzureOpenAI`` whose ``chat.completions.create`` skips the body transform."""
 
-    @override
     def _process_response_data(self, *, data: object, cast_to: Any, response: Any) -> Any:
         if _constructs(self, data, cast_to):
             return construct(cast_to, cast("dict[str, Any]", data))
