@@ -73,8 +73,14 @@ COV_FLOOR := 91
 pytest: install
 	@# Exit code 5 means pytest collected no tests; that is not a failure of the code.
 	@# One worker per core (pytest-xdist); a module's tests stay on one worker,
-	@# so a module-scoped real component (a llama.cpp server) starts once.
-	$(BIN)/python -m pytest -n auto --dist loadscope --cov --cov-report=term --cov-fail-under=$(COV_FLOOR); \
+	@# so a module-scoped real component (a llama.cpp server) starts once. The
+	@# slow modules go first (tests/conftest.py), so xdist's own reorder is off.
+	@# Bytecode is cached even where the environment says not to
+	@# (PYTHONDONTWRITEBYTECODE, common in container images): the suite starts
+	@# hundreds of Python processes that import the same modules, and pytest
+	@# rewrites the asserts of ~600 modules per worker.
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n auto --dist loadscope --no-loadscope-reorder \
+	  --cov --cov-report=term --cov-fail-under=$(COV_FLOOR); \
 	  rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 test: lint typecheck pytest

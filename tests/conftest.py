@@ -30,6 +30,22 @@ from pilothouse.testing import block_model_requests
 
 PG_SERVER = os.environ.get("PILOTHOUSE_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432")
 
+# Modules whose tests start real components or processes: seconds to minutes
+# each, against milliseconds for the rest.
+_SLOW_FIRST = ("tests/real/", "tests/bench/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the slow modules first, so the suite does not end on one of them.
+
+    xdist hands out whole modules (``--dist loadscope``, with
+    ``--no-loadscope-reorder`` in the Makefile: its own reorder sends the
+    modules with the fewest tests last, and those are the slowest here, e.g.
+    the one-test ``pip install`` of 100 s). Started first, a slow module runs
+    beside the many short ones, which then fill both workers to the end.
+    """
+    items.sort(key=lambda item: not item.nodeid.startswith(_SLOW_FIRST))
+
 
 @pytest.fixture
 def anyio_backend() -> str:

@@ -188,7 +188,7 @@ async def test_kill_9_while_100_conversations_wait_loses_nothing_and_applies_not
 
 @pytest.mark.parametrize("kind", ["nats", "kafka-s3"])
 async def test_a_broker_restart_with_conversations_waiting_loses_nothing(
-    kind: str, tmp_path: Path, ph: Pilothouse
+    kind: str, tmp_path: Path, ph: Pilothouse, caplog: pytest.LogCaptureFixture
 ) -> None:
     # NATS JetStream keeps its files; tansu keeps its log in an S3 bucket
     # (moto's server, which outlives the broker). tansu on memory storage
@@ -226,7 +226,12 @@ async def test_a_broker_restart_with_conversations_waiting_loses_nothing(
         broker.close()
     assert at_stop["processed"] < count, "nothing was waiting when the broker stopped"
     assert after["processed"] == count and after["waiting"] == 0
-    assert after["duplicates"] >= sum(runs.values()) - count
+    # A call run twice either answered twice (the second answer is refused as
+    # a duplicate) or its first answer never reached the broker: a publish that
+    # fails while the broker is away leaves the command unacknowledged, the
+    # worker says so, and the broker delivers the command again (seen in CI).
+    unanswered = sum("not finished" in r.getMessage() for r in caplog.records)
+    assert sum(runs.values()) - count <= after["duplicates"] + unanswered
     await assert_each_applied_once(ph, count)
 
 
