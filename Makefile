@@ -78,9 +78,10 @@ pytest: install
 	@# Bytecode is cached even where the environment says not to
 	@# (PYTHONDONTWRITEBYTECODE, common in container images): the suite starts
 	@# hundreds of Python processes that import the same modules, and pytest
-	@# rewrites the asserts of ~600 modules per worker.
+	@# rewrites the asserts of ~600 modules per worker. The 30 slowest tests are
+	@# listed at the end, so every CI log says where the suite's time goes.
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n auto --dist loadscope --no-loadscope-reorder \
-	  --cov --cov-report=term --cov-fail-under=$(COV_FLOOR); \
+	  --durations=30 --cov --cov-report=term --cov-fail-under=$(COV_FLOOR); \
 	  rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 test: lint typecheck pytest
