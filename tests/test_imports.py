@@ -183,6 +183,37 @@ def test_a_first_turn_on_a_current_schema_loads_no_migration_or_tooling(tmp_path
     assert _loaded(FIRST_TURN.format(url=url), [*NEVER_ON_A_TURN, *OFF_THE_FIRST_TURN]) == []
 
 
+READ_CONVERSATIONS = """
+import asyncio
+from pilothouse.api import Pilothouse
+from pilothouse.settings import Settings
+
+async def main() -> None:
+    async with Pilothouse(Settings(database_url={url!r})) as ph:
+        page = await ph.query.list_conversations()
+        assert page.total == 0, page
+
+asyncio.run(main())
+"""
+
+
+def test_reading_conversations_loads_no_catalog_models(tmp_path: Path) -> None:
+    # `pilothouse conversations list` and the like: the query half loads the
+    # catalog's ORM models on its first catalog read only.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}"
+
+    async def migrate() -> None:
+        database = Database(url)
+        try:
+            await database.upgrade()
+        finally:
+            await database.dispose()
+
+    anyio.run(migrate)
+    modules = ["pilothouse.catalog._models", "alembic", "pydantic_ai"]
+    assert _loaded(READ_CONVERSATIONS.format(url=url), modules) == []
+
+
 def test_importing_knowledge_loads_no_numpy_model_or_store() -> None:
     code = "import pilothouse.knowledge"
     heavy = ["numpy", "onnxruntime", "tokenizers", "usearch", "asyncpg", "pypdf", "docx"]
