@@ -27,4 +27,6 @@ fi
 # peers in site-packages, so cold starts compare like with like.
 .venv/bin/python -m compileall -q ../src
 .venv/bin/python harness.py --out results "$@"
+# Cold start, whole process: pilothouse's first turn beside model_request's.
+.venv/bin/python coldstart.py --out results
 .venv/bin/python report.py --results results --docs ../docs

@@ -61,9 +61,54 @@ def _loaded(code: str, modules: list[str]) -> list[str]:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+# What a first turn does not use and so must not import (each costs import
+# time and, for as long as the process lives, garbage-collector work): the
+# facade's other halves and the sync facade, the store's read queries,
+# lineage, gateway audit and API keys, SageMaker's prompt formats.
+OFF_THE_FIRST_TURN = [
+    "pilothouse._facade.catalog",
+    "pilothouse._facade.events",
+    "pilothouse._facade.history",
+    "pilothouse._facade.keys",
+    "pilothouse._facade.knowledge",
+    "pilothouse._facade.memory",
+    "pilothouse._facade.query",
+    "pilothouse._sync",
+    "pilothouse.providers._sagemaker_formats",
+    "pilothouse.store._access",
+    "pilothouse.store._gatewaycalls",
+    "pilothouse.store._lineage",
+    "pilothouse.store._queries",
+]
+
+
 def test_importing_the_api_loads_no_runtime_or_catalog_tooling() -> None:
     code = "import pilothouse.api, pilothouse.settings"
-    assert _loaded(code, [*NEVER_ON_A_TURN, "pydantic_ai", "openai"]) == []
+    off = [*NEVER_ON_A_TURN, *OFF_THE_FIRST_TURN, "pydantic_ai", "openai"]
+    assert _loaded(code, [*off, "pilothouse.catalog._models"]) == []
+
+
+def test_the_api_still_offers_its_lazily_imported_names() -> None:
+    code = (
+        "import pilothouse.api as api\n"
+        "from pilothouse.api import QueryApi, SyncPilothouse\n"
+        "assert QueryApi.__module__ == 'pilothouse._facade.query'\n"
+        "assert set(api._LAZY) <= set(api.__all__)\n"
+        "assert all(getattr(api, name) for name in api._LAZY)\n"
+    )
+    assert _loaded(code, ["pilothouse._sync"]) == ["pilothouse._sync"]
+
+
+def test_importing_public_types_loads_no_database_layer() -> None:
+    code = "import pilothouse.types"
+    assert _loaded(code, ["sqlalchemy", "pilothouse.catalog._models", "pilothouse.store"]) == []
+
+
+def test_the_cli_starts_without_the_facade_or_database_layer() -> None:
+    # `pilothouse --help` and every command's start-up: each command imports
+    # the facade (and SQLAlchemy) when it runs.
+    code = "import pilothouse.cli"
+    assert _loaded(code, ["pilothouse.api", "sqlalchemy", "pilothouse.store"]) == []
 
 
 def test_importing_the_cli_loads_no_catalog_tooling_server_or_runtime() -> None:
@@ -135,7 +180,38 @@ def test_a_first_turn_on_a_current_schema_loads_no_migration_or_tooling(tmp_path
             await database.dispose()
 
     anyio.run(prepare)
-    assert _loaded(FIRST_TURN.format(url=url), NEVER_ON_A_TURN) == []
+    assert _loaded(FIRST_TURN.format(url=url), [*NEVER_ON_A_TURN, *OFF_THE_FIRST_TURN]) == []
+
+
+READ_CONVERSATIONS = """
+import asyncio
+from pilothouse.api import Pilothouse
+from pilothouse.settings import Settings
+
+async def main() -> None:
+    async with Pilothouse(Settings(database_url={url!r})) as ph:
+        page = await ph.query.list_conversations()
+        assert page.total == 0, page
+
+asyncio.run(main())
+"""
+
+
+def test_reading_conversations_loads_no_catalog_models(tmp_path: Path) -> None:
+    # `pilothouse conversations list` and the like: the query half loads the
+    # catalog's ORM models on its first catalog read only.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}"
+
+    async def migrate() -> None:
+        database = Database(url)
+        try:
+            await database.upgrade()
+        finally:
+            await database.dispose()
+
+    anyio.run(migrate)
+    modules = ["pilothouse.catalog._models", "alembic", "pydantic_ai"]
+    assert _loaded(READ_CONVERSATIONS.format(url=url), modules) == []
 
 
 def test_importing_knowledge_loads_no_numpy_model_or_store() -> None:

@@ -62,6 +62,7 @@ __all__ = [
     "SyncQueryApi",
 ]
 
+import importlib
 import importlib.util
 import os
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -69,26 +70,8 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from pilothouse._facade.catalog import CatalogApi
 from pilothouse._facade.command import CommandApi
-from pilothouse._facade.events import EventApi
-from pilothouse._facade.history import HistoryApi
-from pilothouse._facade.keys import KeyApi
-from pilothouse._facade.knowledge import KnowledgeApi
-from pilothouse._facade.memory import MemoryApi
-from pilothouse._facade.query import QueryApi
 from pilothouse._logs import bind_request, logging_config
-from pilothouse._sync import (
-    SyncCatalogApi,
-    SyncCommandApi,
-    SyncEventApi,
-    SyncHistoryApi,
-    SyncKeyApi,
-    SyncKnowledgeApi,
-    SyncMemoryApi,
-    SyncPilothouse,
-    SyncQueryApi,
-)
 from pilothouse._tracing import TraceExport
 from pilothouse.settings import Settings
 from pilothouse.store import Database
@@ -98,7 +81,25 @@ if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
     from pilothouse._coordination import Coordination
+    from pilothouse._facade.catalog import CatalogApi
+    from pilothouse._facade.events import EventApi
+    from pilothouse._facade.history import HistoryApi
+    from pilothouse._facade.keys import KeyApi
+    from pilothouse._facade.knowledge import KnowledgeApi
     from pilothouse._facade.mcpserver import CallerOf, McpService
+    from pilothouse._facade.memory import MemoryApi
+    from pilothouse._facade.query import QueryApi
+    from pilothouse._sync import (
+        SyncCatalogApi,
+        SyncCommandApi,
+        SyncEventApi,
+        SyncHistoryApi,
+        SyncKeyApi,
+        SyncKnowledgeApi,
+        SyncMemoryApi,
+        SyncPilothouse,
+        SyncQueryApi,
+    )
     from pilothouse.knowledge import Knowledge
     from pilothouse.memory import ScopedMemory
     from pilothouse.providers import LocalModelServers, SecretResolver
@@ -359,6 +360,15 @@ class Pilothouse:
         knowledge: document collections (ingest, search, documents, embeddings).
     """
 
+    query: QueryApi
+    command: CommandApi
+    catalog: CatalogApi
+    keys: KeyApi
+    memory: MemoryApi
+    events: EventApi
+    history: HistoryApi
+    knowledge: KnowledgeApi
+
     def __init__(
         self,
         settings: Settings | None = None,
@@ -392,13 +402,11 @@ class Pilothouse:
         self._owner = owner
         self.settings = shared.settings
         self.tenant = tenant
-
-        def database() -> Database:
-            return shared.database
-
-        self.query = QueryApi(database, tenant)
+        # The halves a first turn does not use (every one but the command
+        # half) are made, and their modules imported, on first use: see
+        # __getattr__.
         self.command = CommandApi(
-            database,
+            self._database,
             tenant,
             default_audit=shared.settings.audit,
             runner=lambda: shared.runner(tenant),
@@ -406,34 +414,79 @@ class Pilothouse:
             tool_classes=tuple(shared.settings.invoke_tool_classes),
         )
 
+    def _database(self) -> Database:
+        return self._shared.database
+
+    def __getattr__(self, name: str) -> object:
+        # Called only for a name the instance lacks: a half not made yet.
+        if name not in _HALVES or "_shared" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        half: object = getattr(self, f"_make_{name}")()
+        setattr(self, name, half)
+        return half
+
+    def _make_query(self) -> QueryApi:
+        from pilothouse._facade.query import QueryApi
+
+        return QueryApi(self._database, self.tenant)
+
+    def _make_catalog(self) -> CatalogApi:
+        from pilothouse._facade.catalog import CatalogApi
+
+        shared, tenant = self._shared, self.tenant
+
         def catalog_egress() -> EgressPolicy | None:
             # Read at each write, so the policy is the shared one of now.
             return shared.egress.for_tenant(tenant) if shared.catalog_egress else None
 
-        self.catalog = CatalogApi(
-            database,
+        return CatalogApi(
+            self._database,
             tenant,
             shared.settings.user,
             egress=catalog_egress,
             allow_stdio=shared.settings.tenant_mcp_stdio,
         )
-        self.keys = KeyApi(database, tenant, shared.coordination)
-        self.memory = MemoryApi(
-            database,
-            tenant,
+
+    def _make_keys(self) -> KeyApi:
+        from pilothouse._facade.keys import KeyApi
+
+        return KeyApi(self._database, self.tenant, self._shared.coordination)
+
+    def _make_memory(self) -> MemoryApi:
+        from pilothouse._facade.memory import MemoryApi
+
+        shared = self._shared
+        return MemoryApi(
+            self._database,
+            self.tenant,
             shared.scoped_memory,
             lambda: shared.runtime().extractor,
             shared.settings.user,
         )
-        self.events = EventApi(database, tenant, shared.runtime, shared.runner)
-        self.history = HistoryApi(
-            database,
+
+    def _make_events(self) -> EventApi:
+        from pilothouse._facade.events import EventApi
+
+        shared = self._shared
+        return EventApi(self._database, self.tenant, shared.runtime, shared.runner)
+
+    def _make_history(self) -> HistoryApi:
+        from pilothouse._facade.history import HistoryApi
+
+        shared, tenant = self._shared, self.tenant
+        return HistoryApi(
+            self._database,
             tenant,
             runner=lambda: shared.runner(tenant),
             default_audit=shared.settings.audit,
         )
-        self.knowledge = KnowledgeApi(
-            database, tenant, shared.knowledge, shared.egress.for_tenant(tenant)
+
+    def _make_knowledge(self) -> KnowledgeApi:
+        from pilothouse._facade.knowledge import KnowledgeApi
+
+        shared = self._shared
+        return KnowledgeApi(
+            self._database, self.tenant, shared.knowledge, shared.egress.for_tenant(self.tenant)
         )
 
     def for_tenant(self, tenant: str) -> Pilothouse:
@@ -639,7 +692,41 @@ class Pilothouse:
             await self._shared.aclose()
 
 
+_HALVES = frozenset({"catalog", "events", "history", "keys", "knowledge", "memory", "query"})
+"""The halves :class:`Pilothouse` makes on first use (``_make_<name>``)."""
+
+_LAZY = {
+    "CatalogApi": "pilothouse._facade.catalog",
+    "EventApi": "pilothouse._facade.events",
+    "HistoryApi": "pilothouse._facade.history",
+    "KeyApi": "pilothouse._facade.keys",
+    "KnowledgeApi": "pilothouse._facade.knowledge",
+    "MemoryApi": "pilothouse._facade.memory",
+    "QueryApi": "pilothouse._facade.query",
+    **dict.fromkeys(
+        (
+            "SyncCatalogApi",
+            "SyncCommandApi",
+            "SyncEventApi",
+            "SyncHistoryApi",
+            "SyncKeyApi",
+            "SyncKnowledgeApi",
+            "SyncMemoryApi",
+            "SyncPilothouse",
+            "SyncQueryApi",
+        ),
+        "pilothouse._sync",
+    ),
+}
+"""Public names whose modules a first turn does not need: imported when read."""
+
+
 def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
     # The MCP server loads the mcp SDK: only when a face asks for it.
     if name == "McpService":
         from pilothouse._facade.mcpserver import McpService

@@ -56,6 +56,43 @@ def test_bench_harness_runs_on_a_tiny_load(tmp_path: Path) -> None:
     assert len(raw["plain-d0/pilothouse-sqlite"]) == 6
 
 
+def test_bench_cold_start_times_whole_processes(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "coldstart.py"),
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "coldstart.json").read_text())
+    assert set(result["commands"]) == {
+        "pydantic-ai-model_request",
+        "pilothouse-sqlite",
+        "pilothouse --help",
+        "pilothouse conversations list",
+    }
+    for name, command in result["commands"].items():
+        assert command["runs"] == 1, name
+        assert command["cpu_ms"] > 0, name
+    # Each worker answered its first call (a failed one stops the script).
+    pilothouse = result["samples"]["pilothouse-sqlite"][0]["ready"]
+    assert pilothouse["first_error"] is None
+    assert pilothouse["cold_ms"] > 0
+    assert set(result["ratios"]) == {"pilothouse-sqlite / pydantic-ai-model_request"}
+    section = (tmp_path / "coldstart.md").read_text()
+    assert "| pilothouse-sqlite | 1 |" in section
+
+
 @pytest.fixture(scope="module")
 def served_and_disclosure(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # One tiny harness run for scenario 4 and for pilothouse serve (the LiteLLM

@@ -11,7 +11,6 @@ from sqlalchemy import select
 
 from pilothouse._facade.facet import Facet
 from pilothouse.catalog._enums import ProcessStatus
-from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
 from pilothouse.errors import NotFoundError
 from pilothouse.store import (
     Conversation,
@@ -22,9 +21,12 @@ from pilothouse.store import (
 )
 
 if TYPE_CHECKING:
+    # The catalog's ORM models load on the first catalog read: reading
+    # conversations (the CLI's `conversations` commands) needs none of them.
+    from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
     from pilothouse.types import GatewayCallRecord, Target, TargetInfo
 
-E = TypeVar("E", bound=CatalogEntity)
+E = TypeVar("E", bound="CatalogEntity")
 
 
 class QueryApi(Facet):
@@ -56,6 +58,8 @@ class QueryApi(Facet):
         Args:
             include_inactive: also return deactivated actions.
         """
+        from pilothouse.catalog._models import Action
+
         db = await self._ready()
         statement = select(Action).where(Action.tenant == self.tenant).order_by(Action.code)
         if not include_inactive:
@@ -65,18 +69,26 @@ class QueryApi(Facet):
 
     async def find_action_by_code(self, code: str) -> Action | None:
         """Return the action with this code, or None."""
+        from pilothouse.catalog._models import Action
+
         return await self._find(Action, code)
 
     async def find_agent_by_code(self, code: str) -> Agent | None:
         """Return the agent with this code, or None."""
+        from pilothouse.catalog._models import Agent
+
         return await self._find(Agent, code)
 
     async def find_tool_by_code(self, code: str) -> Tool | None:
         """Return the tool with this code, or None."""
+        from pilothouse.catalog._models import Tool
+
         return await self._find(Tool, code)
 
     async def find_mcp_client_by_name(self, name: str) -> McpClient | None:
         """Return the MCP client with this name, or None."""
+        from pilothouse.catalog._models import McpClient
+
         return await self._find(McpClient, name)
 
     async def list_gateway_calls(

@@ -19,7 +19,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pilothouse.catalog._models import SHORT_CODE
+from pilothouse.catalog._lengths import SHORT_CODE
 
 _CODE = r"^[A-Za-z0-9_.-]+$"
 """A catalog code (``_spec.CODE_PATTERN``, not imported: a turn must not load the YAML tooling)."""

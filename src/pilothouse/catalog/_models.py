@@ -77,16 +77,17 @@ from pilothouse.catalog._enums import (
     ToolKind,
     VectorStoreKind,
 )
+from pilothouse.catalog._lengths import (
+    CODE,
+    MCP_NAME,
+    RELEASE_LENGTH,
+    SHORT_CODE,
+    TENANT_LENGTH,
+    TYPE_CODE,
+)
 from pilothouse.store._base import Base, utcnow
 from pilothouse.store._types import UtcDateTime, coded_enum
 
-TENANT_LENGTH = 32
-TYPE_CODE = 4
-SHORT_CODE = 8
-CODE = 12
-MCP_NAME = 32
-RELEASE_LENGTH = 20
-"""genai-4j's ``version VARCHAR(20)`` of skills and tools (seed 002)."""
 DEFAULT_RELEASE = "1.0.0"
 """genai-4j's default version of skills and tools (seed 002)."""
 

@@ -6,7 +6,7 @@ __all__ = ["app"]
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -15,15 +15,14 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from pilothouse.api import Pilothouse
 from pilothouse.cli._context import CliState, fail, open_facade, run
-from pilothouse.types import (
-    Conversation,
-    ConversationInfo,
-    ConversationView,
-    Page,
-    ProcessStatus,
-)
+from pilothouse.types import ProcessStatus
+
+if TYPE_CHECKING:
+    # The facade and the store's views load SQLAlchemy: `pilothouse --help`
+    # and the other commands' start-up need neither.
+    from pilothouse.api import Pilothouse
+    from pilothouse.types import Conversation, ConversationView, Page
 
 app = typer.Typer(help="Inspect and recover recorded conversations.", no_args_is_help=True)
 
@@ -65,6 +64,8 @@ def _when(value: datetime | None) -> str:
 
 
 def _page_document(page: Page[Conversation]) -> dict[str, Any]:
+    from pilothouse.types import ConversationInfo
+
     return {
         "items": [ConversationInfo.model_validate(c).model_dump(mode="json") for c in page.items],
         "total": page.total,

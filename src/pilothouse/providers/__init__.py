@@ -59,7 +59,6 @@ from pilothouse.providers._profile import (
     ModelProfile,
     profile_for,
 )
-from pilothouse.providers._sagemaker_formats import ChatTurn, SageMakerFormat
 from pilothouse.providers._secrets import SECRET_REFERENCE, SecretResolver, is_secret_reference
 from pilothouse.providers._spec import ModelSpec, ProviderSpec, secret_values
 from pilothouse.providers._wire import wire_notes
@@ -67,6 +66,7 @@ from pilothouse.providers._wire import wire_notes
 if TYPE_CHECKING:
     from pilothouse.providers._local import LocalModelServers, LocalServer
     from pilothouse.providers._sagemaker import SageMakerEmbedder
+    from pilothouse.providers._sagemaker_formats import ChatTurn, SageMakerFormat
 
 
 def __getattr__(name: str) -> Any:
@@ -76,6 +76,11 @@ def __getattr__(name: str) -> Any:
         from pilothouse.providers._sagemaker import SageMakerEmbedder
 
         return SageMakerEmbedder
+    # SageMaker's prompt formats: only where a SageMaker endpoint is used.
+    if name in ("ChatTurn", "SageMakerFormat"):
+        from pilothouse.providers import _sagemaker_formats
+
+        return getattr(_sagemaker_formats, name)
     # The llama.cpp server manager is needed only where a local model runs.
     if name in ("LocalModelServers", "LocalServer"):
         from pilothouse.providers import _local

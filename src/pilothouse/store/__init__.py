@@ -5,33 +5,17 @@ Turns write through one :class:`TurnStore` protocol: :class:`SqlTurnStore`
 reference it is tested against); :class:`ConversationQueries` reads.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from pilothouse._lazy import lazy_exports
 from pilothouse.store._base import Base
 from pilothouse.store._engine import Database, current_revision, head_revision
-from pilothouse.store._gatewaycalls import (
-    GatewayCall,
-    NewGatewayCall,
-    list_gateway_calls,
-    record_gateway_call,
-)
-from pilothouse.store._lineage import ConversationLink
 from pilothouse.store._outbox import (
     EventOutbox,
     EventProcessed,
     EventReply,
     NewOutboxMessage,
     NewProcessed,
-)
-from pilothouse.store._queries import (
-    AttachmentView,
-    ConversationInfo,
-    ConversationQueries,
-    ConversationView,
-    MessageView,
-    Page,
-    TimelineEventView,
-    ToolCallView,
 )
 from pilothouse.store._records import (
     AppendOnlyViolation,
@@ -100,19 +84,43 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from pilothouse.store._gatewaycalls import (
+        GatewayCall,
+        NewGatewayCall,
+        list_gateway_calls,
+        record_gateway_call,
+    )
+    from pilothouse.store._lineage import ConversationLink
     from pilothouse.store._ormstore import OrmTurnStore
+    from pilothouse.store._queries import (
+        AttachmentView,
+        ConversationInfo,
+        ConversationQueries,
+        ConversationView,
+        MessageView,
+        Page,
+        TimelineEventView,
+        ToolCallView,
+    )
     from pilothouse.store._sqlstore import SqlTurnStore
 
-
-def __getattr__(name: str) -> Any:
-    # The stores check actions and agents, so they import the catalog's
-    # models, which import this package's base: loaded on first use.
-    if name == "SqlTurnStore":
-        from pilothouse.store._sqlstore import SqlTurnStore
-
-        return SqlTurnStore
-    if name == "OrmTurnStore":
-        from pilothouse.store._ormstore import OrmTurnStore
-
-        return OrmTurnStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Loaded on first use: the turn stores (they check actions and agents, so
+# they import the catalog's models, which import this package's base), and
+# what a turn does not use (the read queries, lineage, the gateways' audit).
+_LAZY: dict[str, tuple[str, ...]] = {
+    "_gatewaycalls": ("GatewayCall", "NewGatewayCall", "list_gateway_calls", "record_gateway_call"),
+    "_lineage": ("ConversationLink",),
+    "_ormstore": ("OrmTurnStore",),
+    "_queries": (
+        "AttachmentView",
+        "ConversationInfo",
+        "ConversationQueries",
+        "ConversationView",
+        "MessageView",
+        "Page",
+        "TimelineEventView",
+        "ToolCallView",
+    ),
+    "_sqlstore": ("SqlTurnStore",),
+}
+_MODULE_OF, __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
