@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 import httpx
 import httpx2
@@ -104,6 +105,56 @@ async def test_pinned_transport_refuses_before_sending_under_the_turns_tenant_po
         finally:
             current_egress.reset(token)
     assert [r.url.host for r in sent] == ["10.1.0.7"]
+
+
+def _pinned_client(stack: str, policy: EgressPolicy, sent: list[Any], made: list[str]) -> Any:
+    """A client of ``stack`` over its pinned transport, recording what reaches the wire."""
+    http: Any = httpx if stack == "httpx" else httpx2
+
+    def handler(request: Any) -> Any:
+        sent.append(request)
+        return http.Response(200, text="ok")
+
+    def make() -> Any:
+        made.append(stack)
+        return http.MockTransport(handler)
+
+    if stack == "httpx":
+        return httpx.AsyncClient(transport=PinnedHttpxTransport(policy, make))
+    return httpx2.AsyncClient(transport=PinnedTransport(make, policy))
+
+
+@pytest.mark.parametrize("stack", ["httpx", "httpx2"])
+async def test_both_stacks_pin_refuse_and_pool_per_host_name(stack: str) -> None:
+    # The two transports share one pinning step: each stack must still send
+    # to the checked address, refuse with its own ConnectError before
+    # sending, and keep one inner transport per host name.
+    http: Any = httpx if stack == "httpx" else httpx2
+    sent: list[Any] = []
+    made: list[str] = []
+    policy = EgressPolicy().with_resolver(answering("93.184.216.34"))
+    async with _pinned_client(stack, policy, sent, made) as client:
+        assert (await client.get("https://a.example.com/v1")).text == "ok"
+        assert (await client.get("https://a.example.com/v2")).text == "ok"
+        assert (await client.get("http://b.example.com:8080/v1")).text == "ok"
+    assert [r.url.host for r in sent] == ["93.184.216.34"] * 3
+    assert [r.headers["host"] for r in sent] == [
+        "a.example.com",
+        "a.example.com",
+        "b.example.com:8080",
+    ]
+    assert sent[0].extensions["sni_hostname"] == "a.example.com"
+    assert "sni_hostname" not in sent[2].extensions
+    assert made == [stack, stack]
+
+    sent.clear()
+    private = EgressPolicy().with_resolver(answering("169.254.169.254"))
+    async with _pinned_client(stack, private, sent, made) as client:
+        with pytest.raises(http.ConnectError) as refused:
+            await client.get("http://metadata.example.com/latest")
+    assert isinstance(refused.value, EgressRefusal)
+    assert "egress refused" in str(refused.value)
+    assert sent == []
 
 
 @pytest.mark.parametrize("transport", [McpTransport.STREAMABLE_HTTP, McpTransport.SSE])

@@ -17,7 +17,10 @@ pinned its address. The policy is the running turn's tenant's
 (:data:`current_egress`), else the one given, the deployment's.
 
 There are two, one per HTTP stack: ``httpx2`` for the providers' SDK
-clients and ``httpx`` for tools, MCP clients and gateways.
+clients and ``httpx`` for tools, MCP clients and gateways. They share one
+pinning step (``_pin``) and one per-host pool (``_HostPools``), so the
+check cannot drift between the stacks; each keeps only its types and the
+connection error its own client expects.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 __all__ = ["PinnedHttpxTransport", "PinnedTransport", "pinned_request_policy"]
 
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import httpx
 import httpx2
@@ -56,37 +60,49 @@ class EgressRefusedConnectError(httpx2.ConnectError, EgressRefusal):
     """:class:`EgressRefusedError` for the ``httpx2`` stack."""
 
 
-class PinnedTransport(httpx2.AsyncBaseTransport):
-    """An ``httpx2`` transport that sends each request to an address its policy checked.
+_Request = TypeVar("_Request", httpx.Request, httpx2.Request)
+_Transport = TypeVar("_Transport", httpx.AsyncBaseTransport, httpx2.AsyncBaseTransport)
 
-    Args:
-        make: builds the inner transport of one host name.
-        policy: the deployment's policy, used outside a tenant's turn.
+
+async def _pin(request: _Request, default: EgressPolicy) -> str:
+    """Resolve, check and pin the request's host, rewriting the request in place.
+
+    Written once for both stacks (the constrained type variables make pyright
+    check it against each): the two transports differ only in their types and
+    in the connection error they raise.
+
+    Returns:
+        The request's host name, which picks the pool the request goes to.
+
+    Raises:
+        InvalidFieldError: the policy refuses the host (before anything is sent).
     """
+    host, scheme = request.url.host, request.url.scheme
+    policy = pinned_request_policy(default)
+    address = await policy.pin(host, _port(scheme, request.url.port), _FIELD)
+    if address is not None:
+        # Each stack's URL goes back into its own request; pyright checks
+        # the call per constraint but not this assignment, which it reads
+        # as either stack's URL into either request.
+        request.url = request.url.copy_with(host=address)  # pyright: ignore[reportAttributeAccessIssue]
+        if scheme == "https":
+            request.extensions = {**request.extensions, "sni_hostname": host}
+    return host
 
-    def __init__(self, make: Callable[[], httpx2.AsyncBaseTransport], policy: EgressPolicy) -> None:
+
+class _HostPools(Generic[_Transport]):
+    """The part both transports share: the policy and one inner transport per host name."""
+
+    def __init__(self, make: Callable[[], _Transport], policy: EgressPolicy) -> None:
         self._make = make
         self._policy = policy
-        self._inner: dict[str, httpx2.AsyncBaseTransport] = {}
+        self._inner: dict[str, _Transport] = {}
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        """Resolve, check and pin the request's host, then send it."""
-        url = request.url
-        host = url.host
-        policy = pinned_request_policy(self._policy)
-        try:
-            address = await policy.pin(host, _port(url.scheme, url.port), _FIELD)
-        except InvalidFieldError as exc:
-            reason = f"egress refused: {exc.rule}"
-            raise EgressRefusedConnectError(reason, request=request) from None
-        if address is not None:
-            request.url = url.copy_with(host=address)
-            if url.scheme == "https":
-                request.extensions = {**request.extensions, "sni_hostname": host}
+    def _pool(self, host: str) -> _Transport:
         inner = self._inner.get(host)
         if inner is None:
             inner = self._inner[host] = self._make()
-        return await inner.handle_async_request(request)
+        return inner
 
     async def aclose(self) -> None:
         """Close every host's transport."""
@@ -95,7 +111,28 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
             await inner.aclose()
 
 
-class PinnedHttpxTransport(httpx.AsyncBaseTransport):
+class PinnedTransport(_HostPools[httpx2.AsyncBaseTransport], httpx2.AsyncBaseTransport):
+    """An ``httpx2`` transport that sends each request to an address its policy checked.
+
+    Args:
+        make: builds the inner transport of one host name.
+        policy: the deployment's policy, used outside a tenant's turn.
+    """
+
+    def __init__(self, make: Callable[[], httpx2.AsyncBaseTransport], policy: EgressPolicy) -> None:
+        super().__init__(make, policy)
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Resolve, check and pin the request's host, then send it."""
+        try:
+            host = await _pin(request, self._policy)
+        except InvalidFieldError as exc:
+            reason = f"egress refused: {exc.rule}"
+            raise EgressRefusedConnectError(reason, request=request) from None
+        return await self._pool(host).handle_async_request(request)
+
+
+class PinnedHttpxTransport(_HostPools[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):
     """:class:`PinnedTransport` for the ``httpx`` stack (tools, MCP clients, gateways).
 
     Args:
@@ -108,30 +145,12 @@ class PinnedHttpxTransport(httpx.AsyncBaseTransport):
         policy: EgressPolicy,
         make: Callable[[], httpx.AsyncBaseTransport] = httpx.AsyncHTTPTransport,
     ) -> None:
-        self._make = make
-        self._policy = policy
-        self._inner: dict[str, httpx.AsyncBaseTransport] = {}
+        super().__init__(make, policy)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Resolve, check and pin the request's host, then send it."""
-        url = request.url
-        host = url.host
-        policy = pinned_request_policy(self._policy)
         try:
-            address = await policy.pin(host, _port(url.scheme, url.port), _FIELD)
+            host = await _pin(request, self._policy)
         except InvalidFieldError as exc:
             raise EgressRefusedError(f"egress refused: {exc.rule}", request=request) from None
-        if address is not None:
-            request.url = url.copy_with(host=address)
-            if url.scheme == "https":
-                request.extensions = {**request.extensions, "sni_hostname": host}
-        inner = self._inner.get(host)
-        if inner is None:
-            inner = self._inner[host] = self._make()
-        return await inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        """Close every host's transport."""
-        inners, self._inner = list(self._inner.values()), {}
-        for inner in inners:
-            await inner.aclose()
+        return await self._pool(host).handle_async_request(request)
