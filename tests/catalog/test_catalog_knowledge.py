@@ -167,9 +167,10 @@ def test_a_misspelt_store_setting_is_refused(tmp_path: Path) -> None:
         settings: {index: hnsw, hnsw_m: 1}
     """
     found = issues_of(tmp_path, text)
-    assert "vector store S settings.ef_serach: unknown setting for this kind of vector store" in (
-        found
-    )
+    assert (
+        "vector store S settings.ef_serach: unknown setting for a pgvector vector store; it "
+        "knows: ef_construction, ef_search, layout, m, password, text_search_config"
+    ) in found
     assert any(f.startswith("vector store T settings.hnsw_m:") for f in found)
 
 
@@ -266,3 +267,27 @@ async def test_a_stored_embedding_model_is_refused_as_qa_model(
             expected_version=created.version,
         )
         assert "qa_model" not in entry.document
+
+
+def test_a_misspelt_setting_names_its_owner_and_what_it_knows(tmp_path: Path) -> None:
+    # Event tools and SCOPED strategies once said "this kind of vector store".
+    text = """
+    tools:
+      - code: LOOKUP
+        name: lookup_order
+        kind: event
+        description: Look up an order.
+        input_schema: {type: object}
+        settings: {topic: agent-commands, replyto: agent-events}
+    memory_strategies:
+      - code: SCOP
+        kind: SCOPED
+        settings: {session_ttl: 60}
+    """
+    found = issues_of(tmp_path, text)
+    (tool,) = [f for f in found if f.startswith("tool LOOKUP settings.replyto:")]
+    assert tool.startswith("tool LOOKUP settings.replyto: unknown setting for an event tool; ")
+    assert "reply_to" in tool.split("it knows: ")[1].split(", ")
+    (scope,) = [f for f in found if f.startswith("memory strategy SCOP settings.session_ttl:")]
+    assert "unknown setting for a SCOPED memory strategy; it knows: " in scope
+    assert "vector store" not in tool + scope

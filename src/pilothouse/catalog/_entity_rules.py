@@ -171,7 +171,12 @@ def _event_tool_rules(spec: ToolSpec) -> list[tuple[Location, str]]:
         EventToolSettings.model_validate(spec.settings)
     except ValidationError as exc:
         for error in exc.errors():
-            found.append((("settings", *error["loc"]), settings_message(error)))
+            found.append(
+                (
+                    ("settings", *error["loc"]),
+                    settings_message(error, "an event tool", EventToolSettings),
+                )
+            )
     return found
 
 

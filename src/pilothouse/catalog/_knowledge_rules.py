@@ -16,14 +16,14 @@ __all__ = [
     "vector_store_rules",
 ]
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from pilothouse.catalog._enums import MemoryKind, ModelCapability, VectorStoreKind
 from pilothouse.catalog._kinds import Location
 from pilothouse.catalog._memsettings import ScopedMemorySettings
 from pilothouse.catalog._spec import MemoryStrategySpec, ModelSpec, VectorStoreSpec
-from pilothouse.catalog._stores import store_settings
+from pilothouse.catalog._stores import store_settings, store_settings_model
 
 _EMBEDDING_FIELDS = ("dimension", "max_input_tokens", "query_prefix", "document_prefix")
 
@@ -59,7 +59,13 @@ def memory_strategy_rules(spec: MemoryStrategySpec) -> list[tuple[Location, str]
     try:
         ScopedMemorySettings.model_validate(spec.settings)
     except ValidationError as exc:
-        return [(("settings", *error["loc"]), settings_message(error)) for error in exc.errors()]
+        return [
+            (
+                ("settings", *error["loc"]),
+                settings_message(error, "a SCOPED memory strategy", ScopedMemorySettings),
+            )
+            for error in exc.errors()
+        ]
     return []
 
 
@@ -70,8 +76,10 @@ def vector_store_rules(spec: VectorStoreSpec) -> list[tuple[Location, str]]:
     try:
         store_settings(spec.kind, spec.settings)
     except ValidationError as exc:
+        model = store_settings_model(spec.kind)
+        owner = f"a {spec.kind.value} vector store"
         for error in exc.errors():
-            found.append((("settings", *error["loc"]), settings_message(error)))
+            found.append((("settings", *error["loc"]), settings_message(error, owner, model)))
     if spec.kind is VectorStoreKind.EMBEDDED:
         if spec.connection is not None:
             found.append(
@@ -95,7 +103,15 @@ def vector_store_rules(spec: VectorStoreSpec) -> list[tuple[Location, str]]:
     return found
 
 
-def settings_message(error: ErrorDetails) -> str:
+def settings_message(error: ErrorDetails, owner: str, model: type[BaseModel]) -> str:
+    """One settings error as a line: an unknown key names the ones ``owner`` knows.
+
+    Args:
+        error: one error of validating the settings with ``model``.
+        owner: what the settings belong to, e.g. "an event tool".
+        model: the pydantic model the settings were validated with.
+    """
     if error["type"] == "extra_forbidden":
-        return "unknown setting for this kind of vector store"
+        known = ", ".join(sorted(model.model_fields))
+        return f"unknown setting for {owner}; it knows: {known}"
     return error["msg"]

@@ -14,6 +14,7 @@ __all__ = [
     "PgVectorStoreSettings",
     "StoreSettings",
     "store_settings",
+    "store_settings_model",
 ]
 
 from collections.abc import Mapping
@@ -99,6 +100,15 @@ def store_settings(kind: VectorStoreKind, settings: Mapping[str, Any]) -> StoreS
     Raises:
         pydantic.ValidationError: an unknown field or a value out of range.
     """
-    if kind is VectorStoreKind.PGVECTOR:
-        return PgVectorStoreSettings.model_validate(dict(settings))
-    return EmbeddedStoreSettings.model_validate(dict(settings))
+    return store_settings_model(kind).model_validate(dict(settings))
+
+
+def store_settings_model(
+    kind: VectorStoreKind,
+) -> type[PgVectorStoreSettings] | type[EmbeddedStoreSettings]:
+    """The settings model of a vector store kind.
+
+    Args:
+        kind: the store's kind.
+    """
+    return PgVectorStoreSettings if kind is VectorStoreKind.PGVECTOR else EmbeddedStoreSettings
