@@ -49,8 +49,12 @@ T = TypeVar("T")
 logger = logging.getLogger("pilothouse.store")
 
 
-_RESTART_WAIT_MS = 200
-"""How long a checkpoint's RESTART waits for the write lock, in milliseconds."""
+_RESTART_WAIT_MS = 50
+"""How long a checkpoint's RESTART waits, in milliseconds, for the write lock and then for readers.
+
+While it waits for readers it holds the write lock, so this also bounds how
+long the turns' transactions wait for it (on the thread, the loop never does).
+"""
 
 
 class _Busy(Exception):
@@ -185,7 +189,8 @@ class SqliteRunner:
         if self._checkpointer is None:
             self._checkpointer = self._engine.raw_connection()
             # The RESTART below waits this long for the loop's transaction
-            # in progress (a few hundred microseconds) to end.
+            # in progress (a few hundred microseconds) to end, then for
+            # readers of the old log.
             self._checkpointer.driver_connection.execute(f"PRAGMA busy_timeout={_RESTART_WAIT_MS}")
         driver = self._checkpointer.driver_connection
         self._copy_log(driver)
@@ -196,9 +201,10 @@ class SqliteRunner:
         # reuses a log that was copied whole: under steady load it grew
         # without end (36 MB per 500 turns), and every commit paid the file
         # system for new blocks. It waits a little for the lock (the loop's
-        # transactions are short); if it still cannot have it, it is the
-        # passive pass just done again. While it holds the lock, the loop's
-        # transactions go to the thread, which runs them after it.
+        # transactions are short) and for readers; when they outlast it, it
+        # has done no more than a passive pass, and the next checkpoint
+        # tries again. While it holds the lock, the loop's transactions go
+        # to the thread, which runs them after it.
         driver.execute("PRAGMA wal_checkpoint(RESTART)")
 
     def _copy_log(self, driver: Any) -> None:
