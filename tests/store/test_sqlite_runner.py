@@ -191,3 +191,36 @@ async def test_a_running_checkpoint_keeps_no_transaction_off_the_loop(
         release.set()
         await runner.aclose()
     assert _rows(path) == ["a", "b", "c", "d", "e"]
+
+
+async def test_the_log_is_reused_after_a_checkpoint_that_could_not_copy_it_all(
+    path: Path, other: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under steady load transactions commit while a checkpoint copies the
+    # log, so its passive pass never ends with the whole log copied, and
+    # SQLite only reuses a log that was: it grew for ever. A reader's
+    # snapshot holds the passive pass back here the same way; the
+    # checkpoint's RESTART then copies the rest, and the next transaction
+    # writes the log from its start instead of growing it.
+    wal = path.with_name(path.name + "-wal")
+    copy_log = SqliteRunner._copy_log
+
+    def held_back(self: SqliteRunner, driver: sqlite3.Connection) -> None:
+        copy_log(self, driver)
+        other.execute("COMMIT")  # the snapshot ends after the passive pass
+
+    monkeypatch.setattr(SqliteRunner, "_copy_log", held_back)
+    runner = _runner(path, checkpoint_every=1000)
+    try:
+        for i in range(20):
+            await runner.run(_insert, "z" * 4000 + str(i))
+        other.execute("BEGIN")
+        assert other.execute("SELECT count(*) FROM t").fetchone() == (20,)
+        await runner.run(_insert, "past the snapshot")
+        await anyio.to_thread.run_sync(runner._checkpoint)
+        size = wal.stat().st_size
+        await runner.run(_insert, "after")
+        assert wal.stat().st_size == size
+    finally:
+        await runner.aclose()
+    assert len(_rows(path)) == 22

@@ -226,6 +226,7 @@ class ModelFactory:
         import httpx2
 
         from pilothouse.providers._pool import provider_transport
+        from pilothouse.providers._urls import UrlKeepingClient
         from pilothouse.providers._wire_transport import WireRepairTransport
 
         pin = self._egress if pinned and self._transport is None else None
@@ -242,7 +243,8 @@ class ModelFactory:
                 inner = PinnedTransport(lambda: provider_transport(connections), pin)
             else:
                 inner = provider_transport(connections)
-            client = httpx2.AsyncClient(
+            # Keeps each URL's parse: the SDKs send a handful of URLs again and again.
+            client = UrlKeepingClient(
                 timeout=httpx2.Timeout(self._timeout, connect=self._connect_timeout),
                 limits=httpx2.Limits(
                     max_connections=self._max_connections,

@@ -31,6 +31,7 @@ import inspect
 from functools import cache
 from typing import Any, cast
 
+from httpx2 import URL
 from openai import AsyncAzureOpenAI, AsyncOpenAI, AsyncStream
 from openai._base_client import make_request_options
 from openai._compat import PYDANTIC_V1, cached_property
@@ -41,6 +42,7 @@ from openai.resources.chat.completions.completions import validate_response_form
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from pilothouse.providers._openai_construct import construct
+from pilothouse.providers._urls import ParsedUrls
 
 _REQUEST_OPTIONS = ("extra_headers", "extra_query", "extra_body", "timeout")
 """Arguments of ``create`` that are request options, not body fields."""
@@ -116,7 +118,24 @@ def _constructs(client: AsyncOpenAI, data: object, cast_to: Any) -> bool:
 
 
 class FastAsyncOpenAI(AsyncOpenAI):
-    """``AsyncOpenAI`` whose ``chat.completions.create`` skips the body transform."""
+    """``AsyncOpenAI`` whose ``chat.completions.create`` skips the body transform.
+
+    It also keeps the merge of each request path with its ``base_url``
+    (``providers/_urls.py``): the same URL, parsed once.
+    """
+
+    _prepared: ParsedUrls[str, tuple[URL, URL]] | None = None
+    """Each path's merged URL, with the ``base_url`` it was merged with."""
+
+    def _prepare_url(self, url: str) -> URL:
+        prepared = self._prepared
+        if prepared is None:
+            prepared = self._prepared = ParsedUrls()
+        base = self.base_url
+        found = prepared.get(url)
+        if found is not None and found[0] is base:
+            return found[1]
+        return prepared.keep(url, (base, super()._prepare_url(url)))[1]
 
     def _process_response_data(self, *, data: object, cast_to: Any, response: Any) -> Any:
         if _constructs(self, data, cast_to):

@@ -1,0 +1,71 @@
+"""Parsed request URLs kept per client, so a request does not parse the same URL again.
+
+Every chat completion the OpenAI SDK sends parses its URL three times:
+the SDK merges ``/chat/completions`` into its ``base_url`` (a parse of the
+path and a parse of the merged URL), turns the result back into a string,
+and httpx parses that string again when it builds the request. Each parse
+of an IP or host URL costs about 35–40 µs of CPU here (the host's IDNA and
+IP checks), roughly 0.1 ms of a governed turn that is otherwise about 3 ms
+(``docs/benchmarks.md``). httpx's ``URL`` is immutable, so the parse of a
+given string can be kept and handed out again: the request sent is the same.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ParsedUrls", "UrlKeepingClient"]
+
+from typing import Generic, TypeVar
+
+import httpx2
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_LIMIT = 256
+"""Entries kept; a client calls a handful of URLs, so this bounds only odd callers."""
+
+
+class ParsedUrls(Generic[K, V]):
+    """A small bounded map from a URL's spelling to its parse.
+
+    Emptied when full rather than evicting one by one: a client that sends
+    many distinct URLs (query strings in the path) only loses the cache.
+    """
+
+    def __init__(self) -> None:
+        self._parsed: dict[K, V] = {}
+
+    def get(self, key: K) -> V | None:
+        """The kept parse of ``key``, or None."""
+        return self._parsed.get(key)
+
+    def keep(self, key: K, value: V) -> V:
+        """Keep ``value`` as the parse of ``key`` and return it."""
+        if len(self._parsed) >= _LIMIT:
+            self._parsed.clear()
+        self._parsed[key] = value
+        return value
+
+
+class UrlKeepingClient(httpx2.AsyncClient):
+    """``httpx2.AsyncClient`` that keeps the parse of each URL string it is given.
+
+    Only the merge of a string with the client's ``base_url`` is kept, and
+    only while that ``base_url`` is the same object: a client whose
+    ``base_url`` is set again parses afresh.
+    """
+
+    _merged: ParsedUrls[str, tuple[httpx2.URL, httpx2.URL]] | None = None
+    """Each URL string's merge, with the ``base_url`` it was merged with."""
+
+    def _merge_url(self, url: httpx2.URL | str) -> httpx2.URL:
+        if type(url) is not str:
+            return super()._merge_url(url)
+        merged = self._merged
+        if merged is None:
+            merged = self._merged = ParsedUrls()
+        base = self.base_url
+        found = merged.get(url)
+        if found is not None and found[0] is base:
+            return found[1]
+        return merged.keep(url, (base, super()._merge_url(url)))[1]
