@@ -124,18 +124,14 @@ class FastAsyncOpenAI(AsyncOpenAI):
     (``providers/_urls.py``): the same URL, parsed once.
     """
 
-    _prepared: ParsedUrls[str, tuple[URL, URL]] | None = None
+    _prepared: ParsedUrls[URL] | None = None
     """Each path's merged URL, with the ``base_url`` it was merged with."""
 
     def _prepare_url(self, url: str) -> URL:
         prepared = self._prepared
         if prepared is None:
             prepared = self._prepared = ParsedUrls()
-        base = self.base_url
-        found = prepared.get(url)
-        if found is not None and found[0] is base:
-            return found[1]
-        return prepared.keep(url, (base, super()._prepare_url(url)))[1]
+        return prepared.merged(url, self.base_url, super()._prepare_url)
 
     def _process_response_data(self, *, data: object, cast_to: Any, response: Any) -> Any:
         if _constructs(self, data, cast_to):

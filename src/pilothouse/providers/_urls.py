@@ -14,36 +14,45 @@ from __future__ import annotations
 
 __all__ = ["ParsedUrls", "UrlKeepingClient"]
 
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 import httpx2
 
-K = TypeVar("K")
-V = TypeVar("V")
+U = TypeVar("U")
 
 _LIMIT = 256
 """Entries kept; a client calls a handful of URLs, so this bounds only odd callers."""
 
 
-class ParsedUrls(Generic[K, V]):
-    """A small bounded map from a URL's spelling to its parse.
+class ParsedUrls(Generic[U]):
+    """A small bounded map from a URL's spelling to its merge with a base URL.
 
-    Emptied when full rather than evicting one by one: a client that sends
-    many distinct URLs (query strings in the path) only loses the cache.
+    A merge is handed out again only while the client's ``base_url`` is the
+    same object it was merged with: a client whose ``base_url`` is set again
+    parses afresh. Emptied when full rather than evicting one by one: a
+    client that sends many distinct URLs (query strings in the path) only
+    loses the cache.
     """
 
     def __init__(self) -> None:
-        self._parsed: dict[K, V] = {}
+        self._parsed: dict[str, tuple[object, U]] = {}
 
-    def get(self, key: K) -> V | None:
-        """The kept parse of ``key``, or None."""
-        return self._parsed.get(key)
+    def merged(self, url: str, base: object, merge: Callable[[str], U]) -> U:
+        """The kept merge of ``url`` with ``base``, or ``merge(url)``, kept.
 
-    def keep(self, key: K, value: V) -> V:
-        """Keep ``value`` as the parse of ``key`` and return it."""
+        Args:
+            url: the URL or path as the caller spelled it.
+            base: the client's ``base_url`` now.
+            merge: the client's own merge of a URL with its ``base_url``.
+        """
+        found = self._parsed.get(url)
+        if found is not None and found[0] is base:
+            return found[1]
         if len(self._parsed) >= _LIMIT:
             self._parsed.clear()
-        self._parsed[key] = value
+        value = merge(url)
+        self._parsed[url] = (base, value)
         return value
 
 
@@ -55,7 +64,7 @@ class UrlKeepingClient(httpx2.AsyncClient):
     ``base_url`` is set again parses afresh.
     """
 
-    _merged: ParsedUrls[str, tuple[httpx2.URL, httpx2.URL]] | None = None
+    _merged: ParsedUrls[httpx2.URL] | None = None
     """Each URL string's merge, with the ``base_url`` it was merged with."""
 
     def _merge_url(self, url: httpx2.URL | str) -> httpx2.URL:
@@ -64,8 +73,4 @@ class UrlKeepingClient(httpx2.AsyncClient):
         merged = self._merged
         if merged is None:
             merged = self._merged = ParsedUrls()
-        base = self.base_url
-        found = merged.get(url)
-        if found is not None and found[0] is base:
-            return found[1]
-        return merged.keep(url, (base, super()._merge_url(url)))[1]
+        return merged.merged(url, self.base_url, super()._merge_url)
