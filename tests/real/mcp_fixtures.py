@@ -1,7 +1,8 @@
 """Real MCP servers for the MCP client tests, imported by test_mcp_servers.py.
 
 ``@modelcontextprotocol/server-everything`` is installed from npm once into
-``tests/real/.node/`` (about 10 s, then cached across sessions); its HTTP
+its own prefix under ``tests/real/.node/`` (about 10 s, then cached across
+sessions; see npm_packages.py); its HTTP
 transports are started on a free loopback port per test. Tests are skipped,
 with the reason printed, only when node or npm is missing.
 """
@@ -9,7 +10,6 @@ with the reason printed, only when node or npm is missing.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,12 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from npm_packages import NpmUnavailable, node_executable, npm_package
 
-EVERYTHING_VERSION = "2026.8.31"
-NODE_DIR = Path(__file__).parent / ".node"
-EVERYTHING_JS = (
-    NODE_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
-)
+EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
 
 
 def _skip(reason: str) -> None:
@@ -34,39 +31,21 @@ def _skip(reason: str) -> None:
 @pytest.fixture(scope="session")
 def node() -> str:
     """The node executable."""
-    path = shutil.which("node")
-    if path is None:
-        _skip("node is not on PATH")
-    assert path is not None
-    return path
+    try:
+        return node_executable()
+    except NpmUnavailable as missing:
+        _skip(str(missing))
+        raise
 
 
 @pytest.fixture(scope="session")
 def everything_js(node: str) -> Path:
     """server-everything's entry point, installed from npm on first use."""
-    if not EVERYTHING_JS.is_file():
-        npm = shutil.which("npm")
-        if npm is None:
-            _skip("npm is not on PATH")
-        assert npm is not None
-        NODE_DIR.mkdir(parents=True, exist_ok=True)
-        started = time.perf_counter()
-        subprocess.run(
-            [
-                npm,
-                "install",
-                "--prefix",
-                str(NODE_DIR),
-                "--no-audit",
-                "--no-fund",
-                f"@modelcontextprotocol/server-everything@{EVERYTHING_VERSION}",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )
-        print(f"installed server-everything in {time.perf_counter() - started:.1f} s")
-    return EVERYTHING_JS
+    try:
+        return npm_package(EVERYTHING, "dist/index.js")
+    except NpmUnavailable as missing:
+        _skip(str(missing))
+        raise
 
 
 def free_port() -> int:
@@ -76,11 +55,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+def _wait_for_port(
+    port: int, process: subprocess.Popen[bytes], log: Path, timeout: float = 15.0
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"server-everything exited with {process.returncode}")
+            said = log.read_text(errors="replace").strip()[-1500:]
+            raise RuntimeError(f"server-everything exited with {process.returncode}: {said}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return
@@ -92,17 +74,19 @@ def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float =
 class HttpServer:
     """server-everything serving one HTTP transport on a loopback port."""
 
-    def __init__(self, node: str, script: Path, mode: str) -> None:
+    def __init__(self, node: str, script: Path, mode: str, log: Path) -> None:
         self.port = free_port()
         path = "/sse" if mode == "sse" else "/mcp"
         self.url = f"http://127.0.0.1:{self.port}{path}"
-        self.process = subprocess.Popen(
-            [node, str(script), mode],
-            env={"PATH": os.environ.get("PATH", ""), "PORT": str(self.port)},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        _wait_for_port(self.port, self.process)
+        # Its error output goes to a file so that a failed start says why.
+        with log.open("wb") as sink:
+            self.process = subprocess.Popen(
+                [node, str(script), mode],
+                env={"PATH": os.environ.get("PATH", ""), "PORT": str(self.port)},
+                stdout=subprocess.DEVNULL,
+                stderr=sink,
+            )
+        _wait_for_port(self.port, self.process, log)
 
     def stop(self) -> None:
         """Stop the server (the test's 'server exits')."""
@@ -117,10 +101,10 @@ class HttpServer:
 
 @pytest.fixture
 def everything_http(
-    node: str, everything_js: Path, request: pytest.FixtureRequest
+    node: str, everything_js: Path, request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[HttpServer]:
     """server-everything over the transport named by the test's parameter."""
-    server = HttpServer(node, everything_js, str(request.param))
+    server = HttpServer(node, everything_js, str(request.param), tmp_path / "everything.log")
     try:
         yield server
     finally:

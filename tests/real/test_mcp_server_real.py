@@ -10,14 +10,14 @@ call below is a whole governed turn over real sockets. The clients:
   protocol modes (2026-07-28 stateless, handshake session), over SSE, and
   over stdio (it starts ``pilothouse mcp serve --stdio`` itself);
 - MCP Inspector's CLI (``@modelcontextprotocol/inspector`` from npm,
-  installed once into ``tests/real/.node``), skipped with the reason printed
-  only when npm cannot install it.
+  installed once into its own prefix under ``tests/real/.node``, see
+  npm_packages.py), skipped with the reason printed only when node or npm is
+  not on PATH; a failed install fails the tests.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -34,6 +34,7 @@ from live_serve import PILOTHOUSE, LiveServer, cli, live_serve
 from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
+from npm_packages import NpmUnavailable, node_executable, npm_package
 from pydantic import BaseModel
 
 from pilothouse.api import Pilothouse
@@ -42,11 +43,7 @@ from pilothouse.types import GatewayCallRecord
 
 pytestmark = [pytest.mark.real, pytest.mark.anyio]
 
-INSPECTOR_VERSION = "1.0.3"
-NODE_DIR = Path(__file__).parent / ".node"
-INSPECTOR_JS = (
-    NODE_DIR / "node_modules" / "@modelcontextprotocol" / "inspector" / "cli" / "build" / "cli.js"
-)
+INSPECTOR = "@modelcontextprotocol/inspector@1.0.3"
 
 EXTRA_CATALOG = """\
 tools:
@@ -245,37 +242,11 @@ async def test_official_client_over_stdio(live: LiveServer, tmp_path: Path) -> N
 
 
 def _inspector() -> tuple[str, Path]:
-    node = shutil.which("node")
-    npm = shutil.which("npm")
-    if node is None or npm is None:
-        reason = "node or npm is not on PATH"
-        print(f"skipping MCP Inspector tests: {reason}")
-        pytest.skip(reason)
-    assert node is not None and npm is not None
-    if not INSPECTOR_JS.is_file():
-        NODE_DIR.mkdir(parents=True, exist_ok=True)
-        started = time.perf_counter()
-        done = subprocess.run(
-            [
-                npm,
-                "install",
-                "--prefix",
-                str(NODE_DIR),
-                "--no-audit",
-                "--no-fund",
-                f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        if done.returncode != 0 or not INSPECTOR_JS.is_file():
-            reason = f"npm could not install the inspector: {done.stderr.strip()[-300:]}"
-            print(f"skipping MCP Inspector tests: {reason}")
-            pytest.skip(reason)
-        print(f"installed MCP Inspector in {time.perf_counter() - started:.1f} s")
-    return node, INSPECTOR_JS
+    try:
+        return node_executable(), npm_package(INSPECTOR, "cli/build/cli.js")
+    except NpmUnavailable as missing:
+        print(f"skipping MCP Inspector tests: {missing}")
+        pytest.skip(str(missing))
 
 
 def inspector(live: LiveServer, transport: str, *args: str) -> dict[str, Any]:
