@@ -27,6 +27,9 @@ from database_templates import PostgresDatabases, Seed, SqliteTemplates
 from pilothouse.settings import Settings
 from pilothouse.store import Database
 from pilothouse.testing import block_model_requests
+from statement_cache import share_statement_caches
+
+share_statement_caches()
 
 PG_SERVER = os.environ.get("PILOTHOUSE_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432")
 
