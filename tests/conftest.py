@@ -29,13 +29,16 @@ from pilothouse.store import Database
 from pilothouse.testing import block_model_requests
 from statement_cache import share_statement_caches
 
-share_statement_caches()
-
 PG_SERVER = os.environ.get("PILOTHOUSE_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432")
 
 # Modules whose tests start real components or processes: seconds to minutes
 # each, against milliseconds for the rest.
 _SLOW_FIRST = ("tests/real/", "tests/bench/")
+
+
+def pytest_configure() -> None:
+    """One statement cache for the engines of this test process (tests/statement_cache.py)."""
+    share_statement_caches()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -18,14 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from npm_packages import NpmUnavailable, node_executable, npm_package
+from npm_packages import NpmUnavailable, node_executable, npm_package, skip_without
 
 EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
-
-
-def _skip(reason: str) -> None:
-    print(f"skipping MCP server-everything tests: {reason}")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
@@ -34,8 +29,7 @@ def node() -> str:
     try:
         return node_executable()
     except NpmUnavailable as missing:
-        _skip(str(missing))
-        raise
+        skip_without(missing, "the MCP server-everything tests")
 
 
 @pytest.fixture(scope="session")
@@ -44,8 +38,7 @@ def everything_js(node: str) -> Path:
     try:
         return npm_package(EVERYTHING, "dist/index.js")
     except NpmUnavailable as missing:
-        _skip(str(missing))
-        raise
+        skip_without(missing, "the MCP server-everything tests")
 
 
 def free_port() -> int:

@@ -1,11 +1,12 @@
 """npm packages the real tests run (MCP server-everything, the MCP Inspector).
 
 Each package gets its own npm prefix under ``tests/real/.node/<name>``. They
-once shared one prefix: the two modules run on different xdist workers at the
-same time, and ``npm install`` of the Inspector re-resolved the shared
-``node_modules`` (both depend on ``@modelcontextprotocol/sdk``, at different
-versions) under a running server-everything, which then exited with 1 on its
-next start. A separate prefix per package cannot be touched by the other's
+once shared one prefix while their two modules ran on different xdist
+workers at the same time, so the Inspector's ``npm install`` could rewrite
+the shared ``node_modules`` (both depend on ``@modelcontextprotocol/sdk``)
+while server-everything started; CI saw server-everything exit with 1 on
+every start after some point (inferred as the cause, not reproduced by
+hand). A separate prefix per package cannot be touched by the other's
 install; the install goes to a temporary directory that is renamed into place
 only once it is complete, so a crashed install never looks installed.
 """
@@ -18,12 +19,22 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
+
+import pytest
 
 NODE_DIR = Path(__file__).parent / ".node"
 
 
 class NpmUnavailable(Exception):
     """node or npm is not on PATH: the tests that need them are skipped."""
+
+
+def skip_without(missing: NpmUnavailable, tests: str) -> NoReturn:
+    """Skip ``tests`` for want of node or npm, printing why and what lifts the skip."""
+    reason = f"{missing}; install Node.js (node and npm) to run them"
+    print(f"skipping {tests}: {reason}")
+    pytest.skip(reason)
 
 
 def node_executable() -> str:

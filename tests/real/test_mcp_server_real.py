@@ -34,7 +34,7 @@ from live_serve import PILOTHOUSE, LiveServer, cli, live_serve
 from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
-from npm_packages import NpmUnavailable, node_executable, npm_package
+from npm_packages import NpmUnavailable, node_executable, npm_package, skip_without
 from pydantic import BaseModel
 
 from pilothouse.api import Pilothouse
@@ -245,8 +245,7 @@ def _inspector() -> tuple[str, Path]:
     try:
         return node_executable(), npm_package(INSPECTOR, "cli/build/cli.js")
     except NpmUnavailable as missing:
-        print(f"skipping MCP Inspector tests: {missing}")
-        pytest.skip(str(missing))
+        skip_without(missing, "the MCP Inspector tests")
 
 
 def inspector(live: LiveServer, transport: str, *args: str) -> dict[str, Any]:
