@@ -32,20 +32,20 @@ def test_the_splitter_gives_the_lines_str_splitlines_gives(pieces: list[str]) ->
 class _Reads(httpx2.AsyncByteStream):
     def __init__(self, reads: list[bytes]) -> None:
         self._reads = reads
+        self.read_to_end = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for read in self._reads:
             yield read
+        self.read_to_end = True
 
 
 class _Upstream(httpx2.AsyncBaseTransport):
     def __init__(self, reads: list[bytes]) -> None:
-        self._reads = reads
+        self.body = _Reads(reads)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(
-            200, headers={"content-type": "text/event-stream"}, stream=_Reads(self._reads)
-        )
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=self.body)
 
 
 def _event(delta: dict[str, object], finish: str | None = None) -> bytes:
@@ -101,3 +101,27 @@ async def test_what_came_before_a_bad_event_reaches_the_client_before_the_error(
         async for piece in response.stream:
             stream_pieces.append(piece)
     assert stream_pieces == [good]
+
+
+async def test_a_second_iteration_goes_on_where_the_first_stopped() -> None:
+    # The OpenAI SDK stops reading events at [DONE], then iterates
+    # response.stream again to read the body to its end, which HTTP/1.1 needs
+    # to keep the connection. Starting over instead found the body consumed,
+    # and every streamed call opened a new connection.
+    upstream = _Upstream(
+        [_event({"content": "Hi"}), _event({}, "stop") + b"data: [DONE]\n\n", b": bye\n\n"]
+    )
+    transport = WireRepairTransport(upstream)
+    request = httpx2.Request("POST", "http://upstream.test/v1/chat/completions")
+    response = await transport.handle_async_request(request)
+    assert isinstance(response.stream, httpx2.AsyncByteStream)
+    first: list[bytes] = []
+    async for piece in response.stream:
+        first.append(piece)
+        if b"[DONE]" in piece:
+            break
+    assert not upstream.body.read_to_end
+    rest = [piece async for piece in response.stream]
+    await response.stream.aclose()
+    assert rest == [b": bye\n\n"]
+    assert upstream.body.read_to_end

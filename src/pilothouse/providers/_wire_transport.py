@@ -10,7 +10,7 @@ __all__ = ["WireRepairTransport"]
 
 import codecs
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 import httpx2
 
@@ -107,13 +107,27 @@ class _RepairedStream(httpx2.AsyncByteStream):
     The body is read with one iterator here, split into lines as
     ``aiter_lines`` splits them, and what the lines of one read became is
     sent on together (``docs/benchmarks.md``, issue 12 item 15).
+
+    Iterating the stream again continues where the last iteration stopped,
+    as httpcore's own stream does. The OpenAI SDK relies on it: it stops
+    reading events at ``[DONE]`` and then drains ``response.stream`` to the
+    end of the body, which is what lets HTTP/1.1 keep the connection. A new
+    iteration that started over found the upstream body consumed, the drain
+    ended at once, and every streamed call closed its connection and opened
+    a new one (a TCP, and in production a TLS, handshake per call).
     """
 
     def __init__(self, upstream: httpx2.Response, repair: _Stream) -> None:
         self._upstream = upstream
         self._repair = repair
+        self._pieces: AsyncGenerator[bytes, None] | None = None
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._pieces is None:
+            self._pieces = self._read()
+        return self._pieces
+
+    async def _read(self) -> AsyncGenerator[bytes, None]:
         lines = _Lines(self._upstream)
         out: list[bytes] = []
         try:
@@ -133,6 +147,10 @@ class _RepairedStream(httpx2.AsyncByteStream):
             yield b"".join(out)
 
     async def aclose(self) -> None:
+        # The reader may be suspended mid-body (a client that stopped early):
+        # close it here rather than leave it to the garbage collector.
+        if self._pieces is not None:
+            await self._pieces.aclose()
         await self._upstream.aclose()
 
 
