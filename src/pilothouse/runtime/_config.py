@@ -45,6 +45,9 @@ _SWITCHES = {
     "failOnDenied": "fail_on_denied",
 }
 
+_OPTION_NAMES = frozenset(f.name for f in fields(ModelOptions))
+"""The model options a runtime config may set (``ModelOptions`` fields)."""
+
 # OpenAI's rule for function names, which every provider accepts.
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -105,7 +108,6 @@ class RuntimeConfig:
         """
         if not raw:
             return cls()
-        option_names = {f.name for f in fields(ModelOptions)}
         options: dict[str, Any] = {}
         switches: dict[str, Any] = {}
         for key, value in raw.items():
@@ -117,15 +119,17 @@ class RuntimeConfig:
                         f"switch ('{_SWITCHES[key]}') are both given; keep one"
                     )
                 switches[_SWITCHES[key]] = value
-            elif key in option_names:
+            elif key in _OPTION_NAMES:
                 options[key] = value
             else:
-                known = sorted({*option_names, *_SWITCHES})
+                known = sorted({*_OPTION_NAMES, *_SWITCHES})
                 raise RuntimeConfigError(
                     f"runtime config: unknown key '{key}' (known: {', '.join(known)})"
                 )
         try:
-            parsed_options = ModelOptions.parse(options)
+            # Most configs hold only switches (a served call's "stream"): no
+            # options to validate, and the defaults are what parsing {} gives.
+            parsed_options = ModelOptions.parse(options) if options else ModelOptions()
         except ValueError as exc:
             raise RuntimeConfigError(f"runtime config: {exc}") from None
         for name in ("audit", "stream", "fail_on_denied"):
