@@ -94,9 +94,17 @@ class StreamClock:
             self.times.append(time.perf_counter())
 
     def facts(self) -> dict[str, Any]:
-        """Return time to first chunk, the largest gap and the chunk count."""
+        """Return time to first chunk, the largest gap and the chunk count.
+
+        ``first_at`` is the first chunk's ``time.perf_counter()``, so that a
+        caller which launched many streams at once can measure every first
+        chunk from the launch (``concurrency._streams``): this clock starts
+        when the call's own code first runs, which under load is later for a
+        client that does all its start-up work before it first yields.
+        """
         gaps = [(b - a) * 1000 for a, b in zip(self.times, self.times[1:], strict=False)]
         return {
+            "first_at": self.times[0] if self.times else None,
             "ttft_ms": (self.times[0] - self.start) * 1000 if self.times else None,
             "gaps_ms": gaps,
             "chunks": len(self.times),

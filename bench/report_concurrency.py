@@ -112,10 +112,18 @@ def verdicts(results: dict[str, Any], labels: dict[str, str]) -> list[str]:
         rows = data["contenders"]
         if not (rows.get("pilothouse-sqlite") and rows.get(FLOOR) and rows.get(BASE)):
             continue
-        f0 = rows[FLOOR]["ttft_p50_ms"]
-        ph_add = rows["pilothouse-sqlite"]["ttft_p50_ms"] - f0
-        pai_add = rows[BASE]["ttft_p50_ms"] - f0
-        lc_add = rows["langchain"]["ttft_p50_ms"] - f0 if "langchain" in rows else None
+        # Measured from the launch of all the streams when the run has it
+        # (every stream is asked for at once); older results only have the
+        # per-call clock, which starts late for a client that yields late.
+        key = (
+            "ttft_launch_p50_ms"
+            if all(r.get("ttft_launch_p50_ms") is not None for r in rows.values())
+            else "ttft_p50_ms"
+        )
+        f0 = rows[FLOOR][key]
+        ph_add = rows["pilothouse-sqlite"][key] - f0
+        pai_add = rows[BASE][key] - f0
+        lc_add = rows["langchain"][key] - f0 if "langchain" in rows else None
         ok = ph_add <= pai_add + 1 and (lc_add is None or ph_add < lc_add)
         lost = {
             _label(labels, n): r["chunks_expected"] - r["chunks_received"]
@@ -123,8 +131,10 @@ def verdicts(results: dict[str, Any], labels: dict[str, str]) -> list[str]:
             if r["chunks_expected"] != r["chunks_received"]
         }
         out.append(
-            f"- **Scenario 3 at concurrency {streams}, added TTFT ≤ pydantic-ai + 1 ms and below"
-            f" LangChain: {'MET' if ok else 'MISSED'}.** pilothouse +{ph_add:,.1f} ms,"
+            f"- **Scenario 3 at concurrency {streams}, added TTFT"
+            + (" (from the launch)" if key == "ttft_launch_p50_ms" else "")
+            + f" ≤ pydantic-ai + 1 ms and below LangChain: {'MET' if ok else 'MISSED'}.**"
+            f" pilothouse +{ph_add:,.1f} ms,"
             f" pydantic-ai +{pai_add:,.1f} ms"
             + (f", LangChain +{lc_add:,.1f} ms" if lc_add is not None else "")
             + f". Chunks lost: {lost or 'none, for every contender'}."
@@ -327,10 +337,11 @@ def _stream_table(streams: int, data: dict[str, Any], labels: dict[str, str]) ->
     rows = data["contenders"]
     floor = rows.get(FLOOR, {})
     lines = [
-        "| contender | streams | failed | TTFT p50 ms | added TTFT vs floor ms | TTFT p99 ms |"
+        "| contender | streams | failed | TTFT from launch p50 / p99 ms | TTFT p50 ms |"
+        " added TTFT vs floor ms | TTFT p99 ms |"
         " gap p50 ms | gap p99 ms | added gap p99 vs floor ms | gap max ms |"
         " chunks received / expected | CPU ms per stream | loop lag p99 ms | peak RSS MB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in rows.items():
         added = (
@@ -344,7 +355,9 @@ def _stream_table(streams: int, data: dict[str, Any], labels: dict[str, str]) ->
             else None
         )
         lines.append(
-            f"| {_label(labels, name)} | {r['streams']} | {r['errors']} | {_f(r['ttft_p50_ms'])} |"
+            f"| {_label(labels, name)} | {r['streams']} | {r['errors']} |"
+            f" {_f(r.get('ttft_launch_p50_ms'))} / {_f(r.get('ttft_launch_p99_ms'))} |"
+            f" {_f(r['ttft_p50_ms'])} |"
             f" {_f(added)} | {_f(r['ttft_p99_ms'])} | {_f(r['gap_p50_ms'])} | {_f(r['gap_p99_ms'])} |"
             f" {_f(gap_added)} | {_f(r['gap_max_ms'])} | {r['chunks_received']:,} / {r['chunks_expected']:,} |"
             f" {_f(r['cpu_ms_per_stream'])} | {_f(r['lag_p99_ms'])} | {_f(r['rss_peak_mb'], 0)} |"
