@@ -13,19 +13,16 @@ and the connection was dropped (in production, a TLS handshake per call).
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from uvicorn_thread import uvicorn_in_thread
 
 from pilothouse.api import Pilothouse
 from pilothouse.runtime import TextDelta
@@ -99,25 +96,8 @@ def make_app(clients: list[tuple[str, int]]) -> Starlette:
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[tuple[str, list[tuple[str, int]]]]:
     clients: list[tuple[str, int]] = []
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    config = uvicorn.Config(
-        make_app(clients), host="127.0.0.1", port=port, log_level="warning", lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="uvicorn-upstream", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            pytest.fail("uvicorn did not start within 10 s")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}/v1", clients
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with uvicorn_in_thread(make_app(clients), name="the upstream") as url:
+        yield f"{url}/v1", clients
 
 
 @pytest.fixture

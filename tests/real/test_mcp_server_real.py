@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -36,6 +35,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from npm_packages import NpmUnavailable, node_executable, npm_package, skip_without
 from pydantic import BaseModel
+from uvicorn_thread import uvicorn_in_thread
 
 from pilothouse.api import Pilothouse
 from pilothouse.settings import Settings
@@ -130,24 +130,8 @@ def crm_app() -> FastAPI:
 @pytest.fixture(scope="module")
 def crm() -> Iterator[str]:
     """A real FastAPI service under uvicorn on a loopback port, in a thread of its own."""
-    import threading
-
-    import uvicorn
-    from live_serve import free_port
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(crm_app(), port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the CRM service did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with uvicorn_in_thread(crm_app(), name="the CRM service", timeout=30) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,12 @@ document, not a hand-written one.
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel
+from uvicorn_thread import uvicorn_in_thread
 
 from pilothouse.catalog._enums import ToolKind
 from pilothouse.catalog._models import Tool
@@ -53,31 +50,10 @@ def make_app() -> FastAPI:
     return app
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server_url() -> Iterator[str]:
-    port = free_port()
-    config = uvicorn.Config(
-        make_app(), host="127.0.0.1", port=port, log_level="warning", lifespan="off", ws="none"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            pytest.fail("uvicorn did not start within 10 s")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with uvicorn_in_thread(make_app(), name="the inventory service") as url:
+        yield url
 
 
 @pytest.fixture
