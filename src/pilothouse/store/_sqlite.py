@@ -3,21 +3,27 @@
 A turn's transactions are short (a few hundred microseconds of SQLite work).
 Handing each to a thread and back costs about as much again in wake-ups and
 future plumbing, and adds that much latency before the model is called. So a
-transaction runs right on the event loop's thread when it can take SQLite's
-write lock at once, and on a thread of its own when it cannot:
+transaction runs right on the event loop's thread, and when it cannot take
+SQLite's write lock at once it waits for it there, without blocking the loop:
 
 - Every transaction starts with ``BEGIN IMMEDIATE``, which takes the write
   lock before any work is done. In WAL mode nothing after it waits for a
   lock, so a transaction that got past its ``BEGIN`` never blocks the loop on
   another connection.
-- On the loop the ``BEGIN`` does not wait (busy timeout 0). If another
-  connection (another process, or this process's aiosqlite engine) holds
-  the lock, the transaction goes to the thread, which waits for the lock
-  up to ``busy_timeout`` seconds, retrying with backoff, as SQLite's own
-  busy handler would.
-- The connection is never used by two threads at once: while a job is
-  queued or running on the thread, later transactions queue behind it
-  there, which also keeps them in order.
+- The ``BEGIN`` does not wait inside SQLite (busy timeout 0). If another
+  connection (another process, this process's aiosqlite engine, or the
+  checkpoint below) holds the lock, the transaction waits for it on the
+  loop, retrying with backoff up to ``busy_timeout`` seconds as SQLite's
+  own busy handler would, but sleeping asynchronously, so the loop goes on.
+  Transactions that arrive while one waits queue behind it, in order, and
+  run together once the lock is free.
+- It used to wait on the runner's thread instead, and every later
+  transaction followed it there until the queue emptied. Under load that
+  was a convoy: each job on the thread needed the GIL back from a busy loop
+  (up to a switch interval, 5 ms, every time it let go), so when a
+  checkpoint held the lock at the wrong moment about 90 transactions of 200
+  streams took 0.1 to 1 s each (``docs/benchmarks.md``, issue 12 item 15).
+- The runner's connection is used only on the loop.
 - WAL checkpoints run on the thread, on a connection of their own:
   automatic checkpoints are off on the runner's connection (a checkpoint
   copies pages back into the database file and syncs it, milliseconds to
@@ -36,9 +42,10 @@ import asyncio
 import logging
 import sqlite3
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from functools import partial
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, event
@@ -58,7 +65,31 @@ long the turns' transactions wait for it (on the thread, the loop never does).
 
 
 class _Busy(Exception):
-    """The write lock is held elsewhere; the transaction goes to the thread."""
+    """The write lock is held elsewhere; the transaction waits for it (``error``: SQLite's)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _locked(error: Exception) -> OperationalError:
+    """The error of a transaction that waited past the busy timeout, as SQLAlchemy raises it."""
+    if isinstance(error, OperationalError):
+        return error
+    failure = OperationalError("BEGIN IMMEDIATE", None, error)
+    failure.__cause__ = error
+    return failure
+
+
+@dataclass
+class _Waiting:
+    """A transaction waiting for the write lock."""
+
+    work: Callable[..., Any]
+    args: tuple[Any, ...]
+    future: asyncio.Future[Any]
+    deadline: float
+    """``time.monotonic()`` after which it fails with "database is locked"."""
 
 
 def _is_busy(error: BaseException) -> bool:
@@ -88,8 +119,9 @@ class SqliteRunner:
         self._connection: Connection | None = None
         self._checkpointer: Any = None
         """The checkpoints' own DBAPI connection, used on the thread only."""
-        self._in_thread = 0
-        """Transactions queued or running on the thread; the loop keeps off meanwhile."""
+        self._waiting: deque[_Waiting] = deque()
+        """Transactions waiting for the write lock, in arrival order (new ones queue behind)."""
+        self._drainer: asyncio.Task[None] | None = None
         self._commits = 0
         event.listen(engine, "connect", _immediate_transactions)
 
@@ -98,20 +130,63 @@ class SqliteRunner:
 
         Committed when it returns, rolled back when it raises.
         """
-        if self._in_thread == 0:
+        if not self._waiting:
             try:
-                result = self._transaction(work, args, wait=False)
+                result = self._transaction(work, args)
             except _Busy:
                 pass
             else:
                 self._committed()
                 return result
-        result = await self._on_thread(partial(self._transaction, work, args, wait=True))
-        self._committed()
-        return result
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._waiting.append(_Waiting(work, args, future, time.monotonic() + self._busy_timeout))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = loop.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        """Run the waiting transactions in order, sleeping while the write lock is held.
+
+        Once the lock is free they all run in this one pass of the loop: woken
+        one by one (a lock handed from waiter to waiter), each would wait for a
+        whole pass of a busy loop, and 90 of them took seconds.
+        """
+        pause = 0.001
+        waiting = self._waiting
+        try:
+            while waiting:
+                job = waiting[0]
+                if job.future.done():  # its caller was cancelled: nothing runs
+                    waiting.popleft()
+                    continue
+                try:
+                    result = self._transaction(job.work, job.args)
+                except _Busy as busy:
+                    if time.monotonic() + pause > job.deadline:
+                        waiting.popleft()
+                        job.future.set_exception(_locked(busy.error))
+                        continue
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, 0.05)
+                    continue
+                except Exception as error:  # the transaction's own failure, rolled back
+                    waiting.popleft()
+                    job.future.set_exception(error)
+                    continue
+                waiting.popleft()
+                self._committed()
+                job.future.set_result(result)
+                pause = 0.001
+        finally:
+            # Only if this task itself was cancelled or died: nobody may wait forever.
+            while waiting:
+                job = waiting.popleft()
+                if not job.future.done():
+                    job.future.set_exception(RuntimeError("the SQLite runner stopped"))
 
     async def aclose(self) -> None:
-        """Close the connection (on the thread that may still use it) and stop the thread."""
+        """Close the connections and stop the thread (which may still be checkpointing)."""
         if self._executor is not None:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._close)
             self._executor.shutdown(wait=True)
@@ -120,16 +195,16 @@ class SqliteRunner:
             self._close()
         self._engine.dispose()
 
-    def _transaction(self, work: Callable[..., T], args: tuple[Any, ...], *, wait: bool) -> T:
+    def _transaction(self, work: Callable[..., T], args: tuple[Any, ...]) -> T:
         connection = self._connection
         if connection is None or connection.closed or connection.invalidated:
             connection = self._connection = self._engine.connect()
-        transaction = self._begin(connection, wait)
+        transaction = self._begin(connection)
         with transaction:
             return work(connection, *args)
 
-    def _begin(self, connection: Connection, wait: bool) -> Any:
-        """``BEGIN IMMEDIATE``; on a busy database, raise :class:`_Busy` or wait with backoff.
+    def _begin(self, connection: Connection) -> Any:
+        """``BEGIN IMMEDIATE``; on a busy database, raise :class:`_Busy`.
 
         SQLAlchemy's ``begin()`` only opens its own bookkeeping here (the
         driver runs without implicit transactions, so pysqlite's ``do_begin``
@@ -139,38 +214,22 @@ class SqliteRunner:
         per turn; and with no connection event listened to, SQLAlchemy skips
         its event dispatch on commit too.
         """
-        deadline = time.monotonic() + self._busy_timeout
-        pause = 0.001
-        while True:
-            transaction = connection.begin()
-            try:
-                connection.connection.driver_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
-            except (sqlite3.OperationalError, OperationalError) as error:
-                # Nothing began in SQLite: the rollback only closes the bookkeeping.
-                transaction.rollback()
-                if not wait and _is_busy(error):
-                    raise _Busy from error
-                if not _is_busy(error) or time.monotonic() + pause > deadline:
-                    # Raised as SQLAlchemy raises a driver's error, as before.
-                    if isinstance(error, OperationalError):
-                        raise
-                    raise OperationalError("BEGIN IMMEDIATE", None, error) from error
-            except BaseException:
-                transaction.rollback()
-                raise
-            else:
-                return transaction
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
-
-    async def _on_thread(self, job: Callable[[], T]) -> T:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="pilothouse-sqlite")
-        self._in_thread += 1
+        transaction = connection.begin()
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, job)
-        finally:
-            self._in_thread -= 1
+            connection.connection.driver_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+        except (sqlite3.OperationalError, OperationalError) as error:
+            # Nothing began in SQLite: the rollback only closes the bookkeeping.
+            transaction.rollback()
+            if _is_busy(error):
+                raise _Busy(error) from error
+            # Raised as SQLAlchemy raises a driver's error, as before.
+            if isinstance(error, OperationalError):
+                raise
+            raise OperationalError("BEGIN IMMEDIATE", None, error) from error
+        except BaseException:
+            transaction.rollback()
+            raise
+        return transaction
 
     def _committed(self) -> None:
         self._commits += 1
@@ -203,8 +262,8 @@ class SqliteRunner:
         # system for new blocks. It waits a little for the lock (the loop's
         # transactions are short) and for readers; when they outlast it, it
         # has done no more than a passive pass, and the next checkpoint
-        # tries again. While it holds the lock, the loop's transactions go
-        # to the thread, which runs them after it.
+        # tries again. While it holds the lock, the loop's transactions wait
+        # for it (asynchronously, in order).
         driver.execute("PRAGMA wal_checkpoint(RESTART)")
 
     def _copy_log(self, driver: Any) -> None:
@@ -230,8 +289,8 @@ class SqliteRunner:
 
 def _immediate_transactions(dbapi_connection: Any, _record: Any) -> None:
     # No implicit transactions (BEGIN is ours), no waiting inside SQLite
-    # (SqliteRunner waits, on its thread), no checkpoint at commit (on the
-    # thread too). Runs after the shared pragmas, so it overrides their
+    # (SqliteRunner waits, asynchronously), no checkpoint at commit (its
+    # thread checkpoints). Runs after the shared pragmas, so it overrides their
     # busy timeout on this connection only.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
