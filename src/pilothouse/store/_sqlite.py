@@ -60,7 +60,7 @@ _RESTART_WAIT_MS = 50
 """How long a checkpoint's RESTART waits, in milliseconds, for the write lock and then for readers.
 
 While it waits for readers it holds the write lock, so this also bounds how
-long the turns' transactions wait for it (on the thread, the loop never does).
+long the turns' transactions wait for it (asleep on the loop, which goes on).
 """
 
 
