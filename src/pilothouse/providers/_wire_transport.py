@@ -124,27 +124,11 @@ class _RepairedStream(httpx2.AsyncByteStream):
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         if self._pieces is None:
-            self._pieces = self._read()
+            # A function of the upstream, not a method: the reader does not
+            # point back at this stream, so no reference cycle is left for
+            # the garbage collector with every streamed answer.
+            self._pieces = _read(self._upstream, self._repair)
         return self._pieces
-
-    async def _read(self) -> AsyncGenerator[bytes, None]:
-        lines = _Lines(self._upstream)
-        out: list[bytes] = []
-        try:
-            async for piece in self._repair(lines.iterate()):
-                out.append(piece)
-                if lines.between_reads:
-                    # The piece of the read's last line: the read is done.
-                    yield b"".join(out)
-                    out.clear()
-        except Exception:
-            # What came before a bad event reaches the SDK first, as it did
-            # line by line; then the error.
-            if out:
-                yield b"".join(out)
-            raise
-        if out:
-            yield b"".join(out)
 
     async def aclose(self) -> None:
         # The reader may be suspended mid-body (a client that stopped early):
@@ -152,6 +136,27 @@ class _RepairedStream(httpx2.AsyncByteStream):
         if self._pieces is not None:
             await self._pieces.aclose()
         await self._upstream.aclose()
+
+
+async def _read(upstream: httpx2.Response, repair: _Stream) -> AsyncGenerator[bytes, None]:
+    """The repaired pieces of the upstream body, one per network read (``_RepairedStream``)."""
+    lines = _Lines(upstream)
+    out: list[bytes] = []
+    try:
+        async for piece in repair(lines.iterate()):
+            out.append(piece)
+            if lines.between_reads:
+                # The piece of the read's last line: the read is done.
+                yield b"".join(out)
+                out.clear()
+    except Exception:
+        # What came before a bad event reaches the SDK first, as it did
+        # line by line; then the error.
+        if out:
+            yield b"".join(out)
+        raise
+    if out:
+        yield b"".join(out)
 
 
 class _Lines:
