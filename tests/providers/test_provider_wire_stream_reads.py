@@ -108,9 +108,8 @@ async def test_a_second_iteration_goes_on_where_the_first_stopped() -> None:
     # response.stream again to read the body to its end, which HTTP/1.1 needs
     # to keep the connection. Starting over instead found the body consumed,
     # and every streamed call opened a new connection.
-    upstream = _Upstream(
-        [_event({"content": "Hi"}), _event({}, "stop") + b"data: [DONE]\n\n", b": bye\n\n"]
-    )
+    reads = [_event({"content": "Hi"}), _event({}, "stop") + b"data: [DONE]\n\n", b": bye\n\n"]
+    upstream = _Upstream(reads)
     transport = WireRepairTransport(upstream)
     request = httpx2.Request("POST", "http://upstream.test/v1/chat/completions")
     response = await transport.handle_async_request(request)
@@ -120,6 +119,7 @@ async def test_a_second_iteration_goes_on_where_the_first_stopped() -> None:
         first.append(piece)
         if b"[DONE]" in piece:
             break
+    assert first == reads[:2]
     assert not upstream.body.read_to_end
     rest = [piece async for piece in response.stream]
     await response.stream.aclose()
