@@ -10,13 +10,17 @@ from __future__ import annotations
 
 __all__ = ["KafkaBus"]
 
+import asyncio
 import bisect
+import logging
 from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
 
 from pilothouse.events._bus import BusError, Delivery
+
+logger = logging.getLogger("pilothouse.events.kafka")
 
 
 class KafkaBus:
@@ -180,6 +184,8 @@ class _InOrderCommits:
         self._acked: dict[Any, set[int]] = {}
         self._committed: dict[Any, int] = {}
         self._lock = anyio.Lock()
+        self._abandoned: asyncio.Task[Any] | None = None
+        """A commit whose caller was cancelled, maybe still running."""
 
     def delivered(self, partition: Any, offset: int) -> None:
         """Note a delivered offset (a rebalance may deliver one again)."""
@@ -203,5 +209,40 @@ class _InOrderCommits:
         async with self._lock:
             # Commits of one partition go out one at a time and never backwards.
             if upto > self._committed.get(partition, -1):
-                await self._consumer.commit({partition: upto})
+                await self._commit({partition: upto})
                 self._committed[partition] = upto
+
+    async def _commit(self, offsets: dict[Any, int]) -> None:
+        """``consumer.commit(offsets)`` in a task its caller never cancels.
+
+        aiokafka sends the commit request inside ``asyncio.shield``. When the
+        caller is cancelled (a worker stopping while the broker is down), the
+        shield on Python 3.11 drops its callback on the request's task, so the
+        request's later failure is never retrieved: asyncio reports "Task
+        exception was never retrieved" (and anyio's test runner fails whatever
+        test it lands in). Here the commit runs to its end in its own task; a
+        caller that stops waiting leaves it to finish, its failure is logged,
+        and the next commit waits for it, so commits never go out of order.
+        """
+        if self._abandoned is not None:
+            await asyncio.wait({self._abandoned})
+            self._abandoned = None
+        task = asyncio.ensure_future(self._consumer.commit(offsets))
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            task.add_done_callback(_abandoned_commit_done)
+            self._abandoned = task
+            raise
+        # The caller waited: the outcome is its own (a KafkaError becomes BusError).
+        task.result()
+
+
+def _abandoned_commit_done(task: asyncio.Task[Any]) -> None:
+    """Retrieve the outcome of a commit whose caller was cancelled."""
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is not None:
+        # Not committed: the group delivers the message again (at least once).
+        logger.warning("kafka: a commit left by its cancelled caller failed: %s", error)

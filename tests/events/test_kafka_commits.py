@@ -1,0 +1,116 @@
+"""Kafka acknowledgements whose caller is cancelled while the broker is down.
+
+aiokafka's ``commit_offsets`` sends the request inside ``asyncio.shield``;
+on Python 3.11 a cancelled shield forgets its inner task, so the request's
+later failure was reported as "Task exception was never retrieved" (seen as
+a failure of the real broker-restart test, ``tests/real/test_events_real.py``).
+The consumer here commits exactly that way, with a request the test fails
+when it chooses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+from typing import Any
+
+import anyio
+import pytest
+
+from pilothouse.events._kafka import _InOrderCommits
+
+pytestmark = pytest.mark.anyio
+
+
+class ConnectionLost(Exception):
+    """What the commit request ends with while the broker is down."""
+
+
+class ShieldingConsumer:
+    """Commits as aiokafka does: the request runs shielded from its caller."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[Any, int]] = []
+        self.outcomes: list[asyncio.Future[None]] = []
+
+    async def commit(self, offsets: dict[Any, int]) -> None:
+        outcome = asyncio.get_running_loop().create_future()
+        self.requests.append(offsets)
+        self.outcomes.append(outcome)
+
+        async def request() -> None:
+            await outcome
+
+        await asyncio.shield(request())
+
+
+def _unretrieved(loop: asyncio.AbstractEventLoop) -> list[dict[str, Any]]:
+    """Route the loop's "never retrieved" reports into a list the test reads."""
+    seen: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+    return seen
+
+
+async def test_a_commit_whose_caller_is_cancelled_leaves_no_unretrieved_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    seen = _unretrieved(loop)
+    consumer = ShieldingConsumer()
+    commits = _InOrderCommits(consumer)
+    commits.delivered("p0", 0)
+    try:
+        with anyio.move_on_after(0.05):
+            await commits.acknowledge("p0", 0)  # waits on the request: the broker is down
+        assert consumer.requests == [{"p0": 1}]
+        caplog.set_level(logging.WARNING, logger="pilothouse.events.kafka")
+        consumer.outcomes[0].set_exception(ConnectionLost("connection closed"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        gc.collect()  # a forgotten task reports its failure when it is collected
+        for _ in range(5):
+            await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(previous)
+    assert seen == []
+    assert "a commit left by its cancelled caller failed: connection closed" in caplog.text
+
+
+async def test_the_next_commit_waits_for_an_abandoned_one_so_offsets_never_go_back() -> None:
+    consumer = ShieldingConsumer()
+    commits = _InOrderCommits(consumer)
+    commits.delivered("p0", 0)
+    commits.delivered("p0", 1)
+    with anyio.move_on_after(0.05):
+        await commits.acknowledge("p0", 0)
+    assert consumer.requests == [{"p0": 1}]
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(commits.acknowledge, "p0", 1)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        # The later offset is not sent while the abandoned commit still runs.
+        assert consumer.requests == [{"p0": 1}]
+        consumer.outcomes[0].set_result(None)
+        with anyio.fail_after(5):
+            while len(consumer.requests) < 2:
+                await asyncio.sleep(0)
+        assert consumer.requests == [{"p0": 1}, {"p0": 2}]
+        consumer.outcomes[1].set_result(None)
+
+
+async def test_a_waiting_caller_gets_the_commit_s_failure_itself() -> None:
+    consumer = ShieldingConsumer()
+    commits = _InOrderCommits(consumer)
+    commits.delivered("p0", 0)
+    async with anyio.create_task_group() as tasks:
+
+        async def fail_soon() -> None:
+            while not consumer.outcomes:
+                await asyncio.sleep(0)
+            consumer.outcomes[0].set_exception(ConnectionLost("connection closed"))
+
+        tasks.start_soon(fail_soon)
+        with pytest.raises(ConnectionLost, match="connection closed"):
+            await commits.acknowledge("p0", 0)
