@@ -26,12 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from ports import free_port
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 15.0) -> None:

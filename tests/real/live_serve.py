@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import anyio
 import httpx
+from ports import free_port
 
 from pilothouse.api import Pilothouse
 from pilothouse.settings import Settings
@@ -45,13 +45,6 @@ def cli(database_url: str, *args: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextmanager
@@ -142,6 +135,8 @@ class ServeProcess:
     port: int
     workers: int = 1
     env: dict[str, str] | None = None
+    grace: float = 5
+    """``serve --grace``: seconds a SIGTERM waits for running turns before stopping them."""
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -162,7 +157,7 @@ class ServeProcess:
                     "--workers",
                     str(self.workers),
                     "--grace",
-                    "5",
+                    str(self.grace),
                     "--log-level",
                     "warning",
                 ],

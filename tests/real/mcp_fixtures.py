@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from npm_packages import NpmUnavailable, node_executable, npm_package, skip_without
+from ports import free_port
 
 EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
 
@@ -39,13 +40,6 @@ def everything_js(node: str) -> Path:
         return npm_package(EVERYTHING, "dist/index.js")
     except NpmUnavailable as missing:
         skip_without(missing, "the MCP server-everything tests")
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_for_port(

@@ -6,13 +6,13 @@ Each test run writes under its own key prefix and deletes its keys afterwards.
 from __future__ import annotations
 
 import logging
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
 
 import anyio
 import pytest
+from ports import free_port
 from pydantic_ai.direct import model_request
 from pydantic_ai.messages import ModelRequest, ModelResponse, UserPromptPart
 from pydantic_ai.models import ModelRequestParameters
@@ -67,12 +67,6 @@ async def prefix() -> AsyncIterator[str]:
     if keys:
         await client.delete(*keys)
     await client.aclose()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_redis_cache_hit_across_two_advisor_instances(prefix: str) -> None:

@@ -26,7 +26,8 @@ import anyio
 import httpx
 import pytest
 from fault_upstream import Reply, Upstream, completion, running_upstream, text_stream
-from live_serve import ServeProcess, cli, free_port, prepare_database
+from live_serve import ServeProcess, cli, prepare_database
+from ports import free_port
 from sqlalchemy import select
 
 from pilothouse.catalog._enums import ProcessStatus, TimelineKind
@@ -69,7 +70,9 @@ def upstream() -> Iterator[Upstream]:
         yield up
 
 
-def _serve(database_url: str, folder: Path, upstream: Upstream, workers: int = 1) -> ServeProcess:
+def _serve(
+    database_url: str, folder: Path, upstream: Upstream, workers: int = 1, grace: float = 5
+) -> ServeProcess:
     port = free_port()
     return ServeProcess(
         database_url,
@@ -77,6 +80,7 @@ def _serve(database_url: str, folder: Path, upstream: Upstream, workers: int = 1
         port,
         workers=workers,
         env={"PILOTHOUSE_EGRESS_ALLOW": "127.0.0.1"},
+        grace=grace,
     )
 
 
@@ -266,7 +270,8 @@ def test_sigterm_mid_turn_answers_503_with_retry_after_and_records_te(
     """SIGTERM while a JSON turn and a streamed turn wait on a slow upstream."""
     key = prepare_database(database_url, tmp_path, CATALOG.format(base_url=upstream.base_url))
     upstream.script(SLOW)
-    server = _serve(database_url, tmp_path, upstream)
+    # The slow turns outlast any grace: a short one stops them sooner, as a long one would.
+    server = _serve(database_url, tmp_path, upstream, grace=1)
     server.start()
     headers = {"Authorization": f"Bearer {key}"}
     streamed: dict[str, Any] = {}

@@ -22,8 +22,9 @@ from typing import Any
 import httpx
 import pytest
 from fault_upstream import Reply, completion, running_upstream
-from live_serve import PILOTHOUSE, free_port, prepare_database
+from live_serve import PILOTHOUSE, prepare_database
 from otlp_receiver import ReceivedSpan, otlp_receiver
+from ports import free_port
 
 pytestmark = [pytest.mark.real]
 

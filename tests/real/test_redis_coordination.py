@@ -29,7 +29,8 @@ import anyio
 import httpx
 import pytest
 from fault_upstream import Reply, Upstream, running_upstream, text_stream
-from live_serve import PILOTHOUSE, ServeProcess, free_port, prepare_database
+from live_serve import PILOTHOUSE, ServeProcess, prepare_database
+from ports import free_port
 from sqlalchemy import select
 
 from pilothouse.catalog._enums import TimelineKind

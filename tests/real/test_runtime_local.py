@@ -8,7 +8,6 @@ except the CLI test, whose subprocess starts its own.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -17,6 +16,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from ports import free_port
 
 from pilothouse.api import Pilothouse
 from pilothouse.catalog._enums import (
@@ -96,13 +96,6 @@ actions:
     prompt: Say hello.
     ask_user: false
 """
-
-
-def free_port() -> int:
-    """Return a loopback port nothing listens on (bound, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

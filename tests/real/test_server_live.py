@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ports import free_port
 
 pytestmark = pytest.mark.real
 
@@ -27,12 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "catalog"
 # The console script next to this interpreter (the package has no __main__).
 CLI = [str(Path(sys.executable).with_name("pilothouse"))]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _cli(database_url: str, *args: str) -> str:
@@ -49,7 +43,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, str, subprocess.Popen[bytes]]]
     database_url = f"sqlite+aiosqlite:///{tmp_path / 'live.db'}"
     _cli(database_url, "catalog", "import", str(EXAMPLES))
     key = _cli(database_url, "keys", "create", "--tenant", "default", "--name", "live").strip()
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "serve.log").open("wb")
     process = subprocess.Popen(
         [*CLI, "--database-url", database_url, "serve", "--port", str(port), "--grace", "5"],

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from live_serve import free_port
+from ports import free_port
 
 
 @contextmanager
