@@ -60,8 +60,8 @@ screenshots: install
 	PILOTHOUSE_SCREENSHOTS=docs/playground $(BIN)/python -m pytest tests/real/test_playground_browser.py -q -p no:cacheprovider
 
 lint: install
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 
 typecheck: install
 	$(BIN)/pyright

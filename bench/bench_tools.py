@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def _make(i: int):  # noqa: ANN202
+def _make(i: int):
     def tool(city: str) -> str:
         """Look up a fact about a city.
 

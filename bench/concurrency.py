@@ -52,7 +52,8 @@ POOL = 1100
 """Connections each contender's HTTP client may open (and keep alive)."""
 TIMEOUT_S = 600.0
 CONNECT_TIMEOUT_S = 10.0
-"""Everyone's connect timeout: pilothouse's (fixed in its model factory); the openai SDK's is 5 s."""
+"""Everyone's connect timeout: pilothouse's (fixed in its model factory); the openai SDK's
+is 5 s."""
 TOOL_TURN = 3
 TOOL_MARK = "[use tool]"
 CONV_DELAYS = (500, 100, 20)
@@ -459,10 +460,9 @@ async def _chat_pai_agent(base_url: str, model_name: str, options: dict[str, Any
 
 
 async def _chat_langchain(base_url: str, model_name: str, options: dict[str, Any]) -> Chat:
+    import httpx2
     from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
     from langchain_openai import ChatOpenAI
-
-    import httpx2
 
     def chat(model: str) -> Any:
         return ChatOpenAI(
@@ -529,7 +529,9 @@ async def _chat_pilothouse(base_url: str, model_name: str, options: dict[str, An
 
     async def turn(state: dict[str, str], user: int, t: int) -> str | None:
         if "uuid" not in state:
-            r = await ph.command.start_and_send(user_text(user, t), action=action, runtime_config=config)
+            r = await ph.command.start_and_send(
+                user_text(user, t), action=action, runtime_config=config
+            )
             state["uuid"] = r.conversation_uuid
         else:
             r = await ph.command.send_message(
@@ -541,7 +543,9 @@ async def _chat_pilothouse(base_url: str, model_name: str, options: dict[str, An
 
     async def stream() -> dict[str, Any]:
         clock = C.StreamClock()
-        async for event in ph.command.start_and_stream(C.USER, action=stream_action, runtime_config=config):
+        async for event in ph.command.start_and_stream(
+            C.USER, action=stream_action, runtime_config=config
+        ):
             if isinstance(event, TextDelta):
                 clock.chunk(event.text)
         return clock.facts()
@@ -945,7 +949,7 @@ def _ask_all(workers: dict[str, Any], command: dict[str, Any]) -> dict[str, dict
     for worker in workers.values():
         worker.process.stdin.write(json.dumps(command) + "\n")
         worker.process.stdin.flush()
-    return {name: worker._read() for name, worker in workers.items()}  # noqa: SLF001
+    return {name: worker._read() for name, worker in workers.items()}
 
 
 def _start(
@@ -954,8 +958,53 @@ def _start(
     if name.startswith("pilothouse"):
         own = workdir / name  # its own catalog file: preparations run in parallel
         own.mkdir(parents=True, exist_ok=True)
-        options.update(h._prepare_pilothouse(args.python, name, mock, own, args.pg))  # noqa: SLF001
+        options.update(h._prepare_pilothouse(args.python, name, mock, own, args.pg))
     return h.Worker(python, options)
+
+
+def _submit_starts(
+    pool: ThreadPoolExecutor,
+    h: Any,
+    scenario: str,
+    names: list[str],
+    args: Any,
+    mock: Any,
+    workdir: Path,
+    skipped: dict[str, str],
+) -> dict[str, Any]:
+    """Submit to ``pool`` the start of each contender of ``scenario`` that can run here.
+
+    Returns the pending start-ups (futures of workers) by contender name; a contender that
+    cannot run (not a contender of the scenario's kind, no interpreter, no PostgreSQL) gets
+    its reason in ``skipped`` instead.
+    """
+    kind, _ = _parse(scenario)
+    pending: dict[str, Any] = {}
+    for name in names:
+        if name not in BUILDERS:
+            skipped[name] = f"not a contender of {kind}-N scenarios"
+            continue
+        python = args.litellm_python if name in C.LITELLM else args.python
+        if not Path(python).exists():
+            skipped[name] = f"no interpreter at {python}"
+            continue
+        if name == "pilothouse-postgres" and not h._postgres_available(args.pg):
+            skipped[name] = f"no PostgreSQL at {args.pg}"
+            continue
+        options: dict[str, Any] = {
+            "contender": name,
+            "scenario": scenario,
+            "base_url": mock.base_url,
+            "bench_dir": str(h.BENCH),
+            "delay_ms": args.conc_delay,
+            "turns": args.conc_turns,
+            "stream_model": args.conc_stream_model,
+        }
+        if h._pin(h.SUT_CORE):
+            # Start-up and warm-up may use both cores; pinned before the rounds.
+            options["worker_core"] = f"{h.LOAD_CORE},{h.SUT_CORE}"
+        pending[name] = pool.submit(_start, h, name, python, options, args, mock, workdir)
+    return pending
 
 
 def run_scenario(
@@ -988,34 +1037,10 @@ def run_scenario(
         "skipped": {},
     }
     workers: dict[str, Any] = {}
-    pending: dict[str, Any] = {}
     # Workers start in parallel (threads wait on their processes): their
     # start-up, and the first conversation's mock delays, are not measured.
     with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-        for name in names:
-            if name not in BUILDERS:
-                result["skipped"][name] = f"not a contender of {kind}-N scenarios"
-                continue
-            python = args.litellm_python if name in C.LITELLM else args.python
-            if not Path(python).exists():
-                result["skipped"][name] = f"no interpreter at {python}"
-                continue
-            if name == "pilothouse-postgres" and not h._postgres_available(args.pg):  # noqa: SLF001
-                result["skipped"][name] = f"no PostgreSQL at {args.pg}"
-                continue
-            options: dict[str, Any] = {
-                "contender": name,
-                "scenario": scenario,
-                "base_url": mock.base_url,
-                "bench_dir": str(h.BENCH),
-                "delay_ms": args.conc_delay,
-                "turns": args.conc_turns,
-                "stream_model": args.conc_stream_model,
-            }
-            if h._pin(h.SUT_CORE):  # noqa: SLF001
-                # Start-up and warm-up may use both cores; pinned before the rounds.
-                options["worker_core"] = f"{h.LOAD_CORE},{h.SUT_CORE}"
-            pending[name] = pool.submit(_start, h, name, python, options, args, mock, workdir)
+        pending = _submit_starts(pool, h, scenario, names, args, mock, workdir, result["skipped"])
         for name, future in pending.items():
             try:
                 worker = future.result()
@@ -1036,7 +1061,7 @@ def run_scenario(
         _ask_all(workers, {"op": "conc", "users": args.conc_warmup, "measure": False})
     elif args.conc_warmup:
         _ask_all(workers, {"op": "streams", "n": min(3, args.conc_warmup)})
-    if h._pin(h.SUT_CORE):  # noqa: SLF001
+    if h._pin(h.SUT_CORE):
         for worker in workers.values():
             _pin_threads(worker.process.pid, h.SUT_CORE)
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in workers}
@@ -1047,8 +1072,8 @@ def run_scenario(
             answer = worker.ask(command)
             rounds[name].append(answer)
             print(
-                f"  [{scenario}] round {index + 1}/{args.conc_rounds} {name}: {answer['wall_s']:.1f} s,"
-                f" {answer['errors']} errors",
+                f"  [{scenario}] round {index + 1}/{args.conc_rounds} {name}:"
+                f" {answer['wall_s']:.1f} s, {answer['errors']} errors",
                 flush=True,
             )
     mock_after = mock.stats()
@@ -1174,7 +1199,8 @@ LOADGEN = r"""
 import asyncio, json, resource, sys, time
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-port, mode, conns, seconds, delay = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+port, mode = sys.argv[1], sys.argv[2]
+conns, seconds, delay = int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
 stream_model = sys.argv[6]
 lat, ttft, gaps, chunks, count = [], [], [], [0], [0]
 def request(body):
@@ -1224,14 +1250,15 @@ async def main():
         await asyncio.gather(*(one_plain(start + seconds) for _ in range(conns)))
     else:
         await asyncio.gather(*(one_stream() for _ in range(conns)))
-    print(json.dumps({"seconds": time.perf_counter() - start, "requests": count[0], "lat": lat, "ttft": ttft,
-                      "gaps": gaps, "chunks": chunks[0]}))
+    print(json.dumps({"seconds": time.perf_counter() - start, "requests": count[0],
+                      "lat": lat, "ttft": ttft, "gaps": gaps, "chunks": chunks[0]}))
 asyncio.run(main())
 """
 
 
 def capacity(h: Any, mock: Any, python: str, scenarios: list[str], args: Any) -> dict[str, Any]:
-    """Load the mock as the largest conc-N / stream-N scenario does, from a raw client on the other core.
+    """Load the mock as the largest conc-N / stream-N scenario does, from a raw client on the
+    other core.
 
     Returns achieved vs ideal throughput and the added latency at that load
     (plain), and time to first chunk, gaps and chunks (stream), with the mock's
@@ -1253,7 +1280,7 @@ def capacity(h: Any, mock: Any, python: str, scenarios: list[str], args: Any) ->
                 "-c",
                 LOADGEN,
                 str(mock.port),
-                "plain" if kind == "conc" else "stream",  # noqa: SLF001
+                "plain" if kind == "conc" else "stream",
                 str(conns),
                 str(seconds),
                 str(args.conc_delay),

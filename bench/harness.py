@@ -77,7 +77,7 @@ def _free_port() -> int:
 
 
 def _get_json(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback
+    with urllib.request.urlopen(url, timeout=5) as response:
         return json.loads(response.read())
 
 
@@ -181,7 +181,8 @@ def _prepare_pilothouse(
         "import asyncio, sys\n"
         f"sys.path.insert(0, {str(BENCH)!r})\n"
         "import contenders\n"
-        f"asyncio.run(contenders.prepare_pilothouse({url!r}, {mock.base_url!r}, {str(workdir)!r}))\n"
+        f"asyncio.run(contenders.prepare_pilothouse({url!r}, {mock.base_url!r},"
+        f" {str(workdir)!r}))\n"
     )
     env = {**os.environ, "BENCH_MOCK_API_KEY": "x"}
     subprocess.run([python, "-c", prepare], check=True, env=env)
@@ -388,8 +389,8 @@ def _profile(args: argparse.Namespace, mock: Mock, workdir: Path, out: Path) -> 
 def _versions(python: str) -> dict[str, str]:
     script = (
         "import importlib.metadata as m, json\n"
-        "names = ['httpx','openai','litellm','pydantic-ai-slim','langchain-openai','langchain-core',"
-        "'pilothouse','sqlalchemy','aiosqlite','asyncpg','matplotlib']\n"
+        "names = ['httpx','openai','litellm','pydantic-ai-slim','langchain-openai',"
+        "'langchain-core','pilothouse','sqlalchemy','aiosqlite','asyncpg','matplotlib']\n"
         "out = {}\n"
         "for n in names:\n"
         "    try: out[n] = m.version(n)\n"

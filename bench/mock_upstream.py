@@ -165,14 +165,14 @@ class MockProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.task = asyncio.get_running_loop().create_task(self._serve())
 
-    def connection_lost(self, exc: Exception | None) -> None:  # noqa: D102
+    def connection_lost(self, exc: Exception | None) -> None:
         self.queue.put_nowait(None)
 
-    def data_received(self, data: bytes) -> None:  # noqa: D102
+    def data_received(self, data: bytes) -> None:
         self.buffer += data
         while True:
             end = self.buffer.find(b"\r\n\r\n")

@@ -52,8 +52,8 @@ def _table(scenario: str, data: dict[str, Any]) -> list[str]:
     base = rows.get(BASE, {})
     if scenario == "stream":
         lines = [
-            "| contender | TTFT p50 ms | added TTFT vs floor ms | TTFT p99 ms | inter-chunk gap p99 ms |"
-            " chunks received / expected | CPU ms per call |",
+            "| contender | TTFT p50 ms | added TTFT vs floor ms | TTFT p99 ms |"
+            " inter-chunk gap p99 ms | chunks received / expected | CPU ms per call |",
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for name, r in rows.items():
@@ -79,7 +79,8 @@ def _table(scenario: str, data: dict[str, Any]) -> list[str]:
             f"| {LABELS.get(name, name)} | {r['calls']} | {r['errors']} | {_f(r['p50_ms'])} |"
             f" {_f(r['p99_ms'])} | {_f(r['p50_ms'] - floor['p50_ms']) if floor else 'n/a'} |"
             f" {_f(r['p99_ms'] - floor['p99_ms']) if floor else 'n/a'} |"
-            f" {_f(r['cpu_ms_per_call'])} | {_ratio(r['cpu_ms_per_call'], floor.get('cpu_ms_per_call'))} |"
+            f" {_f(r['cpu_ms_per_call'])} |"
+            f" {_ratio(r['cpu_ms_per_call'], floor.get('cpu_ms_per_call'))} |"
             f" {_ratio(r['cpu_ms_per_call'], base.get('cpu_ms_per_call'))} |"
         )
     return lines
@@ -108,7 +109,8 @@ def _verdicts(results: dict[str, Any]) -> list[str]:
             f"{ph['cpu_ms_per_call'] / base['cpu_ms_per_call']:.2f}× model_request, "
             f"{ph['cpu_ms_per_call'] / limit:.1f}× over the budget"
             if not met
-            else f"- **Scenario 1 CPU target MET**: {ph['cpu_ms_per_call']:.2f} ms ≤ {limit:.2f} ms."
+            else f"- **Scenario 1 CPU target MET**: {ph['cpu_ms_per_call']:.2f} ms"
+            f" ≤ {limit:.2f} ms."
         )
         added = ph["p50_ms"] - floor["p50_ms"]
         for peer in ("langchain", "litellm", "pydantic-ai-Agent.run"):
@@ -133,7 +135,8 @@ def _verdicts(results: dict[str, Any]) -> list[str]:
         }
         out.append(
             f"- **Scenario 3, added TTFT ≤ pydantic-ai stream + 1 ms and below LangChain: "
-            f"{'MET' if ok else 'MISSED'}.** pilothouse +{ph_add:.2f} ms, pydantic-ai +{pai_add:.2f} ms"
+            f"{'MET' if ok else 'MISSED'}.** pilothouse +{ph_add:.2f} ms,"
+            f" pydantic-ai +{pai_add:.2f} ms"
             + (f", LangChain +{lc_add:.2f} ms" if lc_add is not None else "")
             + f". Chunks lost or batched: {lost or 'none, for every contender'}."
         )
@@ -177,12 +180,9 @@ def _plots(results: dict[str, Any], raw: dict[str, Any], docs: Path) -> list[str
         if not data:
             continue
         names = list(data["contenders"])
-        key = (
-            (lambda n: f"stream/{n}/ttft")
-            if scenario == "stream"
-            else (lambda n: f"{scenario}/{n}")
-        )
-        series = [raw.get(key(n), []) for n in names]
+        # Stream latencies are stored as "stream/<name>/ttft", the others as "<scenario>/<name>".
+        suffix = "/ttft" if scenario == "stream" else ""
+        series = [raw.get(f"{scenario}/{n}{suffix}", []) for n in names]
         if not any(series):
             continue
         fig, ax = plt.subplots(figsize=(10, 5.5))
@@ -235,7 +235,8 @@ def _profile_section(results: dict[str, Any]) -> list[str]:
     text = profile["tottime"]
     keep = [line for line in text.splitlines() if line.strip()][:40]
     return [
-        f"cProfile of {profile['calls']} governed turns (pilothouse, audit on SQLite, mock delay 0),"
+        f"cProfile of {profile['calls']} governed turns"
+        " (pilothouse, audit on SQLite, mock delay 0),"
         " top functions by own time (cProfile inflates Python-call-heavy code, so read it for"
         " the ranking, not for absolute figures):",
         "",
@@ -266,6 +267,11 @@ def main() -> None:
     raw = json.loads(raw_path.read_text()) if raw_path.exists() else {}
     plots = _plots(results, raw, args.docs)
     m = results["machine"]
+    pinning = (
+        "mock + load generator on core 0, contender on core 1 (taskset)"
+        if m["pinned"]
+        else "none (one core)"
+    )
     lines = [
         "# Benchmarks",
         "",
@@ -276,7 +282,7 @@ def main() -> None:
         "## Machine and versions",
         "",
         f"- CPU: {m['cpu']}, {m['cores']} cores; Python {m['python']}; {m['platform']}",
-        f"- Pinning: {'mock + load generator on core 0, contender on core 1 (taskset)' if m['pinned'] else 'none (one core)'}",
+        f"- Pinning: {pinning}",
         "- Versions (bench/.venv): "
         + ", ".join(f"{k} {v}" for k, v in results["versions"].items()),
         "- Versions (bench/.venv-litellm, LiteLLM needs openai<3): "
@@ -289,10 +295,13 @@ def main() -> None:
         "- Every contender runs in its own process (`bench/worker.py`), so imports, CPU"
         " (`time.process_time()`, all threads) and memory are its own. Each makes the same call:"
         " system prompt + one user message, `max_tokens` 256, retries off.",
-        f"- Rounds interleave the contenders (A B C … A B C …): {results['settings']['rounds']} rounds"
+        "- Rounds interleave the contenders (A B C … A B C …):"
+        f" {results['settings']['rounds']} rounds"
         f" after a warm-up of {results['settings']['warmup']} calls each; calls per round:"
-        f" {results['settings']['calls']} (delay 0), {results['settings']['slow_calls']} (delay 50),"
-        f" {results['settings']['tool_calls']} (tool), {results['settings']['stream_calls']} (stream).",
+        f" {results['settings']['calls']} (delay 0),"
+        f" {results['settings']['slow_calls']} (delay 50),"
+        f" {results['settings']['tool_calls']} (tool),"
+        f" {results['settings']['stream_calls']} (stream).",
         "- pilothouse makes a *governed turn* of a new conversation per call:"
         " `start_and_send` (`start_and_stream` for streams), which writes what"
         " `start_conversation` + `send_message` write with one transaction fewer"
@@ -377,7 +386,8 @@ def main() -> None:
         for name, r in s1.items():
             c = r["cold"]
             lines.append(
-                f"| {LABELS.get(name, name)} | {c['import_setup_ms']:.0f} | {c['cold_ms']:.0f} | {c['cold_cpu_ms']:.0f} |"
+                f"| {LABELS.get(name, name)} | {c['import_setup_ms']:.0f} | {c['cold_ms']:.0f} |"
+                f" {c['cold_cpu_ms']:.0f} |"
             )
         lines.append("")
     # The whole-process cold start (bench/coldstart.py) renders its own section.

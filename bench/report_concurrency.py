@@ -173,7 +173,8 @@ def _method(results: dict[str, Any]) -> list[str]:
         " every connection for every queued request, which from about 150 connections costs it"
         " ~22 ms of CPU per turn against ~3 ms at 50 (measured while building this scenario), so"
         " it would be neither floor nor ceiling here.",
-        f"- **Connection pools raised for everyone** to {settings['pool']:,} connections (keep-alive"
+        "- **Connection pools raised for everyone**"
+        f" to {settings['pool']:,} connections (keep-alive"
         " too), and the same timeouts: 600 s, connect 10 s (pilothouse's defaults; the openai"
         " SDK's default connect timeout is 5 s; LiteLLM gets `timeout=600`),"
         " so no contender is throttled or failed by its client's defaults"
@@ -189,12 +190,15 @@ def _method(results: dict[str, Any]) -> list[str]:
         " long before 1,000 users (one core runs the contender), so achieved throughput is"
         " min(ideal, CPU ceiling) at best; raw httpx is the ceiling for a Python client.",
         f"- **Latency − delay** = turn latency minus the mock's hold for that turn ({delay} ms,"
-        f" {2 * delay} ms for the tool turn): the time spent in the client and queueing for its CPU.",
-        "- **Event-loop lag**: a task in the contender's loop sleeps 10 ms over and over and records"
-        " the overshoot. **Memory**: RSS sampled every 50 ms during the round; *peak RSS* is the"
+        f" {2 * delay} ms for the tool turn):"
+        " the time spent in the client and queueing for its CPU.",
+        "- **Event-loop lag**: a task in the contender's loop sleeps 10 ms over and over"
+        " and records the overshoot."
+        " **Memory**: RSS sampled every 50 ms during the round; *peak RSS* is the"
         " round's peak, *KB per conversation* = (peak RSS − RSS before the round) ÷ N; ru_maxrss"
         " is the process's peak since it started (imports included).",
-        f"- **Rounds**: {settings['rounds']} per level (fewer than scenario 1: a round at 1,000 users"
+        f"- **Rounds**: {settings['rounds']} per level"
+        " (fewer than scenario 1: a round at 1,000 users"
         " takes up to minutes for the slowest contenders), after a warm-up of"
         f" {settings['warmup']} conversations; one fresh process per contender and level, so"
         " memory figures never reuse an earlier level's arenas. Contenders run one after the other;"
@@ -234,7 +238,8 @@ def _capacity(results: dict[str, Any]) -> list[str]:
         lines.append(
             f"- {c['connections']:,} connections, {c['delay_ms']} ms delay: the raw client got"
             f" {c['requests_per_s']:,.0f} requests/s of the ideal {c['ideal_requests_per_s']:,.0f}"
-            f" ({c['requests_per_s'] / c['ideal_requests_per_s']:.0%}), each {_f(c['excess_p50_ms'])} ms"
+            f" ({c['requests_per_s'] / c['ideal_requests_per_s']:.0%}),"
+            f" each {_f(c['excess_p50_ms'])} ms"
             f" (p50) / {_f(c['excess_p99_ms'])} ms (p99) over the delay. The mock spends"
             f" {c['cpu_us_per_request']:.0f} µs CPU per request: a CPU-bound ceiling of"
             f" {c['cpu_bound_capacity_per_s']:,.0f} requests/s. Highest load a contender put on it"
@@ -258,16 +263,22 @@ def _capacity(results: dict[str, Any]) -> list[str]:
         )
         lines.append(
             f"- {s['streams']} streams at once: the raw client saw time to first chunk"
-            f" {_f(s['ttft_p50_ms'])} ms (p50) / {_f(s['ttft_p99_ms'])} ms (p99), inter-chunk gap p99"
-            f" {_f(s['gap_p99_ms'])} ms (max {_f(s['gap_max_ms'])}), {s['chunks_received']:,} /"
-            f" {s['chunks_expected']:,} chunks; the mock spent {s['cpu_us_per_stream'] / 1000:.1f} ms"
+            f" {_f(s['ttft_p50_ms'])} ms (p50) / {_f(s['ttft_p99_ms'])} ms (p99),"
+            " inter-chunk gap p99"
+            f" {_f(s['gap_p99_ms'])} ms (max {_f(s['gap_max_ms'])}),"
+            f" {s['chunks_received']:,} /"
+            f" {s['chunks_expected']:,} chunks;"
+            f" the mock spent {s['cpu_us_per_stream'] / 1000:.1f} ms"
             " CPU per stream"
             + (
-                f": the mock keeps the stream's timing at this load (TTFT p99 within 20 ms of {first} ms,"
+                ": the mock keeps the stream's timing at this load"
+                f" (TTFT p99 within 20 ms of {first} ms,"
                 f" gap p99 within 10 ms of {gap} ms)."
                 if (s["ttft_p99_ms"] or 1e9) <= first + 20 and (s["gap_p99_ms"] or 1e9) <= gap + 10
-                else f". **It did not keep the stream's timing (TTFT p99 more than 20 ms over {first} ms"
-                f" or gap p99 more than 10 ms over {gap} ms): the mock or the load core fell behind;"
+                else ". **It did not keep the stream's timing"
+                f" (TTFT p99 more than 20 ms over {first} ms"
+                f" or gap p99 more than 10 ms over {gap} ms):"
+                " the mock or the load core fell behind;"
                 " read the stream figures with care.**"
             )
         )
@@ -286,11 +297,13 @@ def _conc_table(users: int, data: dict[str, Any], labels: dict[str, str]) -> lis
     ]
     for name, r in rows.items():
         lines.append(
-            f"| {_label(labels, name)} | {r['turns_done']:,} / {r['turns_expected']:,} | {r['errors']} |"
+            f"| {_label(labels, name)} | {r['turns_done']:,} / {r['turns_expected']:,} |"
+            f" {r['errors']} |"
             f" {r['history_mismatches']} | {_f(r['throughput_turns_s'])} |"
             f" {_ratio(r['throughput_turns_s'], r['ideal_turns_s'])} |"
             f" {_ratio(r['throughput_turns_s'], base)} | {_f(r['cpu_ceiling_turns_s'])} |"
-            f" {_f(r['cpu_ms_per_turn'], 2)} | {_f(r['excess_p50_ms'], 0)} | {_f(r['excess_p99_ms'], 0)} |"
+            f" {_f(r['cpu_ms_per_turn'], 2)} | {_f(r['excess_p50_ms'], 0)} |"
+            f" {_f(r['excess_p99_ms'], 0)} |"
             f" {_f(r['lag_p99_ms'])} | {_f(r['lag_max_ms'], 0)} | {_f(r['rss_peak_mb'], 0)} |"
             f" {_f(r['kb_per_conversation'], 0)} | {_f(r['maxrss_mb'], 0)} |"
         )
@@ -358,8 +371,10 @@ def _stream_table(streams: int, data: dict[str, Any], labels: dict[str, str]) ->
             f"| {_label(labels, name)} | {r['streams']} | {r['errors']} |"
             f" {_f(r.get('ttft_launch_p50_ms'))} / {_f(r.get('ttft_launch_p99_ms'))} |"
             f" {_f(r['ttft_p50_ms'])} |"
-            f" {_f(added)} | {_f(r['ttft_p99_ms'])} | {_f(r['gap_p50_ms'])} | {_f(r['gap_p99_ms'])} |"
-            f" {_f(gap_added)} | {_f(r['gap_max_ms'])} | {r['chunks_received']:,} / {r['chunks_expected']:,} |"
+            f" {_f(added)} | {_f(r['ttft_p99_ms'])} | {_f(r['gap_p50_ms'])} |"
+            f" {_f(r['gap_p99_ms'])} |"
+            f" {_f(gap_added)} | {_f(r['gap_max_ms'])} |"
+            f" {r['chunks_received']:,} / {r['chunks_expected']:,} |"
             f" {_f(r['cpu_ms_per_stream'])} | {_f(r['lag_p99_ms'])} | {_f(r['rss_peak_mb'], 0)} |"
         )
     return lines
@@ -460,7 +475,8 @@ def section(results: dict[str, Any], docs: Path, labels: dict[str, str]) -> list
     if conc:
         delay = conc[0][1]["settings"]["delay_ms"]
         lines += [
-            f"## Scenario 2: concurrent conversations ({', '.join(f'{u:,}' for u, _ in conc)} users),"
+            "## Scenario 2: concurrent conversations"
+            f" ({', '.join(f'{u:,}' for u, _ in conc)} users),"
             f" mock delay {delay} ms",
             "",
             *_method(results),
