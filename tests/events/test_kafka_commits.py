@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
+from pilothouse.events import _kafka as kafka
 from pilothouse.events._kafka import _InOrderCommits
 
 pytestmark = pytest.mark.anyio
@@ -33,6 +34,8 @@ class ShieldingConsumer:
     def __init__(self) -> None:
         self.requests: list[dict[Any, int]] = []
         self.outcomes: list[asyncio.Future[None]] = []
+        self.finished = 0
+        """Commits that ran to their end (not cancelled)."""
 
     async def commit(self, offsets: dict[Any, int]) -> None:
         outcome = asyncio.get_running_loop().create_future()
@@ -43,6 +46,7 @@ class ShieldingConsumer:
             await outcome
 
         await asyncio.shield(request())
+        self.finished += 1
 
 
 def _unretrieved(loop: asyncio.AbstractEventLoop) -> list[dict[str, Any]]:
@@ -114,3 +118,71 @@ async def test_a_waiting_caller_gets_the_commit_s_failure_itself() -> None:
         tasks.start_soon(fail_soon)
         with pytest.raises(ConnectionLost, match="connection closed"):
             await commits.acknowledge("p0", 0)
+
+
+class RetryingConsumer(ShieldingConsumer):
+    """Retries a failed commit request as aiokafka does, for as long as it fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts = 0
+
+    async def commit(self, offsets: dict[Any, int]) -> None:
+        while True:
+            self.attempts += 1
+
+            async def request() -> None:
+                raise ConnectionLost("no coordinator")
+
+            try:
+                await asyncio.shield(request())
+            except ConnectionLost:
+                await asyncio.sleep(0.005)  # aiokafka's retry backoff
+            else:
+                return
+
+
+async def test_a_stopped_consumer_ends_the_commit_its_cancelled_caller_left_retrying(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kafka, "_ABANDONED_COMMIT_GRACE", 0.05)
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    seen = _unretrieved(loop)
+    consumer = RetryingConsumer()
+    commits = _InOrderCommits(consumer)
+    commits.delivered("p0", 0)
+    try:
+        with anyio.move_on_after(0.05):
+            await commits.acknowledge("p0", 0)
+        retrying = consumer.attempts
+        await asyncio.sleep(0.05)
+        assert consumer.attempts > retrying  # left running, still retrying
+        with anyio.fail_after(5):
+            await commits.close()
+        stopped = consumer.attempts
+        await asyncio.sleep(0.05)
+        assert consumer.attempts == stopped  # no retry after close
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(previous)
+    assert seen == []
+
+
+async def test_closing_lets_an_abandoned_commit_that_is_answered_finish() -> None:
+    consumer = ShieldingConsumer()
+    commits = _InOrderCommits(consumer)
+    commits.delivered("p0", 0)
+    with anyio.move_on_after(0.05):
+        await commits.acknowledge("p0", 0)
+
+    async def answer_soon() -> None:
+        await asyncio.sleep(0.01)
+        consumer.outcomes[0].set_result(None)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(answer_soon)
+        with anyio.fail_after(5):
+            await commits.close()
+    assert consumer.finished == 1  # waited for, not cancelled

@@ -22,6 +22,9 @@ from pilothouse.events._bus import BusError, Delivery
 
 logger = logging.getLogger("pilothouse.events.kafka")
 
+_ABANDONED_COMMIT_GRACE = 1.0
+"""Seconds a stopped consumer's abandoned commit gets to finish before it is cancelled."""
+
 
 class KafkaBus:
     """A bus over a Kafka-protocol broker (Apache Kafka, Redpanda, tansu).
@@ -161,12 +164,15 @@ class KafkaBus:
                 key = raw_key.decode() if raw_key is not None else None
                 yield Delivery(str(record.topic), value, key, lag, ack)
         finally:
-            if consumer in self._consumers:
-                self._consumers.remove(consumer)
-                # Shielded: a cancelled consumer must still leave its group
-                # and close its connections.
-                with anyio.CancelScope(shield=True):
+            # Shielded: a cancelled consumer must still leave its group, close
+            # its connections and end what it left running.
+            with anyio.CancelScope(shield=True):
+                if consumer in self._consumers:
+                    self._consumers.remove(consumer)
                     await consumer.stop()
+                # Stopped here or by close(): a commit left by a cancelled
+                # acknowledgement would otherwise retry for ever.
+                await commits.close()
 
 
 class _InOrderCommits:
@@ -236,6 +242,25 @@ class _InOrderCommits:
             raise
         # The caller waited: the outcome is its own (a KafkaError becomes BusError).
         task.result()
+
+    async def close(self) -> None:
+        """End a commit left by a cancelled caller; call once the consumer has stopped.
+
+        aiokafka retries a commit for as long as the group's coordinator is
+        unknown, which after ``stop()`` is for ever. A commit that still runs
+        gets a second to finish (a live broker answers in milliseconds), then
+        is cancelled: by then its requests fail at once (the consumer's
+        connections are closed) and it waits in aiokafka's retry sleep, so no
+        request is left behind. Not committed: the group delivers the message
+        again.
+        """
+        task, self._abandoned = self._abandoned, None
+        if task is None or task.done():
+            return
+        await asyncio.wait({task}, timeout=_ABANDONED_COMMIT_GRACE)
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
 
 
 def _abandoned_commit_done(task: asyncio.Task[Any]) -> None:
