@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -49,25 +51,33 @@ class ShieldingConsumer:
         self.finished += 1
 
 
-def _unretrieved(loop: asyncio.AbstractEventLoop) -> list[dict[str, Any]]:
-    """Route the loop's "never retrieved" reports into a list the test reads."""
+@contextmanager
+def unretrieved_reports() -> Iterator[list[dict[str, Any]]]:
+    """The loop's "never retrieved" reports while inside, in a list the test reads."""
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
     seen: list[dict[str, Any]] = []
     loop.set_exception_handler(lambda _loop, context: seen.append(context))
-    return seen
+    try:
+        yield seen
+    finally:
+        loop.set_exception_handler(previous)
+
+
+async def cancel_acknowledgement(commits: _InOrderCommits, offset: int) -> None:
+    """Acknowledge ``offset`` and give up waiting while its commit still runs."""
+    with anyio.move_on_after(0.05):
+        await commits.acknowledge("p0", offset)
 
 
 async def test_a_commit_whose_caller_is_cancelled_leaves_no_unretrieved_failure(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    loop = asyncio.get_running_loop()
-    previous = loop.get_exception_handler()
-    seen = _unretrieved(loop)
     consumer = ShieldingConsumer()
     commits = _InOrderCommits(consumer)
     commits.delivered("p0", 0)
-    try:
-        with anyio.move_on_after(0.05):
-            await commits.acknowledge("p0", 0)  # waits on the request: the broker is down
+    with unretrieved_reports() as seen:
+        await cancel_acknowledgement(commits, 0)  # waits on the request: the broker is down
         assert consumer.requests == [{"p0": 1}]
         caplog.set_level(logging.WARNING, logger="pilothouse.events.kafka")
         consumer.outcomes[0].set_exception(ConnectionLost("connection closed"))
@@ -76,8 +86,6 @@ async def test_a_commit_whose_caller_is_cancelled_leaves_no_unretrieved_failure(
         gc.collect()  # a forgotten task reports its failure when it is collected
         for _ in range(5):
             await asyncio.sleep(0)
-    finally:
-        loop.set_exception_handler(previous)
     assert seen == []
     assert "a commit left by its cancelled caller failed: connection closed" in caplog.text
 
@@ -87,8 +95,7 @@ async def test_the_next_commit_waits_for_an_abandoned_one_so_offsets_never_go_ba
     commits = _InOrderCommits(consumer)
     commits.delivered("p0", 0)
     commits.delivered("p0", 1)
-    with anyio.move_on_after(0.05):
-        await commits.acknowledge("p0", 0)
+    await cancel_acknowledgement(commits, 0)
     assert consumer.requests == [{"p0": 1}]
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(commits.acknowledge, "p0", 1)
@@ -146,15 +153,11 @@ async def test_a_stopped_consumer_ends_the_commit_its_cancelled_caller_left_retr
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(kafka, "_ABANDONED_COMMIT_GRACE", 0.05)
-    loop = asyncio.get_running_loop()
-    previous = loop.get_exception_handler()
-    seen = _unretrieved(loop)
     consumer = RetryingConsumer()
     commits = _InOrderCommits(consumer)
     commits.delivered("p0", 0)
-    try:
-        with anyio.move_on_after(0.05):
-            await commits.acknowledge("p0", 0)
+    with unretrieved_reports() as seen:
+        await cancel_acknowledgement(commits, 0)
         retrying = consumer.attempts
         await asyncio.sleep(0.05)
         assert consumer.attempts > retrying  # left running, still retrying
@@ -165,8 +168,6 @@ async def test_a_stopped_consumer_ends_the_commit_its_cancelled_caller_left_retr
         assert consumer.attempts == stopped  # no retry after close
         gc.collect()
         await asyncio.sleep(0)
-    finally:
-        loop.set_exception_handler(previous)
     assert seen == []
 
 
@@ -174,8 +175,7 @@ async def test_closing_lets_an_abandoned_commit_that_is_answered_finish() -> Non
     consumer = ShieldingConsumer()
     commits = _InOrderCommits(consumer)
     commits.delivered("p0", 0)
-    with anyio.move_on_after(0.05):
-        await commits.acknowledge("p0", 0)
+    await cancel_acknowledgement(commits, 0)
 
     async def answer_soon() -> None:
         await asyncio.sleep(0.01)
