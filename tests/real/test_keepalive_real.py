@@ -8,14 +8,19 @@ used to open one each: the OpenAI SDK reads the rest of the body after
 ``[DONE]`` through the response's stream, and the wire-repair transport's
 stream started over instead of going on, so the body was never read whole
 and the connection was dropped (in production, a TLS handshake per call).
+
+Each request also leaves in one ``send`` system call (its head and body
+together, ``providers/_pool.py``), counted where asyncio calls the socket.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from starlette.applications import Starlette
@@ -113,10 +118,21 @@ async def ph(
 
 
 async def test_streamed_and_whole_model_calls_share_one_connection(
-    ph: Pilothouse, upstream: tuple[str, list[tuple[str, int]]]
+    ph: Pilothouse, upstream: tuple[str, list[tuple[str, int]]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clients = upstream[1]
     clients.clear()
+    port = urlsplit(upstream[0]).port
+    sends: list[int] = []
+    original = socket.socket.send
+
+    def send(self: socket.socket, data: Any, flags: int = 0) -> int:
+        peer: Any = self.getpeername()
+        if isinstance(peer, tuple) and peer[1] == port:
+            sends.append(len(data))
+        return original(self, data, flags)
+
+    monkeypatch.setattr(socket.socket, "send", send)
     for _ in range(3):
         seen: list[str] = []
         async for event in ph.command.start_and_stream("Still there?", action="ASK"):
@@ -132,3 +148,5 @@ async def test_streamed_and_whole_model_calls_share_one_connection(
     # end of their bodies, so each call found the connection free.
     assert len(clients) == 5
     assert len(set(clients)) == 1, clients
+    # Five requests, five sends: each request's head and body left together.
+    assert len(sends) == 5, sends

@@ -11,14 +11,23 @@ independent pools and sends each request to the pool with the fewest
 requests in flight, so each walk covers a fraction of the connections. At
 low load every request goes to the first pool, which keeps its connections
 warm as a single pool would.
+
+Every pool's connections send a request's head and body in one system call
+(:class:`CoalescingBackend`): httpcore writes them separately, and each
+``send`` is dear: on loopback the kernel delivers the segment to the reader
+within the sender's call, about 150 µs of CPU on the benchmark machine,
+3–5 % of a governed turn (``docs/benchmarks.md``, 2026-11-29).
 """
 
 from __future__ import annotations
 
-__all__ = ["ShardedTransport", "provider_transport"]
+__all__ = ["CoalescingBackend", "ShardedTransport", "provider_transport"]
 
-from collections.abc import AsyncIterator, Callable
+import ssl
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, cast
 
+import httpcore2
 import httpx2
 
 _CONNECTIONS_PER_SHARD = 64
@@ -26,11 +35,15 @@ _CONNECTIONS_PER_SHARD = 64
 _MAX_SHARDS = 16
 
 
-def provider_transport(max_connections: int) -> httpx2.AsyncBaseTransport:
+def provider_transport(
+    max_connections: int, ssl_context: ssl.SSLContext | None = None
+) -> httpx2.AsyncBaseTransport:
     """Return the transport for one provider's HTTP client.
 
     Args:
         max_connections: connections the client may open (and keep alive).
+        ssl_context: the TLS settings (certificates trusted); by default
+            httpx's, from the system's CA bundle.
 
     Returns:
         A plain ``AsyncHTTPTransport`` for small limits, otherwise a
@@ -39,12 +52,143 @@ def provider_transport(max_connections: int) -> httpx2.AsyncBaseTransport:
     """
     shards = max(1, min(_MAX_SHARDS, max_connections // _CONNECTIONS_PER_SHARD))
     if shards == 1:
-        return httpx2.AsyncHTTPTransport(limits=_limits(max_connections))
-    return ShardedTransport(max_connections=max_connections, shards=shards)
+        return _http_transport(max_connections, ssl_context or httpx2.create_ssl_context())
+    return ShardedTransport(max_connections=max_connections, shards=shards, ssl_context=ssl_context)
+
+
+def _http_transport(connections: int, ssl_context: ssl.SSLContext) -> httpx2.AsyncHTTPTransport:
+    """One pool of ``connections`` HTTP/1.1 connections whose requests leave in one send."""
+    transport = httpx2.AsyncHTTPTransport(verify=ssl_context, limits=_limits(connections))
+    # httpx2's transport takes no network backend; its pool is replaced by
+    # the same pool (its own defaults: HTTP/1.1 only, no proxy, as ours) with
+    # one. tests/providers/test_provider_pool.py fails if the swap stops
+    # reaching the connections.
+    transport._pool = httpcore2.AsyncConnectionPool(  # pyright: ignore[reportPrivateUsage]
+        ssl_context=ssl_context,
+        max_connections=connections,
+        max_keepalive_connections=connections,
+        keepalive_expiry=_limits(connections).keepalive_expiry,
+        http1=True,
+        http2=False,
+        network_backend=CoalescingBackend(),
+    )
+    return transport
 
 
 def _limits(connections: int) -> httpx2.Limits:
     return httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
+
+
+_COALESCED_AT_MOST = 64 * 1024
+"""Bytes above which a write is not copied to join the held one (a big upload
+costs more to copy than the system call it would save)."""
+
+
+class CoalescingBackend(httpcore2.AsyncNetworkBackend):
+    """Connects through ``inner``; its streams send a request's head with its body.
+
+    httpcore's HTTP/1.1 connection writes a request's head and then its body,
+    two ``send`` calls and two TCP segments. Each stream here holds a write
+    until the next write or read: a second write leaves joined to the held
+    one, a read first sends what is held (a request is always followed by a
+    read of its response, so nothing waits unsent). HTTP/1.1 only, as the
+    pools here are built: an HTTP/2 connection reads and writes from several
+    tasks at once, so a held write could wait behind a read already blocked.
+
+    Args:
+        inner: the backend that opens the connections (anyio's by default).
+    """
+
+    def __init__(self, inner: httpcore2.AsyncNetworkBackend | None = None) -> None:
+        # httpcore2 declares a stand-in AnyIOBackend when anyio is missing
+        # (it never is: pilothouse depends on it), which its type hides.
+        self._inner: httpcore2.AsyncNetworkBackend = inner or cast(
+            httpcore2.AsyncNetworkBackend, httpcore2.AnyIOBackend()
+        )
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        """Open a TCP connection whose writes are coalesced."""
+        stream = await self._inner.connect_tcp(
+            host,
+            port,
+            timeout=timeout,
+            local_address=local_address,
+            socket_options=socket_options,
+        )
+        return _CoalescingStream(stream)
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        """Open a Unix socket connection whose writes are coalesced."""
+        stream = await self._inner.connect_unix_socket(
+            path, timeout=timeout, socket_options=socket_options
+        )
+        return _CoalescingStream(stream)
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep as the inner backend does (httpcore's connect retries)."""
+        await self._inner.sleep(seconds)
+
+
+class _CoalescingStream(httpcore2.AsyncNetworkStream):
+    """A network stream that holds one write until the next write or read."""
+
+    def __init__(self, inner: httpcore2.AsyncNetworkStream) -> None:
+        self._inner = inner
+        self._held: bytes | None = None
+        self._held_timeout: float | None = None
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        held = self._held
+        if held is None:
+            self._held, self._held_timeout = buffer, timeout
+            return
+        self._held = None
+        if len(buffer) > _COALESCED_AT_MOST:
+            await self._inner.write(held, self._held_timeout)
+            await self._inner.write(buffer, timeout)
+        else:
+            await self._inner.write(held + buffer, timeout)
+
+    async def _send_held(self) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            await self._inner.write(held, self._held_timeout)
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        await self._send_held()
+        return await self._inner.read(max_bytes, timeout)
+
+    async def aclose(self) -> None:
+        # Closing ends the exchange: a held write has no reader to answer it.
+        self._held = None
+        await self._inner.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        await self._send_held()  # a proxy's CONNECT, say: sent before the handshake
+        return _CoalescingStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
 
 
 class ShardedTransport(httpx2.AsyncBaseTransport):
@@ -53,19 +197,19 @@ class ShardedTransport(httpx2.AsyncBaseTransport):
     Args:
         max_connections: the limit of all pools together.
         shards: how many pools share it.
+        ssl_context: the TLS settings of every pool; by default httpx's.
     """
 
-    def __init__(self, *, max_connections: int, shards: int) -> None:
+    def __init__(
+        self, *, max_connections: int, shards: int, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         if shards < 1 or max_connections < shards:
             raise ValueError("need at least one pool and one connection per pool")
         # One TLS context for every pool: building one loads the CA bundle.
-        ssl_context = httpx2.create_ssl_context()
+        ssl_context = ssl_context or httpx2.create_ssl_context()
         share, extra = divmod(max_connections, shards)
         self._pools = [
-            httpx2.AsyncHTTPTransport(
-                verify=ssl_context, limits=_limits(share + (1 if i < extra else 0))
-            )
-            for i in range(shards)
+            _http_transport(share + (1 if i < extra else 0), ssl_context) for i in range(shards)
         ]
         self._in_flight = [0] * shards
 
