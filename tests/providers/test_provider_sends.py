@@ -35,11 +35,16 @@ pytestmark = pytest.mark.anyio
 
 
 class _EchoServer:
-    """Answers each request with its method, body length and the body's SHA-256."""
+    """Answers each request with its method, body length and the body's SHA-256.
 
-    def __init__(self) -> None:
+    With ``close_after_answer`` it closes the connection after each answer
+    without saying so (no ``Connection: close``), as a server whose idle
+    timeout ran out does.
+    """
+
+    def __init__(self, *, close_after_answer: bool = False) -> None:
         self.connections = 0
-        self.port = 0
+        self.close_after_answer = close_after_answer
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -66,6 +71,8 @@ class _EchoServer:
                     + answer
                 )
                 await writer.drain()
+                if self.close_after_answer:
+                    return
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass
         finally:
@@ -150,6 +157,26 @@ async def test_each_request_leaves_in_one_send_on_a_kept_connection(sends: _Send
     finally:
         listener.close()
     assert server.connections == 1
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_reused(sends: _Sends) -> None:
+    # The pool asks each idle connection whether it is readable (here: the
+    # end of the stream the server's close left) before reusing it; the
+    # coalescing stream answers that itself. A wrong "no" would send the next
+    # request into the closed connection and fail it.
+    server = _EchoServer(close_after_answer=True)
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    sends.port = listener.sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{sends.port}/v1/chat/completions"
+    try:
+        async with httpx2.AsyncClient(transport=provider_transport(10)) as client:
+            for _ in range(3):
+                assert (await client.post(url, content=b"{}")).json() == _expected("POST", b"{}")
+                await asyncio.sleep(0.05)  # the server's close reaches the client
+    finally:
+        listener.close()
+    assert server.connections == 3
+    assert sends.count == 3
 
 
 async def test_a_large_body_is_sent_whole_without_being_copied_into_the_head(

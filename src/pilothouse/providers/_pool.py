@@ -23,6 +23,8 @@ from __future__ import annotations
 
 __all__ = ["CoalescingBackend", "ShardedTransport", "provider_transport"]
 
+import select
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, cast
@@ -148,6 +150,7 @@ class _CoalescingStream(httpcore2.AsyncNetworkStream):
         self._inner = inner
         self._held: bytes | None = None
         self._held_timeout: float | None = None
+        self._socket: socket.socket | None = None
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
@@ -188,7 +191,28 @@ class _CoalescingStream(httpcore2.AsyncNetworkStream):
         return _CoalescingStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":
+            # httpcore asks twice a request whether an idle connection was
+            # closed by its server; anyio answers by building its socket's
+            # attributes, the peer's address looked up by a system call
+            # (9 µs a time), so the socket is looked up once.
+            if self._socket is None:
+                self._socket = self._inner.get_extra_info("socket")
+            return _readable(self._socket)
         return self._inner.get_extra_info(info)
+
+
+def _readable(sock: socket.socket | None) -> bool:
+    """Whether a read would not wait: data, or the end of a closed connection (as httpcore)."""
+    descriptor = -1 if sock is None else sock.fileno()
+    if descriptor < 0:
+        return True  # no socket left: the next read ends at once
+    if not hasattr(select, "poll"):  # Windows
+        ready, _, _ = select.select([descriptor], [], [], 0)
+        return bool(ready)
+    poller = select.poll()
+    poller.register(descriptor, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class ShardedTransport(httpx2.AsyncBaseTransport):
