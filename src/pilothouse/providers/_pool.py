@@ -63,7 +63,7 @@ def _http_transport(connections: int, ssl_context: ssl.SSLContext) -> httpx2.Asy
     transport = httpx2.AsyncHTTPTransport(verify=ssl_context, limits=_limits(connections))
     # httpx2's transport takes no network backend; its pool is replaced by
     # the same pool (its own defaults: HTTP/1.1 only, no proxy, as ours) with
-    # one. tests/providers/test_provider_pool.py fails if the swap stops
+    # one. tests/providers/test_provider_sends.py fails if the swap stops
     # reaching the connections.
     transport._pool = httpcore2.AsyncConnectionPool(  # pyright: ignore[reportPrivateUsage]
         ssl_context=ssl_context,
