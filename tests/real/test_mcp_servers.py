@@ -37,11 +37,21 @@ def stdio_everything(node: str, script: Path, **env: str) -> McpClientConfig:
     )
 
 
+def _state(pid: int) -> str | None:
+    """The process's state letter, or None once it is reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        # Reaped between two looks: the file goes, or reading it fails with
+        # ESRCH when the process goes while it is open (seen in CI).
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
 async def wait_dead(pid: int) -> None:
     # Dead means reaped by the transport, or a zombie waiting to be.
-    stat = Path(f"/proc/{pid}/stat")
     with anyio.fail_after(10):
-        while stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        while _state(pid) not in (None, "Z"):
             await anyio.sleep(0.02)
 
 

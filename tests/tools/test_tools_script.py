@@ -71,7 +71,8 @@ def _alive(pid: int) -> bool:
         with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
             # A zombie is dead, only not yet reaped by its new parent.
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # Reaped between open and read, the read fails with ESRCH.
         return False
 
 
