@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 from cryptography import x509
@@ -44,6 +45,7 @@ class _EchoServer:
 
     def __init__(self, *, close_after_answer: bool = False) -> None:
         self.connections = 0
+        self.closed = 0
         self.close_after_answer = close_after_answer
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -77,6 +79,7 @@ class _EchoServer:
             pass
         finally:
             writer.close()
+            self.closed += 1
 
 
 class _Sends:
@@ -170,9 +173,13 @@ async def test_a_connection_the_server_closed_while_idle_is_not_reused(sends: _S
     url = f"http://127.0.0.1:{sends.port}/v1/chat/completions"
     try:
         async with httpx2.AsyncClient(transport=provider_transport(10)) as client:
-            for _ in range(3):
+            for done in range(1, 4):
                 assert (await client.post(url, content=b"{}")).json() == _expected("POST", b"{}")
-                await asyncio.sleep(0.05)  # the server's close reaches the client
+                # The server has closed its side (on loopback the FIN is in
+                # the client's socket once close returns) before the next request.
+                with anyio.fail_after(5):
+                    while server.closed < done:
+                        await asyncio.sleep(0.005)
     finally:
         listener.close()
     assert server.connections == 3
