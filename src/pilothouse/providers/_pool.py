@@ -23,7 +23,6 @@ from __future__ import annotations
 
 __all__ = ["CoalescingBackend", "ShardedTransport", "provider_transport"]
 
-import select
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -31,6 +30,10 @@ from typing import Any, cast
 
 import httpcore2
 import httpx2
+
+# httpcore's own idle check, not exported: the idle test in
+# tests/providers/test_provider_sends.py fails if it moves or answers wrongly.
+from httpcore2._utils import is_socket_readable
 
 _CONNECTIONS_PER_SHARD = 64
 """Connections below which one more pool is not worth its warm-up."""
@@ -60,7 +63,8 @@ def provider_transport(
 
 def _http_transport(connections: int, ssl_context: ssl.SSLContext) -> httpx2.AsyncHTTPTransport:
     """One pool of ``connections`` HTTP/1.1 connections whose requests leave in one send."""
-    transport = httpx2.AsyncHTTPTransport(verify=ssl_context, limits=_limits(connections))
+    limits = _limits(connections)
+    transport = httpx2.AsyncHTTPTransport(verify=ssl_context, limits=limits)
     # httpx2's transport takes no network backend; its pool is replaced by
     # the same pool (its own defaults: HTTP/1.1 only, no proxy, as ours) with
     # one. tests/providers/test_provider_sends.py fails if the swap stops
@@ -69,7 +73,7 @@ def _http_transport(connections: int, ssl_context: ssl.SSLContext) -> httpx2.Asy
         ssl_context=ssl_context,
         max_connections=connections,
         max_keepalive_connections=connections,
-        keepalive_expiry=_limits(connections).keepalive_expiry,
+        keepalive_expiry=limits.keepalive_expiry,
         http1=True,
         http2=False,
         network_backend=CoalescingBackend(),
@@ -198,21 +202,9 @@ class _CoalescingStream(httpcore2.AsyncNetworkStream):
             # (9 µs a time), so the socket is looked up once.
             if self._socket is None:
                 self._socket = self._inner.get_extra_info("socket")
-            return _readable(self._socket)
+            # httpcore's own check on it, so the answer is the one it gives.
+            return is_socket_readable(self._socket)
         return self._inner.get_extra_info(info)
-
-
-def _readable(sock: socket.socket | None) -> bool:
-    """Whether a read would not wait: data, or the end of a closed connection (as httpcore)."""
-    descriptor = -1 if sock is None else sock.fileno()
-    if descriptor < 0:
-        return True  # no socket left: the next read ends at once
-    if not hasattr(select, "poll"):  # Windows
-        ready, _, _ = select.select([descriptor], [], [], 0)
-        return bool(ready)
-    poller = select.poll()
-    poller.register(descriptor, select.POLLIN)
-    return bool(poller.poll(0))
 
 
 class ShardedTransport(httpx2.AsyncBaseTransport):
