@@ -102,8 +102,12 @@ def _without_self(method: Callable[..., Any], returns: str | None = None) -> ins
 
 
 def sync_iterator_annotation(annotation: str) -> str:
-    """The sync facade's return annotation for an async method's ``AsyncIterator[X]``."""
-    inner = annotation.removeprefix("AsyncIterator[").removesuffix("]")
+    """The sync facade's return annotation for an async method's ``AsyncIterator[X]``.
+
+    ``AsyncGenerator[X]`` (a stream the caller may close early) maps the same way.
+    """
+    inner = annotation.removeprefix("AsyncIterator[").removeprefix("AsyncGenerator[")
+    inner = inner.removesuffix("]")
     return f"Generator[{inner}, None, None]"
 
 

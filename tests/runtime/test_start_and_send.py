@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from contextlib import aclosing
 from typing import Any
 
+import anyio
 import pytest
 from sqlalchemy import func, select
 from test_runner import rows, system_text
 
 from pilothouse.api import Pilothouse
 from pilothouse.catalog import Action
-from pilothouse.catalog._enums import MessageRole, ProcessStatus
+from pilothouse.catalog._enums import MessageRole, ProcessStatus, TimelineKind
 from pilothouse.catalog._repository import bump_revision
 from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.runtime import TextDelta, TurnEvent, TurnFinished
@@ -184,3 +186,64 @@ async def test_start_and_stream_yields_deltas_then_the_result(catalog: Database)
     assert finished.result.status is ProcessStatus.COMPLETED
     _, messages, _ = await rows(catalog, finished.result.conversation_uuid)
     assert [m.content for m in messages][1:] == ["go", "alpha beta gamma"]
+
+
+async def test_a_reader_that_lags_makes_the_streamed_turn_wait(catalog: Database) -> None:
+    # 3,000 deltas, far more than the hand-over holds (1,024): while the
+    # reader sleeps the turn must wait for it, not finish into a growing
+    # buffer; every delta then arrives, in order.
+    words = [f"w{i}" for i in range(3000)]
+    model = ScriptedModel([Reply(" ".join(words))])
+    texts: list[str] = []
+    finished: TurnFinished | None = None
+    async with (
+        Pilothouse(Settings(), database=catalog, model=model) as ph,
+        aclosing(ph.command.start_and_stream("go", action="SUMBRAND", agent="ANALYST")) as stream,
+    ):
+        first = await anext(stream)
+        while not isinstance(first, TextDelta):
+            first = await anext(stream)
+        texts.append(first.text)
+        await anyio.sleep(0.3)
+        waiting = await ph.query.get_conversation(first.conversation_uuid)
+        assert waiting.status is ProcessStatus.RUNNING
+        async for event in stream:
+            if isinstance(event, TextDelta):
+                texts.append(event.text)
+            elif isinstance(event, TurnFinished):
+                finished = event
+    assert "".join(texts) == " ".join(words)
+    assert finished is not None
+    assert finished.result.status is ProcessStatus.COMPLETED
+
+
+async def test_leaving_a_stream_early_stops_its_turn_and_not_its_reader(
+    catalog: Database,
+) -> None:
+    # The reader stops after the first delta of a turn that is still
+    # streaming (a delta every 50 ms): closing the stream cancels the turn,
+    # which is recorded TE before the close returns; the reader's own task
+    # goes on (the stream used to cancel it, from the task that finalized
+    # the generator, some time later).
+    model = ScriptedModel([Reply(" ".join(["tick"] * 100), chunk_delay=0.05)] * 2)
+    async with Pilothouse(Settings(), database=catalog, model=model) as ph:
+        uuid = ""
+        async with aclosing(
+            ph.command.start_and_stream("go", action="SUMBRAND", agent="ANALYST")
+        ) as stream:
+            async for event in stream:
+                if isinstance(event, TextDelta):
+                    uuid = event.conversation_uuid
+                    break
+        stopped = await ph.query.get_conversation(uuid)
+        assert stopped.status is ProcessStatus.TERMINATED
+        # Still alive, and the same client can start another stream.
+        await anyio.sleep(0.3)
+        async with aclosing(
+            ph.command.start_and_stream("again", action="SUMBRAND", agent="ANALYST")
+        ) as again:
+            async for event in again:
+                if isinstance(event, TextDelta):
+                    break
+    _, _, events = await rows(catalog, uuid)
+    assert [e.kind for e in events][-2:] == [TimelineKind.CANCEL, TimelineKind.STATUS_CHANGE]

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 __all__ = ["CommandApi"]
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+import asyncio
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from pilothouse._facade import records
@@ -134,7 +137,7 @@ class CommandApi(Facet):
         attachments: Sequence[AttachmentInput] = (),
         input_data: Mapping[str, Any] | None = None,
         runtime_config: Mapping[str, Any] | None = None,
-    ) -> AsyncIterator[TurnEvent]:
+    ) -> AsyncGenerator[TurnEvent]:
         """Run one turn and yield its events as they happen.
 
         Text arrives as ``TextDelta`` events; the last event is
@@ -144,17 +147,20 @@ class CommandApi(Facet):
         await self._ready()
         config = {"stream": True, **(runtime_config or {})}
         runner = self._runner
-        async for event in _events(
-            lambda on_event: runner.send_message(
-                uuid,
-                text,
-                attachments=attachments,
-                input_data=input_data,
-                runtime_config=config,
-                on_event=on_event,
+        async with aclosing(
+            _events(
+                lambda on_event: runner.send_message(
+                    uuid,
+                    text,
+                    attachments=attachments,
+                    input_data=input_data,
+                    runtime_config=config,
+                    on_event=on_event,
+                )
             )
-        ):
-            yield event
+        ) as events:
+            async for event in events:
+                yield event
 
     async def start_and_send(
         self,
@@ -290,27 +296,30 @@ class CommandApi(Facet):
         input_data: Mapping[str, Any] | None = None,
         runtime_config: Mapping[str, Any] | None = None,
         conversation_uuid: str | None = None,
-    ) -> AsyncIterator[TurnEvent]:
+    ) -> AsyncGenerator[TurnEvent]:
         """:meth:`start_and_send`, yielding the turn's events as :meth:`stream_message` does."""
         await self._ready()
         config = {"stream": True, **(runtime_config or {})}
         runner = self._runner
-        async for event in _events(
-            lambda on_event: runner.start_and_send(
-                action,
-                agent,
-                text,
-                memory_id=memory_id,
-                audit=audit,
-                default_audit=self._default_audit,
-                attachments=attachments,
-                input_data=input_data,
-                runtime_config=config,
-                on_event=on_event,
-                conversation_uuid=conversation_uuid,
+        async with aclosing(
+            _events(
+                lambda on_event: runner.start_and_send(
+                    action,
+                    agent,
+                    text,
+                    memory_id=memory_id,
+                    audit=audit,
+                    default_audit=self._default_audit,
+                    attachments=attachments,
+                    input_data=input_data,
+                    runtime_config=config,
+                    on_event=on_event,
+                    conversation_uuid=conversation_uuid,
+                )
             )
-        ):
-            yield event
+        ) as events:
+            async for event in events:
+                yield event
 
     async def check_message(
         self,
@@ -508,7 +517,7 @@ class CommandApi(Facet):
         uuid, memory_id, result = await self._adhoc_turn(run, None)
         return AdHocResult(result=result, conversation_uuid=uuid, memory_id=memory_id)
 
-    async def stream_adhoc(self, run: AdHocRun) -> AsyncIterator[TurnEvent]:
+    async def stream_adhoc(self, run: AdHocRun) -> AsyncGenerator[TurnEvent]:
         """:meth:`run_adhoc`, yielding the turn's events as :meth:`stream_message` does.
 
         The same checks and the same records as :meth:`run_adhoc` (the run's
@@ -529,8 +538,9 @@ class CommandApi(Facet):
             _, _, result = await self._adhoc_turn(run, on_event)
             return result
 
-        async for event in _events(turn):
-            yield event
+        async with aclosing(_events(turn)) as events:
+            async for event in events:
+                yield event
 
     async def _adhoc_turn(
         self,
@@ -599,49 +609,109 @@ class CommandApi(Facet):
 
 async def _events(
     run: Callable[[Callable[[TurnEvent], Awaitable[None] | None]], Awaitable[TurnResult]],
-) -> AsyncIterator[TurnEvent]:
+) -> AsyncGenerator[TurnEvent]:
     """Run ``run(on_event)`` as a task and yield the events it emits, as they come.
 
-    An exception of the turn is raised after the events it emitted.
+    An exception of the turn is raised after the events it emitted. A reader
+    that stops early (``break``, ``aclose()``, or the generator collected)
+    cancels the turn and waits for it to record that.
+
+    The turn is a plain task, not the child of a task group held open across
+    the ``yield``: a cancel scope entered in the reader's task and left open
+    while the reader runs its own code is what anyio forbids in async
+    generators, and leaving such a stream early cancelled the reader's own
+    task (the code before did exactly that).
     """
-    import anyio
-
-    from pilothouse.runtime import TurnEvent as _TurnEvent
-
-    send, receive = anyio.create_memory_object_stream[_TurnEvent](max_buffer_size=1024)
-    failure: list[BaseException] = []
-
-    def deliver(event: TurnEvent) -> Awaitable[None] | None:
-        # Handed over without a checkpoint (send() yields to the loop first:
-        # one more loop pass per delta); only a full buffer waits.
-        try:
-            send.send_nowait(event)
-        except anyio.WouldBlock:
-            return send.send(event)
-        return None
+    channel = _Channel()
 
     async def turn() -> None:
-        async with send:
-            try:
-                await run(deliver)
-            except Exception as exc:
-                failure.append(exc)
+        try:
+            await run(channel.put)
+        except Exception as exc:
+            channel.failure = exc
+        finally:
+            channel.close()
 
-    async with anyio.create_task_group() as group, receive:
-        group.start_soon(turn)
+    task = asyncio.get_running_loop().create_task(turn())
+    try:
         while True:
-            # An event already waiting is taken at once: receive() yields to
-            # the loop before it looks, one more pass of the loop per delta
-            # (a pass runs every other ready task too).
-            try:
-                event = receive.receive_nowait()
-            except anyio.WouldBlock:
-                try:
-                    event = await receive.receive()
-                except anyio.EndOfStream:
-                    break
-            except anyio.EndOfStream:
+            event = await channel.get()
+            if event is None:
                 break
             yield event
-    if failure:
-        raise failure[0]
+    finally:
+        if not task.done():
+            task.cancel()
+            # Not ``await task``: that would raise the turn's cancellation
+            # here; a cancellation of the reader's own task still does.
+            await asyncio.wait([task])
+    if channel.failure is not None:
+        raise channel.failure
+    # Anything beyond Exception (KeyboardInterrupt, or a cancellation the
+    # turn got from elsewhere) reaches the reader as it would from an await.
+    if task.cancelled():
+        raise asyncio.CancelledError
+    failure = task.exception()
+    if failure is not None:
+        raise failure
+
+
+class _Channel:
+    """One turn's events, handed from the turn's task to the task that iterates them.
+
+    A streamed turn hands over an event per delta, so the hand-over is lean:
+    a deque and one future the reader waits on. anyio's memory stream, used
+    before, made each wait two passes of the event loop (its ``receive``
+    checkpoints before it looks) and checked both tasks' cancel scopes on
+    every item: with 200 streams at once that work delayed every other
+    stream's first token (``docs/benchmarks.md``, issue 12 item 15). Waiting
+    on a plain future is still cancellable, so the task group's cancellation
+    reaches the reader as before. When the reader lags :data:`_LIMIT` events
+    behind, the turn waits for it, as the bounded stream made it wait.
+    """
+
+    _LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._items: deque[TurnEvent] = deque()
+        self._reader: asyncio.Future[None] | None = None
+        self._writer: asyncio.Future[None] | None = None
+        self._closed = False
+        self.failure: Exception | None = None
+
+    def put(self, event: TurnEvent) -> Awaitable[None] | None:
+        """Queue ``event``; returns something to await only when the reader lags behind."""
+        self._items.append(event)
+        self._wake_reader()
+        if len(self._items) < self._LIMIT:
+            return None
+        self._writer = asyncio.get_running_loop().create_future()
+        return self._writer
+
+    def close(self) -> None:
+        """The turn ended: the reader gets what is queued, then the end."""
+        self._closed = True
+        self._wake_reader()
+
+    async def get(self) -> TurnEvent | None:
+        """The next event, or None after the last one."""
+        while not self._items:
+            if self._closed:
+                return None
+            self._reader = asyncio.get_running_loop().create_future()
+            try:
+                await self._reader
+            finally:
+                self._reader = None
+        event = self._items.popleft()
+        writer = self._writer
+        if writer is not None and len(self._items) < self._LIMIT // 2:
+            self._writer = None
+            if not writer.done():
+                writer.set_result(None)
+        return event
+
+    def _wake_reader(self) -> None:
+        reader = self._reader
+        if reader is not None and not reader.done():
+            reader.set_result(None)
