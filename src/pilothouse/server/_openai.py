@@ -313,8 +313,7 @@ def _turn_events(turn: _Turn) -> AsyncGenerator[TurnEvent, None]:
             input_data=turn.input_data,
             runtime_config=turn.config,
         )
-    # Typed as an iterator, it is an async generator (so it can be closed).
-    return cast("AsyncGenerator[TurnEvent, None]", events)
+    return events
 
 
 _REQUEST_BODY: dict[str, Any] = {
