@@ -627,17 +627,12 @@ async def _events(
     async def turn() -> None:
         try:
             await run(channel.put)
-        except Exception as exc:
-            channel.failure = exc
         finally:
             channel.close()
 
     task = asyncio.get_running_loop().create_task(turn())
     try:
-        while True:
-            event = await channel.get()
-            if event is None:
-                break
+        while (event := await channel.get()) is not None:
             yield event
     finally:
         if not task.done():
@@ -645,15 +640,9 @@ async def _events(
             # Not ``await task``: that would raise the turn's cancellation
             # here; a cancellation of the reader's own task still does.
             await asyncio.wait([task])
-    if channel.failure is not None:
-        raise channel.failure
-    # Anything beyond Exception (KeyboardInterrupt, or a cancellation the
-    # turn got from elsewhere) reaches the reader as it would from an await.
-    if task.cancelled():
-        raise asyncio.CancelledError
-    failure = task.exception()
-    if failure is not None:
-        raise failure
+    # Closing the channel is the turn's last step, so it is done: this
+    # raises what it raised (or its cancellation), as the await would.
+    await task
 
 
 class _Channel:
@@ -665,9 +654,9 @@ class _Channel:
     checkpoints before it looks) and checked both tasks' cancel scopes on
     every item: with 200 streams at once that work delayed every other
     stream's first token (``docs/benchmarks.md``, issue 12 item 15). Waiting
-    on a plain future is still cancellable, so the task group's cancellation
-    reaches the reader as before. When the reader lags :data:`_LIMIT` events
-    behind, the turn waits for it, as the bounded stream made it wait.
+    on a plain future is still cancellable, so a cancellation of the reader's
+    task reaches it. When the reader lags :data:`_LIMIT` events behind, the
+    turn waits for it, as the bounded stream made it wait.
     """
 
     _LIMIT = 1024
@@ -677,7 +666,6 @@ class _Channel:
         self._reader: asyncio.Future[None] | None = None
         self._writer: asyncio.Future[None] | None = None
         self._closed = False
-        self.failure: Exception | None = None
 
     def put(self, event: TurnEvent) -> Awaitable[None] | None:
         """Queue ``event``; returns something to await only when the reader lags behind."""
