@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import re
@@ -667,6 +668,42 @@ def maxrss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+class FullCollections:
+    """Counts the cyclic collector's full (generation 2) collections and their CPU time.
+
+    A full collection walks every tracked object of the process, so its
+    cost is the heap's size, and one inside a round of streams delays every
+    stream still waiting (docs/benchmarks.md, issue 12 item 15).
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.cpu_ms: list[float] = []
+        self.tracked = 0
+        self._began = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._began = time.process_time()
+        else:
+            self.count += 1
+            self.cpu_ms.append((time.process_time() - self._began) * 1000)
+
+    def __enter__(self) -> FullCollections:
+        self.tracked = len(gc.get_objects())
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def facts(self) -> dict[str, Any]:
+        """The round's full collections: how many, their CPU ms, tracked objects at the start."""
+        return {"gc_full": self.count, "gc_full_ms": self.cpu_ms, "gc_tracked": self.tracked}
+
+
 @dataclass
 class Ticker:
     """Measures event-loop lag (a 10 ms sleep's overshoot) and samples RSS."""
@@ -816,11 +853,12 @@ async def _streams(chat: Chat, n: int) -> dict[str, Any]:
     ticker = Ticker()
     rss_before = rss_mb()
     ticker.start()
-    cpu = time.process_time()
-    wall = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(n)))
-    wall_s = time.perf_counter() - wall
-    cpu_s = time.process_time() - cpu
+    with FullCollections() as collections:
+        cpu = time.process_time()
+        wall = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(n)))
+        wall_s = time.perf_counter() - wall
+        cpu_s = time.process_time() - cpu
     # Every stream was asked for at `wall`, as 200 requests arriving at once
     # are: its time to first chunk counts from there. The per-call clock
     # (`ttft_ms`) starts when the call's own code first runs, which for a
@@ -840,6 +878,7 @@ async def _streams(chat: Chat, n: int) -> dict[str, Any]:
         "wall_s": wall_s,
         "cpu_s": cpu_s,
         **loop,
+        **collections.facts(),
         "rss_before_mb": rss_before,
         "rss_peak_mb": ticker.peak_rss_mb,
         "maxrss_mb": maxrss_mb(),
@@ -1148,6 +1187,10 @@ def summarize(kind: str, n: int, args: Any, rounds: list[dict[str, Any]]) -> dic
             "chunks_received": sum(f.get("chunks", 0) for f in facts),
             "cpu_ms_per_stream": common["cpu_s"] / len(facts) * 1000 if facts else None,
             "kb_per_stream": (first["rss_peak_mb"] - first["rss_before_mb"]) * 1024 / n,
+            # Full collections inside the rounds: per round, and each one's CPU ms.
+            "gc_full_per_round": [r.get("gc_full", 0) for r in rounds],
+            "gc_full_ms": [ms for r in rounds for ms in r.get("gc_full_ms", [])],
+            "gc_tracked": statistics.median(r.get("gc_tracked", 0) for r in rounds),
         }
     turns = args.conc_turns
     delay = args.conc_delay
