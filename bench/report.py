@@ -414,7 +414,8 @@ def main() -> None:
             else " (< 5×: VOID)."
         ),
         "",
-        "## Verdict against the targets (DESIGN.md “Performance budget”, issue 6)",
+        "## Verdict against the targets ([architecture.md](architecture.md#performance-budget)"
+        " “Performance budget”, issue 6)",
         "",
         *_verdicts(results),
         "",
@@ -482,6 +483,11 @@ def main() -> None:
     if events.exists():
         lines += [events.read_text().strip(), ""]
     lines += report_local.section(args.results / "local.json")
+    # Scoped memory's recall benchmark (bench/memory.py): its section is kept
+    # with the results, written from that run.
+    memory = args.results / "memory.md"
+    if memory.exists():
+        lines += [memory.read_text().strip(), ""]
     (args.docs / "benchmarks.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {args.docs / 'benchmarks.md'} and {len(plots)} plots")
 
