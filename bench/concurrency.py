@@ -1064,13 +1064,14 @@ def run_scenario(
     ``h`` is the harness module (its Worker, Mock and pilothouse preparation).
     """
     kind, n = _parse(scenario)
+    count = args.conc_rounds if kind == "conc" else args.stream_rounds
     result: dict[str, Any] = {
         "kind": kind,
         "concurrency": n,
         "settings": {
             "turns": args.conc_turns,
             "delay_ms": args.conc_delay,
-            "rounds": args.conc_rounds if kind == "conc" else args.stream_rounds,
+            "rounds": count,
             "warmup": args.conc_warmup,
             "pool": POOL,
             "stream_model": args.conc_stream_model,
@@ -1108,7 +1109,6 @@ def run_scenario(
         for worker in workers.values():
             _pin_threads(worker.process.pid, h.SUT_CORE)
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in workers}
-    count = args.conc_rounds if kind == "conc" else args.stream_rounds
     mock_before = mock.stats()
     for index in range(count):
         for name, worker in workers.items():
