@@ -70,12 +70,16 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from pilothouse._facade.command import CommandApi
-from pilothouse._logs import bind_request, logging_config
-from pilothouse._tracing import TraceExport
-from pilothouse.settings import Settings
-from pilothouse.store import Database
-from pilothouse.store import NewAttachment as AttachmentInput
+from pilothouse._collector import collector_paused
+
+# What these imports build lives as long as the process; see _collector.
+with collector_paused():
+    from pilothouse._facade.command import CommandApi
+    from pilothouse._logs import bind_request, logging_config
+    from pilothouse._tracing import TraceExport
+    from pilothouse.settings import Settings
+    from pilothouse.store import Database
+    from pilothouse.store import NewAttachment as AttachmentInput
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -217,9 +221,10 @@ class _Shared:
     def runtime(self) -> Runtime:
         """The run loop's shared parts, built on first use."""
         if self._runtime is None:
-            from pilothouse.providers import LocalModelServers, ModelFactory, SecretResolver
-            from pilothouse.runtime import ActionCompiler, Runtime, Telemetry
-            from pilothouse.runtime._toolset import CatalogToolSource
+            with collector_paused():
+                from pilothouse.providers import LocalModelServers, ModelFactory, SecretResolver
+                from pilothouse.runtime import ActionCompiler, Runtime, Telemetry
+                from pilothouse.runtime._toolset import CatalogToolSource
 
             settings = self.settings
             # Local llama.cpp servers start only when a local model is first used.

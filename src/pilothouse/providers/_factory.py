@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import anyio
 import anyio.to_thread
 
+from pilothouse._collector import collector_paused
 from pilothouse.catalog._enums import ProviderKind
 from pilothouse.providers._errors import MissingExtraError, ProviderConfigError
 from pilothouse.providers._guard import check_model_requests, model_override
@@ -205,9 +206,13 @@ class ModelFactory:
     async def _build_kind(self, spec: ModelSpec, responses: bool, local_url: str | None) -> _Entry:
         kind = spec.provider.kind
         if kind in (ProviderKind.OPENAI, ProviderKind.OPENAI_COMPATIBLE, ProviderKind.LOCAL):
-            return _Entry(self._openai(spec, responses, local_url))
+            # The first model imports its SDK and loads the model library's
+            # price table: long-lived objects only (see pilothouse._collector).
+            with collector_paused():
+                return _Entry(self._openai(spec, responses, local_url))
         if kind is ProviderKind.AZURE:
-            return _Entry(self._azure(spec, responses))
+            with collector_paused():
+                return _Entry(self._azure(spec, responses))
         if kind is ProviderKind.OLLAMA:
             return _Entry(self._ollama(spec))
         if kind is ProviderKind.ANTHROPIC:

@@ -18,7 +18,9 @@ from typing import Any
 import anyio
 from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import configure_mappers
 
+from pilothouse._collector import collector_paused
 from pilothouse.catalog._enums import (
     Cardinality,
     InstructionMode,
@@ -203,6 +205,11 @@ class ActionCompiler:
             list(contributors) if contributors is not None else default_contributors()
         )
         self._cache: dict[tuple[str, str, str | None], CompiledAction] = {}
+        # The first compile would configure every mapping inside its first
+        # query; configured here, the work is done with the collector paused
+        # (it only builds what lives as long as the process; see _collector).
+        with collector_paused():
+            configure_mappers()
         # Built once: it runs on every turn's path, on the store's fast path.
         self._revision = fastsql.Query(
             select(CatalogRevision.revision).where(CatalogRevision.tenant == bindparam("b_tenant")),
