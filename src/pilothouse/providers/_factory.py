@@ -205,24 +205,29 @@ class ModelFactory:
 
     async def _build_kind(self, spec: ModelSpec, responses: bool, local_url: str | None) -> _Entry:
         kind = spec.provider.kind
-        if kind in (ProviderKind.OPENAI, ProviderKind.OPENAI_COMPATIBLE, ProviderKind.LOCAL):
-            # The first model imports its SDK and loads the model library's
-            # price table: long-lived objects only (see pilothouse._collector).
-            with collector_paused():
-                return _Entry(self._openai(spec, responses, local_url))
-        if kind is ProviderKind.AZURE:
-            with collector_paused():
-                return _Entry(self._azure(spec, responses))
-        if kind is ProviderKind.OLLAMA:
-            return _Entry(self._ollama(spec))
-        if kind is ProviderKind.ANTHROPIC:
-            return _Entry(self._anthropic(spec))
-        if kind is ProviderKind.GOOGLE:
-            return _Entry(self._google(spec))
         if kind is ProviderKind.BEDROCK:
             return await self._bedrock(spec)
         if kind is ProviderKind.SAGEMAKER:
             return await self._sagemaker(spec)
+        # A kind's first model imports its SDK, and every model loads the
+        # model library's price table once: long-lived objects only, built
+        # with the collector paused (see pilothouse._collector).
+        with collector_paused():
+            return _Entry(self._build_sync(kind, spec, responses, local_url))
+
+    def _build_sync(
+        self, kind: ProviderKind, spec: ModelSpec, responses: bool, local_url: str | None
+    ) -> Model:
+        if kind in (ProviderKind.OPENAI, ProviderKind.OPENAI_COMPATIBLE, ProviderKind.LOCAL):
+            return self._openai(spec, responses, local_url)
+        if kind is ProviderKind.AZURE:
+            return self._azure(spec, responses)
+        if kind is ProviderKind.OLLAMA:
+            return self._ollama(spec)
+        if kind is ProviderKind.ANTHROPIC:
+            return self._anthropic(spec)
+        if kind is ProviderKind.GOOGLE:
+            return self._google(spec)
         raise ProviderConfigError(f"provider kind '{kind.value}' is not supported")
 
     # -- HTTP ---------------------------------------------------------------
