@@ -170,9 +170,12 @@ asyncio.run(main())
 """
 
 
-def test_a_first_turn_on_a_current_schema_loads_no_migration_or_tooling(tmp_path: Path) -> None:
-    # The schema is migrated and the catalog imported here; the turn runs in a
-    # fresh process, as an application's first turn after a restart does.
+def _prepared(tmp_path: Path) -> str:
+    """Migrate a SQLite store and import ``CATALOG`` into it; return its URL.
+
+    The turn then runs in a fresh process, as an application's first turn
+    after a restart does.
+    """
     url = f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}"
     (tmp_path / "catalog.yaml").write_text(CATALOG)
 
@@ -184,6 +187,11 @@ def test_a_first_turn_on_a_current_schema_loads_no_migration_or_tooling(tmp_path
             await database.dispose()
 
     anyio.run(prepare)
+    return url
+
+
+def test_a_first_turn_on_a_current_schema_loads_no_migration_or_tooling(tmp_path: Path) -> None:
+    url = _prepared(tmp_path)
     assert _loaded(FIRST_TURN.format(url=url), [*NEVER_ON_A_TURN, *OFF_THE_FIRST_TURN]) == []
 
 
@@ -214,17 +222,7 @@ def test_importing_the_api_runs_no_full_collection_and_leaves_the_collector_on()
 def test_a_first_turn_leaves_the_collector_as_the_application_set_it(
     tmp_path: Path, disabled: bool, expected: str
 ) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}"
-    (tmp_path / "catalog.yaml").write_text(CATALOG)
-
-    async def prepare() -> None:
-        database = Database(url)
-        try:
-            await import_catalog(database, "default", [tmp_path / "catalog.yaml"], user="t")
-        finally:
-            await database.dispose()
-
-    anyio.run(prepare)
+    url = _prepared(tmp_path)
     start = "import gc\ngc.disable()\n" if disabled else "import gc\n"
     assert _run(start + FIRST_TURN.format(url=url) + "print(gc.isenabled())\n") == expected
 
