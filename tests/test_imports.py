@@ -52,17 +52,22 @@ NEVER_ON_A_TURN = [
 ]
 
 
+def _run(code: str) -> str:
+    """Run ``code`` in a new interpreter; return its last line of output."""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
 def _loaded(code: str, modules: list[str]) -> list[str]:
     """Run ``code`` in a new interpreter; return which of ``modules`` it imported."""
     probe = (
         "\nimport json, sys\n"
         f"print(json.dumps(sorted(m for m in {modules!r} if m in sys.modules)))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code + probe], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(_run(code + probe))
 
 
 # What a first turn does not use and so must not import (each costs import
@@ -193,15 +198,6 @@ def _prepared(tmp_path: Path) -> str:
 def test_a_first_turn_on_a_current_schema_loads_no_migration_or_tooling(tmp_path: Path) -> None:
     url = _prepared(tmp_path)
     assert _loaded(FIRST_TURN.format(url=url), [*NEVER_ON_A_TURN, *OFF_THE_FIRST_TURN]) == []
-
-
-def _run(code: str) -> str:
-    """Run ``code`` in a new interpreter; return its last line of output."""
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip().splitlines()[-1]
 
 
 def test_importing_the_api_runs_no_full_collection_and_leaves_the_collector_on() -> None:
