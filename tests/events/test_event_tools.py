@@ -7,7 +7,7 @@ The real brokers (tansu, NATS JetStream) run the same round trip in
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 import anyio
 import pytest
@@ -28,8 +28,12 @@ from pilothouse.events import (
     encode,
     open_bus,
 )
+from pilothouse.providers import ModelFactory, SecretResolver
+from pilothouse.runtime import ActionCompiler, Runtime
+from pilothouse.runtime._eventcalls import EventCalls
 from pilothouse.settings import Settings
-from pilothouse.store import Database
+from pilothouse.store import Database, SqlTurnStore, StoredMessage, TurnBatch, TurnHandle
+from pilothouse.store._turnstore import STARTABLE
 from pilothouse.types import ProcessStatus, ToolCallStatus
 
 pytestmark = pytest.mark.anyio
@@ -178,6 +182,93 @@ async def _left_running_is_continued(ph: Pilothouse, database: Database) -> None
     assert sum(1 for m in messages if m.role.value == "TO") == 1
     assert [m.content for m in messages[-2:]] == ["Shipped.", "Shipped."]
     assert await ph.events.recover(older_than=3600) == 0
+
+
+class _Died(BaseException):
+    """The process died: nothing after it reaches the store."""
+
+
+class _DiesAfterTake(SqlTurnStore):
+    """A store whose process dies once a turn has taken its conversation."""
+
+    dead = False
+
+    async def begin_turn(
+        self,
+        tenant: str,
+        conversation_uuid: str,
+        *,
+        allowed: Iterable[ProcessStatus] = STARTABLE,
+        first: TurnBatch | None = None,
+        read_memory: bool = False,
+    ) -> TurnHandle:
+        if self.dead:
+            raise _Died
+        handle = await super().begin_turn(
+            tenant, conversation_uuid, allowed=allowed, first=first, read_memory=read_memory
+        )
+        self.dead = True
+        return handle
+
+    async def memory(self, tenant: str, memory_id: str) -> list[StoredMessage]:
+        if self.dead:
+            raise _Died
+        return await super().memory(tenant, memory_id)
+
+    async def write(self, handle: TurnHandle, batch: TurnBatch) -> list[int]:
+        if self.dead:
+            raise _Died
+        return await super().write(handle, batch)
+
+
+async def test_a_completion_is_applied_with_the_take_so_a_death_right_after_is_recovered(
+    database: Database,
+) -> None:
+    # The kill test's stall (CI, twice): a process killed between taking the
+    # conversation (RU) and writing the completion's reply left it RU with
+    # nothing marked applied: the redelivered completion found it busy and
+    # the sweep had nothing applied to go on from. The take now writes both.
+    answers = iter([ToolCallPart("lookup_order", {"order_id": "A-17"}, tool_call_id="c1")])
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[next(answers, TextPart("Shipped."))])
+
+    settings = Settings(database_url=database.url)
+    async with Pilothouse(settings, database=database, model=FunctionModel(model)) as ph:
+        await ph.catalog.import_text(CATALOG)
+        result = await ph.command.start_and_send("A-17", action="ORDERS")
+        correlation = result.tool_calls[0].correlation_id
+        assert correlation is not None
+        factory = ModelFactory()
+        dying = _DiesAfterTake(database)
+        runtime = Runtime(
+            database=database,
+            models=factory,
+            compiler=ActionCompiler(database, SecretResolver(env={}, secrets_file=None)),
+            store=dying,
+            model_override=FunctionModel(model),
+        )
+        try:
+            with pytest.raises(_Died):
+                await EventCalls(database, runtime.runner).complete(
+                    correlation, result={"status": "shipped"}
+                )
+        finally:
+            await runtime.aclose()
+            await factory.aclose()
+        assert dying.dead
+        left = await ph.query.get_transcript(result.conversation_uuid)
+        assert left.status is ProcessStatus.RUNNING
+        assert [c.status for c in left.tool_calls] == [ToolCallStatus.SUCCEEDED]
+        # Applied: the redelivery is a duplicate, and the sweep goes on with it.
+        assert (await ph.events.complete(correlation, result="again")).outcome == "duplicate"
+        assert await ph.events.recover(older_than=0) == 1
+        messages = await ph.query.get_conversation_messages(result.conversation_uuid)
+        assert [m.content for m in messages if m.role.value == "TO"] == ['{"status": "shipped"}']
+        assert messages[-1].content == "Shipped."
+        assert (await ph.query.get_conversation(result.conversation_uuid)).status is (
+            ProcessStatus.COMPLETED
+        )
 
 
 async def test_an_unknown_correlation_id_is_recorded_once(ph: Pilothouse) -> None:

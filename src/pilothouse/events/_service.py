@@ -327,6 +327,16 @@ class EventService:
         self.metrics.completions.labels(outcome).inc()
         if outcome != "busy":
             await delivery.ack()
+        else:
+            # Not acknowledged: NATS delivers it again after its ack wait, a
+            # Kafka group only after its next rebalance or restart. Said, so a
+            # conversation waiting on it is never a silent stall.
+            logger.warning(
+                "completion %s left unacknowledged: its conversation was still running "
+                "a turn after %g s",
+                message.correlation_id,
+                self._busy_retry,
+            )
         return outcome
 
     async def _apply(self, message: SkillCompletionEvent) -> str:

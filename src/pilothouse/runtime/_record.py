@@ -80,6 +80,10 @@ class TurnRecorder:
         batch.usage = turn.take_usage()
         await self.write(turn, batch)
 
+    def taken(self, turn: Turn, events: list[NewEvent]) -> None:
+        """Note ``events``, written with the statement that took the conversation."""
+        self._log_events(turn, events)
+
     async def write(self, turn: Turn, batch: TurnBatch) -> None:
         """Write ``batch`` as it is."""
         self._log_events(turn, batch.events)

@@ -312,7 +312,12 @@ class Runner:
         """
         compiled = await self.compiled_of(conversation_uuid)
         step = Resume(tuple(replies), event, tuple(still_pending), waiting, tuple(processed))
-        opening = TakeConversation(conversation_uuid, allowed)
+        # The replies (and the completions they apply) are written by the
+        # statement that takes the conversation: written after it, a process
+        # killed in between left the conversation RU with the answer lost and
+        # no completion marked applied, so neither a redelivery (busy) nor the
+        # recover sweep (nothing applied) ever went on with it.
+        opening = TakeConversation(conversation_uuid, allowed, first=replies_batch(step))
         return await self._drive(opening, compiled, RuntimeConfig(), on_event, step)
 
     async def compiled_of(self, conversation_uuid: str) -> CompiledAction:
@@ -744,21 +749,10 @@ class Runner:
         return CallModel(messages)
 
     async def _resume(self, turn: Turn, step: Resume) -> CallModel | Returned | Failed:
-        """Record the replies; go on from the stored history unless calls are still pending."""
-        batch = TurnBatch(events=[step.event], processed=list(step.processed))
-        for reply in step.replies:
-            batch.messages.append(
-                NewMessage(
-                    MessageRole.TOOL,
-                    reply.content,
-                    tool_call_id=reply.call_id,
-                    data={"tool_name": reply.tool_name},
-                )
-            )
-            batch.outcomes.append(ToolCallOutcome(reply.call_id, reply.status, reply.content))
+        """Go on from the stored history (the take wrote the replies), unless calls still wait."""
+        self._runtime.recorder.taken(turn, [step.event])
         if step.still_pending:
-            return Returned(None, batch, step.still_pending, waiting=step.waiting)
-        await self._runtime.recorder.write(turn, batch)
+            return Returned(None, TurnBatch(), step.still_pending, waiting=step.waiting)
         compiled = turn.compiled
         history = memory_messages(await self.store.memory(self.tenant, turn.handle.memory_id))
         last = next((m for m in reversed(history) if m.role is MessageRole.USER), None)
@@ -785,3 +779,19 @@ class Runner:
         )
         turn.active_skills = activated_skills(history)
         return CallModel(history_messages(system_prompt, kept))
+
+
+def replies_batch(step: Resume) -> TurnBatch:
+    """What resuming with ``step`` records: its event, the replies and their calls' outcomes."""
+    batch = TurnBatch(events=[step.event], processed=list(step.processed))
+    for reply in step.replies:
+        batch.messages.append(
+            NewMessage(
+                MessageRole.TOOL,
+                reply.content,
+                tool_call_id=reply.call_id,
+                data={"tool_name": reply.tool_name},
+            )
+        )
+        batch.outcomes.append(ToolCallOutcome(reply.call_id, reply.status, reply.content))
+    return batch
