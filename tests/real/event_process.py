@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
+import os
 import sys
 from pathlib import Path
 
@@ -28,6 +30,15 @@ order_model = _shared.order_model
 
 
 async def main(command: str, url: str, bus_url: str, count: int) -> None:
+    log_file = os.environ.get("EVENT_PROCESS_LOG")
+    if log_file:
+        # The test prints this file when the process did not finish in time:
+        # the consumer group's joins and the service's warnings, with times.
+        logging.basicConfig(
+            filename=log_file,
+            level=logging.INFO,
+            format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s",
+        )
     settings = Settings(database_url=url)
     # 6 s, as the test's own consumers (bus_of): with 2 s, the rest of the
     # suite on both cores delayed heartbeats past the session, and the

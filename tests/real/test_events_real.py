@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -96,6 +97,22 @@ async def wait_all_completed(ph: Pilothouse, count: int, timeout: float) -> None
             await anyio.sleep(0.3)
 
 
+async def stalled(ph: Pilothouse, process: subprocess.Popen[Any], broker: Broker, log: Path) -> str:
+    """What a kill test that stalled left: counts, statuses and the last lines of each log."""
+    counts = await ph.events.counts()
+    page = await ph.query.list_conversations(limit=1000)
+    statuses = Counter(c.status.value for c in page.items)
+    state = "running" if process.poll() is None else f"exited {process.returncode}"
+    lines = [
+        f"not all processed in time: {counts}; conversations {dict(statuses)}; "
+        f"restarted process {state}"
+    ]
+    for path in (log, broker.folder / f"{broker.kind}.log"):
+        text = path.read_text(errors="replace").splitlines() if path.exists() else []
+        lines += [f"--- last lines of {path.name}:", *text[-60:]]
+    return "\n".join(lines)
+
+
 async def assert_each_applied_once(ph: Pilothouse, count: int) -> None:
     page = await ph.query.list_conversations(limit=1000)
     assert len(page.items) == count
@@ -136,10 +153,13 @@ async def test_kill_9_while_100_conversations_wait_loses_nothing_and_applies_not
 ) -> None:
     count = 100
     url = f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}"
+    log = tmp_path / "event_process.log"
+    environment = {**os.environ, "EVENT_PROCESS_LOG": str(log)}
     first = subprocess.Popen(
         [sys.executable, str(HERE / "event_process.py"), "start", url, broker.url, str(count)],
         stdout=subprocess.PIPE,
         text=True,
+        env=environment,
     )
     assert first.stdout is not None
     line = await anyio.to_thread.run_sync(first.stdout.readline)
@@ -162,9 +182,13 @@ async def test_kill_9_while_100_conversations_wait_loses_nothing_and_applies_not
                 killed_at = await ph.events.counts()
                 assert killed_at["processed"] < count, "nothing was left in flight to lose"
                 second = subprocess.Popen(
-                    [sys.executable, str(HERE / "event_process.py"), "serve", url, broker.url]
+                    [sys.executable, str(HERE / "event_process.py"), "serve", url, broker.url],
+                    env=environment,
                 )
-                after = await wait_processed(ph, count, timeout=240)
+                try:
+                    after = await wait_processed(ph, count, timeout=240)
+                except TimeoutError:
+                    pytest.fail(await stalled(ph, second, broker, log))
                 group.cancel_scope.cancel()
         finally:
             if second is not None:
