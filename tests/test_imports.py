@@ -223,6 +223,55 @@ def test_a_first_turn_leaves_the_collector_as_the_application_set_it(
     assert _run(start + FIRST_TURN.format(url=url) + "print(gc.isenabled())\n") == expected
 
 
+FROZEN_AFTER_EACH_TURN = """
+import asyncio, gc, logging
+from pilothouse.api import Pilothouse
+from pilothouse.settings import Settings
+from pilothouse.testing import ScriptedModel
+
+class Freezes(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += record.getMessage().startswith("heap frozen")
+
+freezes = Freezes()
+logging.getLogger("pilothouse.collector").addHandler(freezes)
+logging.getLogger("pilothouse.collector").setLevel(logging.INFO)
+
+async def main() -> None:
+    settings = Settings(database_url={url!r}, freeze_heap={freeze!r})
+    counts = [gc.get_freeze_count()]
+    async with Pilothouse(settings, model=ScriptedModel(["Hello.", "Again."])) as ph:
+        for text in ("Hi", "Hi again"):
+            result = await ph.command.start_and_send(text, action="GREET")
+            assert result.status.value == "CO", result
+            counts.append(gc.get_freeze_count())
+    print(*counts, freezes.count)
+
+asyncio.run(main())
+"""
+
+
+def test_freeze_heap_freezes_once_after_the_first_turn(tmp_path: Path) -> None:
+    # Settings.freeze_heap: the start-up heap (models, mappings, compiled
+    # action) leaves the collector's walks after the first turn, and only
+    # then: the second turn freezes nothing more.
+    url = _prepared(tmp_path)
+    counts = _run(FROZEN_AFTER_EACH_TURN.format(url=url, freeze=True))
+    before, first, _, freezes = map(int, counts.split())
+    assert before == 0
+    assert first > 100_000, "the start-up heap was not frozen"
+    assert freezes == 1
+
+
+def test_the_library_freezes_nothing_by_default(tmp_path: Path) -> None:
+    url = _prepared(tmp_path)
+    assert _run(FROZEN_AFTER_EACH_TURN.format(url=url, freeze=False)) == "0 0 0 0"
+
+
 READ_CONVERSATIONS = """
 import asyncio
 from pilothouse.api import Pilothouse

@@ -257,6 +257,7 @@ class _Shared:
                 scoped_memory=self._scoped,
                 knowledge=self.knowledge,
                 lease_seconds=settings.lease_seconds,
+                freeze_heap=settings.freeze_heap,
                 memory_index=settings.memory_index,
                 coordination=self.coordination(),
                 egress=egress,

@@ -82,6 +82,16 @@ class Settings(BaseSettings):
             without a heartbeat before the turns it runs are presumed
             orphaned and marked ``ST`` (processes on this host are checked
             by their pid at once).
+        freeze_heap: after the process's first turn, move every object
+            then alive out of the cyclic collector's walks (``gc.freeze``,
+            once per process). Full collections then walk only what came
+            later: at 200 concurrent streams they stopped the event loop for
+            250-500 ms each on pilothouse's start-up heap, 11-17 ms frozen,
+            and the first token came two to four times sooner
+            (docs/benchmarks.md). The cost: a reference cycle alive at that
+            moment is never collected if it becomes garbage later. Off by
+            default in the library (the host application's heap is frozen
+            too); the Docker image turns it on. ``PILOTHOUSE_FREEZE_HEAP``.
         memory_index: the vector index of scoped memory search: ``auto``
             (pgvector where pilothouse's PostgreSQL has the extension, else
             the knowledge feature's embedded index, else exact search, logged
@@ -114,6 +124,7 @@ class Settings(BaseSettings):
     invoke_tool_classes: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list[str]())
     memory_index: Literal["auto", "pgvector", "embedded", "exact"] = "auto"
     tenant_mcp_stdio: bool = False
+    freeze_heap: bool = False
     redis_url: str | None = None
     redis_prefix: str = Field(default="pilothouse:", min_length=1)
 

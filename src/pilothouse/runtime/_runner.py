@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
+from pilothouse._collector import freeze_once
 from pilothouse._logs import bind_conversation
 from pilothouse.catalog._enums import (
     InstructionMode,
@@ -81,9 +82,7 @@ from pilothouse.store import (
     STARTABLE,
     NewAttachment,
     NewEvent,
-    NewMessage,
     NewProcessed,
-    ToolCallOutcome,
     TurnBatch,
     TurnHandle,
     TurnStore,
@@ -317,7 +316,7 @@ class Runner:
         # killed in between left the conversation RU with the answer lost and
         # no completion marked applied, so neither a redelivery (busy) nor the
         # recover sweep (nothing applied) ever went on with it.
-        opening = TakeConversation(conversation_uuid, allowed, first=replies_batch(step))
+        opening = TakeConversation(conversation_uuid, allowed, first=step.batch())
         return await self._drive(opening, compiled, RuntimeConfig(), on_event, step)
 
     async def compiled_of(self, conversation_uuid: str) -> CompiledAction:
@@ -639,6 +638,11 @@ class Runner:
             raise
         finally:
             runtime.running.unregister(self.tenant, uuid)
+            if runtime.freeze_pending:
+                # After the first turn: by then the process has built what
+                # it keeps (models, mappings, price table, compiled actions).
+                runtime.freeze_pending = False
+                freeze_once()
 
     def _measured(self, turn: Turn, started: float, result: TurnResult) -> TurnResult:
         """Give the turn's measurements to the meter, if any; return ``result``."""
@@ -779,19 +783,3 @@ class Runner:
         )
         turn.active_skills = activated_skills(history)
         return CallModel(history_messages(system_prompt, kept))
-
-
-def replies_batch(step: Resume) -> TurnBatch:
-    """What resuming with ``step`` records: its event, the replies and their calls' outcomes."""
-    batch = TurnBatch(events=[step.event], processed=list(step.processed))
-    for reply in step.replies:
-        batch.messages.append(
-            NewMessage(
-                MessageRole.TOOL,
-                reply.content,
-                tool_call_id=reply.call_id,
-                data={"tool_name": reply.tool_name},
-            )
-        )
-        batch.outcomes.append(ToolCallOutcome(reply.call_id, reply.status, reply.content))
-    return batch

@@ -198,6 +198,8 @@ class Runtime:
             over the database and the compiler's secrets otherwise.
         lease_seconds: how old another host's heartbeat may be before the
             turns its process owns are presumed orphaned.
+        freeze_heap: freeze the process's heap once its first turn has
+            ended (``Settings.freeze_heap``).
         coordination: the deployment's shared Redis: cancels for turns of
             another process are published to it as well (see
             :mod:`pilothouse._coordination`).
@@ -226,6 +228,7 @@ class Runtime:
         scoped_memory: ScopedMemory | None = None,
         knowledge: Callable[[], Knowledge] | None = None,
         lease_seconds: float = 30.0,
+        freeze_heap: bool = False,
         memory_index: str = "auto",
         coordination: Coordination | None = None,
         egress: EgressPolicy | None = None,
@@ -233,6 +236,8 @@ class Runtime:
         from pilothouse.store import SqlTurnStore
 
         self.egress = egress
+        self.freeze_pending = freeze_heap
+        """True until a turn has ended in a runtime asked to freeze the heap."""
         self._scoped_memory = scoped_memory
         self._memory_index = memory_index
         self._extractor: MemoryExtractor | None = None

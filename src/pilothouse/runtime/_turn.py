@@ -60,6 +60,7 @@ from pilothouse.store import (
     NewMessage,
     NewProcessed,
     StoredMessage,
+    ToolCallOutcome,
     TurnBatch,
     TurnHandle,
     Usage,
@@ -318,6 +319,21 @@ class Resume:
     still_pending: tuple[ReturnedCall, ...] = ()
     waiting: bool = False
     processed: tuple[NewProcessed, ...] = ()
+
+    def batch(self) -> TurnBatch:
+        """What resuming records: the event, the replies and their calls' outcomes."""
+        batch = TurnBatch(events=[self.event], processed=list(self.processed))
+        for reply in self.replies:
+            batch.messages.append(
+                NewMessage(
+                    MessageRole.TOOL,
+                    reply.content,
+                    tool_call_id=reply.call_id,
+                    data={"tool_name": reply.tool_name},
+                )
+            )
+            batch.outcomes.append(ToolCallOutcome(reply.call_id, reply.status, reply.content))
+        return batch
 
 
 @dataclass(frozen=True, slots=True)
