@@ -497,7 +497,10 @@ async def _pilothouse(base_url: str, scenario: str, options: dict[str, Any]) -> 
     from pilothouse.api import Pilothouse
     from pilothouse.settings import Settings
 
-    ph = Pilothouse(Settings(database_url=options["database_url"]), tenant="bench")
+    settings = Settings(
+        database_url=options["database_url"], freeze_heap=bool(options.get("freeze_heap", False))
+    )
+    ph = Pilothouse(settings, tenant="bench")
     await ph.__aenter__()
     action = ACTIONS[scenario]
     config = {"audit": False} if options.get("audit") is False else None

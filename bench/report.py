@@ -324,6 +324,16 @@ def _profile_section(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def _own_sections(results: Path, *names: str) -> list[str]:
+    """The sections other scripts rendered into ``results``, those that exist."""
+    lines: list[str] = []
+    for name in names:
+        section = results / name
+        if section.exists():
+            lines += [section.read_text().strip(), ""]
+    return lines
+
+
 def main() -> None:
     """Read results, write the document and the plots."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -467,10 +477,9 @@ def main() -> None:
                 f" {c['cold_cpu_ms']:.0f} |"
             )
         lines.append("")
-    # The whole-process cold start (bench/coldstart.py) renders its own section.
-    coldstart = args.results / "coldstart.md"
-    if coldstart.exists():
-        lines += [coldstart.read_text().strip(), ""]
+    # The whole-process cold start (bench/coldstart.py) and the 200 streams
+    # with and without a frozen heap (bench/heap_freeze.py) render their own sections.
+    lines += _own_sections(args.results, "coldstart.md", "heap-freeze.md")
     if "cpu-plain-d0.png" in plots:
         lines += ["![cpu](benchmarks/cpu-plain-d0.png)", ""]
     lines += ["## Where pilothouse's time goes", "", *_profile_section(results), ""]

@@ -203,3 +203,42 @@ def test_bench_concurrent_conversations_lose_no_message(tmp_path: Path) -> None:
     capacity = results["mock_capacity_concurrency"]
     assert capacity["conc"]["requests_per_s"] > 0
     assert capacity["stream"]["chunks_received"] == capacity["stream"]["chunks_expected"]
+
+
+def test_bench_heap_freeze_runs_every_variant(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "heap_freeze.py"),
+            "--runs",
+            "1",
+            "--rounds",
+            "1",
+            "--streams",
+            "4",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "heap-freeze.json").read_text())
+    summary = result["summary"]
+    assert set(summary) == {
+        "pilothouse",
+        "pilothouse freeze_heap",
+        "pilothouse frozen",
+        "model_request",
+        "model_request frozen",
+    }
+    frozen = {run["variant"]: run["frozen"] for run in result["runs"]}
+    # freeze_heap froze the heap after the first turn; the library's default did not.
+    assert frozen["pilothouse"] == 0 and frozen["pilothouse freeze_heap"] > 100_000
+    assert frozen["model_request frozen"] > 0 and frozen["model_request"] == 0
+    for name, figures in summary.items():
+        # The mock waits 200 ms before the first chunk; the figure is what came on top.
+        assert figures["p50_ms"] >= 0 and figures["cpu_ms_per_stream"] > 0, name
+    assert "| pilothouse freeze_heap |" in (tmp_path / "heap-freeze.md").read_text()
