@@ -18,6 +18,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _bench(script: str, *arguments: str, timeout: float = 300) -> None:
+    """Run ``bench/<script>`` with ``arguments`` in this environment; fail with its errors."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_bench_harness_runs_on_a_tiny_load(tmp_path: Path) -> None:
     done = subprocess.run(
         [
@@ -57,23 +69,7 @@ def test_bench_harness_runs_on_a_tiny_load(tmp_path: Path) -> None:
 
 
 def test_bench_cold_start_times_whole_processes(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "coldstart.py"),
-            "--runs",
-            "1",
-            "--warmup",
-            "0",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    _bench("coldstart.py", "--runs", "1", "--warmup", "0", "--out", str(tmp_path))
     result = json.loads((tmp_path / "coldstart.json").read_text())
     assert set(result["commands"]) == {
         "pydantic-ai-model_request",
@@ -206,25 +202,8 @@ def test_bench_concurrent_conversations_lose_no_message(tmp_path: Path) -> None:
 
 
 def test_bench_heap_freeze_runs_every_variant(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "heap_freeze.py"),
-            "--runs",
-            "1",
-            "--rounds",
-            "1",
-            "--streams",
-            "4",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    tiny = ["--runs", "1", "--rounds", "1", "--streams", "4"]
+    _bench("heap_freeze.py", *tiny, "--out", str(tmp_path))
     result = json.loads((tmp_path / "heap-freeze.json").read_text())
     summary = result["summary"]
     assert set(summary) == {

@@ -146,16 +146,20 @@ async def test_a_conversation_left_running_after_its_completion_is_continued(
 ) -> None:
     # As if the process died between applying the completion and the end of
     # the model call it made: the result is recorded, the conversation RU.
+    settings = Settings(database_url=database.url)
+    async with Pilothouse(settings, database=database, model=_looks_up_then_ships()) as ph:
+        await ph.catalog.import_text(CATALOG)
+        await _left_running_is_continued(ph, database)
 
+
+def _looks_up_then_ships() -> FunctionModel:
+    """A model that calls lookup_order once, then answers "Shipped." for ever."""
     answers = iter([ToolCallPart("lookup_order", {"order_id": "A-17"}, tool_call_id="c1")])
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return ModelResponse(parts=[next(answers, TextPart("Shipped."))])
 
-    settings = Settings(database_url=database.url)
-    async with Pilothouse(settings, database=database, model=FunctionModel(model)) as ph:
-        await ph.catalog.import_text(CATALOG)
-        await _left_running_is_continued(ph, database)
+    return FunctionModel(model)
 
 
 async def _left_running_is_continued(ph: Pilothouse, database: Database) -> None:
@@ -228,13 +232,8 @@ async def test_a_completion_is_applied_with_the_take_so_a_death_right_after_is_r
     # conversation (RU) and writing the completion's reply left it RU with
     # nothing marked applied: the redelivered completion found it busy and
     # the sweep had nothing applied to go on from. The take now writes both.
-    answers = iter([ToolCallPart("lookup_order", {"order_id": "A-17"}, tool_call_id="c1")])
-
-    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        return ModelResponse(parts=[next(answers, TextPart("Shipped."))])
-
     settings = Settings(database_url=database.url)
-    async with Pilothouse(settings, database=database, model=FunctionModel(model)) as ph:
+    async with Pilothouse(settings, database=database, model=_looks_up_then_ships()) as ph:
         await ph.catalog.import_text(CATALOG)
         result = await ph.command.start_and_send("A-17", action="ORDERS")
         correlation = result.tool_calls[0].correlation_id
@@ -246,7 +245,7 @@ async def test_a_completion_is_applied_with_the_take_so_a_death_right_after_is_r
             models=factory,
             compiler=ActionCompiler(database, SecretResolver(env={}, secrets_file=None)),
             store=dying,
-            model_override=FunctionModel(model),
+            model_override=_looks_up_then_ships(),
         )
         try:
             with pytest.raises(_Died):
