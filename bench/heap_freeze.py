@@ -13,7 +13,7 @@ on the other, in alternating order over ``--runs`` runs:
 
 - ``pilothouse``: the library as it comes (``Settings.freeze_heap`` off);
 - ``pilothouse freeze_heap``: ``Settings(freeze_heap=True)``, the heap
-  frozen after the first turn (the Docker compose file sets it);
+  frozen after the first turn (``pilothouse serve``'s default);
 - ``pilothouse frozen``: the library as it comes, then ``gc.collect(1);
   gc.freeze()`` after the warm-up, as the frozen peer below;
 - ``model_request``: pydantic-ai's direct API, as in ``bench/concurrency.py``;

@@ -90,8 +90,10 @@ class Settings(BaseSettings):
             and the first token came two to four times sooner
             (docs/benchmarks.md). The cost: a reference cycle alive at that
             moment is never collected if it becomes garbage later. Off by
-            default in the library (the host application's heap is frozen
-            too); the Docker image turns it on. ``PILOTHOUSE_FREEZE_HEAP``.
+            default in the library (the host application's heap would be
+            frozen too); ``pilothouse serve``, ``events`` and ``worker`` own
+            their processes and turn it on unless ``PILOTHOUSE_FREEZE_HEAP``
+            is set.
         memory_index: the vector index of scoped memory search: ``auto``
             (pgvector where pilothouse's PostgreSQL has the extension, else
             the knowledge feature's embedded index, else exact search, logged

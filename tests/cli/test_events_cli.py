@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from pilothouse.cli import app
+from pilothouse.cli._context import CliState, open_facade
+from pilothouse.settings import Settings
 
 runner = CliRunner()
 
@@ -62,3 +65,26 @@ def test_events_refuses_a_concurrency_below_one(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "--concurrency" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("environment", "long_running", "frozen"),
+    [(None, True, True), ("false", True, False), (None, False, False), ("true", False, True)],
+)
+@pytest.mark.anyio
+async def test_long_running_commands_freeze_their_heap_unless_the_environment_says_otherwise(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    environment: str | None,
+    long_running: bool,
+    frozen: bool,
+) -> None:
+    # pilothouse events and worker own their process (open_facade's
+    # long_running); every other command is as the library: off by default.
+    if environment is None:
+        monkeypatch.delenv("PILOTHOUSE_FREEZE_HEAP", raising=False)
+    else:
+        monkeypatch.setenv("PILOTHOUSE_FREEZE_HEAP", environment)
+    state = CliState(Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"))
+    async with open_facade(state, long_running=long_running) as ph:
+        assert ph.settings.freeze_heap is frozen

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         "SERVER_HOST",
         "SERVER_PORT",
         "SERVER_SHUTDOWN_GRACE_SECONDS",
+        "FREEZE_HEAP",
     ):
         monkeypatch.setenv(f"PILOTHOUSE_{name}", "")
         monkeypatch.delenv(f"PILOTHOUSE_{name}")
@@ -53,3 +55,17 @@ def test_keep_alive_outlasts_client_pools_and_uvicorn_waits_past_the_grace(
     again = CliRunner().invoke(app, ["--database-url", url, "serve", "--keep-alive", "120"])
     assert again.exit_code == 0, again.output
     assert captured["timeout_keep_alive"] == 120
+
+
+def test_the_service_freezes_its_heap_unless_the_environment_says_otherwise(
+    captured: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    done = CliRunner().invoke(app, ["--database-url", url, "serve"])
+    assert done.exit_code == 0, done.output
+    # uvicorn's workers build their settings from the environment.
+    assert os.environ["PILOTHOUSE_FREEZE_HEAP"] == "true"
+    monkeypatch.setenv("PILOTHOUSE_FREEZE_HEAP", "false")
+    again = CliRunner().invoke(app, ["--database-url", url, "serve"])
+    assert again.exit_code == 0, again.output
+    assert os.environ["PILOTHOUSE_FREEZE_HEAP"] == "false"

@@ -43,7 +43,11 @@ class CliState:
 
 @asynccontextmanager
 async def open_facade(
-    state: CliState, *, migrate: bool = True, catalog_egress: bool = False
+    state: CliState,
+    *,
+    migrate: bool = True,
+    catalog_egress: bool = False,
+    long_running: bool = False,
 ) -> AsyncGenerator[Pilothouse]:
     """Open the facade for the command's tenant and close it at the end.
 
@@ -54,6 +58,9 @@ async def open_facade(
         catalog_egress: check the catalog's URLs against the egress policy
             at every call (a process that runs tenants' tools, as the
             service does).
+        long_running: the command's process runs turns until stopped
+            (``pilothouse events``, ``worker``): it freezes its heap after the
+            first turn unless ``PILOTHOUSE_FREEZE_HEAP`` says otherwise.
 
     Connection and SQL failures become exit code 2 with one line naming the
     database (password hidden).
@@ -63,7 +70,11 @@ async def open_facade(
 
     from pilothouse.api import Pilothouse
 
-    ph = Pilothouse(state.settings, tenant=state.effective_tenant, catalog_egress=catalog_egress)
+    settings = state.settings
+    if long_running and "freeze_heap" not in settings.model_fields_set:
+        # The process is pilothouse's own, so its heap is too (docs/operations.md).
+        settings = settings.model_copy(update={"freeze_heap": True})
+    ph = Pilothouse(settings, tenant=state.effective_tenant, catalog_egress=catalog_egress)
     try:
         if migrate:
             await ph.ensure_schema()

@@ -88,7 +88,7 @@ def worker(
     async def go() -> None:
         # The worker runs tools tenants wrote through the service: their
         # addresses pass the tenant's egress policy at every call, as there.
-        async with open_facade(state, catalog_egress=True) as ph:
+        async with open_facade(state, catalog_egress=True, long_running=True) as ph:
             runner = Worker(
                 ph,
                 opened,
@@ -144,7 +144,7 @@ def events(
     opened = _open(bus, session_timeout)
 
     async def go() -> None:
-        async with open_facade(state) as ph:
+        async with open_facade(state, long_running=True) as ph:
             service = EventService(
                 ph,
                 opened,

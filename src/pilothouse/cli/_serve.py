@@ -105,6 +105,9 @@ def serve(
     os.environ["PILOTHOUSE_SERVER_HOST"] = host
     os.environ["PILOTHOUSE_SERVER_PORT"] = str(port)
     os.environ["PILOTHOUSE_SERVER_SHUTDOWN_GRACE_SECONDS"] = str(grace)
+    # The service's processes are pilothouse's own: each freezes its heap after
+    # its first turn, unless the environment says otherwise (docs/operations.md).
+    os.environ.setdefault("PILOTHOUSE_FREEZE_HEAP", "true")
     # uvicorn re-raises the signal that stopped it once it has shut down
     # gracefully, for the handler that was there before; this one makes a
     # SIGTERM-requested, completed shutdown exit with code 0, as service
