@@ -7,7 +7,8 @@ The real brokers (tansu, NATS JetStream) run the same round trip in
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import pytest
@@ -33,7 +34,6 @@ from pilothouse.runtime import ActionCompiler, Runtime
 from pilothouse.runtime._eventcalls import EventCalls
 from pilothouse.settings import Settings
 from pilothouse.store import Database, SqlTurnStore, StoredMessage, TurnBatch, TurnHandle
-from pilothouse.store._turnstore import STARTABLE
 from pilothouse.types import ProcessStatus, ToolCallStatus
 
 pytestmark = pytest.mark.anyio
@@ -197,20 +197,10 @@ class _DiesAfterTake(SqlTurnStore):
 
     dead = False
 
-    async def begin_turn(
-        self,
-        tenant: str,
-        conversation_uuid: str,
-        *,
-        allowed: Iterable[ProcessStatus] = STARTABLE,
-        first: TurnBatch | None = None,
-        read_memory: bool = False,
-    ) -> TurnHandle:
+    async def begin_turn(self, *args: Any, **kwargs: Any) -> TurnHandle:
         if self.dead:
             raise _Died
-        handle = await super().begin_turn(
-            tenant, conversation_uuid, allowed=allowed, first=first, read_memory=read_memory
-        )
+        handle = await super().begin_turn(*args, **kwargs)
         self.dead = True
         return handle
 
