@@ -23,7 +23,8 @@ on the other, in alternating order over ``--runs`` runs:
 Each process warms up with 200 streams first (a connection per stream, the
 first turn's builds), then runs the rounds. Per round: time to first token
 p50/p99 from the launch, minus the 200 ms the mock waits; CPU per stream;
-how long the collector ran, by generation (``gc.callbacks``).
+the full collections and their CPU time (``concurrency.FullCollections``,
+as scenario 3 counts them).
 
 Usage (``bench/run.sh`` runs it with bench/.venv)::
 
@@ -53,20 +54,21 @@ import harness  # noqa: E402
 FIRST_MS = 200
 STREAMS = 200
 VARIANTS = {
-    "pilothouse": ("pilothouse-sqlite", False),
-    "pilothouse freeze_heap": ("pilothouse-sqlite", False),
-    "pilothouse frozen": ("pilothouse-sqlite", True),
-    "model_request": ("pydantic-ai-model_request", False),
-    "model_request frozen": ("pydantic-ai-model_request", True),
+    "pilothouse": ("pilothouse-sqlite", False, False),
+    "pilothouse freeze_heap": ("pilothouse-sqlite", True, False),
+    "pilothouse frozen": ("pilothouse-sqlite", False, True),
+    "model_request": ("pydantic-ai-model_request", False, False),
+    "model_request frozen": ("pydantic-ai-model_request", False, True),
 }
+"""Each variant: the contender, ``Settings.freeze_heap``, and ``gc.freeze()`` after the warm-up."""
 
 
 async def _child(options: dict[str, Any]) -> dict[str, Any]:
     """Warm up, then run the rounds; return their figures."""
     import contenders
+    from concurrency import FullCollections
 
-    contender_name, frozen = VARIANTS[options["variant"]]
-    options["freeze_heap"] = options["variant"] == "pilothouse freeze_heap"
+    contender_name, options["freeze_heap"], frozen = VARIANTS[options["variant"]]
     contender = await contenders.make(contender_name, options["base_url"], "stream", options)
     streams = int(options["streams"])
     # The first turn, then a connection per stream.
@@ -78,29 +80,19 @@ async def _child(options: dict[str, Any]) -> dict[str, Any]:
     heap = len(gc.get_objects())
     rounds: list[dict[str, Any]] = []
     for _ in range(int(options["rounds"])):
-        marks: list[tuple[str, int, float]] = []
-
-        def note(phase: str, info: dict[str, Any], marks: list[Any] = marks) -> None:
-            marks.append((phase, int(info["generation"]), time.perf_counter()))
-
-        gc.callbacks.append(note)
-        cpu = time.process_time()
-        launch = time.perf_counter()
-        facts = await asyncio.gather(*(contender.call() for _ in range(streams)))
-        cpu = time.process_time() - cpu
-        gc.callbacks.remove(note)
-        firsts = sorted((f["first_at"] - launch) * 1000 - FIRST_MS for f in facts)
-        spent = {0: 0.0, 1: 0.0, 2: 0.0}
-        for (phase, generation, start), (_, _, stop) in zip(marks, marks[1:], strict=False):
-            if phase == "start":
-                spent[generation] += (stop - start) * 1000
+        with FullCollections() as collections:
+            cpu = time.process_time()
+            launch = time.perf_counter()
+            facts = await asyncio.gather(*(contender.call() for _ in range(streams)))
+            cpu = time.process_time() - cpu
+        firsts = [(f["first_at"] - launch) * 1000 - FIRST_MS for f in facts]
         rounds.append(
             {
                 "p50_ms": statistics.median(firsts),
-                "p99_ms": firsts[round(0.99 * (len(firsts) - 1))],
+                "p99_ms": harness._percentile(firsts, 99),
                 "cpu_ms_per_stream": cpu * 1000 / streams,
-                "full_collections": sum(1 for p, g, _ in marks if p == "start" and g == 2),
-                "collector_ms": {str(g): round(ms, 1) for g, ms in spent.items()},
+                "full_collections": collections.count,
+                "full_collection_ms": round(sum(collections.cpu_ms), 1),
             }
         )
     await contender.aclose()
@@ -141,7 +133,7 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "p99_ms": statistics.median(r["p99_ms"] for r in rounds),
             "cpu_ms_per_stream": statistics.median(r["cpu_ms_per_stream"] for r in rounds),
             "full_collection_ms_per_round": statistics.median(
-                r["collector_ms"]["2"] for r in rounds
+                r["full_collection_ms"] for r in rounds
             ),
             "full_collections": sum(r["full_collections"] for r in rounds),
             "tracked_at_start": statistics.median(heaps),
