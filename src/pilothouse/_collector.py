@@ -23,9 +23,9 @@ pause began (an application that keeps it off keeps it off).
 then alive moves to the collector's permanent generation (``gc.freeze``),
 so no later full collection walks the start-up heap again. With 200 streams
 at once a full collection came once or twice a round and stopped the event
-loop for 250-500 ms on pilothouse's heap (about 250,000 tracked objects:
-SQLAlchemy's metadata and mappings are most of what pydantic-ai's 150,000
-lack); frozen, 11-17 ms (``docs/benchmarks.md``, issue 12 item 15).
+loop for 112-319 ms on pilothouse's heap (about 256,000 tracked objects:
+SQLAlchemy's metadata and mappings are most of what pydantic-ai's 170,000
+lack); frozen, 7-52 ms (``docs/benchmarks.md``, issue 12 item 15).
 """
 
 from __future__ import annotations

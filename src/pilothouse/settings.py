@@ -86,9 +86,9 @@ class Settings(BaseSettings):
             then alive out of the cyclic collector's walks (``gc.freeze``,
             once per process). Full collections then walk only what came
             later: at 200 concurrent streams they stopped the event loop for
-            250-500 ms each on pilothouse's start-up heap, 11-17 ms frozen,
-            and the first token came two to four times sooner
-            (docs/benchmarks.md). The cost: a reference cycle alive at that
+            112-319 ms a round on pilothouse's start-up heap, 7-52 ms frozen,
+            and the first token's p50 and p99 came a fifth to a quarter
+            sooner (docs/benchmarks.md). The cost: a reference cycle alive at that
             moment is never collected if it becomes garbage later. Off by
             default in the library (the host application's heap would be
             frozen too); ``pilothouse serve``, ``events`` and ``worker`` own
