@@ -42,7 +42,7 @@ from openai.resources.chat.completions.completions import validate_response_form
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from pilothouse.providers._openai_construct import construct
-from pilothouse.providers._urls import ParsedUrls
+from pilothouse.providers._urls import KeptMerges
 
 _REQUEST_OPTIONS = ("extra_headers", "extra_query", "extra_body", "timeout")
 """Arguments of ``create`` that are request options, not body fields."""
@@ -124,13 +124,13 @@ class FastAsyncOpenAI(AsyncOpenAI):
     (``providers/_urls.py``): the same URL, parsed once.
     """
 
-    _prepared: ParsedUrls[URL] | None = None
+    _prepared: KeptMerges[str, URL] | None = None
     """Each path's merged URL, with the ``base_url`` it was merged with."""
 
     def _prepare_url(self, url: str) -> URL:
         prepared = self._prepared
         if prepared is None:
-            prepared = self._prepared = ParsedUrls()
+            prepared = self._prepared = KeptMerges()
         return prepared.merged(url, self.base_url, super()._prepare_url)
 
     def _process_response_data(self, *, data: object, cast_to: Any, response: Any) -> Any:

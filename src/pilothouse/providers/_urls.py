@@ -20,47 +20,50 @@ request's, so it is kept per pair and a copy handed out.
 
 from __future__ import annotations
 
-__all__ = ["ParsedUrls", "UrlKeepingClient"]
+__all__ = ["KeptMerges", "UrlKeepingClient"]
 
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar, cast
 
 import httpx2
 
+K = TypeVar("K", bound=Hashable)
 U = TypeVar("U")
 
 _LIMIT = 256
 """Entries kept; a client calls a handful of URLs, so this bounds only odd callers."""
 
 
-class ParsedUrls(Generic[U]):
-    """A small bounded map from a URL's spelling to its merge with a base URL.
+class KeptMerges(Generic[K, U]):
+    """A small bounded map from what a merge was given to what it made.
 
-    A merge is handed out again only while the client's ``base_url`` is the
-    same object it was merged with: a client whose ``base_url`` is set again
-    parses afresh. Emptied when full rather than evicting one by one: a
-    client that sends many distinct URLs (query strings in the path) only
-    loses the cache.
+    A client keeps one per kind of merge: a URL's spelling with its
+    ``base_url``, a request's header list with the client's headers. A merge
+    is handed out again only while ``base`` is the same object it was made
+    with: a client whose ``base_url`` is set again parses afresh (what a
+    merge depends on by value belongs in the key instead). Emptied when full
+    rather than evicting one by one: a client that sends many distinct URLs
+    (query strings in the path) only loses the cache.
     """
 
     def __init__(self) -> None:
-        self._parsed: dict[str, tuple[object, U]] = {}
+        self._kept: dict[K, tuple[object, U]] = {}
 
-    def merged(self, url: str, base: object, merge: Callable[[str], U]) -> U:
-        """The kept merge of ``url`` with ``base``, or ``merge(url)``, kept.
+    def merged(self, key: K, base: object, merge: Callable[[K], U]) -> U:
+        """The kept merge of ``key`` with ``base``, or ``merge(key)``, kept.
 
         Args:
-            url: the URL or path as the caller spelled it.
-            base: the client's ``base_url`` now.
-            merge: the client's own merge of a URL with its ``base_url``.
+            key: what the caller gave (a URL as spelled, a header list).
+            base: the client's object the merge also depends on, by identity.
+            merge: the client's own merge.
         """
-        found = self._parsed.get(url)
+        found = self._kept.get(key)
         if found is not None and found[0] is base:
             return found[1]
-        if len(self._parsed) >= _LIMIT:
-            self._parsed.clear()
-        value = merge(url)
-        self._parsed[url] = (base, value)
+        if len(self._kept) >= _LIMIT:
+            self._kept.clear()
+        value = merge(key)
+        self._kept[key] = (base, value)
         return value
 
 
@@ -89,25 +92,24 @@ class UrlKeepingClient(httpx2.AsyncClient):
     afresh); every request gets its own copy.
     """
 
-    _merged: ParsedUrls[httpx2.URL] | None = None
+    _merged: KeptMerges[str, httpx2.URL] | None = None
     """Each URL string's merge, with the ``base_url`` it was merged with."""
 
-    _merged_headers: dict[tuple[Hashable, ...], httpx2.Headers] | None = None
-    """Each request header list's merge with the client's headers, by both."""
+    _merged_headers: KeptMerges[tuple[Hashable, ...], httpx2.Headers] | None = None
+    """Each merge of the client's headers and a request's header list, by both."""
 
     def _merge_headers(self, headers: Any = None) -> Any:
         request = _header_key(headers)
         if request is None:
             return super()._merge_headers(headers)
-        key = (tuple(self.headers.raw), request)
         kept = self._merged_headers
         if kept is None:
-            kept = self._merged_headers = {}
-        found = kept.get(key)
-        if found is None:
-            if len(kept) >= _LIMIT:
-                kept.clear()
-            found = kept[key] = httpx2.Headers(super()._merge_headers(headers))
+            kept = self._merged_headers = KeptMerges()
+        merge = super()._merge_headers
+        # The client's headers are in the key by value: they change in place.
+        found = kept.merged(
+            (tuple(self.headers.raw), request), None, lambda _: httpx2.Headers(merge(headers))
+        )
         return httpx2.Headers(found)
 
     def _merge_url(self, url: httpx2.URL | str) -> httpx2.URL:
@@ -115,5 +117,5 @@ class UrlKeepingClient(httpx2.AsyncClient):
             return super()._merge_url(url)
         merged = self._merged
         if merged is None:
-            merged = self._merged = ParsedUrls()
+            merged = self._merged = KeptMerges()
         return merged.merged(url, self.base_url, super()._merge_url)
