@@ -31,24 +31,17 @@ def _bench(script: str, *arguments: str, timeout: float = 300) -> None:
 
 
 def test_bench_harness_runs_on_a_tiny_load(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "harness.py"),
-            "--smoke",
-            "--contenders",
-            "httpx,pilothouse-sqlite",
-            "--scenarios",
-            "plain-d0,tool-d0",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
+    _bench(
+        "harness.py",
+        "--smoke",
+        "--contenders",
+        "httpx,pilothouse-sqlite",
+        "--scenarios",
+        "plain-d0,tool-d0",
+        "--out",
+        str(tmp_path),
         timeout=120,
-        check=False,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["scenarios"]) == {"plain-d0", "tool-d0"}
     for name, scenario in results["scenarios"].items():
@@ -94,24 +87,17 @@ def served_and_disclosure(tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     # One tiny harness run for scenario 4 and for pilothouse serve (the LiteLLM
     # proxy takes seconds to start and lives in bench/.venv-litellm: not here).
     out = tmp_path_factory.mktemp("served")
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "harness.py"),
-            "--smoke",
-            "--contenders",
-            "httpx,pilothouse-serve",
-            "--scenarios",
-            "plain-d0,disclosure",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    _bench(
+        "harness.py",
+        "--smoke",
+        "--contenders",
+        "httpx,pilothouse-serve",
+        "--scenarios",
+        "plain-d0,disclosure",
+        "--out",
+        str(out),
         timeout=180,
-        check=False,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((out / "results.json").read_text())
 
 
@@ -154,24 +140,17 @@ def test_bench_concurrent_conversations_lose_no_message(tmp_path: Path) -> None:
     # Scenario 2 and scenario 3 at concurrency, tiny: 5 users of 3 turns (the
     # third calls the tool), 3 streams at once. Facts only: every turn done,
     # every answer saw its whole history, the store holds each message once.
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "harness.py"),
-            "--smoke",
-            "--contenders",
-            "httpx,pilothouse-sqlite",
-            "--scenarios",
-            "conc-5,stream-3",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
+    _bench(
+        "harness.py",
+        "--smoke",
+        "--contenders",
+        "httpx,pilothouse-sqlite",
+        "--scenarios",
+        "conc-5,stream-3",
+        "--out",
+        str(tmp_path),
         timeout=120,
-        check=False,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     conc, stream = results["scenarios"]["conc-5"], results["scenarios"]["stream-3"]
     for scenario in (conc, stream):
