@@ -80,3 +80,43 @@ def test_pauses_from_several_threads_restore_the_collector_once_all_end() -> Non
     # Whichever thread left first found the other's pause still open.
     assert seen.count(False) >= 1
     assert gc.isenabled()
+
+
+def _generation_of(target: object) -> int | None:
+    """Which collector generation holds ``target`` (None: frozen or untracked)."""
+    for generation in range(3):
+        if any(candidate is target for candidate in gc.get_objects(generation=generation)):
+            return generation
+    return None
+
+
+def test_what_a_pause_built_goes_straight_to_the_oldest_generation() -> None:
+    # Left young, the next two young collections would walk all of it.
+    with collector_paused():
+        built = [[index] for index in range(5_000)]
+    assert _generation_of(built) == 2
+    assert gc.get_count()[0] < 700, "the youngest generation was not emptied"
+
+
+def test_a_pause_leaves_a_frozen_heap_frozen() -> None:
+    # Promotion (freeze, then unfreeze) would thaw what an application or
+    # freeze_once froze; with anything frozen it is skipped.
+    kept = [["frozen"]]
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with collector_paused():
+            built = [[index] for index in range(100)]
+        assert gc.get_freeze_count() >= frozen
+        assert _generation_of(kept) is None  # still in the permanent generation
+        assert _generation_of(built) is not None  # collected as usual, not frozen
+    finally:
+        gc.unfreeze()
+
+
+def test_an_application_that_keeps_the_collector_off_gets_no_promotion() -> None:
+    gc.disable()
+    with collector_paused():
+        built = [[index] for index in range(100)]
+    assert _generation_of(built) == 0

@@ -323,3 +323,36 @@ def test_every_lazily_imported_name_resolves(package: str) -> None:
     assert set(module.__all__) <= set(dir(module))
     with pytest.raises(AttributeError, match="no attribute 'missing'"):
         _ = module.missing
+
+
+FINALIZED_AT_EXIT = """
+import os
+from pilothouse.api import Pilothouse
+from pilothouse.settings import Settings
+
+Pilothouse(Settings(database_url={url!r}, fast_exit={fast!r}))
+
+class Cycle:
+    # os.write is bound now: at exit the module's globals may be gone.
+    def __del__(self, write=os.write) -> None:
+        write(1, b"finalized\\n")
+
+cycle = Cycle()
+cycle.me = cycle  # alive at exit, and only a collection can free it
+print("ready", flush=True)
+"""
+
+
+def test_fast_exit_leaves_cycles_alive_at_exit_out_of_the_last_collections(
+    tmp_path: Path,
+) -> None:
+    # Settings.fast_exit (the default): the interpreter's last collections
+    # skip the heap, which is what makes the process end sooner; the cost,
+    # shown here, is that a cycle alive at exit is not finalized.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}"
+    assert _run(FINALIZED_AT_EXIT.format(url=url, fast=True)) == "ready"
+
+
+def test_without_fast_exit_the_interpreter_finalizes_cycles_at_exit(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}"
+    assert _run(FINALIZED_AT_EXIT.format(url=url, fast=False)) == "finalized"

@@ -70,7 +70,7 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from pilothouse._collector import collector_paused
+from pilothouse._collector import collector_paused, leave_heap_at_exit
 
 # What these imports build lives as long as the process; see _collector.
 with collector_paused():
@@ -147,6 +147,8 @@ class _Shared:
         self.settings = settings
         self.meter = meter
         self.catalog_egress = catalog_egress
+        if settings.fast_exit:
+            leave_heap_at_exit()
         self.owns_database = database is None
         self._database = database
         self._model = model
