@@ -40,7 +40,8 @@ class EventToolSettings(BaseModel):
         skill: the ``skillName`` a worker runs; defaults to the tool's name.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: built on first use, not in every cold start.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     topic: _Topic = DEFAULT_COMMAND_TOPIC
     reply_to: _Topic = DEFAULT_REPLY_TOPIC

@@ -59,7 +59,9 @@ class ScopedMemorySettings(BaseModel):
             own model when None.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: the validator is built on first use, not at import (a
+    # process that never reads a scoped strategy never pays for it).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     session_limit: Annotated[int, Field(ge=0, le=100)] = 10
     user_limit: Annotated[int, Field(ge=0, le=100)] = 5

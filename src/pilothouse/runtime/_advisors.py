@@ -176,7 +176,9 @@ class AdvisorConfigError(PilothouseError):
 
 
 class _LoggingSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Each advisor's settings model is built on first use (defer_build):
+    # a process whose actions name no advisor never pays for them.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     logger_name: str = "pilothouse.advisor"
     level: int | str = logging.INFO
@@ -352,7 +354,7 @@ def cache_key(call: AdvisedCall) -> str:
 
 
 class _CacheSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     backend: Literal["memory", "redis"] = "memory"
     ttl_seconds: float = Field(default=3600, gt=0)
@@ -443,7 +445,7 @@ class CacheAdvisor:
 
 
 class _ContentFilterSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     blocked_terms: list[str] = Field(default_factory=list[str])
     blocked_patterns: list[str] = Field(default_factory=list[str])
