@@ -22,17 +22,18 @@ When the last pause ends, what it built goes straight to the oldest
 generation (``gc.freeze()`` then ``gc.unfreeze()``). Left young, the next
 youngest-generation collection walks all of it (100,000 objects and more
 after the imports) and the next middle one walks it again before it ages
-out: 180-220 ms of the cold start's CPU for nothing freed that matters. In
-the oldest generation only full collections walk it, as they walk the rest
-of the start-up heap. Skipped while anything holds objects frozen (an
+out: 180-220 ms of the cold start's CPU. In the oldest generation only full
+collections walk it, as they walk the rest of the start-up heap; the cycles
+the imports left behind, which the young collections would have freed, wait
+for the next full collection (or the exit) instead. Skipped while anything holds objects frozen (an
 application's own ``gc.freeze`` or :func:`freeze_once`): unfreezing would
 undo that.
 
 :func:`leave_heap_at_exit` (``Settings.fast_exit``, on by default) moves the
 heap out of the collector's walks in an exit handler. An interpreter that
 ends collects the whole heap twice and frees every cycle in it one by one;
-for pilothouse's start-up heap that was 0.55-0.62 s of the cold start's
-1.5 s more CPU than pydantic-ai's (``docs/benchmarks.md``). Objects freed by
+for pilothouse's start-up heap that was 0.54-0.6 s, most of what its cold
+start cost more than pydantic-ai's (``docs/benchmarks.md``). Objects freed by
 reference counting at exit still are; only reference cycles alive at exit
 are left to the operating system, and their finalizers (``__del__``,
 weak-reference callbacks) do not run then, which Python does not promise
