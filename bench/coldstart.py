@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
 import statistics
@@ -50,6 +49,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import harness  # noqa: E402
+from childenv import child_env  # noqa: E402
 
 PILOTHOUSE = "pilothouse-sqlite"
 PEER = "pydantic-ai-model_request"
@@ -76,7 +76,7 @@ def _worker(python: str, options: dict[str, Any]) -> list[str]:
 
 
 def _env(src: str | None) -> dict[str, str]:
-    env = {**os.environ, "BENCH_MOCK_API_KEY": "x", "PYTHONDONTWRITEBYTECODE": "1"}
+    env = child_env(BENCH_MOCK_API_KEY="x", PYTHONDONTWRITEBYTECODE="1")
     if src is not None:
         env["PYTHONPATH"] = src
     return env

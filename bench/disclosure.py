@@ -50,6 +50,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import mock_upstream  # noqa: E402
+from childenv import child_env  # noqa: E402
 
 TARGET = 0.70
 """Issue 6: at least 70% fewer first-turn prompt tokens with disclosure."""
@@ -263,11 +264,10 @@ async def measure(workdir: Path) -> dict[str, Any]:
 
 def run(python: str, workdir: Path) -> dict[str, Any]:
     """Measure in a child process (``python`` has pilothouse); return the results (harness)."""
-    import os
     import subprocess
 
     out = workdir / "disclosure.json"
-    env = {**os.environ, "BENCH_MOCK_API_KEY": "x", "PYTHONDONTWRITEBYTECODE": "1"}
+    env = child_env(BENCH_MOCK_API_KEY="x", PYTHONDONTWRITEBYTECODE="1")
     subprocess.run(
         [python, str(Path(__file__)), "--workdir", str(workdir), "--out", str(out)],
         check=True,

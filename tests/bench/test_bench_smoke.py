@@ -8,6 +8,7 @@ SQLite), not bench/.venv.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,32 @@ def _bench(script: str, *arguments: str, timeout: float = 300) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_bench_children_start_without_the_shells_pilothouse_settings() -> None:
+    # A PILOTHOUSE_* variable left in the shell (FREEZE_HEAP, FAST_EXIT, ...)
+    # would change what a contender measures without the results saying so.
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); from childenv import child_env;"
+        " print(json.dumps(child_env(BENCH_MOCK_API_KEY='x')))"
+    )
+    shell = {
+        **os.environ,
+        "PILOTHOUSE_FAST_EXIT": "false",
+        "PILOTHOUSE_FREEZE_HEAP": "true",
+        "BENCH_KEPT": "yes",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "bench")],
+        env=shell,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    child: dict[str, str] = json.loads(done.stdout)
+    assert [name for name in child if name.startswith("PILOTHOUSE_")] == []
+    assert child["BENCH_KEPT"] == "yes"
+    assert child["BENCH_MOCK_API_KEY"] == "x"
 
 
 def test_bench_harness_runs_on_a_tiny_load(tmp_path: Path) -> None:
