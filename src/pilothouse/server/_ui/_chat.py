@@ -17,7 +17,8 @@ __all__ = ["router"]
 
 import json
 import uuid as uuids
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Form, Request
@@ -107,7 +108,7 @@ async def _qa_model(ph: Pilothouse, code: str) -> str:
 
 async def _adhoc(
     ph: Pilothouse, body: ChatRequest, model: str, *, continue_memory: bool = True
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes]:
     """A bare model: one ad-hoc turn, streamed as a governed turn is (``stream_adhoc``).
 
     With RAG on it searches the chosen collection; when the collection's own
@@ -137,13 +138,14 @@ async def _adhoc(
         ask_user=False,
     )
     uuid: str | None = None
-    async for event in ph.command.stream_adhoc(run):
-        if uuid is None:
-            # Every event names the conversation: the first tells the browser
-            # which one it is before the model has answered.
-            uuid = event.conversation_uuid
-            yield _sse("conversation", {"uuid": uuid})
-        yield _sse(*event_data(event))
+    async with aclosing(ph.command.stream_adhoc(run)) as events:
+        async for event in events:
+            if uuid is None:
+                # Every event names the conversation: the first tells the
+                # browser which one it is before the model has answered.
+                uuid = event.conversation_uuid
+                yield _sse("conversation", {"uuid": uuid})
+            yield _sse(*event_data(event))
     if uuid is not None:
         named = await ph.history.name_if_untitled(uuid, body.text)
         yield _sse("named", {"uuid": uuid, "title": named.title})
@@ -161,7 +163,7 @@ def _rag_event(body: ChatRequest, model: str | None) -> bytes:
     )
 
 
-async def _collection_answers(ph: Pilothouse, body: ChatRequest) -> AsyncIterator[bytes]:
+async def _collection_answers(ph: Pilothouse, body: ChatRequest) -> AsyncGenerator[bytes]:
     """RAG with "Collection's model": an ad-hoc run on the collection's qa_model, no sliders."""
     assert body.rag is not None
     given = [name for name in ("options", "instruction", "input") if getattr(body, name)]
@@ -177,35 +179,40 @@ async def _collection_answers(ph: Pilothouse, body: ChatRequest) -> AsyncIterato
     current = None
     if body.conversation:
         current = await ph.query.get_conversation(body.conversation)
-    async for chunk in _adhoc(
+    chunks = _adhoc(
         ph, body, model, continue_memory=current is not None and current.action_code == ADHOC
-    ):
-        yield chunk
+    )
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            yield chunk
 
 
-async def _turn(ph: Pilothouse, body: ChatRequest) -> AsyncIterator[bytes]:
+async def _turn(ph: Pilothouse, body: ChatRequest) -> AsyncGenerator[bytes]:
     kind, _, code = body.target.partition(":")
     if body.rag is not None and body.rag.answer_with == "collection":
-        async for chunk in _collection_answers(ph, body):
-            yield chunk
+        async with aclosing(_collection_answers(ph, body)) as answers:
+            async for chunk in answers:
+                yield chunk
         return
     if body.rag is not None:
         yield _rag_event(body, code if kind == "model" else None)
     if kind == "model":
-        async for chunk in _adhoc(ph, body, code):
-            yield chunk
+        async with aclosing(_adhoc(ph, body, code)) as chunks:
+            async for chunk in chunks:
+                yield chunk
         return
     config = _runtime_config(body)
     if body.rag is not None:
         config["retrieval"] = {"collections": [body.rag.collection]}
-    events: AsyncIterator[TurnEvent]
+    events: AsyncGenerator[TurnEvent]
     if body.conversation:
         uuid = body.conversation
         current = await ph.query.get_conversation(uuid)
         if current.action_code == ADHOC:
             model = body.target.partition(":")[2]
-            async for chunk in _adhoc(ph, body, model):
-                yield chunk
+            async with aclosing(_adhoc(ph, body, model)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
             return
         events = ph.command.stream_message(
             uuid, body.text, input_data=body.input or None, runtime_config=config
@@ -224,17 +231,26 @@ async def _turn(ph: Pilothouse, body: ChatRequest) -> AsyncIterator[bytes]:
             conversation_uuid=uuid,
         )
     yield _sse("conversation", {"uuid": uuid})
-    async for event in events:
-        yield _sse(*event_data(event))
+    async with aclosing(events):
+        async for event in events:
+            yield _sse(*event_data(event))
     named = await ph.history.name_if_untitled(uuid, body.text)
     yield _sse("named", {"uuid": uuid, "title": named.title})
 
 
-async def _guarded(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """End the stream with an ``error`` event when the turn is refused."""
+async def _guarded(chunks: AsyncGenerator[bytes]) -> AsyncGenerator[bytes]:
+    """End the stream with an ``error`` event when the turn is refused.
+
+    A browser that goes away closes this generator. Every generator under it
+    is read inside ``aclosing``, so each closes in turn, in this task, and
+    the turn is cancelled and recorded before the close returns; left to the
+    garbage collector, they were closed later from another task, which
+    anyio's cancel scopes refuse.
+    """
     try:
-        async for chunk in chunks:
-            yield chunk
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                yield chunk
     except PilothouseError as exc:
         yield _sse("error", {"detail": str(exc), "category": exc.category.value})
 
