@@ -36,23 +36,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from sqlalchemy import select
 
 from pilothouse.catalog._enums import (
     ExecutionPolicy,
     MessageRole,
     ProcessStatus,
+    TimelineKind,
     ToolCallStatus,
     ToolKind,
 )
 from pilothouse.catalog._models import DIRECT_TOOL_ACTION, Skill, SkillTool, Tool
-from pilothouse.errors import InvalidFieldError, NotFoundError
+from pilothouse.errors import InvalidFieldError, NotFoundError, ServiceUnavailableError
 from pilothouse.runtime._record import status_event
 from pilothouse.runtime._repair import RepairedCall
-from pilothouse.runtime._toolexec import ToolExecutor
+from pilothouse.runtime._toolexec import Execution, ToolExecutor
 from pilothouse.runtime._toolset import build_toolset
 from pilothouse.runtime._toolstep import record_execution
-from pilothouse.store import NewMessage, NewToolCall, TurnBatch
+from pilothouse.store import NewEvent, NewMessage, NewToolCall, TurnBatch
 from pilothouse.store._base import utcnow
 from pilothouse.tools._base import ExecutableTool, ToolContext, ToolDefinition, ToolResult
 
@@ -276,26 +278,72 @@ async def _run_catalog_tool(
         ],
         tool_calls=[NewToolCall(call.call_id, tool_name, args)],
     )
-    handle = await runtime.store.start_turn(
-        runner.tenant,
-        conversation_uuid,
-        action_code=DIRECT_TOOL_ACTION,
-        agent_code=None,
-        first=opening,
-        default_audit=default_audit,
-    )
+    # Registered as a turn is, before the conversation is written: a cancel
+    # (ph.command.cancel, another process's, the shutdown's) stops the call
+    # and it is recorded TE, rather than the cancel ending the conversation
+    # under a tool that runs on and then writes its result into it.
+    scope = runtime.running.register(runner.tenant, conversation_uuid)
+    try:
+        handle = await runtime.store.start_turn(
+            runner.tenant,
+            conversation_uuid,
+            action_code=DIRECT_TOOL_ACTION,
+            agent_code=None,
+            first=opening,
+            default_audit=default_audit,
+        )
+    except BaseException:
+        runtime.running.unregister(runner.tenant, conversation_uuid)
+        raise
     executor = ToolExecutor(
         authorizer=runner.authorizer, timeout=runtime.tool_timeout, telemetry=runtime.telemetry
     )
     # The executor records what it ran; the tool's structured data is kept
     # by wrapping it (the executor keeps the text a model would read).
     captured = _Capture(tool)
-    (execution,) = await executor.run(
-        [(call, captured)],
-        tenant=runner.tenant,
-        conversation_uuid=conversation_uuid,
-        timeouts=toolset.timeouts,
+    ended = False
+    try:
+        execution: Execution | None = None
+        with scope:
+            (execution,) = await executor.run(
+                [(call, captured)],
+                tenant=runner.tenant,
+                conversation_uuid=conversation_uuid,
+                timeouts=toolset.timeouts,
+            )
+        if execution is None:  # a cancel stopped it
+            why = runtime.running.why(runner.tenant, conversation_uuid)
+            ended = True
+            await runtime.store.write(handle, _cancelled(why))
+            return _refused_after_cancel(conversation_uuid, tool_name, why)
+        ending = _ending(execution)
+        ended = True
+        await runtime.store.write(handle, ending)
+    except BaseException as exc:
+        if not ended:
+            # The caller went away (its request was cancelled) or the call
+            # broke: the record ends here too, whatever is cancelling us.
+            with anyio.CancelScope(shield=True):
+                if isinstance(exc, anyio.get_cancelled_exc_class()):
+                    batch = _cancelled(runtime.running.why(runner.tenant, conversation_uuid))
+                else:
+                    batch = _failed(f"internal error: {type(exc).__name__}")
+                await runtime.store.write(handle, batch)
+        raise
+    finally:
+        runtime.running.unregister(runner.tenant, conversation_uuid)
+    return DirectToolCall(
+        conversation_uuid,
+        tool_name,
+        execution.status,
+        execution.content,
+        captured.data if execution.status is ToolCallStatus.SUCCEEDED else None,
+        execution.error_code,
     )
+
+
+def _ending(execution: Execution) -> TurnBatch:
+    """The last write of a call that ran: its result, and ``CO`` or ``FA``."""
     ending = TurnBatch()
     record_execution(ending, [], execution, {})
     succeeded = execution.status is ToolCallStatus.SUCCEEDED
@@ -305,14 +353,49 @@ async def _run_catalog_tool(
     ending.finished_at = utcnow()
     if not succeeded:
         ending.error_detail = execution.content[:2000]
-    await runtime.store.write(handle, ending)
+    return ending
+
+
+def _cancelled(requested_by: str | None) -> TurnBatch:
+    """The last write of a call that was cancelled: ``TE``, as a cancelled turn's."""
+    data: dict[str, Any] = {} if requested_by is None else {"requested_by": requested_by}
+    return TurnBatch(
+        events=[
+            NewEvent(TimelineKind.CANCEL, data),
+            status_event(ProcessStatus.RUNNING, ProcessStatus.TERMINATED),
+        ],
+        status=ProcessStatus.TERMINATED,
+        finished_at=utcnow(),
+    )
+
+
+def _failed(detail: str) -> TurnBatch:
+    """The last write of a call that broke inside pilothouse: ``FA`` with why."""
+    return TurnBatch(
+        events=[status_event(ProcessStatus.RUNNING, ProcessStatus.FAILED)],
+        status=ProcessStatus.FAILED,
+        finished_at=utcnow(),
+        error_detail=detail,
+    )
+
+
+def _refused_after_cancel(conversation_uuid: str, tool: str, why: str | None) -> DirectToolCall:
+    """What the caller of a call that a cancel stopped gets (the record says ``TE``)."""
+    from pilothouse.runtime._runner import SHUTDOWN
+
+    if why == SHUTDOWN:
+        raise ServiceUnavailableError(
+            f"the service is shutting down: the call of tool '{tool}' was stopped and recorded "
+            f"TE (conversation {conversation_uuid})",
+            retry_after=5,
+        )
     return DirectToolCall(
         conversation_uuid,
-        tool_name,
-        execution.status,
-        execution.content,
-        captured.data if succeeded else None,
-        execution.error_code,
+        tool,
+        ToolCallStatus.FAILED,
+        f"the call was cancelled{f' ({why})' if why else ''} before the tool answered",
+        None,
+        "tool.exec.cancelled",
     )
 
 
