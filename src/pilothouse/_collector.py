@@ -75,26 +75,27 @@ _PAUSES = _Pauses()
 logger = logging.getLogger("pilothouse.collector")
 
 
-class _Freeze:
-    """Whether this process froze its heap (once is all it takes: what came after stays young)."""
+class _Once:
+    """Something a process does once, whichever thread asks first."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.done = False
+        self._lock = threading.Lock()
+        self._done = False
+
+    def claim(self) -> bool:
+        """Return True to the first caller only."""
+        with self._lock:
+            if self._done:
+                return False
+            self._done = True
+            return True
 
 
-_FREEZE = _Freeze()
+_FREEZE = _Once()
+"""The heap frozen after the first turn (once is all it takes: what came after stays young)."""
 
-
-class _AtExit:
-    """Whether this process registered its exit-time freeze (one handler is enough)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.registered = False
-
-
-_AT_EXIT = _AtExit()
+_AT_EXIT = _Once()
+"""The exit-time freeze registered (one handler is enough)."""
 
 
 @contextmanager
@@ -141,10 +142,8 @@ def freeze_once() -> bool:
     Returns:
         True when this call froze the heap; False when the process had.
     """
-    with _FREEZE.lock:
-        if _FREEZE.done:
-            return False
-        _FREEZE.done = True
+    if not _FREEZE.claim():
+        return False
     gc.collect(1)
     gc.freeze()
     logger.info("heap frozen after the first turn: %d objects", gc.get_freeze_count())
@@ -161,9 +160,7 @@ def leave_heap_at_exit() -> bool:
     Returns:
         True when this call registered the handler; False when the process had.
     """
-    with _AT_EXIT.lock:
-        if _AT_EXIT.registered:
-            return False
-        _AT_EXIT.registered = True
+    if not _AT_EXIT.claim():
+        return False
     atexit.register(gc.freeze)
     return True
