@@ -146,10 +146,13 @@ def _verdicts(results: dict[str, Any]) -> list[str]:
     if "pilothouse-sqlite" in whole and BASE in whole:
         ph, peer = whole["pilothouse-sqlite"], whole[BASE]
         ok = ph["cpu_ms"] <= peer["cpu_ms"]
+        first = ph["worker_cold_cpu_ms"] <= peer["worker_cold_cpu_ms"]
         out.append(
-            f"- **Cold start no slower than pydantic-ai: {'MET' if ok else 'MISSED'}** "
-            f"(whole process, CPU: pilothouse {ph['cpu_ms']:.0f} ms vs model_request"
-            f" {peer['cpu_ms']:.0f} ms, medians of {ph['runs']} interleaved runs;"
+            f"- **Cold start no slower than pydantic-ai: {'MET' if ok else 'MISSED'} for the whole"
+            f" process, {'MET' if first else 'MISSED'} to the first answer** (CPU: pilothouse"
+            f" {ph['cpu_ms']:.0f} ms vs model_request {peer['cpu_ms']:.0f} ms for the whole"
+            f" process, {ph['worker_cold_cpu_ms']:.0f} vs {peer['worker_cold_cpu_ms']:.0f} ms to"
+            f" the first answer, medians of {ph['runs']} interleaved runs;"
             " see the whole-process cold-start table)."
         )
     elif "pilothouse-sqlite" in cold and BASE in cold:
@@ -227,13 +230,15 @@ def _item15(results: dict[str, Any]) -> list[str]:
     if ph and base:
         ratio = results["coldstart"]["ratios"].get(f"pilothouse-sqlite / {BASE}", {})
         out.append(
-            "- **Cold start no slower than pydantic-ai's:"
-            f" {_word(ph['cpu_ms'] <= base['cpu_ms'])}.**"
+            "- **Cold start no slower than pydantic-ai's: whole process"
+            f" {_word(ph['cpu_ms'] <= base['cpu_ms'])}, to the first answer"
+            f" {_word(ph['worker_cold_cpu_ms'] <= base['worker_cold_cpu_ms'])}.**"
             f" Whole process, CPU: pilothouse {ph['cpu_ms']:,.0f} ms, model_request"
             f" {base['cpu_ms']:,.0f} ms"
             + (f" ({ratio['cpu']:.2f}× pair by pair)" if ratio else "")
             + f"; to the first answer by the worker's clock {ph['worker_cold_ms']:,.0f} vs"
-            f" {base['worker_cold_ms']:,.0f} ms ({ph['runs']} interleaved runs, medians)."
+            f" {base['worker_cold_ms']:,.0f} ms, CPU {ph['worker_cold_cpu_ms']:,.0f} vs"
+            f" {base['worker_cold_cpu_ms']:,.0f} ms ({ph['runs']} interleaved runs, medians)."
         )
     return out or ["- Not measured in this run."]
 
