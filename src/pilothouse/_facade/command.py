@@ -269,8 +269,12 @@ class CommandApi(Facet):
             InvalidFieldError: the tool does not run on its own, or the
                 arguments do not match its schema.
             ToolError: the tool cannot be built.
+            ServiceUnavailableError: the service shut down while the tool
+                ran; the conversation is recorded ``TE``.
 
-        Nothing is written when it raises.
+        Nothing is written when it raises, but at the shutdown. A cancel of
+        the conversation (:meth:`cancel`) stops the tool: the outcome is then
+        ``failed`` with ``tool.exec.cancelled``, the conversation ``TE``.
         """
         await self._ready()
         from pilothouse.runtime._directcall import run_catalog_tool

@@ -215,11 +215,17 @@ async def run_catalog_tool(
 ) -> DirectToolCall:
     """Run the tenant's catalog tool ``name`` once, governed and recorded.
 
+    A cancel (``ph.command.cancel``, another process's) stops the tool; the
+    call then returns ``failed`` with ``tool.exec.cancelled`` and the
+    conversation ends ``TE``, as it does when the caller itself is cancelled.
+
     Raises:
         NotFoundError: no active tool has this name.
         InvalidFieldError: the tool cannot run on its own, or the arguments
             do not match its schema (nothing is recorded).
         ToolError: the tool cannot be built (nothing is recorded).
+        ServiceUnavailableError: the service shut down while the tool ran
+            (recorded ``TE``).
     """
     with runner.runtime.tenant_egress(runner.tenant):
         return await _run_catalog_tool(
@@ -311,14 +317,17 @@ async def _run_catalog_tool(
                 conversation_uuid=conversation_uuid,
                 timeouts=toolset.timeouts,
             )
+        # The last write is shielded: a caller cancelled as it starts must
+        # not leave the conversation RU.
         if execution is None:  # a cancel stopped it
             why = runtime.running.why(runner.tenant, conversation_uuid)
             ended = True
-            await runtime.store.write(handle, _cancelled(why))
+            with anyio.CancelScope(shield=True):
+                await runtime.store.write(handle, _cancelled(why))
             return _refused_after_cancel(conversation_uuid, tool_name, why)
-        ending = _ending(execution)
         ended = True
-        await runtime.store.write(handle, ending)
+        with anyio.CancelScope(shield=True):
+            await runtime.store.write(handle, _ending(execution))
     except BaseException as exc:
         if not ended:
             # The caller went away (its request was cancelled) or the call
