@@ -356,3 +356,28 @@ def test_fast_exit_leaves_cycles_alive_at_exit_out_of_the_last_collections(
 def test_without_fast_exit_the_interpreter_finalizes_cycles_at_exit(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}"
     assert _run(FINALIZED_AT_EXIT.format(url=url, fast=False)) == "finalized"
+
+
+FLUSHED_AT_EXIT = """
+from pilothouse.api import Pilothouse
+from pilothouse.settings import Settings
+
+Pilothouse(Settings(database_url={url!r}))
+log = open({path!r}, "w")  # never closed: only this global holds it
+log.write("written before exit")
+"""
+
+
+def test_fast_exit_still_flushes_a_file_only_a_module_global_holds(tmp_path: Path) -> None:
+    # What reference counting frees at exit is still freed: the module's
+    # globals are cleared, the file is closed and its buffer written.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}"
+    path = tmp_path / "log.txt"
+    result = subprocess.run(
+        [sys.executable, "-c", FLUSHED_AT_EXIT.format(url=url, path=str(path))],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert path.read_text() == "written before exit"
