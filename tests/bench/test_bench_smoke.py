@@ -31,6 +31,22 @@ def _bench(script: str, *arguments: str, timeout: float = 300) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+def _harness(out: Path, contenders: str, scenarios: str, *, timeout: float) -> dict[str, Any]:
+    """Run ``harness.py --smoke`` for ``contenders`` on ``scenarios``; return its results."""
+    _bench(
+        "harness.py",
+        "--smoke",
+        "--contenders",
+        contenders,
+        "--scenarios",
+        scenarios,
+        "--out",
+        str(out),
+        timeout=timeout,
+    )
+    return json.loads((out / "results.json").read_text())
+
+
 def test_bench_children_start_without_the_shells_pilothouse_settings() -> None:
     # A PILOTHOUSE_* variable left in the shell (FREEZE_HEAP, FAST_EXIT, ...)
     # would change what a contender measures without the results saying so.
@@ -58,18 +74,7 @@ def test_bench_children_start_without_the_shells_pilothouse_settings() -> None:
 
 
 def test_bench_harness_runs_on_a_tiny_load(tmp_path: Path) -> None:
-    _bench(
-        "harness.py",
-        "--smoke",
-        "--contenders",
-        "httpx,pilothouse-sqlite",
-        "--scenarios",
-        "plain-d0,tool-d0",
-        "--out",
-        str(tmp_path),
-        timeout=120,
-    )
-    results = json.loads((tmp_path / "results.json").read_text())
+    results = _harness(tmp_path, "httpx,pilothouse-sqlite", "plain-d0,tool-d0", timeout=120)
     assert set(results["scenarios"]) == {"plain-d0", "tool-d0"}
     for name, scenario in results["scenarios"].items():
         assert scenario["skipped"] == {}, name
@@ -114,18 +119,7 @@ def served_and_disclosure(tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     # One tiny harness run for scenario 4 and for pilothouse serve (the LiteLLM
     # proxy takes seconds to start and lives in bench/.venv-litellm: not here).
     out = tmp_path_factory.mktemp("served")
-    _bench(
-        "harness.py",
-        "--smoke",
-        "--contenders",
-        "httpx,pilothouse-serve",
-        "--scenarios",
-        "plain-d0,disclosure",
-        "--out",
-        str(out),
-        timeout=180,
-    )
-    return json.loads((out / "results.json").read_text())
+    return _harness(out, "httpx,pilothouse-serve", "plain-d0,disclosure", timeout=180)
 
 
 def test_bench_disclosure_offers_fewer_prompt_tokens_than_all_tools(
@@ -167,18 +161,7 @@ def test_bench_concurrent_conversations_lose_no_message(tmp_path: Path) -> None:
     # Scenario 2 and scenario 3 at concurrency, tiny: 5 users of 3 turns (the
     # third calls the tool), 3 streams at once. Facts only: every turn done,
     # every answer saw its whole history, the store holds each message once.
-    _bench(
-        "harness.py",
-        "--smoke",
-        "--contenders",
-        "httpx,pilothouse-sqlite",
-        "--scenarios",
-        "conc-5,stream-3",
-        "--out",
-        str(tmp_path),
-        timeout=120,
-    )
-    results = json.loads((tmp_path / "results.json").read_text())
+    results = _harness(tmp_path, "httpx,pilothouse-sqlite", "conc-5,stream-3", timeout=120)
     conc, stream = results["scenarios"]["conc-5"], results["scenarios"]["stream-3"]
     for scenario in (conc, stream):
         assert scenario["skipped"] == {}
