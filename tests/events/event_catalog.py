@@ -16,6 +16,9 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from pilothouse.store import Database
+from pilothouse.types import ProcessStatus
+
 CATALOG = """
 providers:
   - code: TEST
@@ -128,3 +131,15 @@ def sums_model() -> FunctionModel:
         return ModelResponse(parts=[call])
 
     return FunctionModel(answer, model_name="sums-model")
+
+
+async def hold_status(database: Database, conversation_uuid: str, status: ProcessStatus) -> None:
+    """Set a conversation's status as another process would (``RU``: its turn holds it)."""
+    from sqlalchemy import update
+
+    from pilothouse.store import Conversation
+
+    async with database.sessions.begin() as session:
+        await session.execute(
+            update(Conversation).where(Conversation.uuid == conversation_uuid).values(status=status)
+        )

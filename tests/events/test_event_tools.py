@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import anyio
 import pytest
-from event_catalog import CATALOG, order_model, sums_model
+from event_catalog import CATALOG, hold_status, order_model, sums_model
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -402,3 +403,69 @@ def test_open_bus_refuses_an_unknown_scheme_and_a_kafka_option_elsewhere() -> No
 
 def _text(text: str) -> ModelResponse:
     return ModelResponse(parts=[TextPart(text)])
+
+
+async def test_a_completion_found_busy_is_handed_back_and_applied_once_the_turn_ends(
+    database: Database,
+) -> None:
+    # Left unacknowledged, a Kafka group would see it again only at its next
+    # rebalance: the conversation waited on it for as long (hours). Handed
+    # back, it comes again after each busy_retry until the other turn ends.
+    settings = Settings(database_url=database.url)
+    bus = MemoryBus()
+    async with Pilothouse(settings, database=database, model=order_model()) as ph:
+        await ph.catalog.import_text(CATALOG)
+        result = await ph.command.start_and_send("A-17", action="ORDERS")
+        correlation = result.tool_calls[0].correlation_id
+        assert correlation is not None
+        # Another process's turn holds the conversation.
+        await hold_status(database, result.conversation_uuid, ProcessStatus.RUNNING)
+        await bus.publish(
+            "agent-events",
+            encode(SkillCompletionEvent(correlation_id=correlation, result={"status": "shipped"})),
+        )
+        service = EventService(ph, bus, busy_retry=0.05)
+        busy = service.metrics.completions.labels("busy")
+        async with anyio.create_task_group() as group:
+            await group.start(service.run)
+            with anyio.fail_after(30):
+                while busy._value.get() < 3:  # delivered, found busy, handed back: three times
+                    await anyio.sleep(0.02)
+            await hold_status(database, result.conversation_uuid, ProcessStatus.WAITING)
+            with anyio.fail_after(30):
+                while (await ph.events.counts())["processed"] < 1:
+                    await anyio.sleep(0.02)
+            group.cancel_scope.cancel()
+        counts = await ph.events.counts()
+        assert (counts["processed"], counts["duplicates"], counts["waiting"]) == (1, 0, 0)
+        assert service.metrics.completions.labels("applied")._value.get() == 1
+        messages = await ph.query.get_conversation_messages(result.conversation_uuid)
+        assert [m.content for m in messages if m.role.value == "TO"] == ['{"status": "shipped"}']
+        conversation = await ph.query.get_conversation(result.conversation_uuid)
+        assert conversation.status is ProcessStatus.COMPLETED
+
+
+def test_a_busy_retry_of_zero_is_refused() -> None:
+    with pytest.raises(InvalidFieldError, match="busy_retry"):
+        EventService(
+            Pilothouse(Settings(database_url="sqlite+aiosqlite://")), MemoryBus(), busy_retry=0
+        )
+
+
+async def test_the_memory_bus_delivers_a_handed_back_message_again_first_in_line() -> None:
+    bus = MemoryBus()
+    for value in (b"one", b"two", b"three"):
+        await bus.publish("t", value)
+    stream = bus.consume("t", "g")
+    async with aclosing(stream):
+        first = await anext(stream)
+        second = await anext(stream)
+        await first.ack()
+        await second.redeliver()
+        await second.redeliver()  # twice: still one copy
+        again = await anext(stream)
+        assert again.value == b"two"
+        await again.ack()
+        last = await anext(stream)
+        assert last.value == b"three"
+        await last.ack()

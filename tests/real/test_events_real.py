@@ -25,7 +25,15 @@ import pytest
 from event_brokers import Broker
 
 from pilothouse.api import Pilothouse
-from pilothouse.events import Bus, EventService, RunAction, Worker, encode, open_bus
+from pilothouse.events import (
+    Bus,
+    EventService,
+    RunAction,
+    SkillCompletionEvent,
+    Worker,
+    encode,
+    open_bus,
+)
 from pilothouse.settings import Settings
 from pilothouse.types import MessageRole, ProcessStatus, ToolCallStatus
 
@@ -35,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "events"))
 _shared = importlib.import_module("event_catalog")
 CATALOG: str = _shared.CATALOG
 order_model = _shared.order_model
+hold_status = _shared.hold_status
 
 pytestmark = [pytest.mark.anyio, pytest.mark.real]
 
@@ -146,6 +155,69 @@ async def test_event_tool_round_trip_through_a_real_broker(broker: Broker, ph: P
     assert counts == {"commands": 5, "unsent": 0, "processed": 5, "duplicates": 0, "waiting": 0}
     assert sorted(runs) == [f"R-{i}" for i in range(5)]
     await assert_each_applied_once(ph, 5)
+
+
+async def test_a_completion_found_busy_comes_back_at_once_not_at_the_broker_s_leisure(
+    broker: Broker, ph: Pilothouse
+) -> None:
+    # Left unacknowledged, tansu's group would deliver it again only at its
+    # next rebalance (none comes: the test would time out) and NATS after
+    # ack_wait (60 s here). Handed back, it comes again after each busy_retry.
+    if broker.kind == "nats":
+        bus = open_bus(broker.url, ack_wait=60.0)
+    else:
+        bus = bus_of(broker)
+    result = await ph.command.start_and_send("B-1", action="ORDERS")
+    correlation = result.tool_calls[0].correlation_id
+    assert correlation is not None
+    # Another process's turn holds the conversation (its own connection).
+    other = ph.settings.open_database()
+    await hold_status(other, result.conversation_uuid, ProcessStatus.RUNNING)
+    service = EventService(ph, bus, busy_retry=0.3)
+    busy = service.metrics.completions.labels("busy")
+    try:
+        async with anyio.create_task_group() as group:
+            await group.start(service.run)
+            completion = SkillCompletionEvent(
+                correlation_id=correlation, result={"status": "shipped"}
+            )
+            await bus.publish(service.reply_topic, encode(completion), key=correlation)
+            with anyio.fail_after(45):
+                while busy._value.get() < 3:  # delivered, found busy, handed back: three times
+                    await anyio.sleep(0.1)
+            await hold_status(other, result.conversation_uuid, ProcessStatus.WAITING)
+            await wait_processed(ph, 1, timeout=45)
+            group.cancel_scope.cancel()
+    finally:
+        await bus.close()
+        await other.dispose()
+    counts = await ph.events.counts()
+    assert (counts["processed"], counts["duplicates"], counts["waiting"]) == (1, 0, 0)
+    await assert_each_applied_once(ph, 1)
+
+
+async def test_kafka_hands_back_by_seeking_and_never_skips_an_earlier_message(
+    tmp_path: Path,
+) -> None:
+    started = Broker("kafka", tmp_path)
+    started.start()
+    bus = bus_of(started)
+    try:
+        for value in (b"m1", b"m2", b"m3"):
+            await bus.publish("handback", value, key="same-partition")
+        stream = bus.consume("handback", "g")
+        async with aclosing(stream):
+            with anyio.fail_after(60):
+                first, second, third = [await anext(stream) for _ in range(3)]
+                assert [first.value, second.value, third.value] == [b"m1", b"m2", b"m3"]
+                # Handed back later first: the seek to m1 must win over m2's.
+                await first.redeliver()
+                await second.redeliver()
+                again = [await anext(stream) for _ in range(3)]
+            assert [d.value for d in again] == [b"m1", b"m2", b"m3"]
+    finally:
+        await bus.close()
+        started.stop()
 
 
 async def test_kill_9_while_100_conversations_wait_loses_nothing_and_applies_nothing_twice(

@@ -46,11 +46,30 @@ class Delivery:
     key: str | None = None
     lag: int | None = None
     _ack: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
+    _redeliver: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
 
     async def ack(self) -> None:
         """Acknowledge it: the group will not be given it again."""
         if self._ack is not None:
             await self._ack()
+
+    async def redeliver(self) -> None:
+        """Hand it back unacknowledged, to be delivered again now (a negative acknowledgement).
+
+        Without it, an unacknowledged message comes again only when the
+        broker gives up on it: NATS after its ack wait, a Kafka group after
+        its next rebalance, which in a stable group may be hours. NATS is
+        told at once (``nak``); a Kafka consumer seeks its partition back to
+        the message, so the partition's later messages that were delivered
+        come again too (their consumers find them applied: duplicates);
+        the memory bus puts it back first in line.
+
+        Raises:
+            BusError: the broker was not told; the message still comes again
+                the way an unacknowledged one does.
+        """
+        if self._redeliver is not None:
+            await self._redeliver()
 
 
 class Bus(Protocol):

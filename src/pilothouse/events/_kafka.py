@@ -157,12 +157,17 @@ class KafkaBus:
                         # Not committed: the group gets the message again.
                         raise BusError(f"kafka: commit lost: {exc}") from exc
 
+                async def redeliver(
+                    partition: Any = partition, offset: int = record.offset
+                ) -> None:
+                    await self._seek_back(consumer, partition, offset)
+
                 high: int | None = consumer.highwater(partition)
                 lag = None if high is None else max(0, high - offset)
                 raw_key: bytes | None = record.key
                 value: bytes = record.value or b""
                 key = raw_key.decode() if raw_key is not None else None
-                yield Delivery(str(record.topic), value, key, lag, ack)
+                yield Delivery(str(record.topic), value, key, lag, ack, redeliver)
         finally:
             # Shielded: a cancelled consumer must still leave its group, close
             # its connections and end what it left running.
@@ -173,6 +178,28 @@ class KafkaBus:
                 # Stopped here or by close(): a commit left by a cancelled
                 # acknowledgement would otherwise retry for ever.
                 await commits.close()
+
+    async def _seek_back(self, consumer: Any, partition: Any, offset: int) -> None:
+        """Have ``consumer`` fetch ``partition`` again from ``offset`` (a message handed back).
+
+        Its offset is not committed (commits wait for it), so a seek is all a
+        redelivery takes; later offsets of the partition come again with it.
+        """
+        from aiokafka.errors import IllegalStateError, KafkaError  # pyright: ignore[reportMissingTypeStubs]
+
+        if consumer not in self._consumers:
+            return  # stopped: the group's next member starts at or before it
+        try:
+            # Never forward: another message handed back earlier in the
+            # partition and not yet delivered again must not be skipped.
+            position: int = await consumer.position(partition)
+            consumer.seek(partition, min(offset, position))
+        except IllegalStateError:
+            # Revoked by a rebalance: its new owner starts from the committed
+            # offset, which is at or before this message.
+            return
+        except KafkaError as exc:
+            raise BusError(f"kafka: cannot seek back to a message handed back: {exc}") from exc
 
 
 class _InOrderCommits:

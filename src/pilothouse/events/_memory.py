@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = ["MemoryBus"]
 
 import asyncio
+import bisect
 from collections.abc import AsyncGenerator
 
 from pilothouse.events._bus import BusError, Delivery
@@ -72,11 +73,26 @@ class MemoryBus:
                 async def ack(index: int = index) -> None:
                     unacked.discard(index)
 
+                async def redeliver(index: int = index) -> None:
+                    if index in unacked:
+                        unacked.discard(index)
+                        await self._give_back(slot, [index])
+
                 lag = len(self._logs[topic]) - self._next[slot]
-                yield Delivery(topic, value, key, lag, ack)
+                yield Delivery(topic, value, key, lag, ack, redeliver)
         finally:
             # Not acknowledged: the group gets them again.
-            self._returned.setdefault(slot, []).extend(sorted(unacked))
+            returned = self._returned.setdefault(slot, [])
+            for index in unacked:
+                bisect.insort(returned, index)
+
+    async def _give_back(self, slot: tuple[str, str], indexes: list[int]) -> None:
+        """Put messages back in the group's line, in log order, and wake its consumers."""
+        async with self._changed:
+            returned = self._returned.setdefault(slot, [])
+            for index in indexes:
+                bisect.insort(returned, index)
+            self._changed.notify_all()
 
     def _claim(self, slot: tuple[str, str]) -> int | None:
         returned = self._returned.get(slot)

@@ -34,6 +34,19 @@ def _acker(message: Any) -> Callable[[], Awaitable[None]]:
     return ack
 
 
+def _naker(message: Any) -> Callable[[], Awaitable[None]]:
+    async def nak() -> None:
+        from nats.errors import Error as NatsError
+
+        try:
+            await message.nak()
+        except NatsError as exc:
+            # Not told: JetStream delivers it again after ack_wait all the same.
+            raise BusError(f"nats: negative acknowledgement lost: {exc}") from exc
+
+    return nak
+
+
 def _name(prefix: str, topic: str) -> str:
     # Stream and durable names may not hold '.', '*', '>' or spaces.
     return prefix + re.sub(r"[^A-Za-z0-9_-]", "_", topic)
@@ -140,7 +153,14 @@ class NatsBus:
                 for message in batch:
                     headers: dict[str, str] = message.headers or {}
                     lag = message.metadata.num_pending if message.metadata else None
-                    yield Delivery(topic, message.data, headers.get("key"), lag, _acker(message))
+                    yield Delivery(
+                        topic,
+                        message.data,
+                        headers.get("key"),
+                        lag,
+                        _acker(message),
+                        _naker(message),
+                    )
         finally:
             if self._nc is not None and not self._nc.is_closed:
                 with anyio.CancelScope(shield=True):

@@ -115,7 +115,8 @@ class EventService:
         poll_interval: seconds between outbox reads when nothing woke the relay.
         sweep_interval: seconds between deadline sweeps.
         busy_retry: seconds to keep retrying a completion whose conversation
-            is running a turn, before leaving it to the next delivery.
+            is running a turn, before handing it back to the bus to be
+            delivered again (and retried again).
         recover_after: seconds without a write after which a conversation
             left ``RU`` by a dead process (after a completion was applied) is
             continued by the sweep; longer than any model call. Also the
@@ -145,6 +146,11 @@ class EventService:
         if concurrency < 1:
             raise InvalidFieldError(
                 "concurrency", f"must be at least 1 (1 applies one at a time), not {concurrency}"
+            )
+        if not busy_retry > 0:
+            # 0 would hand a busy completion back and take it again in a tight loop.
+            raise InvalidFieldError(
+                "busy_retry", f"must be a positive number of seconds, not {busy_retry}"
             )
         self._concurrency = concurrency
         self._ph = ph
@@ -327,16 +333,17 @@ class EventService:
         self.metrics.completions.labels(outcome).inc()
         if outcome != "busy":
             await delivery.ack()
-        else:
-            # Not acknowledged: NATS delivers it again after its ack wait, a
-            # Kafka group only after its next rebalance or restart. Said, so a
-            # conversation waiting on it is never a silent stall.
-            logger.warning(
-                "completion %s left unacknowledged: its conversation was still running "
-                "a turn after %g s",
-                message.correlation_id,
-                self._busy_retry,
-            )
+            return outcome
+        # Handed back, to come again now: left unacknowledged, a Kafka group
+        # would see it again only at its next rebalance (hours, in a stable
+        # group) and NATS after its ack wait. Said, so a long hold is never silent.
+        logger.warning(
+            "completion %s handed back to the bus: its conversation was still running "
+            "a turn after %g s",
+            message.correlation_id,
+            self._busy_retry,
+        )
+        await delivery.redeliver()
         return outcome
 
     async def _apply(self, message: SkillCompletionEvent) -> str:
