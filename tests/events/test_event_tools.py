@@ -468,4 +468,11 @@ async def test_the_memory_bus_delivers_a_handed_back_message_again_first_in_line
         await again.ack()
         last = await anext(stream)
         assert last.value == b"three"
-        await last.ack()
+    # Stopped with "three" unacknowledged: it goes back once, and handing it
+    # back after the stop adds no second copy.
+    await last.redeliver()
+    stream = bus.consume("t", "g")
+    async with aclosing(stream):
+        assert (await anext(stream)).value == b"three"
+        await bus.publish("t", b"four")
+        assert (await anext(stream)).value == b"four"

@@ -85,6 +85,8 @@ class MemoryBus:
             returned = self._returned.setdefault(slot, [])
             for index in unacked:
                 bisect.insort(returned, index)
+            # Given back once: a late redeliver() must not add a second copy.
+            unacked.clear()
 
     async def _give_back(self, slot: tuple[str, str], indexes: list[int]) -> None:
         """Put messages back in the group's line, in log order, and wake its consumers."""
