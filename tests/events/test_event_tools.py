@@ -445,11 +445,24 @@ async def test_a_completion_found_busy_is_handed_back_and_applied_once_the_turn_
         assert conversation.status is ProcessStatus.COMPLETED
 
 
-def test_a_busy_retry_of_zero_is_refused() -> None:
-    with pytest.raises(InvalidFieldError, match="busy_retry"):
-        EventService(
-            Pilothouse(Settings(database_url="sqlite+aiosqlite://")), MemoryBus(), busy_retry=0
-        )
+@pytest.mark.parametrize(
+    "field", ["poll_interval", "sweep_interval", "busy_retry", "recover_after"]
+)
+@pytest.mark.parametrize("value", [0, -1.0, float("inf"), float("nan")])
+def test_event_service_refuses_a_pace_that_is_not_a_positive_number_of_seconds(
+    field: str, value: float
+) -> None:
+    ph = Pilothouse(Settings(database_url="sqlite+aiosqlite://"))
+    with pytest.raises(InvalidFieldError, match=f"{field}: must be a positive number of seconds"):
+        EventService(ph, MemoryBus(), **{field: value})
+
+
+def test_worker_refuses_a_timeout_or_attempts_it_cannot_honour() -> None:
+    ph = Pilothouse(Settings(database_url="sqlite+aiosqlite://"))
+    with pytest.raises(InvalidFieldError, match="timeout: must be a positive number of seconds"):
+        Worker(ph, MemoryBus(), timeout=0)
+    with pytest.raises(InvalidFieldError, match="attempts: must be at least 1, not 0"):
+        Worker(ph, MemoryBus(), attempts=0)
 
 
 async def test_the_memory_bus_delivers_a_handed_back_message_again_first_in_line() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 __all__ = ["Bus", "BusError", "Delivery", "open_bus"]
 
 from collections.abc import AsyncGenerator
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
@@ -27,6 +28,20 @@ if TYPE_CHECKING:
 
 class BusError(PilothouseError):
     """The broker could not be reached or refused a request."""
+
+
+def positive_seconds(name: str, value: float) -> float:
+    """Return ``value`` if it is a positive, finite number of seconds.
+
+    Zero would make the loop it paces spin (or time everything out at
+    once); infinity or NaN would make it never run.
+
+    Raises:
+        InvalidFieldError: naming ``name``.
+    """
+    if not (isinstance(value, int | float) and 0 < value < math.inf):
+        raise InvalidFieldError(name, f"must be a positive number of seconds, not {value!r}")
+    return float(value)
 
 
 @dataclass

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import ValidationError
 
 from pilothouse.errors import InvalidFieldError, PilothouseError
-from pilothouse.events._bus import Bus, BusError, Delivery
+from pilothouse.events._bus import Bus, BusError, Delivery, positive_seconds
 from pilothouse.events._payloads import (
     RunAction,
     SkillCompletionEvent,
@@ -147,21 +147,18 @@ class EventService:
             raise InvalidFieldError(
                 "concurrency", f"must be at least 1 (1 applies one at a time), not {concurrency}"
             )
-        if not busy_retry > 0:
-            # 0 would hand a busy completion back and take it again in a tight loop.
-            raise InvalidFieldError(
-                "busy_retry", f"must be a positive number of seconds, not {busy_retry}"
-            )
         self._concurrency = concurrency
         self._ph = ph
         self._bus = bus
         self.reply_topic = reply_topic
         self.group = group
         self.action_topic = action_topic
-        self._poll = poll_interval
-        self._sweep = sweep_interval
-        self._busy_retry = busy_retry
-        self._recover_after = recover_after
+        # 0 would spin a loop (busy_retry: hand a completion back and take
+        # it again at once; recover_after: take over turns still running).
+        self._poll = positive_seconds("poll_interval", poll_interval)
+        self._sweep = positive_seconds("sweep_interval", sweep_interval)
+        self._busy_retry = positive_seconds("busy_retry", busy_retry)
+        self._recover_after = positive_seconds("recover_after", recover_after)
         self.metrics = metrics or EventServiceMetrics.create()
         self._wake = anyio.Event()
 

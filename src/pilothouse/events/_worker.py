@@ -31,8 +31,8 @@ import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import ValidationError
 
-from pilothouse.errors import PilothouseError
-from pilothouse.events._bus import Bus, BusError, Delivery
+from pilothouse.errors import InvalidFieldError, PilothouseError
+from pilothouse.events._bus import Bus, BusError, Delivery, positive_seconds
 from pilothouse.events._payloads import (
     SkillCompletionEvent,
     SkillInvocationEvent,
@@ -120,14 +120,14 @@ class Worker:
         metrics: WorkerMetrics | None = None,
     ) -> None:
         if attempts < 1:
-            raise PilothouseError("attempts must be at least 1")
+            raise InvalidFieldError("attempts", f"must be at least 1, not {attempts}")
         self._ph = ph
         self._bus = bus
         self.topic = topic
         self.group = group
         self.attempts = attempts
         self.dead_letter_topic = dead_letter_topic or f"{topic}.dlq"
-        self._timeout = timeout
+        self._timeout = positive_seconds("timeout", timeout)
         self.metrics = metrics or WorkerMetrics.create()
 
     def tool(self, function: Callable[..., Any]) -> Callable[..., Any]:
