@@ -14,8 +14,8 @@ from __future__ import annotations
 
 __all__ = ["Bus", "BusError", "Delivery", "open_bus"]
 
-from collections.abc import AsyncGenerator
 import math
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
