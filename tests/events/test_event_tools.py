@@ -448,13 +448,14 @@ async def test_a_completion_found_busy_is_handed_back_and_applied_once_the_turn_
 @pytest.mark.parametrize(
     "field", ["poll_interval", "sweep_interval", "busy_retry", "recover_after"]
 )
-@pytest.mark.parametrize("value", [0, -1.0, float("inf"), float("nan")])
+@pytest.mark.parametrize("value", [0, -1.0, float("inf"), float("nan"), "5", True])
 def test_event_service_refuses_a_pace_that_is_not_a_positive_number_of_seconds(
-    field: str, value: float
+    field: str, value: object
 ) -> None:
     ph = Pilothouse(Settings(database_url="sqlite+aiosqlite://"))
     with pytest.raises(InvalidFieldError, match=f"{field}: must be a positive number of seconds"):
-        EventService(ph, MemoryBus(), **{field: value})
+        pace: dict[str, Any] = {field: value}
+        EventService(ph, MemoryBus(), **pace)
 
 
 def test_worker_refuses_a_timeout_or_attempts_it_cannot_honour() -> None:

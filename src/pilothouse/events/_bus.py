@@ -30,7 +30,7 @@ class BusError(PilothouseError):
     """The broker could not be reached or refused a request."""
 
 
-def positive_seconds(name: str, value: float) -> float:
+def positive_seconds(name: str, value: object) -> float:
     """Return ``value`` if it is a positive, finite number of seconds.
 
     Zero would make the loop it paces spin (or time everything out at
@@ -39,7 +39,8 @@ def positive_seconds(name: str, value: float) -> float:
     Raises:
         InvalidFieldError: naming ``name``.
     """
-    if not (isinstance(value, int | float) and 0 < value < math.inf):
+    # Typed object: a string from a config file is refused here too, by name.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise InvalidFieldError(name, f"must be a positive number of seconds, not {value!r}")
     return float(value)
 
