@@ -7,6 +7,8 @@ The real brokers (tansu, NATS JetStream) run the same round trip in
 from __future__ import annotations
 
 import json
+import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -20,6 +22,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pilothouse.api import Pilothouse
 from pilothouse.errors import CatalogValidationError, InvalidFieldError
 from pilothouse.events import (
+    BusError,
     EventService,
     MemoryBus,
     RunAction,
@@ -399,6 +402,34 @@ def test_open_bus_refuses_an_unknown_scheme_and_a_kafka_option_elsewhere() -> No
     with pytest.raises(InvalidFieldError, match="only Kafka"):
         open_bus("nats://127.0.0.1:4222", session_timeout=2)
     assert isinstance(open_bus("memory://"), MemoryBus)
+    # A URL's credentials never reach an error.
+    with pytest.raises(InvalidFieldError) as refused:
+        open_bus("amqp://alice:s3cret@x")
+    assert "s3cret" not in str(refused.value)
+    assert "amqp://***@x" in str(refused.value)
+
+
+async def test_nats_with_no_server_fails_fast_in_one_line_without_its_credentials(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Before: nats-py retried the first connection for ever and logged a
+    # traceback for every attempt, two a second (`pilothouse events` hung).
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    bus = open_bus(f"nats://alice:s3cret@127.0.0.1:{port}")
+    caplog.set_level(logging.DEBUG, logger="pilothouse.events.nats")
+    caplog.set_level(logging.DEBUG, logger="nats")
+    with anyio.fail_after(30), pytest.raises(BusError, match="cannot connect") as failed:
+        await bus.start()
+    assert f"nats://***@127.0.0.1:{port}" in str(failed.value)
+    logged = [r for r in caplog.records if r.name.startswith(("nats", "pilothouse.events.nats"))]
+    assert logged, "the failed attempts were not said"
+    # The same failure is said once, without a traceback, and no secret.
+    assert len(logged) == 1
+    assert all(r.exc_info is None for r in logged)
+    assert all("s3cret" not in r.getMessage() for r in logged)
+    await bus.close()
 
 
 def _text(text: str) -> ModelResponse:

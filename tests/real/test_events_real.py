@@ -308,7 +308,9 @@ async def test_a_broker_restart_with_conversations_waiting_loses_nothing(
             broker.stop()
             at_stop = await ph.events.counts()
             restarted_at = time.monotonic()
-            await anyio.sleep(1.0)
+            # Longer than the NATS bus's first-connect budget (three attempts
+            # 0.5 s apart): once connected, an outage is waited out.
+            await anyio.sleep(3.0)
             broker.start()
             after = await wait_processed(ph, count, timeout=180)
             print(

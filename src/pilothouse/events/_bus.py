@@ -18,7 +18,7 @@ import math
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pilothouse.errors import InvalidFieldError, PilothouseError
 
@@ -28,6 +28,14 @@ if TYPE_CHECKING:
 
 class BusError(PilothouseError):
     """The broker could not be reached or refused a request."""
+
+
+def shown_url(url: str) -> str:
+    """``url`` as errors and logs may show it: a user or password in it becomes ``***``."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 def positive_seconds(name: str, value: object) -> float:
@@ -139,18 +147,20 @@ def open_bus(
         return KafkaBus(url.removeprefix("kafka://"), session_timeout=session_timeout)
     if session_timeout is not None:
         raise InvalidFieldError(
-            "session_timeout", f"only Kafka consumer groups have one, not '{url}': remove it"
+            "session_timeout",
+            f"only Kafka consumer groups have one, not '{shown_url(url)}': remove it",
         )
     if scheme == "nats":
         from pilothouse.events._nats import NatsBus
 
         return NatsBus(url) if ack_wait is None else NatsBus(url, ack_wait=ack_wait)
     if ack_wait is not None:
-        raise InvalidFieldError("ack_wait", f"only NATS has one, not '{url}': remove it")
+        raise InvalidFieldError("ack_wait", f"only NATS has one, not '{shown_url(url)}': remove it")
     if scheme == "memory":
         from pilothouse.events._memory import MemoryBus
 
         return MemoryBus()
     raise InvalidFieldError(
-        "bus", f"unknown bus '{url}': write memory://, kafka://host:port or nats://host:port"
+        "bus",
+        f"unknown bus '{shown_url(url)}': write memory://, kafka://host:port or nats://host:port",
     )

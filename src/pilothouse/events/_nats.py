@@ -16,9 +16,43 @@ from typing import Any
 
 import anyio
 
-from pilothouse.events._bus import BusError, Delivery
+from pilothouse.events._bus import BusError, Delivery, shown_url
 
 logger = logging.getLogger("pilothouse.events.nats")
+
+_FIRST_CONNECT_ATTEMPTS = 2
+"""Retries of the first connection (0.5 s apart) before start() fails.
+
+An address where no server answers at start is a configuration error to
+report, as Kafka's bootstrap does, not an outage to wait out; once
+connected, the client reconnects for as long as it takes."""
+
+
+class _ConnectionLog:
+    """nats-py's connection callbacks as one log line per change.
+
+    Its default error callback logs a traceback for every failed attempt:
+    two a second, for ever, while the server is away.
+    """
+
+    def __init__(self, where: str) -> None:
+        self._where = where
+        self._last: str | None = None
+        self.closing = False
+
+    async def error(self, exc: Exception) -> None:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if text != self._last:  # the same failure again: said once
+            self._last = text
+            logger.warning("nats at %s: %s", self._where, text)
+
+    async def disconnected(self) -> None:
+        if not self.closing:
+            logger.warning("nats at %s: disconnected; reconnecting", self._where)
+
+    async def reconnected(self) -> None:
+        self._last = None
+        logger.warning("nats at %s: reconnected", self._where)
 
 
 def _acker(message: Any) -> Callable[[], Awaitable[None]]:
@@ -62,8 +96,11 @@ class NatsBus:
 
     def __init__(self, url: str, *, ack_wait: float = 60.0) -> None:
         self._url = url
+        self._where = shown_url(url)
+        """The URL as errors and logs show it: without its credentials."""
         self._ack_wait = ack_wait
         self._nc: Any = None
+        self._log: _ConnectionLog | None = None
         self._js: Any = None
         self._streams: set[str] = set()
         self._connecting = anyio.Lock()
@@ -82,19 +119,33 @@ class NatsBus:
         import nats
         from nats.errors import Error as NatsError
 
+        log = _ConnectionLog(self._where)
         try:
             connect: Any = nats.connect  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-            self._nc = await connect(
-                self._url, connect_timeout=5, max_reconnect_attempts=-1, reconnect_time_wait=0.5
+            nc: Any = await connect(
+                self._url,
+                connect_timeout=5,
+                max_reconnect_attempts=_FIRST_CONNECT_ATTEMPTS,
+                reconnect_time_wait=0.5,
+                error_cb=log.error,
+                disconnected_cb=log.disconnected,
+                reconnected_cb=log.reconnected,
             )
         except (NatsError, OSError) as exc:
-            raise BusError(f"nats at {self._url}: {exc}") from exc
-        self._js = self._nc.jetstream()
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise BusError(f"nats at {self._where}: cannot connect: {detail}") from exc
+        # Connected: from now on an outage is waited out. nats-py reads the
+        # option at every reconnect (tests/real: a NATS restart loses nothing).
+        nc.options["max_reconnect_attempts"] = -1
+        self._nc, self._log = nc, log
+        self._js = nc.jetstream()
 
     async def close(self) -> None:
         """Drain and close the connection."""
         if self._nc is not None:
             nc, self._nc, self._js = self._nc, None, None
+            if self._log is not None:
+                self._log.closing = True
             await nc.close()
 
     async def _stream(self, topic: str) -> str:
@@ -120,7 +171,7 @@ class NatsBus:
             headers = {"key": key} if key is not None else None
             await self._js.publish(topic, value, headers=headers)
         except NatsError as exc:
-            raise BusError(f"nats at {self._url}: publish to '{topic}': {exc}") from exc
+            raise BusError(f"nats at {self._where}: publish to '{topic}': {exc}") from exc
 
     async def consume(self, topic: str, group: str) -> AsyncGenerator[Delivery]:
         """The group's messages from a durable pull consumer.
