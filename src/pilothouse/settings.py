@@ -6,7 +6,7 @@ and passed down; nothing reads the environment behind the caller's back.
 
 from __future__ import annotations
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "database_driver_url"]
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -22,12 +22,50 @@ def _default_database_url() -> str:
     return f"sqlite+aiosqlite:///{Path('.pilothouse') / 'pilothouse.db'}"
 
 
+_DATABASE_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+aiosqlite": "sqlite+aiosqlite",
+    "postgres": "postgresql+asyncpg",
+    "postgresql": "postgresql+asyncpg",
+    "postgresql+asyncpg": "postgresql+asyncpg",
+}
+"""The URL schemes pilothouse runs on, each to the async driver it uses."""
+
+_DATABASE_EXAMPLES = "sqlite+aiosqlite:///path/to/file.db or postgresql+asyncpg://user@host:5432/db"
+
+
+def database_driver_url(url: str) -> str:
+    """Return ``url`` with the async driver pilothouse uses for its database.
+
+    ``sqlite://`` becomes ``sqlite+aiosqlite://``; ``postgres://`` and
+    ``postgresql://`` (the forms hosting platforms hand out) become
+    ``postgresql+asyncpg://``. The rest of the URL is kept as written.
+
+    Raises:
+        ValueError: not a URL, or a database or driver pilothouse does not
+            run on (MySQL, psycopg, ...); the message shows the scheme only,
+            never the password.
+    """
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        raise ValueError(f"is not a database URL: write {_DATABASE_EXAMPLES}")
+    driver = _DATABASE_DRIVERS.get(scheme.lower())
+    if driver is None:
+        raise ValueError(
+            f"'{scheme}://' is not a database pilothouse runs on (SQLite through aiosqlite, "
+            f"PostgreSQL through asyncpg): write {_DATABASE_EXAMPLES}"
+        )
+    return f"{driver}://{rest}"
+
+
 class Settings(BaseSettings):
     """Settings of one pilothouse deployment.
 
     Attributes:
         database_url: SQLAlchemy async URL, e.g. ``sqlite+aiosqlite:///x.db``
-            or ``postgresql+asyncpg://user@host:5432/db``.
+            or ``postgresql+asyncpg://user@host:5432/db``; ``sqlite://``,
+            ``postgres://`` and ``postgresql://`` get those drivers, any
+            other database or driver is refused.
         secrets_file: optional ``NAME=value`` file that ``@secrets(NAME)``
             references resolve from (after the environment).
         tenant: the tenant used when a caller names none.
@@ -141,6 +179,11 @@ class Settings(BaseSettings):
     fast_exit: bool = True
     redis_url: str | None = None
     redis_prefix: str = Field(default="pilothouse:", min_length=1)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_driver(cls, value: str) -> str:
+        return database_driver_url(value)
 
     @field_validator("redis_url")
     @classmethod

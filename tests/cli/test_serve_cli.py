@@ -69,3 +69,19 @@ def test_the_service_freezes_its_heap_unless_the_environment_says_otherwise(
     again = CliRunner().invoke(app, ["--database-url", url, "serve"])
     assert again.exit_code == 0, again.output
     assert os.environ["PILOTHOUSE_FREEZE_HEAP"] == "false"
+
+
+def test_a_bad_server_setting_stops_the_start_in_one_line(
+    captured: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: every uvicorn worker died on it with a pydantic traceback.
+    monkeypatch.setenv("PILOTHOUSE_SERVER_RATE_LIMIT_PER_MINUTE", "lots")
+    url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    done = CliRunner().invoke(app, ["--database-url", url, "serve"])
+    assert done.exit_code == 2, done.output
+    assert done.output.strip().splitlines() == [
+        "error: invalid settings: rate_limit_per_minute "
+        "(PILOTHOUSE_SERVER_RATE_LIMIT_PER_MINUTE): Input should be a valid integer, "
+        "unable to parse string as an integer"
+    ]
+    assert "target" not in captured  # uvicorn never started

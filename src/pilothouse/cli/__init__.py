@@ -8,12 +8,13 @@ from __future__ import annotations
 __all__ = ["app", "main"]
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
 from pilothouse.cli._catalog import app as catalog_app
-from pilothouse.cli._context import CliState
+from pilothouse.cli._context import CliState, fail, settings_problem
 from pilothouse.cli._conversations import app as conversations_app
 from pilothouse.cli._db import app as db_app
 from pilothouse.cli._events import events, worker
@@ -62,13 +63,18 @@ def _root(
         Path | None, typer.Option("--secrets-file", help="NAME=value file for @secrets(NAME).")
     ] = None,
 ) -> None:
-    overrides: dict[str, object] = {}
+    overrides: dict[str, Any] = {}
     if database_url is not None:
         overrides["database_url"] = database_url
     if secrets_file is not None:
         overrides["secrets_file"] = secrets_file
-    # Command-line options win over the environment, which Settings() reads.
-    settings = Settings().model_copy(update=overrides)
+    # Command-line options win over the environment, which Settings() reads;
+    # given to the constructor, they are validated as the environment is
+    # (a model_copy(update=...) took them unchecked).
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        fail(settings_problem(exc))
     ctx.obj = CliState(settings=settings, tenant=tenant)
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import anyio
 import typer
+from pydantic import ValidationError
 
 from pilothouse.errors import CatalogValidationError, PilothouseError
 from pilothouse.settings import Settings
@@ -85,6 +86,30 @@ async def open_facade(
         fail(f"database {where}: {reason}")
     finally:
         await ph.aclose()
+
+
+_SETTING_OPTIONS = {"database_url": "--database-url", "secrets_file": "--secrets-file"}
+"""Settings the root command's options also set."""
+
+
+def settings_problem(exc: ValidationError, *, prefix: str = "PILOTHOUSE_") -> str:
+    """One line naming each invalid setting, where it is set and what is wrong.
+
+    The values are left out: a database URL or a secret may be among them.
+
+    Args:
+        exc: what validating the settings raised.
+        prefix: the settings class's environment prefix.
+    """
+    problems: list[str] = []
+    for error in exc.errors(include_url=False, include_input=False, include_context=False):
+        field = ".".join(str(part) for part in error["loc"])
+        where = f"{prefix}{field.upper()}"
+        option = _SETTING_OPTIONS.get(field) if prefix == "PILOTHOUSE_" else None
+        if option is not None:
+            where = f"{option} or {where}"
+        problems.append(f"{field} ({where}): {error['msg']}")
+    return "invalid settings: " + "; ".join(problems)
 
 
 def fail(message: str) -> NoReturn:

@@ -23,7 +23,7 @@ from typing import Annotated
 
 import typer
 
-from pilothouse.cli._context import CliState, fail
+from pilothouse.cli._context import CliState, fail, settings_problem
 
 
 class LogFormat(StrEnum):
@@ -108,6 +108,17 @@ def serve(
     # The service's processes are pilothouse's own: each freezes its heap after
     # its first turn, unless the environment says otherwise (docs/operations.md).
     os.environ.setdefault("PILOTHOUSE_FREEZE_HEAP", "true")
+    # Each worker reads its PILOTHOUSE_SERVER_* settings when it starts: read
+    # here first, a bad one stops the start in one line, not in a traceback
+    # from every worker.
+    from pydantic import ValidationError
+
+    from pilothouse.server import ServerSettings
+
+    try:
+        ServerSettings()
+    except ValidationError as exc:
+        fail(settings_problem(exc, prefix="PILOTHOUSE_SERVER_"))
     # uvicorn re-raises the signal that stopped it once it has shut down
     # gracefully, for the handler that was there before; this one makes a
     # SIGTERM-requested, completed shutdown exit with code 0, as service

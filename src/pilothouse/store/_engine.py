@@ -27,6 +27,8 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.util import await_, greenlet_spawn
 
+from pilothouse.errors import InvalidFieldError
+from pilothouse.settings import database_driver_url
 from pilothouse.store._sqlite import SqliteRunner
 from pilothouse.store.migrations import HEAD_REVISION
 
@@ -175,6 +177,10 @@ class Database:
         max_overflow: int = 40,
         pool_timeout: float = 30.0,
     ) -> None:
+        try:
+            url = database_driver_url(url)
+        except ValueError as exc:
+            raise InvalidFieldError("database_url", str(exc)) from exc
         parsed = make_url(url)
         self.url = url
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
