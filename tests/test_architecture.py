@@ -24,8 +24,9 @@ SRC = ROOT / "src" / "pilothouse"
 DOOR = {"pilothouse.api", "pilothouse.types", "pilothouse.errors", "pilothouse.settings"}
 FACES = ("server", "cli", "events")
 # A face may use another face's public package: `pilothouse worker` runs the
-# events package's Worker. Its private modules stay out of reach.
-PUBLIC_FACES = {"cli": ("pilothouse.events",)}
+# events package's Worker, `pilothouse serve` checks the server's
+# ServerSettings before uvicorn starts. Their private modules stay out of reach.
+PUBLIC_FACES = {"cli": ("pilothouse.events", "pilothouse.server")}
 
 
 def imported_modules(source: str) -> list[tuple[int, str]]:
