@@ -6,12 +6,15 @@ and passed down; nothing reads the environment behind the caller's back.
 
 from __future__ import annotations
 
-__all__ = ["Settings", "database_driver_url"]
+__all__ = ["Settings", "database_driver_url", "refuse_misspelt_variables"]
 
+import difflib
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 if TYPE_CHECKING:
@@ -32,6 +35,47 @@ _DATABASE_DRIVERS = {
 """The URL schemes pilothouse runs on, each to the async driver it uses."""
 
 _DATABASE_EXAMPLES = "sqlite+aiosqlite:///path/to/file.db or postgresql+asyncpg://user@host:5432/db"
+
+
+def refuse_misspelt_variables(
+    environ: Mapping[str, str],
+    prefix: str,
+    settings: Iterable[str],
+    *,
+    elsewhere: Iterable[str] = (),
+) -> None:
+    """Refuse a ``prefix`` variable that is not a setting but nearly spells one.
+
+    pydantic-settings reads only the variables its fields name: a misspelt
+    one (``PILOTHOUSE_FREZE_HEAP``) was ignored, and the default it meant to
+    change stayed in force without a word. A variable that resembles no
+    setting (a script's own ``PILOTHOUSE_KEY``) is left alone.
+
+    Args:
+        environ: the environment.
+        prefix: the settings class's prefix (``PILOTHOUSE_``).
+        settings: its fields' names.
+        elsewhere: longer prefixes another settings class reads
+            (``PILOTHOUSE_SERVER_``), checked there.
+
+    Raises:
+        ValueError: naming the variable and the setting it resembles.
+    """
+    known = {name.upper() for name in settings}
+    skipped = tuple(elsewhere)
+    for variable in environ:
+        upper = variable.upper()  # pydantic-settings reads names case-insensitively
+        if not upper.startswith(prefix) or upper.startswith(skipped):
+            continue
+        suffix = upper.removeprefix(prefix)
+        if suffix in known:
+            continue
+        close = difflib.get_close_matches(suffix, known, n=1, cutoff=0.8)
+        if close:
+            raise ValueError(
+                f"{variable} is not a setting, so it would be ignored: "
+                f"write {prefix}{close[0]} (or unset it)"
+            )
 
 
 def database_driver_url(url: str) -> str:
@@ -179,6 +223,13 @@ class Settings(BaseSettings):
     fast_exit: bool = True
     redis_url: str | None = None
     redis_prefix: str = Field(default="pilothouse:", min_length=1)
+
+    @model_validator(mode="after")
+    def _no_misspelt_variables(self) -> Settings:
+        refuse_misspelt_variables(
+            os.environ, "PILOTHOUSE_", type(self).model_fields, elsewhere=("PILOTHOUSE_SERVER_",)
+        )
+        return self
 
     @field_validator("database_url")
     @classmethod

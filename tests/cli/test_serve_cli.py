@@ -85,3 +85,14 @@ def test_a_bad_server_setting_stops_the_start_in_one_line(
         "unable to parse string as an integer"
     ]
     assert "target" not in captured  # uvicorn never started
+
+
+def test_a_misspelt_server_variable_stops_the_start(
+    captured: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PILOTHOUSE_SERVER_RATE_LIMT_PER_MINUTE", "5")
+    url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    done = CliRunner().invoke(app, ["--database-url", url, "serve"])
+    assert done.exit_code == 2, done.output
+    assert "write PILOTHOUSE_SERVER_RATE_LIMIT_PER_MINUTE (or unset it)" in done.output
+    assert "target" not in captured

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from pilothouse.cli import app
@@ -103,3 +104,32 @@ def test_a_plain_postgresql_url_works_end_to_end(postgres_database_url: str) -> 
     result = runner.invoke(app, ["--database-url", plain, "conversations", "list", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["items"] == []
+
+
+def test_a_misspelt_variable_is_refused_and_names_the_setting(tmp_path: Path) -> None:
+    # Before: ignored, so audit stayed on and nothing said why.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    result = runner.invoke(
+        app, ["--database-url", url, "conversations", "list"], env={"PILOTHOUSE_AUDITT": "false"}
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        "error: invalid settings: PILOTHOUSE_AUDITT is not a setting, so it would be ignored: "
+        "write PILOTHOUSE_AUDIT (or unset it)"
+    )
+
+
+def test_the_library_refuses_a_misspelt_variable_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("pilothouse_freze_heap", "true")  # read case-insensitively
+    with pytest.raises(ValidationError, match="write PILOTHOUSE_FREEZE_HEAP"):
+        Settings()
+
+
+def test_a_variable_that_resembles_no_setting_is_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A script's own variable (the docs' curl examples use PILOTHOUSE_KEY), and
+    # the server's settings, which ServerSettings checks.
+    monkeypatch.setenv("PILOTHOUSE_KEY", "ph_abc")
+    monkeypatch.setenv("PILOTHOUSE_SERVER_RATE_LIMT_PER_MINUTE", "5")
+    assert Settings(database_url=f"sqlite:///{tmp_path / 'x.db'}").audit is True

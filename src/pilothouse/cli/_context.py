@@ -104,6 +104,9 @@ def settings_problem(exc: ValidationError, *, prefix: str = "PILOTHOUSE_") -> st
     problems: list[str] = []
     for error in exc.errors(include_url=False, include_input=False, include_context=False):
         field = ".".join(str(part) for part in error["loc"])
+        if not field:  # about the settings as a whole (a misspelt variable)
+            problems.append(error["msg"].removeprefix("Value error, "))
+            continue
         where = f"{prefix}{field.upper()}"
         option = _SETTING_OPTIONS.get(field) if prefix == "PILOTHOUSE_" else None
         if option is not None:

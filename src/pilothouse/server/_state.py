@@ -22,6 +22,7 @@ __all__ = ["ServerSettings", "ServerState"]
 import asyncio
 import ipaddress
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pilothouse.api import Pilothouse
@@ -37,7 +38,7 @@ from pilothouse.server._keys import KeyCache
 from pilothouse.server._limits import RateLimiter, SharedRateLimiter
 from pilothouse.server._metrics import Metrics
 from pilothouse.server._rpc_router import RpcRouter
-from pilothouse.settings import Settings
+from pilothouse.settings import Settings, refuse_misspelt_variables
 from pilothouse.types import ProcessStatus, StatusChanged, TurnEvent, TurnFinished
 
 if TYPE_CHECKING:
@@ -103,6 +104,13 @@ class ServerSettings(BaseSettings):
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_SERVER_", extra="ignore")
+
+    @model_validator(mode="after")
+    def _no_misspelt_variables(self) -> ServerSettings:
+        # LOG_FORMAT is `pilothouse serve --log-format`'s own variable.
+        known = [*type(self).model_fields, "log_format"]
+        refuse_misspelt_variables(os.environ, "PILOTHOUSE_SERVER_", known)
+        return self
 
     host: str = "127.0.0.1"
     port: int = 8000
