@@ -55,30 +55,22 @@ class _ConnectionLog:
         logger.warning("nats at %s: reconnected", self._where)
 
 
-def _acker(message: Any) -> Callable[[], Awaitable[None]]:
-    async def ack() -> None:
+def _reply(message: Any, verb: str, what: str) -> Callable[[], Awaitable[None]]:
+    """``message.<verb>()`` (``ack`` or ``nak``) as a delivery's callback.
+
+    A failure raises :class:`BusError`; JetStream delivers the message again
+    after ``ack_wait`` all the same.
+    """
+
+    async def reply() -> None:
         from nats.errors import Error as NatsError
 
         try:
-            await message.ack()
+            await getattr(message, verb)()
         except NatsError as exc:
-            # Not acknowledged: JetStream delivers it again after ack_wait.
-            raise BusError(f"nats: acknowledgement lost: {exc}") from exc
+            raise BusError(f"nats: {what} lost: {exc}") from exc
 
-    return ack
-
-
-def _naker(message: Any) -> Callable[[], Awaitable[None]]:
-    async def nak() -> None:
-        from nats.errors import Error as NatsError
-
-        try:
-            await message.nak()
-        except NatsError as exc:
-            # Not told: JetStream delivers it again after ack_wait all the same.
-            raise BusError(f"nats: negative acknowledgement lost: {exc}") from exc
-
-    return nak
+    return reply
 
 
 def _name(prefix: str, topic: str) -> str:
@@ -209,8 +201,8 @@ class NatsBus:
                         message.data,
                         headers.get("key"),
                         lag,
-                        _acker(message),
-                        _naker(message),
+                        _reply(message, "ack", "acknowledgement"),
+                        _reply(message, "nak", "negative acknowledgement"),
                     )
         finally:
             if self._nc is not None and not self._nc.is_closed:
