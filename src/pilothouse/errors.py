@@ -160,7 +160,10 @@ class StaleVersionError(ConflictError):
 
 
 class InvalidStateError(PilothouseError):
-    """The operation is not allowed in the conversation's current status."""
+    """The operation is not allowed in the current state.
+
+    A conversation's status, or a database whose schema is not pilothouse's.
+    """
 
     category = ErrorCategory.INVALID_STATE
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -103,4 +104,19 @@ def test_a_bad_server_setting_stops_the_start_in_one_line(
     done = CliRunner().invoke(app, ["--database-url", url, "serve"])
     assert done.exit_code == 2, done.output
     assert done.output.strip().splitlines() == [f"error: invalid settings: {said}"]
+    assert "target" not in captured  # uvicorn never started
+
+
+def test_a_database_that_is_not_pilothouse_s_stops_the_start_in_one_line(
+    captured: dict[str, Any], tmp_path: Path
+) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    done = CliRunner().invoke(app, ["--database-url", f"sqlite:///{path}", "serve"])
+    assert done.exit_code == 2, done.output
+    assert done.output.startswith(
+        "error: the database holds 1 table (invoices) and no pilothouse schema"
+    )
+    assert "Traceback" not in done.output
     assert "target" not in captured  # uvicorn never started

@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import os
+import uuid
+from pathlib import Path
+
 import pytest
-from sqlalchemy import select
+from sqlalchemy import inspect, select, text
 
 from pilothouse.catalog._enums import ProviderKind
 from pilothouse.catalog._models import Provider
+from pilothouse.errors import InvalidStateError
 from pilothouse.store import Database, head_revision
 from pilothouse.store.migrations import HEAD_REVISION
 
@@ -71,3 +76,58 @@ async def test_upgrade_from_0001_gives_question_timeout_a_server_default(tmp_pat
     assert default == "'300'"
     assert await db.schema_is_current()
     await db.dispose()
+
+
+async def _refuses_a_foreign_database_then_upgrades_on_purpose(url: str, create: str) -> None:
+    db = Database(url)
+    try:
+        async with db.engine.begin() as connection:
+            await connection.execute(text(create))
+        with pytest.raises(InvalidStateError) as refused:
+            await db.ensure_schema()
+        assert str(refused.value).startswith(
+            "the database holds 1 table (invoices) and no pilothouse schema"
+        )
+        assert "pilothouse db upgrade" in str(refused.value)
+        async with db.engine.connect() as connection:
+            assert await connection.run_sync(lambda c: inspect(c).get_table_names()) == [
+                "invoices"
+            ]  # nothing created
+        # Asked for, the tables go in beside the application's.
+        await db.upgrade()
+        await db.ensure_schema()
+        assert await db.schema_is_current()
+    finally:
+        await db.dispose()
+
+
+async def test_a_database_with_other_tables_is_not_migrated_unasked_sqlite(
+    tmp_path: Path,
+) -> None:
+    # Before: any command pointed at an application's database created
+    # pilothouse's ~50 tables in it.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'app.db'}"
+    await _refuses_a_foreign_database_then_upgrades_on_purpose(
+        url, "CREATE TABLE invoices (id INTEGER PRIMARY KEY)"
+    )
+
+
+@pytest.mark.postgres
+async def test_a_database_with_other_tables_is_not_migrated_unasked_postgres() -> None:
+    import asyncpg
+
+    pg_server = os.environ.get("PILOTHOUSE_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432")
+    server = pg_server.replace("postgresql+asyncpg://", "postgresql://")
+    name = f"pilothouse_foreign_{uuid.uuid4().hex[:8]}"
+    try:
+        admin = await asyncpg.connect(f"{server}/postgres")
+    except OSError as exc:
+        pytest.skip(f"PostgreSQL unreachable: {exc}")
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        await _refuses_a_foreign_database_then_upgrades_on_purpose(
+            f"{pg_server}/{name}", "CREATE TABLE invoices (id integer PRIMARY KEY)"
+        )
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()

@@ -23,7 +23,7 @@ from typing import Annotated
 
 import typer
 
-from pilothouse.cli._context import CliState, fail, settings_problem
+from pilothouse.cli._context import CliState, fail, open_facade, run, settings_problem
 
 
 class LogFormat(StrEnum):
@@ -119,6 +119,14 @@ def serve(
         ServerSettings()
     except ValidationError as exc:
         fail(settings_problem(exc, prefix="PILOTHOUSE_SERVER_"))
+
+    # The database too (reachable, pilothouse's, migrated): a problem stops the
+    # start in one line, not in a traceback from every worker's startup.
+    async def check_database() -> None:
+        async with open_facade(state):
+            pass
+
+    run(check_database)
     # uvicorn re-raises the signal that stopped it once it has shut down
     # gracefully, for the handler that was there before; this one makes a
     # SIGTERM-requested, completed shutdown exit with code 0, as service

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.util import await_, greenlet_spawn
 
-from pilothouse.errors import InvalidFieldError
+from pilothouse.errors import InvalidFieldError, InvalidStateError
 from pilothouse.settings import database_driver_url
 from pilothouse.store._sqlite import SqliteRunner
 from pilothouse.store.migrations import HEAD_REVISION
@@ -71,6 +71,11 @@ def current_revision(connection: Connection) -> str | None:
     if len(versions) > 1:
         raise RuntimeError(f"the database is at several revisions: {', '.join(versions)}")
     return versions[0] if versions else None
+
+
+def _tables(connection: Connection) -> list[str]:
+    """The tables of the connection's default schema, sorted."""
+    return sorted(inspect(connection).get_table_names())
 
 
 def _upgrade(connection: Connection) -> None:
@@ -236,7 +241,12 @@ class Database:
         self._schema_lock = anyio.Lock()
 
     async def ensure_schema(self) -> None:
-        """Create or upgrade the schema to the newest migration, once per process."""
+        """Create or upgrade the schema to the newest migration, once per process.
+
+        Raises:
+            InvalidStateError: the database holds other tables and no
+                pilothouse schema (``upgrade()`` creates it there on purpose).
+        """
         if self._schema_ready:
             return
         async with self._schema_lock:
@@ -244,6 +254,18 @@ class Database:
                 return
             async with self.engine.connect() as connection:
                 current = await connection.run_sync(current_revision)
+                others = await connection.run_sync(_tables) if current is None else []
+            if others:
+                # Not pilothouse's database (a mistyped URL, an application's
+                # own): creating ~50 tables in it unasked is not ours to do.
+                shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+                tables = "table" if len(others) == 1 else "tables"
+                raise InvalidStateError(
+                    f"the database holds {len(others)} {tables} ({shown}) and no pilothouse "
+                    "schema; pilothouse creates its tables by itself only in an empty "
+                    "database: point it at a database of its own, or add its tables beside "
+                    "these on purpose with `pilothouse db upgrade` (ph.upgrade_schema())"
+                )
             # The known head, not Alembic's: Alembic runs only when they differ.
             if current != HEAD_REVISION:
                 await self.upgrade()
