@@ -23,13 +23,11 @@ from typing import Any
 
 import pytest
 
-from database_templates import PostgresDatabases, Seed, SqliteTemplates
+from database_templates import PG_SERVER, PostgresDatabases, Seed, SqliteTemplates
 from pilothouse.settings import Settings
 from pilothouse.store import Database
 from pilothouse.testing import block_model_requests
 from statement_cache import share_statement_caches
-
-PG_SERVER = os.environ.get("PILOTHOUSE_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432")
 
 # Modules whose tests start real components or processes: seconds to minutes
 # each, against milliseconds for the rest.

@@ -20,17 +20,48 @@ compared by value (a frozen dataclass).
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+
+import pytest
 
 from pilothouse.store import Database
 
 Seed = Callable[[Database], Awaitable[None]]
 T = TypeVar("T")
+
+PG_SERVER = os.environ.get("PILOTHOUSE_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432")
+"""The suite's PostgreSQL server, as a SQLAlchemy URL without a database."""
+
+
+@asynccontextmanager
+async def scratch_postgres_database(prefix: str) -> AsyncIterator[str]:
+    """A new, empty database on the suite's PostgreSQL, dropped afterwards; yields its URL.
+
+    For a test that needs what no template gives: no schema at all, or an old
+    one. The test is skipped when the server cannot be reached.
+    """
+    import asyncpg
+
+    server = PG_SERVER.replace("postgresql+asyncpg://", "postgresql://")
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    try:
+        admin = await asyncpg.connect(f"{server}/postgres")
+    except OSError as exc:
+        pytest.skip(f"PostgreSQL unreachable: {exc}")
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        yield f"{PG_SERVER}/{name}"
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
 
 
 async def _build(url: str, seed: Seed | None) -> None:

@@ -7,8 +7,6 @@ refused everywhere with the entity and the limit named.
 
 from __future__ import annotations
 
-import os
-import uuid
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from alembic import command
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from database_templates import scratch_postgres_database
 from pilothouse.catalog import CODE_LENGTHS, validate_paths
 from pilothouse.errors import CatalogValidationError
 from pilothouse.store import Database, head_revision
@@ -229,21 +228,9 @@ async def test_migration_0005_refuses_too_long_keys_on_sqlite(tmp_path: Path) ->
 @pytest.mark.anyio
 @pytest.mark.postgres
 async def test_migration_0005_refuses_too_long_keys_on_postgres() -> None:
-    import asyncpg
-
-    # The suite's PostgreSQL (tests/conftest.py reads the same variable).
-    pg_server = os.environ.get("PILOTHOUSE_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432")
-    server = pg_server.replace("postgresql+asyncpg://", "postgresql://")
-    name = f"pilothouse_0005_{uuid.uuid4().hex[:8]}"
-    try:
-        admin = await asyncpg.connect(f"{server}/postgres")
-    except OSError as exc:
-        pytest.skip(f"PostgreSQL unreachable: {exc}")
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    db = Database(f"{pg_server}/{name}")
-    try:
-        await _migration_refuses_then_runs(db)
-    finally:
-        await db.dispose()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+    async with scratch_postgres_database("pilothouse_0005") as url:
+        db = Database(url)
+        try:
+            await _migration_refuses_then_runs(db)
+        finally:
+            await db.dispose()

@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-import os
-import uuid
 from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, select, text
 
+from database_templates import scratch_postgres_database
 from pilothouse.catalog._enums import ProviderKind
 from pilothouse.catalog._models import Provider
 from pilothouse.errors import InvalidStateError
@@ -114,20 +113,7 @@ async def test_a_database_with_other_tables_is_not_migrated_unasked_sqlite(
 
 @pytest.mark.postgres
 async def test_a_database_with_other_tables_is_not_migrated_unasked_postgres() -> None:
-    import asyncpg
-
-    pg_server = os.environ.get("PILOTHOUSE_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432")
-    server = pg_server.replace("postgresql+asyncpg://", "postgresql://")
-    name = f"pilothouse_foreign_{uuid.uuid4().hex[:8]}"
-    try:
-        admin = await asyncpg.connect(f"{server}/postgres")
-    except OSError as exc:
-        pytest.skip(f"PostgreSQL unreachable: {exc}")
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
+    async with scratch_postgres_database("pilothouse_foreign") as url:
         await _refuses_a_foreign_database_then_upgrades_on_purpose(
-            f"{pg_server}/{name}", "CREATE TABLE invoices (id integer PRIMARY KEY)"
+            url, "CREATE TABLE invoices (id integer PRIMARY KEY)"
         )
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
