@@ -478,6 +478,59 @@ async def test_bad_requests_are_400_naming_the_param(
     assert param.split("[")[0] in error["message"]
 
 
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        ({"frobnicate": True}, "Unrecognized request argument supplied: frobnicate"),
+        ({"seed": 7}, "seed: not supported by pilothouse: leave it out"),
+        ({"logprobs": True}, "logprobs: not supported by pilothouse (only false or null)"),
+        ({"top_logprobs": 3}, "top_logprobs: not supported by pilothouse (only 0 or null)"),
+        ({"store": False}, "store: pilothouse records every conversation for audit"),
+        (
+            {"modalities": ["text", "audio"]},
+            'modalities: not supported by pilothouse (only ["text"]',
+        ),
+    ],
+)
+async def test_a_parameter_pilothouse_would_ignore_is_refused(
+    client: httpx.AsyncClient, api_key: str, extra: dict[str, Any], said: str
+) -> None:
+    # Before: accepted and ignored (n=1 answers to a seed, no logprobs, ...).
+    body = {"model": "CHAT", "messages": [{"role": "user", "content": "x"}], **extra}
+    response = await client.post("/v1/chat/completions", json=body, headers=auth(api_key))
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", next(iter(extra)))
+    assert error["message"].startswith(said)
+
+
+async def test_neutral_values_and_nulls_of_unhonoured_parameters_are_accepted(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.append(Reply("Fine."))
+    body = {
+        "model": "CHAT",
+        "messages": [{"role": "user", "content": "x"}],
+        "logprobs": False,
+        "store": True,
+        "metadata": {},
+        "service_tier": "auto",
+        "seed": None,
+        "frobnicate": None,
+    }
+    response = await client.post("/v1/chat/completions", json=body, headers=auth(api_key))
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "Fine."
+
+
+async def test_an_unhonoured_parameter_is_a_bad_request_in_the_official_client(oai: Any) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await oai.chat.completions.create(
+            model="CHAT", messages=[{"role": "user", "content": "x"}], seed=7
+        )
+    assert caught.value.param == "seed"
+
+
 async def test_bad_request_is_a_bad_request_error_in_the_client(oai: Any) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         await oai.chat.completions.create(

@@ -96,9 +96,68 @@ def error_body(
 
 
 class _Wire(BaseModel):
-    # Clients send fields we do not use (seed, logprobs, metadata, ...);
-    # they are accepted and ignored rather than refused one by one.
+    # Inside messages, clients echo fields of earlier responses (refusal,
+    # annotations, audio): tolerated there. At the top level parse_request
+    # refuses every parameter pilothouse does not honour (_NEUTRAL below).
     model_config = ConfigDict(extra="allow")
+
+
+_NEUTRAL: dict[str, tuple[object, ...]] = {
+    "logprobs": (False,),
+    "top_logprobs": (0,),
+    "logit_bias": ({},),
+    "metadata": ({},),
+    "modalities": (["text"],),
+    "service_tier": ("auto", "default"),
+    # pilothouse records every conversation (audit): store=false cannot be honoured.
+    "store": (True,),
+}
+"""OpenAI parameters pilothouse accepts only at the values that ask for nothing it does not do."""
+
+_OPENAI_UNHONOURED = frozenset(
+    {
+        *_NEUTRAL,
+        "seed",
+        "audio",
+        "prediction",
+        "functions",
+        "function_call",
+        "web_search_options",
+        "verbosity",
+        "prompt_cache_key",
+        "safety_identifier",
+    }
+)
+"""OpenAI chat-completion parameters that pilothouse knows and does not honour."""
+
+
+def _refuse_unhonoured(data: dict[str, Any]) -> None:
+    """Refuse a top-level parameter pilothouse would otherwise accept and ignore.
+
+    A null is what a client that serializes every field sends for one it
+    does not use: accepted. OpenAI itself refuses an unknown parameter with
+    "Unrecognized request argument supplied"; so does pilothouse.
+
+    Raises:
+        OpenAIError: 400 naming the parameter.
+    """
+    for name, value in data.items():
+        if name in ChatCompletionRequest.model_fields or value is None:
+            continue
+        if value in _NEUTRAL.get(name, ()):
+            continue
+        if name == "store":
+            reason = (
+                "pilothouse records every conversation for audit; store=false cannot be honoured"
+            )
+        elif name in _NEUTRAL:
+            allowed = " or ".join(json.dumps(v) for v in _NEUTRAL[name])
+            reason = f"not supported by pilothouse (only {allowed} or null)"
+        elif name in _OPENAI_UNHONOURED:
+            reason = "not supported by pilothouse: leave it out"
+        else:
+            raise OpenAIError(400, f"Unrecognized request argument supplied: {name}", param=name)
+        raise OpenAIError(400, f"{name}: {reason}", param=name)
 
 
 class ImageUrl(_Wire):
@@ -225,6 +284,7 @@ def parse_request(raw: bytes) -> ChatCompletionRequest:
         raise OpenAIError(400, f"the request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise OpenAIError(400, "the request body must be a JSON object")
+    _refuse_unhonoured(cast("dict[str, Any]", data))
     try:
         return ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
