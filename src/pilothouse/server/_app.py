@@ -37,7 +37,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -54,6 +54,7 @@ from pilothouse.server._problems import (
     problem,
     problem_bytes,
 )
+from pilothouse.server._query import refuse_undeclared_query
 from pilothouse.server._requestlog import RequestContextMiddleware
 from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.settings import Settings
@@ -288,6 +289,8 @@ def create_app(
                 await anyio.to_thread.run_sync(TraceExport.shutdown, provider)
 
     app = FastAPI(
+        # A query parameter a route does not read is refused, not dropped.
+        dependencies=[Depends(refuse_undeclared_query)],
         title="pilothouse",
         summary="Governed access from business applications to large language models.",
         version=_version(),
