@@ -226,8 +226,10 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _no_misspelt_variables(self) -> Settings:
+        prefix = str(type(self).model_config.get("env_prefix", ""))
+        # PILOTHOUSE_SERVER_* are ServerSettings', which checks them.
         refuse_misspelt_variables(
-            os.environ, "PILOTHOUSE_", type(self).model_fields, elsewhere=("PILOTHOUSE_SERVER_",)
+            os.environ, prefix, type(self).model_fields, elsewhere=(f"{prefix}SERVER_",)
         )
         return self
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -133,13 +134,25 @@ def sums_model() -> FunctionModel:
     return FunctionModel(answer, model_name="sums-model")
 
 
-async def hold_status(database: Database, conversation_uuid: str, status: ProcessStatus) -> None:
-    """Set a conversation's status as another process would (``RU``: its turn holds it)."""
+async def hold_status(
+    database: Database,
+    conversation_uuid: str,
+    status: ProcessStatus,
+    *,
+    updated_at: datetime | None = None,
+) -> None:
+    """Set a conversation's status as another process would (``RU``: its turn holds it).
+
+    ``updated_at`` sets its last write too (an old one: a process that died).
+    """
     from sqlalchemy import update
 
     from pilothouse.store import Conversation
 
+    values: dict[str, Any] = {"status": status}
+    if updated_at is not None:
+        values["updated_at"] = updated_at
     async with database.sessions.begin() as session:
         await session.execute(
-            update(Conversation).where(Conversation.uuid == conversation_uuid).values(status=status)
+            update(Conversation).where(Conversation.uuid == conversation_uuid).values(**values)
         )

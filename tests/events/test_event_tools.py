@@ -169,20 +169,16 @@ def _looks_up_then_ships() -> FunctionModel:
 async def _left_running_is_continued(ph: Pilothouse, database: Database) -> None:
     from datetime import UTC, datetime
 
-    from sqlalchemy import update
-
-    from pilothouse.store import Conversation
-
     result = await ph.command.start_and_send("A-17", action="ORDERS")
     correlation = result.tool_calls[0].correlation_id
     assert correlation is not None
     await ph.events.complete(correlation, result={"status": "shipped"})
-    async with database.sessions.begin() as session:
-        await session.execute(
-            update(Conversation)
-            .where(Conversation.uuid == result.conversation_uuid)
-            .values(status=ProcessStatus.RUNNING, updated_at=datetime(2020, 1, 1, tzinfo=UTC))
-        )
+    await hold_status(
+        database,
+        result.conversation_uuid,
+        ProcessStatus.RUNNING,
+        updated_at=datetime(2020, 1, 1, tzinfo=UTC),
+    )
     assert await ph.events.recover(older_than=3600) == 1
     conversation = await ph.query.get_conversation(result.conversation_uuid)
     assert conversation.status is ProcessStatus.COMPLETED

@@ -118,7 +118,7 @@ def serve(
     try:
         ServerSettings()
     except ValidationError as exc:
-        fail(settings_problem(exc, prefix="PILOTHOUSE_SERVER_"))
+        fail(settings_problem(exc, prefix=str(ServerSettings.model_config.get("env_prefix", ""))))
 
     # The database too (reachable, pilothouse's, migrated): a problem stops the
     # start in one line, not in a traceback from every worker's startup.

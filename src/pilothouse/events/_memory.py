@@ -12,7 +12,7 @@ __all__ = ["MemoryBus"]
 
 import asyncio
 import bisect
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 
 from pilothouse.events._bus import BusError, Delivery
 
@@ -76,25 +76,23 @@ class MemoryBus:
                 async def redeliver(index: int = index) -> None:
                     if index in unacked:
                         unacked.discard(index)
-                        await self._give_back(slot, [index])
+                        async with self._changed:
+                            self._give_back(slot, [index])
+                            self._changed.notify_all()
 
                 lag = len(self._logs[topic]) - self._next[slot]
                 yield Delivery(topic, value, key, lag, ack, redeliver)
         finally:
             # Not acknowledged: the group gets them again.
-            returned = self._returned.setdefault(slot, [])
-            for index in unacked:
-                bisect.insort(returned, index)
+            self._give_back(slot, unacked)
             # Given back once: a late redeliver() must not add a second copy.
             unacked.clear()
 
-    async def _give_back(self, slot: tuple[str, str], indexes: list[int]) -> None:
-        """Put messages back in the group's line, in log order, and wake its consumers."""
-        async with self._changed:
-            returned = self._returned.setdefault(slot, [])
-            for index in indexes:
-                bisect.insort(returned, index)
-            self._changed.notify_all()
+    def _give_back(self, slot: tuple[str, str], indexes: Iterable[int]) -> None:
+        """Put messages back in the group's line, in log order."""
+        returned = self._returned.setdefault(slot, [])
+        for index in indexes:
+            bisect.insort(returned, index)
 
     def _claim(self, slot: tuple[str, str]) -> int | None:
         returned = self._returned.get(slot)

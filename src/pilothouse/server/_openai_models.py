@@ -116,7 +116,6 @@ _NEUTRAL: dict[str, tuple[object, ...]] = {
 
 _OPENAI_UNHONOURED = frozenset(
     {
-        *_NEUTRAL,
         "seed",
         "audio",
         "prediction",
@@ -128,7 +127,7 @@ _OPENAI_UNHONOURED = frozenset(
         "safety_identifier",
     }
 )
-"""OpenAI chat-completion parameters that pilothouse knows and does not honour."""
+"""OpenAI chat-completion parameters pilothouse knows and does not honour at any value."""
 
 
 def _refuse_unhonoured(data: dict[str, Any]) -> None:

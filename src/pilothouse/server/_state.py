@@ -109,7 +109,8 @@ class ServerSettings(BaseSettings):
     def _no_misspelt_variables(self) -> ServerSettings:
         # LOG_FORMAT is `pilothouse serve --log-format`'s own variable.
         known = [*type(self).model_fields, "log_format"]
-        refuse_misspelt_variables(os.environ, "PILOTHOUSE_SERVER_", known)
+        prefix = str(type(self).model_config.get("env_prefix", ""))
+        refuse_misspelt_variables(os.environ, prefix, known)
         return self
 
     host: str = "127.0.0.1"
