@@ -489,7 +489,7 @@ def main() -> None:
         lines.append("")
     # The whole-process cold start (bench/coldstart.py) and the 200 streams
     # with and without a frozen heap (bench/heap_freeze.py) render their own sections.
-    lines += _own_sections(args.results, "coldstart.md", "heap-freeze.md")
+    lines += _own_sections(args.results, "coldstart.md", "coldstart-phases.md", "heap-freeze.md")
     if "cpu-plain-d0.png" in plots:
         lines += ["![cpu](benchmarks/cpu-plain-d0.png)", ""]
     lines += ["## Where pilothouse's time goes", "", *_profile_section(results), ""]

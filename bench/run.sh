@@ -29,6 +29,8 @@ fi
 .venv/bin/python harness.py --out results "$@"
 # Cold start, whole process: pilothouse's first turn beside model_request's.
 .venv/bin/python coldstart.py --out results
+# The same first answer split into phases: where pilothouse's extra CPU goes.
+.venv/bin/python coldstart_phases.py --out results
 # 200 streams with and without a frozen start-up heap (Settings.freeze_heap).
 .venv/bin/python heap_freeze.py --out results
 .venv/bin/python report.py --results results --docs ../docs

@@ -114,6 +114,28 @@ def test_bench_cold_start_times_whole_processes(tmp_path: Path) -> None:
     assert "| pilothouse-sqlite | 1 |" in section
 
 
+def test_bench_cold_start_phases_split_the_first_answer(tmp_path: Path) -> None:
+    _bench("coldstart_phases.py", "--runs", "1", "--warmup", "0", "--out", str(tmp_path))
+    result = json.loads((tmp_path / "coldstart-phases.json").read_text())
+    pilothouse = result["phases"]["pilothouse-sqlite"]
+    peer = result["phases"]["pydantic-ai-model_request"]
+    # Both reached their first answer (a failed call stops the script), and
+    # each row is a share of the total, in the order the child went.
+    assert pilothouse[-1]["phase"].startswith("first answer")
+    assert peer[-1]["phase"] == "first answer"
+    for rows in (pilothouse, peer):
+        assert rows[-1]["total_ms"] == pytest.approx(sum(row["ms"] for row in rows))
+        assert [row["total_ms"] for row in rows] == sorted(row["total_ms"] for row in rows)
+    assert {row["phase"] for row in pilothouse} >= {
+        "SQLAlchemy Core",
+        "catalog and store mapped classes",
+        "mapper configuration",
+    }
+    section = (tmp_path / "coldstart-phases.md").read_text()
+    assert "| SQLAlchemy Core |" in section
+    assert "pilothouse / model_request to the first answer:" in section
+
+
 @pytest.fixture(scope="module")
 def served_and_disclosure(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # One tiny harness run for scenario 4 and for pilothouse serve (the LiteLLM
