@@ -6,7 +6,12 @@ and passed down; nothing reads the environment behind the caller's back.
 
 from __future__ import annotations
 
-__all__ = ["Settings", "database_driver_url", "refuse_misspelt_variables"]
+__all__ = [
+    "Settings",
+    "database_driver_url",
+    "refuse_misspelt_prefix",
+    "refuse_misspelt_variables",
+]
 
 import difflib
 import os
@@ -75,6 +80,48 @@ def refuse_misspelt_variables(
             raise ValueError(
                 f"{variable} is not a setting, so it would be ignored: "
                 f"write {prefix}{close[0]} (or unset it)"
+            )
+
+
+def refuse_misspelt_prefix(
+    environ: Mapping[str, str],
+    prefix: str,
+    settings: Iterable[str],
+    *,
+    within: str,
+    neighbours: Iterable[str],
+) -> None:
+    """Refuse a variable that names one of ``prefix``'s settings with the prefix misspelt.
+
+    :func:`refuse_misspelt_variables` compares what follows a prefix, so
+    ``PILOTHOUSE_SEVER_PORT`` (meant for ``PILOTHOUSE_SERVER_PORT``) is
+    checked as a ``PILOTHOUSE_`` setting called ``SEVER_PORT``, resembles
+    none, and was ignored. Here whole names are compared, with a stricter
+    cutoff (the shared ``PILOTHOUSE_`` alone makes names look alike), so a
+    bare ``PILOTHOUSE_SERVER`` or ``PILOTHOUSE_PORT`` of a script is left alone.
+
+    Args:
+        environ: the environment.
+        prefix: the settings class's prefix (``PILOTHOUSE_SERVER_``).
+        settings: its fields' names.
+        within: the shorter prefix the misspelt ones share (``PILOTHOUSE_``).
+        neighbours: settings that ``within`` itself reads (``Settings``'
+            fields), never taken for misspellings.
+
+    Raises:
+        ValueError: naming the variable and the setting it resembles.
+    """
+    known = {f"{prefix}{name}".upper() for name in settings}
+    theirs = {f"{within}{name}".upper() for name in neighbours}
+    for variable in environ:
+        upper = variable.upper()
+        if not upper.startswith(within) or upper.startswith(prefix) or upper in theirs:
+            continue
+        close = difflib.get_close_matches(upper, known, n=1, cutoff=0.9)
+        if close:
+            raise ValueError(
+                f"{variable} is not a setting, so it would be ignored: "
+                f"write {close[0]} (or unset it)"
             )
 
 

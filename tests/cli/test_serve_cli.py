@@ -87,6 +87,13 @@ def test_the_service_freezes_its_heap_unless_the_environment_says_otherwise(
             "PILOTHOUSE_SERVER_RATE_LIMT_PER_MINUTE is not a setting, so it would be ignored: "
             "write PILOTHOUSE_SERVER_RATE_LIMIT_PER_MINUTE (or unset it)",
         ),
+        (
+            # The prefix itself misspelt: was ignored, the port stayed 8000.
+            "PILOTHOUSE_SEVER_PORT",
+            "9000",
+            "PILOTHOUSE_SEVER_PORT is not a setting, so it would be ignored: "
+            "write PILOTHOUSE_SERVER_PORT (or unset it)",
+        ),
     ],
 )
 def test_a_bad_server_setting_stops_the_start_in_one_line(
@@ -105,6 +112,25 @@ def test_a_bad_server_setting_stops_the_start_in_one_line(
     assert done.exit_code == 2, done.output
     assert done.output.strip().splitlines() == [f"error: invalid settings: {said}"]
     assert "target" not in captured  # uvicorn never started
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "PILOTHOUSE_SERVER",  # a client script's URL of its server
+        "PILOTHOUSE_PORT",
+        "PILOTHOUSE_KEY",
+        "PILOTHOUSE_TENANT_MCP_STDIO",  # a setting of the library's own
+    ],
+)
+def test_a_variable_like_a_server_setting_but_not_misspelt_is_left_alone(
+    captured: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, "false" if variable.endswith("STDIO") else "x")
+    url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    done = CliRunner().invoke(app, ["--database-url", url, "serve"])
+    assert done.exit_code == 0, done.output
+    assert "target" in captured  # uvicorn was started
 
 
 def test_a_database_that_is_not_pilothouse_s_stops_the_start_in_one_line(

@@ -38,7 +38,7 @@ from pilothouse.server._keys import KeyCache
 from pilothouse.server._limits import RateLimiter, SharedRateLimiter
 from pilothouse.server._metrics import Metrics
 from pilothouse.server._rpc_router import RpcRouter
-from pilothouse.settings import Settings, refuse_misspelt_variables
+from pilothouse.settings import Settings, refuse_misspelt_prefix, refuse_misspelt_variables
 from pilothouse.types import ProcessStatus, StatusChanged, TurnEvent, TurnFinished
 
 if TYPE_CHECKING:
@@ -111,6 +111,14 @@ class ServerSettings(BaseSettings):
         known = [*type(self).model_fields, "log_format"]
         prefix = str(type(self).model_config.get("env_prefix", ""))
         refuse_misspelt_variables(os.environ, prefix, known)
+        # PILOTHOUSE_SEVER_PORT: the prefix itself misspelt.
+        refuse_misspelt_prefix(
+            os.environ,
+            prefix,
+            known,
+            within=str(Settings.model_config.get("env_prefix", "")),
+            neighbours=Settings.model_fields,
+        )
         return self
 
     host: str = "127.0.0.1"
