@@ -165,6 +165,14 @@ def running_upstream(host: str = "127.0.0.1", port: int = 0) -> Iterator[Upstrea
         server = holder["server"]
         server.close()
         loop.run_until_complete(server.wait_closed())
+        # A connection still being answered (a reply sleeping between
+        # events, its client gone) is cancelled and finished here: left
+        # pending, it was collected later, after the loop had closed, and
+        # its writer.close() failed in whichever test the collector ran.
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
 
     thread = threading.Thread(target=run, daemon=True)
