@@ -73,14 +73,8 @@ def refuse_misspelt_variables(
         if not upper.startswith(prefix) or upper.startswith(skipped):
             continue
         suffix = upper.removeprefix(prefix)
-        if suffix in known:
-            continue
-        close = difflib.get_close_matches(suffix, known, n=1, cutoff=0.8)
-        if close:
-            raise ValueError(
-                f"{variable} is not a setting, so it would be ignored: "
-                f"write {prefix}{close[0]} (or unset it)"
-            )
+        if suffix not in known:
+            _refuse_if_close(variable, suffix, known, cutoff=0.8, prefix=prefix)
 
 
 def refuse_misspelt_prefix(
@@ -115,14 +109,20 @@ def refuse_misspelt_prefix(
     theirs = {f"{within}{name}".upper() for name in neighbours}
     for variable in environ:
         upper = variable.upper()
-        if not upper.startswith(within) or upper.startswith(prefix) or upper in theirs:
-            continue
-        close = difflib.get_close_matches(upper, known, n=1, cutoff=0.9)
-        if close:
-            raise ValueError(
-                f"{variable} is not a setting, so it would be ignored: "
-                f"write {close[0]} (or unset it)"
-            )
+        if upper.startswith(within) and not upper.startswith(prefix) and upper not in theirs:
+            _refuse_if_close(variable, upper, known, cutoff=0.9)
+
+
+def _refuse_if_close(
+    variable: str, name: str, known: Iterable[str], *, cutoff: float, prefix: str = ""
+) -> None:
+    """Raise ``ValueError`` when ``name`` nearly spells one of ``known`` (``prefix`` + it)."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=cutoff)
+    if close:
+        raise ValueError(
+            f"{variable} is not a setting, so it would be ignored: "
+            f"write {prefix}{close[0]} (or unset it)"
+        )
 
 
 def database_driver_url(url: str) -> str:
