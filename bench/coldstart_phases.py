@@ -58,8 +58,9 @@ from childenv import child_env  # noqa: E402
 PILOTHOUSE = "pilothouse-sqlite"
 PEER = "pydantic-ai-model_request"
 
-# The child's script: {options} is the JSON of what it needs. Marks are
-# (phase, CPU ms since the top of the script), printed as one JSON line.
+# The child's script; what it needs comes as JSON in its first argument.
+# Marks are (phase, CPU ms since the top of the script), printed as one
+# JSON line.
 _PROLOGUE = """\
 import gc, time
 gc.disable()
@@ -95,14 +96,14 @@ mark("mapper configuration")
 import contenders
 gc.freeze(); gc.unfreeze(); gc.enable()
 async def main():
-    ph = Pilothouse(Settings(database_url=options["database_url"]), tenant="bench")
-    await ph.__aenter__()
-    mark("Pilothouse opened")
-    reply = await ph.command.start_and_send(contenders.USER, action=contenders.ACTIONS["plain-d0"])
-    if reply.error:
-        raise RuntimeError(reply.error)
-    mark("first answer (model built, action compiled, turn recorded)")
-    await ph.aclose()
+    settings = Settings(database_url=options["database_url"])
+    async with Pilothouse(settings, tenant="bench") as ph:
+        mark("Pilothouse opened")
+        action = contenders.ACTIONS["plain-d0"]
+        reply = await ph.command.start_and_send(contenders.USER, action=action)
+        if reply.error:
+            raise RuntimeError(reply.error)
+        mark("first answer (model built, action compiled, turn recorded)")
 asyncio.run(main())
 print(json.dumps(marks))
 """

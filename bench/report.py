@@ -487,8 +487,9 @@ def main() -> None:
                 f" {c['cold_cpu_ms']:.0f} |"
             )
         lines.append("")
-    # The whole-process cold start (bench/coldstart.py) and the 200 streams
-    # with and without a frozen heap (bench/heap_freeze.py) render their own sections.
+    # The whole-process cold start (bench/coldstart.py), its first answer in
+    # phases (bench/coldstart_phases.py) and the 200 streams with and without
+    # a frozen heap (bench/heap_freeze.py) render their own sections.
     lines += _own_sections(args.results, "coldstart.md", "coldstart-phases.md", "heap-freeze.md")
     if "cpu-plain-d0.png" in plots:
         lines += ["![cpu](benchmarks/cpu-plain-d0.png)", ""]
