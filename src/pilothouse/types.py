@@ -19,7 +19,9 @@ module is its public address:
   ad-hoc run (``AdHocRun`` with ``ModelEndpoint``, ``McpServer``,
   ``ChatMemory``; answered by ``AdHocResult``);
 - **extension points** passed to ``Pilothouse(...)``: ``Authorizer``,
-  ``PromptContributor`` and ``PromptContext``, ``Meter`` (advisors are in
+  ``PromptContributor`` and ``PromptContext`` (with the catalog views it
+  holds: ``ActionView``, ``AgentView``, ``SkillView``, ``McpClientView``,
+  ``ToolView``), ``Meter`` (advisors are in
   :mod:`pilothouse.advisors`, tools in :mod:`pilothouse.tools`).
 
 Names defined in the run loop are imported on first use, so importing this
@@ -32,10 +34,12 @@ __all__ = [
     "ADMIN_SCOPE",
     "MCP_TOOL_SCOPE",
     "Action",
+    "ActionView",
     "AdHocResult",
     "AdHocRun",
     "AdvisorKind",
     "Agent",
+    "AgentView",
     "AttachmentInput",
     "AttachmentView",
     "Authorizer",
@@ -69,6 +73,7 @@ __all__ = [
     "KindForm",
     "McpCaller",
     "McpClient",
+    "McpClientView",
     "McpServer",
     "McpTransport",
     "MemoryKind",
@@ -101,6 +106,7 @@ __all__ = [
     "SchemaRevision",
     "SearchHit",
     "SearchResult",
+    "SkillView",
     "StatusChanged",
     "StuckConversation",
     "Target",
@@ -111,6 +117,7 @@ __all__ = [
     "TimelineEventView",
     "TimelineKind",
     "Tool",
+    "ToolView",
     "ToolCallRequested",
     "ToolCallStatus",
     "ToolCallView",
@@ -160,6 +167,13 @@ from pilothouse.providers._options import ModelOptions, ReasoningEffort, Reasoni
 if TYPE_CHECKING:
     from pilothouse.catalog._importer import ImportSummary, KindCounts
     from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
+    from pilothouse.catalog._views import (
+        ActionView,
+        AgentView,
+        McpClientView,
+        SkillView,
+        ToolView,
+    )
     from pilothouse.knowledge._types import (
         DocumentInfo,
         FileDocument,
@@ -709,6 +723,13 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "pilothouse.runtime._meter": ("Meter",),
     "pilothouse.runtime._prompt": ("PromptContext", "PromptContributor"),
+    "pilothouse.catalog._views": (
+        "ActionView",
+        "AgentView",
+        "McpClientView",
+        "SkillView",
+        "ToolView",
+    ),
     "pilothouse.runtime._directcall": ("CallableTool", "DirectToolCall"),
     "pilothouse.runtime._eventcalls": ("CompletionApplied", "OutboxCommand", "ToolRun"),
     "pilothouse.runtime._toolexec": ("Authorizer",),

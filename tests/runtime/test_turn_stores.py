@@ -19,7 +19,7 @@ import pytest
 from pydantic_ai.messages import ModelMessage
 from sqlalchemy import func, select
 
-from pilothouse.catalog._models import Tool
+from pilothouse.catalog._views import ToolRecord
 from pilothouse.errors import ConflictError, ProviderServerError
 from pilothouse.providers import ModelFactory, SecretResolver
 from pilothouse.runtime import ActionCompiler, Runner, Runtime, TextDelta, TurnEvent
@@ -48,7 +48,7 @@ STORES: dict[str, Callable[[Database], TurnStore]] = {"orm": OrmTurnStore, "sql"
 class Weather:
     """Every catalog tool, answering the weather."""
 
-    def __init__(self, row: Tool) -> None:
+    def __init__(self, row: ToolRecord) -> None:
         self.definition = ToolDefinition(row.name, row.description or "", dict(row.input_schema))
         self.kind = row.kind
         self.policy = row.policy
@@ -58,7 +58,7 @@ class Weather:
 
 
 class WeatherSource:
-    async def tool(self, row: Tool) -> ExecutableTool:
+    async def tool(self, row: ToolRecord) -> ExecutableTool:
         return Weather(row)
 
     async def service_tools(self, row: Any) -> list[ExecutableTool]:

@@ -21,7 +21,7 @@ from pilothouse.catalog._enums import McpTransport
 from pilothouse.tools._base import ToolError
 
 if TYPE_CHECKING:
-    from pilothouse.catalog._models import McpClient
+    from pilothouse.catalog._views import McpClientRecord
     from pilothouse.providers._egress import EgressPolicy
     from pilothouse.providers._secrets import SecretResolver
 
@@ -87,7 +87,7 @@ class McpClientConfig:
 
     @classmethod
     def from_row(
-        cls, row: McpClient, secrets: SecretResolver, egress: EgressPolicy | None = None
+        cls, row: McpClientRecord, secrets: SecretResolver, egress: EgressPolicy | None = None
     ) -> McpClientConfig:
         """Build a config from a catalog row, resolving its secret references.
 

@@ -31,7 +31,7 @@ _KIND_PROFILE: Final = ModelProfile()
 """Marks a spec built without a profile: it gets its provider kind's."""
 
 if TYPE_CHECKING:
-    from pilothouse.catalog._models import Model
+    from pilothouse.catalog._views import ModelRecord
     from pilothouse.providers._options import ModelOptions
     from pilothouse.providers._secrets import SecretResolver
 
@@ -240,7 +240,7 @@ def vendor_model_name(
     return model_name
 
 
-def compile_model_spec(model: Model, secrets: SecretResolver) -> ModelSpec:
+def compile_model_spec(model: ModelRecord, secrets: SecretResolver) -> ModelSpec:
     """Build the spec of a catalog model, with its provider's secrets resolved.
 
     Args:

@@ -64,7 +64,7 @@ from pilothouse.runtime._cache import (
 )
 
 if TYPE_CHECKING:
-    from pilothouse.catalog._models import Advisor as AdvisorRow
+    from pilothouse.catalog._views import AdvisorRecord as AdvisorRow
 
 
 @dataclass

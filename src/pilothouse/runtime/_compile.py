@@ -13,14 +13,11 @@ __all__ = ["ActionCompiler", "CompiledAction"]
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import anyio
-from sqlalchemy import bindparam, select
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import configure_mappers
+from sqlalchemy import Connection, Table, bindparam, select
 
-from pilothouse._collector import collector_paused
 from pilothouse.catalog._enums import (
     Cardinality,
     InstructionMode,
@@ -29,16 +26,16 @@ from pilothouse.catalog._enums import (
     ToolKind,
 )
 from pilothouse.catalog._memsettings import ScopedMemorySettings
-from pilothouse.catalog._models import (
-    DEFAULT_RELEASE,
-    Action,
-    Agent,
-    CatalogRevision,
-    DocumentCollection,
-    McpClient,
-    Model,
-    Skill,
-    Tool,
+from pilothouse.catalog._models import DEFAULT_RELEASE, CatalogRevision
+from pilothouse.catalog._read import CatalogReader, read_revision
+from pilothouse.catalog._views import (
+    ActionView,
+    AgentView,
+    McpClientRecord,
+    McpClientView,
+    ModelRecord,
+    SkillView,
+    ToolRecord,
 )
 from pilothouse.errors import InvalidFieldError, InvalidStateError, NotFoundError
 from pilothouse.memory import NO_MEMORY, MemoryPolicy, counter_for
@@ -112,13 +109,13 @@ class CompiledAction:
     audit: bool | None
     tools: tuple[tuple[str, str, dict[str, Any]], ...]
     _validator: Any = None
-    tool_rows: tuple[Tool, ...] = ()
+    tool_rows: tuple[ToolRecord, ...] = ()
     skills: tuple[SkillInfo, ...] = ()
     bus_tools: frozenset[str] = frozenset()
     guarded_tools: frozenset[str] = frozenset()
     """Skill tools linked ``write`` / ``execute``, offered from the start (no disclosure)."""
-    mcp_clients: tuple[McpClient, ...] = ()
-    mcp_lookup: Mapping[str, McpClient] = field(default_factory=lambda: {})
+    mcp_clients: tuple[McpClientRecord, ...] = ()
+    mcp_lookup: Mapping[str, McpClientRecord] = field(default_factory=lambda: {})
     question_timeout: int = 300
     advisors: AdvisorChain = field(default_factory=lambda: AdvisorChain(()))
     ask_user: bool = True
@@ -205,14 +202,12 @@ class ActionCompiler:
             list(contributors) if contributors is not None else default_contributors()
         )
         self._cache: dict[tuple[str, str, str | None], CompiledAction] = {}
-        # The first compile would configure every mapping inside its first
-        # query; configured here, the work is done with the collector paused
-        # (it only builds what lives as long as the process; see _collector).
-        with collector_paused():
-            configure_mappers()
         # Built once: it runs on every turn's path, on the store's fast path.
+        # Table columns, not mapped attributes: a statement naming a mapped
+        # attribute is compiled by the ORM, which configures every mapping.
+        revisions = cast(Table, CatalogRevision.__table__)
         self._revision = fastsql.Query(
-            select(CatalogRevision.revision).where(CatalogRevision.tenant == bindparam("b_tenant")),
+            select(revisions.c.revision).where(revisions.c.tenant == bindparam("b_tenant")),
             _revision,
         )
         # One Redis pool for every cache advisor of every compiled action.
@@ -227,13 +222,6 @@ class ActionCompiler:
         """The resolver for ``@secrets(NAME)`` references."""
         return self._secrets
 
-    async def revision(self, session: AsyncSession, tenant: str) -> int:
-        """Return the tenant's catalog revision (0 before any catalog write)."""
-        value = await session.scalar(
-            select(CatalogRevision.revision).where(CatalogRevision.tenant == tenant)
-        )
-        return int(value or 0)
-
     async def active_collections(
         self, tenant: str, codes: Sequence[str]
     ) -> tuple[RetrievalSource, ...]:
@@ -243,13 +231,9 @@ class ActionCompiler:
             InvalidFieldError: a code that is no active document collection
                 of the tenant, named (``retrieval.collections[i]``).
         """
-        async with self._db.sessions() as session:
-            rows = await session.execute(
-                select(DocumentCollection.code, DocumentCollection.active).where(
-                    DocumentCollection.tenant == tenant, DocumentCollection.code.in_(codes)
-                )
-            )
-            active = {code: bool(flag) for code, flag in rows}
+        active = await self._db.transaction(
+            lambda connection: CatalogReader(connection, tenant).collections(codes)
+        )
         for index, code in enumerate(codes):
             if code not in active:
                 raise InvalidFieldError(
@@ -291,9 +275,8 @@ class ActionCompiler:
             revision = rows[0] if rows else 0
             if cached.revision == revision:
                 return cached
-        async with self._db.sessions() as session:
-            revision = await self.revision(session, tenant)
-            compiled = await self._compile(session, tenant, revision, action_code, agent_code)
+        read = await self._db.transaction(_read, tenant, action_code, agent_code)
+        compiled = self._build(read)
         # An OpenAI model's token counter builds its vocabulary on first use
         # (0.5-1 s of CPU for o200k): build it here, off the event loop,
         # rather than in the middle of the first turn with every other
@@ -304,45 +287,14 @@ class ActionCompiler:
         self._cache[key] = compiled
         return compiled
 
-    async def _compile(
-        self,
-        session: AsyncSession,
-        tenant: str,
-        revision: int,
-        action_code: str,
-        agent_code: str | None,
-    ) -> CompiledAction:
-        action = await session.scalar(
-            select(Action).where(Action.tenant == tenant, Action.code == action_code)
-        )
-        if action is None:
-            raise NotFoundError(f"action '{action_code}' not found")
-        if not action.active:
-            raise InvalidStateError(f"action '{action_code}' is inactive")
-        agent = None
-        if agent_code is not None:
-            agent = await session.scalar(
-                select(Agent).where(Agent.tenant == tenant, Agent.code == agent_code)
-            )
-            if agent is None:
-                raise NotFoundError(f"agent '{agent_code}' not found")
-            if not agent.active:
-                raise InvalidStateError(f"agent '{agent_code}' is inactive")
-        skills: list[Skill] = [link.skill for link in action.skills if link.skill.active]
-        clients: list[McpClient] = [
-            link.mcp_client for link in action.mcp_clients if link.mcp_client.active
-        ]
-        # Dependencies and parents nest deeper than eager loading reaches;
-        # run_sync lets the walk load them lazily inside this session.
-        expanded = await session.run_sync(lambda _: _expand_skills(skills))
-        skill_infos = _skill_infos(expanded)
-        eager = not action.progressive_disclosure
+    def _build(self, read: _Read) -> CompiledAction:
+        action, agent, skill_infos = read.action, read.agent, read.skill_infos
         context = PromptContext(
             action=action,
             agent=agent,
             # Seed 000 mode: every skill's prompt, its dependencies' and parents' too.
-            skills=expanded if eager else skills,
-            mcp_clients=clients,
+            skills=read.prompt_skills,
+            mcp_clients=read.mcp_clients,
         )
         parts = assemble(context, self._contributors, "")[1:]
         templated = any(
@@ -372,25 +324,8 @@ class ActionCompiler:
             # Seed 000: "llmMemoryStrategy: optional; absent means no memory".
             else NO_MEMORY
         )
-        tool_rows = tuple(link.tool for link in action.tools if link.tool.active)
-        if eager:
-            # Without progressive disclosure a skill's tools are offered from
-            # the start and there is no use_skill to call.
-            names = {tool.name for tool in tool_rows}
-            extra = [t for t in _skill_tools(skill_infos) if t.name not in names]
-            tool_rows = (*tool_rows, *{t.name: t for t in extra}.values())
-            # An event skill's tools still go to the bus when offered directly.
-            bus_tools = frozenset(
-                t.name for s in skill_infos if s.execution == "event" for t in s.tools
-            )
-            guarded = frozenset(name for info in skill_infos for name in info.guarded)
-            skill_infos = ()
-        else:
-            bus_tools = frozenset[str]()
-            guarded = frozenset[str]()
-        lookup = await mcp_lookup(session, tenant, [*tool_rows, *_skill_tools(skill_infos)])
         return CompiledAction(
-            revision=revision,
+            revision=read.revision,
             action_code=action.code,
             agent_code=agent.code if agent else None,
             model=self.model_spec(action.model),
@@ -416,12 +351,12 @@ class ActionCompiler:
             audit=action.audit,
             tools=(),
             _validator=validator,
-            tool_rows=tool_rows,
+            tool_rows=read.tool_rows,
             skills=skill_infos,
-            bus_tools=bus_tools,
-            guarded_tools=guarded,
-            mcp_clients=tuple(clients),
-            mcp_lookup=lookup,
+            bus_tools=read.bus_tools,
+            guarded_tools=read.guarded_tools,
+            mcp_clients=read.mcp_clients,
+            mcp_lookup=read.mcp_lookup,
             question_timeout=action.question_timeout,
             ask_user=action.ask_user,
             retrieval=tuple(
@@ -438,20 +373,20 @@ class ActionCompiler:
             ),
         )
 
-    def model_spec(self, model: Model) -> ModelSpec:
+    def model_spec(self, model: ModelRecord) -> ModelSpec:
         """The spec of a catalog model, with its provider's secrets resolved."""
         return compile_model_spec(model, self._secrets)
 
 
-def _requires(skill: Skill) -> list[Skill]:
+def _requires(skill: SkillView) -> list[SkillView]:
     """What activating ``skill`` brings along: its parent first, then its dependencies."""
     parent = [skill.parent] if skill.parent is not None else []
     return [*parent, *(link.depends_on for link in skill.dependencies)]
 
 
-def _expand_skills(skills: Sequence[Skill]) -> list[Skill]:
+def _expand_skills(skills: Sequence[SkillView]) -> list[SkillView]:
     """The action's skills and, transitively, their parents and dependencies (active ones)."""
-    seen: dict[str, Skill] = {}
+    seen: dict[str, SkillView] = {}
     pending = list(skills)
     while pending:
         skill = pending.pop(0)
@@ -462,7 +397,7 @@ def _expand_skills(skills: Sequence[Skill]) -> list[Skill]:
     return list(seen.values())
 
 
-def _skill_infos(skills: Sequence[Skill]) -> tuple[SkillInfo, ...]:
+def _skill_infos(skills: Sequence[SkillView]) -> tuple[SkillInfo, ...]:
     """Skills as a compiled action knows them; ``skills`` is already expanded.
 
     genai-4j: a parent skill's instructions and tools come with its child's,
@@ -488,20 +423,96 @@ def _skill_infos(skills: Sequence[Skill]) -> tuple[SkillInfo, ...]:
     )
 
 
-def _skill_tools(skills: Sequence[SkillInfo]) -> list[Tool]:
+def _skill_tools(skills: Sequence[SkillInfo]) -> list[ToolRecord]:
     return [tool for skill in skills for tool in skill.tools]
 
 
+def _mcp_names(tools: Sequence[ToolRecord]) -> list[str]:
+    """The MCP clients named by catalog tools of kind mcp (``client:tool``)."""
+    return sorted(
+        {
+            (tool.implementation or "").partition(":")[0]
+            for tool in tools
+            if tool.kind is ToolKind.MCP
+        }
+    )
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What a compile reads from the catalog, in one transaction."""
+
+    revision: int
+    action: ActionView
+    agent: AgentView | None
+    prompt_skills: tuple[SkillView, ...]
+    skill_infos: tuple[SkillInfo, ...]
+    mcp_clients: tuple[McpClientView, ...]
+    tool_rows: tuple[ToolRecord, ...]
+    bus_tools: frozenset[str]
+    guarded_tools: frozenset[str]
+    mcp_lookup: dict[str, McpClientView]
+
+
+def _read(connection: Connection, tenant: str, action_code: str, agent_code: str | None) -> _Read:
+    """Read an action, its agent and what they name, with Core statements (no ORM)."""
+    revision = read_revision(connection, tenant)
+    reader = CatalogReader(connection, tenant)
+    action = reader.action(action_code)
+    if action is None:
+        raise NotFoundError(f"action '{action_code}' not found")
+    if not action.active:
+        raise InvalidStateError(f"action '{action_code}' is inactive")
+    agent = None
+    if agent_code is not None:
+        agent = reader.agent(agent_code)
+        if agent is None:
+            raise NotFoundError(f"agent '{agent_code}' not found")
+        if not agent.active:
+            raise InvalidStateError(f"agent '{agent_code}' is inactive")
+    skills = [link.skill for link in action.skills if link.skill.active]
+    clients = tuple(link.mcp_client for link in action.mcp_clients if link.mcp_client.active)
+    expanded = _expand_skills(skills)
+    skill_infos = _skill_infos(expanded)
+    eager = not action.progressive_disclosure
+    tool_rows = tuple(link.tool for link in action.tools if link.tool.active)
+    if eager:
+        # Without progressive disclosure a skill's tools are offered from
+        # the start and there is no use_skill to call.
+        names = {tool.name for tool in tool_rows}
+        extra = [t for t in _skill_tools(skill_infos) if t.name not in names]
+        tool_rows = (*tool_rows, *{t.name: t for t in extra}.values())
+        # An event skill's tools still go to the bus when offered directly.
+        bus_tools = frozenset(
+            t.name for s in skill_infos if s.execution == "event" for t in s.tools
+        )
+        guarded = frozenset(name for info in skill_infos for name in info.guarded)
+        skill_infos = ()
+    else:
+        bus_tools = frozenset[str]()
+        guarded = frozenset[str]()
+    lookup = reader.mcp_clients(_mcp_names([*tool_rows, *_skill_tools(skill_infos)]))
+    return _Read(
+        revision=revision,
+        action=action,
+        agent=agent,
+        prompt_skills=tuple(expanded if eager else skills),
+        skill_infos=skill_infos,
+        mcp_clients=clients,
+        tool_rows=tool_rows,
+        bus_tools=bus_tools,
+        guarded_tools=guarded,
+        mcp_lookup=lookup,
+    )
+
+
 async def mcp_lookup(
-    session: AsyncSession, tenant: str, tools: Sequence[Tool]
-) -> dict[str, McpClient]:
+    database: Database, tenant: str, tools: Sequence[ToolRecord]
+) -> dict[str, McpClientView]:
     """MCP clients named by catalog tools of kind mcp (``client:tool``)."""
-    names = {
-        (tool.implementation or "").partition(":")[0] for tool in tools if tool.kind is ToolKind.MCP
-    }
+    names = _mcp_names(tools)
     if not names:
         return {}
-    rows = await session.scalars(
-        select(McpClient).where(McpClient.tenant == tenant, McpClient.name.in_(names))
+    return await database.transaction(
+        lambda connection: CatalogReader(connection, tenant).mcp_clients(names)
     )
-    return {row.name: row for row in rows}

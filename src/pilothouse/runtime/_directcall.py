@@ -137,8 +137,7 @@ async def callable_tools(runner: Runner) -> list[CallableTool]:
             if row.kind is ToolKind.MCP:
                 from pilothouse.runtime._compile import mcp_lookup
 
-                async with runner.runtime.database.sessions() as session:
-                    lookup = await mcp_lookup(session, runner.tenant, [row])
+                lookup = await mcp_lookup(runner.runtime.database, runner.tenant, [row])
                 toolset = await build_toolset(
                     runner.tool_source,
                     tools=[row],
@@ -246,8 +245,7 @@ async def _run_catalog_tool(
 
     row, guarded = await _row(runner, name)
     runtime = runner.runtime
-    async with runtime.database.sessions() as session:
-        lookup = await mcp_lookup(session, runner.tenant, [row])
+    lookup = await mcp_lookup(runtime.database, runner.tenant, [row])
     toolset = await build_toolset(
         runner.tool_source,
         tools=[row],

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pilothouse.catalog._enums import Cardinality, InstructionMode, SchemaDirection
-from pilothouse.catalog._models import Action, Agent, McpClient, Skill
+from pilothouse.catalog._views import ActionRecord, AgentRecord, McpClientRecord, SkillRecord
 from pilothouse.errors import PilothouseError
 
 DEFAULT_INSTRUCTION = (
@@ -44,12 +44,19 @@ DEFAULT_INSTRUCTION = (
 
 @dataclass(frozen=True)
 class PromptContext:
-    """What the contributors read: the catalog rows of one action and agent."""
+    """What the contributors read: one action and agent as the compile read them.
 
-    action: Action
-    agent: Agent | None
-    skills: Sequence[Skill] = ()
-    mcp_clients: Sequence[McpClient] = ()
+    A compile fills it with read-only views of the catalog rows
+    (``ActionView``, ``AgentView``, ...), read with Core statements so that a
+    turn never loads the ORM; they have the mapped classes' column and
+    relationship names, so a context built by hand from mapped rows (a
+    contributor's own test) reads the same.
+    """
+
+    action: ActionRecord
+    agent: AgentRecord | None
+    skills: Sequence[SkillRecord] = ()
+    mcp_clients: Sequence[McpClientRecord] = ()
     extras: Mapping[str, Any] = field(default_factory=lambda: {})
 
 
@@ -122,7 +129,7 @@ def _mcp_clients(context: PromptContext) -> str | None:
     return "\n".join(parts) or None
 
 
-def output_json_schema(action: Action, direction: SchemaDirection) -> dict[str, Any] | None:
+def output_json_schema(action: ActionRecord, direction: SchemaDirection) -> dict[str, Any] | None:
     """Return an action's schema for ``direction``, wrapped in an array for lists."""
     for item in action.schemas:
         if item.direction is direction:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
 from pilothouse.catalog._events import EventToolSettings
-from pilothouse.catalog._models import McpClient, Tool
+from pilothouse.catalog._views import McpClientRecord, ToolRecord
 from pilothouse.providers import SecretResolver
 from pilothouse.tools._base import (
     ExecutableTool,
@@ -97,7 +97,7 @@ class SkillInfo:
     name: str
     description: str
     prompt: str
-    tools: tuple[Tool, ...]
+    tools: tuple[ToolRecord, ...]
     depends_on: tuple[str, ...]
     execution: str = "local"
     """``event``: the skill's tools are published on the event bus."""
@@ -124,7 +124,7 @@ class EventRoute:
     timeout: float
 
 
-def event_route(row: Tool) -> EventRoute:
+def event_route(row: ToolRecord) -> EventRoute:
     """The route of a catalog tool published on the bus (its settings, checked on import)."""
     settings = EventToolSettings.model_validate(row.settings if row.kind is ToolKind.EVENT else {})
     return EventRoute(
@@ -232,19 +232,19 @@ class ToolSet:
 class ToolSource(Protocol):
     """Turns catalog tools and MCP clients into executable tools."""
 
-    async def tool(self, row: Tool) -> ExecutableTool:
+    async def tool(self, row: ToolRecord) -> ExecutableTool:
         """Return the executable tool of a catalog tool row (not of kind mcp)."""
         ...
 
-    async def service_tools(self, row: Tool) -> list[ExecutableTool]:
+    async def service_tools(self, row: ToolRecord) -> list[ExecutableTool]:
         """Return the tools of a catalog row that is a service (``settings.service``)."""
         ...
 
-    async def mcp_tools(self, row: McpClient) -> list[ExecutableTool]:
+    async def mcp_tools(self, row: McpClientRecord) -> list[ExecutableTool]:
         """Return every tool of an MCP client."""
         ...
 
-    async def mcp_tool(self, row: McpClient, name: str) -> ExecutableTool:
+    async def mcp_tool(self, row: McpClientRecord, name: str) -> ExecutableTool:
         """Return one tool of an MCP client."""
         ...
 
@@ -253,7 +253,7 @@ class ToolSource(Protocol):
 class GatewaySource(Protocol):
     """A tool source that also offers OpenAPI gateway rows' operations."""
 
-    async def gateway_tools(self, row: Tool) -> list[ExecutableTool]:
+    async def gateway_tools(self, row: ToolRecord) -> list[ExecutableTool]:
         """Return the AI-enabled operations of a gateway row as tools."""
         ...
 
@@ -340,11 +340,11 @@ class CatalogToolSource:
             self._mcp = pool
         return self._mcp
 
-    async def tool(self, row: Tool) -> ExecutableTool:
+    async def tool(self, row: ToolRecord) -> ExecutableTool:
         """Return the executable tool of a catalog tool row (not of kind mcp)."""
         return await self._tools().from_catalog(row)
 
-    async def gateway_tools(self, row: Tool) -> list[ExecutableTool]:
+    async def gateway_tools(self, row: ToolRecord) -> list[ExecutableTool]:
         """Return the AI-enabled operations of a gateway row, proxied like the MCP server's.
 
         Raises:
@@ -354,11 +354,11 @@ class CatalogToolSource:
             raise ToolError(f"tool '{row.name}': this process offers no OpenAPI gateways")
         return list(await self._gateways().tools(row))
 
-    async def service_tools(self, row: Tool) -> list[ExecutableTool]:
+    async def service_tools(self, row: ToolRecord) -> list[ExecutableTool]:
         """Return the tools of a catalog row that is a service (``settings.service``)."""
         return self._tools().service_from_catalog(row)
 
-    async def mcp_tools(self, row: McpClient) -> list[ExecutableTool]:
+    async def mcp_tools(self, row: McpClientRecord) -> list[ExecutableTool]:
         """Return every tool of an MCP client."""
         from pilothouse.mcp import McpClientConfig
 
@@ -367,7 +367,7 @@ class CatalogToolSource:
             McpClientConfig.from_row(row, self._secrets, self._session_egress())
         )
 
-    async def mcp_tool(self, row: McpClient, name: str) -> ExecutableTool:
+    async def mcp_tool(self, row: McpClientRecord, name: str) -> ExecutableTool:
         """Return one tool of an MCP client."""
         from pilothouse.mcp import McpClientConfig
 
@@ -397,7 +397,7 @@ class CatalogToolSource:
             self._mcp_task = None
 
 
-def tool_timeout(row: Tool, default: float) -> float:
+def tool_timeout(row: ToolRecord, default: float) -> float:
     """A tool's timeout from its settings, else the default."""
     value = (row.settings or {}).get("timeout")
     return float(value) if isinstance(value, int | float) and value > 0 else default
@@ -406,12 +406,12 @@ def tool_timeout(row: Tool, default: float) -> float:
 async def build_toolset(
     source: ToolSource,
     *,
-    tools: Sequence[Tool],
-    mcp_clients: Sequence[McpClient],
+    tools: Sequence[ToolRecord],
+    mcp_clients: Sequence[McpClientRecord],
     skills: Sequence[SkillInfo],
     active_skills: set[str],
     default_timeout: float,
-    mcp_lookup: Mapping[str, McpClient] | None = None,
+    mcp_lookup: Mapping[str, McpClientRecord] | None = None,
     ask_user: bool = True,
     bus_tools: frozenset[str] = frozenset(),
     guarded: frozenset[str] = frozenset(),
@@ -425,7 +425,7 @@ async def build_toolset(
     few whose descriptions match the request, for an action with many.
     """
     toolset = ToolSet()
-    rows: list[Tool] = list(tools)
+    rows: list[ToolRecord] = list(tools)
     by_code = {skill.code: skill for skill in skills}
     on_bus: set[str] = set(bus_tools)
     for code in sorted(active_skills):
@@ -465,7 +465,7 @@ async def build_toolset(
 
 
 async def _add_gateway(
-    toolset: ToolSet, source: ToolSource, row: Tool, guarded: bool, default_timeout: float
+    toolset: ToolSet, source: ToolSource, row: ToolRecord, guarded: bool, default_timeout: float
 ) -> None:
     """Offer a gateway row's AI-enabled operations (a gateway row is many tools)."""
     if not isinstance(source, GatewaySource):
@@ -481,7 +481,7 @@ async def _add_gateway(
 
 
 async def _members(
-    source: ToolSource, row: Tool, mcp_lookup: Mapping[str, McpClient] | None
+    source: ToolSource, row: ToolRecord, mcp_lookup: Mapping[str, McpClientRecord] | None
 ) -> list[ExecutableTool]:
     """The runnable tools of a catalog row: one, or a service's methods."""
     if row.kind is ToolKind.PYTHON and (row.settings or {}).get("service") is True:
@@ -492,7 +492,7 @@ async def _members(
 
 def _offer(
     toolset: ToolSet,
-    row: Tool,
+    row: ToolRecord,
     members: Sequence[ExecutableTool],
     guarded: frozenset[str],
     default_timeout: float,
@@ -509,7 +509,7 @@ def _offer(
 
 
 async def _executable(
-    source: ToolSource, row: Tool, mcp_lookup: Mapping[str, McpClient] | None
+    source: ToolSource, row: ToolRecord, mcp_lookup: Mapping[str, McpClientRecord] | None
 ) -> ExecutableTool:
     """The runnable tool of a catalog row."""
     if row.kind is not ToolKind.MCP:
@@ -522,7 +522,7 @@ async def _executable(
     return await source.mcp_tool(client, tool_name or row.name)
 
 
-async def _bus_definition(source: ToolSource, row: Tool) -> ToolDefinition:
+async def _bus_definition(source: ToolSource, row: ToolRecord) -> ToolDefinition:
     """What the model sees of a tool the bus runs: its catalog schema, else its own."""
     if row.kind is ToolKind.EVENT or row.input_schema:
         return ToolDefinition(row.name, row.description or "", dict(row.input_schema))

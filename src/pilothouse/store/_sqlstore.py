@@ -74,6 +74,12 @@ _TOOL_CALL = cast(Table, ToolCall.__table__)
 _EVENT = cast(Table, TimelineEvent.__table__)
 _OUTBOX = cast(Table, EventOutbox.__table__)
 _PROCESSED = cast(Table, EventProcessed.__table__)
+# The catalog's tables, not its mapped attributes: a statement that names a
+# mapped attribute is compiled by the ORM, which configures every mapping
+# (tens of milliseconds of a cold start) on the first turn.
+_ACTION = cast(Table, Action.__table__)
+_AGENT = cast(Table, Agent.__table__)
+_REVISION = cast(Table, CatalogRevision.__table__)
 
 _USAGE_COLUMNS = (
     "input_tokens",
@@ -147,18 +153,20 @@ def _build_statements() -> _Statements:
         insert_tool_call=insert(_TOOL_CALL),
         action_check=Query(
             select(
-                Action.active,
-                Action.audit,
-                select(CatalogRevision.revision)
-                .where(CatalogRevision.tenant == bindparam("b_tenant"))
+                _ACTION.c.active,
+                _ACTION.c.audit,
+                select(_REVISION.c.revision)
+                .where(_REVISION.c.tenant == bindparam("b_tenant"))
                 .scalar_subquery()
                 .label("catalog_revision"),
-            ).where(Action.tenant == bindparam("b_tenant"), Action.code == bindparam("b_code")),
+            ).where(
+                _ACTION.c.tenant == bindparam("b_tenant"), _ACTION.c.code == bindparam("b_code")
+            ),
             _ActionCheck,
         ),
         agent_check=Query(
-            select(Agent.active).where(
-                Agent.tenant == bindparam("b_tenant"), Agent.code == bindparam("b_code")
+            select(_AGENT.c.active).where(
+                _AGENT.c.tenant == bindparam("b_tenant"), _AGENT.c.code == bindparam("b_code")
             ),
             _first,
         ),
@@ -225,8 +233,8 @@ def _begin_statement() -> Any:
         ).label("last_assistant"),
         # The catalog revision, so a turn can check the compiled action it
         # took from a cache without a statement of its own.
-        select(CatalogRevision.revision)
-        .where(CatalogRevision.tenant == conversation.tenant)
+        select(_REVISION.c.revision)
+        .where(_REVISION.c.tenant == conversation.tenant)
         .correlate(_CONVERSATION)
         .scalar_subquery()
         .label("catalog_revision"),

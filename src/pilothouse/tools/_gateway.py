@@ -64,7 +64,7 @@ from pilothouse.tools._python import resolve_reference
 from pilothouse.tools._rest import HttpEndpoint, RestTool
 
 if TYPE_CHECKING:
-    from pilothouse.catalog._models import Tool
+    from pilothouse.catalog._views import ToolRecord
     from pilothouse.providers import SecretResolver
     from pilothouse.providers._egress import EgressPolicy
     from pilothouse.store import NewGatewayCall
@@ -331,7 +331,7 @@ class GatewayProxy:
                     self._operations[key] = await self._load(code, implementation, settings, policy)
             return self._operations[key]
 
-    async def tools(self, row: Tool) -> list[GatewayToolForTurn]:
+    async def tools(self, row: ToolRecord) -> list[GatewayToolForTurn]:
         """The operations of a gateway row as tools of a turn, under the row's policy."""
         document = {"implementation": row.implementation, "settings": row.settings or {}}
         try:

@@ -23,7 +23,7 @@ import anyio
 import httpx
 
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
-from pilothouse.catalog._models import Tool
+from pilothouse.catalog._views import ToolRecord
 from pilothouse.providers._egress import EgressPolicy
 from pilothouse.providers._secrets import SecretResolver
 from pilothouse.tools._base import (
@@ -246,7 +246,7 @@ class ToolRegistry:
                 self._http = httpx.AsyncClient(transport=PinnedHttpxTransport(self.egress))
         return self._http
 
-    async def from_catalog(self, row: Tool) -> ExecutableTool:
+    async def from_catalog(self, row: ToolRecord) -> ExecutableTool:
         """Build (or take from the cache) the executable tool of a catalog row.
 
         The cache is keyed by the row's id and version: an edited row (its
@@ -276,7 +276,7 @@ class ToolRegistry:
             self._rows[row_id] = (row.version, built)
         return built
 
-    def service_from_catalog(self, row: Tool) -> list[ExecutableTool]:
+    def service_from_catalog(self, row: ToolRecord) -> list[ExecutableTool]:
         """Build the tools of a catalog row that is a service (``settings.service: true``).
 
         Vantiq's service tools (seed 004): a reference to a service "will
@@ -320,7 +320,7 @@ class ToolRegistry:
             self._services[row_id] = (row.version, tuple(built))
         return built
 
-    async def _build(self, row: Tool) -> ExecutableTool:
+    async def _build(self, row: ToolRecord) -> ExecutableTool:
         kind = ToolKind(row.kind)
         policy = ExecutionPolicy(row.policy or ExecutionPolicy.ALLOW)
         if kind is ToolKind.MCP:
@@ -365,7 +365,9 @@ class ToolRegistry:
             language=language,
         )
 
-    def _python(self, row: Tool, implementation: str, policy: ExecutionPolicy) -> ExecutableTool:
+    def _python(
+        self, row: ToolRecord, implementation: str, policy: ExecutionPolicy
+    ) -> ExecutableTool:
         if ":" not in implementation:
             if implementation in self._tools:
                 # A tool registered in code (Pilothouse(tools=registry)): the
@@ -393,7 +395,9 @@ class ToolRegistry:
             output_schema=row.output_schema,
         )
 
-    def _rest(self, row: Tool, settings: Mapping[str, Any], policy: ExecutionPolicy) -> RestTool:
+    def _rest(
+        self, row: ToolRecord, settings: Mapping[str, Any], policy: ExecutionPolicy
+    ) -> RestTool:
         parameters: Mapping[str, Any] = row.input_schema or _path_schema(
             settings.get("url"), row.name
         )
@@ -402,7 +406,11 @@ class ToolRegistry:
         return RestTool(definition, endpoint, policy, self.http, self._secrets)
 
     async def _openapi(
-        self, row: Tool, implementation: str, settings: Mapping[str, Any], policy: ExecutionPolicy
+        self,
+        row: ToolRecord,
+        implementation: str,
+        settings: Mapping[str, Any],
+        policy: ExecutionPolicy,
     ) -> RestTool:
         source, operation_id = parse_reference(implementation, row.name)
         if self.egress is not None and not source.startswith(("http://", "https://")):
@@ -442,7 +450,7 @@ class ToolRegistry:
 
     @staticmethod
     def _definition(
-        row: Tool, derived: dict[str, Any] | None, derived_description: str
+        row: ToolRecord, derived: dict[str, Any] | None, derived_description: str
     ) -> ToolDefinition:
         parameters = row.input_schema or derived or {"type": "object", "properties": {}}
         return ToolDefinition(
@@ -494,7 +502,7 @@ def _path_schema(url: object, tool_name: str) -> dict[str, Any]:
 class _Registered:
     """A registered tool as a catalog row offers it: the row's name, the stricter policy."""
 
-    def __init__(self, tool: ExecutableTool, row: Tool, policy: ExecutionPolicy) -> None:
+    def __init__(self, tool: ExecutableTool, row: ToolRecord, policy: ExecutionPolicy) -> None:
         self._tool = tool
         definition = tool.definition
         # The row's own description and schemas win, as for any catalog tool.
