@@ -311,7 +311,13 @@ def test_importing_knowledge_loads_no_numpy_model_or_store() -> None:
 
 @pytest.mark.parametrize(
     "package",
-    ["pilothouse.catalog", "pilothouse.tools", "pilothouse.mcp", "pilothouse.knowledge"],
+    [
+        "pilothouse.catalog",
+        "pilothouse.store",
+        "pilothouse.tools",
+        "pilothouse.mcp",
+        "pilothouse.knowledge",
+    ],
 )
 def test_every_lazily_imported_name_resolves(package: str) -> None:
     module = importlib.import_module(package)

@@ -20,12 +20,13 @@ from pilothouse._facade import records
 from pilothouse._facade.facet import Facet
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.providers._egress import EgressPolicy
-from pilothouse.store import Conversation, Database, NewMessage
+from pilothouse.store import Database, NewMessage
 from pilothouse.store._text import check_storable
 
 if TYPE_CHECKING:
     from pilothouse.runtime import Runner
     from pilothouse.runtime._hitl import Resumption
+    from pilothouse.store import Conversation
     from pilothouse.types import (
         AdHocResult,
         AdHocRun,

@@ -21,7 +21,9 @@ from sqlalchemy import select
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, TimelineKind
 from pilothouse.errors import InvalidStateError
 from pilothouse.store import STARTABLE, Database, NewEvent, NewMessage, TurnBatch, TurnStore
-from pilothouse.store._records import Conversation
+from pilothouse.store._tables import conversation_table
+
+_CONVERSATION = conversation_table.c
 
 MEMORY_CLEARED = "memory_cleared"
 """The data key of the system message that marks where a chat memory was cleared."""
@@ -89,9 +91,9 @@ async def clear_memory(store: TurnStore, database: Database, tenant: str, memory
     async with database.sessions() as session:
         rows = (
             await session.execute(
-                select(Conversation.uuid, Conversation.status)
-                .where(Conversation.tenant == tenant, Conversation.memory_id == memory_id)
-                .order_by(Conversation.created_at.desc(), Conversation.id.desc())
+                select(_CONVERSATION.uuid, _CONVERSATION.status)
+                .where(_CONVERSATION.tenant == tenant, _CONVERSATION.memory_id == memory_id)
+                .order_by(_CONVERSATION.created_at.desc(), _CONVERSATION.id.desc())
             )
         ).all()
     if not rows:

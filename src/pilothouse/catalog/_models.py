@@ -1,5 +1,9 @@
 """The catalog: every entity an application declares, as typed SQLAlchemy models.
 
+The models are mapped classes declared on the Core tables of
+:mod:`pilothouse.catalog._tables` (the schema is there); this module imports
+SQLAlchemy's ORM, which a turn on the store's fast path does not need.
+
 Every row belongs to a tenant, carries a business key (``code``; MCP clients
 use ``name``) unique within that tenant, an active flag, a version used for
 optimistic concurrency, and who changed it when. Secrets are only ever stored
@@ -11,6 +15,7 @@ from __future__ import annotations
 __all__ = [
     "ADHOC_ACTION",
     "CODE_LENGTHS",
+    "DEFAULT_RELEASE",
     "DIRECT_TOOL_ACTION",
     "RESERVED_ACTION_CODES",
     "Action",
@@ -52,18 +57,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from sqlalchemy import (
-    Boolean,
-    Date,
-    Float,
-    ForeignKey,
-    Integer,
-    Numeric,
-    String,
-    Text,
-    UniqueConstraint,
-)
-from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship
+from sqlalchemy.orm import Mapped, column_property, declared_attr, relationship
 
 from pilothouse.catalog._enums import (
     Cardinality,
@@ -77,19 +71,44 @@ from pilothouse.catalog._enums import (
     ToolKind,
     VectorStoreKind,
 )
-from pilothouse.catalog._lengths import (
-    CODE,
-    MCP_NAME,
-    RELEASE_LENGTH,
-    SHORT_CODE,
-    TENANT_LENGTH,
-    TYPE_CODE,
+from pilothouse.catalog._lengths import CODE, MCP_NAME, SHORT_CODE, TYPE_CODE
+from pilothouse.catalog._reserved import ADHOC_ACTION, DIRECT_TOOL_ACTION, RESERVED_ACTION_CODES
+from pilothouse.catalog._tables import (
+    DEFAULT_RELEASE,
+    action_advisor_table,
+    action_collection_table,
+    action_mcp_client_table,
+    action_schema_table,
+    action_skill_table,
+    action_table,
+    action_tool_table,
+    action_type_table,
+    advisor_table,
+    advisor_type_table,
+    agent_table,
+    agent_type_table,
+    application_table,
+    catalog_revision_table,
+    configuration_table,
+    document_collection_table,
+    mcp_client_table,
+    mcp_client_type_table,
+    memory_strategy_table,
+    memory_strategy_type_table,
+    model_table,
+    persona_table,
+    persona_type_table,
+    provider_table,
+    skill_dependency_table,
+    skill_table,
+    skill_tool_table,
+    skill_type_table,
+    tool_table,
+    tool_type_table,
+    vector_store_table,
+    vector_store_type_table,
 )
-from pilothouse.store._base import Base, utcnow
-from pilothouse.store._types import UtcDateTime, coded_enum
-
-DEFAULT_RELEASE = "1.0.0"
-"""genai-4j's default version of skills and tools (seed 002)."""
+from pilothouse.store._base import Base
 
 
 class CatalogRevision(Base):
@@ -99,11 +118,11 @@ class CatalogRevision(Base):
     catalog that has not changed.
     """
 
-    __tablename__ = "catalog_revision"
+    __table__ = catalog_revision_table
 
-    tenant: Mapped[str] = mapped_column(String(TENANT_LENGTH), primary_key=True)
-    revision: Mapped[int] = mapped_column(Integer, default=0)
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    tenant: Mapped[str]
+    revision: Mapped[int]
+    updated_at: Mapped[datetime]
 
 
 class CatalogEntity(Base):
@@ -114,22 +133,18 @@ class CatalogEntity(Base):
     key_length: ClassVar[int] = CODE
     entity_name: ClassVar[str] = "entity"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    tenant: Mapped[str] = mapped_column(String(TENANT_LENGTH), default="default", index=True)
-    active: Mapped[bool] = mapped_column(Boolean, default=True)
-    version: Mapped[int] = mapped_column(Integer, nullable=False)
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
-    updated_by: Mapped[str] = mapped_column(String(64), default="pilothouse")
+    id: Mapped[int]
+    tenant: Mapped[str]
+    active: Mapped[bool]
+    version: Mapped[int]
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str]
 
     @declared_attr.directive
     def __mapper_args__(cls) -> dict[str, Any]:
         # SQLAlchemy checks the version in every UPDATE's WHERE clause, so a
         # write that raced a newer one fails instead of silently winning.
-        return {"version_id_col": cls.version}
-
-    @declared_attr.directive
-    def __table_args__(cls) -> tuple[Any, ...]:
-        return (UniqueConstraint("tenant", cls.key_field),)
+        return {"version_id_col": cls.__table__.c.version}
 
     @property
     def key(self) -> str:
@@ -144,27 +159,27 @@ class _TypeEntity(CatalogEntity):
     __abstract__ = True
     key_length = TYPE_CODE
 
-    code: Mapped[str] = mapped_column(String(TYPE_CODE))
-    name: Mapped[str] = mapped_column(String(128), default="")
-    description: Mapped[str | None] = mapped_column(Text)
+    code: Mapped[str]
+    name: Mapped[str]
+    description: Mapped[str | None]
 
 
 class Provider(CatalogEntity):
     """A model vendor or server and how to reach it."""
 
-    __tablename__ = "provider"
+    __table__ = provider_table
     entity_name = "provider"
     key_length = TYPE_CODE
 
-    code: Mapped[str] = mapped_column(String(TYPE_CODE))
-    name: Mapped[str] = mapped_column(String(128), default="")
-    kind: Mapped[ProviderKind] = mapped_column(coded_enum(ProviderKind, "provider_kind"))
-    base_url: Mapped[str | None] = mapped_column(String(512))
-    api_key: Mapped[str | None] = mapped_column(String(256))
+    code: Mapped[str]
+    name: Mapped[str]
+    kind: Mapped[ProviderKind]
+    base_url: Mapped[str | None]
+    api_key: Mapped[str | None]
     """A ``@secrets(NAME)`` reference, never a key."""
-    headers: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    settings: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    description: Mapped[str | None] = mapped_column(Text)
+    headers: Mapped[dict[str, Any]]
+    settings: Mapped[dict[str, Any]]
+    description: Mapped[str | None]
 
     models: Mapped[list[Model]] = relationship(back_populates="provider", lazy="raise")
 
@@ -172,28 +187,28 @@ class Provider(CatalogEntity):
 class Model(CatalogEntity):
     """One model of a provider with its capabilities and prices."""
 
-    __tablename__ = "model"
+    __table__ = model_table
     entity_name = "model"
 
-    code: Mapped[str] = mapped_column(String(CODE))
-    provider_id: Mapped[int] = mapped_column(ForeignKey("provider.id", ondelete="RESTRICT"))
-    model_name: Mapped[str] = mapped_column(String(256))
-    knowledge_cutoff: Mapped[date | None] = mapped_column(Date)
-    input_price: Mapped[Decimal | None] = mapped_column(Numeric(18, 6))
+    code: Mapped[str]
+    provider_id: Mapped[int]
+    model_name: Mapped[str]
+    knowledge_cutoff: Mapped[date | None]
+    input_price: Mapped[Decimal | None]
     """Price per million input tokens."""
-    output_price: Mapped[Decimal | None] = mapped_column(Numeric(18, 6))
+    output_price: Mapped[Decimal | None]
     """Price per million output tokens."""
-    capabilities: Mapped[list[Any]] = mapped_column(default=list)
+    capabilities: Mapped[list[Any]]
     """Capability codes: FC, VI, SR, JM, EM, AU."""
-    context_window: Mapped[int | None] = mapped_column(Integer)
-    description: Mapped[str | None] = mapped_column(Text)
-    dimension: Mapped[int | None] = mapped_column(Integer)
+    context_window: Mapped[int | None]
+    description: Mapped[str | None]
+    dimension: Mapped[int | None]
     """Length of the vectors an embedding (``EM``) model returns."""
-    max_input_tokens: Mapped[int | None] = mapped_column(Integer)
+    max_input_tokens: Mapped[int | None]
     """Most tokens an embedding model reads per text; chunks are cut to fit."""
-    query_prefix: Mapped[str | None] = mapped_column(Text)
+    query_prefix: Mapped[str | None]
     """Put before every query an embedding model embeds (BGE, E5 expect one)."""
-    document_prefix: Mapped[str | None] = mapped_column(Text)
+    document_prefix: Mapped[str | None]
     """Put before every document chunk an embedding model embeds."""
 
     provider: Mapped[Provider] = relationship(back_populates="models", lazy="joined")
@@ -202,42 +217,42 @@ class Model(CatalogEntity):
 class Configuration(CatalogEntity):
     """Sampling parameters and limits of a model call."""
 
-    __tablename__ = "configuration"
+    __table__ = configuration_table
     entity_name = "configuration"
     key_length = TYPE_CODE
 
-    code: Mapped[str] = mapped_column(String(TYPE_CODE))
-    name: Mapped[str] = mapped_column(String(128), default="")
-    temperature: Mapped[float | None] = mapped_column(Float)
-    top_p: Mapped[float | None] = mapped_column(Float)
-    top_k: Mapped[int | None] = mapped_column(Integer)
-    max_tokens: Mapped[int] = mapped_column(Integer)
-    stop: Mapped[list[Any]] = mapped_column(default=list)
-    presence_penalty: Mapped[float | None] = mapped_column(Float)
-    frequency_penalty: Mapped[float | None] = mapped_column(Float)
-    retry_count: Mapped[int] = mapped_column(Integer, default=2)
-    retry_delay: Mapped[float] = mapped_column(Float, default=1.0)
+    code: Mapped[str]
+    name: Mapped[str]
+    temperature: Mapped[float | None]
+    top_p: Mapped[float | None]
+    top_k: Mapped[int | None]
+    max_tokens: Mapped[int]
+    stop: Mapped[list[Any]]
+    presence_penalty: Mapped[float | None]
+    frequency_penalty: Mapped[float | None]
+    retry_count: Mapped[int]
+    retry_delay: Mapped[float]
     """Base delay in seconds before the first retry."""
 
 
 class PersonaType(_TypeEntity):
     """A family of personas."""
 
-    __tablename__ = "persona_type"
+    __table__ = persona_type_table
     entity_name = "persona type"
 
 
 class Persona(CatalogEntity):
     """A reusable voice or role prompt."""
 
-    __tablename__ = "persona"
+    __table__ = persona_table
     entity_name = "persona"
     key_length = SHORT_CODE
 
-    code: Mapped[str] = mapped_column(String(SHORT_CODE))
-    name: Mapped[str] = mapped_column(String(128), default="")
-    type_id: Mapped[int | None] = mapped_column(ForeignKey("persona_type.id"))
-    prompt: Mapped[str] = mapped_column(Text)
+    code: Mapped[str]
+    name: Mapped[str]
+    type_id: Mapped[int | None]
+    prompt: Mapped[str]
 
     type: Mapped[PersonaType | None] = relationship(lazy="joined")
 
@@ -245,26 +260,26 @@ class Persona(CatalogEntity):
 class SkillType(_TypeEntity):
     """A family of skills."""
 
-    __tablename__ = "skill_type"
+    __table__ = skill_type_table
     entity_name = "skill type"
 
 
 class Skill(CatalogEntity):
     """A reusable capability prompt that may own tools and depend on skills."""
 
-    __tablename__ = "skill"
+    __table__ = skill_table
     entity_name = "skill"
     key_length = SHORT_CODE
 
-    code: Mapped[str] = mapped_column(String(SHORT_CODE))
-    name: Mapped[str] = mapped_column(String(128), default="")
-    type_id: Mapped[int | None] = mapped_column(ForeignKey("skill_type.id"))
-    description: Mapped[str | None] = mapped_column(Text)
-    prompt: Mapped[str] = mapped_column(Text)
-    parent_id: Mapped[int | None] = mapped_column(ForeignKey("skill.id"))
-    execution: Mapped[str] = mapped_column(String(16), default="local")
+    code: Mapped[str]
+    name: Mapped[str]
+    type_id: Mapped[int | None]
+    description: Mapped[str | None]
+    prompt: Mapped[str]
+    parent_id: Mapped[int | None]
+    execution: Mapped[str]
     """``local``, or ``event``: the skill's tools run on event workers (docs/events.md)."""
-    release: Mapped[str] = mapped_column(String(RELEASE_LENGTH), default=DEFAULT_RELEASE)
+    release: Mapped[str]
     """genai-4j's ``skill_t.version``: a semantic version, recorded with each use."""
 
     type: Mapped[SkillType | None] = relationship(lazy="joined")
@@ -283,28 +298,26 @@ class Skill(CatalogEntity):
 class SkillDependency(Base):
     """Skill A depends on skill B: activating A also activates B."""
 
-    __tablename__ = "skill_dependency"
+    __table__ = skill_dependency_table
 
-    skill_id: Mapped[int] = mapped_column(
-        ForeignKey("skill.id", ondelete="CASCADE"), primary_key=True
+    skill_id: Mapped[int]
+    depends_on_id: Mapped[int]
+    position: Mapped[int]
+
+    depends_on: Mapped[Skill] = relationship(
+        foreign_keys=[skill_dependency_table.c.depends_on_id], lazy="joined"
     )
-    depends_on_id: Mapped[int] = mapped_column(ForeignKey("skill.id"), primary_key=True)
-    position: Mapped[int] = mapped_column(Integer, default=0)
-
-    depends_on: Mapped[Skill] = relationship(foreign_keys=[depends_on_id], lazy="joined")
 
 
 class SkillTool(Base):
     """A tool owned by a skill (loaded when the skill is activated)."""
 
-    __tablename__ = "skill_tool"
+    __table__ = skill_tool_table
 
-    skill_id: Mapped[int] = mapped_column(
-        ForeignKey("skill.id", ondelete="CASCADE"), primary_key=True
-    )
-    tool_id: Mapped[int] = mapped_column(ForeignKey("tool.id"), primary_key=True)
-    position: Mapped[int] = mapped_column(Integer, default=0)
-    access_level: Mapped[str] = mapped_column(String(16), default="read")
+    skill_id: Mapped[int]
+    tool_id: Mapped[int]
+    position: Mapped[int]
+    access_level: Mapped[str]
     """genai-4j's skill-tool access: ``read``; ``write`` and ``execute`` need the authorizer."""
 
     tool: Mapped[Tool] = relationship(lazy="joined")
@@ -313,32 +326,30 @@ class SkillTool(Base):
 class ToolType(_TypeEntity):
     """A family of tools."""
 
-    __tablename__ = "tool_type"
+    __table__ = tool_type_table
     entity_name = "tool type"
 
 
 class Tool(CatalogEntity):
     """Something the model can call."""
 
-    __tablename__ = "tool"
+    __table__ = tool_table
     entity_name = "tool"
 
-    code: Mapped[str] = mapped_column(String(CODE))
-    name: Mapped[str] = mapped_column(String(64))
+    code: Mapped[str]
+    name: Mapped[str]
     """The function name the model sees."""
-    type_id: Mapped[int | None] = mapped_column(ForeignKey("tool_type.id"))
-    kind: Mapped[ToolKind] = mapped_column(coded_enum(ToolKind, "tool_kind"))
-    implementation: Mapped[str | None] = mapped_column(Text)
+    type_id: Mapped[int | None]
+    kind: Mapped[ToolKind]
+    implementation: Mapped[str | None]
     """Dotted path, OpenAPI operation, MCP client + tool, or script source, by kind."""
-    description: Mapped[str | None] = mapped_column(Text)
-    input_schema: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    output_schema: Mapped[dict[str, Any] | None] = mapped_column()
-    policy: Mapped[ExecutionPolicy] = mapped_column(
-        coded_enum(ExecutionPolicy, "execution_policy"), default=ExecutionPolicy.ALLOW
-    )
-    settings: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    description: Mapped[str | None]
+    input_schema: Mapped[dict[str, Any]]
+    output_schema: Mapped[dict[str, Any] | None]
+    policy: Mapped[ExecutionPolicy]
+    settings: Mapped[dict[str, Any]]
     """Kind-specific settings (REST method/URL/headers, timeout, ...)."""
-    release: Mapped[str] = mapped_column(String(RELEASE_LENGTH), default=DEFAULT_RELEASE)
+    release: Mapped[str]
     """genai-4j's ``tool_t.version``: a semantic version, recorded with each call."""
 
     type: Mapped[ToolType | None] = relationship(lazy="joined")
@@ -347,32 +358,32 @@ class Tool(CatalogEntity):
 class McpClientType(_TypeEntity):
     """A family of MCP clients."""
 
-    __tablename__ = "mcp_client_type"
+    __table__ = mcp_client_type_table
     entity_name = "mcp client type"
 
 
 class McpClient(CatalogEntity):
     """A connection to an MCP server."""
 
-    __tablename__ = "mcp_client"
+    __table__ = mcp_client_table
     entity_name = "mcp client"
     key_field = "name"
     key_length = MCP_NAME
 
-    name: Mapped[str] = mapped_column(String(MCP_NAME))
-    type_id: Mapped[int | None] = mapped_column(ForeignKey("mcp_client_type.id"))
-    transport: Mapped[McpTransport] = mapped_column(coded_enum(McpTransport, "mcp_transport"))
-    command: Mapped[str | None] = mapped_column(String(512))
-    args: Mapped[list[Any]] = mapped_column(default=list)
-    env: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    url: Mapped[str | None] = mapped_column(String(512))
-    headers: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    confidential_headers: Mapped[list[Any]] = mapped_column(default=list)
+    name: Mapped[str]
+    type_id: Mapped[int | None]
+    transport: Mapped[McpTransport]
+    command: Mapped[str | None]
+    args: Mapped[list[Any]]
+    env: Mapped[dict[str, Any]]
+    url: Mapped[str | None]
+    headers: Mapped[dict[str, Any]]
+    confidential_headers: Mapped[list[Any]]
     """Header names whose values are secret: never shown or logged."""
-    description: Mapped[str | None] = mapped_column(Text)
-    input_schema: Mapped[dict[str, Any] | None] = mapped_column()
+    description: Mapped[str | None]
+    input_schema: Mapped[dict[str, Any] | None]
     """Seed 000's ``llmSchemaInput``: the request payload, shown in the system prompt."""
-    output_schema: Mapped[dict[str, Any] | None] = mapped_column()
+    output_schema: Mapped[dict[str, Any] | None]
     """Seed 000's ``llmSchemaOutput``: the response payload, shown in the system prompt."""
 
     type: Mapped[McpClientType | None] = relationship(lazy="joined")
@@ -381,24 +392,24 @@ class McpClient(CatalogEntity):
 class AdvisorType(_TypeEntity):
     """A family of advisors."""
 
-    __tablename__ = "advisor_type"
+    __table__ = advisor_type_table
     entity_name = "advisor type"
 
 
 class Advisor(CatalogEntity):
     """An interceptor around the model call."""
 
-    __tablename__ = "advisor"
+    __table__ = advisor_table
     entity_name = "advisor"
     key_length = SHORT_CODE
 
-    code: Mapped[str] = mapped_column(String(SHORT_CODE))
-    name: Mapped[str] = mapped_column(String(128), default="")
-    type_id: Mapped[int | None] = mapped_column(ForeignKey("advisor_type.id"))
-    implementation: Mapped[str] = mapped_column(String(512))
+    code: Mapped[str]
+    name: Mapped[str]
+    type_id: Mapped[int | None]
+    implementation: Mapped[str]
     """A built-in advisor name or a ``package.module:callable`` reference."""
-    default_order: Mapped[int] = mapped_column(Integer, default=0)
-    settings: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    default_order: Mapped[int]
+    settings: Mapped[dict[str, Any]]
 
     type: Mapped[AdvisorType | None] = relationship(lazy="joined")
 
@@ -406,27 +417,25 @@ class Advisor(CatalogEntity):
 class VectorStoreType(_TypeEntity):
     """A family of vector stores."""
 
-    __tablename__ = "vector_store_type"
+    __table__ = vector_store_type_table
     entity_name = "vector store type"
 
 
 class VectorStore(CatalogEntity):
     """Where RAG chunks live."""
 
-    __tablename__ = "vector_store"
+    __table__ = vector_store_table
     entity_name = "vector store"
     key_length = SHORT_CODE
 
-    code: Mapped[str] = mapped_column(String(SHORT_CODE))
-    name: Mapped[str] = mapped_column(String(128), default="")
-    type_id: Mapped[int | None] = mapped_column(ForeignKey("vector_store_type.id"))
-    kind: Mapped[VectorStoreKind] = mapped_column(
-        coded_enum(VectorStoreKind, "vector_store_kind"), default=VectorStoreKind.EMBEDDED
-    )
-    connection: Mapped[str | None] = mapped_column(String(512))
+    code: Mapped[str]
+    name: Mapped[str]
+    type_id: Mapped[int | None]
+    kind: Mapped[VectorStoreKind]
+    connection: Mapped[str | None]
     """The pgvector database's URL, without its password (that goes in settings)."""
-    default_collection: Mapped[str | None] = mapped_column(String(128))
-    settings: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    default_collection: Mapped[str | None]
+    settings: Mapped[dict[str, Any]]
     """Kind-specific settings: index parameters, table layout, password reference."""
 
     type: Mapped[VectorStoreType | None] = relationship(lazy="joined")
@@ -435,55 +444,55 @@ class VectorStore(CatalogEntity):
 class DocumentCollection(CatalogEntity):
     """A named set of chunks in a vector store, with retrieval defaults."""
 
-    __tablename__ = "document_collection"
+    __table__ = document_collection_table
     entity_name = "document collection"
     key_length = SHORT_CODE
 
-    code: Mapped[str] = mapped_column(String(SHORT_CODE))
-    name: Mapped[str] = mapped_column(String(128), default="")
-    store_id: Mapped[int] = mapped_column(ForeignKey("vector_store.id"))
-    collection_name: Mapped[str] = mapped_column(String(128))
-    similarity_threshold: Mapped[float] = mapped_column(Float, default=0.0)
-    top_k: Mapped[int] = mapped_column(Integer, default=4)
-    embedding_model_id: Mapped[int | None] = mapped_column(ForeignKey("model.id"))
+    code: Mapped[str]
+    name: Mapped[str]
+    store_id: Mapped[int]
+    collection_name: Mapped[str]
+    similarity_threshold: Mapped[float]
+    top_k: Mapped[int]
+    embedding_model_id: Mapped[int | None]
     """None: the packaged local all-MiniLM-L6-v2."""
-    chunk_size: Mapped[int | None] = mapped_column(Integer)
+    chunk_size: Mapped[int | None]
     """Tokens per chunk; None: 512, bounded by the embedding model's limit."""
-    chunk_overlap: Mapped[int] = mapped_column(Integer, default=50)
-    search_mode: Mapped[SearchMode] = mapped_column(
-        coded_enum(SearchMode, "search_mode"), default=SearchMode.HYBRID
-    )
-    qa_model_id: Mapped[int | None] = mapped_column(ForeignKey("model.id"))
+    chunk_overlap: Mapped[int]
+    search_mode: Mapped[SearchMode]
+    qa_model_id: Mapped[int | None]
     """The chat model that answers from this collection by default (Vantiq's Q&A LLM)."""
 
     store: Mapped[VectorStore] = relationship(lazy="joined")
     embedding_model: Mapped[Model | None] = relationship(
-        lazy="joined", foreign_keys=[embedding_model_id]
+        lazy="joined", foreign_keys=[document_collection_table.c.embedding_model_id]
     )
-    qa_model: Mapped[Model | None] = relationship(lazy="joined", foreign_keys=[qa_model_id])
+    qa_model: Mapped[Model | None] = relationship(
+        lazy="joined", foreign_keys=[document_collection_table.c.qa_model_id]
+    )
 
 
 class MemoryStrategyType(_TypeEntity):
     """A family of memory strategies."""
 
-    __tablename__ = "memory_strategy_type"
+    __table__ = memory_strategy_type_table
     entity_name = "memory strategy type"
 
 
 class MemoryStrategy(CatalogEntity):
     """How much chat history a turn sees."""
 
-    __tablename__ = "memory_strategy"
+    __table__ = memory_strategy_table
     entity_name = "memory strategy"
     key_length = TYPE_CODE
 
-    code: Mapped[str] = mapped_column(String(TYPE_CODE))
-    name: Mapped[str] = mapped_column(String(128), default="")
-    type_id: Mapped[int | None] = mapped_column(ForeignKey("memory_strategy_type.id"))
-    kind: Mapped[MemoryKind] = mapped_column(coded_enum(MemoryKind, "memory_kind"))
-    window_size: Mapped[int] = mapped_column(Integer, default=20)
-    token_budget: Mapped[int | None] = mapped_column(Integer)
-    settings: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")
+    code: Mapped[str]
+    name: Mapped[str]
+    type_id: Mapped[int | None]
+    kind: Mapped[MemoryKind]
+    window_size: Mapped[int]
+    token_budget: Mapped[int | None]
+    settings: Mapped[dict[str, Any]]
     """A ``SCOPED`` strategy's retrieval and extraction settings (``ScopedMemorySettings``)."""
 
     type: Mapped[MemoryStrategyType | None] = relationship(lazy="joined")
@@ -492,34 +501,34 @@ class MemoryStrategy(CatalogEntity):
 class ActionType(_TypeEntity):
     """A family of actions; adds a constraint prompt to each of them."""
 
-    __tablename__ = "action_type"
+    __table__ = action_type_table
     entity_name = "action type"
 
-    constraint_prompt: Mapped[str | None] = mapped_column(Text)
+    constraint_prompt: Mapped[str | None]
 
 
 class Action(CatalogEntity):
     """A repeatable LLM task: model, configuration, prompts, schemas and tools."""
 
-    __tablename__ = "action"
+    __table__ = action_table
     entity_name = "action"
 
-    code: Mapped[str] = mapped_column(String(CODE))
-    name: Mapped[str] = mapped_column(String(128), default="")
-    goal_description: Mapped[str | None] = mapped_column(Text)
-    type_id: Mapped[int | None] = mapped_column(ForeignKey("action_type.id"))
-    model_id: Mapped[int] = mapped_column(ForeignKey("model.id"))
-    configuration_id: Mapped[int] = mapped_column(ForeignKey("configuration.id"))
-    persona_id: Mapped[int | None] = mapped_column(ForeignKey("persona.id"))
-    memory_strategy_id: Mapped[int | None] = mapped_column(ForeignKey("memory_strategy.id"))
-    prompt: Mapped[str] = mapped_column(Text)
-    audit: Mapped[bool | None] = mapped_column(Boolean)
+    code: Mapped[str]
+    name: Mapped[str]
+    goal_description: Mapped[str | None]
+    type_id: Mapped[int | None]
+    model_id: Mapped[int]
+    configuration_id: Mapped[int]
+    persona_id: Mapped[int | None]
+    memory_strategy_id: Mapped[int | None]
+    prompt: Mapped[str]
+    audit: Mapped[bool | None]
     """Record the audit timeline: None follows the deployment default."""
-    question_timeout: Mapped[int] = mapped_column(Integer, default=300)
+    question_timeout: Mapped[int]
     """Seconds a conversation may wait for answers before it ends ``TE``."""
-    ask_user: Mapped[bool] = mapped_column(Boolean, default=True)
+    ask_user: Mapped[bool]
     """Offer the built-in AskUserQuestion tool in this action's conversations."""
-    progressive_disclosure: Mapped[bool] = mapped_column(Boolean, default=False)
+    progressive_disclosure: Mapped[bool]
     """Skills as descriptions first, instructions and tools after ``use_skill``.
 
     False (seed 000): each skill's prompt is in the system prompt as
@@ -581,31 +590,26 @@ class Action(CatalogEntity):
 class ActionSchema(Base):
     """A JSON schema of an action's input, output or memory, item or list."""
 
-    __tablename__ = "action_schema"
-    __table_args__ = (UniqueConstraint("action_id", "direction"),)
+    __table__ = action_schema_table
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    action_id: Mapped[int] = mapped_column(ForeignKey("action.id", ondelete="CASCADE"))
-    direction: Mapped[SchemaDirection] = mapped_column(
-        coded_enum(SchemaDirection, "schema_direction")
-    )
-    cardinality: Mapped[Cardinality] = mapped_column(
-        coded_enum(Cardinality, "cardinality"), default=Cardinality.ITEM
-    )
-    json_schema: Mapped[dict[str, Any]] = mapped_column("schema", default=dict)
-    hint: Mapped[FormHint | None] = mapped_column(coded_enum(FormHint, "form_hint"))
+    id: Mapped[int]
+    action_id: Mapped[int]
+    direction: Mapped[SchemaDirection]
+    cardinality: Mapped[Cardinality]
+    # The column is named schema; the attribute is not, so as not to read as a
+    # SQL schema (declared here: the table keeps the column's own name).
+    json_schema: Mapped[dict[str, Any]] = column_property(action_schema_table.c.schema)
+    hint: Mapped[FormHint | None]
 
 
 class ActionSkill(Base):
     """A skill an action may use."""
 
-    __tablename__ = "action_skill"
+    __table__ = action_skill_table
 
-    action_id: Mapped[int] = mapped_column(
-        ForeignKey("action.id", ondelete="CASCADE"), primary_key=True
-    )
-    skill_id: Mapped[int] = mapped_column(ForeignKey("skill.id"), primary_key=True)
-    position: Mapped[int] = mapped_column(Integer, default=0)
+    action_id: Mapped[int]
+    skill_id: Mapped[int]
+    position: Mapped[int]
 
     skill: Mapped[Skill] = relationship(lazy="joined")
 
@@ -613,13 +617,11 @@ class ActionSkill(Base):
 class ActionTool(Base):
     """A tool an action loads directly."""
 
-    __tablename__ = "action_tool"
+    __table__ = action_tool_table
 
-    action_id: Mapped[int] = mapped_column(
-        ForeignKey("action.id", ondelete="CASCADE"), primary_key=True
-    )
-    tool_id: Mapped[int] = mapped_column(ForeignKey("tool.id"), primary_key=True)
-    position: Mapped[int] = mapped_column(Integer, default=0)
+    action_id: Mapped[int]
+    tool_id: Mapped[int]
+    position: Mapped[int]
 
     tool: Mapped[Tool] = relationship(lazy="joined")
 
@@ -627,13 +629,11 @@ class ActionTool(Base):
 class ActionMcpClient(Base):
     """An MCP server whose tools an action may call."""
 
-    __tablename__ = "action_mcp_client"
+    __table__ = action_mcp_client_table
 
-    action_id: Mapped[int] = mapped_column(
-        ForeignKey("action.id", ondelete="CASCADE"), primary_key=True
-    )
-    mcp_client_id: Mapped[int] = mapped_column(ForeignKey("mcp_client.id"), primary_key=True)
-    position: Mapped[int] = mapped_column(Integer, default=0)
+    action_id: Mapped[int]
+    mcp_client_id: Mapped[int]
+    position: Mapped[int]
 
     mcp_client: Mapped[McpClient] = relationship(lazy="joined")
 
@@ -641,14 +641,12 @@ class ActionMcpClient(Base):
 class ActionAdvisor(Base):
     """An advisor around an action's model calls; ``order`` overrides its default."""
 
-    __tablename__ = "action_advisor"
+    __table__ = action_advisor_table
 
-    action_id: Mapped[int] = mapped_column(
-        ForeignKey("action.id", ondelete="CASCADE"), primary_key=True
-    )
-    advisor_id: Mapped[int] = mapped_column(ForeignKey("advisor.id"), primary_key=True)
-    order: Mapped[int | None] = mapped_column("advisor_order", Integer)
-    position: Mapped[int] = mapped_column(Integer, default=0)
+    action_id: Mapped[int]
+    advisor_id: Mapped[int]
+    order: Mapped[int | None] = column_property(action_advisor_table.c.advisor_order)
+    position: Mapped[int]
 
     advisor: Mapped[Advisor] = relationship(lazy="joined")
 
@@ -656,15 +654,11 @@ class ActionAdvisor(Base):
 class ActionCollection(Base):
     """A document collection an action retrieves from."""
 
-    __tablename__ = "action_collection"
+    __table__ = action_collection_table
 
-    action_id: Mapped[int] = mapped_column(
-        ForeignKey("action.id", ondelete="CASCADE"), primary_key=True
-    )
-    collection_id: Mapped[int] = mapped_column(
-        ForeignKey("document_collection.id"), primary_key=True
-    )
-    position: Mapped[int] = mapped_column(Integer, default=0)
+    action_id: Mapped[int]
+    collection_id: Mapped[int]
+    position: Mapped[int]
 
     collection: Mapped[DocumentCollection] = relationship(lazy="joined")
 
@@ -672,50 +666,40 @@ class ActionCollection(Base):
 class Application(CatalogEntity):
     """A business application; its system prompt is shared by its agents."""
 
-    __tablename__ = "application"
+    __table__ = application_table
     entity_name = "application"
     key_length = SHORT_CODE
 
-    code: Mapped[str] = mapped_column(String(SHORT_CODE))
-    name: Mapped[str] = mapped_column(String(128), default="")
-    system_prompt: Mapped[str | None] = mapped_column(Text)
+    code: Mapped[str]
+    name: Mapped[str]
+    system_prompt: Mapped[str | None]
 
 
 class AgentType(_TypeEntity):
     """A family of agents."""
 
-    __tablename__ = "agent_type"
+    __table__ = agent_type_table
     entity_name = "agent type"
 
 
 class Agent(CatalogEntity):
     """An agent of an application, with its own prompt and goal action."""
 
-    __tablename__ = "agent"
+    __table__ = agent_table
     entity_name = "agent"
     key_length = SHORT_CODE
 
-    code: Mapped[str] = mapped_column(String(SHORT_CODE))
-    name: Mapped[str] = mapped_column(String(128), default="")
-    application_id: Mapped[int] = mapped_column(ForeignKey("application.id"))
-    type_id: Mapped[int | None] = mapped_column(ForeignKey("agent_type.id"))
-    prompt: Mapped[str | None] = mapped_column(Text)
-    goal_action_id: Mapped[int | None] = mapped_column(ForeignKey("action.id"))
+    code: Mapped[str]
+    name: Mapped[str]
+    application_id: Mapped[int]
+    type_id: Mapped[int | None]
+    prompt: Mapped[str | None]
+    goal_action_id: Mapped[int | None]
 
     application: Mapped[Application] = relationship(lazy="joined")
     type: Mapped[AgentType | None] = relationship(lazy="joined")
     goal_action: Mapped[Action | None] = relationship(lazy="joined")
 
-
-ADHOC_ACTION = "INVOKE"
-"""The action code of every ad-hoc run's conversation (reserved)."""
-DIRECT_TOOL_ACTION = "TOOLCALL"
-"""The action code of every conversation that records a direct tool call (reserved)."""
-RESERVED_ACTION_CODES: dict[str, str] = {
-    ADHOC_ACTION: "the conversations of ad-hoc runs (/v1/invoke, run_adhoc)",
-    DIRECT_TOOL_ACTION: "the conversations of direct tool calls (call_tool, MCP catalog tools)",
-}
-"""Action codes the runtime records its own conversations under, with what uses each."""
 
 CODE_LENGTHS: dict[str, int] = {
     cls.entity_name: cls.key_length

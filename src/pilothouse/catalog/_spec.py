@@ -78,12 +78,10 @@ from pilothouse.catalog._enums import (
     ToolKind,
     VectorStoreKind,
 )
-from pilothouse.catalog._models import (
-    CODE_LENGTHS,
-    DEFAULT_RELEASE,
-    RELEASE_LENGTH,
-    RESERVED_ACTION_CODES,
-)
+from pilothouse.catalog._lengths import RELEASE_LENGTH
+from pilothouse.catalog._models import CODE_LENGTHS
+from pilothouse.catalog._reserved import RESERVED_ACTION_CODES
+from pilothouse.catalog._tables import DEFAULT_RELEASE
 from pilothouse.catalog._vantiq import class_settings_keys, read_custom_config
 
 CODE_PATTERN = r"^[A-Za-z0-9_.-]+$"

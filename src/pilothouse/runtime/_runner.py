@@ -42,7 +42,7 @@ from pilothouse.catalog._enums import (
     ProcessStatus,
     TimelineKind,
 )
-from pilothouse.catalog._models import RESERVED_ACTION_CODES
+from pilothouse.catalog._reserved import RESERVED_ACTION_CODES
 from pilothouse.errors import InvalidStateError, PilothouseError, ServiceUnavailableError
 from pilothouse.memory import MemoryMessage, counter_for, select_history
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction

@@ -8,28 +8,14 @@ reference it is tested against); :class:`ConversationQueries` reads.
 from typing import TYPE_CHECKING
 
 from pilothouse._lazy import lazy_exports
-from pilothouse.store._base import Base
 from pilothouse.store._engine import Database, current_revision, head_revision
-from pilothouse.store._outbox import (
-    EventOutbox,
-    EventProcessed,
-    EventReply,
-    NewOutboxMessage,
-    NewProcessed,
-)
-from pilothouse.store._records import (
-    AppendOnlyViolation,
-    Attachment,
-    Conversation,
-    Message,
-    TimelineEvent,
-    ToolCall,
-)
 from pilothouse.store._turnstore import (
     STARTABLE,
     NewAttachment,
     NewEvent,
     NewMessage,
+    NewOutboxMessage,
+    NewProcessed,
     NewToolCall,
     StoredMessage,
     ToolCallOutcome,
@@ -84,6 +70,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from pilothouse.store._declarative import Base
     from pilothouse.store._gatewaycalls import (
         GatewayCall,
         NewGatewayCall,
@@ -92,6 +79,7 @@ if TYPE_CHECKING:
     )
     from pilothouse.store._lineage import ConversationLink
     from pilothouse.store._ormstore import OrmTurnStore
+    from pilothouse.store._outbox import EventOutbox, EventProcessed, EventReply
     from pilothouse.store._queries import (
         AttachmentView,
         ConversationInfo,
@@ -102,15 +90,26 @@ if TYPE_CHECKING:
         TimelineEventView,
         ToolCallView,
     )
+    from pilothouse.store._records import (
+        AppendOnlyViolation,
+        Attachment,
+        Conversation,
+        Message,
+        TimelineEvent,
+        ToolCall,
+    )
     from pilothouse.store._sqlstore import SqlTurnStore
 
-# Loaded on first use: the turn stores (they check actions and agents, so
-# they import the catalog's models, which import this package's base), and
+# Loaded on first use: the mapped classes and their base (importing them
+# loads SQLAlchemy's ORM, which a turn on the fast path does not use), the
+# turn stores (they check actions and agents in the catalog's tables), and
 # what a turn does not use (the read queries, lineage, the gateways' audit).
 _LAZY: dict[str, tuple[str, ...]] = {
+    "_declarative": ("Base",),
     "_gatewaycalls": ("GatewayCall", "NewGatewayCall", "list_gateway_calls", "record_gateway_call"),
     "_lineage": ("ConversationLink",),
     "_ormstore": ("OrmTurnStore",),
+    "_outbox": ("EventOutbox", "EventProcessed", "EventReply"),
     "_queries": (
         "AttachmentView",
         "ConversationInfo",
@@ -120,6 +119,14 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "Page",
         "TimelineEventView",
         "ToolCallView",
+    ),
+    "_records": (
+        "AppendOnlyViolation",
+        "Attachment",
+        "Conversation",
+        "Message",
+        "TimelineEvent",
+        "ToolCall",
     ),
     "_sqlstore": ("SqlTurnStore",),
 }

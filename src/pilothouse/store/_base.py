@@ -1,6 +1,10 @@
-"""The declarative base shared by the catalog and the conversation store.
+"""What the catalog's and the store's tables share: the clock and the declarative base.
 
-Both live in one metadata so one Alembic history migrates them together.
+Every table lives in one metadata (:data:`pilothouse.store._tables.metadata`)
+so one Alembic history migrates them together. The tables are Core tables in
+modules that do not import SQLAlchemy's ORM; the mapped classes are declared
+on them, on :class:`Base`, which is imported on first use (PEP 562) because
+importing it loads the ORM: a first turn on the store's fast path never does.
 """
 
 from __future__ import annotations
@@ -8,23 +12,15 @@ from __future__ import annotations
 __all__ = ["Base", "JsonValue", "utcnow"]
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import JSON, MetaData
-from sqlalchemy.orm import DeclarativeBase
+from pilothouse._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from pilothouse.store._declarative import Base
 
 JsonValue = Any
 """A JSON document as stored in a JSON column."""
-
-# Deterministic constraint names let Alembic alter constraints on SQLite
-# (batch mode) and PostgreSQL alike.
-_NAMING = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
 
 
 def utcnow() -> datetime:
@@ -32,8 +28,6 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Base(DeclarativeBase):
-    """Declarative base of every pilothouse table."""
-
-    metadata = MetaData(naming_convention=_NAMING)
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+_MODULE_OF, __getattr__, __dir__ = lazy_exports(
+    "pilothouse.store", {"_declarative": ("Base",)}, globals()
+)

@@ -3,6 +3,11 @@
 One :class:`Database` per deployment owns the async engine and its session
 factory; every command asks it to make sure the schema is at the newest
 migration before first use, so a fresh machine needs no setup step.
+
+On a file SQLite database a turn's transactions and the schema check run on
+:class:`~pilothouse.store._sqlite.SqliteRunner`, so the async engine and the
+session factory are made on first use: ``sqlalchemy.ext.asyncio`` imports
+SQLAlchemy's ORM, which such a start does not otherwise load.
 """
 
 from __future__ import annotations
@@ -19,12 +24,6 @@ import anyio
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
-from sqlalchemy.ext.asyncio import (
-    AsyncEngine,
-    AsyncSession,
-    async_sessionmaker,
-    create_async_engine,
-)
 from sqlalchemy.util import await_, greenlet_spawn
 
 from pilothouse.errors import InvalidFieldError, InvalidStateError
@@ -34,6 +33,7 @@ from pilothouse.store.migrations import HEAD_REVISION
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -76,6 +76,12 @@ def current_revision(connection: Connection) -> str | None:
 def _tables(connection: Connection) -> list[str]:
     """The tables of the connection's default schema, sorted."""
     return sorted(inspect(connection).get_table_names())
+
+
+def _schema_state(connection: Connection) -> tuple[str | None, list[str]]:
+    """The revision the database is at and, when it has none, its tables."""
+    current = current_revision(connection)
+    return current, _tables(connection) if current is None else []
 
 
 def _upgrade(connection: Connection) -> None:
@@ -205,7 +211,9 @@ class Database:
             kwargs["pool_size"] = pool_size
             kwargs["max_overflow"] = max_overflow
             kwargs["pool_timeout"] = pool_timeout
-        self.engine: AsyncEngine = create_async_engine(url, **kwargs)
+        self._engine_options = kwargs
+        self._engine: AsyncEngine | None = None
+        self._sessions: async_sessionmaker[AsyncSession] | None = None
         # A file SQLite database also gets a plain pysqlite connection that
         # runs whole transactions, on the event loop when the file is free
         # (see SqliteRunner).
@@ -221,24 +229,48 @@ class Database:
         self.on_wait: Callable[[float], None] | None = None
         """Told how long a transaction waited for a slot (only waits that blocked)."""
         self._asyncpg = parsed.get_driver_name() == "asyncpg"
-        if self._asyncpg:
-            event.listen(self.engine.sync_engine, "checkout", _refuse_closed)
-        if self.is_sqlite:
-            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
-            if parsed.database and parsed.database != ":memory:":
-                sync_engine = create_engine(
-                    parsed.set(drivername="sqlite+pysqlite"),
-                    # The event loop's thread and the runner's own both use
-                    # the connection, never at once (see SqliteRunner).
-                    connect_args={"check_same_thread": False},
-                )
-                event.listen(sync_engine, "connect", _sqlite_pragmas)
-                self._sqlite = SqliteRunner(sync_engine)
-        self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(
-            self.engine, expire_on_commit=False
-        )
+        if self.is_sqlite and parsed.database and parsed.database != ":memory:":
+            sync_engine = create_engine(
+                parsed.set(drivername="sqlite+pysqlite"),
+                # The event loop's thread and the runner's own both use
+                # the connection, never at once (see SqliteRunner).
+                connect_args={"check_same_thread": False},
+            )
+            event.listen(sync_engine, "connect", _sqlite_pragmas)
+            self._sqlite = SqliteRunner(sync_engine)
+        else:
+            # Every transaction runs on the async engine: made now, so a
+            # wrong URL or a missing driver fails at open, as it always has.
+            self._make_engine()
         self._schema_ready = False
         self._schema_lock = anyio.Lock()
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The async engine; on a file SQLite database made on first use."""
+        if self._engine is None:
+            return self._make_engine()
+        return self._engine
+
+    @property
+    def sessions(self) -> async_sessionmaker[AsyncSession]:
+        """The factory of ORM sessions on :attr:`engine`, made on first use."""
+        if self._sessions is None:
+            from sqlalchemy.ext.asyncio import async_sessionmaker
+
+            self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+        return self._sessions
+
+    def _make_engine(self) -> AsyncEngine:
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        engine = create_async_engine(self.url, **self._engine_options)
+        if self._asyncpg:
+            event.listen(engine.sync_engine, "checkout", _refuse_closed)
+        if self.is_sqlite:
+            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        self._engine = engine
+        return engine
 
     async def ensure_schema(self) -> None:
         """Create or upgrade the schema to the newest migration, once per process.
@@ -252,9 +284,7 @@ class Database:
         async with self._schema_lock:
             if self._schema_ready:
                 return
-            async with self.engine.connect() as connection:
-                current = await connection.run_sync(current_revision)
-                others = await connection.run_sync(_tables) if current is None else []
+            current, others = await self._schema_state()
             if others:
                 # Not pilothouse's database (a mistyped URL, an application's
                 # own): creating ~50 tables in it unasked is not ours to do.
@@ -270,6 +300,15 @@ class Database:
             if current != HEAD_REVISION:
                 await self.upgrade()
             self._schema_ready = True
+
+    async def _schema_state(self) -> tuple[str | None, list[str]]:
+        """The stored revision and, when there is none, the tables found instead."""
+        if self._sqlite is not None:
+            # On the runner, as a turn's transactions: the async engine (and
+            # the ORM with it) is not needed to learn that the schema is current.
+            return await self._sqlite.run(_schema_state)
+        async with self.engine.connect() as connection:
+            return await connection.run_sync(_schema_state)
 
     async def upgrade(self) -> tuple[str | None, str]:
         """Run every pending migration.
@@ -347,6 +386,7 @@ class Database:
 
     async def dispose(self) -> None:
         """Close every pooled connection."""
-        await self.engine.dispose()
+        if self._engine is not None:
+            await self._engine.dispose()
         if self._sqlite is not None:
             await self._sqlite.aclose()

@@ -17,7 +17,7 @@ An owner is alive when:
   without a heartbeat (a library process) on another host is never
   presumed dead; ``recover --force`` ends its turns.
 
-A cancel for a turn another process runs is a :class:`CancelRequest` row
+A cancel for a turn another process runs is a ``turn_cancel`` row
 (:meth:`Leases.request_cancel`); the owner polls for the requests addressed
 to it (:meth:`Leases.take_cancel_requests`) and cancels the turn itself, so
 the turn's own recorder writes ``TE`` with its usage, as a local cancel
@@ -34,18 +34,25 @@ import uuid as uuid_module
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio
-from sqlalchemy import Connection, Table, delete, func, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 
 from pilothouse.catalog._enums import ProcessStatus, TimelineKind
 from pilothouse.store._base import utcnow
 from pilothouse.store._engine import Database
-from pilothouse.store._records import CancelRequest, Conversation, TimelineEvent, TurnOwner
+from pilothouse.store._tables import (
+    conversation_table,
+    timeline_event_table,
+    turn_cancel_table,
+    turn_owner_table,
+)
 
-_CONVERSATION = cast(Table, Conversation.__table__)
-_OWNER = cast(Table, TurnOwner.__table__)
+_CONVERSATION = conversation_table
+_OWNER = turn_owner_table
+_EVENT = timeline_event_table
+_CANCEL = turn_cancel_table
 
 
 def process_start(pid: int) -> int | None:
@@ -145,9 +152,9 @@ class Leases:
         now = utcnow()
 
         def write(connection: Connection) -> None:
-            connection.execute(delete(TurnOwner).where(TurnOwner.id == me.id))
+            connection.execute(delete(_OWNER).where(_OWNER.c.id == me.id))
             connection.execute(
-                insert(TurnOwner).values(
+                insert(_OWNER).values(
                     id=me.id,
                     host=me.host,
                     pid=me.pid,
@@ -165,14 +172,14 @@ class Leases:
         now = utcnow()
         await self._db.transaction(
             lambda c: c.execute(
-                update(TurnOwner).where(TurnOwner.id == self.owner).values(heartbeat_at=now)
+                update(_OWNER).where(_OWNER.c.id == self.owner).values(heartbeat_at=now)
             )
         )
 
     async def unregister(self) -> None:
         """Give the lease up (a clean stop): its turns, if any are left, are orphans."""
         await self._db.transaction(
-            lambda c: c.execute(delete(TurnOwner).where(TurnOwner.id == self.owner))
+            lambda c: c.execute(delete(_OWNER).where(_OWNER.c.id == self.owner))
         )
         self._registered = False
 
@@ -207,9 +214,9 @@ class Leases:
         def read(connection: Connection) -> tuple[list[Any], dict[str, Any]]:
             running = list(
                 connection.execute(
-                    select(Conversation.tenant, Conversation.uuid, Conversation.owner).where(
-                        Conversation.status == ProcessStatus.RUNNING
-                    )
+                    select(
+                        _CONVERSATION.c.tenant, _CONVERSATION.c.uuid, _CONVERSATION.c.owner
+                    ).where(_CONVERSATION.c.status == ProcessStatus.RUNNING)
                 )
             )
             owners = {row.owner for row in running if row.owner is not None}
@@ -282,12 +289,10 @@ class Leases:
                 return False
             if found.audit:
                 last = connection.execute(
-                    select(func.max(TimelineEvent.sequence)).where(
-                        TimelineEvent.conversation_id == found.id
-                    )
+                    select(func.max(_EVENT.c.sequence)).where(_EVENT.c.conversation_id == found.id)
                 ).scalar()
                 connection.execute(
-                    insert(TimelineEvent).values(
+                    insert(_EVENT).values(
                         conversation_id=found.id,
                         sequence=int(last or 0) + 1,
                         kind=TimelineKind.STATUS_CHANGE,
@@ -329,8 +334,8 @@ class Leases:
         """Whether the conversation is ``RU`` and whose turn holds it."""
         found = await self._db.transaction(
             lambda c: c.execute(
-                select(Conversation.status, Conversation.owner).where(
-                    Conversation.uuid == conversation_uuid, Conversation.tenant == tenant
+                select(_CONVERSATION.c.status, _CONVERSATION.c.owner).where(
+                    _CONVERSATION.c.uuid == conversation_uuid, _CONVERSATION.c.tenant == tenant
                 )
             ).first()
         )
@@ -363,9 +368,9 @@ class Leases:
             ).scalar()
             if found is None:
                 return False
-            connection.execute(delete(CancelRequest).where(CancelRequest.conversation_id == found))
+            connection.execute(delete(_CANCEL).where(_CANCEL.c.conversation_id == found))
             connection.execute(
-                insert(CancelRequest).values(
+                insert(_CANCEL).values(
                     conversation_id=found, owner=owner, reason=reason[:64], requested_at=now
                 )
             )
@@ -379,16 +384,16 @@ class Leases:
         def take(connection: Connection) -> list[tuple[str, str]]:
             rows = list(
                 connection.execute(
-                    select(CancelRequest.conversation_id, Conversation.tenant, Conversation.uuid)
-                    .join(Conversation, Conversation.id == CancelRequest.conversation_id)
-                    .where(CancelRequest.owner == self.owner)
+                    select(_CANCEL.c.conversation_id, _CONVERSATION.c.tenant, _CONVERSATION.c.uuid)
+                    .join(_CONVERSATION, _CONVERSATION.c.id == _CANCEL.c.conversation_id)
+                    .where(_CANCEL.c.owner == self.owner)
                 )
             )
             if not rows:
                 return []
             connection.execute(
-                delete(CancelRequest).where(
-                    CancelRequest.conversation_id.in_([row.conversation_id for row in rows])
+                delete(_CANCEL).where(
+                    _CANCEL.c.conversation_id.in_([row.conversation_id for row in rows])
                 )
             )
             return [(row.tenant, row.uuid) for row in rows]
@@ -399,5 +404,5 @@ class Leases:
         """Delete cancel requests nobody took (their owner died or the turn had ended)."""
         limit = utcnow() - older_than
         await self._db.transaction(
-            lambda c: c.execute(delete(CancelRequest).where(CancelRequest.requested_at < limit))
+            lambda c: c.execute(delete(_CANCEL).where(_CANCEL.c.requested_at < limit))
         )

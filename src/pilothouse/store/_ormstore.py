@@ -24,7 +24,7 @@ from pilothouse.catalog._models import Action, Agent, CatalogRevision
 from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.store._base import utcnow
 from pilothouse.store._engine import Database
-from pilothouse.store._outbox import EventOutbox, EventProcessed, outbox_row, processed_row
+from pilothouse.store._outbox import EventOutbox, EventProcessed
 from pilothouse.store._records import (
     Attachment,
     Conversation,
@@ -40,6 +40,8 @@ from pilothouse.store._turnstore import (
     TurnHandle,
     catalog_refusal,
     new_conversation,
+    outbox_row,
+    processed_row,
     refusal,
     storable_batch,
     uuid_in_use,

@@ -8,29 +8,24 @@ sent; after a crash it publishes them again (at least once). Completions are
 applied at most once: ``event_processed`` is keyed by correlation id, and the
 row is inserted in the transaction that applies the completion, so a
 duplicate or late one finds it and is only counted.
+
+The classes are mapped on the Core tables of :mod:`pilothouse.store._tables`;
+what a turn writes to them (:class:`~pilothouse.store.NewOutboxMessage`,
+:class:`~pilothouse.store.NewProcessed` and their rows) is in
+:mod:`pilothouse.store._turnstore`, which does not import the ORM.
 """
 
 from __future__ import annotations
 
-__all__ = [
-    "EventOutbox",
-    "EventProcessed",
-    "EventReply",
-    "NewOutboxMessage",
-    "NewProcessed",
-    "outbox_row",
-    "processed_row",
-]
+__all__ = ["EventOutbox", "EventProcessed", "EventReply"]
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, String, Text
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped
 
-from pilothouse.store._base import Base, utcnow
-from pilothouse.store._types import UtcDateTime
+from pilothouse.store._base import Base
+from pilothouse.store._tables import event_outbox_table, event_processed_table, event_reply_table
 
 
 class EventOutbox(Base):
@@ -50,21 +45,21 @@ class EventOutbox(Base):
         attempts: publish attempts so far.
     """
 
-    __tablename__ = "event_outbox"
+    __table__ = event_outbox_table
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    correlation_id: Mapped[str] = mapped_column(String(64), unique=True)
-    tenant: Mapped[str] = mapped_column(String(32))
-    conversation_uuid: Mapped[str] = mapped_column(String(36), index=True)
-    call_id: Mapped[str] = mapped_column(String(128))
-    skill_name: Mapped[str] = mapped_column(String(128))
-    topic: Mapped[str] = mapped_column(String(249))
-    reply_to: Mapped[str] = mapped_column(String(249))
-    payload: Mapped[dict[str, Any]] = mapped_column()
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-    deadline: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
-    published_at: Mapped[datetime | None] = mapped_column(UtcDateTime, index=True)
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    id: Mapped[int]
+    correlation_id: Mapped[str]
+    tenant: Mapped[str]
+    conversation_uuid: Mapped[str]
+    call_id: Mapped[str]
+    skill_name: Mapped[str]
+    topic: Mapped[str]
+    reply_to: Mapped[str]
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    deadline: Mapped[datetime]
+    published_at: Mapped[datetime | None]
+    attempts: Mapped[int]
 
 
 class EventProcessed(Base):
@@ -79,16 +74,16 @@ class EventProcessed(Base):
         detail: the first duplicate's reason, e.g. ``late: after timeout``.
     """
 
-    __tablename__ = "event_processed"
+    __table__ = event_processed_table
 
-    correlation_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    tenant: Mapped[str | None] = mapped_column(String(32))
-    conversation_uuid: Mapped[str | None] = mapped_column(String(36))
-    outcome: Mapped[str] = mapped_column(String(16))
-    processed_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-    duplicates: Mapped[int] = mapped_column(Integer, default=0)
-    last_duplicate_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    detail: Mapped[str | None] = mapped_column(Text)
+    correlation_id: Mapped[str]
+    tenant: Mapped[str | None]
+    conversation_uuid: Mapped[str | None]
+    outcome: Mapped[str]
+    processed_at: Mapped[datetime]
+    duplicates: Mapped[int]
+    last_duplicate_at: Mapped[datetime | None]
+    detail: Mapped[str | None]
 
 
 class EventReply(Base):
@@ -109,69 +104,12 @@ class EventReply(Base):
         published_at: when the final answer was published; None until then.
     """
 
-    __tablename__ = "event_reply"
+    __table__ = event_reply_table
 
-    correlation_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    tenant: Mapped[str] = mapped_column(String(32))
-    conversation_uuid: Mapped[str] = mapped_column(String(36), unique=True)
-    reply_to: Mapped[str] = mapped_column(String(249))
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-    claimed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    published_at: Mapped[datetime | None] = mapped_column(UtcDateTime, index=True)
-
-
-@dataclass(frozen=True, slots=True)
-class NewOutboxMessage:
-    """A command to write to the outbox with the step that suspends the conversation."""
-
-    correlation_id: str
-    call_id: str
-    skill_name: str
-    topic: str
-    reply_to: str
-    payload: dict[str, Any]
-    deadline: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class NewProcessed:
-    """A completion applied by the step that records its result (same transaction)."""
-
-    correlation_id: str
-    outcome: str
-
-
-def processed_row(
-    processed: NewProcessed, tenant: str | None, conversation_uuid: str | None, now: datetime
-) -> dict[str, Any]:
-    """The ``event_processed`` column values of ``processed``."""
-    return {
-        "correlation_id": processed.correlation_id,
-        "tenant": tenant,
-        "conversation_uuid": conversation_uuid,
-        "outcome": processed.outcome,
-        "processed_at": now,
-        "duplicates": 0,
-        "last_duplicate_at": None,
-        "detail": None,
-    }
-
-
-def outbox_row(
-    message: NewOutboxMessage, tenant: str, conversation_uuid: str, now: datetime
-) -> dict[str, Any]:
-    """The ``event_outbox`` column values of ``message``."""
-    return {
-        "correlation_id": message.correlation_id,
-        "tenant": tenant,
-        "conversation_uuid": conversation_uuid,
-        "call_id": message.call_id,
-        "skill_name": message.skill_name,
-        "topic": message.topic,
-        "reply_to": message.reply_to,
-        "payload": message.payload,
-        "created_at": now,
-        "deadline": message.deadline,
-        "published_at": None,
-        "attempts": 0,
-    }
+    correlation_id: Mapped[str]
+    tenant: Mapped[str]
+    conversation_uuid: Mapped[str]
+    reply_to: Mapped[str]
+    created_at: Mapped[datetime]
+    claimed_at: Mapped[datetime | None]
+    published_at: Mapped[datetime | None]

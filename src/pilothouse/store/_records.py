@@ -3,6 +3,10 @@
 Messages, attachments and timeline events are append-only. The repository
 offers no update or delete for them, and a flush that tries either anyway is
 refused here, so no code path can rewrite the audit record.
+
+The classes are mapped on the Core tables of :mod:`pilothouse.store._tables`
+(the schema is there, and the turn store's statements use it): importing
+this module loads SQLAlchemy's ORM, which a turn does not need.
 """
 
 from __future__ import annotations
@@ -23,18 +27,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import (
-    ForeignKey,
-    Index,
-    Integer,
-    LargeBinary,
-    Numeric,
-    String,
-    Text,
-    UniqueConstraint,
-    event,
-)
-from sqlalchemy.orm import Mapped, Mapper, mapped_column, relationship
+from sqlalchemy import event
+from sqlalchemy.orm import Mapped, Mapper, relationship
 
 from pilothouse.catalog._enums import (
     FinishReason,
@@ -43,8 +37,17 @@ from pilothouse.catalog._enums import (
     TimelineKind,
     ToolCallStatus,
 )
-from pilothouse.store._base import Base, utcnow
-from pilothouse.store._types import UtcDateTime, coded_enum
+from pilothouse.store._base import Base
+from pilothouse.store._tables import (
+    attachment_table,
+    conversation_table,
+    memory_order,
+    message_table,
+    timeline_event_table,
+    tool_call_table,
+    turn_cancel_table,
+    turn_owner_table,
+)
 
 
 class AppendOnlyViolation(RuntimeError):
@@ -54,46 +57,35 @@ class AppendOnlyViolation(RuntimeError):
 class Conversation(Base):
     """One agent running one action, with its outcome and totals."""
 
-    __tablename__ = "conversation"
-    __table_args__ = (
-        Index("ix_conversation_tenant_created", "tenant", "created_at"),
-        Index("ix_conversation_tenant_memory", "tenant", "memory_id"),
-        # The start-up sweep and the owners' cancel poll look for running
-        # turns by owner; without it both would scan every conversation.
-        Index("ix_conversation_status_owner", "status", "owner"),
-    )
+    __table__ = conversation_table
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    uuid: Mapped[str] = mapped_column(String(36), unique=True)
-    tenant: Mapped[str] = mapped_column(String(32), default="default")
-    agent_code: Mapped[str | None] = mapped_column(String(12))
-    action_code: Mapped[str] = mapped_column(String(12))
-    status: Mapped[ProcessStatus] = mapped_column(
-        coded_enum(ProcessStatus, "process_status"), default=ProcessStatus.NOT_STARTED
-    )
-    finish_reason: Mapped[FinishReason | None] = mapped_column(
-        coded_enum(FinishReason, "finish_reason")
-    )
-    response_model: Mapped[str | None] = mapped_column(String(256))
-    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    cached_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    reasoning_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    estimated_cost: Mapped[Decimal] = mapped_column(Numeric(18, 8), default=Decimal(0))
-    error_detail: Mapped[str | None] = mapped_column(Text)
-    memory_id: Mapped[str] = mapped_column(String(64))
-    audit: Mapped[bool] = mapped_column(default=True)
+    id: Mapped[int]
+    uuid: Mapped[str]
+    tenant: Mapped[str]
+    agent_code: Mapped[str | None]
+    action_code: Mapped[str]
+    status: Mapped[ProcessStatus]
+    finish_reason: Mapped[FinishReason | None]
+    response_model: Mapped[str | None]
+    input_tokens: Mapped[int]
+    output_tokens: Mapped[int]
+    cached_tokens: Mapped[int]
+    reasoning_tokens: Mapped[int]
+    estimated_cost: Mapped[Decimal]
+    error_detail: Mapped[str | None]
+    memory_id: Mapped[str]
+    audit: Mapped[bool]
     """Whether this conversation records its audit timeline."""
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
-    version: Mapped[int] = mapped_column(Integer, nullable=False)
-    owner: Mapped[str | None] = mapped_column(String(36))
+    created_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    updated_at: Mapped[datetime]
+    version: Mapped[int]
+    owner: Mapped[str | None]
     """The process (a :class:`TurnOwner`) whose turn holds the conversation; set when
     a turn takes it, so a crash leaves a trace of who held it."""
 
-    __mapper_args__ = {"version_id_col": version}
+    __mapper_args__ = {"version_id_col": conversation_table.c.version}
 
     messages: Mapped[list[Message]] = relationship(
         lazy="raise", order_by="Message.sequence", viewonly=True
@@ -103,71 +95,65 @@ class Conversation(Base):
 class Message(Base):
     """An immutable message of a conversation, ordered by ``sequence``."""
 
-    __tablename__ = "message"
-    __table_args__ = (UniqueConstraint("conversation_id", "sequence"),)
+    __table__ = message_table
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    conversation_id: Mapped[int] = mapped_column(ForeignKey("conversation.id"))
-    sequence: Mapped[int] = mapped_column(Integer)
-    role: Mapped[MessageRole] = mapped_column(coded_enum(MessageRole, "message_role"))
-    content: Mapped[str] = mapped_column(Text, default="")
-    token_count: Mapped[int | None] = mapped_column(Integer)
-    tool_call_id: Mapped[str | None] = mapped_column(String(128))
-    data: Mapped[dict[str, Any] | None] = mapped_column()
+    id: Mapped[int]
+    conversation_id: Mapped[int]
+    sequence: Mapped[int]
+    role: Mapped[MessageRole]
+    content: Mapped[str]
+    token_count: Mapped[int | None]
+    tool_call_id: Mapped[str | None]
+    data: Mapped[dict[str, Any] | None]
     """Structured extras: tool calls requested, question choices, AI marker."""
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    created_at: Mapped[datetime]
 
 
 class Attachment(Base):
     """A file sent with a message: a URL or the bytes themselves."""
 
-    __tablename__ = "attachment"
-    __table_args__ = (UniqueConstraint("conversation_id", "message_sequence", "sequence"),)
+    __table__ = attachment_table
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    conversation_id: Mapped[int] = mapped_column(ForeignKey("conversation.id"))
-    message_sequence: Mapped[int] = mapped_column(Integer)
-    sequence: Mapped[int] = mapped_column(Integer)
-    media_type: Mapped[str] = mapped_column(String(128))
-    name: Mapped[str | None] = mapped_column(String(256))
-    url: Mapped[str | None] = mapped_column(Text)
-    content: Mapped[bytes | None] = mapped_column(LargeBinary)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    id: Mapped[int]
+    conversation_id: Mapped[int]
+    message_sequence: Mapped[int]
+    sequence: Mapped[int]
+    media_type: Mapped[str]
+    name: Mapped[str | None]
+    url: Mapped[str | None]
+    content: Mapped[bytes | None]
+    created_at: Mapped[datetime]
 
 
 class ToolCall(Base):
     """A tool call the model made, with its outcome once known."""
 
-    __tablename__ = "tool_call"
-    __table_args__ = (UniqueConstraint("conversation_id", "call_id"),)
+    __table__ = tool_call_table
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    conversation_id: Mapped[int] = mapped_column(ForeignKey("conversation.id"))
-    message_sequence: Mapped[int] = mapped_column(Integer)
+    id: Mapped[int]
+    conversation_id: Mapped[int]
+    message_sequence: Mapped[int]
     """The assistant message that asked for the call."""
-    call_id: Mapped[str] = mapped_column(String(128))
-    name: Mapped[str] = mapped_column(String(128))
-    arguments: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    result: Mapped[str | None] = mapped_column(Text)
-    status: Mapped[ToolCallStatus] = mapped_column(
-        coded_enum(ToolCallStatus, "tool_call_status"), default=ToolCallStatus.REQUESTED
-    )
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    call_id: Mapped[str]
+    name: Mapped[str]
+    arguments: Mapped[dict[str, Any]]
+    result: Mapped[str | None]
+    status: Mapped[ToolCallStatus]
+    created_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
 
 
 class TimelineEvent(Base):
     """One audit event of a conversation: request, response, error, change, ..."""
 
-    __tablename__ = "timeline_event"
-    __table_args__ = (UniqueConstraint("conversation_id", "sequence"),)
+    __table__ = timeline_event_table
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    conversation_id: Mapped[int] = mapped_column(ForeignKey("conversation.id"))
-    sequence: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[TimelineKind] = mapped_column(coded_enum(TimelineKind, "timeline_kind"))
-    data: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    id: Mapped[int]
+    conversation_id: Mapped[int]
+    sequence: Mapped[int]
+    kind: Mapped[TimelineKind]
+    data: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
 
 
 class TurnOwner(Base):
@@ -179,46 +165,34 @@ class TurnOwner(Base):
     only on its own host, by its pid.
     """
 
-    __tablename__ = "turn_owner"
+    __table__ = turn_owner_table
 
-    id: Mapped[str] = mapped_column(String(36), primary_key=True)
-    host: Mapped[str] = mapped_column(String(255))
-    pid: Mapped[int] = mapped_column(Integer)
-    pid_start: Mapped[int | None] = mapped_column(Integer)
+    id: Mapped[str]
+    host: Mapped[str]
+    pid: Mapped[int]
+    pid_start: Mapped[int | None]
     """The process's start time in clock ticks since boot (Linux), so a reused
     pid (a restarted container's pid 1) is not taken for the dead process."""
-    started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-    heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    started_at: Mapped[datetime]
+    heartbeat_at: Mapped[datetime | None]
 
 
 class CancelRequest(Base):
     """A cancel asked of a turn that another process runs; that process polls for it."""
 
-    __tablename__ = "turn_cancel"
+    __table__ = turn_cancel_table
 
-    conversation_id: Mapped[int] = mapped_column(
-        ForeignKey("conversation.id", ondelete="CASCADE"), primary_key=True
-    )
-    owner: Mapped[str] = mapped_column(String(36))
+    conversation_id: Mapped[int]
+    owner: Mapped[str]
     """The owner the request is for: a later turn (another owner) ignores it."""
-    reason: Mapped[str] = mapped_column(String(64), default="cancelled")
-    requested_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    reason: Mapped[str]
+    requested_at: Mapped[datetime]
 
 
 def _refuse(mapper: Mapper[Any], connection: Any, target: Any) -> None:
     raise AppendOnlyViolation(
         f"{type(target).__name__} records are append-only: they are never updated or deleted"
     )
-
-
-def memory_order() -> tuple[Any, ...]:
-    """The columns that order a chat memory's messages in writing order.
-
-    Messages of one step share a timestamp; the conversation and the
-    sequence break the tie. The turn's memory read and the query API's
-    window both sort by them.
-    """
-    return (Message.created_at, Message.conversation_id, Message.sequence)
 
 
 for _cls in (Message, Attachment, TimelineEvent):

@@ -19,12 +19,11 @@ import uuid as uuid_module
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import (
     Connection,
     Insert,
-    Table,
     bindparam,
     func,
     insert,
@@ -33,7 +32,7 @@ from sqlalchemy import (
 )
 
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, ToolCallStatus
-from pilothouse.catalog._models import Action, Agent, CatalogRevision
+from pilothouse.catalog._tables import action_table, agent_table, catalog_revision_table
 from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.store._base import utcnow
 from pilothouse.store._engine import Database
@@ -45,14 +44,15 @@ from pilothouse.store._fastsql import (
     fetch,
     insert_one,
 )
-from pilothouse.store._outbox import EventOutbox, EventProcessed, outbox_row, processed_row
-from pilothouse.store._records import (
-    Attachment,
-    Conversation,
-    Message,
-    TimelineEvent,
-    ToolCall,
+from pilothouse.store._tables import (
+    attachment_table,
+    conversation_table,
+    event_outbox_table,
+    event_processed_table,
     memory_order,
+    message_table,
+    timeline_event_table,
+    tool_call_table,
 )
 from pilothouse.store._turnstore import (
     STARTABLE,
@@ -61,25 +61,27 @@ from pilothouse.store._turnstore import (
     TurnHandle,
     catalog_refusal,
     new_conversation,
+    outbox_row,
+    processed_row,
     refusal,
     storable_batch,
     uuid_in_use,
     with_start_event,
 )
 
-_CONVERSATION = cast(Table, Conversation.__table__)
-_MESSAGE = cast(Table, Message.__table__)
-_ATTACHMENT = cast(Table, Attachment.__table__)
-_TOOL_CALL = cast(Table, ToolCall.__table__)
-_EVENT = cast(Table, TimelineEvent.__table__)
-_OUTBOX = cast(Table, EventOutbox.__table__)
-_PROCESSED = cast(Table, EventProcessed.__table__)
-# The catalog's tables, not its mapped attributes: a statement that names a
-# mapped attribute is compiled by the ORM, which configures every mapping
-# (tens of milliseconds of a cold start) on the first turn.
-_ACTION = cast(Table, Action.__table__)
-_AGENT = cast(Table, Agent.__table__)
-_REVISION = cast(Table, CatalogRevision.__table__)
+if TYPE_CHECKING:
+    from pilothouse.store._records import Conversation
+
+_CONVERSATION = conversation_table
+_MESSAGE = message_table
+_ATTACHMENT = attachment_table
+_TOOL_CALL = tool_call_table
+_EVENT = timeline_event_table
+_OUTBOX = event_outbox_table
+_PROCESSED = event_processed_table
+_ACTION = action_table.c
+_AGENT = agent_table.c
+_REVISION = catalog_revision_table.c
 
 _USAGE_COLUMNS = (
     "input_tokens",
@@ -153,20 +155,18 @@ def _build_statements() -> _Statements:
         insert_tool_call=insert(_TOOL_CALL),
         action_check=Query(
             select(
-                _ACTION.c.active,
-                _ACTION.c.audit,
-                select(_REVISION.c.revision)
-                .where(_REVISION.c.tenant == bindparam("b_tenant"))
+                _ACTION.active,
+                _ACTION.audit,
+                select(_REVISION.revision)
+                .where(_REVISION.tenant == bindparam("b_tenant"))
                 .scalar_subquery()
                 .label("catalog_revision"),
-            ).where(
-                _ACTION.c.tenant == bindparam("b_tenant"), _ACTION.c.code == bindparam("b_code")
-            ),
+            ).where(_ACTION.tenant == bindparam("b_tenant"), _ACTION.code == bindparam("b_code")),
             _ActionCheck,
         ),
         agent_check=Query(
-            select(_AGENT.c.active).where(
-                _AGENT.c.tenant == bindparam("b_tenant"), _AGENT.c.code == bindparam("b_code")
+            select(_AGENT.active).where(
+                _AGENT.tenant == bindparam("b_tenant"), _AGENT.code == bindparam("b_code")
             ),
             _first,
         ),
@@ -233,8 +233,8 @@ def _begin_statement() -> Any:
         ).label("last_assistant"),
         # The catalog revision, so a turn can check the compiled action it
         # took from a cache without a statement of its own.
-        select(_REVISION.c.revision)
-        .where(_REVISION.c.tenant == conversation.tenant)
+        select(_REVISION.revision)
+        .where(_REVISION.tenant == conversation.tenant)
         .correlate(_CONVERSATION)
         .scalar_subquery()
         .label("catalog_revision"),
@@ -286,6 +286,10 @@ class SqlTurnStore:
         conversation_id, values["audit"] = await self._db.transaction(
             self._insert_conversation, values, default_audit, check_catalog
         )
+        # The mapped class (and with it the ORM) only here: what returns a
+        # Conversation row; a turn (start_turn) never does.
+        from pilothouse.store._records import Conversation
+
         return Conversation(id=conversation_id, **values)
 
     async def start_turn(

@@ -26,6 +26,8 @@ __all__ = [
     "NewAttachment",
     "NewEvent",
     "NewMessage",
+    "NewOutboxMessage",
+    "NewProcessed",
     "NewToolCall",
     "StoredMessage",
     "ToolCallOutcome",
@@ -33,13 +35,15 @@ __all__ = [
     "TurnHandle",
     "TurnStore",
     "Usage",
+    "outbox_row",
+    "processed_row",
 ]
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pilothouse.catalog._enums import (
     FinishReason,
@@ -50,9 +54,10 @@ from pilothouse.catalog._enums import (
 )
 from pilothouse.errors import ConflictError, InvalidStateError, NotFoundError
 from pilothouse.store._base import utcnow
-from pilothouse.store._outbox import NewOutboxMessage, NewProcessed
-from pilothouse.store._records import Conversation
 from pilothouse.store._text import storable
+
+if TYPE_CHECKING:
+    from pilothouse.store._records import Conversation
 
 #: Statuses from which a new user message may start a turn. ``CO`` is here
 #: because a conversation takes many turns; each turn completes it again.
@@ -61,6 +66,27 @@ from pilothouse.store._text import storable
 STARTABLE = frozenset(
     {ProcessStatus.NOT_STARTED, ProcessStatus.COMPLETED, ProcessStatus.TERMINATED}
 )
+
+
+@dataclass(frozen=True, slots=True)
+class NewOutboxMessage:
+    """A command to write to the outbox with the step that suspends the conversation."""
+
+    correlation_id: str
+    call_id: str
+    skill_name: str
+    topic: str
+    reply_to: str
+    payload: dict[str, Any]
+    deadline: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NewProcessed:
+    """A completion applied by the step that records its result (same transaction)."""
+
+    correlation_id: str
+    outcome: str
 
 
 @dataclass(frozen=True)
@@ -509,3 +535,39 @@ def refusal(conversation_uuid: str, status: ProcessStatus) -> str:
     }
     reason = reasons.get(status, f"is in status {status.name} ({status.value})")
     return f"conversation '{conversation_uuid}' {reason}"
+
+
+def processed_row(
+    processed: NewProcessed, tenant: str | None, conversation_uuid: str | None, now: datetime
+) -> dict[str, Any]:
+    """The ``event_processed`` column values of ``processed``."""
+    return {
+        "correlation_id": processed.correlation_id,
+        "tenant": tenant,
+        "conversation_uuid": conversation_uuid,
+        "outcome": processed.outcome,
+        "processed_at": now,
+        "duplicates": 0,
+        "last_duplicate_at": None,
+        "detail": None,
+    }
+
+
+def outbox_row(
+    message: NewOutboxMessage, tenant: str, conversation_uuid: str, now: datetime
+) -> dict[str, Any]:
+    """The ``event_outbox`` column values of ``message``."""
+    return {
+        "correlation_id": message.correlation_id,
+        "tenant": tenant,
+        "conversation_uuid": conversation_uuid,
+        "call_id": message.call_id,
+        "skill_name": message.skill_name,
+        "topic": message.topic,
+        "reply_to": message.reply_to,
+        "payload": message.payload,
+        "created_at": now,
+        "deadline": message.deadline,
+        "published_at": None,
+        "attempts": 0,
+    }
