@@ -24,39 +24,39 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, RowMapping, Table, select
 
-from pilothouse.catalog._models import (
-    Action,
-    ActionAdvisor,
-    ActionCollection,
-    ActionMcpClient,
-    ActionSchema,
-    ActionSkill,
-    ActionTool,
-    ActionType,
-    Advisor,
-    AdvisorType,
-    Agent,
-    AgentType,
-    Application,
-    CatalogRevision,
-    Configuration,
-    DocumentCollection,
-    McpClient,
-    McpClientType,
-    MemoryStrategy,
-    MemoryStrategyType,
-    Model,
-    Persona,
-    PersonaType,
-    Provider,
-    Skill,
-    SkillDependency,
-    SkillTool,
-    SkillType,
-    Tool,
-    ToolType,
-    VectorStore,
-    VectorStoreType,
+from pilothouse.catalog._tables import (
+    action_advisor_table,
+    action_collection_table,
+    action_mcp_client_table,
+    action_schema_table,
+    action_skill_table,
+    action_table,
+    action_tool_table,
+    action_type_table,
+    advisor_table,
+    advisor_type_table,
+    agent_table,
+    agent_type_table,
+    application_table,
+    catalog_revision_table,
+    configuration_table,
+    document_collection_table,
+    mcp_client_table,
+    mcp_client_type_table,
+    memory_strategy_table,
+    memory_strategy_type_table,
+    model_table,
+    persona_table,
+    persona_type_table,
+    provider_table,
+    skill_dependency_table,
+    skill_table,
+    skill_tool_table,
+    skill_type_table,
+    tool_table,
+    tool_type_table,
+    vector_store_table,
+    vector_store_type_table,
 )
 from pilothouse.catalog._views import (
     ActionAdvisorView,
@@ -95,11 +95,6 @@ _RENAMED: dict[str, dict[str, str]] = {
 }
 
 
-def _table(mapped: Any) -> Table:
-    table: Table = mapped.__table__
-    return table
-
-
 def _fields(table: Table, row: RowMapping) -> dict[str, Any]:
     """A row's columns under the mapped class's attribute names."""
     renamed = _RENAMED.get(table.name, {})
@@ -108,7 +103,7 @@ def _fields(table: Table, row: RowMapping) -> dict[str, Any]:
 
 def read_revision(connection: Connection, tenant: str) -> int:
     """Return the tenant's catalog revision (0 before any catalog write)."""
-    table = _table(CatalogRevision)
+    table = catalog_revision_table
     value = connection.execute(
         select(table.c.revision).where(table.c.tenant == tenant)
     ).scalar_one_or_none()
@@ -138,19 +133,19 @@ class CatalogReader:
 
     def action(self, code: str) -> ActionView | None:
         """The tenant's action ``code`` with everything it names, or None."""
-        row = self._by_key(_table(Action), "code", code)
-        return None if row is None else self._remember(_table(Action), row, self._action)
+        row = self._by_key(action_table, "code", code)
+        return None if row is None else self._remember(action_table, row, self._action)
 
     def agent(self, code: str) -> AgentView | None:
         """The tenant's agent ``code`` with its application, type and goal action, or None."""
-        row = self._by_key(_table(Agent), "code", code)
-        return None if row is None else self._remember(_table(Agent), row, self._agent)
+        row = self._by_key(agent_table, "code", code)
+        return None if row is None else self._remember(agent_table, row, self._agent)
 
     def mcp_clients(self, names: Sequence[str]) -> dict[str, McpClientView]:
         """The tenant's MCP clients among ``names``, by name (absent names are left out)."""
         if not names:
             return {}
-        table = _table(McpClient)
+        table = mcp_client_table
         rows = self._connection.execute(
             select(table).where(table.c.tenant == self._tenant, table.c.name.in_(sorted(names)))
         ).mappings()
@@ -159,7 +154,7 @@ class CatalogReader:
 
     def collections(self, codes: Sequence[str]) -> dict[str, bool]:
         """Whether each of the tenant's document collections among ``codes`` is active."""
-        table = _table(DocumentCollection)
+        table = document_collection_table
         rows = self._connection.execute(
             select(table.c.code, table.c.active).where(
                 table.c.tenant == self._tenant, table.c.code.in_(sorted(set(codes)))
@@ -178,8 +173,7 @@ class CatalogReader:
             .one_or_none()
         )
 
-    def _get(self, mapped: Any, id_: int, build: Callable[[RowMapping], V]) -> V:
-        table = _table(mapped)
+    def _get(self, table: Table, id_: int, build: Callable[[RowMapping], V]) -> V:
         known = self._seen.get((table.name, id_))
         if known is not None:
             found: V = known
@@ -194,8 +188,8 @@ class CatalogReader:
             raise InvalidStateError(f"the catalog's {table.name} {id_} is missing")
         return self._remember(table, row, build)
 
-    def _maybe(self, mapped: Any, id_: int | None, build: Callable[[RowMapping], V]) -> V | None:
-        return None if id_ is None else self._get(mapped, id_, build)
+    def _maybe(self, table: Table, id_: int | None, build: Callable[[RowMapping], V]) -> V | None:
+        return None if id_ is None else self._get(table, id_, build)
 
     def _remember(self, table: Table, row: RowMapping, build: Callable[[RowMapping], V]) -> V:
         key = (table.name, int(row["id"]))
@@ -208,9 +202,8 @@ class CatalogReader:
         return view
 
     def _links(
-        self, mapped: Any, column: str, owner: int, order: str = "position"
+        self, table: Table, column: str, owner: int, order: str = "position"
     ) -> list[dict[str, Any]]:
-        table = _table(mapped)
         rows = self._connection.execute(
             select(table).where(table.c[column] == owner).order_by(table.c[order])
         ).mappings()
@@ -218,145 +211,149 @@ class CatalogReader:
 
     # -- builders ---------------------------------------------------------
 
-    def _type(self, mapped: Any, id_: int | None) -> TypeView | None:
-        return self._maybe(mapped, id_, lambda row: TypeView(**_fields(_table(mapped), row)))
+    def _type(self, table: Table, id_: int | None) -> TypeView | None:
+        return self._maybe(table, id_, lambda row: TypeView(**_fields(table, row)))
 
     def _provider(self, row: RowMapping) -> ProviderView:
-        return ProviderView(**_fields(_table(Provider), row))
+        return ProviderView(**_fields(provider_table, row))
 
     def _model(self, row: RowMapping) -> ModelView:
-        fields = _fields(_table(Model), row)
-        provider = self._get(Provider, fields["provider_id"], self._provider)
+        fields = _fields(model_table, row)
+        provider = self._get(provider_table, fields["provider_id"], self._provider)
         return ModelView(**fields, provider=provider)
 
     def _tool(self, row: RowMapping) -> ToolView:
-        fields = _fields(_table(Tool), row)
-        return ToolView(**fields, type=self._type(ToolType, fields["type_id"]))
+        fields = _fields(tool_table, row)
+        return ToolView(**fields, type=self._type(tool_type_table, fields["type_id"]))
 
     def _mcp_client(self, row: RowMapping) -> McpClientView:
-        fields = _fields(_table(McpClient), row)
-        return McpClientView(**fields, type=self._type(McpClientType, fields["type_id"]))
+        fields = _fields(mcp_client_table, row)
+        return McpClientView(**fields, type=self._type(mcp_client_type_table, fields["type_id"]))
 
     def _advisor(self, row: RowMapping) -> AdvisorView:
-        fields = _fields(_table(Advisor), row)
-        return AdvisorView(**fields, type=self._type(AdvisorType, fields["type_id"]))
+        fields = _fields(advisor_table, row)
+        return AdvisorView(**fields, type=self._type(advisor_type_table, fields["type_id"]))
 
     def _skill(self, row: RowMapping) -> SkillView:
-        fields = _fields(_table(Skill), row)
+        fields = _fields(skill_table, row)
         id_ = int(fields["id"])
         if id_ in self._building:
             # The catalog refuses cycles when it is written (skill_cycle_issues).
             raise InvalidStateError(f"skill '{fields['code']}' depends on itself")
         self._building.add(id_)
         try:
-            parent = self._maybe(Skill, fields["parent_id"], self._skill)
+            parent = self._maybe(skill_table, fields["parent_id"], self._skill)
             dependencies = tuple(
                 SkillDependencyView(
-                    **link, depends_on=self._get(Skill, link["depends_on_id"], self._skill)
+                    **link, depends_on=self._get(skill_table, link["depends_on_id"], self._skill)
                 )
-                for link in self._links(SkillDependency, "skill_id", id_)
+                for link in self._links(skill_dependency_table, "skill_id", id_)
             )
             tools = tuple(
-                SkillToolView(**link, tool=self._get(Tool, link["tool_id"], self._tool))
-                for link in self._links(SkillTool, "skill_id", id_)
+                SkillToolView(**link, tool=self._get(tool_table, link["tool_id"], self._tool))
+                for link in self._links(skill_tool_table, "skill_id", id_)
             )
         finally:
             self._building.discard(id_)
         return SkillView(
             **fields,
-            type=self._type(SkillType, fields["type_id"]),
+            type=self._type(skill_type_table, fields["type_id"]),
             parent=parent,
             dependencies=dependencies,
             tools=tools,
         )
 
     def _vector_store(self, row: RowMapping) -> VectorStoreView:
-        fields = _fields(_table(VectorStore), row)
-        return VectorStoreView(**fields, type=self._type(VectorStoreType, fields["type_id"]))
+        fields = _fields(vector_store_table, row)
+        return VectorStoreView(
+            **fields, type=self._type(vector_store_type_table, fields["type_id"])
+        )
 
     def _collection(self, row: RowMapping) -> DocumentCollectionView:
-        fields = _fields(_table(DocumentCollection), row)
+        fields = _fields(document_collection_table, row)
         return DocumentCollectionView(
             **fields,
-            store=self._get(VectorStore, fields["store_id"], self._vector_store),
-            embedding_model=self._maybe(Model, fields["embedding_model_id"], self._model),
-            qa_model=self._maybe(Model, fields["qa_model_id"], self._model),
+            store=self._get(vector_store_table, fields["store_id"], self._vector_store),
+            embedding_model=self._maybe(model_table, fields["embedding_model_id"], self._model),
+            qa_model=self._maybe(model_table, fields["qa_model_id"], self._model),
         )
 
     def _memory_strategy(self, row: RowMapping) -> MemoryStrategyView:
-        fields = _fields(_table(MemoryStrategy), row)
-        return MemoryStrategyView(**fields, type=self._type(MemoryStrategyType, fields["type_id"]))
+        fields = _fields(memory_strategy_table, row)
+        return MemoryStrategyView(
+            **fields, type=self._type(memory_strategy_type_table, fields["type_id"])
+        )
 
     def _persona(self, row: RowMapping) -> PersonaView:
-        fields = _fields(_table(Persona), row)
-        return PersonaView(**fields, type=self._type(PersonaType, fields["type_id"]))
+        fields = _fields(persona_table, row)
+        return PersonaView(**fields, type=self._type(persona_type_table, fields["type_id"]))
 
     def _action(self, row: RowMapping) -> ActionView:
-        fields = _fields(_table(Action), row)
+        fields = _fields(action_table, row)
         id_ = int(fields["id"])
         action_type = self._maybe(
-            ActionType,
+            action_type_table,
             fields["type_id"],
-            lambda type_row: ActionTypeView(**_fields(_table(ActionType), type_row)),
+            lambda type_row: ActionTypeView(**_fields(action_type_table, type_row)),
         )
         return ActionView(
             **fields,
             type=action_type,
-            model=self._get(Model, fields["model_id"], self._model),
+            model=self._get(model_table, fields["model_id"], self._model),
             configuration=self._get(
-                Configuration,
+                configuration_table,
                 fields["configuration_id"],
-                lambda c: ConfigurationView(**_fields(_table(Configuration), c)),
+                lambda c: ConfigurationView(**_fields(configuration_table, c)),
             ),
-            persona=self._maybe(Persona, fields["persona_id"], self._persona),
+            persona=self._maybe(persona_table, fields["persona_id"], self._persona),
             memory_strategy=self._maybe(
-                MemoryStrategy, fields["memory_strategy_id"], self._memory_strategy
+                memory_strategy_table, fields["memory_strategy_id"], self._memory_strategy
             ),
             schemas=tuple(
                 ActionSchemaView(**link)
-                for link in self._links(ActionSchema, "action_id", id_, order="id")
+                for link in self._links(action_schema_table, "action_id", id_, order="id")
             ),
             skills=tuple(
-                ActionSkillView(**link, skill=self._get(Skill, link["skill_id"], self._skill))
-                for link in self._links(ActionSkill, "action_id", id_)
+                ActionSkillView(**link, skill=self._get(skill_table, link["skill_id"], self._skill))
+                for link in self._links(action_skill_table, "action_id", id_)
             ),
             tools=tuple(
-                ActionToolView(**link, tool=self._get(Tool, link["tool_id"], self._tool))
-                for link in self._links(ActionTool, "action_id", id_)
+                ActionToolView(**link, tool=self._get(tool_table, link["tool_id"], self._tool))
+                for link in self._links(action_tool_table, "action_id", id_)
             ),
             mcp_clients=tuple(
                 ActionMcpClientView(
                     **link,
-                    mcp_client=self._get(McpClient, link["mcp_client_id"], self._mcp_client),
+                    mcp_client=self._get(mcp_client_table, link["mcp_client_id"], self._mcp_client),
                 )
-                for link in self._links(ActionMcpClient, "action_id", id_)
+                for link in self._links(action_mcp_client_table, "action_id", id_)
             ),
             advisors=tuple(
                 ActionAdvisorView(
-                    **link, advisor=self._get(Advisor, link["advisor_id"], self._advisor)
+                    **link, advisor=self._get(advisor_table, link["advisor_id"], self._advisor)
                 )
-                for link in self._links(ActionAdvisor, "action_id", id_)
+                for link in self._links(action_advisor_table, "action_id", id_)
             ),
             collections=tuple(
                 ActionCollectionView(
                     **link,
                     collection=self._get(
-                        DocumentCollection, link["collection_id"], self._collection
+                        document_collection_table, link["collection_id"], self._collection
                     ),
                 )
-                for link in self._links(ActionCollection, "action_id", id_)
+                for link in self._links(action_collection_table, "action_id", id_)
             ),
         )
 
     def _agent(self, row: RowMapping) -> AgentView:
-        fields = _fields(_table(Agent), row)
+        fields = _fields(agent_table, row)
         return AgentView(
             **fields,
             application=self._get(
-                Application,
+                application_table,
                 fields["application_id"],
-                lambda a: ApplicationView(**_fields(_table(Application), a)),
+                lambda a: ApplicationView(**_fields(application_table, a)),
             ),
-            type=self._type(AgentType, fields["type_id"]),
-            goal_action=self._maybe(Action, fields["goal_action_id"], self._action),
+            type=self._type(agent_type_table, fields["type_id"]),
+            goal_action=self._maybe(action_table, fields["goal_action_id"], self._action),
         )

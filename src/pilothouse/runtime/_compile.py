@@ -13,10 +13,10 @@ __all__ = ["ActionCompiler", "CompiledAction"]
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import anyio
-from sqlalchemy import Connection, Table, bindparam, select
+from sqlalchemy import Connection, bindparam, select
 
 from pilothouse.catalog._enums import (
     Cardinality,
@@ -26,8 +26,8 @@ from pilothouse.catalog._enums import (
     ToolKind,
 )
 from pilothouse.catalog._memsettings import ScopedMemorySettings
-from pilothouse.catalog._models import DEFAULT_RELEASE, CatalogRevision
 from pilothouse.catalog._read import CatalogReader, read_revision
+from pilothouse.catalog._tables import DEFAULT_RELEASE, catalog_revision_table
 from pilothouse.catalog._views import (
     ActionView,
     AgentView,
@@ -205,7 +205,7 @@ class ActionCompiler:
         # Built once: it runs on every turn's path, on the store's fast path.
         # Table columns, not mapped attributes: a statement naming a mapped
         # attribute is compiled by the ORM, which configures every mapping.
-        revisions = cast(Table, CatalogRevision.__table__)
+        revisions = catalog_revision_table
         self._revision = fastsql.Query(
             select(revisions.c.revision).where(revisions.c.tenant == bindparam("b_tenant")),
             _revision,
