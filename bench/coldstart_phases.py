@@ -8,11 +8,11 @@ interpreter start-up excluded, as in the worker's clock) after each phase:
 1. the interpreter's ``asyncio``;
 2. the stack both contenders share: the openai SDK, then pydantic-ai with
    its OpenAI model;
-3. (pilothouse only) SQLAlchemy Core; SQLAlchemy's ORM and asyncio
-   extension; pilothouse's settings; the catalog's and the store's mapped
-   classes (with the store's other modules: engine, SQLite runner);
-   pilothouse's runtime and facade; mapper configuration (what the first
-   compile would otherwise do); ``Pilothouse`` opened;
+3. (pilothouse only) SQLAlchemy Core; pilothouse's settings; the
+   catalog's and the store's Core tables (with the store's other modules:
+   engine, SQLite runner); pilothouse's runtime and facade; ``Pilothouse``
+   opened. The ORM is not imported: a turn does not use it (the child
+   reports whether anything did);
 4. the peer's model built (pilothouse builds its model inside the first
    turn, from the catalog);
 5. the first answer: one governed turn (``start_and_send``) against one
@@ -81,18 +81,13 @@ mark("pydantic-ai and its OpenAI model (shared)")
 _PILOTHOUSE = """\
 import sqlalchemy
 mark("SQLAlchemy Core")
-import sqlalchemy.orm, sqlalchemy.ext.asyncio
-mark("SQLAlchemy ORM and asyncio extension")
 from pilothouse.settings import Settings
 mark("pilothouse settings")
-import pilothouse.catalog._models, pilothouse.store
-mark("catalog and store: mapped classes, store modules")
+import pilothouse.catalog._tables, pilothouse.store
+mark("catalog and store: Core tables, store modules")
 from pilothouse.api import Pilothouse
 import pilothouse.runtime
 mark("pilothouse runtime and facade")
-from sqlalchemy.orm import configure_mappers
-configure_mappers()
-mark("mapper configuration")
 import contenders
 gc.freeze(); gc.unfreeze(); gc.enable()
 async def main():
@@ -105,7 +100,7 @@ async def main():
             raise RuntimeError(reply.error)
         mark("first answer (model built, action compiled, turn recorded)")
 asyncio.run(main())
-print(json.dumps(marks))
+print(json.dumps({"marks": marks, "orm": "sqlalchemy.orm" in sys.modules}))
 """
 
 _PEER = """\
@@ -118,13 +113,14 @@ async def main():
     mark("first answer")
     await contender.aclose()
 asyncio.run(main())
-print(json.dumps(marks))
+print(json.dumps({"marks": marks, "orm": "sqlalchemy.orm" in sys.modules}))
 """
 
 SCRIPTS = {PILOTHOUSE: _PROLOGUE + _PILOTHOUSE, PEER: _PROLOGUE + _PEER}
 
 
-def _run(python: str, name: str, options: dict[str, Any]) -> list[tuple[str, float]]:
+def _run(python: str, name: str, options: dict[str, Any]) -> tuple[list[tuple[str, float]], bool]:
+    """One child's marks, and whether it had imported SQLAlchemy's ORM by its end."""
     command = [*harness._pin(harness.SUT_CORE), python, "-c", SCRIPTS[name], json.dumps(options)]
     env = child_env(BENCH_MOCK_API_KEY="x", PYTHONDONTWRITEBYTECODE="1")
     done = subprocess.run(
@@ -132,8 +128,8 @@ def _run(python: str, name: str, options: dict[str, Any]) -> list[tuple[str, flo
     )
     if done.returncode != 0:
         raise RuntimeError(f"{name} exited {done.returncode}: {done.stderr[-2000:]}")
-    marks = json.loads(done.stdout.strip().splitlines()[-1])
-    return [(str(phase), float(ms)) for phase, ms in marks]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return [(str(phase), float(ms)) for phase, ms in found["marks"]], bool(found["orm"])
 
 
 def _deltas(marks: list[tuple[str, float]]) -> list[tuple[str, float]]:
@@ -153,9 +149,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         database = harness._prepare_pilothouse(args.python, PILOTHOUSE, mock, workdir, "")
         options = {"base_url": mock.base_url, "bench_dir": str(BENCH), **database}
         samples: dict[str, list[list[tuple[str, float]]]] = {PILOTHOUSE: [], PEER: []}
+        orm: dict[str, bool] = {PILOTHOUSE: False, PEER: False}
         for round_ in range(args.warmup + args.runs):
             for name in samples:
-                marks = _run(args.python, name, {**options, "contender": name})
+                marks, loaded = _run(args.python, name, {**options, "contender": name})
+                orm[name] = orm[name] or loaded
                 if round_ >= args.warmup:
                     samples[name].append(marks)
     finally:
@@ -176,6 +174,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "runs": args.runs,
         "phases": phases,
+        "orm_imported": orm,
     }
 
 
@@ -197,21 +196,18 @@ def table(result: dict[str, Any]) -> str:
     ph_total = ph[-1]["total_ms"]
     peer_total = result["phases"][PEER][-1]["total_ms"]
     sqlalchemy = sum(
-        row["ms"]
-        for row in ph
-        if row["phase"].startswith(("SQLAlchemy", "catalog and store", "mapper configuration"))
+        row["ms"] for row in ph if row["phase"].startswith(("SQLAlchemy", "catalog and store"))
     )
+    orm = result.get("orm_imported", {}).get(PILOTHOUSE)
     lines += [
         f"| **to the first answer** (median of totals) | **{ph_total:.0f}** |"
         f" **{peer_total:.0f}** |",
         "",
         f"- pilothouse / model_request to the first answer: {ph_total / peer_total:.2f}×"
         f" ({ph_total - peer_total:+.0f} ms).",
-        f"- SQLAlchemy's rows (Core, ORM, the catalog and store, mapper configuration):"
-        f" {sqlalchemy:.0f} ms. Without them and nothing else changed:"
-        f" {(ph_total - sqlalchemy) / peer_total:.2f}× (an upper bound on what a first"
-        " turn off SQLAlchemy saves here: a store still has modules of its own; the first"
-        " compile's ORM statements, inside the first-turn row, are not counted).",
+        f"- SQLAlchemy's rows (Core, the catalog's and store's tables with the store's"
+        f" modules): {sqlalchemy:.0f} ms. SQLAlchemy's ORM imported by pilothouse's first"
+        f" answer: {'yes' if orm else 'no' if orm is not None else 'not recorded'}.",
     ]
     return "\n".join(lines)
 

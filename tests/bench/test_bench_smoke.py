@@ -128,11 +128,16 @@ def test_bench_cold_start_phases_split_the_first_answer(tmp_path: Path) -> None:
         assert [row["total_ms"] for row in rows] == sorted(row["total_ms"] for row in rows)
     assert {row["phase"] for row in pilothouse} >= {
         "SQLAlchemy Core",
-        "catalog and store: mapped classes, store modules",
-        "mapper configuration",
+        "catalog and store: Core tables, store modules",
+    }
+    # Issue 12, item 15: the first answer keeps SQLAlchemy's ORM off.
+    assert result["orm_imported"] == {
+        "pilothouse-sqlite": False,
+        "pydantic-ai-model_request": False,
     }
     section = (tmp_path / "coldstart-phases.md").read_text()
     assert "| SQLAlchemy Core |" in section
+    assert "SQLAlchemy's ORM imported by pilothouse's first answer: no." in section
     assert "pilothouse / model_request to the first answer:" in section
 
 

@@ -10,6 +10,9 @@ of a cold start. This test process imported the ORM long ago, so the turns
 run in a fresh interpreter: a plain turn, a second turn that reads
 the history, a streamed turn with an agent, and a turn that calls a catalog
 python tool, on a SQLite file whose catalog was imported beforehand.
+(``start_conversation`` returns the mapped ``Conversation`` row, so the
+two-step start still imports the ORM; ``start_and_send`` and
+``start_and_stream``, one call each, do not: the benchmarks' first turn.)
 """
 
 from __future__ import annotations

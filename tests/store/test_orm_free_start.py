@@ -26,11 +26,8 @@ ORM = ["sqlalchemy.orm", "sqlalchemy.ext.asyncio"]
 # through the store's fast path: the conversation taken by its first step,
 # the answer and the finish, a second turn with the memory read.
 #
-# The compile (runtime/_compile.py) still reads the catalog with the ORM, so a
-# whole first turn (ph.command.start_and_send) loads it today. Once the
-# compile reads the catalog with Core statements, the full-turn check is:
-# run FIRST_TURN of tests/test_imports.py and assert that none of ORM is in
-# sys.modules after it, and that `import pilothouse.runtime` loads none either.
+# Whole turns (the compile included) are checked the same way in
+# tests/runtime/test_orm_free_turn.py and tests/test_imports.py.
 OPEN_AND_WRITE = """
 import asyncio, json, sys
 from pilothouse.api import Pilothouse
