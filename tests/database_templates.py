@@ -87,6 +87,17 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite+aiosqlite:///{path}"
 
 
+def migrated_sqlite(path: Path) -> str:
+    """Migrate a new SQLite file at ``path`` in this process; return its URL.
+
+    For tests whose subject runs in a child process that must not pay (or
+    import) the migration itself.
+    """
+    url = sqlite_url(path)
+    _run(url, None)
+    return url
+
+
 class SqliteTemplates:
     """SQLite template files, one per seed, built on first use.
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from database_templates import migrated_sqlite
 from pilothouse.catalog import import_catalog
 from pilothouse.store import Database
 
@@ -289,16 +290,7 @@ asyncio.run(main())
 def test_reading_conversations_loads_no_catalog_models(tmp_path: Path) -> None:
     # `pilothouse conversations list` and the like: the query half loads the
     # catalog's ORM models on its first catalog read only.
-    url = f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}"
-
-    async def migrate() -> None:
-        database = Database(url)
-        try:
-            await database.upgrade()
-        finally:
-            await database.dispose()
-
-    anyio.run(migrate)
+    url = migrated_sqlite(tmp_path / "ph.db")
     modules = ["pilothouse.catalog._models", "alembic", "pydantic_ai"]
     assert _loaded(READ_CONVERSATIONS.format(url=url), modules) == []
 

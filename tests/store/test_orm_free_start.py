@@ -16,9 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import anyio
-
-from pilothouse.store import Database
+from database_templates import migrated_sqlite
 
 ORM = ["sqlalchemy.orm", "sqlalchemy.ext.asyncio"]
 
@@ -67,21 +65,6 @@ asyncio.run(main())
 """
 
 
-def _migrated(tmp_path: Path) -> str:
-    """Migrate a SQLite file database (Alembic loads the ORM: not in the child)."""
-    url = f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}"
-
-    async def migrate() -> None:
-        database = Database(url)
-        try:
-            await database.upgrade()
-        finally:
-            await database.dispose()
-
-    anyio.run(migrate)
-    return url
-
-
 def _run(code: str) -> dict[str, list[str]]:
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
@@ -92,7 +75,7 @@ def _run(code: str) -> dict[str, list[str]]:
 
 
 def test_opening_on_sqlite_and_a_turns_store_writes_load_no_orm(tmp_path: Path) -> None:
-    seen = _run(OPEN_AND_WRITE.format(url=_migrated(tmp_path), orm=ORM))
+    seen = _run(OPEN_AND_WRITE.format(url=migrated_sqlite(tmp_path / "ph.db"), orm=ORM))
     assert seen == {"imported": [], "opened": [], "written": []}
 
 
