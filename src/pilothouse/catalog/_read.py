@@ -17,7 +17,7 @@ action and to a skill is one :class:`ToolView`).
 
 from __future__ import annotations
 
-__all__ = ["CatalogReader", "read_revision"]
+__all__ = ["CatalogReader"]
 
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -38,7 +38,6 @@ from pilothouse.catalog._tables import (
     agent_table,
     agent_type_table,
     application_table,
-    catalog_revision_table,
     configuration_table,
     document_collection_table,
     mcp_client_table,
@@ -99,15 +98,6 @@ def _fields(table: Table, row: RowMapping) -> dict[str, Any]:
     """A row's columns under the mapped class's attribute names."""
     renamed = _RENAMED.get(table.name, {})
     return {renamed.get(str(key), str(key)): value for key, value in row.items()}
-
-
-def read_revision(connection: Connection, tenant: str) -> int:
-    """Return the tenant's catalog revision (0 before any catalog write)."""
-    table = catalog_revision_table
-    value = connection.execute(
-        select(table.c.revision).where(table.c.tenant == tenant)
-    ).scalar_one_or_none()
-    return int(value or 0)
 
 
 class CatalogReader:

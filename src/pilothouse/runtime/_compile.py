@@ -26,7 +26,7 @@ from pilothouse.catalog._enums import (
     ToolKind,
 )
 from pilothouse.catalog._memsettings import ScopedMemorySettings
-from pilothouse.catalog._read import CatalogReader, read_revision
+from pilothouse.catalog._read import CatalogReader
 from pilothouse.catalog._tables import DEFAULT_RELEASE, catalog_revision_table
 from pilothouse.catalog._views import (
     ActionView,
@@ -205,9 +205,9 @@ class ActionCompiler:
         # Built once: it runs on every turn's path, on the store's fast path.
         # Table columns, not mapped attributes: a statement naming a mapped
         # attribute is compiled by the ORM, which configures every mapping.
-        revisions = catalog_revision_table
+        revisions = catalog_revision_table.c
         self._revision = fastsql.Query(
-            select(revisions.c.revision).where(revisions.c.tenant == bindparam("b_tenant")),
+            select(revisions.revision).where(revisions.tenant == bindparam("b_tenant")),
             _revision,
         )
         # One Redis pool for every cache advisor of every compiled action.
@@ -271,11 +271,10 @@ class ActionCompiler:
         cached = self._cache.get(key)
         if cached is not None:
             # The hit path: one statement, on the store's fastest path.
-            rows = await self._db.transaction(fastsql.fetch, self._revision, {"b_tenant": tenant})
-            revision = rows[0] if rows else 0
+            revision = await self._db.transaction(self._current_revision, tenant)
             if cached.revision == revision:
                 return cached
-        read = await self._db.transaction(_read, tenant, action_code, agent_code)
+        read = await self._db.transaction(self._read, tenant, action_code, agent_code)
         compiled = self._build(read)
         # An OpenAI model's token counter builds its vocabulary on first use
         # (0.5-1 s of CPU for o200k): build it here, off the event loop,
@@ -286,6 +285,64 @@ class ActionCompiler:
         )
         self._cache[key] = compiled
         return compiled
+
+    def _current_revision(self, connection: Connection, tenant: str) -> int:
+        """The tenant's catalog revision (0 before any catalog write)."""
+        rows = fastsql.fetch(connection, self._revision, {"b_tenant": tenant})
+        return rows[0] if rows else 0
+
+    def _read(
+        self, connection: Connection, tenant: str, action_code: str, agent_code: str | None
+    ) -> _Read:
+        """Read an action, its agent and what they name, with Core statements (no ORM)."""
+        revision = self._current_revision(connection, tenant)
+        reader = CatalogReader(connection, tenant)
+        action = reader.action(action_code)
+        if action is None:
+            raise NotFoundError(f"action '{action_code}' not found")
+        if not action.active:
+            raise InvalidStateError(f"action '{action_code}' is inactive")
+        agent = None
+        if agent_code is not None:
+            agent = reader.agent(agent_code)
+            if agent is None:
+                raise NotFoundError(f"agent '{agent_code}' not found")
+            if not agent.active:
+                raise InvalidStateError(f"agent '{agent_code}' is inactive")
+        skills = [link.skill for link in action.skills if link.skill.active]
+        clients = tuple(link.mcp_client for link in action.mcp_clients if link.mcp_client.active)
+        expanded = _expand_skills(skills)
+        skill_infos = _skill_infos(expanded)
+        eager = not action.progressive_disclosure
+        tool_rows = tuple(link.tool for link in action.tools if link.tool.active)
+        if eager:
+            # Without progressive disclosure a skill's tools are offered from
+            # the start and there is no use_skill to call.
+            names = {tool.name for tool in tool_rows}
+            extra = [t for t in _skill_tools(skill_infos) if t.name not in names]
+            tool_rows = (*tool_rows, *{t.name: t for t in extra}.values())
+            # An event skill's tools still go to the bus when offered directly.
+            bus_tools = frozenset(
+                t.name for s in skill_infos if s.execution == "event" for t in s.tools
+            )
+            guarded = frozenset(name for info in skill_infos for name in info.guarded)
+            skill_infos = ()
+        else:
+            bus_tools = frozenset[str]()
+            guarded = frozenset[str]()
+        lookup = reader.mcp_clients(_mcp_names([*tool_rows, *_skill_tools(skill_infos)]))
+        return _Read(
+            revision=revision,
+            action=action,
+            agent=agent,
+            prompt_skills=tuple(expanded if eager else skills),
+            skill_infos=skill_infos,
+            mcp_clients=clients,
+            tool_rows=tool_rows,
+            bus_tools=bus_tools,
+            guarded_tools=guarded,
+            mcp_lookup=lookup,
+        )
 
     def _build(self, read: _Read) -> CompiledAction:
         action, agent, skill_infos = read.action, read.agent, read.skill_infos
@@ -452,58 +509,6 @@ class _Read:
     bus_tools: frozenset[str]
     guarded_tools: frozenset[str]
     mcp_lookup: dict[str, McpClientView]
-
-
-def _read(connection: Connection, tenant: str, action_code: str, agent_code: str | None) -> _Read:
-    """Read an action, its agent and what they name, with Core statements (no ORM)."""
-    revision = read_revision(connection, tenant)
-    reader = CatalogReader(connection, tenant)
-    action = reader.action(action_code)
-    if action is None:
-        raise NotFoundError(f"action '{action_code}' not found")
-    if not action.active:
-        raise InvalidStateError(f"action '{action_code}' is inactive")
-    agent = None
-    if agent_code is not None:
-        agent = reader.agent(agent_code)
-        if agent is None:
-            raise NotFoundError(f"agent '{agent_code}' not found")
-        if not agent.active:
-            raise InvalidStateError(f"agent '{agent_code}' is inactive")
-    skills = [link.skill for link in action.skills if link.skill.active]
-    clients = tuple(link.mcp_client for link in action.mcp_clients if link.mcp_client.active)
-    expanded = _expand_skills(skills)
-    skill_infos = _skill_infos(expanded)
-    eager = not action.progressive_disclosure
-    tool_rows = tuple(link.tool for link in action.tools if link.tool.active)
-    if eager:
-        # Without progressive disclosure a skill's tools are offered from
-        # the start and there is no use_skill to call.
-        names = {tool.name for tool in tool_rows}
-        extra = [t for t in _skill_tools(skill_infos) if t.name not in names]
-        tool_rows = (*tool_rows, *{t.name: t for t in extra}.values())
-        # An event skill's tools still go to the bus when offered directly.
-        bus_tools = frozenset(
-            t.name for s in skill_infos if s.execution == "event" for t in s.tools
-        )
-        guarded = frozenset(name for info in skill_infos for name in info.guarded)
-        skill_infos = ()
-    else:
-        bus_tools = frozenset[str]()
-        guarded = frozenset[str]()
-    lookup = reader.mcp_clients(_mcp_names([*tool_rows, *_skill_tools(skill_infos)]))
-    return _Read(
-        revision=revision,
-        action=action,
-        agent=agent,
-        prompt_skills=tuple(expanded if eager else skills),
-        skill_infos=skill_infos,
-        mcp_clients=clients,
-        tool_rows=tool_rows,
-        bus_tools=bus_tools,
-        guarded_tools=guarded,
-        mcp_lookup=lookup,
-    )
 
 
 async def mcp_lookup(
