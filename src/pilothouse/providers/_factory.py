@@ -272,6 +272,30 @@ class ModelFactory:
     # -- OpenAI SDK family --------------------------------------------------
 
     def _openai(self, spec: ModelSpec, responses: bool, local_url: str | None) -> Model:
+        provider = spec.provider
+        if provider.kind is ProviderKind.OPENAI or responses:
+            return self._openai_sdk(spec, responses, local_url)
+        base_url = local_url or provider.base_url
+        if not base_url:
+            raise ProviderConfigError(
+                f"provider {provider.code}: kind 'openai-compatible' needs base_url"
+            )
+        from pilothouse.providers._chat import ChatCompletionsModel
+
+        # Chat Completions on a compatible server: pilothouse's own client
+        # (providers/_chat.py), with pydantic-ai's SDK model on the same HTTP
+        # client for the requests it does not build itself.
+        return ChatCompletionsModel(
+            spec.model_name,
+            client=self._http_client(provider, pinned=local_url is None),
+            base_url=base_url,
+            api_key=provider.api_key,
+            headers=dict(provider.headers),
+            provider_name=provider.code.lower(),
+            fallback=lambda: self._openai_sdk(spec, responses, local_url),
+        )
+
+    def _openai_sdk(self, spec: ModelSpec, responses: bool, local_url: str | None) -> Model:
         from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
         from pydantic_ai.providers.openai import OpenAIProvider
         from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider

@@ -1,0 +1,210 @@
+"""What :class:`~pilothouse.providers._chat.ChatCompletionsModel` reads off the wire.
+
+Sending, HTTP errors, usage, finish reasons and timestamps, mapped to the
+exceptions and values pydantic-ai's ``OpenAIChatModel`` gives for the same
+bytes (its ``map_api_errors``, ``map_usage`` and ``CHAT_FINISH_REASON_MAP``,
+read through the OpenAI SDK's own error and response objects there).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "FINISH_REASONS",
+    "chat_usage",
+    "content_text",
+    "json_object",
+    "raise_for_status",
+    "sent",
+    "status_error",
+    "timestamp_of",
+]
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, cast
+
+import httpx2
+from pydantic_ai import _model_errors
+from pydantic_ai._utils import number_to_datetime
+from pydantic_ai.exceptions import (
+    ModelHTTPError,
+    ModelRequestRejectedError,
+    UnexpectedModelBehavior,
+)
+from pydantic_ai.messages import FinishReason
+from pydantic_ai.models import (
+    _suggest_known_model_id_from_provider_error,  # pyright: ignore[reportPrivateUsage]
+)
+from pydantic_ai.usage import RequestUsage
+
+FINISH_REASONS: Mapping[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_call",
+    "content_filter": "content_filter",
+    "function_call": "tool_call",
+}
+"""Chat Completions finish reasons as pydantic-ai names them; any other maps to None."""
+
+_TOKEN_KEYS = frozenset(
+    {"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens", "total_tokens"}
+)
+
+
+async def sent(
+    client: httpx2.AsyncClient, request: httpx2.Request, model_name: str, *, stream: bool
+) -> httpx2.Response:
+    """Send ``request``; a failure to get an answer is the error the SDK path raises.
+
+    The OpenAI SDK turns a timeout into ``APITimeoutError`` and any other
+    failure of the send into ``APIConnectionError`` (the cause kept), which
+    pydantic-ai maps to ``ModelTimeoutError`` and ``ModelConnectionError``:
+    the same here, so the runtime's translation and retry see one thing.
+    """
+    try:
+        return await client.send(request, stream=stream)
+    except httpx2.TimeoutException as exc:
+        raise _model_errors.connection_error(
+            model_name, "Request timed out.", exc, timeout=True
+        ) from exc
+    except Exception as exc:
+        raise _model_errors.connection_error(
+            model_name, "Connection error.", exc, timeout=False
+        ) from exc
+
+
+async def raise_for_status(response: httpx2.Response, model_name: str, namespace: str) -> None:
+    """Raise the ``ModelHTTPError`` pydantic-ai raises for an error status (closing the response).
+
+    Args:
+        response: the answer, whole or streamed.
+        model_name: names the model in the error.
+        namespace: the provider's model id namespace (its name).
+    """
+    if response.status_code < 400:
+        return
+    try:
+        await response.aread()
+    finally:
+        await response.aclose()
+    raise status_error(response, model_name, namespace)
+
+
+def status_error(response: httpx2.Response, model_name: str, namespace: str) -> ModelHTTPError:
+    """The error for an answer with an error status, read as the OpenAI SDK reads it."""
+    text = response.text.strip()
+    body: object = text
+    try:
+        body = json.loads(text)
+    except ValueError:
+        message = text or f"Error code: {response.status_code}"
+    else:
+        message = f"Error code: {response.status_code} - {body}"
+    # The SDK keeps the inner error object as the exception's body.
+    outer = json_object(body)
+    if outer is not None:
+        body = outer.get("error", outer)
+    fields = json_object(body) or {}
+    code, kind = fields.get("code"), fields.get("type")
+    category = _model_errors.openai_compatible_category(response.status_code, code, kind, message)
+    if namespace == "zai":
+        category = _model_errors.zai_code_category(code) or category
+    elif namespace == "moonshotai":
+        category = _model_errors.moonshot_type_category(kind) or category
+    if response.status_code == 403 and _flags_input(fields.get("metadata")):
+        category = ModelRequestRejectedError
+    suggested = None
+    if code == "model_not_found":
+        suggested = _suggest_known_model_id_from_provider_error(namespace, model_name)
+    return ModelHTTPError.for_category(
+        category,
+        status_code=response.status_code,
+        model_name=model_name,
+        body=body,
+        headers=dict(response.headers),
+        suggested_model_id=suggested,
+        provider_error_code=code,
+        provider_error_type=kind,
+    )
+
+
+def _flags_input(metadata: object) -> bool:
+    # OpenRouter answers flagged input with a 403 carrying its moderation result.
+    return isinstance(metadata, dict) and ("flagged_input" in metadata or "reasons" in metadata)
+
+
+def json_object(value: object) -> dict[str, Any] | None:
+    """``value`` as a JSON object, or None when it is anything else."""
+    return cast("dict[str, Any]", value) if isinstance(value, dict) else None
+
+
+def content_text(content: object) -> str:
+    """A message's ``content`` as text: a list of parts is joined (as pydantic-ai joins it)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for part in cast("list[Any]", content):
+            if isinstance(part, str):
+                texts.append(part)
+            elif (item := json_object(part)) is not None:
+                text = item.get("text")
+                if item.get("type") == "text" and isinstance(text, str):
+                    texts.append(text)
+        return "".join(texts)
+    raise UnexpectedModelBehavior(
+        f"Invalid response from the chat completions endpoint: content is {type(content).__name__}"
+    )
+
+
+def timestamp_of(created: object) -> datetime | None:
+    """The provider's ``created`` as a datetime; none for a missing or zero one."""
+    if isinstance(created, int | float) and not isinstance(created, bool) and created:
+        return number_to_datetime(created)
+    return None
+
+
+def _without_none(value: object) -> Any:
+    if (mapping := json_object(value)) is not None:
+        return {k: _without_none(v) for k, v in mapping.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_none(v) for v in cast("list[Any]", value)]
+    return value
+
+
+def chat_usage(usage: object, provider: str, provider_url: str, model: str) -> RequestUsage:
+    """The ``RequestUsage`` pydantic-ai maps from a completion's (or chunk's) ``usage``.
+
+    Args:
+        usage: the ``usage`` object as received, or None.
+        provider: the provider's name, for the price lookup.
+        provider_url: the provider's base URL, for the price lookup.
+        model: the model's name, for the price lookup.
+
+    Returns:
+        The usage, with every other integer the server reported in ``details``.
+    """
+    if json_object(usage) is None:
+        return RequestUsage(unmeasured_requests=1)
+    data: dict[str, Any] = _without_none(usage)
+    details = {k: v for k, v in data.items() if k not in _TOKEN_KEYS and isinstance(v, int)}
+    completion_details = json_object(data.get("completion_tokens_details"))
+    if completion_details is not None:
+        details.update(completion_details)
+    request_usage = RequestUsage.extract(
+        {"model": model, "usage": data},
+        provider=provider,
+        provider_url=provider_url,
+        provider_fallback="openai",
+        api_flavor="chat",
+        details=details,
+    )
+    prompt_details = json_object(data.get("prompt_tokens_details"))
+    if prompt_details is not None:
+        cache_write = prompt_details.get("cache_write_tokens")
+        if isinstance(cache_write, int):
+            request_usage.cache_write_tokens = cache_write
+    return request_usage
