@@ -6,16 +6,19 @@ notes its CPU time (``time.process_time()``, from the top of its script;
 interpreter start-up excluded, as in the worker's clock) after each phase:
 
 1. the interpreter's ``asyncio``;
-2. the stack both contenders share: the openai SDK, then pydantic-ai with
-   its OpenAI model;
-3. (pilothouse only) SQLAlchemy Core; pilothouse's settings; the
+2. the stack both contenders share: pydantic-ai;
+3. (model_request only) the openai SDK, then pydantic-ai's OpenAI model
+   (pilothouse serves an ``openai-compatible`` provider with its own Chat
+   Completions client, ``providers/_chat.py``, and reports whether anything
+   imported the SDK);
+4. (pilothouse only) SQLAlchemy Core; pilothouse's settings; the
    catalog's and the store's Core tables (with the store's other modules:
    engine, SQLite runner); pilothouse's runtime and facade; ``Pilothouse``
    opened. The ORM is not imported: a turn does not use it (the child
    reports whether anything did);
-4. the peer's model built (pilothouse builds its model inside the first
+5. the peer's model built (pilothouse builds its model inside the first
    turn, from the catalog);
-5. the first answer: one governed turn (``start_and_send``) against one
+6. the first answer: one governed turn (``start_and_send``) against one
    ``model_request`` call, the mock answering at once.
 
 The shared stack is imported first in both, so its rows compare like with
@@ -72,10 +75,8 @@ import asyncio, json, sys
 mark("interpreter's asyncio")
 options = json.loads(sys.argv[1])
 sys.path.insert(0, options["bench_dir"])
-import openai
-mark("openai SDK (shared)")
-import pydantic_ai.models.openai, pydantic_ai.direct
-mark("pydantic-ai and its OpenAI model (shared)")
+import pydantic_ai.direct
+mark("pydantic-ai (shared)")
 """
 
 _PILOTHOUSE = """\
@@ -100,10 +101,18 @@ async def main():
             raise RuntimeError(reply.error)
         mark("first answer (model built, action compiled, turn recorded)")
 asyncio.run(main())
-print(json.dumps({"marks": marks, "orm": "sqlalchemy.orm" in sys.modules}))
+print(json.dumps({
+    "marks": marks,
+    "orm": "sqlalchemy.orm" in sys.modules,
+    "openai": "openai" in sys.modules,
+}))
 """
 
 _PEER = """\
+import openai
+mark("openai SDK")
+import pydantic_ai.models.openai
+mark("pydantic-ai's OpenAI model")
 import contenders
 gc.freeze(); gc.unfreeze(); gc.enable()
 async def main():
@@ -113,14 +122,20 @@ async def main():
     mark("first answer")
     await contender.aclose()
 asyncio.run(main())
-print(json.dumps({"marks": marks, "orm": "sqlalchemy.orm" in sys.modules}))
+print(json.dumps({
+    "marks": marks,
+    "orm": "sqlalchemy.orm" in sys.modules,
+    "openai": "openai" in sys.modules,
+}))
 """
 
 SCRIPTS = {PILOTHOUSE: _PROLOGUE + _PILOTHOUSE, PEER: _PROLOGUE + _PEER}
 
 
-def _run(python: str, name: str, options: dict[str, Any]) -> tuple[list[tuple[str, float]], bool]:
-    """One child's marks, and whether it had imported SQLAlchemy's ORM by its end."""
+def _run(
+    python: str, name: str, options: dict[str, Any]
+) -> tuple[list[tuple[str, float]], bool, bool]:
+    """One child's marks, and whether it had imported SQLAlchemy's ORM and the openai SDK."""
     command = [*harness._pin(harness.SUT_CORE), python, "-c", SCRIPTS[name], json.dumps(options)]
     env = child_env(BENCH_MOCK_API_KEY="x", PYTHONDONTWRITEBYTECODE="1")
     done = subprocess.run(
@@ -129,7 +144,8 @@ def _run(python: str, name: str, options: dict[str, Any]) -> tuple[list[tuple[st
     if done.returncode != 0:
         raise RuntimeError(f"{name} exited {done.returncode}: {done.stderr[-2000:]}")
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    return [(str(phase), float(ms)) for phase, ms in found["marks"]], bool(found["orm"])
+    marks = [(str(phase), float(ms)) for phase, ms in found["marks"]]
+    return marks, bool(found["orm"]), bool(found["openai"])
 
 
 def _deltas(marks: list[tuple[str, float]]) -> list[tuple[str, float]]:
@@ -150,10 +166,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         options = {"base_url": mock.base_url, "bench_dir": str(BENCH), **database}
         samples: dict[str, list[list[tuple[str, float]]]] = {PILOTHOUSE: [], PEER: []}
         orm: dict[str, bool] = {PILOTHOUSE: False, PEER: False}
+        sdk: dict[str, bool] = {PILOTHOUSE: False, PEER: False}
         for round_ in range(args.warmup + args.runs):
             for name in samples:
-                marks, loaded = _run(args.python, name, {**options, "contender": name})
+                marks, loaded, imported = _run(args.python, name, {**options, "contender": name})
                 orm[name] = orm[name] or loaded
+                sdk[name] = sdk[name] or imported
                 if round_ >= args.warmup:
                     samples[name].append(marks)
     finally:
@@ -175,6 +193,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "runs": args.runs,
         "phases": phases,
         "orm_imported": orm,
+        "openai_imported": sdk,
     }
 
 
@@ -186,19 +205,23 @@ def table(result: dict[str, Any]) -> str:
         "| phase | pilothouse CPU ms | model_request CPU ms |",
         "|---|---:|---:|",
     ]
+    ours = {row["phase"] for row in ph}
+    shared = [row for row in ph if row["phase"] in peer]
+    for row in shared:
+        lines.append(f"| {row['phase']} | {row['ms']:.0f} | {peer[row['phase']]['ms']:.0f} |")
     for row in ph:
-        other = peer.get(row["phase"])
-        theirs = f"{other['ms']:.0f}" if other else "–"
-        lines.append(f"| {row['phase']} | {row['ms']:.0f} | {theirs} |")
-    for phase in ("model built", "first answer"):
-        if phase in peer:
-            lines.append(f"| {phase} (model_request) | – | {peer[phase]['ms']:.0f} |")
+        if row["phase"] not in peer:
+            lines.append(f"| {row['phase']} | {row['ms']:.0f} | – |")
+    for row in result["phases"][PEER]:
+        if row["phase"] not in ours:
+            lines.append(f"| {row['phase']} (model_request) | – | {row['ms']:.0f} |")
     ph_total = ph[-1]["total_ms"]
     peer_total = result["phases"][PEER][-1]["total_ms"]
     sqlalchemy = sum(
         row["ms"] for row in ph if row["phase"].startswith(("SQLAlchemy", "catalog and store"))
     )
     orm = result.get("orm_imported", {}).get(PILOTHOUSE)
+    sdk = result.get("openai_imported", {}).get(PILOTHOUSE)
     lines += [
         f"| **to the first answer** (median of totals) | **{ph_total:.0f}** |"
         f" **{peer_total:.0f}** |",
@@ -207,9 +230,15 @@ def table(result: dict[str, Any]) -> str:
         f" ({ph_total - peer_total:+.0f} ms).",
         f"- SQLAlchemy's rows (Core, the catalog's and store's tables with the store's"
         f" modules): {sqlalchemy:.0f} ms. SQLAlchemy's ORM imported by pilothouse's first"
-        f" answer: {'yes' if orm else 'no' if orm is not None else 'not recorded'}.",
+        f" answer: {_said(orm)}.",
+        f"- The openai SDK imported by pilothouse's first answer (an `openai-compatible`"
+        f" provider, served by pilothouse's own Chat Completions client): {_said(sdk)}.",
     ]
     return "\n".join(lines)
+
+
+def _said(flag: bool | None) -> str:
+    return "yes" if flag else "no" if flag is not None else "not recorded"
 
 
 def section(result: dict[str, Any]) -> str:
@@ -221,7 +250,9 @@ def section(result: dict[str, Any]) -> str:
             f"Measured {result['when']}, {result['runs']} interleaved runs of each, medians."
             " Each run is a new process that imports in a fixed order and notes its CPU"
             " time after each phase (interpreter start-up excluded, as in the worker's"
-            " clock); the shared stack (openai SDK, pydantic-ai) comes first in both, and"
+            " clock); the shared stack (pydantic-ai) comes first in both, then what each"
+            " needs of its own (model_request: the openai SDK and pydantic-ai's OpenAI"
+            " model; pilothouse: SQLAlchemy Core, its own modules), and"
             " the collector is off in both until the imports are done (the rows are the"
             " work itself; `coldstart.py` has the real processes).",
             "",

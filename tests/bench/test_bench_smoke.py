@@ -135,9 +135,16 @@ def test_bench_cold_start_phases_split_the_first_answer(tmp_path: Path) -> None:
         "pilothouse-sqlite": False,
         "pydantic-ai-model_request": False,
     }
+    # ... and the openai SDK, which only the peer's model needs.
+    assert result["openai_imported"] == {
+        "pilothouse-sqlite": False,
+        "pydantic-ai-model_request": True,
+    }
+    assert "openai SDK" in {row["phase"] for row in peer}
     section = (tmp_path / "coldstart-phases.md").read_text()
     assert "| SQLAlchemy Core |" in section
     assert "SQLAlchemy's ORM imported by pilothouse's first answer: no." in section
+    assert "The openai SDK imported by pilothouse's first answer" in section
     assert "pilothouse / model_request to the first answer:" in section
 
 
