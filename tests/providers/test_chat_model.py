@@ -212,6 +212,11 @@ _MODEL_NAMES = (
     "meta-llama/Llama-3.1-8B-Instruct",
     "deepseek-chat",
     "gpt-4o-mini",
+    # Families whose profiles cannot force a tool, or think: handed to
+    # pydantic-ai's model or sent unforced, the same request either way.
+    "anthropic/claude-3-7-sonnet-latest",
+    "google/gemini-2.5-flash",
+    "qwen/qwen3-32b",
 )
 
 

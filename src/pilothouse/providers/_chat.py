@@ -56,7 +56,11 @@ from pydantic_ai.models import (
     _sendable_request_parts,  # pyright: ignore[reportPrivateUsage]
     check_allow_model_requests,
 )
-from pydantic_ai.models._tool_choice import resolve_tool_choice
+from pydantic_ai.models._tool_choice import (
+    resolve_tool_choice,
+    support_tool_forcing,
+    tool_forcing_unavailable_reason,
+)
 from pydantic_ai.profiles import DEFAULT_THINKING_TAGS, ModelProfile, merge_profile
 from pydantic_ai.profiles._family import vendor_family_model_profile
 from pydantic_ai.profiles._special_tokens import special_token_route_profile
@@ -407,13 +411,28 @@ class ChatCompletionsModel(Model):
             # set tool_choice (see _SETTINGS).
             raise AssertionError(f"unexpected tool choice {resolved!r}")
         choice: str = resolved
-        if resolved == "required" and not self._forces_tools():
+        if resolved == "required" and not self._forces_tools(settings):
             choice = "auto"
         tools = [self._tool(definition) for definition in definitions.values()]
         return tools, (choice if tools else None)
 
-    def _forces_tools(self) -> bool:
-        return bool(self.profile.get("openai_supports_tool_choice_required", True))
+    def _forces_tools(self, settings: Mapping[str, Any]) -> bool:
+        # As OpenAIChatModel decides (support_openai_tool_forcing): a forced
+        # choice pydantic-ai resolved itself (an output tool's) is sent
+        # unforced when the profile cannot force, or forcing would stop the
+        # model thinking. Only a reasoning effort can make it think here
+        # (_builds sends thinking settings and thinking profiles elsewhere).
+        effort = settings.get("openai_reasoning_effort")
+        thinking = effort is not None and effort != "none"
+        reason = tool_forcing_unavailable_reason(
+            self.profile, thinking=thinking, thinking_remedy="set reasoning_effort: none"
+        )
+        disables = thinking and bool(
+            self.profile.get("forced_tool_choice_disables_thinking", False)
+        )
+        return support_tool_forcing(
+            self._model_name, cast("ModelSettings", settings), reason, disables_thinking=disables
+        )
 
     def _tool(self, definition: ToolDefinition) -> dict[str, Any]:
         function: dict[str, Any] = {

@@ -25,7 +25,13 @@ from pydantic_ai.messages import ModelResponseStreamEvent, PartStartEvent, TextP
 from pydantic_ai.models import StreamedResponse
 from pydantic_ai.profiles import DEFAULT_THINKING_TAGS, ModelProfile
 
-from pilothouse.providers._chat_wire import FINISH_REASONS, chat_usage, json_object, timestamp_of
+from pilothouse.providers._chat_wire import (
+    FINISH_REASONS,
+    chat_usage,
+    joined_text,
+    json_object,
+    timestamp_of,
+)
 
 Chunk = dict[str, Any]
 
@@ -237,7 +243,7 @@ class ChatCompletionsStream(StreamedResponse):
     def _text_delta(self, delta: dict[str, Any]) -> Iterator[ModelResponseStreamEvent]:
         content = delta.get("content")
         if isinstance(content, list):
-            content = _joined(cast("list[Any]", content))
+            content = joined_text(cast("list[Any]", content))
         if not isinstance(content, str) or not content:
             return
         emitted = False
@@ -306,15 +312,3 @@ class ChatCompletionsStream(StreamedResponse):
     def timestamp(self) -> datetime:
         """When the answer started."""
         return self._timestamp
-
-
-def _joined(parts: list[Any]) -> str | None:
-    texts: list[str] = []
-    for part in parts:
-        if isinstance(part, str):
-            texts.append(part)
-        elif (item := json_object(part)) is not None:
-            text = item.get("text")
-            if item.get("type") == "text" and isinstance(text, str):
-                texts.append(text)
-    return "".join(texts) or None

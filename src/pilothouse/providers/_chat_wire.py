@@ -12,6 +12,7 @@ __all__ = [
     "FINISH_REASONS",
     "chat_usage",
     "content_text",
+    "joined_text",
     "json_object",
     "raise_for_status",
     "sent",
@@ -146,18 +147,23 @@ def content_text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts: list[str] = []
-        for part in cast("list[Any]", content):
-            if isinstance(part, str):
-                texts.append(part)
-            elif (item := json_object(part)) is not None:
-                text = item.get("text")
-                if item.get("type") == "text" and isinstance(text, str):
-                    texts.append(text)
-        return "".join(texts)
+        return joined_text(cast("list[Any]", content))
     raise UnexpectedModelBehavior(
         f"Invalid response from the chat completions endpoint: content is {type(content).__name__}"
     )
+
+
+def joined_text(parts: list[Any]) -> str:
+    """The text of a list of content parts (strings and ``{"type": "text"}`` parts)."""
+    texts: list[str] = []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+        elif (item := json_object(part)) is not None:
+            text = item.get("text")
+            if item.get("type") == "text" and isinstance(text, str):
+                texts.append(text)
+    return "".join(texts)
 
 
 def timestamp_of(created: object) -> datetime | None:
