@@ -508,33 +508,23 @@ class ChatCompletionsModel(Model):
         )
         finish = FINISH_REASONS.get(raw_finish, None) if raw_finish else "stop"
         response_id = completion.get("id") or None
+        parts: list[ModelResponsePart] = []
         refusal = message.get("refusal")
         if refusal:
+            # As pydantic-ai: a refusal is an empty answer, filtered.
             details.pop("finish_reason", None)
             details["refusal"] = refusal
-            if created is not None:
-                details["timestamp"] = created
-            return ModelResponse(
-                parts=[],
-                usage=usage,
-                model_name=model,
-                timestamp=pai_utils.now_utc(),
-                provider_details=details or None,
-                provider_response_id=response_id,
-                provider_name=self._provider_name,
-                provider_url=self._base_url,
-                finish_reason="content_filter",
-            )
-        parts: list[ModelResponsePart] = []
-        parts.extend(self._thinking(message))
-        thinking_tags = self.profile.get("thinking_tags", DEFAULT_THINKING_TAGS)
-        for part in split_content_into_text_and_thinking(
-            content_text(message.get("content")), thinking_tags
-        ):
-            if isinstance(part, ThinkingPart):
-                part = replace(part, id="content", provider_name=self._provider_name)
-            parts.append(part)
-        parts.extend(self._tool_calls(message.get("tool_calls"), invalid))
+            finish = "content_filter"
+        else:
+            parts.extend(self._thinking(message))
+            tags = self.profile.get("thinking_tags", DEFAULT_THINKING_TAGS)
+            for part in split_content_into_text_and_thinking(
+                content_text(message.get("content")), tags
+            ):
+                if isinstance(part, ThinkingPart):
+                    part = replace(part, id="content", provider_name=self._provider_name)
+                parts.append(part)
+            parts.extend(self._tool_calls(message.get("tool_calls"), invalid))
         if created is not None:
             details["timestamp"] = created
         return ModelResponse(
