@@ -23,7 +23,7 @@ import httpx2
 import pytest
 from provider_helpers import model_spec
 from pydantic_ai.direct import model_request, model_request_stream
-from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError
+from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, UnexpectedModelBehavior
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -344,6 +344,82 @@ async def test_the_same_response_for_every_answer(answer: str) -> None:
         for model in (lean, sdk)
     ]
     assert _stamped(got[0]) == _stamped(got[1])
+    await factory.aclose()
+
+
+def _broken(path: Sequence[str | int], value: object) -> bytes:
+    """The text answer with the value at ``path`` replaced (``KeyError``: removed)."""
+    answer: Any = json.loads(json.dumps(_ANSWERS["text"]))
+    target = answer
+    for key in path[:-1]:
+        target = target[key]
+    if value is KeyError:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return json.dumps(answer).encode()
+
+
+_MESSAGE = ("choices", 0, "message")
+_MALFORMED: dict[str, bytes] = {
+    "no id": _broken(("id",), KeyError),
+    "another object": _broken(("object",), "chat.completion.chunk"),
+    "created as text": _broken(("created",), "yesterday"),
+    "created with a fraction": _broken(("created",), 1.5),
+    "model as a number": _broken(("model",), 7),
+    "no choice index": _broken(("choices", 0, "index"), KeyError),
+    "finish reason as a number": _broken(("choices", 0, "finish_reason"), 3),
+    "no message": _broken(_MESSAGE, KeyError),
+    "no role": _broken((*_MESSAGE, "role"), KeyError),
+    "a user's message": _broken((*_MESSAGE, "role"), "user"),
+    "content as a number": _broken((*_MESSAGE, "content"), 5),
+    "refusal as a number": _broken((*_MESSAGE, "refusal"), 5),
+    "tool calls as an object": _broken((*_MESSAGE, "tool_calls"), {"a": 1}),
+    "usage as a list": _broken(("usage",), [1, 2]),
+    "usage counts as text": _broken(("usage",), {"prompt_tokens": "1", "completion_tokens": 1}),
+    "usage without a total": _broken(("usage",), {"prompt_tokens": 1, "completion_tokens": 1}),
+    "usage details as text": _broken(
+        ("usage",),
+        {
+            "prompt_tokens": 1,
+            "completion_tokens": 1,
+            "total_tokens": 2,
+            "completion_tokens_details": {"reasoning_tokens": "x"},
+        },
+    ),
+    "usage counts as whole floats": _broken(
+        ("usage",), {"prompt_tokens": 1.0, "completion_tokens": 1, "total_tokens": 2}
+    ),
+    "created null": _broken(("created",), None),
+}
+
+
+@pytest.mark.parametrize("answer", sorted(_MALFORMED))
+async def test_a_malformed_answer_is_refused_or_read_as_pydantic_ai_does(answer: str) -> None:
+    # What pydantic-ai's validation refuses (an answer whose usage could not
+    # be recorded, a message that is not the assistant's) is refused here
+    # too, with the same exception; what it accepts is read the same.
+    upstream = _Upstream()
+    lean, sdk, factory = await _pair(upstream)
+    upstream.answer = (200, _MALFORMED[answer], "application/json")
+    outcomes: list[ModelResponse | str] = []
+    for model in (lean, sdk):
+        try:
+            outcomes.append(_stamped(await model_request(model, _SYSTEM_USER)))
+        except UnexpectedModelBehavior as exc:
+            # The same verdict; pydantic may count the errors differently.
+            outcomes.append(f"{type(exc).__name__}: {str(exc).split(':')[0]}")
+    assert outcomes[0] == outcomes[1]
+    await factory.aclose()
+
+
+async def test_a_choice_that_is_not_an_object_is_unexpected_behaviour() -> None:
+    # The SDK's path fails here with an AttributeError; this client says what is wrong.
+    upstream = _Upstream()
+    lean, _sdk, factory = await _pair(upstream)
+    upstream.answer = (200, _broken(("choices", 0), "x"), "application/json")
+    with pytest.raises(UnexpectedModelBehavior, match="chat completions endpoint"):
+        await model_request(lean, _SYSTEM_USER)
     await factory.aclose()
 
 

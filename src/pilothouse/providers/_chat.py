@@ -81,6 +81,7 @@ from pilothouse.providers._chat_wire import (
     raise_for_status,
     sent,
     timestamp_of,
+    validated,
 )
 
 if TYPE_CHECKING:
@@ -484,17 +485,13 @@ class ChatCompletionsModel(Model):
     def _answer(self, data: object) -> ModelResponse:
         """The ``ModelResponse`` ``OpenAIChatModel`` builds from a chat completion."""
         invalid = f"Invalid response from {self.system} chat completions endpoint"
-        if not isinstance(data, dict):
-            raise UnexpectedModelBehavior(f"{invalid}, expected JSON data")
-        completion = cast("dict[str, Any]", data)
-        choices = completion.get("choices")
-        model = completion.get("model")
-        if not isinstance(choices, list) or not choices or not isinstance(model, str):
-            raise UnexpectedModelBehavior(f"{invalid}: no choices or no model")
-        choice = json_object(cast("list[Any]", choices)[0]) or {}
-        message = json_object(choice.get("message"))
-        if message is None:
-            raise UnexpectedModelBehavior(f"{invalid}: the choice has no message")
+        completion = validated(data, self.system)
+        choices = cast("list[Any]", completion["choices"])
+        if not choices:
+            raise UnexpectedModelBehavior(f"{invalid}: no choices")
+        choice = cast("dict[str, Any]", choices[0])
+        message = cast("dict[str, Any]", choice["message"])
+        model = cast("str", completion["model"])
         raw_finish = choice.get("finish_reason")
         details: dict[str, Any] = {}
         if raw_finish:

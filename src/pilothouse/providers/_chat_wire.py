@@ -18,14 +18,17 @@ __all__ = [
     "sent",
     "status_error",
     "timestamp_of",
+    "validated",
 ]
 
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, cast
+from functools import cache
+from typing import Any, Literal, NotRequired, cast
 
 import httpx2
+from pydantic import TypeAdapter, ValidationError
 from pydantic_ai import _model_errors
 from pydantic_ai._utils import number_to_datetime
 from pydantic_ai.exceptions import (
@@ -38,6 +41,7 @@ from pydantic_ai.models import (
     _suggest_known_model_id_from_provider_error,  # pyright: ignore[reportPrivateUsage]
 )
 from pydantic_ai.usage import RequestUsage
+from typing_extensions import TypedDict
 
 FINISH_REASONS: Mapping[str, FinishReason] = {
     "stop": "stop",
@@ -138,6 +142,102 @@ def _flags_input(metadata: object) -> bool:
 def json_object(value: object) -> dict[str, Any] | None:
     """``value`` as a JSON object, or None when it is anything else."""
     return cast("dict[str, Any]", value) if isinstance(value, dict) else None
+
+
+class _Function(TypedDict):
+    name: str
+    arguments: str
+
+
+class _ToolCall(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: _Function
+
+
+class _Message(TypedDict):
+    role: Literal["assistant"]
+    content: NotRequired[str | list[Any] | None]
+    refusal: NotRequired[str | None]
+    tool_calls: NotRequired[list[_ToolCall] | None]
+    annotations: NotRequired[list[Any] | None]
+    audio: NotRequired[dict[str, Any] | None]
+    function_call: NotRequired[dict[str, Any] | None]
+
+
+class _Choice(TypedDict):
+    index: int
+    message: _Message
+    finish_reason: NotRequired[str | None]
+    logprobs: NotRequired[dict[str, Any] | None]
+
+
+class _CompletionDetails(TypedDict, total=False):
+    accepted_prediction_tokens: int | None
+    audio_tokens: int | None
+    reasoning_tokens: int | None
+    rejected_prediction_tokens: int | None
+
+
+class _PromptDetails(TypedDict, total=False):
+    audio_tokens: int | None
+    cached_tokens: int | None
+
+
+class _Usage(TypedDict):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    completion_tokens_details: NotRequired[_CompletionDetails | None]
+    prompt_tokens_details: NotRequired[_PromptDetails | None]
+
+
+class ChatCompletion(TypedDict):
+    # Named as the SDK's model is: validation errors name it.
+    id: str
+    object: Literal["chat.completion"]
+    created: int | None
+    model: str
+    choices: list[_Choice]
+    usage: NotRequired[_Usage | None]
+    service_tier: NotRequired[str | None]
+    system_fingerprint: NotRequired[str | None]
+    metadata: NotRequired[dict[str, Any] | None]
+
+
+@cache
+def _completion_adapter() -> TypeAdapter[ChatCompletion]:
+    # Built on the first answer, not at import.
+    return TypeAdapter(ChatCompletion)
+
+
+def validated(data: object, system: str) -> dict[str, Any]:
+    """Check a chat completion as pydantic-ai validates it (``LenientChatCompletion``).
+
+    The fields the OpenAI SDK's model declares are checked for presence and
+    type as pydantic checks them (a usage count that is not a number, a
+    missing ``id``, a choice without an assistant message are refused); a
+    missing ``created`` or finish reason and list ``content`` pass, as they
+    do there. Other fields pass unchecked.
+
+    Args:
+        data: the decoded body.
+        system: the provider's name, for the message.
+
+    Returns:
+        The same object.
+
+    Raises:
+        UnexpectedModelBehavior: the body is not a valid chat completion.
+    """
+    invalid = f"Invalid response from {system} chat completions endpoint"
+    if not isinstance(data, dict):
+        raise UnexpectedModelBehavior(f"{invalid}, expected JSON data")
+    try:
+        _completion_adapter().validate_python(data)
+    except ValidationError as exc:
+        raise UnexpectedModelBehavior(f"{invalid}: {exc}") from exc
+    return cast("dict[str, Any]", data)
 
 
 def content_text(content: object) -> str:
