@@ -14,6 +14,8 @@ here, not in production.
 from __future__ import annotations
 
 import json
+import logging
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -641,4 +643,25 @@ async def test_a_reasoning_profile_goes_to_pydantic_ai() -> None:
     # pydantic-ai drops sampling settings for a reasoning model; so did this request.
     assert "temperature" not in json.loads(upstream.requests[0].content)
     assert any(name.lower().startswith("x-stainless") for name in upstream.requests[0].headers)
+    await factory.aclose()
+
+
+async def test_without_the_client_pydantic_ai_s_model_serves_and_the_log_says_why(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A pydantic-ai release without the private modules the client reads
+    # must not take the provider down: its own model serves.
+    monkeypatch.setitem(sys.modules, "pilothouse.providers._chat", None)
+    upstream = _Upstream()
+    upstream.answer = (200, json.dumps(_ANSWERS["text"]).encode(), "application/json")
+    factory = ModelFactory(transport=httpx2.MockTransport(upstream.handle))
+    spec = model_spec(
+        ProviderKind.OPENAI_COMPATIBLE, "qwen2.5-coder", base_url="http://upstream.test/v1"
+    )
+    with caplog.at_level(logging.WARNING, logger="pilothouse.providers._factory"):
+        model = await factory.model(spec)
+    assert type(model).__name__ == "OpenAIChatModel"
+    assert "cannot load with this pydantic-ai" in caplog.text
+    answer = await model_request(model, _SYSTEM_USER)
+    assert answer.parts == [TextPart("Paris.")]
     await factory.aclose()

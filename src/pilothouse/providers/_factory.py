@@ -15,6 +15,7 @@ from __future__ import annotations
 
 __all__ = ["AwsClientFactory", "LocalServers", "ModelFactory"]
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -66,6 +67,8 @@ _EXTRAS: Mapping[ProviderKind, str] = {
     ProviderKind.GOOGLE: "google",
     ProviderKind.SAGEMAKER: "sagemaker",
 }
+logger = logging.getLogger(__name__)
+
 _OPENAI_URL = "https://api.openai.com/v1"
 _ANTHROPIC_URL = "https://api.anthropic.com"
 _OLLAMA_URL = "http://127.0.0.1:11434/v1"
@@ -280,7 +283,20 @@ class ModelFactory:
             raise ProviderConfigError(
                 f"provider {provider.code}: kind 'openai-compatible' needs base_url"
             )
-        from pilothouse.providers._chat import ChatCompletionsModel
+        try:
+            from pilothouse.providers._chat import ChatCompletionsModel
+        except ImportError as exc:
+            # The client reads pydantic-ai's profiles, errors and parts through
+            # some of its private modules; with a pydantic-ai release that lacks
+            # one, pydantic-ai's own model (the client's reference) serves,
+            # slower but the same, and the log says why.
+            logger.warning(
+                "provider %s: pilothouse's Chat Completions client cannot load with this "
+                "pydantic-ai (%s); using pydantic-ai's OpenAIChatModel",
+                provider.code,
+                exc,
+            )
+            return self._openai_sdk(spec, responses, local_url)
 
         # Chat Completions on a compatible server: pilothouse's own client
         # (providers/_chat.py), with pydantic-ai's SDK model on the same HTTP
