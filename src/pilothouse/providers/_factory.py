@@ -278,11 +278,7 @@ class ModelFactory:
         provider = spec.provider
         if provider.kind is ProviderKind.OPENAI or responses:
             return self._openai_sdk(spec, responses, local_url)
-        base_url = local_url or provider.base_url
-        if not base_url:
-            raise ProviderConfigError(
-                f"provider {provider.code}: kind 'openai-compatible' needs base_url"
-            )
+        base_url = _openai_base_url(provider, local_url)
         try:
             from pilothouse.providers._chat import ChatCompletionsModel
         except ImportError as exc:
@@ -319,18 +315,7 @@ class ModelFactory:
         from pilothouse.providers._openai_client import FastAsyncOpenAI
 
         provider = spec.provider
-        if provider.kind is ProviderKind.OPENAI:
-            if not provider.api_key:
-                raise ProviderConfigError(f"provider {provider.code}: kind 'openai' needs api_key")
-            base_url = provider.base_url or _OPENAI_URL
-        elif local_url is not None:
-            base_url = local_url
-        else:
-            if not provider.base_url:
-                raise ProviderConfigError(
-                    f"provider {provider.code}: kind 'openai-compatible' needs base_url"
-                )
-            base_url = provider.base_url
+        base_url = _openai_base_url(provider, local_url)
         sdk_key = f"{provider.fingerprint()}:{base_url}"
         client = self._sdk_clients.get(sdk_key)
         if client is None:
@@ -623,6 +608,21 @@ ENDPOINT_KWARGS = (
     "SessionId",
 )
 """What SageMaker's ``invoke_endpoint`` takes besides the body (Vantiq's ``endpoint_kwargs``)."""
+
+
+def _openai_base_url(provider: ProviderSpec, local_url: str | None) -> str:
+    """Where an OpenAI-family provider's requests go (a local server's own URL first)."""
+    if provider.kind is ProviderKind.OPENAI:
+        if not provider.api_key:
+            raise ProviderConfigError(f"provider {provider.code}: kind 'openai' needs api_key")
+        return provider.base_url or _OPENAI_URL
+    if local_url is not None:
+        return local_url
+    if not provider.base_url:
+        raise ProviderConfigError(
+            f"provider {provider.code}: kind 'openai-compatible' needs base_url"
+        )
+    return provider.base_url
 
 
 def _kwargs(code: str, settings: Mapping[str, Any], name: str) -> dict[str, Any]:
