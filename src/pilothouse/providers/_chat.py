@@ -73,11 +73,11 @@ from pydantic_ai.profiles.openai import (
     openai_model_profile,
 )
 
+from pilothouse import __version__
 from pilothouse.providers._chat_wire import (
     FINISH_REASONS,
     chat_usage,
     content_text,
-    json_object,
     raise_for_status,
     sent,
     timestamp_of,
@@ -200,7 +200,7 @@ class ChatCompletionsModel(Model):
         sent_headers = {
             "Accept": "application/json",
             "Content-Type": "application/json",
-            "User-Agent": f"pilothouse/{_version()}",
+            "User-Agent": f"pilothouse/{__version__}",
         }
         if api_key:
             sent_headers["Authorization"] = f"Bearer {api_key}"
@@ -262,12 +262,7 @@ class ChatCompletionsModel(Model):
         """Send one request and return the answer."""
         if not self._builds(messages, model_settings, model_request_parameters):
             return await self.fallback().request(messages, model_settings, model_request_parameters)
-        check_allow_model_requests()
-        settings, parameters = self.prepare_request(model_settings, model_request_parameters)
-        body = self._body(
-            messages, cast("Mapping[str, Any]", settings or {}), parameters, stream=False
-        )
-        request = self._client.build_request("POST", self._url, headers=self._headers, content=body)
+        request, _ = self._request(messages, model_settings, model_request_parameters, False)
         response = await sent(self._client, request, self._model_name, stream=False)
         await raise_for_status(response, self._model_name, self._provider_name)
         try:
@@ -293,13 +288,8 @@ class ChatCompletionsModel(Model):
             ) as streamed:
                 yield streamed
             return
-        check_allow_model_requests()
-        settings, parameters = self.prepare_request(model_settings, model_request_parameters)
-        body = self._body(
-            messages, cast("Mapping[str, Any]", settings or {}), parameters, stream=True
-        )
-        request = self._client.build_request(
-            "POST", self._url, headers=self._stream_headers, content=body
+        request, parameters = self._request(
+            messages, model_settings, model_request_parameters, True
         )
         response = await sent(self._client, request, self._model_name, stream=True)
         try:
@@ -321,6 +311,23 @@ class ChatCompletionsModel(Model):
             await response.aclose()
 
     # -- what this model builds itself ----------------------------------------
+
+    def _request(
+        self,
+        messages: Sequence[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        stream: bool,
+    ) -> tuple[httpx2.Request, ModelRequestParameters]:
+        """The HTTP request, and the parameters as pydantic-ai prepared them."""
+        check_allow_model_requests()
+        settings, parameters = self.prepare_request(model_settings, model_request_parameters)
+        body = self._body(
+            messages, cast("Mapping[str, Any]", settings or {}), parameters, stream=stream
+        )
+        headers = self._stream_headers if stream else self._headers
+        request = self._client.build_request("POST", self._url, headers=headers, content=body)
+        return request, parameters
 
     def _builds(
         self,
@@ -484,11 +491,12 @@ class ChatCompletionsModel(Model):
 
     def _answer(self, data: object) -> ModelResponse:
         """The ``ModelResponse`` ``OpenAIChatModel`` builds from a chat completion."""
-        invalid = f"Invalid response from {self.system} chat completions endpoint"
         completion = validated(data, self.system)
         choices = cast("list[Any]", completion["choices"])
         if not choices:
-            raise UnexpectedModelBehavior(f"{invalid}: no choices")
+            raise UnexpectedModelBehavior(
+                f"Invalid response from {self.system} chat completions endpoint: no choices"
+            )
         choice = cast("dict[str, Any]", choices[0])
         message = cast("dict[str, Any]", choice["message"])
         model = cast("str", completion["model"])
@@ -521,7 +529,7 @@ class ChatCompletionsModel(Model):
                 if isinstance(part, ThinkingPart):
                     part = replace(part, id="content", provider_name=self._provider_name)
                 parts.append(part)
-            parts.extend(self._tool_calls(message.get("tool_calls"), invalid))
+            parts.extend(self._tool_calls(message.get("tool_calls")))
         if created is not None:
             details["timestamp"] = created
         return ModelResponse(
@@ -546,26 +554,16 @@ class ChatCompletionsModel(Model):
                 return [ThinkingPart(id=name, content=reasoning, provider_name=self._provider_name)]
         return []
 
-    def _tool_calls(self, calls: object, invalid: str) -> list[ToolCallPart]:
-        if calls is None:
-            return []
-        if not isinstance(calls, list):
-            raise UnexpectedModelBehavior(f"{invalid}: tool_calls is not a list")
+    def _tool_calls(self, calls: list[dict[str, Any]] | None) -> list[ToolCallPart]:
+        # Validated (_chat_wire.validated): each has an id, a function name and arguments.
         parts: list[ToolCallPart] = []
-        for item in cast("list[Any]", calls):
-            call = json_object(item) or {}
-            function = json_object(call.get("function"))
-            if function is None:
-                raise UnexpectedModelBehavior(f"{invalid}: a tool call has no function")
-            name, arguments = function.get("name"), function.get("arguments")
-            if not isinstance(name, str) or not isinstance(arguments, str):
-                raise UnexpectedModelBehavior(f"{invalid}: a tool call has no name or arguments")
+        for call in calls or ():
             extra = call.get("extra_content")
             details = {"extra_content": extra} if extra else None
             part = ToolCallPart(
-                name,
-                arguments,
-                tool_call_id=call_id if isinstance(call_id := call.get("id"), str) else "",
+                call["function"]["name"],
+                call["function"]["arguments"],
+                tool_call_id=call["id"],
                 provider_name=self._provider_name if details else None,
                 provider_details=details,
             )
@@ -582,8 +580,8 @@ def _plain(message: ModelMessage) -> bool:
                 if not isinstance(part.content, str):
                     return False
             elif isinstance(part, ToolReturnPart):
-                if part.model_response_str_and_user_content()[1]:
-                    return False  # files, relocated to a user message
+                if part.files:
+                    return False  # relocated to a user message by pydantic-ai's model
             elif not isinstance(part, SystemPromptPart):
                 return False
         return True
@@ -613,12 +611,3 @@ def _assistant(message: ModelResponse) -> dict[str, Any] | None:
     if calls:
         mapped["tool_calls"] = calls
     return mapped
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("pilothouse")
-    except PackageNotFoundError:  # a source tree on sys.path, not installed
-        return "0"

@@ -240,17 +240,11 @@ def validated(data: object, system: str) -> dict[str, Any]:
     return cast("dict[str, Any]", data)
 
 
-def content_text(content: object) -> str:
-    """A message's ``content`` as text: a list of parts is joined (as pydantic-ai joins it)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
+def content_text(content: str | list[Any] | None) -> str:
+    """A validated message's ``content`` as text (a list of parts joined, as pydantic-ai does)."""
     if isinstance(content, list):
-        return joined_text(cast("list[Any]", content))
-    raise UnexpectedModelBehavior(
-        f"Invalid response from the chat completions endpoint: content is {type(content).__name__}"
-    )
+        return joined_text(content)
+    return content or ""
 
 
 def joined_text(parts: list[Any]) -> str:
