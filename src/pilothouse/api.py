@@ -111,6 +111,7 @@ if TYPE_CHECKING:
     from pilothouse.runtime import EventHub, Runner, Runtime
     from pilothouse.runtime._events import Listener
     from pilothouse.tools import ToolRegistry
+    from pilothouse.tools._code import CodePolicy
     from pilothouse.tools._gateway import GatewayProxy
     from pilothouse.types import (
         Authorizer,
@@ -168,6 +169,20 @@ class _Shared:
         # Checked once here; Settings validated every entry already.
         self.egress = EgressPolicy.parse(settings.egress_allow, settings.egress_tenants)
 
+    def code_policy(self) -> CodePolicy:
+        """What the catalog's code references may name in this process.
+
+        Where tenants write the catalog (``catalog_egress``: the HTTP service,
+        ``pilothouse events`` and ``worker``), only what the operator granted
+        in ``Settings.catalog_code``, at write and at resolve time; in the
+        operator's own process, any importable name.
+        """
+        from pilothouse.tools._code import CodePolicy
+
+        if self.catalog_egress:
+            return CodePolicy.granted(self.settings.catalog_code)
+        return CodePolicy.open()
+
     @property
     def database(self) -> Database:
         """The database: the one given, or one opened from the settings on first use."""
@@ -200,7 +215,9 @@ class _Shared:
             async def audit(call: NewGatewayCall) -> None:
                 await record_gateway_call(self.database, call)
 
-            self._gateways = GatewayProxy(self.secrets(), self.egress, audit)
+            self._gateways = GatewayProxy(
+                self.secrets(), self.egress, audit, code=self.code_policy()
+            )
         return self._gateways
 
     def coordination(self) -> Coordination | None:
@@ -245,7 +262,9 @@ class _Shared:
                     max_connections=settings.provider_max_connections,
                     egress=egress,
                 ),
-                compiler=ActionCompiler(self.database, secrets, self._contributors),
+                compiler=ActionCompiler(
+                    self.database, secrets, self._contributors, code_policy=self.code_policy()
+                ),
                 hub=self.hub,
                 telemetry=Telemetry(meter=self.meter),
                 model_override=self._model,
@@ -255,6 +274,7 @@ class _Shared:
                     script_tools=settings.script_tools,
                     gateways=self.gateways,
                     egress=egress,
+                    code_policy=self.code_policy(),
                 ),
                 scoped_memory=self._scoped,
                 knowledge=self.knowledge,
@@ -350,9 +370,11 @@ class Pilothouse:
             Prometheus collectors; see :class:`~pilothouse.types.Meter`.
         catalog_egress: apply the egress policy to the catalog's URLs
             (providers, REST and OpenAPI tools, MCP clients, vector stores):
-            refused when written, and checked and pinned at every call. The
-            HTTP service sets it, since its tenants write catalogs; a
-            process of the operator's own (the CLI, an embedding
+            refused when written, and checked and pinned at every call; and
+            let the catalog name only the Python code the operator granted
+            (``Settings.catalog_code``), refused when written and again when
+            resolved. The HTTP service sets it, since its tenants write
+            catalogs; a process of the operator's own (the CLI, an embedding
             application) trusts its catalog and leaves it False.
 
     Attributes:
@@ -453,6 +475,7 @@ class Pilothouse:
             shared.settings.user,
             egress=catalog_egress,
             allow_stdio=shared.settings.tenant_mcp_stdio,
+            code_policy=shared.code_policy(),
         )
 
     def _make_keys(self) -> KeyApi:

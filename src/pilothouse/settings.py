@@ -196,6 +196,17 @@ class Settings(BaseSettings):
             (``acme.tools.Weather``) that class only. Empty (the default)
             allows none: naming a class imports and runs its module's code.
             Comma-separated in ``PILOTHOUSE_INVOKE_TOOL_CLASSES``.
+        catalog_code: the Python code tenants' catalogs may name where
+            tenants write the catalog (the HTTP service, ``pilothouse events``
+            and ``worker``): a python tool's ``implementation``, an advisor's
+            ``implementation``, a gateway's ``token_exchange``. A module entry
+            (``acme.tools``) grants the public names defined in it and its
+            submodules, a callable entry (``acme.tools:lookup``) that name
+            only. Empty (the default) grants none: tenants may name tools
+            registered in code (``Pilothouse(tools=...)``) and the built-in
+            advisors only. The operator's own processes (the CLI, an
+            embedding application) resolve any name. Comma-separated in
+            ``PILOTHOUSE_CATALOG_CODE``; see docs/security.md.
         tenant_mcp_stdio: let tenants of the HTTP service write stdio MCP
             clients, commands the server runs with its own files,
             environment and network; off by default (only a catalog the
@@ -264,6 +275,7 @@ class Settings(BaseSettings):
     egress_tenants: dict[str, list[str]] = Field(default_factory=lambda: dict[str, list[str]]())
     lease_seconds: float = Field(default=30.0, gt=0)
     invoke_tool_classes: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list[str]())
+    catalog_code: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list[str]())
     memory_index: Literal["auto", "pgvector", "embedded", "exact"] = "auto"
     tenant_mcp_stdio: bool = False
     freeze_heap: bool = False
@@ -294,7 +306,7 @@ class Settings(BaseSettings):
             )
         return value or None
 
-    @field_validator("egress_allow", "invoke_tool_classes", mode="before")
+    @field_validator("egress_allow", "invoke_tool_classes", "catalog_code", mode="before")
     @classmethod
     def _split_hosts(cls, value: Any) -> Any:
         # The environment gives one string: hosts and networks, comma-separated.
@@ -323,6 +335,13 @@ class Settings(BaseSettings):
                     f"invoke_tool_classes entry '{entry}' is not a dotted module or class name"
                 )
         return value
+
+    @field_validator("catalog_code")
+    @classmethod
+    def _valid_catalog_code(cls, value: list[str]) -> list[str]:
+        from pilothouse.tools._code import check_code_entry
+
+        return [check_code_entry(entry) for entry in value]  # ValueError names a bad entry
 
     @field_validator("egress_tenants")
     @classmethod

@@ -649,13 +649,14 @@ async def test_resolve_by_dotted_path_class_factory_and_instance(
         (
             "no_such_module_xyz:thing",
             {},
-            "advisor 'ADV': cannot import module 'no_such_module_xyz': "
-            "No module named 'no_such_module_xyz'",
+            "advisor 'ADV': reference 'no_such_module_xyz:thing': cannot import "
+            "'no_such_module_xyz': No module named 'no_such_module_xyz'",
         ),
         (
             "pilothouse_test_plugins:missing",
             {},
-            "advisor 'ADV': module 'pilothouse_test_plugins' has no attribute 'missing'",
+            "advisor 'ADV': reference 'pilothouse_test_plugins:missing': "
+            "'pilothouse_test_plugins' has no attribute 'missing'",
         ),
         (
             "pilothouse_test_plugins:not_callable",

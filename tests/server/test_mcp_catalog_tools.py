@@ -24,6 +24,7 @@ from sqlalchemy import func, select
 
 from pilothouse.errors import InvalidFieldError, NotFoundError
 from pilothouse.server._state import ServerState
+from pilothouse.settings import Settings
 from pilothouse.store import Conversation
 
 pytestmark = pytest.mark.anyio
@@ -35,6 +36,12 @@ ADD = {
     "implementation": "mcp_tool_helpers:add",
     "description": "Add two numbers.",
 }
+
+
+@pytest.fixture
+def server_settings(server_settings: Settings) -> Settings:
+    # The operator grants the helper module's functions to tenants' catalogs.
+    return server_settings.model_copy(update={"catalog_code": ["mcp_tool_helpers"]})
 
 
 @pytest.fixture

@@ -69,7 +69,13 @@ def server_settings(
     tmp_path: Path, sqlite_templates: SqliteTemplates, database_seed: Seed
 ) -> Settings:
     url = sqlite_templates.fresh(tmp_path / "server.db", database_seed)
-    return Settings(database_url=url, secrets_file=None, egress_allow=["127.0.0.1"])
+    # The operator grants this module's token exchange hooks to tenants' catalogs.
+    return Settings(
+        database_url=url,
+        secrets_file=None,
+        egress_allow=["127.0.0.1"],
+        catalog_code=["test_mcp_gateway", "no_such_module"],
+    )
 
 
 @pytest.fixture

@@ -207,10 +207,10 @@ def test_register_an_instance_service() -> None:
 @pytest.mark.parametrize(
     ("reference", "message"),
     [
-        ("no_such_module_xyz:f", r"tool reference 'no_such_module_xyz:f': cannot import"),
+        ("no_such_module_xyz:f", r"reference 'no_such_module_xyz:f': cannot import"),
         ("tool_samples:nothing", r"'tool_samples' has no attribute 'nothing'"),
-        ("tool_samples:", r"tool reference 'tool_samples:' is malformed"),
-        (":f", r"tool reference ':f' is malformed"),
+        ("tool_samples:", r"reference 'tool_samples:' is malformed"),
+        (":f", r"reference ':f' is malformed"),
         ("tool_samples:NeedsArguments", r"'NeedsArguments' cannot be instantiated without"),
     ],
 )

@@ -110,16 +110,18 @@ def _tool_classes(
     if not run.tool_classes:
         return ()
     from pilothouse.tools._base import ToolError
-    from pilothouse.tools._classes import DOTTED_NAME, ToolClassAllowList, tool_class_tools
+    from pilothouse.tools._classes import DOTTED_NAME, tool_class_tools
+    from pilothouse.tools._code import CodePolicy
 
-    allow = ToolClassAllowList.parse(allowed)
+    allow = CodePolicy.granted(allowed, setting="PILOTHOUSE_INVOKE_TOOL_CLASSES")
     for index, name in enumerate(run.tool_classes):
         if not DOTTED_NAME.match(name) or "." not in name:
             raise InvalidFieldError(
                 f"tool_classes[{index}]",
                 f"'{name}' is not a class name: write package.module.Class",
             )
-        if not allow.allows(name):
+        module_name, _, class_name = name.rpartition(".")
+        if allow.refusal(f"{module_name}:{class_name}") is not None:
             listed = "lists other modules" if allow.entries else "is empty"
             raise InvalidFieldError(
                 f"tool_classes[{index}]",
@@ -131,7 +133,7 @@ def _tool_classes(
     taken = {row.name: f"catalog tool '{row.code}'" for row in tool_rows}
     for index, name in enumerate(run.tool_classes):
         try:
-            tools = tool_class_tools(name)
+            tools = tool_class_tools(name, allow)
         except ToolError as exc:
             raise InvalidFieldError(f"tool_classes[{index}]", str(exc)) from None
         for executable in tools:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from pilothouse.catalog._models import CatalogEntity
     from pilothouse.catalog._validate import ParsedCatalog
     from pilothouse.providers._egress import EgressPolicy
+    from pilothouse.tools._code import CodePolicy
     from pilothouse.types import ImportSummary
 
 EgressOf = Callable[[], "EgressPolicy | None"]
@@ -35,22 +36,29 @@ EgressOf = Callable[[], "EgressPolicy | None"]
 
 
 async def _served_write_issues(
-    policy: EgressPolicy,
+    policy: EgressPolicy | None,
     kind: CatalogKind,
     document: Mapping[str, Any],
     code: str | None,
     *,
     allow_stdio: bool,
+    code_policy: CodePolicy,
 ) -> list[tuple[tuple[str | int, ...], str]]:
     """What the service refuses in one entity a tenant writes, with its location and the rule.
 
-    Each address the tenant's egress policy refuses, and a stdio MCP client
-    unless the operator allows them.
+    Each name of server code the operator has not granted, each address the
+    tenant's egress policy refuses, and a stdio MCP client unless the
+    operator allows them.
     """
     from pilothouse.catalog._urls import catalog_urls
     from pilothouse.errors import InvalidFieldError
+    from pilothouse.tools._code import catalog_code_refusals
 
-    found: list[tuple[tuple[str | int, ...], str]] = []
+    found: list[tuple[tuple[str | int, ...], str]] = list(
+        catalog_code_refusals(kind.name, document, code_policy)
+    )
+    if policy is None:
+        return found
     if kind.name == "mcp_clients" and document.get("transport") == "stdio" and not allow_stdio:
         # A stdio client is a command the server runs, with its files,
         # environment and network: no tenant of a shared service may write one.
@@ -110,6 +118,10 @@ class CatalogApi(Facet):
             it (``Pilothouse(catalog_egress=True)``).
         allow_stdio: with ``egress``, tenants may write stdio MCP clients
             (``Settings.tenant_mcp_stdio``); commands the server runs.
+        code_policy: what the entities may name as Python code (python tools'
+            and advisors' ``implementation``, gateways' ``token_exchange``):
+            the operator's grants (``Settings.catalog_code``) where tenants
+            write the catalog; any importable name when None.
     """
 
     def __init__(
@@ -120,23 +132,40 @@ class CatalogApi(Facet):
         *,
         egress: EgressOf | None = None,
         allow_stdio: bool = False,
+        code_policy: CodePolicy | None = None,
     ) -> None:
         super().__init__(database, tenant)
         self._user = user
         self._egress: EgressOf = egress or (lambda: None)
         self._allow_stdio = allow_stdio
+        self._code_policy = code_policy
+
+    def _policies(self) -> tuple[EgressPolicy | None, CodePolicy] | None:
+        """The writer's egress and code policies, or None when nothing is checked."""
+        from pilothouse.tools._code import CodePolicy
+
+        policy = self._egress()
+        code_policy = self._code_policy or CodePolicy.open()
+        if policy is None and not code_policy.restricted:
+            return None
+        return policy, code_policy
 
     async def _check_document(self, kind: CatalogKind, document: Mapping[str, Any]) -> None:
-        """Refuse one entity whose addresses the tenant's policy does not allow."""
-        policy = self._egress()
-        if policy is None:
+        """Refuse one entity naming code or addresses the tenant may not name."""
+        policies = self._policies()
+        if policies is None:
             return
         from pilothouse.catalog import spec_document
         from pilothouse.catalog._validate import parse_spec
 
         spec = parse_spec(kind, document)  # raises every broken rule, as the write would
         found = await _served_write_issues(
-            policy, kind, spec_document(kind, spec), spec.key, allow_stdio=self._allow_stdio
+            policies[0],
+            kind,
+            spec_document(kind, spec),
+            spec.key,
+            allow_stdio=self._allow_stdio,
+            code_policy=policies[1],
         )
         if found:
             raise CatalogValidationError(
@@ -147,11 +176,11 @@ class CatalogApi(Facet):
             )
 
     def _import_check(self) -> Callable[[ParsedCatalog], Any] | None:
-        """The import's egress check of every entity, located by file and line."""
-        policy = self._egress()
-        if policy is None:
+        """The import's check of every entity (code, addresses), located by file and line."""
+        policies = self._policies()
+        if policies is None:
             return None
-        checked = policy
+        checked, code_policy = policies
         allow_stdio = self._allow_stdio
 
         async def check(parsed: ParsedCatalog) -> list[ValidationIssue]:
@@ -162,7 +191,12 @@ class CatalogApi(Facet):
                 for entry in entries:
                     document = spec_document(entry.kind, entry.spec)
                     for location, rule in await _served_write_issues(
-                        checked, entry.kind, document, entry.spec.key, allow_stdio=allow_stdio
+                        checked,
+                        entry.kind,
+                        document,
+                        entry.spec.key,
+                        allow_stdio=allow_stdio,
+                        code_policy=code_policy,
                     ):
                         issues.append(entry.issue(location, rule))
             return issues

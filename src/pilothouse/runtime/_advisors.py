@@ -26,7 +26,6 @@ __all__ = [
 
 import dataclasses
 import hashlib
-import importlib
 import inspect
 import json
 import logging
@@ -62,6 +61,8 @@ from pilothouse.runtime._cache import (
     RedisClientPool,
     RedisFactory,
 )
+from pilothouse.tools._base import ToolError
+from pilothouse.tools._code import BUILTIN_ADVISORS, CodeNotGrantedError, CodePolicy
 
 if TYPE_CHECKING:
     from pilothouse.catalog._views import AdvisorRecord as AdvisorRow
@@ -632,27 +633,18 @@ def _builtin(row: AdvisorRow, order: int, redis_factory: RedisFactory | None) ->
     return None
 
 
-def _import(code: str, reference: str) -> Any:
-    module_name, _, attribute = reference.partition(":")
-    if not module_name or not attribute:
+def _import(code: str, reference: str, policy: CodePolicy) -> Any:
+    if ":" not in reference or not reference.partition(":")[2]:
         raise AdvisorConfigError(
             f"advisor '{code}': implementation '{reference}' is neither a built-in "
             "(logging, cache, content-filter) nor a 'package.module:callable' reference"
         )
     try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise AdvisorConfigError(
-            f"advisor '{code}': cannot import module '{module_name}': {exc}"
-        ) from exc
-    for name in attribute.split("."):
-        try:
-            target = getattr(target, name)
-        except AttributeError:
-            raise AdvisorConfigError(
-                f"advisor '{code}': module '{module_name}' has no attribute '{attribute}'"
-            ) from None
-    return target
+        return policy.resolve(reference, builtin=BUILTIN_ADVISORS)
+    except CodeNotGrantedError as exc:
+        raise AdvisorConfigError(f"advisor '{code}': implementation: {exc}") from exc
+    except ToolError as exc:
+        raise AdvisorConfigError(f"advisor '{code}': {exc}") from exc
 
 
 def _is_advisor(value: Any) -> bool:
@@ -660,7 +652,11 @@ def _is_advisor(value: Any) -> bool:
 
 
 def resolve_advisor(
-    row: AdvisorRow, order: int | None = None, *, redis_factory: RedisFactory | None = None
+    row: AdvisorRow,
+    order: int | None = None,
+    *,
+    redis_factory: RedisFactory | None = None,
+    code_policy: CodePolicy | None = None,
 ) -> Advisor:
     """Build the advisor a catalog row describes.
 
@@ -675,6 +671,9 @@ def resolve_advisor(
         order: the action link's order; ``None`` uses ``row.default_order``.
         redis_factory: builds Redis clients for ``backend: redis`` caches (pass
             a shared :class:`RedisClientPool`; default: a pool per advisor).
+        code_policy: what a reference may name; any importable name when None (the
+            operator's own process). Where tenants write the catalog, the
+            operator's grants (``Settings.catalog_code``).
 
     Returns:
         The advisor, named by ``row.code``, at its effective order.
@@ -695,7 +694,7 @@ def resolve_advisor(
     if builtin is not None:
         return builtin
     reference = row.implementation.strip()
-    target = _import(code, reference)
+    target = _import(code, reference, code_policy or CodePolicy.open())
     if not _is_advisor(target):
         if not callable(target):
             raise AdvisorConfigError(

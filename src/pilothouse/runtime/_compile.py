@@ -57,6 +57,7 @@ from pilothouse.runtime._toolset import SkillInfo
 from pilothouse.store import Database
 from pilothouse.store import _fastsql as fastsql
 from pilothouse.tools._base import ExecutableTool
+from pilothouse.tools._code import CodePolicy
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,8 @@ class ActionCompiler:
         database: the catalog's database.
         secrets: resolves ``@secrets(NAME)`` references in provider fields.
         contributors: the prompt contributors, in order; the built-ins when None.
+        code_policy: what advisors' references may name: the operator's
+            grants where tenants write the catalog; any importable name when None.
     """
 
     def __init__(
@@ -195,9 +198,12 @@ class ActionCompiler:
         database: Database,
         secrets: SecretResolver,
         contributors: Sequence[PromptContributor] | None = None,
+        *,
+        code_policy: CodePolicy | None = None,
     ) -> None:
         self._db = database
         self._secrets = secrets
+        self._code_policy = code_policy
         self._contributors = (
             list(contributors) if contributors is not None else default_contributors()
         )
@@ -423,7 +429,12 @@ class ActionCompiler:
             ),
             advisors=AdvisorChain(
                 [
-                    resolve_advisor(link.advisor, link.order, redis_factory=self._redis)
+                    resolve_advisor(
+                        link.advisor,
+                        link.order,
+                        redis_factory=self._redis,
+                        code_policy=self._code_policy,
+                    )
                     for link in action.advisors
                     if link.advisor.active
                 ]

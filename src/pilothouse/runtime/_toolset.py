@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from pilothouse.providers._egress import EgressPolicy
     from pilothouse.runtime._compile import CompiledAction
     from pilothouse.tools import ToolRegistry
+    from pilothouse.tools._code import CodePolicy
     from pilothouse.tools._gateway import GatewayProxy
     from pilothouse.tools._sandbox import ScriptToolsMode
 
@@ -274,6 +275,9 @@ class CatalogToolSource:
         egress: when given, REST and OpenAPI tools and MCP clients connect
             only to addresses this policy (the running turn's tenant's)
             checked, pinned per request; None in the operator's own process.
+        code_policy: what python tools' implementations may name: the
+            operator's grants where tenants write the catalog; any importable
+            name when None (the operator's own process).
     """
 
     def __init__(
@@ -285,17 +289,21 @@ class CatalogToolSource:
         script_tools: ScriptToolsMode = "sandbox",
         gateways: Callable[[], GatewayProxy] | None = None,
         egress: EgressPolicy | None = None,
+        code_policy: CodePolicy | None = None,
     ) -> None:
         self._gateways = gateways
         self._secrets = secrets
         self._script_tools: ScriptToolsMode = script_tools
         self._egress = egress
+        self._code_policy = code_policy
         if registry is not None:
             from pilothouse.tools._sandbox import ScriptSandbox
 
             # The deployment's setting governs every registry, a caller's too.
             registry.script_sandbox = ScriptSandbox.for_mode(script_tools)
             registry.egress = egress
+            if code_policy is not None:
+                registry.code = code_policy
         self._registry = registry
         self._mcp = mcp
         self._mcp_stop: Any = None
@@ -315,6 +323,8 @@ class CatalogToolSource:
                 self._secrets, script_sandbox=ScriptSandbox.for_mode(self._script_tools)
             )
             self._registry.egress = self._egress
+            if self._code_policy is not None:
+                self._registry.code = self._code_policy
         return self._registry
 
     async def _pool(self) -> McpClientPool:

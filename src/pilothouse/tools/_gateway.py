@@ -59,8 +59,8 @@ import httpx
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
 from pilothouse.errors import InvalidFieldError, PilothouseError
 from pilothouse.tools._base import ToolContext, ToolDefinition, ToolError, ToolResult
+from pilothouse.tools._code import CodePolicy
 from pilothouse.tools._openapi import load_document, operation
-from pilothouse.tools._python import resolve_reference
 from pilothouse.tools._rest import HttpEndpoint, RestTool
 
 if TYPE_CHECKING:
@@ -137,8 +137,16 @@ class GatewayConfig:
     token_exchange: TokenExchange | None = None
 
 
-def gateway_config(code: str, raw: Any, settings: Mapping[str, Any]) -> GatewayConfig:
+def gateway_config(
+    code: str, raw: Any, settings: Mapping[str, Any], policy: CodePolicy | None = None
+) -> GatewayConfig:
     """Check a gateway block; every unknown or misplaced setting is refused by name.
+
+    Args:
+        code: the gateway row's code.
+        raw: its ``settings.gateway`` block.
+        settings: the row's settings.
+        policy: what ``token_exchange`` may name (any importable name when None).
 
     Raises:
         InvalidFieldError: the block is not what a gateway takes.
@@ -182,7 +190,7 @@ def gateway_config(code: str, raw: Any, settings: Mapping[str, Any]) -> GatewayC
                 "and forward_authorization, or the exchange",
             )
         try:
-            target = resolve_reference(str(reference))
+            target = (policy or CodePolicy.open()).resolve(str(reference))
         except ToolError as exc:
             raise InvalidFieldError(f"{where}.token_exchange", str(exc)) from None
         if not callable(target):
@@ -280,6 +288,8 @@ class GatewayProxy:
         audit: records each call as a store row; None records log lines only.
         http: the HTTP client to send with (tests pass a mock transport's);
             one of its own, closed by :meth:`aclose`, when None.
+        code: what a ``token_exchange`` hook may name: the operator's grants
+            where tenants write the catalog; any importable name when None.
     """
 
     def __init__(
@@ -289,7 +299,9 @@ class GatewayProxy:
         audit: AuditSink | None = None,
         *,
         http: httpx.AsyncClient | None = None,
+        code: CodePolicy | None = None,
     ) -> None:
+        self._code = code or CodePolicy.open()
         self._secrets = secrets
         self._egress = egress
         self._audit = audit
@@ -344,7 +356,7 @@ class GatewayProxy:
     async def _load(
         self, code: str, implementation: str, settings: Mapping[str, Any], egress: EgressPolicy
     ) -> list[GatewayOperation]:
-        config = gateway_config(code, settings["gateway"], settings)
+        config = gateway_config(code, settings["gateway"], settings, self._code)
         source = implementation.removeprefix("openapi:")
         if not implementation.startswith("openapi:") or "#" in source:
             raise InvalidFieldError(

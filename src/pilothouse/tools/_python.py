@@ -17,13 +17,11 @@ __all__ = [
     "PythonTool",
     "ToolMarker",
     "python_tool",
-    "resolve_reference",
     "service_functions",
     "tool",
 ]
 
 import functools
-import importlib
 import inspect
 import json
 from collections.abc import Callable, Mapping
@@ -371,41 +369,6 @@ def python_tool(
         model,
         signature,
     )
-
-
-def resolve_reference(reference: str) -> object:
-    """Import what ``package.module`` or ``package.module:attr.path`` names.
-
-    Args:
-        reference: a module path, optionally followed by ``:`` and an
-            attribute path inside it.
-
-    Returns:
-        The module, or the attribute it names.
-
-    Raises:
-        ToolError: the module cannot be imported or lacks the attribute.
-    """
-    module_name, _, attribute = reference.partition(":")
-    if not module_name or (":" in reference and not attribute):
-        raise ToolError(
-            f"tool reference '{reference}' is malformed: "
-            "expected 'package.module' or 'package.module:name'"
-        )
-    try:
-        target: object = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ToolError(
-            f"tool reference '{reference}': cannot import '{module_name}': {exc}"
-        ) from exc
-    for part in attribute.split(".") if attribute else ():
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise ToolError(
-                f"tool reference '{reference}': '{module_name}' has no attribute '{attribute}'"
-            ) from None
-    return target
 
 
 def _public_callables(owner: object, candidates: Mapping[str, object]) -> list[Callable[..., Any]]:

@@ -33,8 +33,9 @@ from pilothouse.tools._base import (
     ToolError,
     ToolResult,
 )
+from pilothouse.tools._code import CodeNotGrantedError, CodePolicy, resolve_reference
 from pilothouse.tools._openapi import load_document, operation, parse_reference
-from pilothouse.tools._python import python_tool, resolve_reference, service_functions
+from pilothouse.tools._python import python_tool, service_functions
 from pilothouse.tools._rest import (
     DEFAULT_MAX_RESPONSE_BYTES,
     RestTool,
@@ -125,6 +126,9 @@ class ToolRegistry:
         # Set by the tool source in the HTTP service: the client it makes
         # connects only to addresses the egress policy checked.
         self.egress: EgressPolicy | None = None
+        # Set by the tool source too: where tenants write the catalog, a
+        # row's implementation resolves only to code the operator granted.
+        self.code = CodePolicy.open()
         self._tools: dict[str, ExecutableTool] = {}
         self._rows: dict[int, tuple[int, ExecutableTool]] = {}
         self._services: dict[int, tuple[int, tuple[ExecutableTool, ...]]] = {}
@@ -302,7 +306,11 @@ class ToolRegistry:
             if cached is not None and cached[0] == row.version:
                 return list(cached[1])
         implementation = (row.implementation or "").strip()
-        target = resolve_reference(implementation) if ":" in implementation else None
+        try:
+            target = self._resolve(row, implementation) if ":" in implementation else None
+        except CodeNotGrantedError as exc:
+            refused: list[ExecutableTool] = [_NotGranted(self._definition(row, None, ""), exc)]
+            return refused
         if not inspect.isclass(target):
             raise ToolError(
                 f"tool '{row.name}': a service's implementation must name a class, "
@@ -380,7 +388,12 @@ class ToolRegistry:
                 "as 'package.module:function', or a tool registered in code "
                 f"(Pilothouse(tools=registry)); registered: {registered}"
             )
-        target = resolve_reference(implementation)
+        try:
+            target = self._resolve(row, implementation)
+        except CodeNotGrantedError as exc:
+            # A row stored before the grant was withdrawn (or by anyone): the
+            # tool stays visible and every call is a clear error, never run.
+            return _NotGranted(self._definition(row, None, ""), exc)
         if not callable(target) or inspect.isclass(target):
             raise ToolError(
                 f"tool '{row.name}': implementation '{implementation}' is not a function; "
@@ -394,6 +407,13 @@ class ToolRegistry:
             parameters=row.input_schema or None,
             output_schema=row.output_schema,
         )
+
+    def _resolve(self, row: ToolRecord, implementation: str) -> object:
+        """The code a row's implementation names, under the registry's code policy."""
+        try:
+            return self.code.resolve(implementation)
+        except ToolError as exc:
+            raise type(exc)(f"tool '{row.name}': implementation: {exc}") from exc
 
     def _rest(
         self, row: ToolRecord, settings: Mapping[str, Any], policy: ExecutionPolicy
@@ -529,3 +549,27 @@ class _Registered:
 
     async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
         return await self._tool.execute(arguments, context)
+
+
+class _NotGranted:
+    """A catalog row naming code the operator has not granted: every call is a clear error."""
+
+    def __init__(self, definition: ToolDefinition, refusal: CodeNotGrantedError) -> None:
+        self._definition = definition
+        self._refusal = str(refusal)
+
+    @property
+    def definition(self) -> ToolDefinition:
+        return self._definition
+
+    @property
+    def kind(self) -> ToolKind:
+        return ToolKind.PYTHON
+
+    @property
+    def policy(self) -> ExecutionPolicy:
+        return ExecutionPolicy.ALLOW
+
+    async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        del arguments, context
+        return ToolResult(self._refusal, is_error=True, error_code="tool.code_not_granted")
