@@ -116,7 +116,13 @@ def upstream() -> Iterator[Upstream]:
 async def service(tmp_path: Path, database_url: str, upstream: Upstream) -> AsyncIterator[Service]:
     catalog = tmp_path / "catalog.yaml"
     catalog.write_text(CATALOG.format(base_url=upstream.base_url), encoding="utf-8")
-    settings = Settings(database_url=database_url, secrets_file=None, egress_allow=["127.0.0.1"])
+    # The operator allows the loopback model server and grants the tool's module.
+    settings = Settings(
+        database_url=database_url,
+        secrets_file=None,
+        egress_allow=["127.0.0.1"],
+        catalog_code=["real_tools"],
+    )
     state = ServerState(settings, server=ServerSettings(host="127.0.0.1"))
     await state.open()
     try:

@@ -201,11 +201,13 @@ def upstream() -> Iterator[Upstream]:
 async def service(tmp_path: Path, upstream: Upstream) -> AsyncIterator[Service]:
     catalog = tmp_path / "catalog.yaml"
     catalog.write_text(CATALOG.format(base_url=upstream.base_url), encoding="utf-8")
-    # The upstream is on loopback: the operator allows it (egress policy).
+    # The upstream is on loopback: the operator allows it (egress policy),
+    # and grants the tool's module to tenants' catalogs.
     settings = Settings(
         database_url=f"sqlite+aiosqlite:///{tmp_path / 'faults.db'}",
         secrets_file=None,
         egress_allow=["127.0.0.1"],
+        catalog_code=["real_tools"],
     )
     state = ServerState(
         settings, server=ServerSettings(host="127.0.0.1", shutdown_grace_seconds=2.0)
