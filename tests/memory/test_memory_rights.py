@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
@@ -252,3 +253,44 @@ async def test_erasure_refuses_a_blank_requester(ph: Pilothouse) -> None:
         await ph.memory.erase_user("zed", requested_by=" ")
     with pytest.raises(InvalidFieldError, match="user_id"):
         await ph.memory.export_user(" ")
+
+
+async def test_records_written_before_provenance_upgrade_with_none(
+    tmp_path: Path, minilm: LocalMiniLM
+) -> None:
+    from alembic import command
+    from sqlalchemy import text
+
+    from pilothouse.store._engine import _alembic_config  # pyright: ignore[reportPrivateUsage]
+
+    database = Database(f"sqlite+aiosqlite:///{tmp_path / 'old.db'}")
+
+    def to_0015(connection: object) -> None:
+        config = _alembic_config()
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0015")
+
+    async with database.engine.begin() as connection:
+        await connection.run_sync(to_0015)
+        await connection.execute(
+            text(
+                "INSERT INTO memory_record (uuid, tenant, scope, user_id, content, content_hash, "
+                "memory_type, importance, metadata, embedding, model, access_count, created_at, "
+                "updated_at) VALUES ('00000000-0000-0000-0000-000000000001', 'default', 'user', "
+                "'zed', 'Zed likes tea.', 'h', 'fact', 1.0, '{}', x'00', 'm', 0, "
+                "'2026-01-01 00:00:00', '2026-01-01 00:00:00')"
+            )
+        )
+    await database.ensure_schema()
+    memory = ScopedMemory(database, minilm)
+    [old] = await memory.list("default", ZED)
+    assert (old.source_conversation, old.source_user) == (None, None)
+    edited = await memory.edit("default", ZED, old.id, content="Zed likes green tea.")
+    assert edited.content == "Zed likes green tea."
+    assert [v.content for v in await memory.versions("default", ZED, old.id)] == [
+        "Zed likes tea.",
+        "Zed likes green tea.",
+    ]
+    report = await memory.erase_user("default", "zed", requested_by="test")
+    assert (report.records, report.versions) == (1, 1)
+    await database.dispose()
