@@ -261,7 +261,7 @@ async def test_records_written_before_provenance_upgrade_with_none(
     from alembic import command
     from sqlalchemy import text
 
-    from pilothouse.store._engine import _alembic_config  # pyright: ignore[reportPrivateUsage]
+    from pilothouse.store._engine import _alembic_config
 
     database = Database(f"sqlite+aiosqlite:///{tmp_path / 'old.db'}")
 
