@@ -242,3 +242,52 @@ async def test_qwen_extraction_on_postgresql_is_exported_then_erased_whole(
         assert (left, versions) == (0, 0)
         [event] = await ph.memory.erasures("zed")
         assert event["requested_by"] == "dpo@example.com"
+
+
+async def test_erasure_from_another_process_removes_the_pgvector_copies(
+    pgvector_dsn: str, minilm: LocalMiniLM
+) -> None:
+    import uuid
+
+    import asyncpg
+    from sqlalchemy import text
+
+    from pilothouse.memory._index import PgVectorMemoryIndex
+
+    name = f"mr_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(pgvector_dsn)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    database = Database(pgvector_dsn.rsplit("/", 1)[0] + f"/{name}")
+    await database.ensure_schema()
+    try:
+        # The service: Zed's conversation taught the agent a fact; a search
+        # copied its vector into the pgvector table.
+        service = ScopedMemory(database, minilm, index="pgvector")
+        agent = MemoryScope("agent", agent="CHAT")
+        learned, _ = await service.add(
+            "default",
+            agent,
+            "The user Zed has blood type AB negative.",
+            source_conversation="c-zed",
+            source_user="zed",
+        )
+        kept, _ = await service.add("default", agent, "Appointments need a referral.")
+        assert len(await service.search("default", "blood type", {agent: 5})) == 2
+        vectors = PgVectorMemoryIndex.table_name(minilm.info.dimension)
+
+        async def indexed() -> set[int]:
+            async with database.engine.connect() as connection:
+                rows = await connection.execute(text(f"SELECT record_id FROM {vectors}"))
+                return {int(row[0]) for row in rows}
+
+        assert len(await indexed()) == 2
+        # The command line: a fresh process that never searched erases Zed.
+        cli = ScopedMemory(database, minilm, index="pgvector")
+        report = await cli.erase_user("default", "zed", requested_by="cli:ops")
+        assert report.records == 1
+        assert len(await indexed()) == 1
+        [hit] = await service.search("default", "blood type", {agent: 5})
+        assert hit.item.id == kept.id and hit.item.id != learned.id
+    finally:
+        await database.dispose()

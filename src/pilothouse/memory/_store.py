@@ -503,9 +503,14 @@ class ScopedMemory:
         report = await erase_user(
             self.database, tenant, user_id, requested_by=requested_by, reason=reason
         )
-        if self._index is not None:
-            # The index's copies of the erased vectors go at once, not at the next expiry.
-            await self._index.prune(self.database)
+        # The index's copies of the erased vectors go at once, not at the next
+        # expiry. On PostgreSQL they may live in a pgvector table this process
+        # has not opened yet (a CLI erasure beside a running service): open it.
+        index = self._index
+        if index is None and not self.database.is_sqlite:
+            index = await self.vector_index()
+        if index is not None:
+            await index.prune(self.database)
         return report
 
     async def erasures(self, tenant: str, user_id: str | None = None) -> list[dict[str, Any]]:
