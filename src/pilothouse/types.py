@@ -85,6 +85,7 @@ __all__ = [
     "MemoryItem",
     "MemoryScope",
     "MemoryScopeName",
+    "MemoryVersion",
     "ErasureReport",
     "ExtractionOutcome",
     "MessageView",
@@ -161,6 +162,7 @@ from pilothouse.memory._types import (
     MemoryItem,
     MemoryScope,
     MemoryScopeName,
+    MemoryVersion,
 )
 from pilothouse.providers._options import ModelOptions, ReasoningEffort, ReasoningSummary
 

@@ -74,3 +74,38 @@ def test_bad_scope_and_metadata_exit_2_with_one_line(database_url: str) -> None:
     assert bad.exit_code == 2 and len(bad.stderr.strip().splitlines()) == 1
     empty = _memory(database_url, "add", " ", "--scope", "organization")
     assert empty.exit_code == 2 and "content" in empty.stderr
+
+
+def test_versions_export_and_an_erasure_naming_the_requester(database_url: str) -> None:
+    added = _memory(
+        database_url, "add", "Zed's manager is Dana.", "--scope", "user", "--user", "zed"
+    )
+    memory_id = json.loads(added.stdout)["id"]
+    user = ("--scope", "user", "--user", "zed")
+    assert (
+        _memory(
+            database_url, "edit", memory_id, *user, "--content", "Zed's manager is Eli."
+        ).exit_code
+        == 0
+    )
+    history = _memory(database_url, "versions", memory_id, *user)
+    assert history.exit_code == 0, history.output
+    assert [json.loads(line)["content"] for line in history.stdout.splitlines()] == [
+        "Zed's manager is Dana.",
+        "Zed's manager is Eli.",
+    ]
+
+    exported = _memory(database_url, "export", "--user", "zed")
+    assert exported.exit_code == 0, exported.output
+    document = json.loads(exported.stdout)
+    assert document["user_id"] == "zed" and len(document["memories"]) == 1
+
+    erased = _memory(database_url, "erase-user", "zed", "--requested-by", "dpo@example.com")
+    assert erased.exit_code == 0, erased.output
+    assert json.loads(erased.stdout)["requested_by"] == "dpo@example.com"
+    # Without --requested-by the event names the command line and the login name.
+    again = _memory(database_url, "erase-user", "zed")
+    assert json.loads(again.stdout)["requested_by"].startswith("cli")
+    blank = _memory(database_url, "erase-user", "zed", "--requested-by", " ")
+    assert blank.exit_code == 2 and "requested_by" in blank.stderr
+    assert json.loads(_memory(database_url, "export", "--user", "zed").stdout)["memories"] == []

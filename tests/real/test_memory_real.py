@@ -5,7 +5,10 @@
 - a worker process killed (SIGKILL) in the middle of an extraction job: the
   job is taken again after its lease and completes exactly once;
 - extraction on the packaged local model (Qwen2.5-Coder-0.5B on llama.cpp):
-  its answer becomes memories, or the job says why not; never silence.
+  its answer becomes memories, or the job says why not; never silence;
+- the same on PostgreSQL: whatever the model extracted, in any scope, is in
+  the user's export with its source conversation, and erasing the user
+  leaves nothing derived from them.
 """
 
 from __future__ import annotations
@@ -181,3 +184,110 @@ async def test_extraction_on_the_packaged_qwen_model(
             assert outcome.status == "pending" and job["error"] and job["attempts"] == 1
         # Whatever the model did, nothing reached another user.
         assert await ph.memory.list(MemoryScope("user", user_id="someone-else")) == []
+
+
+async def test_qwen_extraction_on_postgresql_is_exported_then_erased_whole(
+    pg: Database, local_model_servers: LocalModelServers, minilm: LocalMiniLM
+) -> None:
+    from sqlalchemy import func, or_, select
+
+    from pilothouse.memory._tables import MemoryRecord, MemoryRecordVersion
+
+    settings = Settings(database_url=pg.url, secrets_file=None)
+    async with Pilothouse(settings, database=pg, local_servers=local_model_servers) as ph:
+        ph._shared._scoped = ScopedMemory(pg, minilm)
+        await ph.catalog.import_text(CATALOG)
+        turn = await ph.command.start_and_send(
+            "My name is Zed, I live in Lisbon and my blood type is AB negative.",
+            action="CHAT",
+            runtime_config={"user_id": "zed"},
+        )
+        assert turn.status.value == "CO", turn.error
+        # An empty answer queues no extraction (nothing was said to remember from).
+        assert turn.text.strip(), "the local model answered nothing"
+        [outcome] = await ph.memory.run_jobs()
+        print("qwen extraction:", outcome.status, outcome.events, outcome.error)
+        stored = [e["memory_id"] for e in outcome.events if e["event"] in ("ADD", "UPDATE")]
+
+        document = await ph.memory.export_user("zed")
+        [conversation] = document["conversations"]
+        assert conversation["uuid"] == turn.conversation_uuid
+        assert any("AB negative" in m["content"] for m in conversation["messages"])
+        [job] = document["jobs"]
+        assert job["conversation_uuid"] == turn.conversation_uuid
+        exported = {m["id"]: m for m in document["memories"]}
+        # Every memory the real model's answer produced, whatever its scope, is
+        # in the export with the conversation it came from.
+        assert set(stored) <= set(exported)
+        for memory_id in stored:
+            assert exported[memory_id]["source_conversation"] == turn.conversation_uuid
+            assert exported[memory_id]["source_user"] == "zed"
+
+        report = await ph.memory.erase_user("zed", requested_by="dpo@example.com")
+        assert report.requested_by == "dpo@example.com"
+        assert report.records == len(exported) and report.jobs == 1
+        async with pg.sessions() as session:
+            left = await session.scalar(
+                select(func.count())
+                .select_from(MemoryRecord)
+                .where(
+                    or_(
+                        MemoryRecord.user_id == "zed",
+                        MemoryRecord.source_user == "zed",
+                        MemoryRecord.source_conversation == turn.conversation_uuid,
+                    )
+                )
+            )
+            versions = await session.scalar(select(func.count()).select_from(MemoryRecordVersion))
+        assert (left, versions) == (0, 0)
+        [event] = await ph.memory.erasures("zed")
+        assert event["requested_by"] == "dpo@example.com"
+
+
+async def test_erasure_from_another_process_removes_the_pgvector_copies(
+    pgvector_dsn: str, minilm: LocalMiniLM
+) -> None:
+    import uuid
+
+    import asyncpg
+    from sqlalchemy import text
+
+    from pilothouse.memory._index import PgVectorMemoryIndex
+
+    name = f"mr_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(pgvector_dsn)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    database = Database(pgvector_dsn.rsplit("/", 1)[0] + f"/{name}")
+    await database.ensure_schema()
+    try:
+        # The service: Zed's conversation taught the agent a fact; a search
+        # copied its vector into the pgvector table.
+        service = ScopedMemory(database, minilm, index="pgvector")
+        agent = MemoryScope("agent", agent="CHAT")
+        learned, _ = await service.add(
+            "default",
+            agent,
+            "The user Zed has blood type AB negative.",
+            source_conversation="c-zed",
+            source_user="zed",
+        )
+        kept, _ = await service.add("default", agent, "Appointments need a referral.")
+        assert len(await service.search("default", "blood type", {agent: 5})) == 2
+        vectors = PgVectorMemoryIndex.table_name(minilm.info.dimension)
+
+        async def indexed() -> set[int]:
+            async with database.engine.connect() as connection:
+                rows = await connection.execute(text(f"SELECT record_id FROM {vectors}"))
+                return {int(row[0]) for row in rows}
+
+        assert len(await indexed()) == 2
+        # The command line: a fresh process that never searched erases Zed.
+        cli = ScopedMemory(database, minilm, index="pgvector")
+        report = await cli.erase_user("default", "zed", requested_by="cli:ops")
+        assert report.records == 1
+        assert len(await indexed()) == 1
+        [hit] = await service.search("default", "blood type", {agent: 5})
+        assert hit.item.id == kept.id and hit.item.id != learned.id
+    finally:
+        await database.dispose()

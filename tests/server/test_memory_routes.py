@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
+
+from pilothouse.server._state import ServerState
 
 pytestmark = pytest.mark.anyio
 
@@ -106,3 +110,73 @@ async def test_erase_user_needs_admin_and_reports_counts(
     assert jobs.json() == {"jobs": []}
     ran = await client.post("/v1/memory/jobs/run", headers=auth(admin_key))
     assert ran.json() == {"outcomes": []}
+
+
+async def test_erasure_event_names_the_key_that_asked(
+    client: httpx.AsyncClient, admin_key: str, server_state: ServerState
+) -> None:
+    await client.post(
+        "/v1/memory", json={**ALICE, "content": "Alice is vegan."}, headers=auth(admin_key)
+    )
+    done = await client.post(
+        "/v1/memory/erase-user", json={"user_id": "alice"}, headers=auth(admin_key)
+    )
+    assert done.status_code == 200, done.text
+    prefix = admin_key.split("_")[1]
+    assert done.json()["requested_by"] == f"api-key:{prefix}"
+    [event] = await server_state.pilothouse.memory.erasures("alice")
+    assert event["requested_by"] == f"api-key:{prefix}"
+    # The event names the key by its public prefix, never the key itself.
+    assert admin_key not in json.dumps(event)
+
+
+async def test_versions_and_export_over_http(
+    client: httpx.AsyncClient, api_key: str, admin_key: str, other_tenant_key: str
+) -> None:
+    added = await client.post(
+        "/v1/memory", json={**ALICE, "content": "Alice's manager is Dana."}, headers=auth(api_key)
+    )
+    memory_id = added.json()["id"]
+    edited = await client.patch(
+        f"/v1/memory/{memory_id}",
+        json={**ALICE, "content": "Alice's manager is Eli."},
+        headers=auth(api_key),
+    )
+    assert edited.status_code == 200, edited.text
+    versions = await client.get(
+        f"/v1/memory/{memory_id}/versions", params=ALICE, headers=auth(api_key)
+    )
+    assert versions.status_code == 200, versions.text
+    old, current = versions.json()["versions"]
+    assert (old["content"], old["replaced_by"]) == ("Alice's manager is Dana.", "edit")
+    assert (current["content"], current["valid_to"]) == ("Alice's manager is Eli.", None)
+    assert current["valid_from"] == old["valid_to"]
+    bob = {"scope": "user", "user_id": "bob"}
+    assert (
+        await client.get(f"/v1/memory/{memory_id}/versions", params=bob, headers=auth(api_key))
+    ).status_code == 404
+
+    path = "/v1/memory/users/alice/export"
+    assert (await client.get(path, headers=auth(api_key))).status_code == 403
+    exported = await client.get(path, headers=auth(admin_key))
+    assert exported.status_code == 200, exported.text
+    document = exported.json()
+    assert document["user_id"] == "alice" and document["tenant"] == "default"
+    [memory] = document["memories"]
+    assert [v["content"] for v in memory["versions"]] == [
+        "Alice's manager is Dana.",
+        "Alice's manager is Eli.",
+    ]
+    # Another tenant's admin key exports that tenant's Alice: nothing here.
+    theirs = (await client.get(path, headers=auth(other_tenant_key))).json()
+    assert theirs["memories"] == [] and theirs["tenant"] == "other"
+    blank = await client.get("/v1/memory/users/%20/export", headers=auth(admin_key))
+    assert blank.status_code == 422 and "user_id" in blank.text
+
+    erased = await client.post(
+        "/v1/memory/erase-user", json={"user_id": "alice"}, headers=auth(admin_key)
+    )
+    assert erased.json()["versions"] == 1
+    assert (
+        await client.get(f"/v1/memory/{memory_id}/versions", params=ALICE, headers=auth(api_key))
+    ).status_code == 404

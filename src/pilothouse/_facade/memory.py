@@ -1,8 +1,9 @@
 """``ph.memory``: scoped long-term memory of the facade's tenant.
 
 List, search, add, edit and forget memory records of a session, a user, an
-agent or the organization; erase everything about a user; run the pending
-extraction jobs and the TTL expiry (the service does both on its own).
+agent or the organization, and read a record's versions; erase everything
+about a user, or export it; run the pending extraction jobs and the TTL
+expiry (the service does both on its own).
 Every call names its scope (:class:`~pilothouse.types.MemoryScope`); a record
 of another scope is not found, whatever its id.
 """
@@ -22,7 +23,9 @@ from pilothouse.memory._types import (
     MemoryHit,
     MemoryItem,
     MemoryScope,
+    MemoryVersion,
 )
+from pilothouse.store._base import utcnow
 
 if TYPE_CHECKING:
     from pilothouse.memory import MemoryExtractor, ScopedMemory
@@ -37,7 +40,8 @@ class MemoryApi(Facet):
         tenant: the tenant every call acts for.
         memory: the process's scoped memory, made on first use.
         extractor: the process's extraction job runner, made on first use.
-        user: who the calls are recorded as (erasure events).
+        user: who the calls are recorded as (erasure events) when a call names
+            no requester.
     """
 
     def __init__(
@@ -180,21 +184,82 @@ class MemoryApi(Facet):
         if not await (await self._store()).forget(self.tenant, scope, memory_id):
             raise NotFoundError(f"memory '{memory_id}' not found in this {scope.scope} scope")
 
-    async def erase_user(self, user_id: str, *, reason: str = "") -> ErasureReport:
+    async def versions(self, memory_id: str, scope: MemoryScope) -> list[MemoryVersion]:
+        """A record's history: every value it held, oldest first; the last is current.
+
+        Each version says when the record held it (``valid_from``,
+        ``valid_to``), what replaced it (an ``edit`` or an ``extraction``
+        UPDATE) and where it came from (``source_conversation``,
+        ``source_user``).
+
+        Raises:
+            NotFoundError: the scope holds no such record.
+        """
+        return await (await self._store()).versions(self.tenant, scope, memory_id)
+
+    async def erase_user(
+        self, user_id: str, *, reason: str = "", requested_by: str | None = None
+    ) -> ErasureReport:
         """Erase everything about ``user_id``, and record that it was done.
 
-        Deletes the user's memory in every scope (their sessions' too) and
-        their pending extraction jobs, and cuts their conversations' chat
+        Deletes the user's memory in every scope (their sessions' too), every
+        memory of any scope derived from their conversations (an agent's
+        learning extracted from their chat, say), the versions of all of
+        these, and their extraction jobs, and cuts their conversations' chat
         memory loose so nothing replays it. The conversations' messages stay
         as the audit record; the erasure event keeps a digest of the user id,
         never the id (``docs/memory.md``, "Erasure and the audit trail").
 
+        Args:
+            user_id: the user to erase.
+            reason: why (kept in the erasure event, at most 512 characters).
+            requested_by: who asked, as the event records it (at most 128
+                characters); the facade's ``settings.user`` when None.
+
+        Raises:
+            InvalidFieldError: a blank or over-long user id or requester.
+        """
+        requester = self._user if requested_by is None else requested_by.strip()
+        if not requester or len(requester) > 128:
+            raise InvalidFieldError("requested_by", "must be 1 to 128 characters, not blank")
+        if len(reason) > 512:
+            raise InvalidFieldError("reason", f"has {len(reason)} characters, at most 512")
+        return await (await self._store()).erase_user(
+            self.tenant, user_id, requested_by=requester, reason=reason
+        )
+
+    async def export_user(self, user_id: str) -> dict[str, Any]:
+        """Everything pilothouse keeps about ``user_id`` in this tenant, as one document.
+
+        The user's right of access: the conversations linked to them (each
+        with its messages, tool calls and timeline, as
+        ``GET /v1/conversations/{uuid}`` shows it), every memory stored about
+        them or derived from their conversations, in any scope (each with
+        its provenance and versions), their extraction jobs (with the turn
+        text they hold) and the erasure events of their id. Exactly what
+        :meth:`erase_user` would delete, plus what it keeps.
+
         Raises:
             InvalidFieldError: a blank or over-long user id.
         """
-        return await (await self._store()).erase_user(
-            self.tenant, user_id, requested_by=self._user, reason=reason
-        )
+        from pilothouse.store import ConversationQueries
+
+        database = await self._ready()
+        stored = await self._memory().export_user(self.tenant, user_id)
+        queries = ConversationQueries(database, self.tenant)
+        conversations = [
+            (await queries.transcript(uuid)).model_dump(mode="json")
+            for uuid in stored.pop("conversation_uuids")
+        ]
+        return {
+            "format": "pilothouse.user-export/1",
+            "tenant": self.tenant,
+            "user_id": user_id,
+            "exported_at": utcnow().isoformat(),
+            "conversations": conversations,
+            **stored,
+            "erasures": await self._memory().erasures(self.tenant, user_id),
+        }
 
     async def erasures(self, user_id: str | None = None) -> list[dict[str, Any]]:
         """The tenant's erasure events (one user's, found by digest, when given)."""

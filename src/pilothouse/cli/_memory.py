@@ -1,4 +1,6 @@
-"""`pilothouse memory` commands: list, search, add, edit, forget, erase-user, run-jobs, expire.
+"""`pilothouse memory` commands: the scoped memory door, a user's erasure and export.
+
+list, search, add, edit, forget, versions, erase-user, export, run-jobs, expire.
 
 Every command names its scope: ``--scope`` (session, user, agent,
 organization) with ``--user``, ``--agent`` and ``--session`` as the scope
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 __all__ = ["app"]
 
+import getpass
 import json
 from typing import Annotated, Any
 
@@ -19,7 +22,8 @@ from pilothouse.errors import InvalidFieldError
 from pilothouse.types import MemoryScope
 
 app = typer.Typer(
-    help="Scoped long-term memory: list, search, add, edit, forget, erase a user.",
+    help="Scoped long-term memory: list, search, add, edit, forget, versions; erase or export "
+    "a user.",
     no_args_is_help=True,
 )
 
@@ -181,20 +185,82 @@ def forget(
     typer.echo(f"forgot memory {memory_id}")
 
 
+@app.command()
+def versions(
+    ctx: typer.Context,
+    memory_id: Annotated[str, typer.Argument(help="The memory's id.")],
+    scope: ScopeOpt,
+    user: UserOpt = None,
+    agent: AgentOpt = None,
+    session: SessionOpt = None,
+) -> None:
+    """Print a memory's history, oldest first (one JSON line each); the last is current."""
+    state: CliState = ctx.obj
+    where = _scope(scope, user, agent, session)
+
+    async def body() -> list[dict[str, Any]]:
+        async with open_facade(state) as ph:
+            return [v.as_json() for v in await ph.memory.versions(memory_id, where)]
+
+    _print(run(body))
+
+
+def _os_user() -> str:
+    """``cli:<login name>``, or ``cli`` where the system names no user (a bare container)."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except OSError:
+        # getpass raises OSError when neither the environment nor the
+        # password database names the user: the event still says "cli".
+        return "cli"
+
+
 @app.command("erase-user")
 def erase_user(
     ctx: typer.Context,
     user: Annotated[str, typer.Argument(help="The end user's id.")],
     reason: Annotated[str, typer.Option("--reason", help="Why (kept in the audit event).")] = "",
+    requested_by: Annotated[
+        str | None,
+        typer.Option(
+            "--requested-by",
+            help="Who asked, as the audit event records it (default: cli:<your login name>).",
+        ),
+    ] = None,
 ) -> None:
-    """Erase everything about a user (every scope, chat memory); recorded as an audit event."""
+    """Erase everything about a user; recorded as an audit event naming the requester.
+
+    Every scope, memories derived from their conversations, versions, jobs,
+    chat memory.
+    """
+    state: CliState = ctx.obj
+    requester = requested_by if requested_by is not None else _os_user()
+
+    async def body() -> dict[str, Any]:
+        async with open_facade(state) as ph:
+            report = await ph.memory.erase_user(user, reason=reason, requested_by=requester)
+            return report.as_json()
+
+    _print([run(body)])
+
+
+@app.command()
+def export(
+    ctx: typer.Context,
+    user: Annotated[str, typer.Option("--user", help="The end user's id.")],
+) -> None:
+    """Print everything stored about a user as one JSON document (right of access).
+
+    Conversations with their messages, memories with provenance and
+    versions, extraction jobs, erasure events: of the configured tenant only.
+    """
     state: CliState = ctx.obj
 
     async def body() -> dict[str, Any]:
         async with open_facade(state) as ph:
-            return (await ph.memory.erase_user(user, reason=reason)).as_json()
+            return await ph.memory.export_user(user)
 
-    _print([run(body)])
+    typer.echo(json.dumps(run(body), ensure_ascii=False, indent=2, sort_keys=True))
 
 
 @app.command("run-jobs")

@@ -43,6 +43,7 @@ from pilothouse.errors import PilothouseError
 from pilothouse.memory._store import ScopedMemory, content_hash, scope_filter
 from pilothouse.memory._tables import MemoryJob, MemoryRecord
 from pilothouse.memory._types import MEMORY_TYPES, ExtractionOutcome, MemoryHit, MemoryScope
+from pilothouse.memory._versions import drop_versions, keep_version
 from pilothouse.store._base import utcnow
 
 logger = logging.getLogger(__name__)
@@ -481,28 +482,14 @@ class MemoryExtractor:
                 if o.event == "ADD":
                     target = await self._add(session, job, o, model, now)
                 elif o.event == "UPDATE" and target is not None:
-                    await session.execute(
-                        update(MemoryRecord)
-                        .where(
-                            scope_filter(job.tenant, o.scope, reading=False),
-                            MemoryRecord.uuid == target,
-                        )
-                        .values(
-                            content=o.text,
-                            content_hash=content_hash(o.text),
-                            embedding=np.asarray(o.vector, dtype="<f4").tobytes(),
-                            model=model,
-                            importance=o.importance,
-                            updated_at=now,
-                        )
-                    )
+                    await self._update(session, job, o, target, model, now)
                 elif o.event == "DELETE" and target is not None:
-                    await session.execute(
-                        delete(MemoryRecord).where(
-                            scope_filter(job.tenant, o.scope, reading=False),
-                            MemoryRecord.uuid == target,
-                        )
+                    doomed = and_(
+                        scope_filter(job.tenant, o.scope, reading=False),
+                        MemoryRecord.uuid == target,
                     )
+                    await drop_versions(session, doomed)
+                    await session.execute(delete(MemoryRecord).where(doomed))
                 counts[o.event] += 1
                 events.append(
                     {"event": o.event, "memory_id": target, "scope": o.scope.scope, "text": o.text}
@@ -512,6 +499,34 @@ class MemoryExtractor:
             )
         logger.info("memory job %s done: %s", job.id, counts)
         return events
+
+    async def _update(
+        self, session: Any, job: MemoryJob, o: _Op, target: str, model: str, now: datetime
+    ) -> None:
+        """Replace a record's value, keeping the old one as a version.
+
+        The new value is derived from this job's conversation and user: the
+        record's provenance becomes theirs (the version keeps the old one).
+        """
+        row: MemoryRecord | None = await session.scalar(
+            select(MemoryRecord).where(
+                scope_filter(job.tenant, o.scope, reading=False), MemoryRecord.uuid == target
+            )
+        )
+        if row is None:
+            # Shown to the model from this scope moments ago; gone only if
+            # deleted since (another job, a caller): nothing left to update.
+            logger.warning("memory job %s: memory %s to update is gone", job.id, target)
+            return
+        await keep_version(session, row, "extraction", now)
+        row.content = o.text
+        row.content_hash = content_hash(o.text)
+        row.embedding = np.asarray(o.vector, dtype="<f4").tobytes()
+        row.model = model
+        row.importance = o.importance
+        row.updated_at = now
+        row.source_conversation = job.conversation_uuid or job.session_id
+        row.source_user = job.user_id
 
     async def _add(self, session: Any, job: MemoryJob, o: _Op, model: str, now: datetime) -> str:
         digest = content_hash(o.text)
@@ -545,6 +560,8 @@ class MemoryExtractor:
                 access_count=0,
                 created_at=now,
                 updated_at=now,
+                source_conversation=job.conversation_uuid or job.session_id,
+                source_user=job.user_id,
             )
         )
         return uuid

@@ -1,4 +1,4 @@
-"""Scoped long-term memory: add, list, search, edit, forget, erase, expire.
+"""Scoped long-term memory: add, list, search, edit, forget, erase, export, expire.
 
 :class:`ScopedMemory` is the one place that reads and writes
 ``memory_record``. Every statement carries the tenant and the scope's keys
@@ -42,14 +42,16 @@ from sqlalchemy import ColumnElement, and_, delete, func, or_, select, update
 
 from pilothouse.errors import InvalidFieldError, NotFoundError
 from pilothouse.memory._index import IndexQuery, MemoryIndex, choose_index
-from pilothouse.memory._tables import MemoryErasure, MemoryJob, MemoryRecord, MemorySession
+from pilothouse.memory._tables import MemoryRecord, MemorySession
 from pilothouse.memory._types import (
     MEMORY_TYPES,
     ErasureReport,
     MemoryHit,
     MemoryItem,
     MemoryScope,
+    MemoryVersion,
 )
+from pilothouse.memory._versions import drop_versions, history, keep_version
 from pilothouse.store._base import utcnow
 
 if TYPE_CHECKING:
@@ -179,6 +181,8 @@ def to_item(row: MemoryRecord) -> MemoryItem:
         created_at=row.created_at,
         updated_at=row.updated_at,
         expires_at=row.expires_at,
+        source_conversation=row.source_conversation,
+        source_user=row.source_user,
     )
 
 
@@ -264,8 +268,14 @@ class ScopedMemory:
         importance: float = 1.0,
         metadata: Mapping[str, Any] | None = None,
         now: datetime | None = None,
+        source_conversation: str | None = None,
+        source_user: str | None = None,
     ) -> tuple[MemoryItem, bool]:
         """Remember ``content`` in ``scope``; the same text twice is one record.
+
+        ``source_conversation`` and ``source_user`` say which conversation
+        and user a new record was derived from (erasing that user deletes
+        it, whatever its scope); a record already there keeps its own.
 
         Returns:
             The record, and whether it is new (False: the same text was there
@@ -323,6 +333,8 @@ class ScopedMemory:
                 created_at=stamp,
                 updated_at=stamp,
                 expires_at=expires,
+                source_conversation=source_conversation,
+                source_user=source_user,
             )
             session.add(row)
             await session.flush()
@@ -348,6 +360,7 @@ class ScopedMemory:
             .limit(count - limit)
         )
         ids = list((await session.scalars(oldest)).all())
+        await drop_versions(session, MemoryRecord.id.in_(ids))
         await session.execute(delete(MemoryRecord).where(MemoryRecord.id.in_(ids)))
 
     async def edit(
@@ -362,6 +375,10 @@ class ScopedMemory:
         metadata: Mapping[str, Any] | None = None,
     ) -> MemoryItem:
         """Change a record of ``scope``; its vector follows a new text.
+
+        The value it held is kept as a version (:meth:`versions`). A new text
+        is the caller's, not derived from a conversation: the record's
+        provenance is cleared (its versions keep theirs).
 
         Raises:
             NotFoundError: no such record in this scope (another scope's record
@@ -380,6 +397,17 @@ class ScopedMemory:
             )
             if row is None:
                 raise NotFoundError(f"memory '{memory_id}' not found in this {scope.scope} scope")
+            stamp = utcnow()
+            if (
+                (text is not None and text != row.content)
+                or (kind is not None and kind != row.memory_type)
+                or (weight is not None and weight != row.importance)
+                or (metadata is not None and dict(metadata) != row.meta)
+            ):
+                await keep_version(session, row, "edit", stamp)
+            if text is not None and vector is not None and text != row.content:
+                row.source_conversation = None
+                row.source_user = None
             if text is not None and vector is not None:
                 row.content = text
                 row.content_hash = content_hash(text)
@@ -391,17 +419,15 @@ class ScopedMemory:
                 row.importance = weight
             if metadata is not None:
                 row.meta = dict(metadata)
-            row.updated_at = utcnow()
+            row.updated_at = stamp
             return to_item(row)
 
     async def forget(self, tenant: str, scope: MemoryScope, memory_id: str) -> bool:
-        """Delete one record of ``scope``; False when the scope holds no such record."""
+        """Delete one record of ``scope`` and its versions; False when the scope holds none."""
+        target = and_(scope_filter(tenant, scope, reading=False), MemoryRecord.uuid == memory_id)
         async with self.database.sessions() as session, session.begin():
-            result = await session.execute(
-                delete(MemoryRecord).where(
-                    scope_filter(tenant, scope, reading=False), MemoryRecord.uuid == memory_id
-                )
-            )
+            await drop_versions(session, target)
+            result = await session.execute(delete(MemoryRecord).where(target))
             return bool(result.rowcount)  # type: ignore[attr-defined]
 
     async def expire(self, now: datetime | None = None) -> int:
@@ -410,13 +436,12 @@ class ScopedMemory:
         The index's copies of deleted records go too (searches never return
         them anyway: every index query joins the live records).
         """
+        expired = and_(
+            MemoryRecord.expires_at.is_not(None), MemoryRecord.expires_at <= (now or utcnow())
+        )
         async with self.database.sessions() as session, session.begin():
-            result = await session.execute(
-                delete(MemoryRecord).where(
-                    MemoryRecord.expires_at.is_not(None),
-                    MemoryRecord.expires_at <= (now or utcnow()),
-                )
-            )
+            await drop_versions(session, expired)
+            result = await session.execute(delete(MemoryRecord).where(expired))
             count = int(result.rowcount)  # type: ignore[attr-defined]
         if self._index is not None:
             await self._index.prune(self.database)
@@ -458,109 +483,72 @@ class ScopedMemory:
     async def erase_user(
         self, tenant: str, user_id: str, *, requested_by: str, reason: str = ""
     ) -> ErasureReport:
-        """Erase everything about one user, in one transaction, and log that it happened.
+        """Erase everything memory keeps about one user, in one transaction, and log it.
 
-        Deletes the user's records in every scope (their sessions too), their
-        pending extraction jobs (which hold turn text), and cuts their
-        conversations' chat memory loose (a fresh ``memory_id``: no later
-        conversation replays them). The conversations' messages stay: they
-        are the audit record (``docs/memory.md`` says why and for how long).
-        The audit event keeps a digest of the user id, never the id.
+        Deletes the user's records in every scope (their sessions too), every
+        record of any scope derived from their conversations (its current
+        value or one of its versions names them, or one of their sessions,
+        as its source), the versions of all of these, their extraction jobs
+        (which hold turn text), and cuts their conversations' chat memory
+        loose (a fresh ``memory_id``: no later conversation replays them).
+        The conversations' messages stay: they are the audit record
+        (``docs/memory.md`` says why and for how long). The audit event
+        keeps a digest of the user id, never the id, and ``requested_by``.
+
+        Raises:
+            InvalidFieldError: a blank or over-long user id.
         """
-        MemoryScope("user", user_id=user_id)  # validates the id
-        from pilothouse.store._records import Conversation
+        from pilothouse.memory._rights import erase_user
 
-        async with self.database.sessions() as session, session.begin():
-            sessions = set(
-                (
-                    await session.scalars(
-                        select(MemorySession.session_id).where(
-                            MemorySession.tenant == tenant, MemorySession.user_id == user_id
-                        )
-                    )
-                ).all()
-            )
-            sessions |= set(
-                (
-                    await session.scalars(
-                        select(MemoryRecord.session_id).where(
-                            MemoryRecord.tenant == tenant,
-                            MemoryRecord.user_id == user_id,
-                            MemoryRecord.session_id.is_not(None),
-                        )
-                    )
-                ).all()
-            )
-            records = await session.execute(
-                delete(MemoryRecord).where(
-                    MemoryRecord.tenant == tenant,
-                    or_(
-                        MemoryRecord.user_id == user_id,
-                        and_(
-                            MemoryRecord.scope == "session",
-                            MemoryRecord.session_id.in_(sessions),
-                        ),
-                    ),
-                )
-            )
-            jobs = await session.execute(
-                delete(MemoryJob).where(MemoryJob.tenant == tenant, MemoryJob.user_id == user_id)
-            )
-            cut = 0
-            if sessions:
-                conversations = (
-                    await session.scalars(
-                        select(Conversation).where(
-                            Conversation.tenant == tenant, Conversation.uuid.in_(sessions)
-                        )
-                    )
-                ).all()
-                for conversation in conversations:
-                    conversation.memory_id = f"erased:{uuid_module.uuid4().hex}"
-                    cut += 1
-            await session.execute(
-                delete(MemorySession).where(
-                    MemorySession.tenant == tenant, MemorySession.user_id == user_id
-                )
-            )
-            erasure = MemoryErasure(
-                tenant=tenant,
-                subject_digest=subject_digest(tenant, user_id),
-                requested_by=requested_by[:128],
-                reason=reason[:512],
-                counts={
-                    "records": int(records.rowcount),  # type: ignore[attr-defined]
-                    "jobs": int(jobs.rowcount),  # type: ignore[attr-defined]
-                    "conversations": cut,
-                },
-            )
-            session.add(erasure)
-            await session.flush()
-            return ErasureReport(
-                erasure_id=erasure.id,
-                records=erasure.counts["records"],
-                jobs=erasure.counts["jobs"],
-                conversations=cut,
-            )
+        report = await erase_user(
+            self.database, tenant, user_id, requested_by=requested_by, reason=reason
+        )
+        # The index's copies of the erased vectors go at once, not at the next
+        # expiry. On PostgreSQL they may live in a pgvector table this process
+        # has not opened yet (a CLI erasure beside a running service): open it.
+        index = self._index
+        if index is None and not self.database.is_sqlite:
+            index = await self.vector_index()
+        if index is not None:
+            await index.prune(self.database)
+        return report
 
     async def erasures(self, tenant: str, user_id: str | None = None) -> list[dict[str, Any]]:
         """The tenant's erasure events (of one user, by digest, when given)."""
-        query = select(MemoryErasure).where(MemoryErasure.tenant == tenant)
-        if user_id is not None:
-            query = query.where(MemoryErasure.subject_digest == subject_digest(tenant, user_id))
+        from pilothouse.memory._rights import erasures
+
+        return await erasures(self.database, tenant, user_id)
+
+    async def export_user(self, tenant: str, user_id: str) -> dict[str, Any]:
+        """What memory keeps about one user: records (with versions), jobs, sessions.
+
+        See :func:`pilothouse.memory._rights.export_user`; the facade adds
+        the conversations' transcripts.
+
+        Raises:
+            InvalidFieldError: a blank or over-long user id.
+        """
+        from pilothouse.memory._rights import export_user
+
+        return await export_user(self.database, tenant, user_id)
+
+    async def versions(
+        self, tenant: str, scope: MemoryScope, memory_id: str
+    ) -> list[MemoryVersion]:
+        """Every value a record of ``scope`` held, oldest first; the last is current.
+
+        Raises:
+            NotFoundError: the scope holds no such record.
+        """
         async with self.database.sessions() as session:
-            rows = (await session.scalars(query.order_by(MemoryErasure.id))).all()
-        return [
-            {
-                "id": row.id,
-                "subject_digest": row.subject_digest,
-                "requested_by": row.requested_by,
-                "reason": row.reason,
-                "counts": dict(row.counts),
-                "created_at": row.created_at.isoformat(),
-            }
-            for row in rows
-        ]
+            row = await session.scalar(
+                select(MemoryRecord).where(
+                    scope_filter(tenant, scope, reading=True), MemoryRecord.uuid == memory_id
+                )
+            )
+            if row is None:
+                raise NotFoundError(f"memory '{memory_id}' not found in this {scope.scope} scope")
+            return await history(session, row)
 
     # ----------------------------------------------------------------- reads
 

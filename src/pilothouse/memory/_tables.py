@@ -1,7 +1,7 @@
-"""Scoped long-term memory tables: the records, the extraction jobs, the erasure log.
+"""Scoped long-term memory tables: records, their versions, extraction jobs, erasure log.
 
-They live in pilothouse's own database beside the conversations (migration
-0006), so the embedded default needs no server of its own and PostgreSQL
+They live in pilothouse's own database beside the conversations (migrations
+0006 and 0017), so the embedded default needs no server of its own and PostgreSQL
 holds them the same way. Vectors are float32 blobs (4 bytes per dimension,
 little-endian), as the knowledge store keeps them: a scope holds few records
 (a user's facts, a session's last hundred), so they are compared exactly in
@@ -14,12 +14,21 @@ Python can forget one.
 
 from __future__ import annotations
 
-__all__ = ["MemoryErasure", "MemoryJob", "MemoryRecord", "MemorySession"]
+__all__ = ["MemoryErasure", "MemoryJob", "MemoryRecord", "MemoryRecordVersion", "MemorySession"]
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Float, Index, Integer, LargeBinary, String, Text, UniqueConstraint
+from sqlalchemy import (
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from pilothouse.store._base import Base, utcnow
@@ -33,6 +42,12 @@ class MemoryRecord(Base):
     ``agent`` (and ``user_id`` unless anonymous), ``user`` has ``user_id``
     and ``agent``, ``agent`` has ``agent`` only, ``organization`` none (the
     tenant is the organization).
+
+    ``source_conversation`` and ``source_user`` are its provenance: the
+    conversation and user its current value was derived from (extraction and
+    session turns set them; a record a caller added, and every record written
+    before provenance was kept, has none). Erasing a user deletes every record
+    derived from them, whatever its scope.
     """
 
     __tablename__ = "memory_record"
@@ -41,6 +56,8 @@ class MemoryRecord(Base):
         Index("ix_memory_record_scope_agent", "tenant", "scope", "agent"),
         Index("ix_memory_record_scope_session", "tenant", "scope", "session_id"),
         Index("ix_memory_record_expires", "expires_at"),
+        Index("ix_memory_record_source_user", "tenant", "source_user"),
+        Index("ix_memory_record_source_conversation", "tenant", "source_conversation"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -64,6 +81,42 @@ class MemoryRecord(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    source_conversation: Mapped[str | None] = mapped_column(String(64))
+    """The conversation (session) the current value was derived from."""
+    source_user: Mapped[str | None] = mapped_column(String(128))
+    """The user whose conversation the current value was derived from."""
+
+
+class MemoryRecordVersion(Base):
+    """A value a memory record held before a change (an edit, an extraction UPDATE).
+
+    ``valid_from`` and ``valid_to`` bound when the record held it; the current
+    value is the record itself. Versions keep their own provenance and go
+    with their record (forget, erasure, expiry: the foreign key cascades).
+    """
+
+    __tablename__ = "memory_version"
+    __table_args__ = (
+        Index("ix_memory_version_record", "record_id", "valid_to"),
+        Index("ix_memory_version_source_user", "tenant", "source_user"),
+        Index("ix_memory_version_source_conversation", "tenant", "source_conversation"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    record_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("memory_record.id", ondelete="CASCADE")
+    )
+    tenant: Mapped[str] = mapped_column(String(32))
+    content: Mapped[str] = mapped_column(Text)
+    memory_type: Mapped[str] = mapped_column(String(32))
+    importance: Mapped[float] = mapped_column(Float)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+    source_conversation: Mapped[str | None] = mapped_column(String(64))
+    source_user: Mapped[str | None] = mapped_column(String(128))
+    change: Mapped[str] = mapped_column(String(16))
+    """What replaced this value: ``edit`` or ``extraction``."""
+    valid_from: Mapped[datetime] = mapped_column(UtcDateTime)
+    valid_to: Mapped[datetime] = mapped_column(UtcDateTime)
 
 
 class MemoryJob(Base):

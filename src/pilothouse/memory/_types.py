@@ -17,6 +17,7 @@ __all__ = [
     "MemoryItem",
     "MemoryScope",
     "MemoryScopeName",
+    "MemoryVersion",
 ]
 
 from collections.abc import Mapping
@@ -109,6 +110,11 @@ class MemoryItem:
         created_at: when it was written.
         updated_at: when it last changed.
         expires_at: when session memory ends (None: never).
+        source_conversation: the conversation its current value was derived
+            from (None: added by a caller, or written before provenance was
+            kept).
+        source_user: the user of that conversation (None: anonymous, added
+            by a caller, or written before provenance was kept).
     """
 
     id: str
@@ -122,6 +128,8 @@ class MemoryItem:
     created_at: datetime
     updated_at: datetime
     expires_at: datetime | None
+    source_conversation: str | None = None
+    source_user: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The item as JSON-ready data (REST and CLI)."""
@@ -140,6 +148,55 @@ class MemoryItem:
             "created_at": _iso(self.created_at),
             "updated_at": _iso(self.updated_at),
             "expires_at": _iso(self.expires_at),
+            "source_conversation": self.source_conversation,
+            "source_user": self.source_user,
+        }
+
+
+@dataclass(frozen=True)
+class MemoryVersion:
+    """One value a memory record held, and when (its history, oldest first).
+
+    Attributes:
+        memory_id: the record's uuid.
+        version: 1 for the first value, counting up; the highest is current.
+        content: the text it held.
+        memory_type: its type then.
+        importance: its importance then.
+        metadata: its metadata then.
+        source_conversation: the conversation this value was derived from.
+        source_user: the user of that conversation.
+        valid_from: when the record began to hold it.
+        valid_to: when a change replaced it (None: the current value).
+        replaced_by: what replaced it: ``edit`` or ``extraction`` (None: current).
+    """
+
+    memory_id: str
+    version: int
+    content: str
+    memory_type: str
+    importance: float
+    metadata: Mapping[str, Any]
+    source_conversation: str | None
+    source_user: str | None
+    valid_from: datetime
+    valid_to: datetime | None
+    replaced_by: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The version as JSON-ready data (REST and CLI)."""
+        return {
+            "memory_id": self.memory_id,
+            "version": self.version,
+            "content": self.content,
+            "memory_type": self.memory_type,
+            "importance": self.importance,
+            "metadata": dict(self.metadata),
+            "source_conversation": self.source_conversation,
+            "source_user": self.source_user,
+            "valid_from": _iso(self.valid_from),
+            "valid_to": _iso(self.valid_to),
+            "replaced_by": self.replaced_by,
         }
 
 
@@ -168,24 +225,31 @@ class ErasureReport:
 
     Attributes:
         erasure_id: the audit event's id.
-        records: memory records deleted (every scope).
+        records: memory records deleted: the user's own in every scope, and
+            every record of any scope derived from their conversations.
         jobs: extraction jobs deleted (with the turn text they held).
         conversations: conversations whose chat memory was cut loose (their
             messages stay as the audit record; see ``docs/memory.md``).
+        versions: earlier values of the deleted records deleted with them.
+        requested_by: who asked, as the erasure event records it.
     """
 
     erasure_id: int
     records: int
     jobs: int
     conversations: int
+    versions: int = 0
+    requested_by: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """The report as JSON-ready data."""
         return {
             "erasure_id": self.erasure_id,
             "records": self.records,
+            "versions": self.versions,
             "jobs": self.jobs,
             "conversations": self.conversations,
+            "requested_by": self.requested_by,
         }
 
 

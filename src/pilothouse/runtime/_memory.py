@@ -236,6 +236,8 @@ async def remember(
                 memory_type="turn",
                 importance=0.5,
                 metadata={"conversation": keys.session_id},
+                source_conversation=keys.session_id,
+                source_user=keys.user_id,
             )
         if settings.extract and (keys.user_id is not None or keys.agent):
             await extractor.enqueue(

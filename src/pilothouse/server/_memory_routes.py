@@ -1,11 +1,15 @@
-"""Scoped memory routes under ``/v1/memory``: list, search, add, edit, forget, erase a user.
+"""Scoped memory routes under ``/v1/memory``: the memory door, a user's erasure and export.
+
+List, search, add, edit, forget a memory and read its versions; erase or
+export everything about a user.
 
 Every call names its scope: ``scope`` (``session``, ``user``, ``agent``,
 ``organization``) and the keys it needs (``user_id``, ``agent``,
 ``session_id``), as query parameters on ``GET`` and ``DELETE`` and in the body
 otherwise. A record of another scope is a 404, exactly as a missing one; the
-key's tenant bounds everything. Erasing a user, and running the extraction
-jobs, need a key with the admin scope.
+key's tenant bounds everything. Erasing or exporting a user, and running the
+extraction jobs, need a key with the admin scope; an erasure event names the
+key that asked (``api-key:<prefix>``), never the key.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from pilothouse.server._deps import AdminFacade, Facade
+from pilothouse.server._deps import AdminFacade, AdminPrincipal, Facade
 from pilothouse.server._problems import PROBLEM_RESPONSES
 from pilothouse.types import MemoryScope
 
@@ -151,10 +155,25 @@ async def run_jobs(
 
 
 @router.post("/erase-user")
-async def erase_user(ph: AdminFacade, body: EraseBody) -> dict[str, Any]:
-    """Erase everything about a user (every scope, chat memory), recorded as an audit event."""
-    report = await ph.memory.erase_user(body.user_id, reason=body.reason)
+async def erase_user(ph: AdminFacade, principal: AdminPrincipal, body: EraseBody) -> dict[str, Any]:
+    """Erase everything about a user (every scope, derived memories, versions, chat memory).
+
+    Recorded as an audit event naming the key that asked.
+    """
+    report = await ph.memory.erase_user(
+        body.user_id, reason=body.reason, requested_by=f"api-key:{principal.key_prefix}"
+    )
     return report.as_json()
+
+
+@router.get("/users/{user_id}/export")
+async def export_user(ph: AdminFacade, user_id: str) -> dict[str, Any]:
+    """Everything stored about a user in the key's tenant, as one JSON document.
+
+    Conversations (with messages), memories (with provenance and versions),
+    extraction jobs and erasure events.
+    """
+    return await ph.memory.export_user(user_id)
 
 
 @router.get("/{memory_id}")
@@ -169,6 +188,20 @@ async def get_memory(
     """One memory of the scope."""
     item = await ph.memory.get(memory_id, _scope(scope, user_id, agent, session_id))
     return item.as_json()
+
+
+@router.get("/{memory_id}/versions")
+async def memory_versions(
+    ph: Facade,
+    memory_id: str,
+    scope: ScopeName,
+    user_id: str | None = None,
+    agent: str | None = None,
+    session_id: str | None = None,
+) -> dict[str, Any]:
+    """A memory's history, oldest first; the last version is the current value."""
+    versions = await ph.memory.versions(memory_id, _scope(scope, user_id, agent, session_id))
+    return {"versions": [version.as_json() for version in versions]}
 
 
 @router.patch("/{memory_id}")
