@@ -47,14 +47,13 @@ async def browser(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-async def _login(browser: httpx.AsyncClient, key: str) -> str:
-    """Log in from the UI's own page; return the cookie's value."""
+async def _login(browser: httpx.AsyncClient, key: str) -> dict[str, str]:
+    """Log in from the UI's own page; return the cookie the browser keeps (name: value)."""
     response = await browser.post("/login", data={"api_key": key}, headers={"Origin": UI})
     assert response.status_code == 303, response.text
     cookie = response.headers["set-cookie"]
     assert "httponly" in cookie.lower() and "samesite=strict" in cookie.lower()
-    (value,) = [v for v in browser.cookies.values() if v]
-    return value
+    return dict(browser.cookies.items())
 
 
 async def _greet_exists(state: ServerState) -> bool:
@@ -123,7 +122,7 @@ async def test_other_state_changing_routes_check_the_origin_too(
     assert refused.status_code == 403, refused.text
     # The session still works: a cross-origin logout did not end it.
     browser.cookies.clear()
-    browser.cookies.set("pilothouse_session", cookie)
+    browser.cookies.update(cookie)
     assert (await browser.get("/playground")).status_code == 200
 
 
@@ -175,9 +174,7 @@ async def test_logout_ends_the_session_so_the_old_cookie_opens_nothing(
 
     # A copy of the old cookie (kept by an attacker, or another tab) is dead.
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(
-        transport=transport, base_url=UI, cookies={"pilothouse_session": cookie}
-    ) as stolen:
+    async with httpx.AsyncClient(transport=transport, base_url=UI, cookies=cookie) as stolen:
         page = await stolen.get("/playground")
         assert page.status_code == 303 and page.headers["location"] == "/login"
         write = await stolen.post("/catalog/actions/new", data=GREET, headers={"Origin": UI})
