@@ -105,8 +105,9 @@ class ServerSettings(BaseSettings):
         ui_session_seconds: how long a browser UI login lasts (its session
             expires then; logging out ends it before).
         ui_origins: origins the browser UI is also reached under, such as
-            ``https://pilothouse.example.com`` behind a proxy that changes
-            the Host header or ends TLS without ``X-Forwarded-Proto``. The
+            ``https://pilothouse.example.com`` behind a proxy that ends TLS
+            or changes the Host header (the service reads no
+            ``X-Forwarded-*`` header). The
             UI's state-changing requests must come from the request's own
             origin or one of these (403 otherwise).
     """
