@@ -323,6 +323,9 @@ class SyncKeyApi(_SyncHalf):
     revoke = _Blocking(KeyApi.revoke)
     verify = _Blocking(KeyApi.verify)
     touch = _Blocking(KeyApi.touch)
+    open_session = _Blocking(KeyApi.open_session)
+    session_key = _Blocking(KeyApi.session_key)
+    end_session = _Blocking(KeyApi.end_session)
 
 
 class SyncKnowledgeApi(_SyncHalf):

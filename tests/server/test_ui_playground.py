@@ -24,6 +24,8 @@ pytestmark = pytest.mark.anyio
 
 
 async def _login(client: httpx.AsyncClient, key: str) -> None:
+    # A browser names the page's origin on every POST; the UI refuses any other.
+    client.headers["Origin"] = "http://testserver"
     response = await client.post("/login", data={"api_key": key})
     assert response.status_code == 303, response.text
     assert response.headers["location"] == "/playground"
@@ -44,6 +46,7 @@ async def test_pages_need_a_login_and_a_bad_key_is_refused(
     page = await client.get("/playground")
     assert page.status_code == 303 and page.headers["location"] == "/login"
     assert (await client.get("/")).headers["location"] == "/login"
+    client.headers["Origin"] = "http://testserver"
     wrong = await client.post("/login", data={"api_key": "ph_nope_nope"})
     assert wrong.status_code == 401
     assert "unknown or revoked" in wrong.text

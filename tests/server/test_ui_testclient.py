@@ -20,7 +20,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "catalog"
 def test_login_pages_fragments_and_assets_with_testclient(tmp_path: Path) -> None:
     settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'ui.db'}", secrets_file=None)
     app = create_app(settings)
-    with TestClient(app, follow_redirects=False) as client:
+    # A browser names the page's origin on every POST (the UI refuses any other).
+    with TestClient(app, follow_redirects=False, headers={"Origin": "http://testserver"}) as client:
         ph = app.state.pilothouse.pilothouse
         client.portal.call(ph.catalog.import_files, [EXAMPLES])  # pyright: ignore[reportOptionalMemberAccess]
         key, _ = client.portal.call(lambda: ph.keys.create(name="ui"))  # pyright: ignore[reportOptionalMemberAccess]

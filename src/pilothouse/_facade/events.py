@@ -4,14 +4,16 @@
 completion consumer, the worker, ``run_action``) call; they import nothing
 else of pilothouse but the public modules. Completions and the outbox span
 every tenant of the database (a completion names its call, the call names
-its tenant); :meth:`EventApi.run_tool` runs a tool of the facade's tenant.
+its tenant) unless ``tenants`` narrows them: a process started for some
+tenants passes them, and rows of any other tenant are left alone.
+:meth:`EventApi.run_tool` runs a tool of the facade's tenant.
 """
 
 from __future__ import annotations
 
 __all__ = ["EventApi"]
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, Literal
 
 from pilothouse._facade.facet import Facet
@@ -86,32 +88,47 @@ class EventApi(Facet):
         """Note ``run_action`` final answers as published."""
         await (await self._replies()).sent(correlation_ids)
 
-    async def finished_replies(self, lease: float = 120.0, limit: int = 100) -> list[FinishedReply]:
+    async def finished_replies(
+        self, lease: float = 120.0, limit: int = 100, *, tenants: Collection[str] | None = None
+    ) -> list[FinishedReply]:
         """Claim the unpublished final answers of finished ``run_action`` conversations.
 
-        Publish each, then call :meth:`replies_sent`. Every tenant.
+        Publish each, then call :meth:`replies_sent`.
 
         Args:
             lease: seconds after which a claim of a process that died before
                 noting its answer published is taken over (at least once).
             limit: at most this many.
+            tenants: only these tenants' answers (None: every tenant).
         """
-        return await (await self._replies()).finished(lease, limit)
+        return await (await self._replies()).finished(lease, limit, tenants)
 
     async def conversation_of(self, correlation_id: str) -> str | None:
         """The conversation an event call belongs to (every tenant), or None when unknown."""
         return await (await self._calls()).conversation_of(correlation_id)
 
-    async def unpublished(self, limit: int = 100) -> list[OutboxCommand]:
-        """Commands in the outbox not yet published, oldest first (every tenant)."""
-        return await (await self._calls()).unpublished(limit)
+    async def unpublished(
+        self, limit: int = 100, *, tenants: Collection[str] | None = None
+    ) -> list[OutboxCommand]:
+        """Commands in the outbox not yet published, oldest first.
+
+        Args:
+            limit: at most this many.
+            tenants: only these tenants' commands (None: every tenant).
+        """
+        return await (await self._calls()).unpublished(limit, tenants)
 
     async def mark_published(self, ids: list[int]) -> None:
         """Note outbox commands as published, once the bus has taken them."""
         await (await self._calls()).mark_published(ids)
 
     async def complete(
-        self, correlation_id: str, *, result: Any = None, error: str | None = None
+        self,
+        correlation_id: str,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        tenants: Collection[str] | None = None,
     ) -> CompletionApplied:
         """Apply a ``SkillCompletionEvent``: resume the waiting conversation, at most once.
 
@@ -119,29 +136,41 @@ class EventApi(Facet):
             correlation_id: the command's correlation id.
             result: the worker's result (any JSON value).
             error: the worker's error, instead of a result.
+            tenants: apply only calls of these tenants (None: every tenant).
 
         Returns:
             What became of it: ``applied``, ``duplicate``, ``unknown``,
-            ``stale`` (all recorded, none applied twice) or ``busy`` (the
-            conversation runs a turn now: deliver it again later).
+            ``stale`` (all recorded, none applied twice), ``busy`` (the
+            conversation runs a turn now: deliver it again later) or
+            ``refused`` (a call of a tenant not in ``tenants``: nothing
+            recorded).
         """
-        return await (await self._calls()).complete(correlation_id, result=result, error=error)
+        return await (await self._calls()).complete(
+            correlation_id, result=result, error=error, tenants=tenants
+        )
 
-    async def expire(self) -> int:
-        """End every event call past its deadline with a timeout result; return how many."""
-        return await (await self._calls()).expire()
+    async def expire(self, *, tenants: Collection[str] | None = None) -> int:
+        """End every event call past its deadline with a timeout result; return how many.
 
-    async def recover(self, older_than: float = 60.0) -> int:
+        Args:
+            tenants: only these tenants' calls (None: every tenant).
+        """
+        return await (await self._calls()).expire(tenants=tenants)
+
+    async def recover(
+        self, older_than: float = 60.0, *, tenants: Collection[str] | None = None
+    ) -> int:
         """Continue conversations a dead process left ``RU`` after applying a completion.
 
         Args:
             older_than: seconds without a write before a running conversation
                 counts as abandoned (longer than any model call of yours).
+            tenants: only these tenants' conversations (None: every tenant).
 
         Returns:
             How many were continued.
         """
-        return await (await self._calls()).recover(older_than)
+        return await (await self._calls()).recover(older_than, tenants)
 
     async def counts(self) -> dict[str, int]:
         """Outbox and processed counts: commands, unsent, waiting, processed, duplicates."""

@@ -6,6 +6,11 @@ URL-safe characters, 256 random bits from :mod:`secrets`) makes it
 unguessable. The database keeps SHA-256 of the whole key: keys are random,
 so a fast hash leaves nothing to brute-force, and verifying stays cheap on
 every request.
+
+Browser sessions (:meth:`KeyApi.open_session`) are kept the same way: the
+browser's cookie holds a random session id, the ``ui_session`` table its
+digest, the key's prefix and its expiry. A session acts for its key while
+the key is active, until it expires or is ended.
 """
 
 from __future__ import annotations
@@ -16,16 +21,16 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Connection, Row, Select, Table, Update, bindparam, select, update
+from sqlalchemy import Connection, Row, Select, Table, Update, bindparam, delete, select, update
 
 from pilothouse._facade.facet import Facet
-from pilothouse.errors import InvalidFieldError, NotFoundError
+from pilothouse.errors import InvalidFieldError, NotFoundError, UnauthorizedError
 from pilothouse.store import Database
-from pilothouse.store._access import ApiKey
+from pilothouse.store._access import ApiKey, UiSession
 from pilothouse.store._base import utcnow
 from pilothouse.types import ADMIN_SCOPE, MCP_TOOL_SCOPE, KeyInfo
 
@@ -214,3 +219,57 @@ class KeyApi(Facet):
     async def touch(self, prefix: str) -> None:
         """Record that the key with this prefix was used now."""
         await self._database.transaction(_touch, prefix, utcnow())
+
+    async def open_session(self, key: str, lifetime: float) -> str:
+        """Open a browser session for ``key``; return its id (for a cookie, never stored).
+
+        Sessions past their expiry are deleted on the way.
+
+        Args:
+            key: the API key logging in.
+            lifetime: seconds until the session expires.
+
+        Raises:
+            UnauthorizedError: the key is unknown or revoked.
+            InvalidFieldError: ``lifetime`` is not a positive number.
+        """
+        if not lifetime > 0:
+            raise InvalidFieldError(
+                "lifetime", f"must be a positive number of seconds, not {lifetime}"
+            )
+        info = await self.verify(key)
+        if info is None:
+            raise UnauthorizedError("the API key is unknown or revoked")
+        session_id = secrets.token_urlsafe(32)
+        now = utcnow()
+        async with self._database.sessions() as session, session.begin():
+            await session.execute(delete(UiSession).where(UiSession.expires_at <= now))
+            session.add(
+                UiSession(
+                    digest=digest(session_id),
+                    key_prefix=info.prefix,
+                    created_at=now,
+                    expires_at=now + timedelta(seconds=lifetime),
+                )
+            )
+        return session_id
+
+    async def session_key(self, session_id: str) -> KeyInfo | None:
+        """The active key of an unexpired browser session, else None (ended, expired, revoked)."""
+        statement = (
+            select(ApiKey)
+            .join(UiSession, UiSession.key_prefix == ApiKey.prefix)
+            .where(
+                UiSession.digest == digest(session_id),
+                UiSession.expires_at > utcnow(),
+                ApiKey.active.is_(True),
+            )
+        )
+        async with self._database.sessions() as session:
+            row = await session.scalar(statement)
+            return None if row is None else _info(row)
+
+    async def end_session(self, session_id: str) -> None:
+        """End a browser session (logout): its id opens nothing from now on."""
+        async with self._database.sessions() as session, session.begin():
+            await session.execute(delete(UiSession).where(UiSession.digest == digest(session_id)))

@@ -5,6 +5,11 @@ or a module, and the tenant's catalog tools) for ``SkillInvocationEvent``
 commands in a consumer group; ``pilothouse events`` is pilothouse's end:
 it publishes the outbox, applies completions, ends overdue calls and
 answers ``run_action``. Both serve Prometheus metrics with ``--metrics-port``.
+
+Each process serves one tenant: the root ``--tenant`` (default
+``PILOTHOUSE_TENANT``, ``default``). The bus carries no credentials, so a
+message naming another tenant is answered with an error and nothing runs;
+start one process per tenant.
 """
 
 from __future__ import annotations
@@ -105,7 +110,8 @@ def worker(
             _serve_metrics(metrics_port, runner.metrics.registry)
             typer.echo(
                 f"worker on {topic} (group {group}); registered tools: "
-                f"{', '.join(names) or 'none'}; catalog tools of tenant {ph.tenant}",
+                f"{', '.join(names) or 'none'}; commands and catalog tools of tenant "
+                f"{ph.tenant} only",
                 err=True,
             )
             try:
@@ -144,7 +150,15 @@ def events(
     opened = _open(bus, session_timeout)
 
     async def go() -> None:
-        async with open_facade(state, long_running=True) as ph:
+        # The turns it runs call the URLs tenants wrote through the service:
+        # the same egress policy at every call as `pilothouse serve` applies.
+        async with open_facade(state, catalog_egress=True, long_running=True) as ph:
+            typer.echo(
+                f"events on {reply_topic}"
+                + (f" and {action_topic}" if action_topic else "")
+                + f" (group {group}); tenant {ph.tenant} only",
+                err=True,
+            )
             service = EventService(
                 ph,
                 opened,

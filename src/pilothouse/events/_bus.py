@@ -15,7 +15,7 @@ from __future__ import annotations
 __all__ = ["Bus", "BusError", "Delivery", "open_bus"]
 
 import math
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -51,6 +51,30 @@ def positive_seconds(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise InvalidFieldError(name, f"must be a positive number of seconds, not {value!r}")
     return float(value)
+
+
+def served_tenants(default: str, tenants: Collection[str] | None) -> frozenset[str]:
+    """The tenants a bus process serves: ``tenants``, or its facade's tenant alone.
+
+    A message naming any other tenant is refused: the bus carries no
+    credentials, so what a process was started for is the boundary.
+
+    Raises:
+        InvalidFieldError: ``tenants`` is empty, a string, or names an empty tenant.
+    """
+    if tenants is None:
+        return frozenset({default})
+    # A string is a collection of letters: "acme" would serve 'a', 'c', 'm', 'e'.
+    if isinstance(tenants, str) or not tenants or not all(tenants):
+        raise InvalidFieldError(
+            "tenants", f"must name at least one tenant (a list such as ['acme']), not {tenants!r}"
+        )
+    return frozenset(tenants)
+
+
+def tenant_list(tenants: frozenset[str]) -> str:
+    """The served tenants as a log line or an error names them."""
+    return ", ".join(f"'{t}'" for t in sorted(tenants))
 
 
 @dataclass

@@ -13,7 +13,11 @@ facade (``ph.events``, ``ph.command``):
 - the **action consumer** answers ``run_action`` with ``turn_finished``.
 
 Any number of pilothouse processes may run one: they share the consumer
-groups and the database's tables.
+groups and the database's tables. A service acts only for the tenants it
+was started for (``tenants``, by default its facade's tenant): a
+``run_action`` naming another tenant is answered ``FA`` and not run, a
+completion of another tenant's call is not applied, and the relay and the
+sweep leave other tenants' rows to their own processes.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ __all__ = ["EventService", "EventServiceMetrics"]
 import json
 import logging
 import uuid as uuid_module
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Collection
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,8 +36,15 @@ import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import ValidationError
 
-from pilothouse.errors import InvalidFieldError, PilothouseError
-from pilothouse.events._bus import Bus, BusError, Delivery, positive_seconds
+from pilothouse.errors import ForbiddenError, InvalidFieldError, PilothouseError
+from pilothouse.events._bus import (
+    Bus,
+    BusError,
+    Delivery,
+    positive_seconds,
+    served_tenants,
+    tenant_list,
+)
 from pilothouse.events._payloads import (
     RunAction,
     SkillCompletionEvent,
@@ -108,6 +119,8 @@ class EventService:
     Args:
         ph: the facade (its tenant is the default for ``run_action``).
         bus: the bus.
+        tenants: the tenants this service acts for (default: the facade's
+            tenant alone). A message of any other tenant is refused.
         reply_topic: where workers' completions come (``agent-events``).
         group: this service's consumer group (shared by its processes).
         action_topic: where ``run_action`` commands come; None runs no
@@ -142,7 +155,9 @@ class EventService:
         recover_after: float = 120.0,
         concurrency: int = 8,
         metrics: EventServiceMetrics | None = None,
+        tenants: Collection[str] | None = None,
     ) -> None:
+        self.tenants = served_tenants(ph.tenant, tenants)
         if concurrency < 1:
             raise InvalidFieldError(
                 "concurrency", f"must be at least 1 (1 applies one at a time), not {concurrency}"
@@ -196,7 +211,7 @@ class EventService:
         """Publish every unsent command; return how many were published."""
         sent = 0
         while True:
-            commands = await self._ph.events.unpublished(100)
+            commands = await self._ph.events.unpublished(100, tenants=self.tenants)
             if not commands:
                 self.metrics.unsent.set(0)
                 return sent
@@ -224,7 +239,9 @@ class EventService:
         """
         sent = 0
         while True:
-            replies = await self._ph.events.finished_replies(self._recover_after)
+            replies = await self._ph.events.finished_replies(
+                self._recover_after, tenants=self.tenants
+            )
             if not replies:
                 return sent
             done: list[str] = []
@@ -328,6 +345,17 @@ class EventService:
             return "other"
         outcome = await self._apply(message)
         self.metrics.completions.labels(outcome).inc()
+        if outcome == "refused":
+            # Publishing on the reply topic is no right to resume another
+            # tenant's conversation; nothing was recorded, so that tenant's
+            # own process may still apply it if it is delivered there.
+            logger.warning(
+                "refused completion %s on %s: its call is of a tenant this process does not "
+                "serve (it serves %s)",
+                message.correlation_id,
+                delivery.topic,
+                tenant_list(self.tenants),
+            )
         if outcome != "busy":
             await delivery.ack()
             return outcome
@@ -347,7 +375,10 @@ class EventService:
         waited, pause = 0.0, 0.02
         while True:
             applied = await self._ph.events.complete(
-                message.correlation_id, result=message.result, error=message.error
+                message.correlation_id,
+                result=message.result,
+                error=message.error,
+                tenants=self.tenants,
             )
             if applied.outcome != "busy" or waited >= self._busy_retry:
                 return applied.outcome
@@ -360,10 +391,10 @@ class EventService:
     async def _sweep_loop(self) -> None:
         while True:
             await anyio.sleep(self._sweep)
-            ended = await self._ph.events.expire()
+            ended = await self._ph.events.expire(tenants=self.tenants)
             if ended:
                 self.metrics.completions.labels("timeout").inc(ended)
-            recovered = await self._ph.events.recover(self._recover_after)
+            recovered = await self._ph.events.recover(self._recover_after, tenants=self.tenants)
             if recovered:
                 self.metrics.completions.labels("recovered").inc(recovered)
 
@@ -395,8 +426,11 @@ class EventService:
         if not isinstance(message, RunAction):
             await delivery.ack()
             return "other"
-        ph = self._ph if message.tenant is None else self._ph.for_tenant(message.tenant)
         correlation_id = message.correlation_id
+        tenant = self._ph.tenant if message.tenant is None else message.tenant
+        if tenant not in self.tenants:
+            return await self._refuse_action(delivery, message, tenant)
+        ph = self._ph if tenant == self._ph.tenant else self._ph.for_tenant(tenant)
         outcome, reply, settled = "finished", None, True
         try:
             result = await self._run_action(ph, message)
@@ -426,6 +460,34 @@ class EventService:
         self.metrics.actions.labels(outcome).inc()
         await delivery.ack()
         return outcome
+
+    async def _refuse_action(self, delivery: Delivery, message: RunAction, tenant: str) -> str:
+        """Answer a ``run_action`` of a tenant this process does not serve with ``FA``; run nothing.
+
+        The bus carries no credentials: a message naming a tenant proves
+        nothing, so only the tenants the process was started for are served.
+        """
+        served = tenant_list(self.tenants)
+        logger.warning(
+            "refused run_action %s on %s: it names tenant '%s'; this process serves %s",
+            message.correlation_id,
+            delivery.topic,
+            tenant,
+            served,
+        )
+        refusal = ForbiddenError(
+            f"tenant '{tenant}' is not served by this process (it serves {served}); "
+            "send the run_action to that tenant's pilothouse events process"
+        )
+        reply = TurnFinishedEvent(
+            correlation_id=message.correlation_id,
+            status="FA",
+            error=f"{refusal.category.value}: {refusal.public_message}",
+        )
+        await self._bus.publish(message.reply_to, encode(reply), key=message.correlation_id)
+        self.metrics.actions.labels("forbidden").inc()
+        await delivery.ack()
+        return "forbidden"
 
     async def _run_action(self, ph: Pilothouse, message: RunAction) -> TurnResult:
         conversation_uuid = str(uuid_module.uuid5(_ACTION_NAMESPACE, message.correlation_id))

@@ -9,6 +9,9 @@ the command's tenant, through ``ph.events.run_tool``) and publishes a
 dead-letter topic; a readable one is also answered with the error, so its
 conversation does not wait for the deadline. A command past its deadline is
 not run: pilothouse has already ended the call with a timeout result.
+A worker runs commands only of the tenants it was started for
+(``tenants``, by default its facade's tenant): a command naming another
+tenant is answered with an error and nothing runs.
 
 Idempotency is pilothouse's: a command delivered twice is run twice, and
 the second completion is recorded as a duplicate and ignored. Make tools
@@ -22,7 +25,7 @@ __all__ = ["Worker", "WorkerMetrics"]
 
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,8 +34,15 @@ import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import ValidationError
 
-from pilothouse.errors import InvalidFieldError, PilothouseError
-from pilothouse.events._bus import Bus, BusError, Delivery, positive_seconds
+from pilothouse.errors import ForbiddenError, InvalidFieldError, PilothouseError
+from pilothouse.events._bus import (
+    Bus,
+    BusError,
+    Delivery,
+    positive_seconds,
+    served_tenants,
+    tenant_list,
+)
 from pilothouse.events._payloads import (
     SkillCompletionEvent,
     SkillInvocationEvent,
@@ -63,7 +73,8 @@ class WorkerMetrics:
             registry=registry,
             commands=Counter(
                 "pilothouse_worker_commands",
-                "Commands handled, by outcome (ok, error, dead_letter, expired, invalid).",
+                "Commands handled, by outcome "
+                "(ok, error, dead_letter, expired, invalid, forbidden).",
                 ["topic", "outcome"],
                 registry=registry,
             ),
@@ -94,6 +105,9 @@ class Worker:
         dead_letter_topic: where poison commands go (default ``<topic>.dlq``).
         timeout: seconds a tool may run.
         metrics: where to count; new ones by default.
+        tenants: the tenants whose commands this worker runs (default: the
+            facade's tenant alone). A command of any other tenant is
+            answered with an error and not run.
 
     Example:
         ```python
@@ -118,7 +132,9 @@ class Worker:
         dead_letter_topic: str | None = None,
         timeout: float = 30.0,
         metrics: WorkerMetrics | None = None,
+        tenants: Collection[str] | None = None,
     ) -> None:
+        self.tenants = served_tenants(ph.tenant, tenants)
         if attempts < 1:
             raise InvalidFieldError("attempts", f"must be at least 1, not {attempts}")
         self._ph = ph
@@ -173,6 +189,9 @@ class Worker:
             return "invalid"
         if not isinstance(command, SkillInvocationEvent):
             return "other"
+        if command.tenant not in self.tenants:
+            await self._refuse(command)
+            return "forbidden"
         if command.deadline is not None and command.deadline.timestamp() < time.time():
             # pilothouse has ended (or will end) the call with a timeout.
             return "expired"
@@ -212,6 +231,28 @@ class Worker:
         except PilothouseError as exc:
             return f"tool.exec.error: {exc}", None
         return run.error, run.result
+
+    async def _refuse(self, command: SkillInvocationEvent) -> None:
+        """Answer a command of a tenant this worker does not serve with an error; run nothing.
+
+        The bus carries no credentials: a command naming a tenant proves
+        nothing, so only the tenants the worker was started for are served.
+        """
+        served = tenant_list(self.tenants)
+        logger.warning(
+            "refused command %s (%s) on %s: it names tenant '%s'; this worker serves %s",
+            command.correlation_id,
+            command.skill_name,
+            self.topic,
+            command.tenant,
+            served,
+        )
+        refusal = ForbiddenError(
+            f"tenant '{command.tenant}' is not served by this worker (it serves {served})"
+        )
+        await self._answer(
+            command, None, f"tool.exec.error: {refusal.category.value}: {refusal.public_message}"
+        )
 
     async def _answer(self, command: SkillInvocationEvent, result: Any, error: str | None) -> None:
         completion = SkillCompletionEvent(

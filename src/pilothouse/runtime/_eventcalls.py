@@ -5,7 +5,9 @@ A call of an event tool ended its turn ``WA`` with a command in
 unsent commands, applies a worker's ``SkillCompletionEvent`` by resuming
 the conversation (the reply and the ``event_processed`` row in one
 transaction), and ends overdue calls with a timeout result. It works for
-any tenant: the outbox row names the conversation's tenant.
+any tenant: the outbox row names the conversation's tenant. Each method
+takes ``tenants``: a process started for some tenants passes them, and
+rows of other tenants are neither read nor applied (None: every tenant).
 
 At most once: a completion whose correlation id is in ``event_processed``
 is a duplicate (or late, after the timeout): it is counted there and
@@ -19,7 +21,7 @@ from __future__ import annotations
 __all__ = ["CompletionApplied", "EventCalls", "OutboxCommand", "ToolRun", "run_tool"]
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -46,7 +48,7 @@ from pilothouse.store import (
 )
 from pilothouse.store._base import utcnow
 
-Outcome = Literal["applied", "duplicate", "unknown", "stale", "busy"]
+Outcome = Literal["applied", "duplicate", "unknown", "stale", "busy", "refused"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,9 @@ class CompletionApplied:
         outcome: ``applied``; ``duplicate`` (already processed: counted and
             ignored); ``unknown`` (no such call); ``stale`` (the call or
             its conversation no longer waits: recorded and ignored);
-            ``busy`` (the conversation runs a turn: try again later).
+            ``busy`` (the conversation runs a turn: try again later);
+            ``refused`` (the call is of a tenant the caller does not serve:
+            nothing is recorded, so that tenant's own process may apply it).
         conversation_uuid: the conversation, when known.
         result: the resumed turn's result, when applied.
     """
@@ -97,15 +101,15 @@ class EventCalls:
         self._db = database
         self._runner = runner
 
-    async def unpublished(self, limit: int = 100) -> list[OutboxCommand]:
-        """Commands not yet published, oldest first."""
+    async def unpublished(
+        self, limit: int = 100, tenants: Collection[str] | None = None
+    ) -> list[OutboxCommand]:
+        """Commands not yet published, oldest first (of ``tenants``, or every tenant)."""
+        statement = select(EventOutbox).where(EventOutbox.published_at.is_(None))
+        if tenants is not None:
+            statement = statement.where(EventOutbox.tenant.in_(list(tenants)))
         async with self._db.sessions() as session:
-            rows = await session.scalars(
-                select(EventOutbox)
-                .where(EventOutbox.published_at.is_(None))
-                .order_by(EventOutbox.id)
-                .limit(limit)
-            )
+            rows = await session.scalars(statement.order_by(EventOutbox.id).limit(limit))
             return [OutboxCommand(r.id, r.correlation_id, r.topic, r.payload) for r in rows]
 
     async def conversation_of(self, correlation_id: str) -> str | None:
@@ -159,6 +163,7 @@ class EventCalls:
         result: Any = None,
         error: str | None = None,
         outcome: str | None = None,
+        tenants: Collection[str] | None = None,
     ) -> CompletionApplied:
         """Apply a worker's completion: resume the conversation with the result.
 
@@ -168,16 +173,22 @@ class EventCalls:
             error: the worker's error, instead of a result.
             outcome: recorded in ``event_processed`` (default ``result`` or
                 ``error``; the deadline sweep passes ``timeout``).
+            tenants: apply only calls of these tenants (None: every tenant);
+                another tenant's call is ``refused`` and nothing is recorded.
         """
         kind = outcome or ("error" if error is not None else "result")
         async with self._db.sessions() as session:
+            command = await session.scalar(
+                select(EventOutbox).where(EventOutbox.correlation_id == correlation_id)
+            )
+            if command is not None and tenants is not None and command.tenant not in tenants:
+                # Checked before anything is written: recording it (even as a
+                # duplicate) would be this process acting for that tenant.
+                return CompletionApplied("refused")
             done = await session.get(EventProcessed, correlation_id)
             if done is not None:
                 await self._duplicate(correlation_id, f"{kind} after {done.outcome}")
                 return CompletionApplied("duplicate", done.conversation_uuid)
-            command = await session.scalar(
-                select(EventOutbox).where(EventOutbox.correlation_id == correlation_id)
-            )
         if command is None:
             await self._record(correlation_id, None, None, "unknown", "no command with this id")
             return CompletionApplied("unknown")
@@ -288,29 +299,32 @@ class EventCalls:
             f"'{correlation_id}' was answered already ({answered})"
         )
 
-    async def expire(self, now: datetime | None = None) -> int:
+    async def expire(
+        self, now: datetime | None = None, tenants: Collection[str] | None = None
+    ) -> int:
         """End every call past its deadline with a timeout result the model sees.
+
+        Args:
+            now: the moment to compare deadlines with (default: now).
+            tenants: only calls of these tenants (None: every tenant).
 
         Returns:
             How many calls were ended.
         """
         moment = now or utcnow()
+        statement = select(
+            EventOutbox.correlation_id,
+            EventOutbox.skill_name,
+            EventOutbox.created_at,
+            EventOutbox.deadline,
+        ).where(
+            EventOutbox.deadline < moment,
+            ~EventOutbox.correlation_id.in_(select(EventProcessed.correlation_id)),
+        )
+        if tenants is not None:
+            statement = statement.where(EventOutbox.tenant.in_(list(tenants)))
         async with self._db.sessions() as session:
-            rows = (
-                await session.execute(
-                    select(
-                        EventOutbox.correlation_id,
-                        EventOutbox.skill_name,
-                        EventOutbox.created_at,
-                        EventOutbox.deadline,
-                    )
-                    .where(
-                        EventOutbox.deadline < moment,
-                        ~EventOutbox.correlation_id.in_(select(EventProcessed.correlation_id)),
-                    )
-                    .order_by(EventOutbox.deadline)
-                )
-            ).all()
+            rows = (await session.execute(statement.order_by(EventOutbox.deadline))).all()
         ended = 0
         for correlation_id, skill, created, deadline in rows:
             seconds = round((deadline - created).total_seconds(), 3)
@@ -318,11 +332,12 @@ class EventCalls:
                 correlation_id,
                 error=f"tool.exec.timeout: no completion for '{skill}' within {seconds:g} s",
                 outcome="timeout",
+                tenants=tenants,
             )
             ended += applied.outcome == "applied"
         return ended
 
-    async def recover(self, older_than: float) -> int:
+    async def recover(self, older_than: float, tenants: Collection[str] | None = None) -> int:
         """Go on with conversations a dead process left running after applying a completion.
 
         A process killed between the transaction that applied a completion
@@ -333,28 +348,27 @@ class EventCalls:
         over and continued from its stored history (the turn is driven again:
         one more model call, recorded as such).
 
+        Args:
+            older_than: seconds without a write.
+            tenants: only conversations of these tenants (None: every tenant).
+
         Returns:
             How many conversations were continued.
         """
         cutoff = utcnow() - timedelta(seconds=older_than)
-        async with self._db.sessions() as session:
-            rows = (
-                await session.execute(
-                    select(Conversation.tenant, Conversation.uuid)
-                    .where(
-                        Conversation.status == ProcessStatus.RUNNING,
-                        Conversation.updated_at < cutoff,
-                        Conversation.uuid.in_(
-                            select(EventProcessed.conversation_uuid).where(
-                                EventProcessed.outcome.in_(
-                                    ["result", "error", "timeout", "submitted"]
-                                )
-                            )
-                        ),
-                    )
-                    .order_by(Conversation.updated_at)
+        statement = select(Conversation.tenant, Conversation.uuid).where(
+            Conversation.status == ProcessStatus.RUNNING,
+            Conversation.updated_at < cutoff,
+            Conversation.uuid.in_(
+                select(EventProcessed.conversation_uuid).where(
+                    EventProcessed.outcome.in_(["result", "error", "timeout", "submitted"])
                 )
-            ).all()
+            ),
+        )
+        if tenants is not None:
+            statement = statement.where(Conversation.tenant.in_(list(tenants)))
+        async with self._db.sessions() as session:
+            rows = (await session.execute(statement.order_by(Conversation.updated_at))).all()
         continued = 0
         for tenant, uuid in rows:
             calls = await ConversationQueries(self._db, tenant).tool_calls(uuid)

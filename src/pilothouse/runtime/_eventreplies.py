@@ -17,7 +17,7 @@ from __future__ import annotations
 __all__ = ["EventReplies", "FinishedReply"]
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -126,34 +126,38 @@ class EventReplies:
                 .values(published_at=utcnow())
             )
 
-    async def finished(self, lease: float, limit: int = 100) -> list[FinishedReply]:
+    async def finished(
+        self, lease: float, limit: int = 100, tenants: Collection[str] | None = None
+    ) -> list[FinishedReply]:
         """Claim the unpublished answers of finished conversations and return them.
 
         Args:
             lease: seconds after which another process's claim is taken over
                 (it died between claiming and noting the answer published).
             limit: at most this many.
+            tenants: only answers of these tenants (None: every tenant).
         """
         now = utcnow()
         cutoff = now - timedelta(seconds=lease)
         open_claim = or_(EventReply.claimed_at.is_(None), EventReply.claimed_at < cutoff)
+        statement = (
+            select(EventReply.correlation_id, EventReply.reply_to, Conversation)
+            .join(
+                Conversation,
+                (Conversation.uuid == EventReply.conversation_uuid)
+                & (Conversation.tenant == EventReply.tenant),
+            )
+            .where(
+                EventReply.published_at.is_(None),
+                open_claim,
+                Conversation.status.in_(list(SETTLED)),
+            )
+        )
+        if tenants is not None:
+            statement = statement.where(EventReply.tenant.in_(list(tenants)))
         async with self._db.sessions() as session:
             rows = (
-                await session.execute(
-                    select(EventReply.correlation_id, EventReply.reply_to, Conversation)
-                    .join(
-                        Conversation,
-                        (Conversation.uuid == EventReply.conversation_uuid)
-                        & (Conversation.tenant == EventReply.tenant),
-                    )
-                    .where(
-                        EventReply.published_at.is_(None),
-                        open_claim,
-                        Conversation.status.in_(list(SETTLED)),
-                    )
-                    .order_by(EventReply.created_at)
-                    .limit(limit)
-                )
+                await session.execute(statement.order_by(EventReply.created_at).limit(limit))
             ).all()
         replies: list[FinishedReply] = []
         for correlation_id, reply_to, conversation in rows:

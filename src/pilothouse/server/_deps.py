@@ -28,6 +28,7 @@ from __future__ import annotations
 __all__ = [
     "AdminFacade",
     "AdminPrincipal",
+    "admit_key",
     "Authenticated",
     "Facade",
     "Principal",
@@ -52,7 +53,7 @@ from fastapi import Depends, Request
 from pilothouse.api import Pilothouse
 from pilothouse.errors import ForbiddenError, TooManyRequestsError, UnauthorizedError
 from pilothouse.server._state import ServerState
-from pilothouse.types import ADMIN_SCOPE
+from pilothouse.types import ADMIN_SCOPE, KeyInfo
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +170,15 @@ async def principal_from_key(request: Request, state: ServerState, key: str) -> 
     if info is None:
         await _count_auth_failure(request, state)
         raise UnauthorizedError("the API key is unknown or revoked")
+    return await admit_key(request, state, info)
+
+
+async def admit_key(request: Request, state: ServerState, info: KeyInfo) -> Principal:
+    """The principal of a verified key (a header's, a browser session's), after its rate limit.
+
+    Raises:
+        TooManyRequestsError: over the rate limit.
+    """
     wait = await state.limiter.acquire(info.prefix)
     if wait is not None:
         raise TooManyRequestsError(

@@ -28,9 +28,10 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import anyio
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pilothouse.api import Pilothouse
@@ -101,6 +102,14 @@ class ServerSettings(BaseSettings):
             (``pilothouse memory run-jobs`` elsewhere then).
         memory_expiry_seconds: how often session memory past its TTL is
             deleted (while the worker runs).
+        ui_session_seconds: how long a browser UI login lasts (its session
+            expires then; logging out ends it before).
+        ui_origins: origins the browser UI is also reached under, such as
+            ``https://pilothouse.example.com`` behind a proxy that ends TLS
+            or changes the Host header (the service reads no
+            ``X-Forwarded-*`` header). The
+            UI's state-changing requests must come from the request's own
+            origin or one of these (403 otherwise).
     """
 
     model_config = SettingsConfigDict(env_prefix="PILOTHOUSE_SERVER_", extra="ignore")
@@ -140,6 +149,26 @@ class ServerSettings(BaseSettings):
     cancel_poll_seconds: float = Field(default=0.5, gt=0)
     memory_worker_seconds: float = Field(default=5.0, ge=0)
     memory_expiry_seconds: float = Field(default=60.0, gt=0)
+    ui_session_seconds: float = Field(default=12 * 3600.0, gt=0)
+    ui_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("ui_origins")
+    @classmethod
+    def _origins_are_origins(cls, origins: list[str]) -> list[str]:
+        normal: list[str] = []
+        for origin in origins:
+            parts = urlsplit(origin)
+            if (
+                parts.scheme not in ("http", "https")
+                or not parts.hostname
+                or (parts.path not in ("", "/") or parts.query or parts.fragment)
+            ):
+                raise ValueError(
+                    f"{origin!r} is not an origin; write scheme://host[:port], "
+                    "such as https://pilothouse.example.com"
+                )
+            normal.append(f"{parts.scheme}://{parts.netloc}".lower())
+        return normal
 
     @property
     def is_loopback(self) -> bool:

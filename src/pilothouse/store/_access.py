@@ -1,12 +1,13 @@
-"""API keys: who may call the HTTP service, for which tenant.
+"""API keys: who may call the HTTP service, for which tenant; the browser UI's sessions.
 
 Only a digest of each key is stored; the key itself is shown once, when it
-is created.
+is created. A browser session is stored the same way: its cookie holds a
+random session id, the table its digest and the key it was opened with.
 """
 
 from __future__ import annotations
 
-__all__ = ["ApiKey"]
+__all__ = ["ApiKey", "UiSession"]
 
 from datetime import datetime
 from typing import Any
@@ -40,3 +41,24 @@ class ApiKey(Base):
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     last_used_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class UiSession(Base):
+    """A browser UI session, opened by logging in with an API key.
+
+    The cookie carries the session id, never the key. The session acts for
+    its key while that key is active: revoking the key ends its sessions.
+
+    Attributes:
+        digest: SHA-256 of the session id (the id is random: nothing to
+            brute-force, and a copy of the table opens no session).
+        key_prefix: the prefix of the API key the session was opened with.
+        expires_at: when the session ends unless logged out before.
+    """
+
+    __tablename__ = "ui_session"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_prefix: Mapped[str] = mapped_column(String(16), index=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)

@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from pilothouse.errors import TooManyRequestsError, UnauthorizedError
 from pilothouse.server._deps import State, principal_from_key
-from pilothouse.server._ui._base import COOKIE, render
+from pilothouse.server._ui._base import COOKIE, check_origin, render
 
 router = APIRouter(include_in_schema=False)
 
@@ -36,7 +36,12 @@ async def login_page(request: Request) -> HTMLResponse:
 async def login(
     request: Request, state: State, api_key: Annotated[str, Form(max_length=256)] = ""
 ) -> Response:
-    """Check the key like the REST API does; keep it in an HttpOnly cookie."""
+    """Check the key like the REST API does; open a session and keep its id in a cookie.
+
+    The key itself is never put in the cookie. From another origin the login
+    is refused with 403 (a page that logs its visitors into its own key).
+    """
+    check_origin(request, state)
     key = api_key.strip()
     error = None
     if not key:
@@ -50,21 +55,33 @@ async def login(
             error = "Too many attempts; wait a minute and try again."
     if error is not None:
         return render(request, "login.html", status_code=401, error=error)
+    lifetime = state.server.ui_session_seconds
+    try:
+        session_id = await state.pilothouse.keys.open_session(key, lifetime)
+    except UnauthorizedError:
+        # Revoked between the check and now.
+        return render(
+            request, "login.html", status_code=401, error="This API key is unknown or revoked."
+        )
     response = RedirectResponse("/playground", status_code=303)
     response.set_cookie(
         COOKIE,
-        key,
+        session_id,
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
-        max_age=12 * 3600,
+        max_age=int(lifetime),
     )
     return response
 
 
 @router.post("/logout")
-async def logout() -> RedirectResponse:
-    """Forget the key."""
+async def logout(request: Request, state: State) -> RedirectResponse:
+    """End the session: its id opens nothing any more, in this browser or any other."""
+    check_origin(request, state)
+    session_id = request.cookies.get(COOKIE)
+    if session_id:
+        await state.pilothouse.keys.end_session(session_id)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(COOKIE)
     return response
