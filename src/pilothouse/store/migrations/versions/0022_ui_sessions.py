@@ -5,7 +5,7 @@ its SHA-256 digest, the prefix of the API key it was opened with and when
 it expires. Logging out deletes the row.
 
 Revision ID: 0022
-Revises: 0015
+Revises: 0017
 Create Date: 2026-12-06 07:40:00
 """
 
