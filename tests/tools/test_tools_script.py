@@ -63,7 +63,9 @@ async def test_a_script_past_its_timeout_is_killed() -> None:
     assert time.monotonic() - started < 5
     assert result.is_error
     assert result.error_code == "tool.exec.timeout"
-    assert result.content == "script timed out after 0.5 s and was killed"
+    assert result.content == (
+        "script timed out after 0.5 s, its wall-time limit (settings.timeout), and was killed"
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -173,10 +175,15 @@ async def test_a_script_that_ignores_stdin_still_works() -> None:
     assert (result.is_error, result.data) == (False, 1)
 
 
-async def test_long_output_is_truncated_with_a_note() -> None:
+async def test_output_past_the_limit_kills_the_script_and_is_an_error_naming_it() -> None:
     tool = await script("print('y' * 100, end='')", max_output_bytes=10)
     result = await tool.execute({}, CONTEXT)
-    assert result.content == "yyyyyyyyyy…[truncated: 10 of 100 bytes]"
+    assert result.is_error
+    assert result.error_code == "tool.exec.limit"
+    assert result.content == (
+        "script wrote more than 10 bytes to stdout, its output limit "
+        "(settings.max_output_bytes), and was killed; its first 10 bytes of stdout: yyyyyyyyyy"
+    )
 
 
 @pytest.mark.parametrize(

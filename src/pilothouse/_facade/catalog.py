@@ -13,7 +13,7 @@ __all__ = ["CatalogApi"]
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from pydantic_core import to_jsonable_python
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from pilothouse.catalog._models import CatalogEntity
     from pilothouse.catalog._validate import ParsedCatalog
     from pilothouse.providers._egress import EgressPolicy
+    from pilothouse.tools._limits import ScriptLimits
     from pilothouse.types import ImportSummary
 
 EgressOf = Callable[[], "EgressPolicy | None"]
@@ -71,6 +72,19 @@ async def _served_write_issues(
     return found
 
 
+def _script_limit_issues(
+    limits: ScriptLimits, kind: CatalogKind, document: Mapping[str, Any]
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """Each limit a script tool asks for above the deployment's ceiling, with its location."""
+    settings = document.get("settings")
+    if kind.name != "tools" or document.get("kind") != "script" or not isinstance(settings, dict):
+        return []
+    return [
+        (tuple(field.split(".")), rule)
+        for field, rule in limits.problems(cast(dict[str, Any], settings))
+    ]
+
+
 def _kind(name: str) -> CatalogKind:
     from pilothouse.catalog import catalog_kind
 
@@ -110,6 +124,8 @@ class CatalogApi(Facet):
             it (``Pilothouse(catalog_egress=True)``).
         allow_stdio: with ``egress``, tenants may write stdio MCP clients
             (``Settings.tenant_mcp_stdio``); commands the server runs.
+        script_limits: the deployment's ceilings on script tools' limits
+            (``Settings.script_max_*``); a tool asking for more is refused.
     """
 
     def __init__(
@@ -120,24 +136,36 @@ class CatalogApi(Facet):
         *,
         egress: EgressOf | None = None,
         allow_stdio: bool = False,
+        script_limits: ScriptLimits | None = None,
     ) -> None:
         super().__init__(database, tenant)
         self._user = user
         self._egress: EgressOf = egress or (lambda: None)
         self._allow_stdio = allow_stdio
+        self._script_limits = script_limits
 
     async def _check_document(self, kind: CatalogKind, document: Mapping[str, Any]) -> None:
-        """Refuse one entity whose addresses the tenant's policy does not allow."""
+        """Refuse one entity whose addresses the tenant's policy does not allow.
+
+        And a script tool whose limits are above the deployment's ceilings.
+        """
         policy = self._egress()
-        if policy is None:
+        if policy is None and self._script_limits is None:
             return
         from pilothouse.catalog import spec_document
         from pilothouse.catalog._validate import parse_spec
 
         spec = parse_spec(kind, document)  # raises every broken rule, as the write would
-        found = await _served_write_issues(
-            policy, kind, spec_document(kind, spec), spec.key, allow_stdio=self._allow_stdio
+        written = spec_document(kind, spec)
+        found = (
+            _script_limit_issues(self._script_limits, kind, written)
+            if self._script_limits is not None
+            else []
         )
+        if policy is not None:
+            found += await _served_write_issues(
+                policy, kind, written, spec.key, allow_stdio=self._allow_stdio
+            )
         if found:
             raise CatalogValidationError(
                 [
@@ -147,9 +175,10 @@ class CatalogApi(Facet):
             )
 
     def _import_check(self) -> Callable[[ParsedCatalog], Any] | None:
-        """The import's egress check of every entity, located by file and line."""
+        """The import's egress and script-limit check of every entity, located by file and line."""
         policy = self._egress()
-        if policy is None:
+        limits = self._script_limits
+        if policy is None and limits is None:
             return None
         checked = policy
         allow_stdio = self._allow_stdio
@@ -161,9 +190,16 @@ class CatalogApi(Facet):
             for entries in parsed.entries.values():
                 for entry in entries:
                     document = spec_document(entry.kind, entry.spec)
-                    for location, rule in await _served_write_issues(
-                        checked, entry.kind, document, entry.spec.key, allow_stdio=allow_stdio
-                    ):
+                    found = (
+                        _script_limit_issues(limits, entry.kind, document)
+                        if limits is not None
+                        else []
+                    )
+                    if checked is not None:
+                        found += await _served_write_issues(
+                            checked, entry.kind, document, entry.spec.key, allow_stdio=allow_stdio
+                        )
+                    for location, rule in found:
                         issues.append(entry.issue(location, rule))
             return issues
 
