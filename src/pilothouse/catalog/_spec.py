@@ -531,7 +531,6 @@ class ToolSpec(CatalogSpec):
             )
         return self
 
-
     @model_validator(mode="after")
     def _script_limits(self) -> ToolSpec:
         # Their ceilings are the deployment's, checked where the catalog is

@@ -39,9 +39,7 @@ class _Field:
 
 _FIELDS = (
     _Field("timeout", "timeout", "PILOTHOUSE_SCRIPT_MAX_TIMEOUT", "s", False),
-    _Field(
-        "output_bytes", "max_output_bytes", "PILOTHOUSE_SCRIPT_MAX_OUTPUT_BYTES", "bytes", True
-    ),
+    _Field("output_bytes", "max_output_bytes", "PILOTHOUSE_SCRIPT_MAX_OUTPUT_BYTES", "bytes", True),
     _Field("processes", "max_processes", "PILOTHOUSE_SCRIPT_MAX_PROCESSES", "processes", True),
     _Field("memory_mib", "max_memory_mib", "PILOTHOUSE_SCRIPT_MAX_MEMORY_MIB", "MiB", True),
     _Field("cpu_seconds", "max_cpu_seconds", "PILOTHOUSE_SCRIPT_MAX_CPU_SECONDS", "s", True),
@@ -59,6 +57,11 @@ def _number(value: object, whole: bool) -> float | None:
     if whole and value != int(value):
         return None
     return float(value)
+
+
+def _shown(value: float) -> str:
+    """A number as written: whole ones without a fraction or an exponent."""
+    return str(int(value)) if value == int(value) else f"{value:g}"
 
 
 @dataclass(frozen=True)
@@ -120,9 +123,9 @@ class ScriptLimits:
                 found.append(
                     (
                         f"settings.{field.setting}",
-                        f"{settings[field.setting]} is above this deployment's ceiling of "
-                        f"{ceiling:g} {field.unit} ({field.variable}); write at most "
-                        f"{ceiling:g}, or ask the operator to raise the ceiling",
+                        f"{_shown(value)} is above this deployment's ceiling of "
+                        f"{_shown(ceiling)} {field.unit} ({field.variable}); write at most "
+                        f"{_shown(ceiling)}, or ask the operator to raise the ceiling",
                     )
                 )
         return found
@@ -156,6 +159,5 @@ class ScriptLimits:
         return (
             f"{self.processes} processes, {self.memory_mib} MiB memory per process, "
             f"{self.cpu_seconds} s CPU per process, {self.tmp_mib} MiB /tmp, "
-            f"{self.timeout:g} s wall time, {self.output_bytes} bytes output"
+            f"{_shown(self.timeout)} s wall time, {self.output_bytes} bytes output"
         )
-

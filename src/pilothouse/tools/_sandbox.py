@@ -113,8 +113,7 @@ class ScriptSandbox:
         else:
             processes = (
                 "NOT ENFORCED (root is exempt from RLIMIT_NPROC and no pids cgroup is "
-                "writable"
-                + (")" if sandboxed else "; trusted mode sets no RLIMIT_NPROC)")
+                "writable" + (")" if sandboxed else "; trusted mode sets no RLIMIT_NPROC)")
             )
         disk = (
             f"tmpfs of {self.limits.tmp_mib} MiB on /tmp and /dev/shm, read-only root"
@@ -187,8 +186,9 @@ class ScriptSandbox:
         sandboxed = self.mode == "sandbox" and self.bwrap is not None
         rlimits = _rlimits(self.prlimit, limits, node is not None, processes=sandboxed)
         if not sandboxed:
-            plain = [node, "-e", source] if node is not None else [sys.executable, "-I", "-c", source]
-            return [*rlimits, *plain]
+            if node is not None:
+                return [*rlimits, node, "-e", source]
+            return [*rlimits, sys.executable, "-I", "-c", source]
         assert self.bwrap is not None
         # The installation's own interpreter, not a virtual environment's
         # (whose folder, under the project, must not be in the sandbox).
