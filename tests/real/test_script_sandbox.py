@@ -30,6 +30,7 @@ from pilothouse.providers._secrets import SecretResolver
 from pilothouse.settings import Settings
 from pilothouse.testing import Reply, ScriptedModel, ToolCall
 from pilothouse.tools import ExecutableTool, ToolContext, ToolError, ToolRegistry, ToolResult
+from pilothouse.tools._cgroup import PidsCgroup
 from pilothouse.tools._limits import ScriptLimits
 from pilothouse.tools._sandbox import ScriptSandbox
 from pilothouse.tools._script import _descendants
@@ -287,6 +288,26 @@ async def test_a_fork_bomb_ends_at_its_process_limit_and_the_server_goes_on() ->
     # The server still runs scripts.
     after = await _run("print(2 + 3)")
     assert after.data == 5
+
+
+@needs_bwrap
+async def test_each_run_s_pids_cgroup_is_removed_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if ScriptSandbox.for_mode("sandbox").cgroup is None:
+        pytest.skip("this process cannot make pids cgroups")
+    made: list[PidsCgroup] = []
+    create = PidsCgroup.create
+
+    def recorded(base: Path, limit: int) -> PidsCgroup:
+        made.append(create(base, limit))
+        return made[-1]
+
+    monkeypatch.setattr(PidsCgroup, "create", staticmethod(recorded))
+    result = await _run(STARTS.format(count=300), max_processes=8, timeout=10)
+    assert "process limit (8 processes" in str(result.content)
+    (cgroup,) = made
+    assert not cgroup.path.exists()
 
 
 @needs_bwrap

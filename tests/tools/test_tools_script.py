@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,9 +13,13 @@ import anyio
 import pytest
 from tool_rows import tool_row
 
+from pilothouse.api import Pilothouse
 from pilothouse.catalog._enums import ToolKind
+from pilothouse.errors import CatalogValidationError
 from pilothouse.providers._secrets import SecretResolver
+from pilothouse.settings import Settings
 from pilothouse.tools import ScriptTool, ToolContext, ToolError, ToolRegistry
+from pilothouse.tools._limits import ScriptLimits
 from pilothouse.tools._sandbox import ScriptSandbox, ScriptToolsMode
 
 pytestmark = pytest.mark.anyio
@@ -201,3 +206,89 @@ async def test_script_tools_without_a_sandbox_are_refused_naming_the_setting(
         await registry.from_catalog(
             tool_row(ToolKind.SCRIPT, name="script", implementation="print(1)")
         )
+
+
+CEILINGS = ScriptLimits(
+    timeout=30, output_bytes=4096, processes=20, memory_mib=256, cpu_seconds=5, tmp_mib=16
+)
+
+
+async def limited(**settings: Any) -> ScriptTool:
+    sandbox = ScriptSandbox.for_mode("sandbox", CEILINGS)
+    registry = ToolRegistry(SecretResolver({}), script_sandbox=sandbox)
+    built = await registry.from_catalog(
+        tool_row(ToolKind.SCRIPT, name="script", implementation="print(1)", settings=settings)
+    )
+    assert isinstance(built, ScriptTool)
+    return built
+
+
+async def test_a_tool_runs_at_the_ceilings_with_a_10_s_timeout_and_64_kib_at_most() -> None:
+    assert (await limited()).limits == ScriptLimits(
+        timeout=10, output_bytes=4096, processes=20, memory_mib=256, cpu_seconds=5, tmp_mib=16
+    )
+
+
+async def test_a_tool_may_lower_every_limit() -> None:
+    tool = await limited(
+        timeout=2.5,
+        max_output_bytes=100,
+        max_processes=3,
+        max_memory_mib=64,
+        max_cpu_seconds=1,
+        max_tmp_mib=1,
+    )
+    assert tool.limits == ScriptLimits(
+        timeout=2.5, output_bytes=100, processes=3, memory_mib=64, cpu_seconds=1, tmp_mib=1
+    )
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        (
+            "timeout",
+            31,
+            "settings.timeout: 31 is above this deployment's ceiling of 30 s "
+            "(PILOTHOUSE_SCRIPT_MAX_TIMEOUT); write at most 30",
+        ),
+        (
+            "max_output_bytes",
+            1e10,
+            "settings.max_output_bytes: 10000000000 is above this deployment's ceiling of "
+            "4096 bytes (PILOTHOUSE_SCRIPT_MAX_OUTPUT_BYTES); write at most 4096",
+        ),
+        ("max_processes", 21, "(PILOTHOUSE_SCRIPT_MAX_PROCESSES); write at most 20"),
+        ("max_memory_mib", 257, "(PILOTHOUSE_SCRIPT_MAX_MEMORY_MIB); write at most 256"),
+        ("max_cpu_seconds", 6, "(PILOTHOUSE_SCRIPT_MAX_CPU_SECONDS); write at most 5"),
+        ("max_tmp_mib", 17, "(PILOTHOUSE_SCRIPT_MAX_TMP_MIB); write at most 16"),
+        ("max_processes", 2.5, "settings.max_processes: must be a positive whole number"),
+        ("timeout", 0, "settings.timeout: must be a positive number (s)"),
+        ("max_memory_mib", True, "settings.max_memory_mib: must be a positive whole number"),
+    ],
+)
+async def test_a_limit_above_its_ceiling_or_not_a_number_is_refused_naming_both(
+    setting: str, value: object, message: str
+) -> None:
+    with pytest.raises(ToolError, match=re.escape(message)):
+        await limited(**{setting: value})
+
+
+async def test_catalog_writes_above_a_ceiling_are_refused_naming_the_field(tmp_path: Path) -> None:
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", script_max_processes=8
+    )
+    tool = {"code": "T", "name": "t", "kind": "script", "implementation": "print(1)"}
+    async with Pilothouse(settings) as ph:
+        with pytest.raises(CatalogValidationError) as created:
+            await ph.catalog.create("tools", {**tool, "settings": {"max_processes": 9}})
+        with pytest.raises(CatalogValidationError) as imported:
+            await ph.catalog.import_documents([{"tools": [{**tool, "settings": {"timeout": 61}}]}])
+        # At the ceiling is allowed.
+        await ph.catalog.create("tools", {**tool, "settings": {"max_processes": 8}})
+    (issue,) = created.value.issues
+    assert (issue.field, issue.code) == ("settings.max_processes", "T")
+    assert "ceiling of 8 processes (PILOTHOUSE_SCRIPT_MAX_PROCESSES)" in issue.rule
+    (issue,) = imported.value.issues
+    assert issue.field == "settings.timeout"
+    assert "ceiling of 60 s (PILOTHOUSE_SCRIPT_MAX_TIMEOUT)" in issue.rule
