@@ -292,3 +292,20 @@ async def test_catalog_writes_above_a_ceiling_are_refused_naming_the_field(tmp_p
     (issue,) = imported.value.issues
     assert issue.field == "settings.timeout"
     assert "ceiling of 60 s (PILOTHOUSE_SCRIPT_MAX_TIMEOUT)" in issue.rule
+
+
+def test_a_bwrap_without_tmpfs_sizes_is_refused_naming_the_version(tmp_path: Path) -> None:
+    old = tmp_path / "bwrap"
+    old.write_text("#!/bin/sh\necho 'usage: bwrap [OPTIONS...] [--] COMMAND [ARGS...]'\n")
+    old.chmod(0o755)
+    refusal = ScriptSandbox(mode="sandbox", bwrap=str(old)).refusal()
+    assert refusal is not None and "bubblewrap 0.7 or later" in refusal
+
+
+@pytest.mark.parametrize("mode", ["sandbox", "trusted"])
+def test_without_prlimit_script_tools_are_refused_naming_it(mode: ScriptToolsMode) -> None:
+    sandbox = ScriptSandbox.for_mode(mode)
+    if mode == "sandbox" and sandbox.bwrap is None:
+        pytest.skip("bubblewrap is not installed")
+    refusal = ScriptSandbox(mode=mode, bwrap=sandbox.bwrap, prlimit=None).refusal()
+    assert refusal is not None and "'prlimit'" in refusal and "util-linux" in refusal

@@ -27,9 +27,12 @@ from __future__ import annotations
 
 __all__ = ["SCRIPT_LANGUAGES", "ScriptSandbox", "ScriptToolsMode"]
 
+import functools
 import logging
 import os
 import shutil
+import stat
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,6 +153,11 @@ class ScriptSandbox:
                 "script tools run under resource limits that util-linux's 'prlimit' sets, "
                 "and it is not installed (apt-get install util-linux)"
             )
+        if self.mode == "sandbox" and self.bwrap is not None and not _sizes_tmpfs(self.bwrap):
+            return (
+                f"the sandbox's /tmp needs a size limit ('bwrap --size'), which {self.bwrap} "
+                "does not offer: it needs bubblewrap 0.7 or later, not installed setuid"
+            )
         return None
 
     def language_refusal(self, language: str) -> str | None:
@@ -262,6 +270,17 @@ class ScriptSandbox:
             *rlimits,
             *program,
         ]
+
+
+@functools.cache
+def _sizes_tmpfs(bwrap: str) -> bool:
+    """Whether ``bwrap`` takes ``--size`` (0.7 on; refused when it is installed setuid)."""
+    if os.stat(bwrap).st_mode & stat.S_ISUID:
+        return False
+    shown = subprocess.run(
+        [bwrap, "--help"], capture_output=True, text=True, timeout=10, check=False
+    )
+    return "--size" in shown.stdout + shown.stderr
 
 
 def _which(name: str) -> str | None:
