@@ -428,3 +428,34 @@ async def test_a_stored_row_above_a_lowered_ceiling_is_refused_when_built(
     )
     with pytest.raises(ToolError, match="PILOTHOUSE_SCRIPT_MAX_OUTPUT_BYTES"):
         await registry.from_catalog(stored)
+
+
+@needs_bwrap
+async def test_200_mib_printed_in_a_turn_stores_a_bounded_result(tmp_path: Path) -> None:
+    document: dict[str, Any] = json.loads(_catalog(tmp_path).read_text(encoding="utf-8"))
+    document["tools"] = [
+        {
+            "code": "NOISY",
+            "name": "noisy",
+            "kind": "script",
+            "description": "Prints a lot.",
+            "implementation": PRINTS_200_MIB,
+            "settings": {"max_output_bytes": 1024 * 1024},
+        }
+    ]
+    document["actions"][0]["tools"] = ["NOISY"]
+    model = ScriptedModel([ToolCall("noisy", {}), Reply("done")] * 2)
+    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'server.db'}")
+    async with Pilothouse(settings, model=model) as ph:
+        await ph.catalog.import_documents([document])
+        # The first turn loads the run loop; the second shows what a turn costs.
+        await ph.command.start_and_send("be noisy", action="ADD")
+        before = _rss_mib()
+        result = await ph.command.start_and_send("be noisy", action="ADD")
+        grown = _rss_mib() - before
+        messages = await ph.query.get_conversation_messages(result.conversation_uuid)
+    assert result.status is ProcessStatus.COMPLETED, result.error
+    (stored,) = [m for m in messages if m.tool_call_id is not None]
+    assert "its output limit (settings.max_output_bytes), and was killed" in stored.content
+    assert len(stored.content) < 1024 * 1024 + 1000
+    assert grown < 64
