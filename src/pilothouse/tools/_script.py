@@ -159,19 +159,26 @@ class ScriptTool:
                 try:
                     outcome = await self._communicate(process, stdin)
                     if outcome.timed_out:
-                        outcome.processes = len(_descendants(process.pid)) + 1
+                        # The script's processes: in the sandbox, bubblewrap's
+                        # own two (outside and the namespace's init) are not.
+                        found = len(_descendants(process.pid)) + 1
+                        outcome.processes = found - 2 if self._sandbox.mode == "sandbox" else found
                 finally:
                     await _reap(process)
             outcome.cgroup_full = cgroup is not None and cgroup.reached()
         finally:
             if cgroup is not None:
-                await anyio.to_thread.run_sync(cgroup.remove)
+                # Removed even when the call was cancelled: a cgroup left
+                # behind would hold a directory per run.
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(cgroup.remove)
         return self._result(outcome, process.returncode)
 
     def _result(self, outcome: _Outcome, returncode: int | None) -> ToolResult:
         """The tool result of a finished run."""
         limits = self._limits
-        processes_hit = outcome.cgroup_full or outcome.processes >= limits.processes
+        # Within one of the limit: in the sandbox, bubblewrap's init counts too.
+        processes_hit = outcome.cgroup_full or outcome.processes >= limits.processes - 1
         if outcome.timed_out:
             note = (
                 f"; it had reached its limit of {limits.processes} processes "
