@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -309,3 +310,31 @@ def test_without_prlimit_script_tools_are_refused_naming_it(mode: ScriptToolsMod
         pytest.skip("bubblewrap is not installed")
     refusal = ScriptSandbox(mode=mode, bwrap=sandbox.bwrap, prlimit=None).refusal()
     assert refusal is not None and "'prlimit'" in refusal and "util-linux" in refusal
+
+
+def test_the_run_loop_logs_how_each_limit_is_enforced(caplog: pytest.LogCaptureFixture) -> None:
+    from pilothouse.runtime._toolset import CatalogToolSource
+
+    caplog.set_level(logging.INFO, logger="pilothouse.tools.script")
+    registry = ToolRegistry(SecretResolver({}))
+    CatalogToolSource(SecretResolver({}), registry=registry, script_tools="trusted")
+    (record,) = [r for r in caplog.records if r.name == "pilothouse.tools.script"]
+    line = record.getMessage()
+    assert line.startswith("script tools: trusted child process; processes: ")
+    assert "memory: RLIMIT_AS/RLIMIT_DATA per process; CPU: RLIMIT_CPU per process" in line
+    assert line.endswith(
+        "ceilings: 64 processes, 512 MiB memory per process, 30 s CPU per process, "
+        "64 MiB /tmp, 60 s wall time, 1048576 bytes output"
+    )
+
+
+def test_without_a_pids_cgroup_the_process_limit_is_rlimit_nproc_or_a_warning() -> None:
+    bwrap = ScriptSandbox.for_mode("sandbox").bwrap
+    if bwrap is None:
+        pytest.skip("bubblewrap is not installed")
+    line = ScriptSandbox(mode="sandbox", bwrap=bwrap, cgroup=None).enforcement()
+    if os.geteuid() == 0:
+        # The kernel exempts root from RLIMIT_NPROC: said, never implied.
+        assert "processes: NOT ENFORCED (root is exempt from RLIMIT_NPROC" in line
+    else:
+        assert "processes: RLIMIT_NPROC in the sandbox's user namespace" in line
