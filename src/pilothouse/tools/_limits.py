@@ -15,9 +15,12 @@ __all__ = ["TOOL_LIMIT_FIELDS", "ScriptLimits"]
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from pilothouse.tools._base import ToolError
+
+if TYPE_CHECKING:
+    from pilothouse.settings import Settings
 
 _DEFAULT_TIMEOUT = 10.0
 """Seconds a script may run when neither its settings nor the ceiling say less."""
@@ -88,15 +91,15 @@ class ScriptLimits:
     tmp_mib: int = 64
 
     @classmethod
-    def ceilings(cls, settings: Any) -> Self:
+    def ceilings(cls, settings: Settings) -> Self:
         """The ceilings a deployment's ``Settings`` (its ``script_max_*`` fields) set."""
         return cls(
-            timeout=float(settings.script_max_timeout),
-            output_bytes=int(settings.script_max_output_bytes),
-            processes=int(settings.script_max_processes),
-            memory_mib=int(settings.script_max_memory_mib),
-            cpu_seconds=int(settings.script_max_cpu_seconds),
-            tmp_mib=int(settings.script_max_tmp_mib),
+            timeout=settings.script_max_timeout,
+            output_bytes=settings.script_max_output_bytes,
+            processes=settings.script_max_processes,
+            memory_mib=settings.script_max_memory_mib,
+            cpu_seconds=settings.script_max_cpu_seconds,
+            tmp_mib=settings.script_max_tmp_mib,
         )
 
     def problems(self, settings: Mapping[str, Any]) -> list[tuple[str, str]]:
