@@ -11,7 +11,7 @@ is built.
 
 from __future__ import annotations
 
-__all__ = ["TOOL_LIMIT_FIELDS", "ScriptLimits"]
+__all__ = ["DEFAULT_SCRIPT_TIMEOUT", "ScriptLimits"]
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -22,7 +22,7 @@ from pilothouse.tools._base import ToolError
 if TYPE_CHECKING:
     from pilothouse.settings import Settings
 
-_DEFAULT_TIMEOUT = 10.0
+DEFAULT_SCRIPT_TIMEOUT = 10.0
 """Seconds a script may run when neither its settings nor the ceiling say less."""
 
 _DEFAULT_OUTPUT_BYTES = 64 * 1024
@@ -48,9 +48,6 @@ _FIELDS = (
     _Field("cpu_seconds", "max_cpu_seconds", "PILOTHOUSE_SCRIPT_MAX_CPU_SECONDS", "s", True),
     _Field("tmp_mib", "max_tmp_mib", "PILOTHOUSE_SCRIPT_MAX_TMP_MIB", "MiB", True),
 )
-
-TOOL_LIMIT_FIELDS = tuple(f.setting for f in _FIELDS)
-"""The settings of a script tool that lower a limit (``timeout``, ``max_output_bytes``, ...)."""
 
 
 def _number(value: object, whole: bool) -> float | None:
@@ -148,7 +145,7 @@ class ScriptLimits:
             field, rule = problems[0]
             raise ToolError(f"tool '{tool_name}': {field}: {rule}")
         chosen: dict[str, Any] = {
-            "timeout": min(_DEFAULT_TIMEOUT, self.timeout),
+            "timeout": min(DEFAULT_SCRIPT_TIMEOUT, self.timeout),
             "output_bytes": min(_DEFAULT_OUTPUT_BYTES, self.output_bytes),
         }
         for field in _FIELDS:

@@ -35,11 +35,8 @@ from anyio.abc import ByteReceiveStream, Process
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
 from pilothouse.tools._base import ToolContext, ToolDefinition, ToolResult
 from pilothouse.tools._cgroup import PidsCgroup
-from pilothouse.tools._limits import ScriptLimits
+from pilothouse.tools._limits import DEFAULT_SCRIPT_TIMEOUT, ScriptLimits
 from pilothouse.tools._sandbox import ScriptSandbox
-
-DEFAULT_SCRIPT_TIMEOUT = 10.0
-"""Seconds a script may run when its settings do not say."""
 
 _STDERR_TAIL = 2000
 """Characters of stderr shown when a script fails."""
