@@ -285,6 +285,15 @@ async def test_catalog_writes_above_a_ceiling_are_refused_naming_the_field(tmp_p
             await ph.catalog.create("tools", {**tool, "settings": {"max_processes": 9}})
         with pytest.raises(CatalogValidationError) as imported:
             await ph.catalog.import_documents([{"tools": [{**tool, "settings": {"timeout": 61}}]}])
+        # Checking files says so too, at the setting's line.
+        path = tmp_path / "tools.yaml"
+        path.write_text(
+            "tools:\n  - code: T\n    name: t\n    kind: script\n    implementation: print(1)\n"
+            "    settings: {max_cpu_seconds: 31}\n",
+            encoding="utf-8",
+        )
+        with pytest.raises(CatalogValidationError) as checked:
+            await ph.catalog.validate([path])
         # At the ceiling is allowed.
         await ph.catalog.create("tools", {**tool, "settings": {"max_processes": 8}})
     (issue,) = created.value.issues
@@ -293,6 +302,9 @@ async def test_catalog_writes_above_a_ceiling_are_refused_naming_the_field(tmp_p
     (issue,) = imported.value.issues
     assert issue.field == "settings.timeout"
     assert "ceiling of 60 s (PILOTHOUSE_SCRIPT_MAX_TIMEOUT)" in issue.rule
+    (issue,) = checked.value.issues
+    assert (issue.field, issue.line) == ("settings.max_cpu_seconds", 6)
+    assert "ceiling of 30 s (PILOTHOUSE_SCRIPT_MAX_CPU_SECONDS)" in issue.rule
 
 
 def test_a_bwrap_without_tmpfs_sizes_is_refused_naming_the_version(tmp_path: Path) -> None:

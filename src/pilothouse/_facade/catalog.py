@@ -231,6 +231,17 @@ class CatalogApi(Facet):
             async with self._database.sessions() as session:
                 existing = await load_existing(session, self.tenant)
         parsed, issues = validate_paths(paths, existing)
+        if not issues and self._script_limits is not None:
+            # The deployment's ceilings, as an import here would check them.
+            from pilothouse.catalog import spec_document
+
+            for entries in parsed.entries.values():
+                for entry in entries:
+                    document = spec_document(entry.kind, entry.spec)
+                    for location, rule in _script_limit_issues(
+                        self._script_limits, entry.kind, document
+                    ):
+                        issues.append(entry.issue(location, rule))
         if issues:
             raise CatalogValidationError(issues)
         counts = parsed.counts()
