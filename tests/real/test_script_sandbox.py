@@ -29,9 +29,8 @@ from pilothouse.errors import CatalogValidationError
 from pilothouse.providers._secrets import SecretResolver
 from pilothouse.settings import Settings
 from pilothouse.testing import Reply, ScriptedModel, ToolCall
-from pilothouse.tools import ExecutableTool, ToolContext, ToolError, ToolRegistry, ToolResult
+from pilothouse.tools import ExecutableTool, ToolContext, ToolRegistry, ToolResult
 from pilothouse.tools._cgroup import PidsCgroup
-from pilothouse.tools._limits import ScriptLimits
 from pilothouse.tools._sandbox import ScriptSandbox
 from pilothouse.tools._script import _descendants
 
@@ -400,39 +399,21 @@ async def test_a_stored_row_above_a_lowered_ceiling_is_refused_when_built(
     tmp_path: Path,
 ) -> None:
     # Written while the operator allowed 1 GB of output, run after the
-    # ceiling came back down: the row is refused, naming the ceiling.
+    # ceiling came back down: the turn refuses the tool, naming the ceiling.
+    document: dict[str, Any] = json.loads(_catalog(tmp_path).read_text(encoding="utf-8"))
+    document["tools"][0]["settings"] = {"max_output_bytes": 10**9}
     database = f"sqlite+aiosqlite:///{tmp_path / 'server.db'}"
-    tool = {
-        "code": "NOISY",
-        "name": "noisy",
-        "kind": "script",
-        "implementation": PRINTS_200_MIB,
-        "settings": {"max_output_bytes": 10**9},
-    }
     async with Pilothouse(Settings(database_url=database, script_max_output_bytes=10**9)) as ph:
-        await ph.catalog.create("tools", tool)
-    registry = ToolRegistry(
-        SecretResolver({}),
-        script_sandbox=ScriptSandbox.for_mode(
-            "sandbox", ScriptLimits.ceilings(Settings(database_url=database))
-        ),
-    )
-    async with Pilothouse(Settings(database_url=database)) as ph:
-        (row,) = [e for e in await ph.catalog.list_entries("tools") if e.key == "NOISY"]
-    stored = Tool(
-        id=None,
-        version=1,
-        tenant="default",
-        code="NOISY",
-        name="noisy",
-        kind=ToolKind.SCRIPT,
-        implementation=PRINTS_200_MIB,
-        input_schema={},
-        policy=ExecutionPolicy.ALLOW,
-        settings=row.document["settings"],
-    )
-    with pytest.raises(ToolError, match="PILOTHOUSE_SCRIPT_MAX_OUTPUT_BYTES"):
-        await registry.from_catalog(stored)
+        await ph.catalog.import_documents([document])
+    model = ScriptedModel([ToolCall("escape", {"a": 1, "b": 2}), Reply("done")])
+    async with Pilothouse(Settings(database_url=database), model=model) as ph:
+        result = await ph.command.start_and_send("add", action="ADD")
+    assert result.status is ProcessStatus.FAILED
+    assert result.error is not None
+    assert (
+        "tool 'escape': settings.max_output_bytes: 1000000000 is above this deployment's "
+        "ceiling of 1048576 bytes (PILOTHOUSE_SCRIPT_MAX_OUTPUT_BYTES)"
+    ) in result.error
 
 
 @needs_bwrap
