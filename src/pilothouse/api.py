@@ -244,6 +244,7 @@ class _Shared:
                 from pilothouse.providers import LocalModelServers, ModelFactory, SecretResolver
                 from pilothouse.runtime import ActionCompiler, Runtime, Telemetry
                 from pilothouse.runtime._toolset import CatalogToolSource
+                from pilothouse.tools._limits import ScriptLimits
 
             settings = self.settings
             # Local llama.cpp servers start only when a local model is first used.
@@ -272,6 +273,7 @@ class _Shared:
                     secrets,
                     registry=self._tools,
                     script_tools=settings.script_tools,
+                    script_limits=ScriptLimits.ceilings(settings),
                     gateways=self.gateways,
                     egress=egress,
                     code_policy=self.code_policy(),
@@ -462,6 +464,7 @@ class Pilothouse:
 
     def _make_catalog(self) -> CatalogApi:
         from pilothouse._facade.catalog import CatalogApi
+        from pilothouse.tools._limits import ScriptLimits
 
         shared, tenant = self._shared, self.tenant
 
@@ -476,6 +479,7 @@ class Pilothouse:
             egress=catalog_egress,
             allow_stdio=shared.settings.tenant_mcp_stdio,
             code_policy=shared.code_policy(),
+            script_limits=ScriptLimits.ceilings(shared.settings),
         )
 
     def _make_keys(self) -> KeyApi:

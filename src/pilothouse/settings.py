@@ -177,6 +177,24 @@ class Settings(BaseSettings):
             ``trusted`` (a plain child process, for a single-tenant
             deployment that trusts every catalog writer) or ``off``. A
             deployment setting: no catalog or tenant field can change it.
+        script_max_timeout: the longest wall time, in seconds, a script tool
+            may run (and ask for with ``settings.timeout``; 10 s when it
+            does not ask).
+        script_max_output_bytes: the most a script tool may print on stdout
+            or stderr (and ask for with ``settings.max_output_bytes``; 64 KiB
+            when it does not ask); at the first byte past it the script is
+            killed.
+        script_max_processes: processes and threads a script tool may run at
+            once (``settings.max_processes`` may ask for fewer).
+        script_max_memory_mib: MiB of memory each process of a script tool
+            may allocate (``settings.max_memory_mib`` may ask for less).
+        script_max_cpu_seconds: CPU seconds each process of a script tool
+            may use (``settings.max_cpu_seconds`` may ask for fewer).
+        script_max_tmp_mib: MiB a script tool may write into its ``/tmp``
+            (and ``/dev/shm``) in the sandbox, or into any one file in
+            trusted mode (``settings.max_tmp_mib`` may ask for less). A tool
+            setting above any of these ceilings is refused when the catalog
+            is written, and when a row stored before is built.
         egress_allow: private or local hosts and networks (``10.0.0.0/8``,
             ``model-server.internal``, ``127.0.0.1``) that callers may make
             the service reach through the URLs they choose (``/v1/invoke``
@@ -271,6 +289,12 @@ class Settings(BaseSettings):
     provider_connect_timeout: float = Field(default=10.0, gt=0)
     provider_timeout: float = Field(default=600.0, gt=0)
     script_tools: Literal["sandbox", "trusted", "off"] = "sandbox"
+    script_max_timeout: float = Field(default=60.0, gt=0)
+    script_max_output_bytes: int = Field(default=1024 * 1024, ge=1)
+    script_max_processes: int = Field(default=64, ge=1)
+    script_max_memory_mib: int = Field(default=512, ge=1)
+    script_max_cpu_seconds: int = Field(default=30, ge=1)
+    script_max_tmp_mib: int = Field(default=64, ge=1)
     egress_allow: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list[str]())
     egress_tenants: dict[str, list[str]] = Field(default_factory=lambda: dict[str, list[str]]())
     lease_seconds: float = Field(default=30.0, gt=0)

@@ -671,3 +671,16 @@ def test_the_guides_message_format_config_is_a_sagemaker_setting(tmp_path: Path)
     bad = {"code": "SM", "kind": "sagemaker", "settings": {"message_format_config": typo}}
     problems = errors(tmp_path, json.dumps({"providers": [bad]}))
     assert any("message_format_config.response_paht is not a key" in p for p in problems)
+
+
+def test_a_script_limit_on_another_kind_of_tool(tmp_path: Path) -> None:
+    assert errors(
+        tmp_path,
+        """
+        tools:
+          - code: WEB
+            name: web
+            kind: rest
+            settings: {url: "https://example.com", max_processes: 4}
+        """,
+    ) == ["c.yaml:2: tool 'WEB': -: settings.max_processes is a setting of script tools only"]

@@ -109,3 +109,35 @@ def test_an_unknown_script_language_is_refused_in_the_catalog() -> None:
         CatalogBuilder().tool(
             "RB", name="rb", kind="script", implementation="puts 1", settings={"language": "ruby"}
         )
+
+
+@pytest.mark.parametrize(
+    ("mib", "limited"),
+    [(300, False), (800, True)],
+    ids=["300-mib-fits", "800-mib-is-refused"],
+)
+async def test_a_javascript_tool_runs_under_the_memory_limit(mib: int, limited: bool) -> None:
+    # Node reserves address space it never uses: the limit holds what it
+    # allocates, and an allocation within it still works.
+    from pilothouse.catalog._enums import ExecutionPolicy
+    from pilothouse.tools import ScriptTool, ToolContext, ToolDefinition
+    from pilothouse.tools._sandbox import ScriptSandbox
+
+    source = (
+        f"const a = []; for (let i = 0; i < {mib}; i++) a.push(Buffer.alloc(1024 * 1024, 1));"
+        " console.log(a.length)"
+    )
+    tool = ScriptTool(
+        ToolDefinition(name="hog", description="", parameters={"type": "object"}),
+        source,
+        ExecutionPolicy.ALLOW,
+        sandbox=ScriptSandbox.for_mode("sandbox"),
+        language="javascript",
+        timeout=30,
+    )
+    result = await tool.execute({}, ToolContext(tenant="t", conversation_uuid="c", call_id="1"))
+    if limited:
+        assert result.error_code == "tool.exec.limit"
+        assert "memory limit (512 MiB per process, settings.max_memory_mib)" in str(result.content)
+    else:
+        assert result.data == mib, result.content

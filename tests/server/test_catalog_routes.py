@@ -273,3 +273,25 @@ async def test_rest_refuses_a_key_longer_than_the_erp_length(
     ]
     missing = await client.get(f"/v1/catalog/{kind}/{code}", headers=auth(admin_key))
     assert missing.status_code == 404
+
+
+async def test_a_script_tool_above_the_deployment_ceilings_is_422_naming_them(
+    client: httpx.AsyncClient, admin_key: str
+) -> None:
+    tool = {
+        "code": "NOISY",
+        "name": "noisy",
+        "kind": "script",
+        "implementation": "print('x' * 10**9)",
+        "settings": {"max_output_bytes": 1e10, "timeout": 3600},
+    }
+    response = await client.post("/v1/catalog/tools", json=tool, headers=auth(admin_key))
+    assert response.status_code == 422, response.text
+    rules = {e["field"]: e["rule"] for e in response.json()["errors"]}
+    assert rules["settings.max_output_bytes"].startswith(
+        "10000000000 is above this deployment's ceiling of 1048576 bytes "
+        "(PILOTHOUSE_SCRIPT_MAX_OUTPUT_BYTES)"
+    )
+    assert "ceiling of 60 s (PILOTHOUSE_SCRIPT_MAX_TIMEOUT)" in rules["settings.timeout"]
+    missing = await client.get("/v1/catalog/tools/NOISY", headers=auth(admin_key))
+    assert missing.status_code == 404

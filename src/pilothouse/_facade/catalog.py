@@ -13,7 +13,7 @@ __all__ = ["CatalogApi"]
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from pydantic_core import to_jsonable_python
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from pilothouse.catalog._validate import ParsedCatalog
     from pilothouse.providers._egress import EgressPolicy
     from pilothouse.tools._code import CodePolicy
+    from pilothouse.tools._limits import ScriptLimits
     from pilothouse.types import ImportSummary
 
 EgressOf = Callable[[], "EgressPolicy | None"]
@@ -79,6 +80,19 @@ async def _served_write_issues(
     return found
 
 
+def _script_limit_issues(
+    limits: ScriptLimits, kind: CatalogKind, document: Mapping[str, Any]
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """Each limit a script tool asks for above the deployment's ceiling, with its location."""
+    settings = document.get("settings")
+    if kind.name != "tools" or document.get("kind") != "script" or not isinstance(settings, dict):
+        return []
+    return [
+        (tuple(field.split(".")), rule)
+        for field, rule in limits.problems(cast(dict[str, Any], settings))
+    ]
+
+
 def _kind(name: str) -> CatalogKind:
     from pilothouse.catalog import catalog_kind
 
@@ -122,6 +136,8 @@ class CatalogApi(Facet):
             and advisors' ``implementation``, gateways' ``token_exchange``):
             the operator's grants (``Settings.catalog_code``) where tenants
             write the catalog; any importable name when None.
+        script_limits: the deployment's ceilings on script tools' limits
+            (``Settings.script_max_*``); a tool asking for more is refused.
     """
 
     def __init__(
@@ -133,15 +149,17 @@ class CatalogApi(Facet):
         egress: EgressOf | None = None,
         allow_stdio: bool = False,
         code_policy: CodePolicy | None = None,
+        script_limits: ScriptLimits | None = None,
     ) -> None:
         super().__init__(database, tenant)
         self._user = user
         self._egress: EgressOf = egress or (lambda: None)
         self._allow_stdio = allow_stdio
         self._code_policy = code_policy
+        self._script_limits = script_limits
 
     def _policies(self) -> tuple[EgressPolicy | None, CodePolicy] | None:
-        """The writer's egress and code policies, or None when nothing is checked."""
+        """The writer's egress and code policies, or None when neither is checked."""
         from pilothouse.tools._code import CodePolicy
 
         policy = self._egress()
@@ -151,22 +169,32 @@ class CatalogApi(Facet):
         return policy, code_policy
 
     async def _check_document(self, kind: CatalogKind, document: Mapping[str, Any]) -> None:
-        """Refuse one entity naming code or addresses the tenant may not name."""
+        """Refuse one entity naming code or addresses the tenant may not name.
+
+        And a script tool whose limits are above the deployment's ceilings.
+        """
         policies = self._policies()
-        if policies is None:
+        if policies is None and self._script_limits is None:
             return
         from pilothouse.catalog import spec_document
         from pilothouse.catalog._validate import parse_spec
 
         spec = parse_spec(kind, document)  # raises every broken rule, as the write would
-        found = await _served_write_issues(
-            policies[0],
-            kind,
-            spec_document(kind, spec),
-            spec.key,
-            allow_stdio=self._allow_stdio,
-            code_policy=policies[1],
+        written = spec_document(kind, spec)
+        found = (
+            _script_limit_issues(self._script_limits, kind, written)
+            if self._script_limits is not None
+            else []
         )
+        if policies is not None:
+            found += await _served_write_issues(
+                policies[0],
+                kind,
+                written,
+                spec.key,
+                allow_stdio=self._allow_stdio,
+                code_policy=policies[1],
+            )
         if found:
             raise CatalogValidationError(
                 [
@@ -176,11 +204,11 @@ class CatalogApi(Facet):
             )
 
     def _import_check(self) -> Callable[[ParsedCatalog], Any] | None:
-        """The import's check of every entity (code, addresses), located by file and line."""
+        """The import's check of every entity (code, addresses, script limits), by file and line."""
         policies = self._policies()
-        if policies is None:
+        limits = self._script_limits
+        if policies is None and limits is None:
             return None
-        checked, code_policy = policies
         allow_stdio = self._allow_stdio
 
         async def check(parsed: ParsedCatalog) -> list[ValidationIssue]:
@@ -190,14 +218,21 @@ class CatalogApi(Facet):
             for entries in parsed.entries.values():
                 for entry in entries:
                     document = spec_document(entry.kind, entry.spec)
-                    for location, rule in await _served_write_issues(
-                        checked,
-                        entry.kind,
-                        document,
-                        entry.spec.key,
-                        allow_stdio=allow_stdio,
-                        code_policy=code_policy,
-                    ):
+                    found = (
+                        _script_limit_issues(limits, entry.kind, document)
+                        if limits is not None
+                        else []
+                    )
+                    if policies is not None:
+                        found += await _served_write_issues(
+                            policies[0],
+                            entry.kind,
+                            document,
+                            entry.spec.key,
+                            allow_stdio=allow_stdio,
+                            code_policy=policies[1],
+                        )
+                    for location, rule in found:
                         issues.append(entry.issue(location, rule))
             return issues
 
@@ -229,6 +264,17 @@ class CatalogApi(Facet):
             async with self._database.sessions() as session:
                 existing = await load_existing(session, self.tenant)
         parsed, issues = validate_paths(paths, existing)
+        if not issues and self._script_limits is not None:
+            # The deployment's ceilings, as an import here would check them.
+            from pilothouse.catalog import spec_document
+
+            for entries in parsed.entries.values():
+                for entry in entries:
+                    document = spec_document(entry.kind, entry.spec)
+                    for location, rule in _script_limit_issues(
+                        self._script_limits, entry.kind, document
+                    ):
+                        issues.append(entry.issue(location, rule))
         if issues:
             raise CatalogValidationError(issues)
         counts = parsed.counts()

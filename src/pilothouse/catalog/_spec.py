@@ -531,9 +531,21 @@ class ToolSpec(CatalogSpec):
             )
         return self
 
+    @model_validator(mode="after")
+    def _script_limits(self) -> ToolSpec:
+        # Their ceilings are the deployment's, checked where the catalog is
+        # written (tools/_limits.py); here only which kind they belong to.
+        for name in _SCRIPT_LIMITS:
+            if name in self.settings and self.kind is not ToolKind.SCRIPT:
+                raise ValueError(f"settings.{name} is a setting of script tools only")
+        return self
+
 
 # genai-4j's script languages; the sandbox runs both (tools/_sandbox.py).
 _SCRIPT_LANGUAGES = ("python", "javascript")
+
+# Limits only a script tool has (its timeout and max_output_bytes are shared).
+_SCRIPT_LIMITS = ("max_processes", "max_memory_mib", "max_cpu_seconds", "max_tmp_mib")
 
 
 class McpClientSpec(CatalogSpec):

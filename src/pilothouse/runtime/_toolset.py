@@ -51,7 +51,8 @@ if TYPE_CHECKING:
     from pilothouse.tools import ToolRegistry
     from pilothouse.tools._code import CodePolicy
     from pilothouse.tools._gateway import GatewayProxy
-    from pilothouse.tools._sandbox import ScriptToolsMode
+    from pilothouse.tools._limits import ScriptLimits
+    from pilothouse.tools._sandbox import ScriptSandbox, ScriptToolsMode
 
 ASK_USER = "AskUserQuestion"
 USE_SKILL = "use_skill"
@@ -269,6 +270,8 @@ class CatalogToolSource:
         registry: a tool registry with programmatic registrations, if any.
         mcp: an MCP client pool to share, if any.
         script_tools: how script tools run (``Settings.script_tools``).
+        script_limits: the ceilings of script tools' limits
+            (``Settings.script_max_*``); the built-in ones when None.
         gateways: returns the process's gateway proxy (shared with the MCP
             server, so limits and documents are one); None: a gateway row
             offers no tools.
@@ -290,17 +293,18 @@ class CatalogToolSource:
         gateways: Callable[[], GatewayProxy] | None = None,
         egress: EgressPolicy | None = None,
         code_policy: CodePolicy | None = None,
+        script_limits: ScriptLimits | None = None,
     ) -> None:
         self._gateways = gateways
         self._secrets = secrets
         self._script_tools: ScriptToolsMode = script_tools
+        self._script_limits = script_limits
+        self._script_sandbox: ScriptSandbox | None = None
         self._egress = egress
         self._code_policy = code_policy
         if registry is not None:
-            from pilothouse.tools._sandbox import ScriptSandbox
-
             # The deployment's setting governs every registry, a caller's too.
-            registry.script_sandbox = ScriptSandbox.for_mode(script_tools)
+            registry.script_sandbox = self._sandbox()
             registry.egress = egress
             if code_policy is not None:
                 registry.code = code_policy
@@ -317,15 +321,22 @@ class CatalogToolSource:
     def _tools(self) -> ToolRegistry:
         if self._registry is None:
             from pilothouse.tools import ToolRegistry
-            from pilothouse.tools._sandbox import ScriptSandbox
 
-            self._registry = ToolRegistry(
-                self._secrets, script_sandbox=ScriptSandbox.for_mode(self._script_tools)
-            )
+            self._registry = ToolRegistry(self._secrets, script_sandbox=self._sandbox())
             self._registry.egress = self._egress
             if self._code_policy is not None:
                 self._registry.code = self._code_policy
         return self._registry
+
+    def _sandbox(self) -> ScriptSandbox:
+        """Where script tools run, made (and its limits' enforcement logged) once."""
+        if self._script_sandbox is None:
+            from pilothouse.tools._sandbox import ScriptSandbox
+
+            self._script_sandbox = ScriptSandbox.for_mode(self._script_tools, self._script_limits)
+            if self._script_tools != "off":
+                self._script_sandbox.log_enforcement()
+        return self._script_sandbox
 
     async def _pool(self) -> McpClientPool:
         if self._mcp is None:

@@ -22,6 +22,7 @@ __all__ = [
     "PythonTool",
     "RestTool",
     "SchemaTool",
+    "ScriptLimits",
     "ScriptTool",
     "ToolContext",
     "ToolDefinition",
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         ToolError,
         ToolResult,
     )
+    from pilothouse.tools._limits import ScriptLimits
     from pilothouse.tools._python import PythonTool, ToolMarker, python_tool, tool
     from pilothouse.tools._registry import TOOL_NAME, ToolRegistry, validate_definition
     from pilothouse.tools._rest import DEFAULT_MAX_RESPONSE_BYTES, HttpEndpoint, RestTool
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
 
 _LAZY: dict[str, tuple[str, ...]] = {
     "_base": ("ExecutableTool", "ToolContext", "ToolDefinition", "ToolError", "ToolResult"),
+    "_limits": ("ScriptLimits",),
     "_python": ("PythonTool", "ToolMarker", "python_tool", "tool"),
     "_registry": ("TOOL_NAME", "ToolRegistry", "validate_definition"),
     "_rest": ("DEFAULT_MAX_RESPONSE_BYTES", "HttpEndpoint", "RestTool"),

@@ -44,7 +44,7 @@ from pilothouse.tools._rest import (
 )
 from pilothouse.tools._sandbox import ScriptSandbox
 from pilothouse.tools._schema_tool import SchemaTool
-from pilothouse.tools._script import DEFAULT_SCRIPT_TIMEOUT, ScriptTool
+from pilothouse.tools._script import ScriptTool
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """The names every provider accepts for a function."""
@@ -365,12 +365,11 @@ class ToolRegistry:
             self._definition(row, None, ""),
             row.implementation or "",
             policy,
-            timeout=_number(settings, "timeout", DEFAULT_SCRIPT_TIMEOUT, row.name),
-            max_output_bytes=int(
-                _number(settings, "max_output_bytes", DEFAULT_MAX_RESPONSE_BYTES, row.name)
-            ),
             sandbox=self.script_sandbox,
             language=language,
+            # The tool's own limits, under the deployment's ceilings: a row
+            # stored before a ceiling was lowered is refused here.
+            limits=self.script_sandbox.limits.for_tool(settings, row.name),
         )
 
     def _python(

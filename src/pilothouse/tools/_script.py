@@ -8,8 +8,12 @@ none of the server's files, processes or environment. A deployment that
 opts out (``trusted``) runs it as a plain child with a minimal environment
 built from an allow-list, never a copy of ours, and a fresh temporary home.
 
-A script that outlives its timeout is killed together with anything it
-started: its process group and every descendant process.
+A script that outlives its timeout, or prints more than its output limit,
+is killed together with anything it started: its process group, every
+descendant process and its pids cgroup. Its other limits (processes,
+memory, CPU time, ``/tmp`` size; :class:`~pilothouse.tools._limits.ScriptLimits`)
+are the kernel's to enforce; a run that hit one ends with
+``tool.exec.limit`` naming it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -29,11 +34,9 @@ from anyio.abc import ByteReceiveStream, Process
 
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
 from pilothouse.tools._base import ToolContext, ToolDefinition, ToolResult
-from pilothouse.tools._rest import DEFAULT_MAX_RESPONSE_BYTES
+from pilothouse.tools._cgroup import PidsCgroup
+from pilothouse.tools._limits import DEFAULT_SCRIPT_TIMEOUT, ScriptLimits
 from pilothouse.tools._sandbox import ScriptSandbox
-
-DEFAULT_SCRIPT_TIMEOUT = 10.0
-"""Seconds a script may run when its settings do not say."""
 
 _STDERR_TAIL = 2000
 """Characters of stderr shown when a script fails."""
@@ -60,10 +63,13 @@ class ScriptTool:
         definition: what the model sees.
         source: the Python source.
         policy: the execution policy.
-        timeout: seconds before the process is killed.
-        max_output_bytes: longer stdout is truncated.
+        timeout: seconds before the process is killed (overrides ``limits``).
+        max_output_bytes: at the first byte of stdout or stderr past it the
+            script is killed (overrides ``limits``).
         sandbox: where it runs (the bubblewrap sandbox by default).
         language: ``python`` or ``javascript`` (run on Node, same sandbox).
+        limits: what the run may use; by default the sandbox's ceilings
+            with a 10 s timeout and 64 KiB of output.
     """
 
     def __init__(
@@ -72,18 +78,23 @@ class ScriptTool:
         source: str,
         policy: ExecutionPolicy,
         *,
-        timeout: float = DEFAULT_SCRIPT_TIMEOUT,
-        max_output_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        timeout: float | None = None,
+        max_output_bytes: int | None = None,
         sandbox: ScriptSandbox | None = None,
         language: str = "python",
+        limits: ScriptLimits | None = None,
     ) -> None:
         self._sandbox = sandbox if sandbox is not None else ScriptSandbox.for_mode("sandbox")
         self._language = language
         self._definition = definition
         self._source = source
         self._policy = policy
-        self._timeout = timeout
-        self._max_output_bytes = max_output_bytes
+        chosen = limits if limits is not None else self._sandbox.limits.for_tool({}, "")
+        if timeout is not None:
+            chosen = replace(chosen, timeout=timeout)
+        if max_output_bytes is not None:
+            chosen = replace(chosen, output_bytes=max_output_bytes)
+        self._limits = chosen
 
     @property
     def definition(self) -> ToolDefinition:
@@ -100,6 +111,11 @@ class ScriptTool:
         """Whether it may run without an authorizer's yes."""
         return self._policy
 
+    @property
+    def limits(self) -> ScriptLimits:
+        """What one run may use."""
+        return self._limits
+
     async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
         """Run the script with ``arguments`` as JSON on stdin.
 
@@ -110,58 +126,122 @@ class ScriptTool:
 
         Returns:
             stdout, parsed as JSON into ``data`` when it is JSON;
-            ``tool.exec.timeout`` when killed, ``tool.exec.exit`` with
-            stderr's tail on a non-zero exit status.
+            ``tool.exec.timeout`` when killed at its wall-time limit,
+            ``tool.exec.limit`` when it hit another limit (named in the
+            content), ``tool.exec.exit`` with stderr's tail on another
+            non-zero exit status.
         """
         del context
         stdin = json.dumps(dict(arguments), ensure_ascii=False).encode()
-        with tempfile.TemporaryDirectory(prefix="pilothouse-script-") as home:
-            process = await anyio.open_process(
-                self._sandbox.command(self._source, home, self._language),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=home,
-                env=_child_environment(home),
-                start_new_session=True,
+        limits = self._limits
+        cgroup = (
+            PidsCgroup.create(self._sandbox.cgroup, limits.processes)
+            if self._sandbox.cgroup is not None
+            else None
+        )
+        try:
+            with tempfile.TemporaryDirectory(prefix="pilothouse-script-") as home:
+                command = self._sandbox.command(self._source, home, self._language, limits)
+                if cgroup is not None:
+                    command = [*cgroup.enter_command(), *command]
+                process = await anyio.open_process(
+                    command,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=home,
+                    env=_child_environment(home),
+                    start_new_session=True,
+                )
+                try:
+                    outcome = await self._communicate(process, stdin)
+                    if outcome.timed_out:
+                        # The script's processes: in the sandbox, bubblewrap's
+                        # own two (outside and the namespace's init) are not.
+                        found = len(_descendants(process.pid)) + 1
+                        outcome.processes = found - 2 if self._sandbox.mode == "sandbox" else found
+                finally:
+                    await _reap(process)
+            outcome.cgroup_full = cgroup is not None and cgroup.reached()
+        finally:
+            if cgroup is not None:
+                # Removed even when the call was cancelled: a cgroup left
+                # behind would hold a directory per run.
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(cgroup.remove)
+        return self._result(outcome, process.returncode)
+
+    def _result(self, outcome: _Outcome, returncode: int | None) -> ToolResult:
+        """The tool result of a finished run."""
+        limits = self._limits
+        # Within one of the limit: in the sandbox, bubblewrap's init counts too.
+        processes_hit = outcome.cgroup_full or outcome.processes >= limits.processes - 1
+        if outcome.timed_out:
+            note = (
+                f"; it had reached its limit of {limits.processes} processes "
+                "(settings.max_processes)"
+                if processes_hit
+                else ""
             )
-            try:
-                outcome = await self._communicate(process, stdin)
-            finally:
-                await _reap(process)
-        if outcome is None:
             return ToolResult(
-                content=f"script timed out after {self._timeout:g} s and was killed",
+                content=(
+                    f"script timed out after {limits.timeout:g} s, its wall-time limit "
+                    f"(settings.timeout), and was killed{note}"
+                ),
                 is_error=True,
                 error_code="tool.exec.timeout",
             )
-        stdout, stdout_total, stderr = outcome
-        if process.returncode != 0:
-            tail = stderr.decode(errors="replace").strip()[-_STDERR_TAIL:]
+        if outcome.over is not None:
+            head = outcome.stdout.decode(errors="ignore")
             return ToolResult(
-                content=f"script exited with status {process.returncode}: {tail}".strip(),
+                content=(
+                    f"script wrote more than {limits.output_bytes} bytes to {outcome.over}, "
+                    "its output limit (settings.max_output_bytes), and was killed; "
+                    f"its first {len(outcome.stdout)} bytes of stdout: {head}"
+                ),
                 is_error=True,
-                error_code="tool.exec.exit",
+                error_code="tool.exec.limit",
             )
-        text = stdout.decode(errors="ignore" if stdout_total > len(stdout) else "replace")
-        if stdout_total > len(stdout):
-            return ToolResult(content=f"{text}…[truncated: {len(stdout)} of {stdout_total} bytes]")
-        text = text.strip()
+        tail = outcome.stderr.decode(errors="replace").strip()[-_STDERR_TAIL:]
+        if returncode != 0:
+            hit = _limit_hit(returncode, tail, limits, processes_hit, self._sandbox)
+            status = f"script exited with status {returncode}: {tail}".strip()
+            if hit is not None:
+                return ToolResult(
+                    content=f"script hit its {hit} and was stopped ({status})",
+                    is_error=True,
+                    error_code="tool.exec.limit",
+                )
+            return ToolResult(content=status, is_error=True, error_code="tool.exec.exit")
+        text = outcome.stdout.decode(errors="replace").strip()
         try:
             return ToolResult(content=text, data=json.loads(text))
         except ValueError:
             return ToolResult(content=text, data=text)
 
-    async def _communicate(self, process: Process, stdin: bytes) -> tuple[bytes, int, bytes] | None:
-        """Feed stdin, collect stdout (capped) and stderr; None when out of time."""
-        out: list[tuple[bytes, int]] = []
-        err: list[tuple[bytes, int]] = []
-        with anyio.move_on_after(self._timeout) as scope:
+    async def _communicate(self, process: Process, stdin: bytes) -> _Outcome:
+        """Feed stdin and collect stdout and stderr, each up to the output limit.
+
+        At the first byte past the limit reading stops, so the server never
+        holds more than the limit (plus one read's chunk) of a script's output.
+        """
+        limit = self._limits.output_bytes
+        out = _Capture("stdout", limit)
+        err = _Capture("stderr", limit)
+        outcome = _Outcome()
+        with anyio.move_on_after(self._limits.timeout) as scope:
             async with anyio.create_task_group() as group:
                 assert process.stdout is not None and process.stderr is not None
-                group.start_soon(_drain, process.stdout, self._max_output_bytes, out)
-                # stderr only ever shows its tail, but it is capped the same way.
-                group.start_soon(_drain, process.stderr, self._max_output_bytes, err)
+
+                async def drain(stream: ByteReceiveStream, capture: _Capture) -> None:
+                    async for chunk in stream:
+                        if not capture.add(chunk):
+                            outcome.over = capture.name
+                            group.cancel_scope.cancel()  # the caller kills the script
+                            return
+
+                group.start_soon(drain, process.stdout, out)
+                group.start_soon(drain, process.stderr, err)
                 if process.stdin is not None:
                     try:
                         await process.stdin.send(stdin)
@@ -169,20 +249,82 @@ class ScriptTool:
                         pass  # the script exited without reading its arguments: allowed
                     await process.stdin.aclose()
                 await process.wait()
-        if scope.cancelled_caught:
-            return None
-        return out[0][0], out[0][1], err[0][0]
+        outcome.timed_out = scope.cancelled_caught and outcome.over is None
+        outcome.stdout = bytes(out.kept)
+        outcome.stderr = bytes(err.kept)
+        return outcome
 
 
-async def _drain(stream: ByteReceiveStream, limit: int, into: list[tuple[bytes, int]]) -> None:
-    kept = bytearray()
-    total = 0
-    async for chunk in stream:
-        total += len(chunk)
-        room = limit - len(kept)
-        if room > 0:
-            kept += chunk[:room]
-    into.append((bytes(kept), total))
+@dataclass
+class _Capture:
+    """One stream's bytes, up to a limit."""
+
+    name: str
+    limit: int
+    kept: bytearray = field(default_factory=bytearray)
+
+    def add(self, chunk: bytes) -> bool:
+        """Keep ``chunk`` up to the limit; False when it went past it."""
+        room = self.limit - len(self.kept)
+        self.kept += chunk[: max(room, 0)]
+        return len(chunk) <= room
+
+
+@dataclass
+class _Outcome:
+    """What a run came to."""
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+    timed_out: bool = False
+    over: str | None = None
+    """The stream that went past the output limit."""
+    processes: int = 0
+    """Processes alive when it was killed for time."""
+    cgroup_full: bool = False
+
+
+_MEMORY_SIGNS = (
+    "MemoryError",
+    "Cannot allocate memory",
+    "out of memory",
+    "Failed to reserve virtual memory",
+    "Allocation failed",
+)
+_DISK_SIGNS = ("No space left on device", "File too large")
+_PROCESS_SIGNS = ("Resource temporarily unavailable", "BlockingIOError")
+
+
+def _limit_hit(
+    returncode: int | None,
+    stderr: str,
+    limits: ScriptLimits,
+    processes_hit: bool,
+    sandbox: ScriptSandbox,
+) -> str | None:
+    """The limit a failed run hit, described with its setting; None when none shows.
+
+    A signal says it for CPU time (SIGXCPU) and file size (SIGXFSZ); the
+    other limits make a call fail, which the script's error output names.
+    Bubblewrap exits with 128 plus the signal that ended the script.
+    """
+    number = -returncode if returncode is not None and returncode < 0 else 0
+    if sandbox.mode == "sandbox" and returncode is not None and returncode > 128:
+        number = returncode - 128
+    disk = (
+        f"/tmp size limit ({limits.tmp_mib} MiB, settings.max_tmp_mib)"
+        if sandbox.mode == "sandbox"
+        else f"file size limit ({limits.tmp_mib} MiB per file, settings.max_tmp_mib)"
+    )
+    if number == signal.SIGXCPU:
+        return f"CPU time limit ({limits.cpu_seconds} s per process, settings.max_cpu_seconds)"
+    if number == signal.SIGXFSZ or any(sign in stderr for sign in _DISK_SIGNS):
+        return disk
+    if processes_hit or any(sign in stderr for sign in _PROCESS_SIGNS):
+        return f"process limit ({limits.processes} processes, settings.max_processes)"
+    if any(sign in stderr for sign in _MEMORY_SIGNS):
+        return f"memory limit ({limits.memory_mib} MiB per process, settings.max_memory_mib)"
+    return None
 
 
 async def _reap(process: Process) -> None:
