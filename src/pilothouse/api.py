@@ -114,6 +114,7 @@ if TYPE_CHECKING:
     from pilothouse.tools._gateway import GatewayProxy
     from pilothouse.types import (
         Authorizer,
+        ExtractionOutcome,
         Meter,
         PromptContributor,
         SchemaRevision,
@@ -604,6 +605,31 @@ class Pilothouse:
         for tenant in sorted(tenants):
             expired += await self.for_tenant(tenant).command.expire_waiting()
         return expired
+
+    async def run_memory_jobs(self, limit: int = 100) -> list[ExtractionOutcome]:
+        """Run up to ``limit`` pending memory extraction jobs of every tenant.
+
+        The operator's maintenance (the service's memory worker,
+        ``pilothouse memory run-jobs``); each job is run for the tenant its
+        row names. A tenant's own call is ``ph.memory.run_jobs()``, which
+        never reaches another tenant's jobs.
+        """
+        from pilothouse.memory import EVERY_TENANT
+
+        await self.ensure_schema()
+        extractor = self._shared.runtime().extractor
+        return await extractor.run_pending(limit, tenant=EVERY_TENANT)
+
+    async def expire_memory(self) -> int:
+        """Delete every tenant's session memory past its TTL; return how many records.
+
+        The operator's maintenance (the service's memory worker,
+        ``pilothouse memory expire``); ``ph.memory.expire()`` is one tenant's.
+        """
+        from pilothouse.memory import EVERY_TENANT
+
+        await self.ensure_schema()
+        return await self._shared.scoped_memory().expire(tenant=EVERY_TENANT)
 
     async def ensure_schema(self) -> None:
         """Create or upgrade the database schema; one read when it is current."""

@@ -46,6 +46,7 @@ from pilothouse.memory._tables import MemoryErasure, MemoryJob, MemoryRecord, Me
 from pilothouse.memory._types import (
     MEMORY_TYPES,
     ErasureReport,
+    EveryTenant,
     MemoryHit,
     MemoryItem,
     MemoryScope,
@@ -404,19 +405,25 @@ class ScopedMemory:
             )
             return bool(result.rowcount)  # type: ignore[attr-defined]
 
-    async def expire(self, now: datetime | None = None) -> int:
-        """Delete every session record past its ``expires_at``, in every tenant.
+    async def expire(self, *, tenant: str | EveryTenant, now: datetime | None = None) -> int:
+        """Delete every session record of ``tenant`` past its ``expires_at``.
 
         The index's copies of deleted records go too (searches never return
         them anyway: every index query joins the live records).
+
+        Args:
+            tenant: whose records; :data:`~pilothouse.memory.EVERY_TENANT` for
+                the service's worker.
+            now: the time compared with ``expires_at`` (tests move it).
         """
+        conditions = [
+            MemoryRecord.expires_at.is_not(None),
+            MemoryRecord.expires_at <= (now or utcnow()),
+        ]
+        if isinstance(tenant, str):
+            conditions.append(MemoryRecord.tenant == tenant)
         async with self.database.sessions() as session, session.begin():
-            result = await session.execute(
-                delete(MemoryRecord).where(
-                    MemoryRecord.expires_at.is_not(None),
-                    MemoryRecord.expires_at <= (now or utcnow()),
-                )
-            )
+            result = await session.execute(delete(MemoryRecord).where(*conditions))
             count = int(result.rowcount)  # type: ignore[attr-defined]
         if self._index is not None:
             await self._index.prune(self.database)
