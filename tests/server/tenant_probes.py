@@ -426,6 +426,15 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
 """Every REST route of the app: the calls B makes against A's objects, or why it is global."""
 
 
+ROUTED = {
+    "bravo-1/llm/echo/1.0.0": "action:ECHO",
+    "bravo-1/llm/helper/1.0.0": "agent:HELPER",
+    "bravo-1/llm/only/1.0.0": "action:ACMEONLY",
+}
+"""The deployment's own JSON-RPC methods (``PILOTHOUSE_SERVER_JSONRPC_ACTIONS``): catalog
+targets, resolved in the caller's tenant."""
+
+
 def _rpc(name: str) -> str:
     return f"pilothouse/{name}/v1"
 

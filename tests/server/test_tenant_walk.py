@@ -26,11 +26,12 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
-from tenant_probes import A_ONLY_TOOLS, REST, RPC, Call, Global, mcp_arguments
+from tenant_probes import A_ONLY_TOOLS, ASK, REST, ROUTED, RPC, Call, Global, mcp_arguments
 from tenant_world import MARK, World, build_world, dump_rows, seed_tenants
 
 from database_templates import PostgresDatabases, SqliteTemplates
 from pilothouse.server._jsonrpc_methods import METHODS
+from pilothouse.server._rpc_router import RpcRoute
 from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.settings import Settings
 from pilothouse.store import Database
@@ -51,6 +52,7 @@ def server_config() -> ServerSettings:
         shutdown_grace_seconds=2.0,
         memory_worker_seconds=0,
         question_sweep_seconds=0,
+        jsonrpc_actions=ROUTED,
     )
 
 
@@ -94,6 +96,7 @@ class Walk:
         self.findings: list[str] = []
         self.calls = 0
         self.succeeded = 0
+        self.routed: list[RpcRoute] = []
         # What A's own turns asked the model before the walk is not B's doing.
         self._asked = len(scripted.requests)
 
@@ -189,6 +192,8 @@ async def test_tenant_b_reaches_nothing_of_tenant_a(
         login = await ui.post("/login", data={"api_key": world.b_key}, headers={"Origin": ORIGIN})
         assert login.status_code == 303, login.text
         walk = Walk(client, ui, scripted)
+        walk.routed = server_state.rpc.routes()
+        assert {r.method for r in walk.routed} == set(ROUTED)
         await _controls(walk, world)
         # After the controls: A's own key marks its last use on A's key row.
         before = await dump_rows(database, "acme")
@@ -235,6 +240,10 @@ async def _walk_all(walk: Walk, world: World) -> None:
     for method, params_of in RPC.items():
         for params in params_of(world):
             await walk.rpc(method, params, key)
+    for route in walk.routed:
+        # The deployment's own methods: catalog targets run in the caller's tenant.
+        assert route.target is not None, f"{route.method}: classify the application's method"
+        await walk.rpc(route.method, {"message": ASK}, key)
     listed = await walk.mcp("tools/list", {}, key)
     names = [tool["name"] for tool in listed["result"]["tools"]]
     assert "pilothouse_answer" in names and "action_ECHO" in names, names
