@@ -91,7 +91,8 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("GET", "/readyz"): Global("readiness: the database and the schema revision, no rows"),
     ("GET", "/metrics"): Global(
         "the operator's monitoring (every tenant's counters, labelled by tenant): anonymous "
-        "on a loopback bind only"
+        "on a loopback bind, otherwise the scraper token only, never an API key "
+        "(test_limits.py)"
     ),
     ("GET", "/openapi.json"): Global("the API's description"),
     ("HEAD", "/openapi.json"): Global("the API's description, no body"),
