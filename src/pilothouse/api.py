@@ -560,16 +560,15 @@ class Pilothouse:
         Args:
             listener: a function of the event (sync or async). A failing
                 listener is logged and skipped; it never breaks the turn.
-            conversation_uuid: only this conversation's events.
+            conversation_uuid: only this conversation's events (of this
+                facade's tenant: another tenant's uuid is never heard).
             deltas: also text and thinking deltas; a listener that needs none
                 (metrics) should say so, since while anyone wants deltas every
                 model call is streamed to produce them.
         """
-        if conversation_uuid is not None:
-            # A uuid names one conversation of one tenant: no tenant filter needed.
-            self._shared.hub.subscribe(listener, conversation_uuid, deltas=deltas)
-        else:
-            self._shared.hub.subscribe(listener, deltas=deltas, tenant=self.tenant)
+        # The view's tenant goes with the uuid too: another tenant's view
+        # given this uuid hears nothing of it.
+        self._shared.hub.subscribe(listener, conversation_uuid, deltas=deltas, tenant=self.tenant)
 
     def unsubscribe(self, listener: Listener, *, conversation_uuid: str | None = None) -> None:
         """Stop calling ``listener``."""
