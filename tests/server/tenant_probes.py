@@ -103,7 +103,10 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("GET", "/login"): Global("the login form"),
     ("POST", "/login"): Global("checks the key it is given; the session is that key's tenant's"),
     ("POST", "/logout"): Global("ends the caller's own browser session"),
-    ("POST", "/jsonrpc"): Global("its methods are walked one by one (RPC below)"),
+    ("POST", "/jsonrpc"): Global(
+        "its methods are walked one by one (RPC below); batches and the legacy envelope "
+        "dispatch to the same methods with the same tenant view"
+    ),
     ("GET", "/mcp"): Global("the MCP transport's event stream; its tools are walked over POST"),
     ("POST", "/mcp"): Global("the MCP transport; its tools are walked one by one (MCP below)"),
     ("DELETE", "/mcp"): Global("ends the caller's own MCP session (bound to its key)"),
