@@ -116,6 +116,24 @@ async def test_subscribers_hear_their_own_tenant_only(ph: Pilothouse, model: Scr
     assert set(heard["acme"]) == {theirs.conversation_uuid}
 
 
+async def test_a_subscriber_to_a_conversation_hears_it_only_from_its_own_tenant(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    acme = ph.for_tenant("acme")
+    model.script.steps.extend([Reply("first"), Reply("second")])
+    mine = await ph.command.start_and_send("hi", action="SUMMARIZE")
+    heard: dict[str, list[TurnEvent]] = {"default": [], "acme": []}
+    # Another tenant's view given this tenant's uuid hears nothing of it.
+    acme.subscribe(heard["acme"].append, conversation_uuid=mine.conversation_uuid)
+    ph.subscribe(heard["default"].append, conversation_uuid=mine.conversation_uuid)
+    await ph.command.send_message(mine.conversation_uuid, "again")
+    assert heard["default"] and heard["acme"] == []
+    assert not ph._shared.hub.wants_deltas(mine.conversation_uuid, "other")
+    acme.unsubscribe(heard["acme"].append, conversation_uuid=mine.conversation_uuid)
+    ph.unsubscribe(heard["default"].append, conversation_uuid=mine.conversation_uuid)
+    assert not ph._shared.hub.active
+
+
 async def test_the_facade_opens_nothing_until_used(tmp_path: Path) -> None:
     folder = tmp_path / "not-yet"
     ph = Pilothouse(Settings(database_url=f"sqlite+aiosqlite:///{folder / 'ph.db'}"))

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
         Authorizer,
         CatalogEntity,
         CatalogEntry,
+        ExtractionOutcome,
         KindForm,
         Meter,
         PromptContributor,
@@ -534,6 +535,14 @@ class SyncPilothouse:
     def expire_questions(self) -> int:
         """End every conversation of every tenant whose questions waited too long."""
         return self._portal.call(self.facade.expire_questions)
+
+    def run_memory_jobs(self, limit: int = 100) -> list[ExtractionOutcome]:
+        """Run up to ``limit`` pending memory extraction jobs of every tenant."""
+        return self._portal.call(functools.partial(self.facade.run_memory_jobs, limit))
+
+    def expire_memory(self) -> int:
+        """Delete every tenant's session memory past its TTL; return how many records."""
+        return self._portal.call(self.facade.expire_memory)
 
     def upgrade_schema(self) -> tuple[str | None, str]:
         """Run every pending migration; return the revision before and after."""

@@ -115,6 +115,7 @@ if TYPE_CHECKING:
     from pilothouse.tools._gateway import GatewayProxy
     from pilothouse.types import (
         Authorizer,
+        ExtractionOutcome,
         Meter,
         PromptContributor,
         SchemaRevision,
@@ -586,16 +587,15 @@ class Pilothouse:
         Args:
             listener: a function of the event (sync or async). A failing
                 listener is logged and skipped; it never breaks the turn.
-            conversation_uuid: only this conversation's events.
+            conversation_uuid: only this conversation's events (of this
+                facade's tenant: another tenant's uuid is never heard).
             deltas: also text and thinking deltas; a listener that needs none
                 (metrics) should say so, since while anyone wants deltas every
                 model call is streamed to produce them.
         """
-        if conversation_uuid is not None:
-            # A uuid names one conversation of one tenant: no tenant filter needed.
-            self._shared.hub.subscribe(listener, conversation_uuid, deltas=deltas)
-        else:
-            self._shared.hub.subscribe(listener, deltas=deltas, tenant=self.tenant)
+        # The view's tenant goes with the uuid too: another tenant's view
+        # given this uuid hears nothing of it.
+        self._shared.hub.subscribe(listener, conversation_uuid, deltas=deltas, tenant=self.tenant)
 
     def unsubscribe(self, listener: Listener, *, conversation_uuid: str | None = None) -> None:
         """Stop calling ``listener``."""
@@ -631,6 +631,31 @@ class Pilothouse:
         for tenant in sorted(tenants):
             expired += await self.for_tenant(tenant).command.expire_waiting()
         return expired
+
+    async def run_memory_jobs(self, limit: int = 100) -> list[ExtractionOutcome]:
+        """Run up to ``limit`` pending memory extraction jobs of every tenant.
+
+        The operator's maintenance (the service's memory worker,
+        ``pilothouse memory run-jobs``); each job is run for the tenant its
+        row names. A tenant's own call is ``ph.memory.run_jobs()``, which
+        never reaches another tenant's jobs.
+        """
+        from pilothouse.memory import EVERY_TENANT
+
+        await self.ensure_schema()
+        extractor = self._shared.runtime().extractor
+        return await extractor.run_pending(limit, tenant=EVERY_TENANT)
+
+    async def expire_memory(self) -> int:
+        """Delete every tenant's session memory past its TTL; return how many records.
+
+        The operator's maintenance (the service's memory worker,
+        ``pilothouse memory expire``); ``ph.memory.expire()`` is one tenant's.
+        """
+        from pilothouse.memory import EVERY_TENANT
+
+        await self.ensure_schema()
+        return await self._shared.scoped_memory().expire(tenant=EVERY_TENANT)
 
     async def ensure_schema(self) -> None:
         """Create or upgrade the database schema; one read when it is current."""

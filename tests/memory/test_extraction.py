@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pilothouse.memory import MemoryExtractor, ScopedMemory
+from pilothouse.memory import EVERY_TENANT, MemoryExtractor, ScopedMemory
 from pilothouse.memory._tables import MemoryJob
 from pilothouse.store._base import utcnow
 from pilothouse.types import MemoryScope
@@ -63,7 +63,7 @@ async def test_new_facts_are_added_to_user_and_agent_memory(memory: ScopedMemory
     )
     extractor = MemoryExtractor(memory, script)
     job = await enqueue(extractor)
-    [outcome] = await extractor.run_pending()
+    [outcome] = await extractor.run_pending(tenant="t1")
     assert outcome.job_id == job and outcome.status == "done"
     assert [e["event"] for e in outcome.events] == ["ADD", "ADD", "ADD"]
     assert {i.content for i in await memory.list("t1", ALICE)} == {
@@ -89,7 +89,7 @@ async def test_the_same_fact_twice_keeps_one_record(memory: ScopedMemory) -> Non
     )
     await enqueue(extractor)
     await enqueue(extractor)
-    first, second = await extractor.run_pending()
+    first, second = await extractor.run_pending(tenant="t1")
     assert [e["event"] for e in first.events] == ["ADD"]
     assert [e["event"] for e in second.events] == ["NOOP"]
     assert len(await memory.list("t1", ALICE)) == 1
@@ -105,7 +105,7 @@ async def test_a_related_fact_is_decided_by_the_model_update(memory: ScopedMemor
     )
     extractor = MemoryExtractor(memory, script)
     await enqueue(extractor)
-    [outcome] = await extractor.run_pending()
+    [outcome] = await extractor.run_pending(tenant="t1")
     assert [e["event"] for e in outcome.events] == ["UPDATE"]
     # The model saw the existing memory under a small integer, never its uuid.
     assert (
@@ -123,7 +123,7 @@ async def test_a_contradicting_fact_deletes_the_old_and_adds_the_new(memory: Sco
     )
     extractor = MemoryExtractor(memory, script)
     await enqueue(extractor)
-    [outcome] = await extractor.run_pending()
+    [outcome] = await extractor.run_pending(tenant="t1")
     assert [e["event"] for e in outcome.events] == ["DELETE", "ADD"]
     assert [i.content for i in await memory.list("t1", ALICE)] == [
         "The user is vegetarian and eats no meat."
@@ -134,7 +134,7 @@ async def test_empty_input_creates_nothing_and_asks_no_model(memory: ScopedMemor
     script = Script()
     extractor = MemoryExtractor(memory, script)
     await enqueue(extractor, [{"role": "user", "content": "   "}])
-    [outcome] = await extractor.run_pending()
+    [outcome] = await extractor.run_pending(tenant="t1")
     assert outcome.status == "done" and outcome.events == ()
     assert script.prompts == [] and await memory.list("t1", ALICE) == []
 
@@ -142,7 +142,7 @@ async def test_empty_input_creates_nothing_and_asks_no_model(memory: ScopedMemor
 async def test_no_facts_creates_nothing(memory: ScopedMemory) -> None:
     extractor = MemoryExtractor(memory, Script('{"facts": []}'))
     await enqueue(extractor)
-    [outcome] = await extractor.run_pending()
+    [outcome] = await extractor.run_pending(tenant="t1")
     assert outcome.status == "done" and outcome.events == ()
     assert await memory.list("t1", ALICE) == []
 
@@ -157,7 +157,7 @@ async def test_malformed_output_is_sent_back_once_and_repaired(
     extractor = MemoryExtractor(memory, script)
     await enqueue(extractor)
     with caplog.at_level(logging.WARNING, "pilothouse.memory._extract"):
-        [outcome] = await extractor.run_pending()
+        [outcome] = await extractor.run_pending(tenant="t1")
     assert outcome.status == "done" and len(outcome.events) == 1
     assert "could not be used" in script.prompts[1][1]
     assert any("malformed model answer" in r.getMessage() for r in caplog.records)
@@ -172,12 +172,12 @@ async def test_malformed_output_is_retried_then_failed_never_dropped(
         "t1", TURN, user_id="alice", agent=None, session_id=None, max_attempts=3
     )
     with caplog.at_level(logging.WARNING, "pilothouse.memory._extract"):
-        outcomes = await extractor.run_pending()
+        outcomes = await extractor.run_pending(tenant="t1")
         # A failed attempt waits before its retry: nothing more runs at once.
         assert [o.status for o in outcomes] == ["pending"]
         for step in (1, 2):
             later = utcnow() + timedelta(seconds=30 * step + 1)
-            claimed = await extractor.claim(now=later)
+            claimed = await extractor.claim(tenant="t1", now=later)
             assert claimed is not None
             outcomes.append(await extractor.run(*claimed))
     assert [o.status for o in outcomes] == ["pending", "pending", "failed"]
@@ -194,11 +194,11 @@ async def test_a_job_whose_worker_died_is_taken_again_and_completes_once(
     answer = facts("The user is vegetarian.")
     extractor = MemoryExtractor(memory, Script(answer, answer), lease_seconds=60)
     await enqueue(extractor)
-    claimed = await extractor.claim()
+    claimed = await extractor.claim(tenant="t1")
     assert claimed is not None
     # The first worker "dies" here: its lease has not ended, so nobody takes the job.
-    assert await extractor.claim() is None
-    later = await extractor.claim(now=utcnow() + timedelta(seconds=61))
+    assert await extractor.claim(tenant="t1") is None
+    later = await extractor.claim(tenant="t1", now=utcnow() + timedelta(seconds=61))
     assert later is not None and later[1] == 2
     outcome = await extractor.run(*later)
     assert outcome.status == "done"
@@ -212,5 +212,19 @@ async def test_a_job_whose_worker_died_is_taken_again_and_completes_once(
 async def test_a_job_without_user_writes_no_user_memory(memory: ScopedMemory) -> None:
     extractor = MemoryExtractor(memory, Script(facts("The user is vegetarian.")))
     await extractor.enqueue("t1", TURN, user_id=None, agent=None, session_id="s-1")
-    [outcome] = await extractor.run_pending()
+    [outcome] = await extractor.run_pending(tenant="t1")
     assert outcome.status == "done" and outcome.events == ()
+
+
+async def test_a_tenants_run_takes_its_own_jobs_only(memory: ScopedMemory) -> None:
+    extractor = MemoryExtractor(memory, Script(facts("The user is vegetarian.")))
+    other = await extractor.enqueue("t2", TURN, user_id="alice", agent=None, session_id="s-2")
+    # Tenant t1 has nothing to run: t2's job is neither claimed nor touched.
+    assert await extractor.run_pending(tenant="t1") == []
+    [row] = await extractor.jobs("t2")
+    assert row["id"] == other and row["status"] == "pending" and row["attempts"] == 0
+    # The operator's worker runs it, for the tenant its row names.
+    [outcome] = await extractor.run_pending(tenant=EVERY_TENANT)
+    assert outcome.job_id == other and outcome.status == "done"
+    assert [i.content for i in await memory.list("t2", ALICE)] == ["The user is vegetarian."]
+    assert await memory.list("t1", ALICE) == []

@@ -144,6 +144,29 @@ async def test_extraction_jobs_run_on_the_actions_model(
     assert [i.content for i in await ph.memory.list(ALICE)] == ["The user is vegetarian."]
 
 
+async def test_a_tenants_run_leaves_other_tenants_jobs_to_the_operators_worker(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    model.script.steps.append(Reply("Noted."))
+    await ph.command.start_and_send(
+        "I am vegetarian.", action="CHAT", runtime_config={"user_id": "alice"}
+    )
+    # Another tenant's run finds nothing to do and asks no model.
+    asked = len(model.requests)
+    assert await ph.for_tenant("acme").memory.run_jobs() == []
+    assert len(model.requests) == asked
+    [job] = await ph.memory.jobs()
+    assert job["status"] == "pending" and job["attempts"] == 0
+    # The operator's run (the service's worker) takes every tenant's.
+    model.script.steps.append(
+        Reply(json.dumps({"facts": [{"text": "The user is vegetarian.", "scope": "user"}]}))
+    )
+    [outcome] = await ph.for_tenant("acme").run_memory_jobs()
+    assert outcome.status == "done"
+    assert [i.content for i in await ph.memory.list(ALICE)] == ["The user is vegetarian."]
+    assert await ph.for_tenant("acme").memory.list(ALICE) == []
+
+
 async def test_an_action_without_scoped_memory_touches_no_memory(
     ph: Pilothouse, model: ScriptedModel
 ) -> None:

@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from pilothouse.errors import InvalidFieldError, NotFoundError
-from pilothouse.memory import ScopedMemory, SessionLimits
+from pilothouse.memory import EVERY_TENANT, ScopedMemory, SessionLimits
 from pilothouse.memory._store import subject_digest
 from pilothouse.store._base import utcnow
 from pilothouse.types import MemoryScope
@@ -183,8 +183,19 @@ async def test_session_memory_expires_after_its_ttl(memory: ScopedMemory) -> Non
     assert abs((fresh.expires_at - fresh.created_at) - timedelta(minutes=60)) < timedelta(seconds=1)
     # Expired records are invisible at once, and deleted by expire().
     assert [i.id for i in await memory.list("t1", session)] == [fresh.id]
-    assert await memory.expire() == 1
-    assert await memory.expire() == 0
+    assert await memory.expire(tenant="t1") == 1
+    assert await memory.expire(tenant="t1") == 0
+
+
+async def test_a_tenants_expiry_deletes_its_own_records_only(memory: ScopedMemory) -> None:
+    session = MemoryScope("session", session_id="s-1", user_id="alice")
+    old = utcnow() - timedelta(minutes=61)
+    await memory.add("t1", session, "We discussed the Q3 budget.", now=old)
+    await memory.add("t2", session, "We discussed the Q2 budget.", now=old)
+    assert await memory.expire(tenant="t1") == 1
+    # The other tenant's expired record waits for its own expiry, or the operator's.
+    assert await memory.expire(tenant="t1") == 0
+    assert await memory.expire(tenant=EVERY_TENANT) == 1
 
 
 async def test_a_session_keeps_at_most_max_records(memory: ScopedMemory) -> None:

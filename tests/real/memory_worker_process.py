@@ -13,7 +13,7 @@ import sys
 
 import anyio
 
-from pilothouse.memory import MemoryExtractor, ScopedMemory
+from pilothouse.memory import EVERY_TENANT, MemoryExtractor, ScopedMemory
 from pilothouse.memory._tables import MemoryJob
 from pilothouse.store import Database
 
@@ -28,7 +28,7 @@ async def main(url: str) -> None:
         raise AssertionError("unreachable")
 
     extractor = MemoryExtractor(memory, hang, lease_seconds=600)
-    await extractor.run_pending(limit=1)
+    await extractor.run_pending(limit=1, tenant=EVERY_TENANT)
 
 
 if __name__ == "__main__":

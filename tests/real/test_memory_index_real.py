@@ -205,7 +205,7 @@ async def test_edits_forgets_and_expiry_reach_the_vector_table(
     assert [h.item.id for h in await memory.search("t1", QUERY, {session: 3})] == [turn.id]
     assert await memory.forget("t1", alice, item.id)
     assert await memory.search("t1", QUERY, {alice: 3}) == []
-    assert await memory.expire(now=utcnow() + timedelta(minutes=2)) == 1
+    assert await memory.expire(tenant="t1", now=utcnow() + timedelta(minutes=2)) == 1
     assert await memory.search("t1", QUERY, {session: 3}) == []
     async with pgv.engine.connect() as connection:
         left = await connection.scalar(text("SELECT count(*) FROM memory_vector_384"))

@@ -118,12 +118,12 @@ async def test_a_worker_killed_mid_job_leaves_it_to_complete_exactly_once(
     [row] = await extractor.jobs("default")
     assert row["status"] == "running" and row["attempts"] == 1
     # While the dead worker's lease lasts nobody takes the job; after it, one does.
-    assert await extractor.claim() is None
-    claimed = await extractor.claim(now=utcnow() + timedelta(seconds=601))
+    assert await extractor.claim(tenant="default") is None
+    claimed = await extractor.claim(tenant="default", now=utcnow() + timedelta(seconds=601))
     assert claimed is not None and claimed[0].id == job_id
     outcome = await extractor.run(*claimed)
     assert outcome.status == "done"
-    assert await extractor.run_pending() == []
+    assert await extractor.run_pending(tenant="default") == []
     [row] = await extractor.jobs("default")
     assert row["status"] == "done" and row["attempts"] == 2
     assert row["outcome"] == {"ADD": 1, "UPDATE": 0, "DELETE": 0, "NOOP": 0}

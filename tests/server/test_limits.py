@@ -4,6 +4,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from pydantic import SecretStr
 from server_helpers import auth
 
 from pilothouse.server._app import create_app
@@ -105,6 +106,39 @@ async def test_metrics_need_a_key_off_loopback(server_settings: Settings) -> Non
     try:
         async for http in serve(state):
             assert (await http.get("/metrics")).status_code == 401
+    finally:
+        await state.aclose()
+
+
+async def test_metrics_off_loopback_answer_the_scraper_token_never_an_api_key(
+    server_settings: Settings,
+) -> None:
+    config = ServerSettings(host="0.0.0.0", metrics_token=SecretStr("scrape-7f2"))
+    state = ServerState(server_settings, server=config)
+    try:
+        key, _ = await state.pilothouse.keys.create(name="admin", admin=True)
+        async for http in serve(state):
+            # Its series name every tenant: a tenant's key, admin or not, reads none.
+            refused = await http.get("/metrics", headers=auth(key))
+            assert refused.status_code == 401
+            assert "PILOTHOUSE_SERVER_METRICS_TOKEN" in refused.json()["detail"]
+            assert (await http.get("/metrics", headers=auth("scrape-7f3"))).status_code == 401
+            scraped = await http.get("/metrics", headers=auth("scrape-7f2"))
+            assert scraped.status_code == 200 and "pilothouse_http_requests_total" in scraped.text
+    finally:
+        await state.aclose()
+
+
+async def test_metrics_off_loopback_without_a_token_refuse_every_key(
+    server_settings: Settings,
+) -> None:
+    state = ServerState(server_settings, server=ServerSettings(host="0.0.0.0"))
+    try:
+        key, _ = await state.pilothouse.keys.create(name="admin", admin=True)
+        async for http in serve(state):
+            refused = await http.get("/metrics", headers=auth(key))
+            assert refused.status_code == 401
+            assert "PILOTHOUSE_SERVER_METRICS_TOKEN" in refused.json()["detail"]
     finally:
         await state.aclose()
 

@@ -266,9 +266,14 @@ class MemoryApi(Facet):
         return await (await self._store()).erasures(self.tenant, user_id)
 
     async def run_jobs(self, limit: int = 100) -> list[ExtractionOutcome]:
-        """Run up to ``limit`` pending extraction jobs now (of every tenant)."""
+        """Run up to ``limit`` of this tenant's pending extraction jobs now.
+
+        Another tenant's jobs are never run here (they read its turns and
+        spend its model budget); the service's worker runs every tenant's
+        (:meth:`Pilothouse.run_memory_jobs`).
+        """
         await self._ready()
-        return await self._extractor().run_pending(limit)
+        return await self._extractor().run_pending(limit, tenant=self.tenant)
 
     async def jobs(self, status: str | None = None) -> list[dict[str, Any]]:
         """The tenant's extraction jobs (status, attempts, error, outcome)."""
@@ -276,5 +281,5 @@ class MemoryApi(Facet):
         return await self._extractor().jobs(self.tenant, status=status)
 
     async def expire(self) -> int:
-        """Delete session memory past its TTL (every tenant); return how many records."""
-        return await (await self._store()).expire()
+        """Delete this tenant's session memory past its TTL; return how many records."""
+        return await (await self._store()).expire(tenant=self.tenant)

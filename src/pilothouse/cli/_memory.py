@@ -268,12 +268,12 @@ def run_jobs(
     ctx: typer.Context,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 100,
 ) -> None:
-    """Run pending extraction jobs once (the service's worker does it on its own)."""
+    """Run every tenant's pending extraction jobs once (the service's worker does it on its own)."""
     state: CliState = ctx.obj
 
     async def body() -> list[dict[str, Any]]:
         async with open_facade(state) as ph:
-            outcomes = await ph.memory.run_jobs(limit)
+            outcomes = await ph.run_memory_jobs(limit)
             return [
                 {"job_id": o.job_id, "status": o.status, "events": list(o.events), "error": o.error}
                 for o in outcomes
@@ -284,11 +284,11 @@ def run_jobs(
 
 @app.command()
 def expire(ctx: typer.Context) -> None:
-    """Delete session memory past its TTL now."""
+    """Delete every tenant's session memory past its TTL now."""
     state: CliState = ctx.obj
 
     async def body() -> int:
         async with open_facade(state) as ph:
-            return await ph.memory.expire()
+            return await ph.expire_memory()
 
     typer.echo(f"expired {run(body)} session memories")

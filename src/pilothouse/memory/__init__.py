@@ -32,11 +32,14 @@ from pilothouse.memory._tokens import (
 if TYPE_CHECKING:
     from pilothouse.memory._extract import MemoryExtractor
     from pilothouse.memory._store import RankWeights, ScopedMemory, SessionLimits
+    from pilothouse.memory._types import EVERY_TENANT, EveryTenant
 
 __all__ = [
+    "EVERY_TENANT",
     "MESSAGE_OVERHEAD_TOKENS",
     "NO_MEMORY",
     "EstimateCounter",
+    "EveryTenant",
     "MemoryExtractor",
     "MemoryMessage",
     "MemoryPolicy",
@@ -53,5 +56,6 @@ __all__ = [
 _LAZY: dict[str, tuple[str, ...]] = {
     "_extract": ("MemoryExtractor",),
     "_store": ("RankWeights", "ScopedMemory", "SessionLimits"),
+    "_types": ("EVERY_TENANT", "EveryTenant"),
 }
 _MODULE_OF, __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -42,7 +42,13 @@ from sqlalchemy import and_, delete, or_, select, update
 from pilothouse.errors import PilothouseError
 from pilothouse.memory._store import ScopedMemory, content_hash, scope_filter
 from pilothouse.memory._tables import MemoryJob, MemoryRecord
-from pilothouse.memory._types import MEMORY_TYPES, ExtractionOutcome, MemoryHit, MemoryScope
+from pilothouse.memory._types import (
+    MEMORY_TYPES,
+    EveryTenant,
+    ExtractionOutcome,
+    MemoryHit,
+    MemoryScope,
+)
 from pilothouse.memory._versions import drop_versions, keep_version
 from pilothouse.store._base import utcnow
 
@@ -247,8 +253,15 @@ class MemoryExtractor:
             for row in rows
         ]
 
-    async def claim(self, now: datetime | None = None) -> tuple[MemoryJob, int] | None:
-        """Take the oldest runnable job: pending, or running with its lease ended.
+    async def claim(
+        self, *, tenant: str | EveryTenant, now: datetime | None = None
+    ) -> tuple[MemoryJob, int] | None:
+        """Take the oldest runnable job of ``tenant``: pending, or running with its lease ended.
+
+        Args:
+            tenant: whose job; :data:`~pilothouse.memory.EVERY_TENANT` for
+                the operator's worker, which runs every tenant's.
+            now: the time leases are compared with (tests move it).
 
         Returns:
             The job and the attempt number that fences its completion, or None.
@@ -261,6 +274,10 @@ class MemoryExtractor:
             ),
             and_(MemoryJob.status == "running", MemoryJob.lease_until < stamp),
         )
+        if isinstance(tenant, str):
+            # A tenant's call claims its own jobs only: running another
+            # tenant's job reads its turns and spends its model budget.
+            runnable = and_(MemoryJob.tenant == tenant, runnable)
         async with self.database.sessions() as session, session.begin():
             for candidate in (
                 await session.scalars(
@@ -290,11 +307,20 @@ class MemoryExtractor:
                     return candidate, attempt
         return None
 
-    async def run_pending(self, limit: int = 100) -> list[ExtractionOutcome]:
-        """Run up to ``limit`` jobs now, one after another (the CLI and the service's worker)."""
+    async def run_pending(
+        self, limit: int = 100, *, tenant: str | EveryTenant
+    ) -> list[ExtractionOutcome]:
+        """Run up to ``limit`` jobs of ``tenant`` now, one after another.
+
+        Args:
+            limit: the most jobs to run.
+            tenant: whose jobs; :data:`~pilothouse.memory.EVERY_TENANT` for
+                the operator's worker (the service's, ``pilothouse memory
+                run-jobs``).
+        """
         outcomes: list[ExtractionOutcome] = []
         while len(outcomes) < limit:
-            claimed = await self.claim()
+            claimed = await self.claim(tenant=tenant)
             if claimed is None:
                 break
             outcomes.append(await self.run(*claimed))

@@ -46,6 +46,7 @@ from pilothouse.memory._tables import MemoryRecord, MemorySession
 from pilothouse.memory._types import (
     MEMORY_TYPES,
     ErasureReport,
+    EveryTenant,
     MemoryHit,
     MemoryItem,
     MemoryScope,
@@ -430,15 +431,24 @@ class ScopedMemory:
             result = await session.execute(delete(MemoryRecord).where(target))
             return bool(result.rowcount)  # type: ignore[attr-defined]
 
-    async def expire(self, now: datetime | None = None) -> int:
-        """Delete every session record past its ``expires_at``, in every tenant.
+    async def expire(self, *, tenant: str | EveryTenant, now: datetime | None = None) -> int:
+        """Delete every session record of ``tenant`` past its ``expires_at``.
 
         The index's copies of deleted records go too (searches never return
         them anyway: every index query joins the live records).
+
+        Args:
+            tenant: whose records; :data:`~pilothouse.memory.EVERY_TENANT` for
+                the service's worker.
+            now: the time compared with ``expires_at`` (tests move it).
         """
-        expired = and_(
-            MemoryRecord.expires_at.is_not(None), MemoryRecord.expires_at <= (now or utcnow())
-        )
+        conditions = [
+            MemoryRecord.expires_at.is_not(None),
+            MemoryRecord.expires_at <= (now or utcnow()),
+        ]
+        if isinstance(tenant, str):
+            conditions.append(MemoryRecord.tenant == tenant)
+        expired = and_(*conditions)
         async with self.database.sessions() as session, session.begin():
             await drop_versions(session, expired)
             result = await session.execute(delete(MemoryRecord).where(expired))

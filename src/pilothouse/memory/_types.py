@@ -9,9 +9,11 @@ changed or deleted.
 from __future__ import annotations
 
 __all__ = [
+    "EVERY_TENANT",
     "MEMORY_SCOPES",
     "MEMORY_TYPES",
     "ErasureReport",
+    "EveryTenant",
     "ExtractionOutcome",
     "MemoryHit",
     "MemoryItem",
@@ -23,9 +25,26 @@ __all__ = [
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from enum import Enum
+from typing import Any, Final, Literal
 
 from pilothouse.errors import InvalidFieldError
+
+
+class EveryTenant(Enum):
+    """The operator's maintenance scope: every tenant's rows at once.
+
+    A call that works across tenants (the service's memory worker) must say
+    so with :data:`EVERY_TENANT` where a tenant would go; no default, no
+    ``None``, stands for it, so a request path that forgot its tenant fails
+    to type-check rather than reaching every tenant.
+    """
+
+    EVERY_TENANT = "every tenant"
+
+
+EVERY_TENANT: Final = EveryTenant.EVERY_TENANT
+"""Where a tenant would go: every tenant (the operator's maintenance only)."""
 
 MemoryScopeName = Literal["session", "user", "agent", "organization"]
 MEMORY_SCOPES: tuple[MemoryScopeName, ...] = ("session", "user", "agent", "organization")

@@ -273,7 +273,8 @@ class EventHub:
         # (listener, tenant or None for every tenant)
         self._all: list[tuple[Listener, str | None]] = []
         self._quiet: list[tuple[Listener, str | None]] = []
-        self._by_conversation: dict[str, list[Listener]] = {}
+        # (listener, tenant or None for any tenant's conversation of that uuid)
+        self._by_conversation: dict[str, list[tuple[Listener, str | None]]] = {}
 
     def subscribe(
         self,
@@ -292,10 +293,11 @@ class EventHub:
                 listener for all conversations that needs none (metrics, a
                 turn tracker) should say so: while any listener wants deltas,
                 every model call is streamed to produce them.
-            tenant: with no conversation given, only this tenant's events.
+            tenant: only this tenant's events: with a conversation given,
+                another tenant's conversation of that uuid is never heard.
         """
         if conversation_uuid is not None:
-            self._by_conversation.setdefault(conversation_uuid, []).append(listener)
+            self._by_conversation.setdefault(conversation_uuid, []).append((listener, tenant))
         elif deltas:
             self._all.append((listener, tenant))
         else:
@@ -311,7 +313,10 @@ class EventHub:
                         return
             raise ValueError(f"{listener!r} is not subscribed")
         listeners = self._by_conversation.get(conversation_uuid, [])
-        listeners.remove(listener)
+        entry = next((e for e in listeners if e[0] == listener), None)
+        if entry is None:
+            raise ValueError(f"{listener!r} is not subscribed to {conversation_uuid}")
+        listeners.remove(entry)
         if not listeners:
             self._by_conversation.pop(conversation_uuid, None)
 
@@ -322,7 +327,8 @@ class EventHub:
 
     def wants_deltas(self, conversation_uuid: str, tenant: str | None = None) -> bool:
         """Whether anyone listening to this conversation (of ``tenant``) wants streamed deltas."""
-        if conversation_uuid in self._by_conversation:
+        by_uuid = self._by_conversation.get(conversation_uuid, ())
+        if any(only is None or only == tenant for _, only in by_uuid):
             return True
         return any(only is None or only == tenant for _, only in self._all)
 
@@ -336,7 +342,11 @@ class EventHub:
         """
         if self._all or self._quiet or self._by_conversation:
             listeners = [listener for listener, only in self._all if only is None or only == tenant]
-            listeners.extend(self._by_conversation.get(event.conversation_uuid, ()))
+            listeners.extend(
+                listener
+                for listener, only in self._by_conversation.get(event.conversation_uuid, ())
+                if only is None or only == tenant
+            )
             if not isinstance(event, TextDelta | ThinkingDelta):
                 listeners.extend(
                     listener for listener, only in self._quiet if only is None or only == tenant

@@ -4,22 +4,28 @@
 must not restart a healthy process because the database blinked).
 ``/readyz`` says the service can serve: the database answers and its schema
 is at the newest migration; otherwise 503, so a load balancer routes around
-it. Neither needs a key. ``/metrics`` needs a key unless the service is
-bound to loopback (or ``PILOTHOUSE_SERVER_METRICS_ANONYMOUS`` says so).
+it. Neither needs a key. ``/metrics`` is the operator's: its series name
+every tenant and its usage, so it is open on a loopback bind only (or as
+``PILOTHOUSE_SERVER_METRICS_ANONYMOUS`` says) and answers the operator's
+scraper token (``PILOTHOUSE_SERVER_METRICS_TOKEN``) otherwise, never a
+tenant's API key.
 """
 
 from __future__ import annotations
 
 __all__ = ["router"]
 
+import hmac
 import logging
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from pilothouse.server._deps import State, principal_from_request
+from pilothouse.errors import TooManyRequestsError, UnauthorizedError
+from pilothouse.server._deps import State
 from pilothouse.server._problems import problem_responses
+from pilothouse.server._state import ServerState
 
 logger = logging.getLogger(__name__)
 
@@ -66,5 +72,38 @@ async def readyz(state: State) -> JSONResponse:
 async def metrics(request: Request, state: State) -> Response:
     """Return every metric in the Prometheus text format."""
     if not state.server.anonymous_metrics:
-        await principal_from_request(request, state)
+        await _check_scraper(request, state)
     return Response(state.metrics.render(), media_type=state.metrics.content_type)
+
+
+async def _check_scraper(request: Request, state: ServerState) -> None:
+    """Let the operator's scraper through: its token, never a tenant's API key.
+
+    Raises:
+        UnauthorizedError: no token configured, or another one presented.
+        TooManyRequestsError: the address has failed too often this minute.
+    """
+    expected = state.server.metrics_token
+    if expected is None:
+        raise UnauthorizedError(
+            "/metrics shows every tenant's usage and is the operator's: bind the service to "
+            "loopback, or set PILOTHOUSE_SERVER_METRICS_TOKEN and scrape with "
+            "'Authorization: Bearer <token>' (API keys are not accepted here)"
+        )
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    # Constant-time, so timing says nothing about the token.
+    if scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode(), expected.get_secret_value().encode()
+    ):
+        return
+    address = request.client.host if request.client is not None else "unknown"
+    wait = await state.auth_failures.acquire(f"address:{address}")
+    if wait is not None:
+        raise TooManyRequestsError(
+            "too many requests without a valid token from this address; retry later",
+            retry_after=wait,
+        )
+    raise UnauthorizedError(
+        "/metrics answers the operator's scraper token (PILOTHOUSE_SERVER_METRICS_TOKEN) "
+        "as 'Authorization: Bearer <token>'; API keys are not accepted here"
+    )

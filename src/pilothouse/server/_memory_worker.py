@@ -24,17 +24,22 @@ logger = logging.getLogger(__name__)
 
 
 async def memory_worker(ph: Pilothouse, every: float, expire_every: float) -> None:
-    """Run until cancelled: jobs each ``every`` seconds, expiry each ``expire_every``."""
+    """Run until cancelled: jobs each ``every`` seconds, expiry each ``expire_every``.
+
+    ``ph`` is the process's facade; the worker is the operator's, so it runs
+    every tenant's jobs (``Pilothouse.run_memory_jobs``), each for its own
+    tenant, never a request's.
+    """
     last_expiry = time.monotonic()
     while True:
         await anyio.sleep(every)
         try:
-            outcomes = await ph.memory.run_jobs(limit=50)
+            outcomes = await ph.run_memory_jobs(limit=50)
             if outcomes:
                 logger.info("memory worker: ran %d extraction jobs", len(outcomes))
             if time.monotonic() - last_expiry >= expire_every:
                 last_expiry = time.monotonic()
-                expired = await ph.memory.expire()
+                expired = await ph.expire_memory()
                 if expired:
                     logger.info("memory worker: %d session memories expired", expired)
         except (PilothouseError, SQLAlchemyError, OSError) as exc:

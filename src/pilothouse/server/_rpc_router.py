@@ -169,6 +169,10 @@ class RpcRouter:
         """Return the route of ``method``, or None."""
         return self._routes.get(method)
 
+    def routes(self) -> list[RpcRoute]:
+        """Every routed method, by name."""
+        return [self._routes[name] for name in sorted(self._routes)]
+
     @classmethod
     def from_actions(cls, actions: Mapping[str, str]) -> RpcRouter:
         """A router of catalog targets only (``PILOTHOUSE_SERVER_JSONRPC_ACTIONS``)."""

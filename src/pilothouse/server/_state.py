@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import anyio
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pilothouse.api import Pilothouse
@@ -73,8 +73,11 @@ class ServerSettings(BaseSettings):
             :class:`~pilothouse.server.RpcRouter`).
         cors_origins: origins allowed by CORS; empty (the default) leaves
             CORS off, so browsers refuse cross-origin calls.
-        metrics_anonymous: whether ``/metrics`` needs no key; None (the
+        metrics_anonymous: whether ``/metrics`` needs no token; None (the
             default) allows it only when ``host`` is a loopback address.
+        metrics_token: the operator's scraper token. Where ``/metrics`` is
+            not anonymous it answers ``Authorization: Bearer <token>`` only:
+            its series name every tenant, so no tenant's API key reads it.
         shutdown_grace_seconds: how long a shutdown waits for running turns
             before cancelling them (recorded ``TE``).
         last_used_interval_seconds: write a key's ``last_used_at`` at most
@@ -139,6 +142,7 @@ class ServerSettings(BaseSettings):
     jsonrpc_actions: dict[str, str] = Field(default_factory=dict[str, str])
     cors_origins: list[str] = Field(default_factory=list)
     metrics_anonymous: bool | None = None
+    metrics_token: SecretStr | None = None
     shutdown_grace_seconds: float = 30.0
     last_used_interval_seconds: float = 60.0
     key_cache_seconds: float = 5.0
