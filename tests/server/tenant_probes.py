@@ -323,6 +323,12 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("POST", "/v1/memory/erase-user"): lambda w: [
         Call("POST", "/v1/memory/erase-user", json={"user_id": "alice"}, late=True)
     ],
+    ("GET", "/v1/memory/users/{user_id}/export"): lambda w: [
+        Call("GET", "/v1/memory/users/alice/export")
+    ],
+    ("GET", "/v1/memory/{memory_id}/versions"): lambda w: [
+        Call("GET", f"/v1/memory/{i}/versions", params=s) for i, s in _records(w)
+    ],
     ("GET", "/v1/memory/{memory_id}"): lambda w: [
         Call("GET", f"/v1/memory/{i}", params=s) for i, s in _records(w)
     ],

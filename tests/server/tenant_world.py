@@ -198,9 +198,11 @@ NOT_TENANT_DATA: Mapping[str, str] = {
 }
 """Tables without tenant rows, each with why; every other table must be A-attributable."""
 
-_OWNED_BY: Mapping[str, tuple[str, str]] = {
-    # Columns without a declared foreign key that still name A's rows.
-    "knowledge_chunk": ("collection_id", "document_collection"),
+_OWNED_BY: Mapping[str, tuple[str, str, str]] = {
+    # Columns without a declared foreign key that still name A's rows:
+    # (column, parent table, the parent's column it holds).
+    "knowledge_chunk": ("collection_id", "document_collection", "id"),
+    "ui_session": ("key_prefix", "api_key", "prefix"),
 }
 
 
@@ -217,8 +219,8 @@ def _owner_conditions(connection: sa.Connection, tenant: str) -> dict[str, Any]:
         if "tenant" in table.c:
             statements[name] = sa.select(table).where(table.c.tenant == tenant)
             continue
-        links: list[tuple[str, str]] = [
-            (fk["constrained_columns"][0], fk["referred_table"])
+        links: list[tuple[str, str, str]] = [
+            (fk["constrained_columns"][0], fk["referred_table"], fk["referred_columns"][0])
             for fk in inspector.get_foreign_keys(name)
             if len(fk["constrained_columns"]) == 1
         ]
@@ -226,9 +228,9 @@ def _owner_conditions(connection: sa.Connection, tenant: str) -> dict[str, Any]:
             links.append(_OWNED_BY[name])
         owned = [
             table.c[column].in_(
-                sa.select(tables[parent].c.id).where(tables[parent].c.tenant == tenant)
+                sa.select(tables[parent].c[held]).where(tables[parent].c.tenant == tenant)
             )
-            for column, parent in links
+            for column, parent, held in links
             if "tenant" in tables[parent].c
         ]
         if not owned:
