@@ -69,7 +69,12 @@ def server_settings(
     tmp_path: Path, sqlite_templates: SqliteTemplates, database_seed: Seed
 ) -> Settings:
     url = sqlite_templates.fresh(tmp_path / "server.db", database_seed)
-    return Settings(database_url=url, secrets_file=None, egress_allow=["127.0.0.1"])
+    return Settings(
+        database_url=url,
+        secrets_file=None,
+        secrets_env={"default": ["CRM_TOKEN"]},
+        egress_allow=["127.0.0.1"],
+    )
 
 
 @pytest.fixture
@@ -301,6 +306,7 @@ async def test_outside_the_egress_policy_a_gateway_offers_no_tools(
     settings = Settings(
         database_url=sqlite_templates.fresh(tmp_path / "strict.db", database_seed),
         secrets_file=None,
+        secrets_env={"default": ["CRM_TOKEN"]},
     )
     state = ServerState(settings)
     app = create_app(settings, state=state)

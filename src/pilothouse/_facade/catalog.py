@@ -13,7 +13,7 @@ __all__ = ["CatalogApi"]
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from pydantic_core import to_jsonable_python
@@ -28,29 +28,69 @@ if TYPE_CHECKING:
     from pilothouse.catalog._models import CatalogEntity
     from pilothouse.catalog._validate import ParsedCatalog
     from pilothouse.providers._egress import EgressPolicy
+    from pilothouse.providers._secrets import SecretResolver
     from pilothouse.types import ImportSummary
 
 EgressOf = Callable[[], "EgressPolicy | None"]
 """The writer's egress policy, or None where catalog URLs are not checked."""
 
+SecretsOf = Callable[[], "SecretResolver | None"]
+"""The writer's secrets, or None where references are not checked at write time."""
+
+Found = list[tuple[tuple[str | int, ...], str]]
+
+
+def _unknown_secrets(
+    value: Any, secrets: SecretResolver, tenant: str, location: tuple[str | int, ...] = ()
+) -> Found:
+    """Each ``@secrets(NAME)`` in ``value`` (any depth) that the tenant's scope lacks."""
+    from pilothouse.providers._secrets import secret_names
+
+    found: Found = []
+    if isinstance(value, str):
+        for name in dict.fromkeys(secret_names(value)):
+            if not secrets.defines(name):
+                found.append(
+                    (
+                        location,
+                        f"names the secret '{name}', which tenant '{tenant}' does not have: "
+                        f"define it in the section [{tenant}] of the secrets file, or have the "
+                        "operator map it to the tenant with PILOTHOUSE_SECRETS_ENV; the "
+                        "server's environment is no tenant's secret (see docs/security.md#secrets)",
+                    )
+                )
+    elif isinstance(value, Mapping):
+        for key, item in cast(Mapping[Any, Any], value).items():
+            found += _unknown_secrets(item, secrets, tenant, (*location, str(key)))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(cast(Sequence[Any], value)):
+            found += _unknown_secrets(item, secrets, tenant, (*location, index))
+    return found
+
 
 async def _served_write_issues(
-    policy: EgressPolicy,
+    policy: EgressPolicy | None,
+    secrets: SecretResolver | None,
+    tenant: str,
     kind: CatalogKind,
     document: Mapping[str, Any],
-    code: str | None,
     *,
     allow_stdio: bool,
-) -> list[tuple[tuple[str | int, ...], str]]:
+) -> Found:
     """What the service refuses in one entity a tenant writes, with its location and the rule.
 
-    Each address the tenant's egress policy refuses, and a stdio MCP client
-    unless the operator allows them.
+    Each reference to a secret the tenant does not have, each address the
+    tenant's egress policy refuses, and a stdio MCP client unless the
+    operator allows them.
     """
     from pilothouse.catalog._urls import catalog_urls
     from pilothouse.errors import InvalidFieldError
 
-    found: list[tuple[tuple[str | int, ...], str]] = []
+    found: Found = []
+    if secrets is not None:
+        found += _unknown_secrets(document, secrets, tenant)
+    if policy is None:
+        return found
     if kind.name == "mcp_clients" and document.get("transport") == "stdio" and not allow_stdio:
         # A stdio client is a command the server runs, with its files,
         # environment and network: no tenant of a shared service may write one.
@@ -108,6 +148,9 @@ class CatalogApi(Facet):
         user: written to ``updated_by`` when a write names nobody.
         egress: the tenant's egress policy when writes are checked against
             it (``Pilothouse(catalog_egress=True)``).
+        secrets: the tenant's secrets when writes are checked against them
+            (the same switch): a reference to a secret the tenant does not
+            have is refused, naming the field and the secret.
         allow_stdio: with ``egress``, tenants may write stdio MCP clients
             (``Settings.tenant_mcp_stdio``); commands the server runs.
     """
@@ -119,24 +162,31 @@ class CatalogApi(Facet):
         user: str,
         *,
         egress: EgressOf | None = None,
+        secrets: SecretsOf | None = None,
         allow_stdio: bool = False,
     ) -> None:
         super().__init__(database, tenant)
         self._user = user
         self._egress: EgressOf = egress or (lambda: None)
+        self._secrets: SecretsOf = secrets or (lambda: None)
         self._allow_stdio = allow_stdio
 
     async def _check_document(self, kind: CatalogKind, document: Mapping[str, Any]) -> None:
-        """Refuse one entity whose addresses the tenant's policy does not allow."""
-        policy = self._egress()
-        if policy is None:
+        """Refuse one entity naming secrets or addresses the tenant may not use."""
+        policy, secrets = self._egress(), self._secrets()
+        if policy is None and secrets is None:
             return
         from pilothouse.catalog import spec_document
         from pilothouse.catalog._validate import parse_spec
 
         spec = parse_spec(kind, document)  # raises every broken rule, as the write would
         found = await _served_write_issues(
-            policy, kind, spec_document(kind, spec), spec.key, allow_stdio=self._allow_stdio
+            policy,
+            secrets,
+            self.tenant,
+            kind,
+            spec_document(kind, spec),
+            allow_stdio=self._allow_stdio,
         )
         if found:
             raise CatalogValidationError(
@@ -147,12 +197,11 @@ class CatalogApi(Facet):
             )
 
     def _import_check(self) -> Callable[[ParsedCatalog], Any] | None:
-        """The import's egress check of every entity, located by file and line."""
-        policy = self._egress()
-        if policy is None:
+        """The import's check of every entity's secrets and addresses, located by file and line."""
+        policy, secrets = self._egress(), self._secrets()
+        if policy is None and secrets is None:
             return None
-        checked = policy
-        allow_stdio = self._allow_stdio
+        allow_stdio, tenant = self._allow_stdio, self.tenant
 
         async def check(parsed: ParsedCatalog) -> list[ValidationIssue]:
             from pilothouse.catalog import spec_document
@@ -162,7 +211,7 @@ class CatalogApi(Facet):
                 for entry in entries:
                     document = spec_document(entry.kind, entry.spec)
                     for location, rule in await _served_write_issues(
-                        checked, entry.kind, document, entry.spec.key, allow_stdio=allow_stdio
+                        policy, secrets, tenant, entry.kind, document, allow_stdio=allow_stdio
                     ):
                         issues.append(entry.issue(location, rule))
             return issues

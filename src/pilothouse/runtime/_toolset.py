@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
 from pilothouse.catalog._events import EventToolSettings
 from pilothouse.catalog._views import McpClientRecord, ToolRecord
-from pilothouse.providers import SecretResolver
+from pilothouse.providers import SecretSource
 from pilothouse.tools._base import (
     ExecutableTool,
     ToolContext,
@@ -278,7 +278,7 @@ class CatalogToolSource:
 
     def __init__(
         self,
-        secrets: SecretResolver,
+        secrets: SecretSource,
         *,
         registry: ToolRegistry | None = None,
         mcp: McpClientPool | None = None,
