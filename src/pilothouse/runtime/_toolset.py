@@ -293,9 +293,11 @@ class CatalogToolSource:
         if registry is not None:
             from pilothouse.tools._sandbox import ScriptSandbox
 
-            # The deployment's setting governs every registry, a caller's too.
+            # The deployment's settings govern every registry, a caller's too:
+            # catalog rows resolve secrets in their own tenant's scope.
             registry.script_sandbox = ScriptSandbox.for_mode(script_tools)
             registry.egress = egress
+            registry.secrets = secrets
         self._registry = registry
         self._mcp = mcp
         self._mcp_stop: Any = None

@@ -120,7 +120,9 @@ class ToolRegistry:
         self.script_sandbox = (
             script_sandbox if script_sandbox is not None else ScriptSandbox.for_mode("sandbox")
         )
-        self._secrets = secrets
+        # Public, like egress and script_sandbox: a Pilothouse sets it to the
+        # deployment's secrets, so catalog rows resolve in their tenant's scope.
+        self.secrets: SecretSource = secrets
         self._http = http
         self._owns_http = http is None
         # Set by the tool source in the HTTP service: the client it makes
@@ -405,7 +407,7 @@ class ToolRegistry:
         endpoint = endpoint_from_settings(settings, parameters, row.name)
         definition = self._definition(row, dict(parameters), "")
         return RestTool(
-            definition, endpoint, policy, self.http, self._secrets.for_tenant(row.tenant)
+            definition, endpoint, policy, self.http, self.secrets.for_tenant(row.tenant)
         )
 
     async def _openapi(
@@ -450,7 +452,7 @@ class ToolRegistry:
             raise ToolError(f"tool '{row.name}': {exc}") from exc
         definition = self._definition(row, found.parameters, found.description)
         return RestTool(
-            definition, found.endpoint, policy, self.http, self._secrets.for_tenant(row.tenant)
+            definition, found.endpoint, policy, self.http, self.secrets.for_tenant(row.tenant)
         )
 
     @staticmethod
