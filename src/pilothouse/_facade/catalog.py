@@ -54,9 +54,10 @@ def _unknown_secrets(
                     (
                         location,
                         f"names the secret '{name}', which tenant '{tenant}' does not have: "
-                        f"define it in the section [{tenant}] of the secrets file, or have the "
-                        "operator map it to the tenant with PILOTHOUSE_SECRETS_ENV; the "
-                        "server's environment is no tenant's secret (see docs/security.md#secrets)",
+                        f"the operator defines it in the section [{tenant}] of the secrets "
+                        "file or maps an environment variable to the tenant with "
+                        "PILOTHOUSE_SECRETS_ENV; the server's environment is no tenant's "
+                        "secret (see docs/security.md#secrets)",
                     )
                 )
     elif isinstance(value, Mapping):

@@ -216,10 +216,15 @@ class DeploymentSecrets:
         *,
         default_tenant: str = "default",
     ) -> None:
-        self._environ = dict(environ)
         self._secrets_file = secrets_file
-        self._mapping = {
-            tenant: parse_env_mapping(tenant, entries)
+        # Only the mapped variables are kept: the rest of the environment is
+        # nobody's secret, so this object never holds it.
+        self._mapped = {
+            tenant: {
+                name: environ[variable]
+                for name, variable in parse_env_mapping(tenant, entries).items()
+                if variable in environ
+            }
             for tenant, entries in (env_mapping or {}).items()
         }
         self._default_tenant = default_tenant
@@ -246,9 +251,9 @@ class DeploymentSecrets:
             # each, the file first, then the operator's mapped variables.
             for source in (
                 sections.get(EVERY_TENANT, {}),
-                self._mapped(EVERY_TENANT),
+                self._mapped.get(EVERY_TENANT, {}),
                 own_file,
-                self._mapped(tenant),
+                self._mapped.get(tenant, {}),
             ):
                 values.update(source)
             where = (
@@ -258,13 +263,6 @@ class DeploymentSecrets:
             scope = SecretResolver(values, where=where)
             self._scopes[tenant] = scope
         return scope
-
-    def _mapped(self, tenant: str) -> dict[str, str]:
-        return {
-            name: self._environ[variable]
-            for name, variable in self._mapping.get(tenant, {}).items()
-            if variable in self._environ
-        }
 
     def _file_sections(self) -> dict[str | None, dict[str, str]]:
         # Read once, as SecretResolver does: a new Pilothouse reads it again.
