@@ -224,7 +224,12 @@ class EgressPolicy:
                 raise InvalidFieldError(field, f"the host {host!r} does not resolve")
         for address in addresses:
             if self._refused(address):
-                where = f"{address} is" if literal is not None else f"{host} resolves to {address},"
+                shown = str(address)
+                inner = embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else ()
+                if inner:
+                    # Name what it reaches, not only how it was written.
+                    shown += f" (which carries {', '.join(map(str, inner))})"
+                where = f"{shown} is" if literal is not None else f"{host} resolves to {shown},"
                 if self.tenant is not None:
                     allow = (
                         f"the operator may allow it with {_SETTING} (every tenant) or "
