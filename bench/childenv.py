@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import os
 
+MOCK_KEY = {
+    "BENCH_MOCK_API_KEY": "x",
+    # A tenant's @secrets(NAME) reads only the variables the operator maps to it.
+    "PILOTHOUSE_SECRETS_ENV": '{"*": ["BENCH_MOCK_API_KEY"]}',
+}
+"""The benchmark catalogs' provider key, given to every tenant as an operator would."""
+
 
 def child_env(**extra: str) -> dict[str, str]:
     """Return this process's environment less every ``PILOTHOUSE_*`` variable, plus ``extra``.

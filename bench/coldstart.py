@@ -49,7 +49,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import harness  # noqa: E402
-from childenv import child_env  # noqa: E402
+from childenv import MOCK_KEY, child_env  # noqa: E402
 
 PILOTHOUSE = "pilothouse-sqlite"
 PEER = "pydantic-ai-model_request"
@@ -76,7 +76,7 @@ def _worker(python: str, options: dict[str, Any]) -> list[str]:
 
 
 def _env(src: str | None) -> dict[str, str]:
-    env = child_env(BENCH_MOCK_API_KEY="x", PYTHONDONTWRITEBYTECODE="1")
+    env = child_env(**MOCK_KEY, PYTHONDONTWRITEBYTECODE="1")
     if src is not None:
         env["PYTHONPATH"] = src
     return env

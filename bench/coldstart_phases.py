@@ -56,7 +56,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import harness  # noqa: E402
-from childenv import child_env  # noqa: E402
+from childenv import MOCK_KEY, child_env  # noqa: E402
 
 PILOTHOUSE = "pilothouse-sqlite"
 PEER = "pydantic-ai-model_request"
@@ -137,7 +137,7 @@ def _run(
 ) -> tuple[list[tuple[str, float]], bool, bool]:
     """One child's marks, and whether it had imported SQLAlchemy's ORM and the openai SDK."""
     command = [*harness._pin(harness.SUT_CORE), python, "-c", SCRIPTS[name], json.dumps(options)]
-    env = child_env(BENCH_MOCK_API_KEY="x", PYTHONDONTWRITEBYTECODE="1")
+    env = child_env(**MOCK_KEY, PYTHONDONTWRITEBYTECODE="1")
     done = subprocess.run(
         command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False
     )

@@ -50,7 +50,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import mock_upstream  # noqa: E402
-from childenv import child_env  # noqa: E402
+from childenv import MOCK_KEY, child_env  # noqa: E402
 
 TARGET = 0.70
 """Issue 6: at least 70% fewer first-turn prompt tokens with disclosure."""
@@ -194,7 +194,8 @@ async def measure(workdir: Path) -> dict[str, Any]:
     from pilothouse.settings import Settings
     from pilothouse.store import Database
 
-    os.environ.setdefault("BENCH_MOCK_API_KEY", "x")
+    for name, value in MOCK_KEY.items():
+        os.environ.setdefault(name, value)
     counter = _counter()
     _Capture.counter = counter
     loop = asyncio.get_running_loop()
@@ -267,7 +268,7 @@ def run(python: str, workdir: Path) -> dict[str, Any]:
     import subprocess
 
     out = workdir / "disclosure.json"
-    env = child_env(BENCH_MOCK_API_KEY="x", PYTHONDONTWRITEBYTECODE="1")
+    env = child_env(**MOCK_KEY, PYTHONDONTWRITEBYTECODE="1")
     subprocess.run(
         [python, str(Path(__file__)), "--workdir", str(workdir), "--out", str(out)],
         check=True,

@@ -37,7 +37,7 @@ sys.path.insert(0, str(BENCH))
 
 import concurrency as CONC  # noqa: E402
 import contenders as C  # noqa: E402
-from childenv import child_env  # noqa: E402
+from childenv import MOCK_KEY, child_env  # noqa: E402
 
 SUT_CORE = 1
 LOAD_CORE = 0
@@ -111,7 +111,7 @@ class Worker:
 
     def __init__(self, python: str, options: dict[str, Any]) -> None:
         self.name = options["contender"]
-        env = child_env(BENCH_MOCK_API_KEY="x", PYTHONDONTWRITEBYTECODE="1")
+        env = child_env(**MOCK_KEY, PYTHONDONTWRITEBYTECODE="1")
         self.process = subprocess.Popen(
             # A served contender's worker is the client, on the load core; it pins its server.
             [
@@ -185,7 +185,7 @@ def _prepare_pilothouse(
         f"asyncio.run(contenders.prepare_pilothouse({url!r}, {mock.base_url!r},"
         f" {str(workdir)!r}))\n"
     )
-    env = child_env(BENCH_MOCK_API_KEY="x")
+    env = child_env(**MOCK_KEY)
     subprocess.run([python, "-c", prepare], check=True, env=env)
     options: dict[str, Any] = {"database_url": url}
     if name == "pilothouse-noaudit":

@@ -49,7 +49,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import harness  # noqa: E402
-from childenv import child_env  # noqa: E402
+from childenv import MOCK_KEY, child_env  # noqa: E402
 
 FIRST_MS = 200
 STREAMS = 200
@@ -101,7 +101,7 @@ async def _child(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_variant(python: str, variant: str, options: dict[str, Any]) -> dict[str, Any]:
-    env = child_env(BENCH_MOCK_API_KEY="x")
+    env = child_env(**MOCK_KEY)
     done = subprocess.run(
         [
             *harness._pin(harness.SUT_CORE),

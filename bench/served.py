@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from childenv import child_env
+from childenv import MOCK_KEY, child_env
 from contenders import (
     ACTIONS,
     SYSTEM,
@@ -228,8 +228,7 @@ async def _pilothouse_serve(base_url: str, scenario: str, options: dict[str, Any
     port = _free_port()
     bench = options["bench_dir"]
     env = {
-        **child_env(),
-        "BENCH_MOCK_API_KEY": "x",
+        **child_env(**MOCK_KEY),
         "PILOTHOUSE_SERVER_RATE_LIMIT_PER_MINUTE": "0",
         # The operator's benchmark catalog names the mock upstream on loopback,
         # which the service's egress policy refuses unless the operator allows it.

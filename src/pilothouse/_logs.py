@@ -12,18 +12,27 @@ OpenTelemetry span's, when tracing is on.
 ``pilothouse serve --log-format json``: one JSON object per line on
 standard error, from pilothouse's loggers and uvicorn's alike. API keys,
 provider keys and ``Authorization`` values are masked in every message and
-stack trace, as a last line of defence: nothing is meant to log them.
+stack trace, as a last line of defence: nothing is meant to log them. So are
+the values of credential-like query parameters (:func:`sensitive_query_key`:
+``?api_key=``, ``?token=``, ...), in the JSON lines and in uvicorn's text
+access lines alike (:class:`MaskFilter`), and in exported spans
+(``pilothouse._tracing``).
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "MASKED",
     "ContextFilter",
     "JsonFormatter",
+    "MaskFilter",
     "bind_conversation",
     "bind_request",
     "logging_config",
+    "mask_query",
     "mask_secrets",
+    "mask_url",
+    "sensitive_query_key",
 ]
 
 import json
@@ -33,7 +42,31 @@ import sys
 from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
+from urllib.parse import unquote_plus
+
+MASKED: Final = "***"
+"""What stands for a masked value in logs and spans."""
+
+# Query parameters whose value is a credential: these names exactly, and any
+# name holding one of the words below (case-insensitive, after
+# percent-decoding). docs/security.md lists them for operators.
+_SENSITIVE_KEYS: Final = frozenset(
+    {"key", "sig", "auth", "authorization", "pwd", "pass", "session", "sessionid", "jwt"}
+)
+_SENSITIVE_WORDS: Final = (
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "signature",
+    "credential",
+    "apikey",
+    "api_key",
+    "api-key",
+)
+# A query parameter inside free text (a URL or request line in a message).
+_QUERY_PAIR: Final = re.compile(r"(?<=[?&;])([^=&;\s#\"'?]+)=([^&;\s#\"']*)")
 
 _REQUEST_ID: ContextVar[str | None] = ContextVar("pilothouse_request_id", default=None)
 _CONVERSATION_ID: ContextVar[str | None] = ContextVar("pilothouse_conversation_id", default=None)
@@ -45,7 +78,7 @@ _SECRETS: Final = (
     (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=\-]+"), r"\1***"),
     (
         re.compile(
-            r"(?i)\b((?:authorization|x-api-key|api[_-]?key)[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]+"
+            r"(?i)\b((?:authorization|x-api-key|api[_-]?key)[\"']?\s*[:=]\s*[\"']?)[^\s\"',;&]+"
         ),
         r"\1***",
     ),
@@ -54,11 +87,93 @@ _SECRETS: Final = (
 )
 
 
+def sensitive_query_key(name: str) -> bool:
+    """Tell whether a query parameter's value is a credential, to be masked.
+
+    Args:
+        name: the parameter's name as sent (percent-encoded or not).
+
+    Returns:
+        True for ``key``, ``sig``, ``auth``, ``authorization``, ``pwd``,
+        ``pass``, ``session``, ``sessionid``, ``jwt``, and any name holding
+        ``token``, ``secret``, ``password``, ``passwd``, ``signature``,
+        ``credential``, ``apikey``, ``api_key`` or ``api-key``; case-insensitive.
+    """
+    lowered = unquote_plus(name).strip().lower()
+    return lowered in _SENSITIVE_KEYS or any(word in lowered for word in _SENSITIVE_WORDS)
+
+
+def mask_query(query: str) -> str:
+    """A query string with the value of each credential-like parameter masked.
+
+    Args:
+        query: the part after ``?`` (``a=1&api_key=s3cr3t``).
+
+    Returns:
+        The same parameters in the same order, byte for byte but for the
+        masked values (``a=1&api_key=***``).
+    """
+    parts: list[str] = []
+    for part in query.split("&"):
+        name, separator, value = part.partition("=")
+        if separator and value and sensitive_query_key(name):
+            part = f"{name}={MASKED}"
+        parts.append(part)
+    return "&".join(parts)
+
+
+def mask_url(url: str) -> str:
+    """A URL, or a request target (``/v1/x?a=1``), with its query masked by :func:`mask_query`.
+
+    Args:
+        url: the URL or target.
+
+    Returns:
+        It with each credential-like parameter's value masked; the fragment kept.
+    """
+    head, separator, rest = url.partition("?")
+    if not separator:
+        return url
+    query, hash_sign, fragment = rest.partition("#")
+    return f"{head}?{mask_query(query)}{hash_sign}{fragment}"
+
+
+def _mask_pair(match: re.Match[str]) -> str:
+    name, value = match.group(1), match.group(2)
+    return f"{name}={MASKED}" if value and sensitive_query_key(name) else match.group(0)
+
+
 def mask_secrets(text: str) -> str:
-    """``text`` with anything shaped like a key or credential masked."""
+    """``text`` with anything shaped like a key or credential masked.
+
+    Keys and ``Authorization`` values wherever they stand, and the value of
+    every credential-like query parameter (:func:`sensitive_query_key`) of a
+    URL or request line in it.
+    """
     for pattern, replacement in _SECRETS:
         text = pattern.sub(replacement, text)
+    if "=" in text:
+        text = _QUERY_PAIR.sub(_mask_pair, text)
     return text
+
+
+class MaskFilter(logging.Filter):
+    """Masks credentials (:func:`mask_secrets`) in a record's message and arguments.
+
+    For handlers whose formatter reads the arguments itself: uvicorn's text
+    access line puts the request's path and query (``args[2]``) on the line.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Mask ``record`` in place (never drops it)."""
+        if isinstance(record.args, tuple) and record.args:
+            # Each argument alone: the format string keeps its placeholders.
+            record.args = tuple(
+                mask_secrets(arg) if isinstance(arg, str) else arg for arg in record.args
+            )
+        elif not record.args and isinstance(record.msg, str):
+            record.msg = mask_secrets(record.msg)
+        return True
 
 
 def bind_request(request_id: str, conversation_id: str | None = None) -> Callable[[], None]:
@@ -127,13 +242,29 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
-def logging_config(level: str = "info") -> dict[str, Any]:
-    """The ``dictConfig`` of the service's JSON logs: pilothouse's and uvicorn's.
+def logging_config(
+    level: str = "info", log_format: Literal["json", "text"] = "json"
+) -> dict[str, Any]:
+    """The ``dictConfig`` of the service's logs: pilothouse's and uvicorn's.
 
     Args:
         level: the least severe level written (``info``, ``warning``, ...).
+        log_format: ``json`` (one object per line, ids and masking included)
+            or ``text`` (uvicorn's own lines, with credentials masked).
     """
     upper = level.upper()
+    if log_format == "text":
+        from uvicorn.config import LOGGING_CONFIG
+
+        text: dict[str, Any] = {
+            **LOGGING_CONFIG,
+            "filters": {"mask": {"()": f"{__name__}.MaskFilter"}},
+            "handlers": {
+                name: {**handler, "filters": ["mask"]}
+                for name, handler in LOGGING_CONFIG["handlers"].items()
+            },
+        }
+        return text
     return {
         "version": 1,
         "disable_existing_loggers": False,

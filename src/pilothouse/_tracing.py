@@ -13,6 +13,12 @@ endpoint; a service that nobody configured for tracing would then send
 spans to ``localhost:4318`` and log a failure for each batch, so nothing is
 exported without one of these. ``OTEL_SDK_DISABLED=true`` turns it off.
 
+Span attributes that hold a URL or a query (``url.query``, ``url.full``,
+``http.url``, ``http.target``, ...) leave with the value of every
+credential-like query parameter masked (``?api_key=***``;
+``pilothouse._logs.sensitive_query_key`` says which): FastAPI's request
+spans record the caller's query as it came.
+
 The exporter itself (endpoint, headers, timeout, compression), the
 resource (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``), the sampler
 (``OTEL_TRACES_SAMPLER``) and the batch processor (``OTEL_BSP_*``) read
@@ -21,17 +27,87 @@ their variables in the SDK, as documented there.
 
 from __future__ import annotations
 
-__all__ = ["TraceExport"]
+__all__ = ["TraceExport", "masked_span_exporter"]
 
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from pilothouse._logs import mask_query, mask_url
 from pilothouse.errors import InvalidFieldError
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+_QUERY_ATTRIBUTES: Final = frozenset({"url.query", "http.query"})
+"""Span attributes holding a query string alone."""
+_URL_ATTRIBUTES: Final = frozenset(
+    {"url.full", "url.original", "http.url", "http.target", "http.request.uri", "url.template"}
+)
+"""Span attributes holding a URL or a request target, query included."""
+
+
+def _masked(span: ReadableSpan) -> ReadableSpan:
+    """``span`` itself, or a copy whose URL and query attributes are masked."""
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    attributes = dict(span.attributes or {})
+    changed = False
+    for name, value in attributes.items():
+        if not isinstance(value, str):
+            continue
+        if name in _QUERY_ATTRIBUTES:
+            masked = mask_query(value)
+        elif name in _URL_ATTRIBUTES:
+            masked = mask_url(value)
+        else:
+            continue
+        if masked != value:
+            attributes[name] = masked
+            changed = True
+    if not changed:
+        return span
+    return ReadableSpan(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=attributes,
+        events=span.events,
+        links=span.links,
+        kind=span.kind,
+        status=span.status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+def masked_span_exporter(exporter: SpanExporter) -> SpanExporter:
+    """Wrap ``exporter`` so every span leaves with its URL and query attributes masked.
+
+    Args:
+        exporter: the exporter spans go to (OTLP, console, in-memory).
+
+    Returns:
+        An exporter that masks, then hands the spans to ``exporter``.
+    """
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class _MaskingExporter(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return exporter.export([_masked(span) for span in spans])
+
+        def shutdown(self) -> None:
+            exporter.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return exporter.force_flush(timeout_millis)
+
+    return _MaskingExporter()
+
 
 _EXPORTERS: Final = ("otlp", "console", "none")
 _PROTOCOLS: Final = ("http/protobuf",)
@@ -183,9 +259,13 @@ class TraceExport:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
             # Endpoint, headers, timeout and compression from OTEL_EXPORTER_OTLP_*.
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+            provider.add_span_processor(
+                BatchSpanProcessor(masked_span_exporter(OTLPSpanExporter()))
+            )
         if "console" in self.exporters:
-            provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+            provider.add_span_processor(
+                SimpleSpanProcessor(masked_span_exporter(ConsoleSpanExporter()))
+            )
         trace.set_tracer_provider(provider)
         return provider
 

@@ -106,7 +106,7 @@ if TYPE_CHECKING:
     )
     from pilothouse.knowledge import Knowledge
     from pilothouse.memory import ScopedMemory
-    from pilothouse.providers import LocalModelServers, SecretResolver
+    from pilothouse.providers import DeploymentSecrets, LocalModelServers, SecretResolver
     from pilothouse.providers._egress import EgressPolicy
     from pilothouse.runtime import EventHub, Runner, Runtime
     from pilothouse.runtime._events import Listener
@@ -165,6 +165,7 @@ class _Shared:
         self._scoped: ScopedMemory | None = None
         self._knowledge: Knowledge | None = None
         self._gateways: GatewayProxy | None = None
+        self._secrets: DeploymentSecrets | None = None
         from pilothouse.providers._egress import EgressPolicy
 
         # Checked once here; Settings validated every entry already.
@@ -198,11 +199,19 @@ class _Shared:
                 self._database.on_wait = waited
         return self._database
 
-    def secrets(self) -> SecretResolver:
-        """Resolves ``@secrets(NAME)``: the environment, then the secrets file."""
-        from pilothouse.providers import SecretResolver
+    def secrets(self) -> DeploymentSecrets:
+        """Resolves ``@secrets(NAME)`` in each tenant's own scope (docs/security.md#secrets)."""
+        if self._secrets is None:
+            from pilothouse.providers import DeploymentSecrets
 
-        return SecretResolver(env=dict(os.environ), secrets_file=self.settings.secrets_file)
+            settings = self.settings
+            self._secrets = DeploymentSecrets(
+                os.environ,
+                settings.secrets_file,
+                settings.secrets_env,
+                default_tenant=settings.tenant,
+            )
+        return self._secrets
 
     def gateways(self) -> GatewayProxy:
         """The OpenAPI gateways' proxy of the process (MCP server and turns), made on first use.
@@ -242,7 +251,7 @@ class _Shared:
         """The run loop's shared parts, built on first use."""
         if self._runtime is None:
             with collector_paused():
-                from pilothouse.providers import LocalModelServers, ModelFactory, SecretResolver
+                from pilothouse.providers import LocalModelServers, ModelFactory
                 from pilothouse.runtime import ActionCompiler, Runtime, Telemetry
                 from pilothouse.runtime._toolset import CatalogToolSource
                 from pilothouse.tools._limits import ScriptLimits
@@ -251,7 +260,7 @@ class _Shared:
             # Local llama.cpp servers start only when a local model is first used.
             if self._servers is None:
                 self._servers = LocalModelServers()
-            secrets = SecretResolver(env=dict(os.environ), secrets_file=settings.secrets_file)
+            secrets = self.secrets()
             # Catalog URLs are checked at each call only where tenants write
             # the catalog (the HTTP service); see docs/invoke.md.
             egress = self.egress if self.catalog_egress else None
@@ -473,11 +482,17 @@ class Pilothouse:
             # Read at each write, so the policy is the shared one of now.
             return shared.egress.for_tenant(tenant) if shared.catalog_egress else None
 
+        def catalog_secrets() -> SecretResolver | None:
+            # Where tenants write the catalog, a reference to a secret the
+            # tenant lacks is refused at the write, not at its first turn.
+            return shared.secrets().for_tenant(tenant) if shared.catalog_egress else None
+
         return CatalogApi(
             self._database,
             tenant,
             shared.settings.user,
             egress=catalog_egress,
+            secrets=catalog_secrets,
             allow_stdio=shared.settings.tenant_mcp_stdio,
             code_policy=shared.code_policy(),
             script_limits=ScriptLimits.ceilings(shared.settings),

@@ -158,7 +158,16 @@ class Settings(BaseSettings):
             ``postgres://`` and ``postgresql://`` get those drivers, any
             other database or driver is refused.
         secrets_file: optional ``NAME=value`` file that ``@secrets(NAME)``
-            references resolve from (after the environment).
+            references resolve from, one ``[tenant]`` section per tenant
+            (``[*]``: every tenant; lines before any section: the tenant
+            ``tenant`` names). A tenant resolves only its own section and
+            ``[*]`` (docs/security.md#secrets).
+        secrets_env: the environment variables a tenant's ``@secrets(NAME)``
+            may read, per tenant (``*``: every tenant); no other variable is
+            ever a secret. Each entry is ``NAME`` (the variable of that name)
+            or ``NAME=VARIABLE``. JSON in ``PILOTHOUSE_SECRETS_ENV``, e.g.
+            ``{"default": ["OPENAI_API_KEY"], "acme":
+            ["OPENAI_API_KEY=ACME_OPENAI_KEY"]}``.
         tenant: the tenant used when a caller names none.
         audit: whether conversations record their audit timeline by default.
         user: the name written to ``updated_by`` for catalog changes.
@@ -274,6 +283,7 @@ class Settings(BaseSettings):
 
     database_url: str = Field(default_factory=_default_database_url)
     secrets_file: Path | None = None
+    secrets_env: dict[str, list[str]] = Field(default_factory=lambda: dict[str, list[str]]())
     tenant: str = "default"
     audit: bool = True
     user: str = "pilothouse"
@@ -373,6 +383,15 @@ class Settings(BaseSettings):
         from pilothouse.providers._egress import EgressPolicy
 
         EgressPolicy.parse([], value)  # raises ValueError naming the tenant and entry
+        return value
+
+    @field_validator("secrets_env")
+    @classmethod
+    def _valid_secret_mapping(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        from pilothouse.providers._secrets import parse_env_mapping
+
+        for tenant, entries in value.items():
+            parse_env_mapping(tenant, entries)  # raises ValueError naming the entry
         return value
 
     def open_database(self) -> Database:

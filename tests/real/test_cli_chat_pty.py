@@ -120,6 +120,8 @@ def _env() -> dict[str, str]:
         **os.environ,
         "PILOTHOUSE_SECRETS_FILE": "",
         "UP_KEY": "sk-test",
+        # The environment is a tenant's secret only where the operator maps it.
+        "PILOTHOUSE_SECRETS_ENV": '{"default": ["UP_KEY"]}',
         "TERM": "xterm",
         "COLUMNS": "200",
     }

@@ -145,6 +145,7 @@ def live(
     patch.setenv("PILOTHOUSE_EGRESS_ALLOW", "127.0.0.1")
     # The gateway's own credential, a secret of the serving process.
     patch.setenv("CRM_GATEWAY_KEY", GATEWAY_KEY)
+    patch.setenv("PILOTHOUSE_SECRETS_ENV", '{"default": ["CRM_GATEWAY_KEY"]}')
     try:
         with live_serve(folder, extra) as server:
             yield server

@@ -98,6 +98,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
         pytest.skip("llama_cpp is not importable: pip install 'pilothouse[local]'")
     # The served process reads the scripted upstream's key from its environment.
     os.environ["PLAYGROUND_UP_KEY"] = "sk-test"
+    # ...where the operator maps it to the tenant (docs/security.md#secrets).
+    os.environ["PILOTHOUSE_SECRETS_ENV"] = '{"default": ["PLAYGROUND_UP_KEY"]}'
     try:
         with running_upstream() as upstream:
             folder = tmp_path_factory.mktemp("browser")
@@ -105,6 +107,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
                 yield server, upstream
     finally:
         del os.environ["PLAYGROUND_UP_KEY"]
+        del os.environ["PILOTHOUSE_SECRETS_ENV"]
 
 
 def _shots() -> Path | None:

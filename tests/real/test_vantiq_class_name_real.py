@@ -40,7 +40,11 @@ async def test_the_server_gets_the_configurations_model_and_parameters(
         "openai_api_key": "@secrets(OllamaKey)",
         "temperature": 0.2,
     }
-    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'v.db'}", secrets_file=None)
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'v.db'}",
+        secrets_file=None,
+        secrets_env={"default": ["OllamaKey"]},
+    )
     async with Pilothouse(settings) as ph:
         await (
             CatalogBuilder()

@@ -58,7 +58,11 @@ async def test_the_vendor_gets_the_model_id_without_the_vantiq_prefix(
 ) -> None:
     upstream.script(Reply(completion("Hi.")))
     monkeypatch.setenv("K", "unused")
-    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'v.db'}", secrets_file=None)
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'v.db'}",
+        secrets_file=None,
+        secrets_env={"default": ["K"]},
+    )
     async with Pilothouse(settings) as ph:
         await (
             CatalogBuilder()

@@ -58,7 +58,12 @@ def server_settings(
     tmp_path: Path, sqlite_templates: SqliteTemplates, database_seed: Seed
 ) -> Settings:
     url = sqlite_templates.fresh(tmp_path / "server.db", database_seed)
-    return Settings(database_url=url, secrets_file=None, egress_allow=["127.0.0.1"])
+    return Settings(
+        database_url=url,
+        secrets_file=None,
+        secrets_env={"default": ["CRM_TOKEN"]},
+        egress_allow=["127.0.0.1"],
+    )
 
 
 @pytest.fixture

@@ -73,6 +73,7 @@ def server_settings(
     return Settings(
         database_url=url,
         secrets_file=None,
+        secrets_env={"default": ["CRM_TOKEN"]},
         egress_allow=["127.0.0.1"],
         catalog_code=["test_mcp_gateway", "no_such_module"],
     )
@@ -307,6 +308,7 @@ async def test_outside_the_egress_policy_a_gateway_offers_no_tools(
     settings = Settings(
         database_url=sqlite_templates.fresh(tmp_path / "strict.db", database_seed),
         secrets_file=None,
+        secrets_env={"default": ["CRM_TOKEN"]},
     )
     state = ServerState(settings)
     app = create_app(settings, state=state)

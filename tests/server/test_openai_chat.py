@@ -13,7 +13,7 @@ import openai
 import pytest
 from fastapi import FastAPI
 from pydantic_ai.messages import ModelRequest, ModelResponse, SystemPromptPart, UserPromptPart
-from server_helpers import EXAMPLES, ExamplesAnd
+from server_helpers import ExamplesAnd
 
 from database_templates import Seed
 from pilothouse.api import CommandApi
@@ -436,7 +436,8 @@ async def test_other_tenants_action_is_not_found(
         "    configuration: DFLT\n"
         "    prompt: Say hi.\n"
     )
-    await server_state.facade("other").catalog.import_files([EXAMPLES, tmp_path / "other.yaml"])
+    # The examples are the other tenant's already (the seed): only the action is new.
+    await server_state.facade("other").catalog.import_files([tmp_path / "other.yaml"])
     listed = await client.get("/v1/models", headers=auth(other_tenant_key))
     assert "action:SECRETACT" in [m["id"] for m in listed.json()["data"]]
     response = await client.post(

@@ -109,6 +109,8 @@ async def exercise(
     settings = Settings(
         database_url=f"sqlite+aiosqlite:///{tmp_path / 's.db'}",
         secrets_file=None,
+        # The operator maps the two variables to the tenant (docs/security.md#secrets).
+        secrets_env={"default": ["PH_PLANTED_PROVIDER_KEY", "PH_PLANTED_HEADER"]},
         egress_allow=["127.0.0.1"],
     )
     # No scripted model: turns go to the (leaky) provider for real.

@@ -18,7 +18,12 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "catalog"
 
 
 def test_login_pages_fragments_and_assets_with_testclient(tmp_path: Path) -> None:
-    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'ui.db'}", secrets_file=None)
+    # The examples name @secrets(OPENAI_API_KEY): the default tenant has it.
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text("OPENAI_API_KEY=sk-unused-by-this-test\n", encoding="utf-8")
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'ui.db'}", secrets_file=secrets
+    )
     app = create_app(settings)
     # A browser names the page's origin on every POST (the UI refuses any other).
     with TestClient(app, follow_redirects=False, headers={"Origin": "http://testserver"}) as client:

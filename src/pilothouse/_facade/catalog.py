@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from pilothouse.catalog._models import CatalogEntity
     from pilothouse.catalog._validate import ParsedCatalog
     from pilothouse.providers._egress import EgressPolicy
+    from pilothouse.providers._secrets import SecretResolver
     from pilothouse.tools._code import CodePolicy
     from pilothouse.tools._limits import ScriptLimits
     from pilothouse.types import ImportSummary
@@ -35,19 +36,55 @@ if TYPE_CHECKING:
 EgressOf = Callable[[], "EgressPolicy | None"]
 """The writer's egress policy, or None where catalog URLs are not checked."""
 
+SecretsOf = Callable[[], "SecretResolver | None"]
+"""The writer's secrets, or None where references are not checked at write time."""
+
+Found = list[tuple[tuple[str | int, ...], str]]
+
+
+def _unknown_secrets(
+    value: Any, secrets: SecretResolver, tenant: str, location: tuple[str | int, ...] = ()
+) -> Found:
+    """Each ``@secrets(NAME)`` in ``value`` (any depth) that the tenant's scope lacks."""
+    from pilothouse.providers._secrets import secret_names
+
+    found: Found = []
+    if isinstance(value, str):
+        for name in dict.fromkeys(secret_names(value)):
+            if not secrets.defines(name):
+                found.append(
+                    (
+                        location,
+                        f"names the secret '{name}', which tenant '{tenant}' does not have: "
+                        f"the operator defines it in the section [{tenant}] of the secrets "
+                        "file or maps an environment variable to the tenant with "
+                        "PILOTHOUSE_SECRETS_ENV; the server's environment is no tenant's "
+                        "secret (see docs/security.md#secrets)",
+                    )
+                )
+    elif isinstance(value, Mapping):
+        for key, item in cast(Mapping[Any, Any], value).items():
+            found += _unknown_secrets(item, secrets, tenant, (*location, str(key)))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(cast(Sequence[Any], value)):
+            found += _unknown_secrets(item, secrets, tenant, (*location, index))
+    return found
+
 
 async def _served_write_issues(
     policy: EgressPolicy | None,
+    secrets: SecretResolver | None,
+    tenant: str,
     kind: CatalogKind,
     document: Mapping[str, Any],
-    code: str | None,
     *,
     allow_stdio: bool,
     code_policy: CodePolicy,
-) -> list[tuple[tuple[str | int, ...], str]]:
+) -> Found:
     """What the service refuses in one entity a tenant writes, with its location and the rule.
 
-    Each name of server code the operator has not granted, each address the
+    Each name of server code the operator has not granted, each reference
+    to a secret the tenant does not have, each address the
     tenant's egress policy refuses, and a stdio MCP client unless the
     operator allows them.
     """
@@ -55,9 +92,9 @@ async def _served_write_issues(
     from pilothouse.errors import InvalidFieldError
     from pilothouse.tools._code import catalog_code_refusals
 
-    found: list[tuple[tuple[str | int, ...], str]] = list(
-        catalog_code_refusals(kind.name, document, code_policy)
-    )
+    found: Found = list(catalog_code_refusals(kind.name, document, code_policy))
+    if secrets is not None:
+        found += _unknown_secrets(document, secrets, tenant)
     if policy is None:
         return found
     if kind.name == "mcp_clients" and document.get("transport") == "stdio" and not allow_stdio:
@@ -130,6 +167,9 @@ class CatalogApi(Facet):
         user: written to ``updated_by`` when a write names nobody.
         egress: the tenant's egress policy when writes are checked against
             it (``Pilothouse(catalog_egress=True)``).
+        secrets: the tenant's secrets when writes are checked against them
+            (the same switch): a reference to a secret the tenant does not
+            have is refused, naming the field and the secret.
         allow_stdio: with ``egress``, tenants may write stdio MCP clients
             (``Settings.tenant_mcp_stdio``); commands the server runs.
         code_policy: what the entities may name as Python code (python tools'
@@ -147,6 +187,7 @@ class CatalogApi(Facet):
         user: str,
         *,
         egress: EgressOf | None = None,
+        secrets: SecretsOf | None = None,
         allow_stdio: bool = False,
         code_policy: CodePolicy | None = None,
         script_limits: ScriptLimits | None = None,
@@ -154,22 +195,25 @@ class CatalogApi(Facet):
         super().__init__(database, tenant)
         self._user = user
         self._egress: EgressOf = egress or (lambda: None)
+        self._secrets: SecretsOf = secrets or (lambda: None)
         self._allow_stdio = allow_stdio
         self._code_policy = code_policy
         self._script_limits = script_limits
 
-    def _policies(self) -> tuple[EgressPolicy | None, CodePolicy] | None:
-        """The writer's egress and code policies, or None when neither is checked."""
+    def _policies(
+        self,
+    ) -> tuple[EgressPolicy | None, SecretResolver | None, CodePolicy] | None:
+        """The writer's egress, secrets and code policies, or None when none is checked."""
         from pilothouse.tools._code import CodePolicy
 
-        policy = self._egress()
+        policy, secrets = self._egress(), self._secrets()
         code_policy = self._code_policy or CodePolicy.open()
-        if policy is None and not code_policy.restricted:
+        if policy is None and secrets is None and not code_policy.restricted:
             return None
-        return policy, code_policy
+        return policy, secrets, code_policy
 
     async def _check_document(self, kind: CatalogKind, document: Mapping[str, Any]) -> None:
-        """Refuse one entity naming code or addresses the tenant may not name.
+        """Refuse one entity naming code, secrets or addresses the tenant may not use.
 
         And a script tool whose limits are above the deployment's ceilings.
         """
@@ -189,11 +233,12 @@ class CatalogApi(Facet):
         if policies is not None:
             found += await _served_write_issues(
                 policies[0],
+                policies[1],
+                self.tenant,
                 kind,
                 written,
-                spec.key,
                 allow_stdio=self._allow_stdio,
-                code_policy=policies[1],
+                code_policy=policies[2],
             )
         if found:
             raise CatalogValidationError(
@@ -204,12 +249,12 @@ class CatalogApi(Facet):
             )
 
     def _import_check(self) -> Callable[[ParsedCatalog], Any] | None:
-        """The import's check of every entity (code, addresses, script limits), by file and line."""
+        """The import's check of every entity (code, secrets, addresses, script limits)."""
         policies = self._policies()
         limits = self._script_limits
         if policies is None and limits is None:
             return None
-        allow_stdio = self._allow_stdio
+        allow_stdio, tenant = self._allow_stdio, self.tenant
 
         async def check(parsed: ParsedCatalog) -> list[ValidationIssue]:
             from pilothouse.catalog import spec_document
@@ -226,11 +271,12 @@ class CatalogApi(Facet):
                     if policies is not None:
                         found += await _served_write_issues(
                             policies[0],
+                            policies[1],
+                            tenant,
                             entry.kind,
                             document,
-                            entry.spec.key,
                             allow_stdio=allow_stdio,
-                            code_policy=policies[1],
+                            code_policy=policies[2],
                         )
                     for location, rule in found:
                         issues.append(entry.issue(location, rule))

@@ -83,7 +83,6 @@ def serve(
     the start with an error naming it.
     """
     import uvicorn
-    from uvicorn.config import LOGGING_CONFIG
 
     from pilothouse.api import TraceExport, logging_config
     from pilothouse.errors import InvalidFieldError
@@ -139,8 +138,8 @@ def serve(
         port=port,
         workers=workers,
         log_level=log_level,
-        # uvicorn's own configuration (text) unless JSON is asked for.
-        log_config=logging_config(log_level) if log_format is LogFormat.JSON else LOGGING_CONFIG,
+        # uvicorn's own lines (text) unless JSON is asked for; credentials masked in both.
+        log_config=logging_config(log_level, "json" if log_format is LogFormat.JSON else "text"),
         # Above the grace: the app stops the turns still running at the grace
         # (recorded TE, answered 503) and needs its requests' connections open
         # to answer them.

@@ -51,7 +51,7 @@ from pilothouse.knowledge._types import (
 
 if TYPE_CHECKING:
     from pilothouse.knowledge._embedders import Purpose, Vectors
-    from pilothouse.providers import ModelFactory, ModelSpec, SecretResolver
+    from pilothouse.providers import ModelFactory, ModelSpec, SecretSource
     from pilothouse.providers._egress import EgressPolicy
     from pilothouse.store import Database
 
@@ -85,8 +85,9 @@ class Knowledge:
 
     Args:
         database: pilothouse's database (the catalog, and the embedded store).
-        secrets: resolves ``@secrets(NAME)`` in providers and store settings;
-            the process environment by default.
+        secrets: resolves ``@secrets(NAME)`` in providers and store settings,
+            in the scope of each row's tenant; none resolve by default (the
+            process environment is never a tenant's secret source).
         models: builds AWS clients for Bedrock and SageMaker embedders.
         http: the HTTP client for URLs and OpenAI-compatible embedders; one
             is made (and closed by :meth:`aclose`) otherwise.
@@ -102,7 +103,7 @@ class Knowledge:
         self,
         database: Database,
         *,
-        secrets: SecretResolver | None = None,
+        secrets: SecretSource | None = None,
         models: ModelFactory | None = None,
         http: httpx.AsyncClient | None = None,
         local_model: LocalMiniLM | None = None,
@@ -110,12 +111,10 @@ class Knowledge:
     ) -> None:
         self.database = database
         if secrets is None:
-            import os
-
             from pilothouse.providers import SecretResolver
 
-            secrets = SecretResolver(dict(os.environ))
-        self._secrets = secrets
+            secrets = SecretResolver({}, where="the secrets given to Knowledge (none)")
+        self._secrets: SecretSource = secrets
         self._models = models
         self._owns_http = http is None
         if http is None and egress is not None:
@@ -213,7 +212,7 @@ class Knowledge:
             store_kind=store.kind,
             store_settings=settings,
             connection=store.connection,
-            password=self._secrets.resolve(password) if password else None,
+            password=self._secrets.for_tenant(row.tenant).resolve(password) if password else None,
             top_k=row.top_k,
             threshold=row.similarity_threshold,
             mode=row.search_mode,

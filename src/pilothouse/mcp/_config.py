@@ -23,7 +23,7 @@ from pilothouse.tools._base import ToolError
 if TYPE_CHECKING:
     from pilothouse.catalog._views import McpClientRecord
     from pilothouse.providers._egress import EgressPolicy
-    from pilothouse.providers._secrets import SecretResolver
+    from pilothouse.providers._secrets import SecretSource
 
 
 def _frozen(values: Mapping[str, str]) -> Mapping[str, str]:
@@ -87,7 +87,7 @@ class McpClientConfig:
 
     @classmethod
     def from_row(
-        cls, row: McpClientRecord, secrets: SecretResolver, egress: EgressPolicy | None = None
+        cls, row: McpClientRecord, secrets: SecretSource, egress: EgressPolicy | None = None
     ) -> McpClientConfig:
         """Build a config from a catalog row, resolving its secret references.
 
@@ -96,7 +96,8 @@ class McpClientConfig:
 
         Args:
             row: the catalog's MCP client.
-            secrets: resolves ``@secrets(NAME)`` references.
+            secrets: resolves ``@secrets(NAME)`` references, in the scope of
+                the row's tenant.
             egress: the policy the session's requests go through.
 
         Returns:
@@ -106,8 +107,9 @@ class McpClientConfig:
             SecretNotFoundError: a referenced secret is not defined.
             ToolError: the row lacks the command or URL its transport needs.
         """
-        env = {str(k): secrets.resolve(str(v)) for k, v in (row.env or {}).items()}
-        headers = {str(k): secrets.resolve(str(v)) for k, v in (row.headers or {}).items()}
+        resolve = secrets.for_tenant(row.tenant).resolve
+        env = {str(k): resolve(str(v)) for k, v in (row.env or {}).items()}
+        headers = {str(k): resolve(str(v)) for k, v in (row.headers or {}).items()}
         return cls(
             name=row.name,
             transport=McpTransport(row.transport),

@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_PROFILE",
     "LOCAL_PROFILE",
     "ChatTurn",
+    "DeploymentSecrets",
     "LocalModelServers",
     "LocalServer",
     "LocalServers",
@@ -31,6 +32,7 @@ __all__ = [
     "SageMakerEmbedder",
     "SageMakerFormat",
     "SecretResolver",
+    "SecretSource",
     "is_secret_reference",
     "profile_for",
     "redact",
@@ -59,7 +61,13 @@ from pilothouse.providers._profile import (
     ModelProfile,
     profile_for,
 )
-from pilothouse.providers._secrets import SECRET_REFERENCE, SecretResolver, is_secret_reference
+from pilothouse.providers._secrets import (
+    SECRET_REFERENCE,
+    DeploymentSecrets,
+    SecretResolver,
+    SecretSource,
+    is_secret_reference,
+)
 from pilothouse.providers._spec import ModelSpec, ProviderSpec, secret_values
 from pilothouse.providers._wire import wire_notes
 

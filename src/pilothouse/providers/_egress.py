@@ -8,6 +8,10 @@ admin API). The policy resolves the host and refuses private, loopback,
 link-local, shared, reserved and multicast addresses unless the deployment
 lists them in ``egress_allow`` (host names, addresses or networks), or
 the tenant's own list in ``egress_tenants`` allows them for that tenant.
+An IPv6 address that carries an IPv4 address (IPv4-mapped or -compatible,
+NAT64, 6to4, Teredo) is judged by the IPv4 address inside, which is where a
+translator or tunnel delivers it: ``[64:ff9b::a9fe:a9fe]`` is the metadata
+endpoint ``169.254.169.254``.
 
 The check and the connection use one resolution: :meth:`EgressPolicy.pin`
 resolves the host once, checks every address and returns the one to connect
@@ -20,7 +24,14 @@ tenant's allow-list never applies to another tenant's calls.
 
 from __future__ import annotations
 
-__all__ = ["EgressPolicy", "EgressRefusal", "Resolver", "current_egress", "system_resolver"]
+__all__ = [
+    "EgressPolicy",
+    "EgressRefusal",
+    "Resolver",
+    "current_egress",
+    "embedded_ipv4",
+    "system_resolver",
+]
 
 import ipaddress
 import socket
@@ -213,7 +224,12 @@ class EgressPolicy:
                 raise InvalidFieldError(field, f"the host {host!r} does not resolve")
         for address in addresses:
             if self._refused(address):
-                where = f"{address} is" if literal is not None else f"{host} resolves to {address},"
+                shown = str(address)
+                inner = embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else ()
+                if inner:
+                    # Name what it reaches, not only how it was written.
+                    shown += f" (which carries {', '.join(map(str, inner))})"
+                where = f"{shown} is" if literal is not None else f"{host} resolves to {shown},"
                 if self.tenant is not None:
                     allow = (
                         f"the operator may allow it with {_SETTING} (every tenant) or "
@@ -229,8 +245,52 @@ class EgressPolicy:
         return str(addresses[0])
 
     def _refused(self, address: _Address) -> bool:
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        if any(address in network for network in self.networks):
+        if self._listed(address):
             return False
+        if isinstance(address, ipaddress.IPv6Address):
+            if address in _LOCAL_NAT64:
+                # A local-use translator's prefix (its IPv4 may sit at any of
+                # several offsets) reaches the operator's own networks only.
+                return True
+            embedded = embedded_ipv4(address)
+            if embedded:
+                # A translator or tunnel delivers it to the IPv4 addresses
+                # inside: those are what the policy judges (every one).
+                return any(self._refused(inner) for inner in embedded)
         return not address.is_global or address.is_multicast
+
+    def _listed(self, address: _Address) -> bool:
+        return any(address in network for network in self.networks)
+
+
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+_WELL_KNOWN_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses an IPv6 address carries, which a translator or tunnel reaches.
+
+    IPv4-mapped ``::ffff:a.b.c.d``, IPv4-compatible ``::a.b.c.d``, NAT64
+    ``64:ff9b::a.b.c.d``, 6to4 ``2002:AABB:CCDD::/48`` and Teredo
+    ``2001:0::/32`` (its server and its client). The unspecified and loopback
+    addresses ``::`` and ``::1`` carry none (they are judged as they are).
+
+    Args:
+        address: an IPv6 address.
+
+    Returns:
+        The embedded IPv4 addresses; empty when it embeds none.
+    """
+    if address.ipv4_mapped is not None:
+        return (address.ipv4_mapped,)
+    if address.sixtofour is not None:
+        return (address.sixtofour,)
+    if address.teredo is not None:
+        return address.teredo
+    low = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address in _WELL_KNOWN_NAT64:
+        return (low,)
+    if address in _IPV4_COMPATIBLE and int(address) > 1:
+        return (low,)
+    return ()

@@ -33,7 +33,7 @@ _KIND_PROFILE: Final = ModelProfile()
 if TYPE_CHECKING:
     from pilothouse.catalog._views import ModelRecord
     from pilothouse.providers._options import ModelOptions
-    from pilothouse.providers._secrets import SecretResolver
+    from pilothouse.providers._secrets import SecretSource
 
 
 @dataclass(frozen=True)
@@ -240,18 +240,21 @@ def vendor_model_name(
     return model_name
 
 
-def compile_model_spec(model: ModelRecord, secrets: SecretResolver) -> ModelSpec:
+def compile_model_spec(model: ModelRecord, secrets: SecretSource) -> ModelSpec:
     """Build the spec of a catalog model, with its provider's secrets resolved.
 
     Args:
         model: the catalog row, its provider loaded.
-        secrets: resolves ``@secrets(NAME)`` references.
+        secrets: resolves ``@secrets(NAME)`` references, in the scope of the
+            provider row's tenant (never another tenant's).
 
     Returns:
         The spec the factory (or an embedder) is built from.
     """
     provider = model.provider
-    resolve = secrets.resolve
+    # The row's own tenant picks the scope: a stored row never reads
+    # another tenant's secrets, whoever runs it.
+    resolve = secrets.for_tenant(provider.tenant).resolve
     return ModelSpec(
         code=model.code,
         provider=ProviderSpec(

@@ -39,7 +39,7 @@ from pilothouse.catalog._views import (
 )
 from pilothouse.errors import InvalidFieldError, InvalidStateError, NotFoundError
 from pilothouse.memory import NO_MEMORY, MemoryPolicy, counter_for
-from pilothouse.providers import ModelOptions, ModelSpec, SecretResolver
+from pilothouse.providers import ModelOptions, ModelSpec, SecretSource
 from pilothouse.providers._spec import compile_model_spec, custom_config_options
 from pilothouse.runtime._advisors import AdvisorChain, resolve_advisor
 from pilothouse.runtime._cache import RedisClientPool
@@ -196,7 +196,7 @@ class ActionCompiler:
     def __init__(
         self,
         database: Database,
-        secrets: SecretResolver,
+        secrets: SecretSource,
         contributors: Sequence[PromptContributor] | None = None,
         *,
         code_policy: CodePolicy | None = None,
@@ -224,7 +224,7 @@ class ActionCompiler:
         await self._redis.aclose()
 
     @property
-    def secrets(self) -> SecretResolver:
+    def secrets(self) -> SecretSource:
         """The resolver for ``@secrets(NAME)`` references."""
         return self._secrets
 

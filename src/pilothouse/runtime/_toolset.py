@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
 from pilothouse.catalog._events import EventToolSettings
 from pilothouse.catalog._views import McpClientRecord, ToolRecord
-from pilothouse.providers import SecretResolver
+from pilothouse.providers import SecretSource
 from pilothouse.tools._base import (
     ExecutableTool,
     ToolContext,
@@ -285,7 +285,7 @@ class CatalogToolSource:
 
     def __init__(
         self,
-        secrets: SecretResolver,
+        secrets: SecretSource,
         *,
         registry: ToolRegistry | None = None,
         mcp: McpClientPool | None = None,
@@ -303,9 +303,11 @@ class CatalogToolSource:
         self._egress = egress
         self._code_policy = code_policy
         if registry is not None:
-            # The deployment's setting governs every registry, a caller's too.
+            # The deployment's settings govern every registry, a caller's too:
+            # catalog rows resolve secrets in their own tenant's scope.
             registry.script_sandbox = self._sandbox()
             registry.egress = egress
+            registry.secrets = secrets
             if code_policy is not None:
                 registry.code = code_policy
         self._registry = registry

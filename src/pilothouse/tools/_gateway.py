@@ -65,7 +65,7 @@ from pilothouse.tools._rest import HttpEndpoint, RestTool
 
 if TYPE_CHECKING:
     from pilothouse.catalog._views import ToolRecord
-    from pilothouse.providers import SecretResolver
+    from pilothouse.providers import SecretSource
     from pilothouse.providers._egress import EgressPolicy
     from pilothouse.store import NewGatewayCall
 
@@ -283,7 +283,8 @@ class GatewayProxy:
     """Every gateway of the process: documents, operations, the HTTP client, limits, audit.
 
     Args:
-        secrets: resolves ``@secrets(NAME)`` in configured headers.
+        secrets: resolves ``@secrets(NAME)`` in configured headers, in the
+            calling tenant's scope.
         egress: the deployment's egress policy (each base URL must pass it).
         audit: records each call as a store row; None records log lines only.
         http: the HTTP client to send with (tests pass a mock transport's);
@@ -294,7 +295,7 @@ class GatewayProxy:
 
     def __init__(
         self,
-        secrets: SecretResolver,
+        secrets: SecretSource,
         egress: EgressPolicy,
         audit: AuditSink | None = None,
         *,
@@ -509,7 +510,8 @@ class GatewayProxy:
         extra = {h: f"{_FORWARD}{i}" for i, h in enumerate(forwarded)}
         args.update({extra[h]: v for h, v in forwarded.items()})
         endpoint = replace(endpoint, header_arguments={**endpoint.header_arguments, **extra})
-        tool = RestTool(op.definition, endpoint, ExecutionPolicy.ALLOW, self.http, self._secrets)
+        secrets = self._secrets.for_tenant(caller.tenant)
+        tool = RestTool(op.definition, endpoint, ExecutionPolicy.ALLOW, self.http, secrets)
         context = ToolContext(
             tenant=caller.tenant,
             conversation_uuid=caller.conversation_uuid or "",

@@ -25,7 +25,7 @@ import httpx
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
 from pilothouse.catalog._views import ToolRecord
 from pilothouse.providers._egress import EgressPolicy
-from pilothouse.providers._secrets import SecretResolver
+from pilothouse.providers._secrets import SecretSource
 from pilothouse.tools._base import (
     ExecutableTool,
     ToolContext,
@@ -101,7 +101,8 @@ class ToolRegistry:
     """Builds, checks and holds executable tools.
 
     Args:
-        secrets: resolves ``@secrets(NAME)`` in REST headers at call time.
+        secrets: resolves ``@secrets(NAME)`` in REST headers at call time,
+            in the scope of the row's tenant.
         http: the client REST tools share; by default the registry makes one
             (pooled) on first need and closes it in :meth:`aclose`. A client
             passed in is the caller's to close.
@@ -112,7 +113,7 @@ class ToolRegistry:
 
     def __init__(
         self,
-        secrets: SecretResolver,
+        secrets: SecretSource,
         *,
         http: httpx.AsyncClient | None = None,
         script_sandbox: ScriptSandbox | None = None,
@@ -120,7 +121,9 @@ class ToolRegistry:
         self.script_sandbox = (
             script_sandbox if script_sandbox is not None else ScriptSandbox.for_mode("sandbox")
         )
-        self._secrets = secrets
+        # Public, like egress and script_sandbox: a Pilothouse sets it to the
+        # deployment's secrets, so catalog rows resolve in their tenant's scope.
+        self.secrets: SecretSource = secrets
         self._http = http
         self._owns_http = http is None
         # Set by the tool source in the HTTP service: the client it makes
@@ -422,7 +425,9 @@ class ToolRegistry:
         )
         endpoint = endpoint_from_settings(settings, parameters, row.name)
         definition = self._definition(row, dict(parameters), "")
-        return RestTool(definition, endpoint, policy, self.http, self._secrets)
+        return RestTool(
+            definition, endpoint, policy, self.http, self.secrets.for_tenant(row.tenant)
+        )
 
     async def _openapi(
         self,
@@ -465,7 +470,9 @@ class ToolRegistry:
         except ToolError as exc:
             raise ToolError(f"tool '{row.name}': {exc}") from exc
         definition = self._definition(row, found.parameters, found.description)
-        return RestTool(definition, found.endpoint, policy, self.http, self._secrets)
+        return RestTool(
+            definition, found.endpoint, policy, self.http, self.secrets.for_tenant(row.tenant)
+        )
 
     @staticmethod
     def _definition(
