@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from database_templates import Seed
 from pilothouse.api import Pilothouse
 from pilothouse.errors import PilothouseError
-from pilothouse.server._state import ServerState
+from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.settings import Settings
 from pilothouse.testing import Reply, ScriptedModel, ToolCall
 
@@ -350,11 +350,23 @@ async def test_the_operators_cli_import_keeps_full_power(
 
 
 async def test_the_example_catalog_imports_under_the_default_grant(
-    server_state: ServerState,
+    server_settings: Settings,
+    server_config: ServerSettings,
+    scripted: ScriptedModel,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert server_state.pilothouse.settings.catalog_code == []
+    # The examples' provider key is the operator's to map to the tenant, as
+    # a deployment keeping it in the environment does (docs/security.md).
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-example")
+    settings = server_settings.model_copy(update={"secrets_env": {"default": ["OPENAI_API_KEY"]}})
+    state = ServerState(settings, model=scripted, server=server_config)
+    await state.open()
+    try:
+        assert state.pilothouse.settings.catalog_code == []
 
-    summary = await server_state.pilothouse.catalog.import_files([EXAMPLES])
+        summary = await state.pilothouse.catalog.import_files([EXAMPLES])
+    finally:
+        await state.aclose()
 
     assert summary.counts["actions"].unchanged >= 1
 
