@@ -17,11 +17,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from pilothouse.server._deps import AdminFacade, Facade
+from pilothouse.server._deps import AdminFacade, CheckedJsonRoute, Facade
 from pilothouse.server._problems import PROBLEM_RESPONSES
 from pilothouse.types import MemoryScope
 
-router = APIRouter(prefix="/v1/memory", tags=["memory"], responses=PROBLEM_RESPONSES)
+router = APIRouter(
+    prefix="/v1/memory", tags=["memory"], responses=PROBLEM_RESPONSES, route_class=CheckedJsonRoute
+)
 
 ScopeName = Literal["session", "user", "agent", "organization"]
 
