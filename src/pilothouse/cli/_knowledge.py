@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pilothouse.api import loads_json
 from pilothouse.cli._context import CliState, fail, open_facade, run
 
 if TYPE_CHECKING:
@@ -38,7 +39,8 @@ def _metadata(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key:
             fail(f"--metadata '{pair}': write key=value")
         try:
-            metadata[key] = json.loads(value)
+            # Any integer is read; the facade names one too large.
+            metadata[key] = loads_json(value, check=False)
         except json.JSONDecodeError:
             metadata[key] = value
     return metadata

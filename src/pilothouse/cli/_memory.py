@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from pilothouse.api import loads_json
 from pilothouse.cli._context import CliState, fail, open_facade, run
 from pilothouse.errors import InvalidFieldError
 from pilothouse.types import MemoryScope
@@ -47,7 +48,8 @@ def _metadata(text: str | None) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        # Any integer is read; the facade names one too large.
+        value = loads_json(text, check=False)
     except json.JSONDecodeError as exc:
         fail(f"--metadata: not JSON ({exc.msg})")
     if not isinstance(value, dict):
