@@ -519,10 +519,16 @@ async def test_the_mcp_face_refuses_the_same_inputs_as_tool_errors(
     async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
         opened = streamable_http_client(f"{base_url}/mcp", http_client=http)
         async with Client(opened, mode="legacy") as client:
-            for arguments in ({"message": NUL, "input": "x"}, {"message": "hi", "input": NUL}):
-                result = await client.call_tool("action_ECHO", arguments)
-                assert result.is_error
+            calls = [
+                ("action_ECHO", {"message": NUL, "input": "x"}),
+                ("action_ECHO", {"message": "hi", "input": NUL}),
+                # A lookup key: PostgreSQL failed on it where SQLite found nothing.
+                ("pilothouse_answer", {"conversation_uuid": NUL, "answers": {"q": "a"}}),
+            ]
+            for tool, arguments in calls:
+                result = await client.call_tool(tool, arguments)
+                assert result.is_error, tool
                 first = result.content[0]
                 assert isinstance(first, mt.TextContent)
-                assert "contains a NUL character" in first.text
+                assert "which cannot be stored" in first.text, (tool, first.text)
     assert await _rows(server_state) == before
