@@ -30,9 +30,11 @@ from typer.testing import CliRunner, Result
 
 from pilothouse.cli import app as cli_app
 from pilothouse.errors import CatalogValidationError, InvalidFieldError
+from pilothouse.server._invoke import parse_invoke
 from pilothouse.server._state import ServerState
 from pilothouse.settings import Settings
 from pilothouse.store import Database
+from pilothouse.testing import CatalogBuilder
 from pilothouse.types import MemoryScope
 
 pytestmark = pytest.mark.anyio
@@ -532,3 +534,60 @@ async def test_the_mcp_face_refuses_the_same_inputs_as_tool_errors(
                 assert isinstance(first, mt.TextContent)
                 assert "which cannot be stored" in first.text, (tool, first.text)
     assert await _rows(server_state) == before
+
+
+async def test_a_rest_upload_reports_a_binary_file_and_writes_the_valid_one(
+    client: httpx.AsyncClient, admin_key: str, server_state: ServerState
+) -> None:
+    catalog = (
+        CatalogBuilder(scripted=False)
+        .add("vector_stores", code="EMBED")
+        .add("document_collections", code="HANDBOOK", store="EMBED", collection_name="handbook")
+    )
+    await server_state.pilothouse.catalog.import_text(catalog.yaml())
+    base = "/v1/knowledge/collections/HANDBOOK"
+    upload = await client.post(
+        f"{base}/documents",
+        files=[
+            ("files", ("parking.md", b"# Parking\n\nVisitors park in lot B.", "text/markdown")),
+            ("files", ("nul.txt", b"Lunch\x00 is at noon.", "text/plain")),
+        ],
+        headers=auth(admin_key),
+    )
+    assert upload.status_code == 200, upload.text
+    documents = {d["source"]: d for d in upload.json()["documents"]}
+    assert documents["parking.md"]["status"] == "added"
+    assert documents["nul.txt"]["status"] == "failed"
+    assert "a binary file, not text" in documents["nul.txt"]["error"]
+    listed = await client.get(f"{base}/documents", headers=auth(admin_key))
+    assert [d["source"] for d in listed.json()["items"]] == ["parking.md"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({"useChatMemory": "true", "persistChatLog": "false"}, (True, False)),
+        ({"useChatMemory": "false", "persistChatLog": "true"}, (False, True)),
+        ({"useChatMemory": True, "persistChatLog": ""}, (True, None)),
+        ({"persistChatLog": None}, (False, None)),
+    ],
+)
+def test_the_connectors_text_forms_stay_accepted(
+    flags: dict[str, Any], expected: tuple[bool, bool | None]
+) -> None:
+    # A BPMN input parameter is text (seed 003): "true"/"false", numbers as text.
+    body = parse_invoke(
+        _json(
+            {
+                "agentName": "x",
+                "message": "hi",
+                "temperature": "0.7",
+                "chatMemoryMaxMessages": "20",
+                "pgPort": "5432",
+                "minRagScore": "0.7",
+                **flags,
+            }
+        )
+    )
+    assert (body.use_chat_memory, body.persist_chat_log) == expected
+    assert (body.temperature, body.chat_memory_max_messages, body.pg_port) == (0.7, 20, 5432)
