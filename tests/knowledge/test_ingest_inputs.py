@@ -32,7 +32,7 @@ async def test_binary_files_and_unstorable_text_fail_alone_and_the_rest_is_writt
     knowledge: Knowledge, tmp_path: Path
 ) -> None:
     files = {
-        "good.md": "# Parking\n\nVisitors park in lot B.".encode(),
+        "good.md": b"# Parking\n\nVisitors park in lot B.",
         "junk.txt": _junk(),
         "nul.txt": b"Lunch is at noon.\x00\x01\x02",
         "empty.txt": b"",

@@ -55,11 +55,12 @@ _LONGEST_READ = 4_300
 
 
 class OversizedInt(int):
-    """Stands for an integer too long to convert (a power of ten as long), to be refused.
+    """Stands for an integer too long to convert (its value is 2**64, its sign kept).
 
     Every such integer is far outside the 64-bit range, so :func:`check_input`
     refuses it naming its field and the digits it had; the stand-in value
-    itself is never kept.
+    itself is never kept (building the real one would take the quadratic time
+    Python's limit avoids).
 
     Attributes:
         digits: how many digits the input's integer had.
@@ -71,7 +72,7 @@ class OversizedInt(int):
         """Stand for the integer written as ``text`` (digits, maybe signed)."""
         digits = len(text.lstrip("+-").replace("_", ""))
         sign = -1 if text.startswith("-") else 1
-        made = super().__new__(cls, sign * 10**digits)
+        made = super().__new__(cls, sign * 2**64)
         made.digits = digits
         return made
 
