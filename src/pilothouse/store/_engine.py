@@ -323,6 +323,8 @@ class Database:
         Raises:
             InvalidStateError: the database holds other tables and no
                 pilothouse schema (``upgrade()`` creates it there on purpose).
+            KeyLengthRefusal: catalog keys are longer than the ERP's lengths;
+                the database can still be read (:meth:`ensure_readable`).
         """
         if self._schema_ready:
             return
