@@ -19,7 +19,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pilothouse.api import loads_json
 from pilothouse.cli._context import CliState, fail, open_facade, run
 
 if TYPE_CHECKING:
@@ -39,7 +38,10 @@ def _metadata(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key:
             fail(f"--metadata '{pair}': write key=value")
         try:
-            # Any integer is read; the facade names one too large.
+            # Any integer is read; the facade names one too large. (Imported here:
+            # the CLI starts without the facade.)
+            from pilothouse.api import loads_json
+
             metadata[key] = loads_json(value, check=False)
         except json.JSONDecodeError:
             metadata[key] = value

@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 import typer
 
-from pilothouse.api import loads_json
 from pilothouse.cli._context import CliState, fail, open_facade, run
 from pilothouse.errors import InvalidFieldError
 from pilothouse.types import MemoryScope
@@ -48,7 +47,10 @@ def _metadata(text: str | None) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        # Any integer is read; the facade names one too large.
+        # Any integer is read; the facade names one too large. (Imported here:
+        # the CLI starts without the facade.)
+        from pilothouse.api import loads_json
+
         value = loads_json(text, check=False)
     except json.JSONDecodeError as exc:
         fail(f"--metadata: not JSON ({exc.msg})")

@@ -16,7 +16,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pilothouse.api import loads_json
 from pilothouse.cli._context import CliState, fail, open_facade, run
 from pilothouse.types import SchemaDirection
 
@@ -43,7 +42,10 @@ def parse_assignments(pairs: list[str], option: str) -> dict[str, Any]:
                 fail(f"{option} {key.strip()}: cannot read {raw[1:]!r} ({exc.strerror})")
             continue
         try:
-            # Any integer is read; the facade names one too large.
+            # Any integer is read; the facade names one too large. (Imported here:
+            # the CLI starts without the facade.)
+            from pilothouse.api import loads_json
+
             values[key.strip()] = loads_json(raw, check=False)
         except json.JSONDecodeError:
             values[key.strip()] = raw
