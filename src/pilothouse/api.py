@@ -40,6 +40,8 @@ __all__ = [
     "Coordination",
     "TraceExport",
     "bind_request",
+    "check_input",
+    "loads_json",
     "logging_config",
     "CatalogApi",
     "CommandApi",
@@ -80,6 +82,7 @@ with collector_paused():
     from pilothouse.settings import Settings
     from pilothouse.store import Database
     from pilothouse.store import NewAttachment as AttachmentInput
+    from pilothouse.store._text import check_input, loads_json
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model

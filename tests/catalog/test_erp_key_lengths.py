@@ -9,16 +9,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 from alembic import command
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError
+from typer.testing import CliRunner, Result
 
 from database_templates import scratch_postgres_database
+from pilothouse.api import Pilothouse
 from pilothouse.catalog import CODE_LENGTHS, validate_paths
+from pilothouse.cli import app as cli_app
 from pilothouse.errors import CatalogValidationError
+from pilothouse.settings import Settings
 from pilothouse.store import Database, head_revision
-from pilothouse.store._engine import _alembic_config
+from pilothouse.store._engine import KeyLengthRefusal, _alembic_config
 
 # Seed 000, "Entities": "Business key (up to N characters)", per entity.
 SEED_LENGTHS = {
@@ -184,6 +189,20 @@ _OLD_ROWS = [
 ]
 
 
+def _rule(length: int, tenant: str, limit: int) -> str:
+    return (
+        f"{length} characters in tenant '{tenant}', the ERP key length is {limit}: rename it "
+        f"(and every reference to it) to at most {limit} characters, then run "
+        "`pilothouse db upgrade` again; nothing was changed (until then `pilothouse catalog "
+        "export` and `pilothouse conversations list` read this database)"
+    )
+
+
+def _cli(url: str, *args: str) -> Result:
+    # The commands the refusal names, as a user runs them.
+    return CliRunner().invoke(cli_app, ["--database-url", url, *args])
+
+
 async def _migration_refuses_then_runs(db: Database) -> None:
     async with db.engine.begin() as connection:
         await connection.run_sync(_to, "0004")
@@ -194,25 +213,44 @@ async def _migration_refuses_then_runs(db: Database) -> None:
         await db.upgrade()
     # Every too-long row, with its tenant, length and the limit; nothing truncated.
     assert [str(issue) for issue in caught.value.issues] == [
-        "provider 'OPENAI': code: 6 characters in tenant 'acme', the ERP key length is 4: "
-        "rename it (and every reference to it) to at most 4 characters, then run "
-        "`pilothouse db upgrade` again; nothing was changed",
-        "configuration 'DEFAULT': code: 7 characters in tenant 'default', the ERP key length "
-        "is 4: rename it (and every reference to it) to at most 4 characters, then run "
-        "`pilothouse db upgrade` again; nothing was changed",
+        f"provider 'OPENAI': code: {_rule(6, 'acme', 4)}",
+        f"configuration 'DEFAULT': code: {_rule(7, 'default', 4)}",
     ]
+    assert isinstance(caught.value, KeyLengthRefusal)
+    readable_at = caught.value.readable_at
     async with db.engine.connect() as connection:
         codes = (await connection.execute(text("SELECT code FROM provider ORDER BY code"))).all()
         revision = (
             await connection.execute(text("SELECT version_num FROM alembic_version"))
         ).scalar_one()
     assert [row[0] for row in codes] == ["OAI", "OPENAI"]
-    assert revision == "0004"
+    # Every migration but the refused one is done: the database can be read.
+    assert revision == readable_at != "0004"
+    # Not `async with`, which brings the schema up to date for writes.
+    ph = Pilothouse(Settings(database_url=db.url), tenant="acme")
+    try:
+        exported = await ph.catalog.export()
+        assert "code: OPENAI" in exported
+        assert (await ph.query.list_conversations()).total == 0
+        with pytest.raises(KeyLengthRefusal):
+            await ph.ensure_schema()  # what writes need is still refused
+    finally:
+        await ph.aclose()
+    exported_by_cli = await anyio.to_thread.run_sync(
+        _cli, db.url, "--tenant", "acme", "catalog", "export"
+    )
+    assert exported_by_cli.exit_code == 0, exported_by_cli.output
+    assert "code: OPENAI" in exported_by_cli.stdout
+    listed = await anyio.to_thread.run_sync(_cli, db.url, "conversations", "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    refused = await anyio.to_thread.run_sync(_cli, db.url, "db", "upgrade")
+    assert refused.exit_code == 2
+    assert "`pilothouse catalog export` and `pilothouse conversations list`" in refused.output
     # Renamed by the user, the migration runs.
     async with db.engine.begin() as connection:
         await connection.execute(text("UPDATE provider SET code = 'OPEN' WHERE code = 'OPENAI'"))
         await connection.execute(text("UPDATE configuration SET code = 'DFLT'"))
-    assert await db.upgrade() == ("0004", head_revision())
+    assert await db.upgrade() == (readable_at, head_revision())
     assert await db.schema_is_current()
 
 

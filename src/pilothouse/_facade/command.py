@@ -21,7 +21,7 @@ from pilothouse._facade.facet import Facet
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.providers._egress import EgressPolicy
 from pilothouse.store import Database, NewMessage
-from pilothouse.store._text import check_storable
+from pilothouse.store._text import check_input
 
 if TYPE_CHECKING:
     from pilothouse.runtime import Runner
@@ -375,7 +375,7 @@ class CommandApi(Facet):
             InvalidStateError: not waiting, or the questions expired.
             AnswerError: unknown, missing or out-of-choice answers.
         """
-        check_storable(dict(answers), "answers")
+        check_input(dict(answers), "answers")
         await self._ready()
         return await self._resumption.submit_answers(uuid, answers)
 
@@ -387,7 +387,7 @@ class CommandApi(Facet):
             tool_call_id: the call's id from the turn result.
             result: text, or JSON-serializable data.
         """
-        check_storable(result, "result")
+        check_input(result, "result")
         await self._ready()
         return await self._resumption.submit_tool_result(uuid, tool_call_id, result)
 
@@ -478,9 +478,9 @@ class CommandApi(Facet):
             NotFoundError: the action or the agent does not exist.
             InvalidStateError: the action or the agent is deactivated.
         """
-        check_storable(memory_id, "memory_id")
+        check_input(memory_id, "memory_id")
         for index, message in enumerate(history):
-            check_storable(message.content, f"history[{index}].content")
+            check_input(message.content, f"history[{index}].content")
         await self._ready()
         runner = self._runner
         conversation = await runner.store.create(
@@ -560,9 +560,9 @@ class CommandApi(Facet):
         from pilothouse._facade import adhoc
 
         for name in ("name", "message", "description", "instruction"):
-            check_storable(getattr(run, name), name)
+            check_input(getattr(run, name), name)
         if run.memory is not None:
-            check_storable(run.memory.memory_id, "memory.memory_id")
+            check_input(run.memory.memory_id, "memory.memory_id")
         database = await self._ready()
         runner = self._runner
         await adhoc.check_egress(run, self._egress)

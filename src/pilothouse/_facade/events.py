@@ -16,7 +16,7 @@ __all__ = ["EventApi"]
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, Literal
 
-from pilothouse._facade.facet import Facet
+from pilothouse._facade.facet import Facet, checks_own_input
 from pilothouse.store import Database
 
 if TYPE_CHECKING:
@@ -122,6 +122,8 @@ class EventApi(Facet):
         """Note outbox commands as published, once the bus has taken them."""
         await (await self._calls()).mark_published(ids)
 
+    # A worker's result and error are a tool's output: stored escaped, never refused.
+    @checks_own_input("result", "error")
     async def complete(
         self,
         correlation_id: str,
@@ -192,6 +194,8 @@ class EventApi(Facet):
             raise TypeError("this process's tool source takes no registrations")
         return [t.definition.name for t in source.registry.register(reference)]
 
+    # The arguments are a model's tool call, kept as the model wrote them.
+    @checks_own_input("arguments")
     async def run_tool(
         self,
         name: str,

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from pilothouse._facade.facet import Facet
+from pilothouse._facade.facet import Facet, checks_own_input
 from pilothouse.store import Database
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ class KnowledgeApi(Facet):
         with self._egress.applied():
             yield
 
+    @checks_own_input("sources")
     async def ingest(
         self,
         collection: str,
@@ -112,6 +113,7 @@ class KnowledgeApi(Facet):
                 url_check=url_check if check_urls else None,
             )
 
+    @checks_own_input("sources")
     async def reingest(
         self,
         collection: str,

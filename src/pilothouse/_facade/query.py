@@ -189,7 +189,7 @@ class QueryApi(Facet):
             limit: page size (at least 1).
             offset: matching conversations to skip.
         """
-        await self._ready()
+        await self._readable()  # also on a database refused for too-long keys
         return await self._conversations().list(
             agent=agent,
             action=action,

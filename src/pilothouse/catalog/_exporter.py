@@ -11,8 +11,9 @@ from __future__ import annotations
 __all__ = ["export_catalog", "export_document", "spec_document"]
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -57,7 +58,49 @@ async def export_document(
         rows = list(await session.scalars(select(kind.model).where(kind.model.tenant == tenant)))
         if rows:
             rows.sort(key=lambda row: row.key)
-            document[kind.name] = [spec_document(kind, kind.to_spec(row)) for row in rows]
+            document[kind.name] = [_exported(kind, row) for row in rows]
+    return document
+
+
+def _exported(kind: CatalogKind, row: Any) -> dict[str, Any]:
+    """One entity's mapping, also when its keys are longer than today's lengths.
+
+    A database whose upgrade stopped at too-long keys is exported so they can
+    be shortened: each key the spec refuses is validated as a short stand-in
+    and written back as it is stored.
+    """
+    try:
+        return spec_document(kind, kind.to_spec(row))
+    except ValidationError:
+        pass
+    stored: dict[str, str] = {}
+
+    def stand_in(key: str) -> str:
+        if len(key) <= 4:
+            return key
+        token = stored.setdefault(key, f"_{len(stored)}")
+        return token
+
+    document = spec_document(kind, kind.to_spec(row, stand_in))
+    original = {token: key for key, token in stored.items()}
+
+    def restore(value: Any) -> Any:
+        return original.get(value, value) if isinstance(value, str) else value
+
+    document[kind.key_field] = restore(document[kind.key_field])
+    for ref in kind.refs:
+        if ref.field in document:
+            document[ref.field] = restore(document[ref.field])
+    for link in kind.links:
+        items: list[Any] = document.get(link.field, [])
+        for index, item in enumerate(items):
+            if isinstance(item, dict):
+                entry = cast(dict[str, Any], item)
+                for name in ("advisor", "tool"):
+                    if name in entry:
+                        entry[name] = restore(entry[name])
+            else:
+                items[index] = restore(item)
     return document
 
 

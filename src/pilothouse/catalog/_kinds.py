@@ -187,23 +187,26 @@ class CatalogKind:
             found += _memory_references(cast(dict[str, Any], getattr(spec, "settings", {})))
         return found
 
-    def to_spec(self, row: CatalogEntity) -> CatalogSpec:
+    def to_spec(self, row: CatalogEntity, keys: Callable[[str], str] = str) -> CatalogSpec:
         """Read a stored row back into its spec.
 
         Args:
             row: a row of this kind, with its relationships loaded.
+            keys: what to write for each key (its own and the ones it refers
+                to); the key itself by default.
 
         Returns:
             The spec that, applied to an empty row, reproduces ``row``.
         """
         data: dict[str, Any] = {name: getattr(row, name) for name in self.scalars}
+        data[self.key_field] = keys(data[self.key_field])
         for ref in self.refs:
             target: CatalogEntity | None = getattr(row, ref.field)
-            data[ref.field] = None if target is None else target.key
+            data[ref.field] = None if target is None else keys(target.key)
         for link in self.links:
             items: list[Any] = []
             for link_row in getattr(row, link.collection):
-                key = getattr(link_row, link.target_attr).key
+                key = keys(getattr(link_row, link.target_attr).key)
                 if link.with_order:
                     items.append({"advisor": key, "order": link_row.order})
                 elif isinstance(link_row, SkillTool):

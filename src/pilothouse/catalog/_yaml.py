@@ -20,7 +20,7 @@ from typing import Any, cast
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.constructor import DuplicateKeyError
+from ruamel.yaml.constructor import DuplicateKeyError, RoundTripConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.scalarstring import (
     DoubleQuotedScalarString,
@@ -29,6 +29,7 @@ from ruamel.yaml.scalarstring import (
 )
 
 from pilothouse.errors import ValidationIssue
+from pilothouse.store._text import input_problem, read_int
 
 _SUFFIXES = (".yaml", ".yml")
 
@@ -68,6 +69,57 @@ MAX_DOCUMENT_CHARS = 4_000_000
 MAX_EXPANDED_NODES = 200_000
 
 
+class _Constructor(RoundTripConstructor):
+    """ruamel's round-trip constructor, reading a decimal integer of any length.
+
+    Python refuses to convert one of more than 4,300 digits (a bare
+    ``ValueError``); :func:`read_int` stands it in, and :func:`_number_issue`
+    names its field and line.
+    """
+
+    def construct_yaml_int(self, node: Any) -> Any:
+        """Construct an int node; a very long decimal one through :func:`read_int`."""
+        text = str(node.value).replace("_", "")
+        if text.lstrip("+-").isdigit() and len(text) > 4_000:
+            return read_int(text)
+        base: Any = super()  # ruamel ships partial type hints
+        return base.construct_yaml_int(node)
+
+
+_constructor_class: Any = _Constructor  # ruamel ships partial type hints
+_constructor_class.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)
+
+
+def _number_issue(file: str, document: Any) -> ValidationIssue | None:
+    """The first number the input rules refuse (beyond 64 bits, NaN, infinite), located."""
+    pending: list[tuple[Any, tuple[str | int, ...]]] = [(document, ())]
+    while pending:
+        node, location = pending.pop()
+        if isinstance(node, dict):
+            mapping = cast(dict[Any, Any], node)
+            for key in mapping:
+                if isinstance(key, int | float) and input_problem(key) is not None:
+                    return _issue(
+                        file,
+                        line_of(document, location),
+                        "yaml (a key)",
+                        "a key " + str(input_problem(key)),
+                    )
+            pending.extend((v, (*location, str(k))) for k, v in reversed(list(mapping.items())))
+        elif isinstance(node, list):
+            items = cast(list[Any], node)
+            pending.extend((v, (*location, i)) for i, v in reversed(list(enumerate(items))))
+        elif isinstance(node, int | float) and not isinstance(node, bool):
+            problem = input_problem(node)
+            if problem is not None:
+                field = "".join(
+                    f"[{part}]" if isinstance(part, int) else (f".{part}" if i else part)
+                    for i, part in enumerate(location)
+                )
+                return _issue(file, line_of(document, location), field or "yaml", problem)
+    return None
+
+
 def load_yaml(path: Path) -> tuple[Any, ValidationIssue | None]:
     """Parse one YAML file, keeping line information.
 
@@ -92,6 +144,7 @@ def load_yaml(path: Path) -> tuple[Any, ValidationIssue | None]:
         )
     try:
         loader: Any = YAML(typ="rt")  # ruamel ships partial type hints
+        loader.Constructor = _Constructor
         document = loader.load(text)
     except DuplicateKeyError as exc:
         # ruamel's own message quotes both values, which may be a secret.
@@ -107,6 +160,9 @@ def load_yaml(path: Path) -> tuple[Any, ValidationIssue | None]:
     problem = _expansion_problem(document)
     if problem is not None:
         return None, _issue(str(path), None, "yaml", problem)
+    number = _number_issue(str(path), document)
+    if number is not None:
+        return None, number
     return document, None
 
 

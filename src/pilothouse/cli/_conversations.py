@@ -123,7 +123,9 @@ def list_conversations(
     created_to = _time("--until", until)
 
     async def body() -> Page[Conversation]:
-        async with open_facade(state) as ph:
+        # Not migrated first: listing reads a database whose upgrade stopped
+        # at too-long catalog keys too (the facade brings the rest up to date).
+        async with open_facade(state, migrate=False) as ph:
             return await ph.query.list_conversations(
                 agent=agent,
                 action=action,

@@ -38,7 +38,11 @@ def _metadata(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key:
             fail(f"--metadata '{pair}': write key=value")
         try:
-            metadata[key] = json.loads(value)
+            # Any integer is read; the facade names one too large. (Imported here:
+            # the CLI starts without the facade.)
+            from pilothouse.api import loads_json
+
+            metadata[key] = loads_json(value, check=False)
         except json.JSONDecodeError:
             metadata[key] = value
     return metadata

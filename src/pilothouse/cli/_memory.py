@@ -51,7 +51,11 @@ def _metadata(text: str | None) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        # Any integer is read; the facade names one too large. (Imported here:
+        # the CLI starts without the facade.)
+        from pilothouse.api import loads_json
+
+        value = loads_json(text, check=False)
     except json.JSONDecodeError as exc:
         fail(f"--metadata: not JSON ({exc.msg})")
     if not isinstance(value, dict):

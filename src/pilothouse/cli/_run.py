@@ -42,7 +42,11 @@ def parse_assignments(pairs: list[str], option: str) -> dict[str, Any]:
                 fail(f"{option} {key.strip()}: cannot read {raw[1:]!r} ({exc.strerror})")
             continue
         try:
-            values[key.strip()] = json.loads(raw)
+            # Any integer is read; the facade names one too large. (Imported here:
+            # the CLI starts without the facade.)
+            from pilothouse.api import loads_json
+
+            values[key.strip()] = loads_json(raw, check=False)
         except json.JSONDecodeError:
             values[key.strip()] = raw
     return values

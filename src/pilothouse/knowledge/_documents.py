@@ -12,6 +12,12 @@ the page a paragraph is on (a citation names the page). Readers:
 - ``.pdf``: pypdf, page by page (text PDFs; a scanned PDF has no text layer
   and is reported as empty).
 - ``.docx``: python-docx, paragraphs and tables in document order.
+
+Text formats are read as UTF-8 (or UTF-16 with its byte-order mark, or,
+when the bytes are not UTF-8, Latin-1); bytes that are not text (a NUL
+byte, or more than one control character in a hundred) are refused as a
+binary file rather than indexed as noise, and so is text holding a NUL
+character in any format: no database stores it.
 """
 
 from __future__ import annotations
@@ -158,22 +164,51 @@ def parse_document(data: bytes, fmt: str, name: str) -> ParsedDocument:
                 document = _markdown(text, fallback)
             else:
                 document = ParsedDocument(fallback, [Section((), _paragraphs(text))])
-    except DocumentError:
-        raise
+    except DocumentError as exc:
+        if str(exc).startswith(f"{fallback}:") or str(exc).startswith(f"{name}:"):
+            raise
+        raise DocumentError(f"{name}: {exc}") from None
     except Exception as exc:
         raise DocumentError(f"{name}: not a readable {fmt} document ({exc})") from exc
     document.metadata.setdefault("format", fmt)
     document.sections = [s for s in document.sections if s.blocks]
+    if "\x00" in document.text:
+        raise DocumentError(
+            f"{name}: the text holds NUL characters, which no database stores; "
+            "remove them (or convert the file to plain text) and ingest it again"
+        )
     return document
 
 
+# Tab, line feed, form feed and carriage return are text; other control
+# characters are rare in text and about a quarter of random bytes.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
+_MOST_CONTROL = 0.01
+
+
 def _decode(data: bytes) -> str:
-    for encoding in ("utf-8-sig", "utf-16"):
+    """Decode a text file, refusing bytes that are not text.
+
+    Raises:
+        DocumentError: a NUL byte, invalid UTF-8 that Latin-1 reads as
+            control characters, or many control characters.
+    """
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        text = data.decode("utf-16")  # its BOM says so; an error is a DocumentError
+    elif b"\x00" in data:
+        raise DocumentError("holds NUL bytes: a binary file, not text")
+    else:
         try:
-            return data.decode(encoding)
+            text = data.decode("utf-8-sig")
         except UnicodeDecodeError:
-            continue
-    return data.decode("latin-1")
+            text = data.decode("latin-1")
+    controls = len(_CONTROL.findall(text))
+    if controls > len(text) * _MOST_CONTROL:
+        raise DocumentError(
+            f"{controls:,} of its {len(text):,} characters are control characters: "
+            "a binary file, not text"
+        )
+    return text
 
 
 _BLANK = re.compile(r"\n\s*\n")

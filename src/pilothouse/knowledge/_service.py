@@ -48,6 +48,7 @@ from pilothouse.knowledge._types import (
     SearchResult,
     TextDocument,
 )
+from pilothouse.store._text import check_input
 
 if TYPE_CHECKING:
     from pilothouse.knowledge._embedders import Purpose, Vectors
@@ -674,6 +675,14 @@ class _Run:
             await self.flush()
 
     async def prepare(self, pending: Pending, index: int) -> _Prepared | None:
+        # A given document's name, title and metadata follow the input rules
+        # (its text is read below); a bad one fails alone, the others go on.
+        check_input(pending.source, "source")
+        if pending.document is not None:
+            check_input(pending.document.title, "title")
+            check_input(pending.document.metadata, "metadata")
+            if isinstance(pending.document, TextDocument):
+                check_input(pending.document.text, "text")
         loaded = await load(pending, self.http, self.url_check)
         parsed = parse_document(loaded.data, loaded.format, loaded.source)
         title = loaded.title or parsed.title
@@ -689,9 +698,8 @@ class _Run:
             return None
         chunks = chunk_document(parsed, self.embedder.tokenizer, self.plan)
         if not chunks:
-            raise DocumentError(
-                f"{loaded.source}: no text found (a scanned PDF has no text layer to read)"
-            )
+            why = " (a scanned PDF has no text layer to read)" if loaded.format == "pdf" else ""
+            raise DocumentError(f"{loaded.source}: the document has no text{why}")
         texts, _ = self.embedder.prepare([c.embed_text for c in chunks], "document")
         document = NewDocument(loaded.source, title, digest, dict(loaded.metadata), len(text))
         return _Prepared(pending, index, document, chunks, texts, stored is not None)

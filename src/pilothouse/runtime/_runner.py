@@ -88,7 +88,7 @@ from pilothouse.store import (
     TurnStore,
 )
 from pilothouse.store._base import utcnow
-from pilothouse.store._text import check_storable
+from pilothouse.store._text import check_input
 
 logger = logging.getLogger(__name__)
 
@@ -365,11 +365,11 @@ class Runner:
             TemplateError: the input data does not fill the prompt.
         """
         # Text no database can keep is refused here, before anything is written.
-        check_storable(text, "text")
-        check_storable(input_data, "input_data")
-        check_storable(runtime_config, "runtime_config")
+        check_input(text, "text")
+        check_input(input_data, "input_data")
+        check_input(runtime_config, "runtime_config")
         for index, attachment in enumerate(attachments):
-            check_storable(
+            check_input(
                 [attachment.name, attachment.url, attachment.media_type],
                 f"attachments[{index}]",
             )

@@ -15,11 +15,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from pilothouse.server._deps import Facade
+from pilothouse.server._deps import CheckedJsonRoute, Facade
 from pilothouse.server._problems import PROBLEM_RESPONSES
 from pilothouse.types import GatewayCallRecord
 
-router = APIRouter(prefix="/v1/audit", tags=["audit"], responses=PROBLEM_RESPONSES)
+router = APIRouter(
+    prefix="/v1/audit", tags=["audit"], responses=PROBLEM_RESPONSES, route_class=CheckedJsonRoute
+)
 
 
 @router.get("/gateway-calls", summary="List the OpenAPI gateway's proxied calls, newest first")

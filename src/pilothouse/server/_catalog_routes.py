@@ -24,11 +24,17 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from pilothouse.server._deps import AdminFacade, AdminPrincipal, Facade, Principal
+from pilothouse.api import loads_json
+from pilothouse.server._deps import AdminFacade, AdminPrincipal, CheckedJsonRoute, Facade, Principal
 from pilothouse.server._problems import PROBLEM_RESPONSES, ProblemError
 from pilothouse.types import CatalogEntry
 
-router = APIRouter(prefix="/v1/catalog", tags=["catalog"], responses=PROBLEM_RESPONSES)
+router = APIRouter(
+    prefix="/v1/catalog",
+    tags=["catalog"],
+    responses=PROBLEM_RESPONSES,
+    route_class=CheckedJsonRoute,
+)
 
 KindName = Literal[
     "providers",
@@ -227,11 +233,14 @@ async def import_whole(
         raise ProblemError(400, "Bad Request", "the catalog document must be UTF-8") from None
     if "json" in request.headers.get("content-type", ""):
         try:
-            document = json.loads(text)
+            # The input rules name a field holding a NUL, NaN or a huge integer (422).
+            document = loads_json(text)
         except json.JSONDecodeError as exc:
             raise ProblemError(
                 400, "Malformed JSON", f"the request body is not valid JSON: {exc.msg}"
             ) from None
+        except RecursionError:
+            raise ProblemError(400, "Malformed JSON", "the request body nests too deeply") from None
         # JSON is YAML, but re-dumping it keeps one code path and its line numbers.
         text = json.dumps(document, indent=1)
     summary = await ph.catalog.import_text(text, source="body", user=_user(principal))

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 __all__ = ["router"]
 
+import base64
+import binascii
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -33,8 +35,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Query, Response
 from pydantic import (
     AliasChoices,
-    Base64Bytes,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -42,7 +44,7 @@ from pydantic import (
 )
 
 from pilothouse.errors import PilothouseError
-from pilothouse.server._deps import Facade
+from pilothouse.server._deps import CheckedJsonRoute, Facade
 from pilothouse.server._problems import PROBLEM_RESPONSES, error_problem, problem_body
 from pilothouse.types import (
     AttachmentInput,
@@ -63,7 +65,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/v1/conversations", tags=["conversations"], responses=PROBLEM_RESPONSES)
+router = APIRouter(
+    prefix="/v1/conversations",
+    tags=["conversations"],
+    responses=PROBLEM_RESPONSES,
+    route_class=CheckedJsonRoute,
+)
 
 
 class _Body(BaseModel):
@@ -88,6 +95,17 @@ class StartConversation(_Body):
     )
 
 
+def _base64(value: object) -> object:
+    # pydantic's Base64Bytes skips characters outside the alphabet ("!!!" would
+    # be empty bytes); an attachment's data is decoded strictly or refused.
+    if not isinstance(value, str):
+        return value
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("is not valid base64 (standard alphabet, with padding)") from None
+
+
 class AttachmentBody(_Body):
     """A file sent with a message: a URL or base64 bytes."""
 
@@ -98,7 +116,11 @@ class AttachmentBody(_Body):
         description="e.g. image/png",
     )
     url: str | None = Field(default=None, min_length=1, max_length=4096)
-    data: Base64Bytes | None = Field(default=None, description="The bytes, base64-encoded.")
+    data: Annotated[bytes | None, BeforeValidator(_base64)] = Field(
+        default=None,
+        description="The bytes, base64-encoded.",
+        json_schema_extra={"type": "string", "format": "base64"},
+    )
     name: str | None = Field(default=None, max_length=255)
 
     @model_validator(mode="after")

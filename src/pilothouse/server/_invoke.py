@@ -34,6 +34,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -43,6 +44,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from pilothouse.api import loads_json
 from pilothouse.errors import ErrorCategory, InvalidFieldError, PilothouseError
 from pilothouse.server._deps import Facade
 from pilothouse.server._openai_models import inline_schema
@@ -75,6 +77,33 @@ _TITLES = {ErrorCategory.INVALID_INPUT: "Invalid invoke request"}
 
 _Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
 _MemoryId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:@-]{1,64}$")]
+
+
+def _connector_flag(value: object) -> object:
+    # A BPMN input parameter is text: the connector takes "true" and "false"
+    # (seed 003's example) besides a JSON boolean; "yes", 1 or "on" are refused.
+    if isinstance(value, bool) or value is None:
+        return value
+    if value in ("true", "false"):
+        return value == "true"
+    raise ValueError("must be true or false (a JSON boolean, or the text 'true' or 'false')")
+
+
+def _connector_tristate(value: object) -> object:
+    # persistChatLog: null, empty or unset falls through to the deployment's default.
+    return None if value == "" else _connector_flag(value)
+
+
+def _connector_number(value: object) -> object:
+    # Numbers may come as BPMN text ("0.7", "20"); a boolean is not a number.
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
+_Flag = Annotated[bool, BeforeValidator(_connector_flag)]
+_TriState = Annotated[bool | None, BeforeValidator(_connector_tristate)]
+_Number = BeforeValidator(_connector_number)
 
 
 class _Body(BaseModel):
@@ -116,24 +145,24 @@ class InvokeRequest(_Body):
     custom_headers: dict[str, str] = Field(default_factory=dict[str, str])
     reasoning_effort: ReasoningEffort | None = None
     reasoning_summary: ReasoningSummary | None = None
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    max_tokens: int | None = Field(default=None, ge=1)
-    top_p: float | None = Field(default=None, ge=0, le=1)
+    temperature: Annotated[float | None, _Number] = Field(default=None, ge=0, le=2)
+    max_tokens: Annotated[int | None, _Number] = Field(default=None, ge=1)
+    top_p: Annotated[float | None, _Number] = Field(default=None, ge=0, le=1)
     tools: list[str] = Field(default_factory=list[str], max_length=128)
     # The connector's comma-separated class names (seed 003), gated by the
     # deployment's allow-list in the facade.
     tool_classes: str | None = Field(default=None, max_length=4000)
     mcp_servers: list[McpServerParam] = Field(default_factory=list[McpServerParam], max_length=32)
-    use_chat_memory: bool = False
+    use_chat_memory: _Flag = False
     memory_id: _MemoryId | None = None
-    chat_memory_max_messages: int = Field(default=20, ge=1, le=1000)
-    persist_chat_log: bool | None = None
+    chat_memory_max_messages: Annotated[int, _Number] = Field(default=20, ge=1, le=1000)
+    persist_chat_log: _TriState = None
     collection: str | None = Field(default=None, min_length=1, max_length=64)
-    max_rag_results: int = Field(default=5, ge=1, le=100)
-    min_rag_score: float = Field(default=0.0, ge=0.0, le=1.0)
+    max_rag_results: Annotated[int, _Number] = Field(default=5, ge=1, le=100)
+    min_rag_score: Annotated[float, _Number] = Field(default=0.0, ge=0.0, le=1.0)
     # The connector's pgvector store (seed 003); pgHost switches RAG on.
     pg_host: str | None = Field(default=None, max_length=253)
-    pg_port: int = Field(default=5432, ge=1, le=65535)
+    pg_port: Annotated[int, _Number] = Field(default=5432, ge=1, le=65535)
     pg_database: str | None = Field(default=None, max_length=63)
     pg_user: str | None = Field(default=None, max_length=63)
     pg_password: SecretStr | None = None
@@ -141,7 +170,7 @@ class InvokeRequest(_Body):
         default="langchain4j_embeddings",
         pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$",
     )
-    embedding_dimension: int = Field(default=384, ge=1, le=16000)
+    embedding_dimension: Annotated[int, _Number] = Field(default=384, ge=1, le=16000)
     embedding_model_name: str | None = Field(default=None, max_length=256)
     output_schema: dict[str, Any] | None = None
 
@@ -183,10 +212,14 @@ def parse_invoke(raw: bytes) -> InvokeRequest:
             out: one of them may be the API key).
     """
     try:
-        data = json.loads(raw)
+        data = loads_json(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         detail = f"the request body is not valid JSON: {exc}"
         raise ProblemError(400, "Malformed JSON", detail) from None
+    except RecursionError:
+        raise ProblemError(400, "Malformed JSON", "the request body nests too deeply") from None
+    except InvalidFieldError as exc:
+        raise _bad_request(exc.field, exc.rule) from None
     if not isinstance(data, dict):
         raise _bad_request("body", "must be a JSON object")
     try:

@@ -56,7 +56,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import to_jsonable_python
 
-from pilothouse.api import Pilothouse
+from pilothouse.api import Pilothouse, loads_json
 from pilothouse.errors import ErrorCategory, PilothouseError
 from pilothouse.server._deps import Facade, State, charge_batch
 from pilothouse.server._jsonrpc_methods import METHODS, to_json
@@ -292,13 +292,6 @@ def _is_legacy(body: dict[str, Any]) -> bool:
     return "jsonrpc" not in body and "service" in body and "action" in body
 
 
-def _no_constant(name: str) -> Any:
-    # Python's json reads NaN and Infinity, which JSON does not have; a
-    # number such as 1e309 still parses (as inf) and is refused by the
-    # option checks.
-    raise ValueError(f"{name} is not a JSON value")
-
-
 @router.post(
     "/jsonrpc",
     summary="JSON-RPC 2.0 (single, batch, notifications) and the legacy envelope",
@@ -326,7 +319,8 @@ def _no_constant(name: str) -> Any:
 async def jsonrpc(request: Request, ph: Facade, state: State) -> Response:
     """Dispatch a request, a batch or a legacy envelope."""
     try:
-        body: Any = json.loads(await request.body(), parse_constant=_no_constant)
+        # Every call's params are held to the input rules by their model and the facade.
+        body: Any = loads_json(await request.body(), check=False, constants=False)
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         error = RpcError(PARSE_ERROR, "Parse error", 400, f"the body is not valid JSON: {exc}")
         return JSONResponse(_error(None, error))

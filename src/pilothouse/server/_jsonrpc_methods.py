@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import to_jsonable_python
 
@@ -67,7 +67,7 @@ class NoParams(Params):
 class AllActions(Params):
     """``getAllActions``."""
 
-    include_inactive: bool = False
+    include_inactive: StrictBool = False
 
 
 class ByCode(Params):
@@ -93,7 +93,7 @@ class ListGatewayCalls(Params):
 
     gateway: _Text | None = None
     conversation_uuid: _Text | None = None
-    limit: int = Field(default=100, ge=1, le=1000)
+    limit: StrictInt = Field(default=100, ge=1, le=1000)
 
 
 class CallTool(Params):
@@ -111,8 +111,8 @@ class ListConversations(Params):
     status: ProcessStatus | None = None
     created_from: datetime | None = None
     created_to: datetime | None = None
-    limit: int = Field(default=50, ge=1, le=1000)
-    offset: int = Field(default=0, ge=0)
+    limit: StrictInt = Field(default=50, ge=1, le=1000)
+    offset: StrictInt = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _aware(self) -> ListConversations:
@@ -129,7 +129,7 @@ class StartConversation(Params):
     agent: str | None = None
     action: _Text
     memory_id: str | None = Field(default=None, max_length=64)
-    audit: bool | None = None
+    audit: StrictBool | None = None
 
 
 class SendMessage(Params):
@@ -148,7 +148,7 @@ class StartAndSend(Params):
     action: _Text
     text: _Text
     memory_id: str | None = Field(default=None, max_length=64)
-    audit: bool | None = None
+    audit: StrictBool | None = None
     input_data: dict[str, Any] | None = None
     runtime_config: dict[str, Any] | None = None
 
@@ -219,7 +219,7 @@ class MemoryMessages(Params):
     """``getMemoryMessages``."""
 
     memory_id: _Text
-    limit: int | None = Field(default=None, ge=1)
+    limit: StrictInt | None = Field(default=None, ge=1)
 
 
 class EndpointParam(Params):
@@ -243,7 +243,7 @@ class MemoryParam(Params):
     """Chat memory across runs."""
 
     memory_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:@-]{1,64}$")] | None = None
-    max_messages: int = Field(default=20, ge=1, le=1000)
+    max_messages: StrictInt = Field(default=20, ge=1, le=1000)
 
 
 class RunAdhoc(Params):
@@ -259,7 +259,7 @@ class RunAdhoc(Params):
     tools: list[str] = Field(default_factory=list[str])
     mcp_servers: list[McpServerParam] = Field(default_factory=list[McpServerParam])
     memory: MemoryParam | None = Field(default_factory=MemoryParam)
-    audit: bool | None = None
+    audit: StrictBool | None = None
     output_schema: dict[str, Any] | None = None
     collection: str | None = None
 

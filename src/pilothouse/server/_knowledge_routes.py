@@ -27,8 +27,9 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pilothouse.api import loads_json
 from pilothouse.errors import NotFoundError
-from pilothouse.server._deps import AdminFacade, Facade
+from pilothouse.server._deps import AdminFacade, CheckedJsonRoute, Facade
 from pilothouse.server._problems import PROBLEM_RESPONSES, ProblemError, problem_responses
 from pilothouse.types import (
     DocumentInfo,
@@ -39,7 +40,10 @@ from pilothouse.types import (
 )
 
 router = APIRouter(
-    prefix="/v1/knowledge/collections", tags=["knowledge"], responses=PROBLEM_RESPONSES
+    prefix="/v1/knowledge/collections",
+    tags=["knowledge"],
+    responses=PROBLEM_RESPONSES,
+    route_class=CheckedJsonRoute,
 )
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -196,7 +200,7 @@ async def _from_form(request: Request) -> tuple[list[FileDocument], dict[str, An
     metadata: dict[str, Any] = {}
     if raw is not None:
         try:
-            parsed: Any = json.loads(str(raw))
+            parsed: Any = loads_json(str(raw), check=False)
         except json.JSONDecodeError:
             raise _invalid("metadata", "must be a JSON object") from None
         if not isinstance(parsed, dict):
@@ -209,7 +213,7 @@ async def _from_form(request: Request) -> tuple[list[FileDocument], dict[str, An
 
 async def _from_json(request: Request) -> tuple[list[str | TextDocument], dict[str, Any], bool]:
     try:
-        data = json.loads(await request.body())
+        data = loads_json(await request.body(), check=False)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ProblemError(
             400, "Malformed JSON", f"the request body is not valid JSON: {exc}"
@@ -276,7 +280,7 @@ async def ingest(code: str, request: Request, ph: AdminFacade) -> dict[str, Any]
 async def search(code: str, request: Request, ph: Facade) -> dict[str, Any]:
     """The hits (best first) with their citations, and why there are none when none passed."""
     try:
-        data = json.loads(await request.body())
+        data = loads_json(await request.body(), check=False)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ProblemError(
             400, "Malformed JSON", f"the request body is not valid JSON: {exc}"

@@ -21,11 +21,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from pilothouse.server._deps import AdminFacade, AdminPrincipal, Facade
+from pilothouse.server._deps import AdminFacade, AdminPrincipal, CheckedJsonRoute, Facade
 from pilothouse.server._problems import PROBLEM_RESPONSES
 from pilothouse.types import MemoryScope
 
-router = APIRouter(prefix="/v1/memory", tags=["memory"], responses=PROBLEM_RESPONSES)
+router = APIRouter(
+    prefix="/v1/memory", tags=["memory"], responses=PROBLEM_RESPONSES, route_class=CheckedJsonRoute
+)
 
 ScopeName = Literal["session", "user", "agent", "organization"]
 

@@ -55,6 +55,7 @@ from pilothouse.server._openai_models import (
     error_body,
     finish_reason,
     inline_schema,
+    load_body,
     map_messages,
     parse_request,
     runtime_config,
@@ -604,10 +605,7 @@ def _embedding_texts(body: dict[str, Any]) -> list[str]:
 
 
 def _parse_embeddings(raw: bytes) -> tuple[str, list[str], str, int | None]:
-    try:
-        data: Any = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise OpenAIError(400, f"the request body is not valid JSON: {exc}") from None
+    data: Any = load_body(raw)
     if not isinstance(data, dict):
         raise OpenAIError(400, "the request body must be a JSON object")
     body = cast(dict[str, Any], data)

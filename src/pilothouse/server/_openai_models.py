@@ -17,6 +17,7 @@ __all__ = [
     "error_body",
     "finish_reason",
     "inline_schema",
+    "load_body",
     "map_messages",
     "parse_request",
     "runtime_config",
@@ -32,8 +33,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+)
 
+from pilothouse.api import loads_json
+from pilothouse.errors import InvalidFieldError
 from pilothouse.types import (
     AttachmentInput,
     FinishReason,
@@ -204,7 +215,7 @@ class FunctionDef(_Wire):
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class ToolIn(_Wire):
@@ -220,7 +231,7 @@ class JsonSchemaFormat(_Wire):
     name: str = Field(min_length=1, max_length=64)
     schema_: dict[str, Any] = Field(alias="schema")
     description: str | None = None
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class ResponseFormat(_Wire):
@@ -233,7 +244,7 @@ class ResponseFormat(_Wire):
 class StreamOptions(_Wire):
     """``stream_options``: only ``include_usage`` has a meaning here."""
 
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class ChatCompletionRequest(_Wire):
@@ -245,17 +256,17 @@ class ChatCompletionRequest(_Wire):
 
     model: str = Field(min_length=1, max_length=200)
     messages: list[ChatMessage] = Field(min_length=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, ge=0, le=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: StrictFloat | None = Field(default=None, ge=0, le=2)
+    top_p: StrictFloat | None = Field(default=None, ge=0, le=1)
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
     stop: str | list[str] | None = None
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    presence_penalty: StrictFloat | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: StrictFloat | None = Field(default=None, ge=-2, le=2)
     reasoning_effort: ReasoningEffort | None = None
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
-    n: int | None = Field(default=None, ge=1, le=1)
+    n: StrictInt | None = Field(default=None, ge=1, le=1)
     user: str | None = Field(default=None, max_length=64)
     tools: list[ToolIn] | None = Field(default=None, max_length=128)
     tool_choice: Literal["auto", "none"] | None = None
@@ -271,16 +282,30 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return text
 
 
+def load_body(raw: bytes) -> Any:
+    """Read a JSON body and hold every value to the input rules (``loads_json``).
+
+    Raises:
+        OpenAIError: 400, not JSON, or naming the field whose value is refused
+            (a NUL character, an integer beyond 64 bits, NaN).
+    """
+    try:
+        return loads_json(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise OpenAIError(400, f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise OpenAIError(400, "the request body nests too deeply") from None
+    except InvalidFieldError as exc:
+        raise OpenAIError(400, str(exc), param=exc.field) from None
+
+
 def parse_request(raw: bytes) -> ChatCompletionRequest:
     """Validate a request body.
 
     Raises:
         OpenAIError: 400 naming the first offending field.
     """
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise OpenAIError(400, f"the request body is not valid JSON: {exc}") from None
+    data = load_body(raw)
     if not isinstance(data, dict):
         raise OpenAIError(400, "the request body must be a JSON object")
     _refuse_unhonoured(cast("dict[str, Any]", data))

@@ -12,7 +12,7 @@ SQLAlchemy's ORM, which such a start does not otherwise load.
 
 from __future__ import annotations
 
-__all__ = ["Database", "current_revision", "head_revision"]
+__all__ = ["Database", "KeyLengthRefusal", "current_revision", "head_revision"]
 
 import time
 from collections.abc import Callable
@@ -26,7 +26,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.util import await_, greenlet_spawn
 
-from pilothouse.errors import InvalidFieldError, InvalidStateError
+from pilothouse.errors import (
+    CatalogValidationError,
+    InvalidFieldError,
+    InvalidStateError,
+    ValidationIssue,
+)
 from pilothouse.settings import database_driver_url
 from pilothouse.store._sqlite import SqliteRunner
 from pilothouse.store.migrations import HEAD_REVISION
@@ -84,12 +89,51 @@ def _schema_state(connection: Connection) -> tuple[str | None, list[str]]:
     return current, _tables(connection) if current is None else []
 
 
-def _upgrade(connection: Connection) -> None:
+READING_COMMANDS = "`pilothouse catalog export` and `pilothouse conversations list`"
+"""The commands that work on a database the key-length migration refused."""
+
+
+class KeyLengthRefusal(CatalogValidationError):
+    """The schema upgrade stopped: catalog keys are longer than the ERP's lengths.
+
+    Every other migration is done, so the database can still be read:
+    :meth:`Database.ensure_readable` passes, and the CLI's reading commands
+    (``catalog export``, ``conversations list``) work on it.
+
+    Args:
+        issues: one per key too long (tenant, length, limit).
+        readable_at: the revision the database stays at.
+    """
+
+    def __init__(self, issues: list[ValidationIssue], *, readable_at: str) -> None:
+        super().__init__(issues)
+        self.readable_at = readable_at
+
+
+KEY_LENGTH_REVISION = "0019"
+"""The migration that shortens the catalog's key columns; the last one."""
+
+
+def _before_key_lengths(connection: Connection) -> str | None:
+    """The revision before the key-length step, when the database is behind it; else None."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(_alembic_config())
+    step = script.get_revision(KEY_LENGTH_REVISION)
+    before = step.down_revision
+    if not isinstance(before, str):
+        return None
+    current = current_revision(connection)
+    behind = {r.revision for r in script.iterate_revisions(before, "base")}
+    return before if current != before and (current is None or current in behind) else None
+
+
+def _upgrade(connection: Connection, target: str = "head") -> None:
     from alembic import command
 
     config = _alembic_config()
     config.attributes["connection"] = connection
-    command.upgrade(config, "head")
+    command.upgrade(config, target)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -243,6 +287,7 @@ class Database:
             # wrong URL or a missing driver fails at open, as it always has.
             self._make_engine()
         self._schema_ready = False
+        self._refusal: KeyLengthRefusal | None = None
         self._schema_lock = anyio.Lock()
 
     @property
@@ -278,6 +323,8 @@ class Database:
         Raises:
             InvalidStateError: the database holds other tables and no
                 pilothouse schema (``upgrade()`` creates it there on purpose).
+            KeyLengthRefusal: catalog keys are longer than the ERP's lengths;
+                the database can still be read (:meth:`ensure_readable`).
         """
         if self._schema_ready:
             return
@@ -296,6 +343,8 @@ class Database:
                     "database: point it at a database of its own, or add its tables beside "
                     "these on purpose with `pilothouse db upgrade` (ph.upgrade_schema())"
                 )
+            if self._refusal is not None:
+                raise self._refusal
             # The known head, not Alembic's: Alembic runs only when they differ.
             if current != HEAD_REVISION:
                 await self.upgrade()
@@ -315,12 +364,43 @@ class Database:
 
         Returns:
             The revision before and after the upgrade.
+
+        Raises:
+            KeyLengthRefusal: catalog keys are too long for the last
+                migration; the ones before it are done (and committed), so
+                the database can be read (:meth:`ensure_readable`).
         """
         async with self.engine.begin() as connection:
             before = await connection.run_sync(current_revision)
-            await connection.run_sync(_upgrade)
+            # First every migration before the key-length step, committed on
+            # its own: a refusal there must not undo them (nor can it on
+            # SQLite, whose driver commits DDL as it goes).
+            first = await connection.run_sync(_before_key_lengths)
+            if first is not None:
+                await connection.run_sync(_upgrade, first)
+        try:
+            async with self.engine.begin() as connection:
+                await connection.run_sync(_upgrade)
+        except KeyLengthRefusal as refusal:
+            self._refusal = refusal
+            raise
         self._schema_ready = True
+        self._refusal = None
         return before, head_revision()
+
+    async def ensure_readable(self) -> None:
+        """Like :meth:`ensure_schema`, and pass on a database the key-length step refused.
+
+        Such a database has every other migration, so what reads it works:
+        exporting the catalog, listing conversations. Writes still call
+        :meth:`ensure_schema`, which raises the refusal.
+        """
+        if self._refusal is not None:
+            return
+        try:
+            await self.ensure_schema()
+        except KeyLengthRefusal:
+            return
 
     async def schema_is_current(self) -> bool:
         """Tell whether the database is at the newest migration."""

@@ -1,19 +1,41 @@
-r"""Text a database can keep: no NUL character, no lone surrogate.
+r"""The input rules: text and numbers every database keeps the same way.
 
 PostgreSQL's text types refuse U+0000, and neither database (nor UTF-8)
 can hold a lone surrogate (U+D800..U+DFFF without its pair, which JSON's
 ``\ud800`` escape can produce). Such text is refused where it is a
-caller's input (:func:`check_storable`: a 4xx naming the field, nothing
+caller's input (:func:`check_input`: a 4xx naming the field, nothing
 written) and escaped where it is a model's or a tool's output
 (:func:`storable`: the character becomes its ``\uXXXX`` escape, and the
 message records which were escaped), so an answer is never lost. JSON
 columns need neither: their serializer escapes every such character.
+
+Numbers follow one rule too: an integer must fit in 64 bits (SQLite's
+integers, PostgreSQL's ``bigint``; a JSON column of PostgreSQL would keep a
+larger one, SQLite's would not compare it the same) and a number must be
+finite (PostgreSQL's ``jsonb`` refuses NaN and Infinity, SQLite keeps them).
+:func:`loads_json` reads a request body without failing on an integer of
+thousands of digits (Python refuses to convert one), so the rule can name
+the field that holds it.
 """
 
 from __future__ import annotations
 
-__all__ = ["check_storable", "storable", "storable_value", "unstorable"]
+__all__ = [
+    "INT_MAX",
+    "INT_MIN",
+    "OversizedInt",
+    "check_input",
+    "input_problem",
+    "loads_json",
+    "read_int",
+    "storable",
+    "storable_value",
+    "unstorable",
+]
 
+import dataclasses
+import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, cast
@@ -21,6 +43,51 @@ from typing import Any, cast
 from pilothouse.errors import InvalidFieldError
 
 _BAD = re.compile("[\x00\ud800-\udfff]")
+
+INT_MAX = 2**63 - 1
+"""The largest integer an input may hold (64-bit signed)."""
+INT_MIN = -(2**63)
+"""The smallest integer an input may hold (64-bit signed)."""
+
+# Python refuses to read an integer of more than 4,300 digits from text (the
+# conversion takes quadratic time); a longer one is not converted at all.
+_LONGEST_READ = 4_300
+
+
+class OversizedInt(int):
+    """Stands for an integer too long to convert (its value is 2**64, its sign kept).
+
+    Every such integer is far outside the 64-bit range, so :func:`check_input`
+    refuses it naming its field and the digits it had; the stand-in value
+    itself is never kept (building the real one would take the quadratic time
+    Python's limit avoids).
+
+    Attributes:
+        digits: how many digits the input's integer had.
+    """
+
+    digits: int
+
+    def __new__(cls, text: str) -> OversizedInt:
+        """Stand for the integer written as ``text`` (digits, maybe signed)."""
+        digits = len(text.lstrip("+-").replace("_", ""))
+        sign = -1 if text.startswith("-") else 1
+        made = super().__new__(cls, sign * 2**64)
+        made.digits = digits
+        return made
+
+
+def _digits(value: int) -> int:
+    if isinstance(value, OversizedInt):
+        return value.digits
+    # Not len(str(value)): Python refuses to write an integer of thousands of digits.
+    size = abs(value)
+    digits = max(1, int(size.bit_length() * math.log10(2)))
+    while 10**digits <= size:
+        digits += 1
+    while digits > 1 and 10 ** (digits - 1) > size:
+        digits -= 1
+    return digits
 
 
 def unstorable(text: str) -> str | None:
@@ -35,29 +102,104 @@ def unstorable(text: str) -> str | None:
     return f"a lone surrogate (U+{ord(found.group()):04X})"
 
 
-def check_storable(value: Any, field: str) -> None:
-    """Refuse caller input holding text no database can keep, naming the field.
+def input_problem(value: Any) -> str | None:
+    """What about one text or number no database keeps the same way (described), or None.
 
-    Walks strings inside mappings and sequences (``input_data``, runtime
-    config, history); keys are checked too.
+    Containers are not walked (see :func:`check_input`); a ``bool`` is fine.
+    """
+    if isinstance(value, str):
+        what = unstorable(value)
+        return (
+            None
+            if what is None
+            else f"contains {what}, which cannot be stored; remove or replace it"
+        )
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        if INT_MIN <= value <= INT_MAX:
+            return None
+        return (
+            f"is an integer of {_digits(value):,} digits; integers must be between "
+            f"{INT_MIN} and {INT_MAX}"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        return "is not a finite number (NaN and Infinity are not accepted)"
+    return None
+
+
+def _key(field: str, key: object) -> str:
+    return f"{field}.{key}" if field else str(key)
+
+
+def check_input(value: Any, field: str) -> None:
+    """Refuse caller input no database keeps the same way, naming the field.
+
+    Walks strings and numbers inside mappings, sequences and dataclasses
+    (``input_data``, runtime config, history, a memory scope); keys are
+    checked too. Bytes are not text and pass.
+
+    Args:
+        value: the input.
+        field: its name, e.g. ``input_data``; ``""`` for a whole request
+            body (its fields are then named bare, ``messages[0].content``).
 
     Raises:
         InvalidFieldError: the first offending field, e.g. ``input_data.city``.
     """
-    if isinstance(value, str):
-        what = unstorable(value)
-        if what is not None:
-            raise InvalidFieldError(
-                field, f"contains {what}, which cannot be stored; remove or replace it"
-            )
+    if isinstance(value, str | int | float):
+        problem = input_problem(value)
+        if problem is not None:
+            raise InvalidFieldError(field or "body", problem)
     elif isinstance(value, Mapping):
         for key, item in value.items():  # pyright: ignore[reportUnknownVariableType]
-            name = f"{field}.{key}"
-            check_storable(key, f"{field} (a key)")
-            check_storable(item, name)
+            if isinstance(key, str) and unstorable(key) is not None:
+                check_input(key, f"{field or 'body'} (a key)")
+            check_input(item, _key(field, key))  # pyright: ignore[reportUnknownArgumentType]
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
-            check_storable(item, f"{field}[{index}]")
+            check_input(item, f"{field}[{index}]")
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for spec in dataclasses.fields(value):
+            check_input(getattr(value, spec.name), _key(field, spec.name))
+
+
+def read_int(text: str) -> int:
+    """Read a decimal integer of any length: an :class:`OversizedInt` past Python's limit."""
+    return int(text) if len(text) <= _LONGEST_READ else OversizedInt(text)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def loads_json(raw: str | bytes, *, check: bool = True, constants: bool = True) -> Any:
+    """Parse a JSON request body, then hold it to :func:`check_input`'s rules.
+
+    An integer of any length is read (Python's own limit would raise a bare
+    ``ValueError``), NaN and Infinity too, so the rules name the field.
+
+    Args:
+        raw: the body.
+        check: apply the rules to the whole document; False leaves them to
+            a later step that knows the fields (a request model, the facade).
+        constants: read NaN and Infinity (which JSON does not have) as
+            numbers, for the rules to name; False refuses them as not JSON.
+
+    Raises:
+        json.JSONDecodeError: not JSON.
+        ValueError: NaN or Infinity, when ``constants`` is False.
+        UnicodeDecodeError: not UTF-8.
+        RecursionError: nested too deeply.
+        InvalidFieldError: a value the rules refuse, named by its path
+            (``messages[0].content``).
+    """
+    document = json.loads(
+        raw, parse_int=read_int, parse_constant=None if constants else _no_constant
+    )
+    if check:
+        check_input(document, "")
+    return document
 
 
 def storable(text: str) -> tuple[str, bool]:

@@ -25,7 +25,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from pilothouse.api import Pilothouse
+from pilothouse.api import Pilothouse, loads_json
 from pilothouse.errors import InvalidFieldError, NotFoundError, PilothouseError
 from pilothouse.server._conversation_routes import event_data
 from pilothouse.server._ui._base import UiFacade
@@ -328,7 +328,7 @@ async def tool_result(
     """Give the result of a custom-schema tool call the model made; JSON or text."""
     value: Any
     try:
-        value = json.loads(result)
+        value = loads_json(result, check=False)
     except json.JSONDecodeError:
         value = result
     done = await user.ph.command.submit_tool_result(uuid, call_id, value)

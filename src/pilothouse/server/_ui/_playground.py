@@ -15,7 +15,7 @@ from typing import Annotated, Any, cast
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from pilothouse.api import Pilothouse
+from pilothouse.api import Pilothouse, loads_json
 from pilothouse.errors import (
     ConflictError,
     InvalidFieldError,
@@ -255,7 +255,7 @@ async def import_conversation(
     """Import an exported conversation; opens it."""
     raw = await file.read()
     try:
-        document: Any = json.loads(raw.decode("utf-8"))
+        document: Any = loads_json(raw.decode("utf-8"), check=False)
     except (UnicodeDecodeError, json.JSONDecodeError):
         return render(
             request,

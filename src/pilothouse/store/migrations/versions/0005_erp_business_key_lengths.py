@@ -3,18 +3,17 @@
 Seed 000 (the ERP ``sys.llm`` module) gives each entity's business key a
 length: 4 for provider, configuration and memory strategy, 8 for agent,
 persona, skill, advisor, vector store and document collection (12 before).
-This migration shortens those columns and makes SQLite enforce every catalog
-key's length too (PostgreSQL's ``varchar(n)`` already does; SQLite ignores
-declared lengths, so triggers refuse a longer key).
+This migration makes SQLite enforce every catalog key's length on new
+writes (PostgreSQL's ``varchar(n)`` does; SQLite ignores declared lengths,
+so triggers refuse a longer key). Shortening the columns themselves, which
+existing rows must fit, is the last migration's step
+(``0018_business_key_lengths``): a database with longer keys then stops
+there, with every other step done, and can still be read and exported.
 
 Skill-tool links get genai-4j's ``access_level`` (``read`` by default). MCP clients get optional ``input_schema`` / ``output_schema`` (seed 000's
 ``llmSchemaInput`` / ``llmSchemaOutput``). Actions get ``progressive_disclosure`` (seed 000's default is off: a skill
 contributes ``Your skill: <prompt>.``); existing actions keep the progressive
 disclosure they had.
-
-It never truncates: when an existing row's key is too long, it refuses to
-run and reports every such row (tenant, entity, key, length, limit); nothing
-is changed until they are renamed.
 
 Revision ID: 0005
 Revises: 0004
@@ -26,29 +25,27 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from pilothouse.errors import CatalogValidationError, ValidationIssue
-
 revision: str = "0005"
 down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# table -> (entity name, old length, new length) of the keys this migration shortens.
+# table -> the ERP length of the keys 0018 shortens (from 12).
 _SHORTENED = {
-    "provider": ("provider", 12, 4),
-    "configuration": ("configuration", 12, 4),
-    "memory_strategy": ("memory strategy", 12, 4),
-    "agent": ("agent", 12, 8),
-    "persona": ("persona", 12, 8),
-    "skill": ("skill", 12, 8),
-    "advisor": ("advisor", 12, 8),
-    "vector_store": ("vector store", 12, 8),
-    "document_collection": ("document collection", 12, 8),
+    "provider": 4,
+    "configuration": 4,
+    "memory_strategy": 4,
+    "agent": 8,
+    "persona": 8,
+    "skill": 8,
+    "advisor": 8,
+    "vector_store": 8,
+    "document_collection": 8,
 }
 
 # table -> (key column, length) of every catalog table, for SQLite's triggers.
 _ALL_KEYS = {
-    **{table: ("code", new) for table, (_, _, new) in _SHORTENED.items()},
+    **{table: ("code", new) for table, new in _SHORTENED.items()},
     "application": ("code", 8),
     "action": ("code", 12),
     "tool": ("code", 12),
@@ -66,38 +63,7 @@ _ALL_KEYS = {
 }
 
 
-def _too_long() -> list[ValidationIssue]:
-    bind = op.get_bind()
-    issues: list[ValidationIssue] = []
-    for table, (entity, _, limit) in _SHORTENED.items():
-        rows = bind.execute(
-            sa.text(
-                f"SELECT tenant, code FROM {table} WHERE length(code) > :limit "
-                "ORDER BY tenant, code"
-            ),
-            {"limit": limit},
-        ).all()
-        for tenant, code in rows:
-            issues.append(
-                ValidationIssue(
-                    entity=entity,
-                    code=code,
-                    field="code",
-                    rule=(
-                        f"{len(code)} characters in tenant '{tenant}', the ERP key length is "
-                        f"{limit}: rename it (and every reference to it) to at most {limit} "
-                        "characters, then run `pilothouse db upgrade` again; nothing was changed"
-                    ),
-                )
-            )
-    return issues
-
-
 def upgrade() -> None:
-    issues = _too_long()
-    if issues:
-        # Raised inside the migration's transaction: nothing is truncated or half-done.
-        raise CatalogValidationError(issues)
     with op.batch_alter_table("action", schema=None) as batch_op:
         batch_op.add_column(
             sa.Column(
@@ -123,11 +89,6 @@ def upgrade() -> None:
                     f"WHEN length(NEW.{column}) > {limit} BEGIN "
                     f"SELECT RAISE(ABORT, '{table}.{column} longer than {limit} characters'); END"
                 )
-        return
-    for table, (_, old, new) in _SHORTENED.items():
-        op.alter_column(
-            table, "code", type_=sa.String(length=new), existing_type=sa.String(length=old)
-        )
 
 
 def downgrade() -> None:
@@ -143,8 +104,3 @@ def downgrade() -> None:
         for table, (column, _) in _ALL_KEYS.items():
             for event in ("insert", "update"):
                 op.execute(f"DROP TRIGGER IF EXISTS ck_{table}_{column}_length_{event}")
-        return
-    for table, (_, old, new) in _SHORTENED.items():
-        op.alter_column(
-            table, "code", type_=sa.String(length=old), existing_type=sa.String(length=new)
-        )

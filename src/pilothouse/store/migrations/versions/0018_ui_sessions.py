@@ -4,7 +4,7 @@ The browser UI's login: the cookie holds a random session id, this table
 its SHA-256 digest, the prefix of the API key it was opened with and when
 it expires. Logging out deletes the row.
 
-Revision ID: 0022
+Revision ID: 0018
 Revises: 0017
 Create Date: 2026-12-06 07:40:00
 """
@@ -16,7 +16,7 @@ from alembic import op
 
 import pilothouse.store._types
 
-revision: str = "0022"
+revision: str = "0018"
 down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
