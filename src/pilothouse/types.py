@@ -127,6 +127,7 @@ __all__ = [
     "TurnFinished",
     "TurnResult",
     "TurnRetry",
+    "cost_text",
 ]
 
 import importlib
@@ -136,6 +137,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
+from pilothouse._cost import cost_text
 from pilothouse.catalog._enums import (
     AdvisorKind,
     Cardinality,

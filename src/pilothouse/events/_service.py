@@ -41,7 +41,7 @@ from pilothouse.events._payloads import (
     decode,
     encode,
 )
-from pilothouse.types import FinishReason, TurnResult
+from pilothouse.types import FinishReason, TurnResult, cost_text
 
 if TYPE_CHECKING:
     from pilothouse.api import Pilothouse
@@ -469,7 +469,7 @@ def turn_finished(correlation_id: str, result: TurnResult) -> TurnFinishedEvent:
             "inputTokens": result.input_tokens,
             "outputTokens": result.output_tokens,
             "totalTokens": result.input_tokens + result.output_tokens,
-            "cost": str(result.cost),
+            "cost": cost_text(result.cost),
         },
         ai_meta=result.ai_meta,
         error=result.error,

@@ -41,6 +41,7 @@ from pilothouse.types import (
     MessageRole,
     ReasoningEffort,
     TurnResult,
+    cost_text,
 )
 
 _FINISH = {
@@ -600,7 +601,7 @@ def completion(
             "conversation_uuid": result.conversation_uuid,
             "memory_id": memory_id,
             "status": result.status.value,
-            "cost": str(result.cost),
+            "cost": cost_text(result.cost),
         },
     }
 

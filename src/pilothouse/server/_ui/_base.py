@@ -20,7 +20,7 @@ __all__ = [
 ]
 
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pilothouse.api import Pilothouse
 from pilothouse.errors import UnauthorizedError
 from pilothouse.server._deps import Principal, State, principal_from_key
+from pilothouse.types import cost_text
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -42,20 +43,18 @@ templates = Jinja2Templates(directory=str(HERE / "templates"))
 
 
 def plain_decimal(value: object) -> str:
-    """A cost as a plain decimal: no exponent, no trailing zeros (``7.5E-7`` is ``0.00000075``).
+    """A cost as every face writes it (``cost_text``): ``7.5E-7`` is ``0.00000075``.
 
     Costs are recorded as decimal strings (a turn's) or numerics of eight
-    places (a conversation's); ``str(Decimal)`` writes small ones with an
-    exponent, which nobody reads as money. ``playground.js`` writes a live
-    turn's cost the same way.
+    places (a conversation's); ``playground.js`` writes a live turn's cost
+    the same way. A value that is no number is shown as it is.
     """
-    try:
-        text = format(Decimal(str(value)), "f")
-    except InvalidOperation:
+    if not isinstance(value, Decimal | int | str):
         return str(value)
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "") else text
+    try:
+        return cost_text(value)
+    except ValueError:
+        return str(value)
 
 
 templates.env.filters["cost"] = plain_decimal  # pyright: ignore[reportUnknownMemberType]
