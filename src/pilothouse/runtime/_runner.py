@@ -377,6 +377,11 @@ class Runner:
         if compiled is None:
             compiled = await self.compiler.compile(self.tenant, action_code, agent_code)
         compiled = config.shape(compiled)
+        # A local model named for a file its provider does not serve would
+        # be recorded as a model that never ran: refused before any write
+        # (a model given for every call, as tests do, is what runs instead).
+        if self._runtime.loop.model_override is None:
+            self._runtime.models.check_local_model(compiled.model)
         if config.retrieval.collections:
             # This turn searches the collections it names, not the action's own.
             sources = await self.compiler.active_collections(

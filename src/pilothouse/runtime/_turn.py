@@ -230,6 +230,12 @@ class Turn:
     turn_input: int = 0
     turn_output: int = 0
     turn_cost: Decimal = Decimal(0)
+    # Whether some of the turn's usage was counted by pilothouse, not
+    # reported by the provider (a server that reports none, a stopped call).
+    usage_estimated: bool = False
+    # The model id the provider's stream named (its answer's own), for the
+    # marker of an answer stopped before the response was complete.
+    answered_by: str | None = None
 
     @property
     def uuid(self) -> str:
