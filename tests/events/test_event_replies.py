@@ -115,6 +115,8 @@ async def test_a_waiting_run_action_publishes_its_final_answer_when_the_worker_c
         "cost": "0",  # plain notation, never "0E-8"
     }
     assert final["usage"]["inputTokens"] > waiting["usage"]["inputTokens"] > 0
+    # Started by the bus, without an API key.
+    assert (conversation.face, conversation.caller_key_prefix) == ("bus", None)
     # Nothing is owed any more: a later relay round publishes nothing.
     assert await service.replies_once() == 0
     assert len(bus.messages("bpmn-replies")) == 2

@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
+from pilothouse._caller import FACES, Caller
 from pilothouse._facade import records
 from pilothouse._facade.facet import Facet
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
@@ -56,8 +57,12 @@ class CommandApi(Facet):
         runner: Callable[[], Runner],
         egress: EgressPolicy | None = None,
         tool_classes: tuple[str, ...] = (),
+        caller: Caller | None = None,
     ) -> None:
         super().__init__(database, tenant)
+        # Who calls through this facade (its face, its API key): every
+        # conversation it starts records it.
+        self.caller = caller
         self._egress = egress if egress is not None else EgressPolicy()
         # The operator's allow-list of ad-hoc runs' tool classes (Settings.invoke_tool_classes).
         self._tool_classes = tool_classes
@@ -223,6 +228,7 @@ class CommandApi(Facet):
             input_data=input_data,
             runtime_config=runtime_config,
             conversation_uuid=conversation_uuid,
+            caller=self.caller,
         )
 
     async def callable_tools(self) -> list[CallableTool]:
@@ -287,6 +293,7 @@ class CommandApi(Facet):
             via=via,
             key_prefix=key_prefix,
             default_audit=self._default_audit,
+            started_by=self.caller or Caller(via if via in FACES else "python", key_prefix),
         )
 
     async def start_and_stream(
@@ -320,6 +327,7 @@ class CommandApi(Facet):
                     runtime_config=config,
                     on_event=on_event,
                     conversation_uuid=conversation_uuid,
+                    caller=self.caller,
                 )
             )
         ) as events:
@@ -491,6 +499,7 @@ class CommandApi(Facet):
             audit=audit,
             default_audit=self._default_audit,
             check_catalog=True,
+            caller=self.caller,
         )
         runner.remember(conversation.uuid, action, agent)
         await records.append_messages(
@@ -596,6 +605,7 @@ class CommandApi(Facet):
                 audit=run.audit,
                 default_audit=self._default_audit,
                 check_catalog=False,
+                caller=self.caller,
             )
             found = created.uuid, ProcessStatus.NOT_STARTED, created.memory_id
         uuid, status, memory_id = found

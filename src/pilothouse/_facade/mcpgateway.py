@@ -90,7 +90,12 @@ class Gateways:
     ) -> mt.CallToolResult:
         """Proxy one call of an MCP client; every failure is a tool error."""
         who = GatewayCaller(
-            tenant=caller.tenant, via="mcp", key_prefix=caller.key_prefix, headers=caller.headers
+            tenant=caller.tenant,
+            via="mcp",
+            key_prefix=caller.key_prefix,
+            headers=caller.headers,
+            face="mcp",
+            key_name=caller.key_name,
         )
         result = await self.proxy.call(gateway.operation, arguments, who)
         data: Any = result.data

@@ -41,7 +41,7 @@ from pilothouse.events._payloads import (
     decode,
     encode,
 )
-from pilothouse.types import FinishReason, TurnResult, cost_text
+from pilothouse.types import Caller, FinishReason, TurnResult, cost_text
 
 if TYPE_CHECKING:
     from pilothouse.api import Pilothouse
@@ -395,7 +395,8 @@ class EventService:
         if not isinstance(message, RunAction):
             await delivery.ack()
             return "other"
-        ph = self._ph if message.tenant is None else self._ph.for_tenant(message.tenant)
+        # What the bus starts is recorded as the bus's (no API key).
+        ph = self._ph.for_tenant(message.tenant or self._ph.tenant, caller=Caller("bus"))
         correlation_id = message.correlation_id
         outcome, reply, settled = "finished", None, True
         try:

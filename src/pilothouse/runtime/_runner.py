@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
+from pilothouse._caller import Caller
 from pilothouse._collector import freeze_once
 from pilothouse._logs import bind_conversation
 from pilothouse.catalog._enums import (
@@ -227,6 +228,7 @@ class Runner:
         runtime_config: Mapping[str, Any] | None = None,
         on_event: Listener | None = None,
         conversation_uuid: str | None = None,
+        caller: Caller | None = None,
     ) -> TurnResult:
         """Start a conversation and run its first turn: one transaction before the model call.
 
@@ -250,6 +252,7 @@ class Runner:
                 must name it before the turn ends (the service's stream ids);
                 a fresh one by default. It must be new: a uuid in use fails
                 the insert and nothing is written.
+            caller: who started it (face and API key), kept on the row.
 
         Returns:
             The turn's result (its ``conversation_uuid`` names the new
@@ -275,6 +278,7 @@ class Runner:
             memory_id,
             audit,
             default_audit,
+            caller,
         )
         try:
             return await self._drive(
@@ -559,6 +563,7 @@ class Runner:
                     audit=opening.audit,
                     default_audit=opening.default_audit,
                     check_catalog=True,
+                    caller=opening.caller,
                 )
             case TakeConversation():
                 return await self.store.begin_turn(

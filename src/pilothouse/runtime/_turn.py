@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
 
+from pilothouse._caller import Caller
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, ToolCallStatus
 from pilothouse.memory import MemoryMessage, TokenCounter
 from pilothouse.runtime._advisors import ContentBlocked
@@ -146,6 +147,7 @@ class NewConversation:
     memory_id: str | None
     audit: bool | None
     default_audit: bool
+    caller: Caller | None = None
 
 
 @dataclass(frozen=True, slots=True)

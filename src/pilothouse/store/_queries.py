@@ -91,6 +91,12 @@ class ConversationInfo(_View):
     roles as their wire codes, times as ISO 8601 strings, and
     ``estimated_cost`` as a plain decimal **string** (``"0.00012"``, ``"0"``,
     never ``"0E-8"``), so no precision is lost to floating point.
+
+    ``face``, ``caller_key_prefix`` and ``caller_key_name`` say who started
+    the conversation: the face it came through (``rest``, ``openai``,
+    ``invoke``, ``jsonrpc``, ``mcp``, ``bus``, ``cli``, ``playground``,
+    ``python``) and the API key's prefix and name (None without a key, and
+    on conversations recorded before these were kept).
     """
 
     uuid: str
@@ -113,6 +119,9 @@ class ConversationInfo(_View):
     finished_at: datetime | None
     updated_at: datetime
     version: int
+    face: str | None = None
+    caller_key_prefix: str | None = None
+    caller_key_name: str | None = None
 
     @field_serializer("estimated_cost", when_used="json")
     def _plain_cost(self, value: Decimal) -> str:

@@ -235,6 +235,9 @@ class GatewayCaller:
             forwarded when configured; never the pilothouse key. Empty in a turn.
         conversation_uuid: the turn's conversation.
         call_id: the turn's tool call id.
+        face: the face the call came through (``mcp``); None in a turn,
+            whose row takes its conversation's face and key.
+        key_name: the API key's name, when a key called.
     """
 
     tenant: str
@@ -243,6 +246,8 @@ class GatewayCaller:
     headers: Mapping[str, str] = field(default_factory=dict[str, str])
     conversation_uuid: str | None = None
     call_id: str | None = None
+    face: str | None = None
+    key_name: str | None = None
 
 
 def _safe_segment(value: Any) -> bool:
@@ -434,6 +439,8 @@ class GatewayProxy:
                 status_code=result.status_code,
                 outcome=outcome,
                 latency_ms=latency,
+                face=caller.face,
+                key_name=caller.key_name,
             )
             try:
                 await self._audit(row)

@@ -91,7 +91,7 @@ async def ui_user(request: Request, state: State) -> UiUser:
         principal = await principal_from_key(request, state, key)
     except UnauthorizedError:
         raise LoginRequired from None
-    return UiUser(principal, state.facade(principal.tenant))
+    return UiUser(principal, state.facade(principal.tenant, principal.caller("playground")))
 
 
 UiFacade = Annotated[UiUser, Depends(ui_user)]
