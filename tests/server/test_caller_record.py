@@ -2,7 +2,9 @@
 
 REST, the OpenAI-compatible face, ``/v1/invoke``, JSON-RPC, MCP and the
 playground, each through the app; the key's prefix and name are kept, the
-key never. The conversation's API output and its export show them.
+key never. The conversation's API output and its export show them. Each
+face writes the turn's cost in plain notation: the example models cost 0,
+which ``str(Decimal)`` wrote as ``0E-6``.
 """
 
 from __future__ import annotations
@@ -51,8 +53,10 @@ async def test_rest_records_its_face_and_key_and_shows_them(
         headers=auth(api_key),
     )
     assert sent.status_code == 200, sent.text
+    assert sent.json()["cost"] == "0"
     read = await client.get(f"/v1/conversations/{body['uuid']}", headers=auth(api_key))
     assert (read.json()["face"], read.json()["caller_key_name"]) == ("rest", KEY_NAME)
+    assert read.json()["estimated_cost"] == "0"
     assert await _recorded(server_state, api_key, body["uuid"]) == ("rest", KEY_NAME)
     # The export carries it too.
     exported = await server_state.pilothouse.history.export(body["uuid"])
@@ -71,6 +75,7 @@ async def test_the_openai_face_records_itself(
     )
     assert answer.status_code == 200, answer.text
     uuid = answer.json()["pilothouse"]["conversation_uuid"]
+    assert answer.json()["pilothouse"]["cost"] == "0"
     assert await _recorded(server_state, api_key, uuid) == ("openai", KEY_NAME)
 
 
@@ -85,6 +90,7 @@ async def test_invoke_records_itself(
     )
     assert answer.status_code == 200, answer.text
     uuid = answer.json()["conversationUuid"]
+    assert answer.json()["usage"]["cost"] == "0"
     assert await _recorded(server_state, api_key, uuid) == ("invoke", KEY_NAME)
 
 
@@ -104,6 +110,7 @@ async def test_json_rpc_records_itself(
     )
     assert answer.status_code == 200, answer.text
     uuid = answer.json()["result"]["conversation_uuid"]
+    assert answer.json()["result"]["cost"] == "0"
     assert await _recorded(server_state, api_key, uuid) == ("jsonrpc", KEY_NAME)
 
 
@@ -117,6 +124,8 @@ async def test_the_playground_records_itself(
     assert response.status_code == 200, response.text
     events = parse_sse(response.text)
     uuid = str(events[0][1]["uuid"])
+    (finished,) = [data for name, data in events if name == "finished"]
+    assert finished["cost"] == "0"
     assert await _recorded(server_state, api_key, uuid) == ("playground", KEY_NAME)
 
 
