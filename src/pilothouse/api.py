@@ -515,13 +515,8 @@ class Pilothouse:
                 conversation it starts records it. None: this facade's own.
         """
         view = Pilothouse.__new__(Pilothouse)
-        view._bind(self._shared, tenant, owner=False, caller=caller or self.caller)
+        view._bind(self._shared, tenant, owner=False, caller=caller or self.command.caller)
         return view
-
-    @property
-    def caller(self) -> Caller | None:
-        """Who calls through this facade, as its conversations record it."""
-        return self.command.caller
 
     def mcp_service(
         self, caller_of: CallerOf, *, max_tools: int = 30, list_changed_seconds: float = 2.0
