@@ -12,7 +12,7 @@ __all__ = ["ModelCaller"]
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import anyio
@@ -290,15 +290,25 @@ class ModelCaller:
         answered_by = streams[0].model_name if streams else None
         turn.answered_by = answered_by or turn.answered_by
         response = ModelResponse(parts=[TextPart(text)] if text else [], model_name=answered_by)
+        estimate = estimate_usage(
+            messages, response, counter_for(spec.provider.kind, spec.model_name)
+        )
         reported = streams[0].usage if streams else None
-        estimated = reported is None or (reported.input_tokens == 0 and reported.output_tokens == 0)
-        if reported is not None and not estimated:
-            response.usage = reported
+        if reported is None:
+            response.usage = estimate
         else:
-            response.usage = estimate_usage(
-                messages, response, counter_for(spec.provider.kind, spec.model_name)
+            # What the stream reported so far, each count it lacks estimated
+            # (most providers send usage only with their last chunk).
+            response.usage = replace(
+                reported,
+                input_tokens=reported.input_tokens or estimate.input_tokens,
+                output_tokens=reported.output_tokens or estimate.output_tokens,
             )
-            turn.usage_estimated = True
+        estimated = reported is None or (
+            (response.usage.input_tokens, response.usage.output_tokens)
+            != (reported.input_tokens, reported.output_tokens)
+        )
+        turn.usage_estimated = turn.usage_estimated or estimated
         turn.add_usage(response)
         turn.pending.append(
             NewEvent(
