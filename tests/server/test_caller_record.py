@@ -58,6 +58,11 @@ async def test_rest_records_its_face_and_key_and_shows_them(
     assert (read.json()["face"], read.json()["caller_key_name"]) == ("rest", KEY_NAME)
     assert read.json()["estimated_cost"] == "0"
     assert await _recorded(server_state, api_key, body["uuid"]) == ("rest", KEY_NAME)
+    # Each message says who sent it: a later turn may come through another face.
+    messages = await server_state.pilothouse.query.get_conversation_messages(body["uuid"])
+    (sent_by,) = [m.data["caller"] for m in messages if m.role == "US" and m.data]
+    prefix = body["caller_key_prefix"]
+    assert sent_by == {"face": "rest", "key_prefix": prefix, "key_name": KEY_NAME}
     # The export carries it too.
     exported = await server_state.pilothouse.history.export(body["uuid"])
     assert exported["conversation"]["face"] == "rest"

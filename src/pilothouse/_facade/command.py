@@ -113,7 +113,7 @@ class CommandApi(Facet):
         """
         await self._ready()
         return await self._runner.send_message(
-            uuid, text, input_data=input_data, runtime_config=runtime_config
+            uuid, text, input_data=input_data, runtime_config=runtime_config, caller=self.caller
         )
 
     async def send_message_with_attachments(
@@ -133,6 +133,7 @@ class CommandApi(Facet):
             attachments=attachments,
             input_data=input_data,
             runtime_config=runtime_config,
+            caller=self.caller,
         )
 
     async def stream_message(
@@ -162,6 +163,7 @@ class CommandApi(Facet):
                     input_data=input_data,
                     runtime_config=config,
                     on_event=on_event,
+                    caller=self.caller,
                 )
             )
         ) as events:
@@ -617,7 +619,12 @@ class CommandApi(Facet):
                 runner.store, self.tenant, uuid, [recorded], status=status
             )
         result = await runner.send_message(
-            uuid, run.message, runtime_config=config, compiled=compiled, on_event=on_event
+            uuid,
+            run.message,
+            runtime_config=config,
+            compiled=compiled,
+            on_event=on_event,
+            caller=self.caller,
         )
         return uuid, memory_id, result
 

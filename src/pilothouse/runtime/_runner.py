@@ -159,6 +159,7 @@ class Runner:
         runtime_config: Mapping[str, Any] | None = None,
         on_event: Listener | None = None,
         compiled: CompiledAction | None = None,
+        caller: Caller | None = None,
     ) -> TurnResult:
         """Run one turn: record ``text``, call the model, record the answer.
 
@@ -171,6 +172,7 @@ class Runner:
             on_event: called with every event of this turn.
             compiled: run this compiled action instead of the conversation's
                 catalog action (ad-hoc actions, e.g. the one-call connector).
+            caller: who sent the message (face and API key), kept on it.
 
         Returns:
             The turn's result; a failed turn returns status ``FA`` with the
@@ -189,7 +191,7 @@ class Runner:
             # Its resumes (answers, tool results) run the same action again.
             self._runtime.remember_adhoc(self.tenant, conversation_uuid, compiled)
         new = await self._new_turn(
-            action_code, agent_code, text, attachments, input_data, runtime_config, compiled
+            action_code, agent_code, text, attachments, input_data, runtime_config, compiled, caller
         )
         # The user's message and the read of the memory ride in the
         # transaction that takes the conversation: one commit, not three.
@@ -265,7 +267,7 @@ class Runner:
             TemplateError: the input data does not fill the prompt.
         """
         new = await self._new_turn(
-            action_code, agent_code, text, attachments, input_data, runtime_config
+            action_code, agent_code, text, attachments, input_data, runtime_config, caller=caller
         )
         conversation_uuid = conversation_uuid or str(uuid_module.uuid4())
         self.remember(conversation_uuid, action_code, agent_code)
@@ -527,6 +529,7 @@ class Runner:
         input_data: Mapping[str, Any] | None,
         runtime_config: Mapping[str, Any] | None,
         compiled: CompiledAction | None = None,
+        caller: Caller | None = None,
     ) -> NewTurn:
         """Check a new turn's input, with the cached compilation when there is one."""
         if compiled is None:
@@ -547,6 +550,7 @@ class Runner:
             config=config,
             system_prompt=system_prompt,
             counter=counter_for(compiled.model.provider.kind, compiled.model.model_name),
+            caller=caller,
         )
 
     async def _take(self, opening: Opening) -> TurnHandle:

@@ -91,6 +91,7 @@ class NewTurn:
     config: RuntimeConfig
     system_prompt: str
     counter: TokenCounter
+    caller: Caller | None = None
 
     def first(self, *, record_prompt: bool = False) -> TurnBatch:
         """The turn's first step: the user's message, after the system prompt when asked.
@@ -130,6 +131,14 @@ class NewTurn:
         if self.config.retrieval.collections:
             # The audit shows which collections this message asked for.
             data["retrieval"] = {"collections": list(self.config.retrieval.collections)}
+        if self.caller is not None:
+            # Who sent this message: a later turn may come through another
+            # face or key than the one that started the conversation.
+            data["caller"] = {
+                "face": self.caller.face,
+                "key_prefix": self.caller.key_prefix,
+                "key_name": self.caller.key_name,
+            }
         return data or None
 
 
