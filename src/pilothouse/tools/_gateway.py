@@ -88,6 +88,7 @@ TRUSTED_IP_HEADERS = frozenset(
     }
 )
 """Headers a proxy trusts to name the client's address: never passed on."""
+
 # Seconds a proxied call may take when neither its caller nor its row says.
 _DEFAULT_TIMEOUT = 30.0
 
@@ -439,7 +440,11 @@ class GatewayProxy:
             code = "tool.exec.timeout" if seconds >= limit * 0.99 else "tool.exec.cancelled"
             stopped = _refused(f"the call was stopped after {seconds:.1f} s", code)
             with anyio.CancelScope(shield=True):
-                await self._record(op, caller, stopped, round(seconds * 1000, 1))
+                try:
+                    await self._record(op, caller, stopped, round(seconds * 1000, 1))
+                except ToolError:
+                    # Logged by _record; the cancel goes on, not replaced by it.
+                    pass
             raise
         await self._record(op, caller, result, round((time.perf_counter() - started) * 1000, 1))
         return result
