@@ -113,6 +113,7 @@ async def test_a_waiting_run_action_publishes_its_final_answer_when_the_worker_c
         "outputTokens": conversation.output_tokens,
         "totalTokens": conversation.input_tokens + conversation.output_tokens,
         "cost": "0",  # plain notation, never "0E-8"
+        "usageEstimated": False,
     }
     assert final["usage"]["inputTokens"] > waiting["usage"]["inputTokens"] > 0
     # Started by the bus, without an API key.

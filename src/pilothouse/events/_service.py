@@ -471,6 +471,7 @@ def turn_finished(correlation_id: str, result: TurnResult) -> TurnFinishedEvent:
             "outputTokens": result.output_tokens,
             "totalTokens": result.input_tokens + result.output_tokens,
             "cost": cost_text(result.cost),
+            "usageEstimated": result.usage_estimated,
         },
         ai_meta=result.ai_meta,
         error=result.error,

@@ -374,6 +374,7 @@ def _response(run: AdHocResult, warnings: list[str]) -> dict[str, Any]:
             "outputTokens": result.output_tokens,
             "totalTokens": result.input_tokens + result.output_tokens,
             "cost": cost_text(result.cost),
+            "usageEstimated": result.usage_estimated,
         },
         "toolCalls": [call.to_dict() for call in result.tool_calls],
         "warnings": warnings,

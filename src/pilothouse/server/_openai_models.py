@@ -602,6 +602,7 @@ def completion(
             "memory_id": memory_id,
             "status": result.status.value,
             "cost": cost_text(result.cost),
+            "usage_estimated": result.usage_estimated,
         },
     }
 
