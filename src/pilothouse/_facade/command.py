@@ -46,6 +46,11 @@ class CommandApi(Facet):
     Every command validates what it references against the catalog first,
     so a bad request fails with a clear error and writes nothing. Actions
     and agents are named by keyword everywhere (``action=``, ``agent=``).
+
+    Attributes:
+        caller: who calls through this half (face and API key), from
+            ``ph.for_tenant(tenant, caller=...)``; the conversations it
+            starts and the messages it sends record it. None records nobody.
     """
 
     def __init__(
