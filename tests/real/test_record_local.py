@@ -147,6 +147,7 @@ async def test_a_turn_cancelled_mid_stream_records_the_tokens_it_used(ph: Piloth
         result.output_tokens,
     )
     assert transcript.estimated_cost == result.cost
+    assert transcript.response_model == SERVED
     partial = transcript.messages[-1]
     assert partial.role is MessageRole.ASSISTANT
     data = partial.data or {}

@@ -240,7 +240,10 @@ class TurnRecorder:
         data: dict[str, Any] = {"partial_chars": len(partial)}
         if requested_by is not None:
             data["requested_by"] = requested_by
-        batch = TurnBatch(events=[NewEvent(TimelineKind.CANCEL, data)])
+        # The model that was answering when the turn stopped, as it named itself.
+        batch = TurnBatch(
+            events=[NewEvent(TimelineKind.CANCEL, data)], response_model=turn.answered_by
+        )
         if partial:
             marker = self.marker(turn, ModelResponse(parts=[], model_name=turn.answered_by))
             batch.messages.append(
