@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from pilothouse.tools import ToolRegistry
     from pilothouse.types import (
         Authorizer,
+        Caller,
         CatalogEntity,
         CatalogEntry,
         ExtractionOutcome,
@@ -497,13 +498,13 @@ class SyncPilothouse:
         """The tenant every call acts for."""
         return self.facade.tenant
 
-    def for_tenant(self, tenant: str) -> SyncPilothouse:
+    def for_tenant(self, tenant: str, *, caller: Caller | None = None) -> SyncPilothouse:
         """Return a facade of ``tenant`` sharing this one's loop and everything else.
 
         See :meth:`Pilothouse.for_tenant`; closing the view closes nothing.
         """
         view = SyncPilothouse.__new__(SyncPilothouse)
-        view._bind(self.facade.for_tenant(tenant), self._portal, owner=False)
+        view._bind(self.facade.for_tenant(tenant, caller=caller), self._portal, owner=False)
         return view
 
     def mcp_service(

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 __all__ = [
     "AttachmentInput",
+    "Caller",
     "Coordination",
     "TraceExport",
     "bind_request",
@@ -80,7 +81,7 @@ with collector_paused():
     from pilothouse._logs import bind_request, logging_config
     from pilothouse._tracing import TraceExport
     from pilothouse.settings import Settings
-    from pilothouse.store import Database
+    from pilothouse.store import Caller, Database
     from pilothouse.store import NewAttachment as AttachmentInput
     from pilothouse.store._text import check_input, loads_json
 
@@ -442,7 +443,9 @@ class Pilothouse:
         )
         self._bind(shared, tenant or settings.tenant, owner=True)
 
-    def _bind(self, shared: _Shared, tenant: str, *, owner: bool) -> None:
+    def _bind(
+        self, shared: _Shared, tenant: str, *, owner: bool, caller: Caller | None = None
+    ) -> None:
         self._shared = shared
         self._owner = owner
         self.settings = shared.settings
@@ -457,6 +460,7 @@ class Pilothouse:
             runner=lambda: shared.runner(tenant),
             egress=shared.egress.for_tenant(tenant),
             tool_classes=tuple(shared.settings.invoke_tool_classes),
+            caller=caller,
         )
 
     def _database(self) -> Database:
@@ -533,6 +537,7 @@ class Pilothouse:
             tenant,
             runner=lambda: shared.runner(tenant),
             default_audit=shared.settings.audit,
+            caller=self.command.caller,
         )
 
     def _make_knowledge(self) -> KnowledgeApi:
@@ -543,15 +548,20 @@ class Pilothouse:
             self._database, self.tenant, shared.knowledge, shared.egress.for_tenant(self.tenant)
         )
 
-    def for_tenant(self, tenant: str) -> Pilothouse:
+    def for_tenant(self, tenant: str, *, caller: Caller | None = None) -> Pilothouse:
         """Return a facade of ``tenant`` sharing everything this one holds.
 
         The view is cheap (a few objects over the shared parts); make one per
         call if need be. It owns nothing: its :meth:`aclose` does nothing,
         and it must not outlive the facade it came from.
+
+        Args:
+            tenant: the tenant the view acts for.
+            caller: who calls through the view (its face and API key); every
+                conversation it starts records it. None: this facade's own.
         """
         view = Pilothouse.__new__(Pilothouse)
-        view._bind(self._shared, tenant, owner=False)
+        view._bind(self._shared, tenant, owner=False, caller=caller or self.command.caller)
         return view
 
     def mcp_service(

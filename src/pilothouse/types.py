@@ -43,8 +43,10 @@ __all__ = [
     "AttachmentInput",
     "AttachmentView",
     "Authorizer",
+    "Caller",
     "CallableTool",
     "Cardinality",
+    "FACES",
     "CatalogCheck",
     "CatalogEntity",
     "CatalogEntry",
@@ -128,6 +130,7 @@ __all__ = [
     "TurnFinished",
     "TurnResult",
     "TurnRetry",
+    "cost_text",
 ]
 
 import importlib
@@ -137,6 +140,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
+from pilothouse._caller import FACES, Caller
+from pilothouse._cost import cost_text
 from pilothouse.catalog._enums import (
     AdvisorKind,
     Cardinality,
@@ -241,7 +246,8 @@ class GatewayCallRecord:
         tool: the operation's tool name.
         operation: ``METHOD /path`` (the document's template).
         via: ``mcp`` (an MCP client called it) or ``turn`` (an action's turn).
-        key_prefix: the caller's API key prefix (None on stdio and in turns).
+        key_prefix: the caller's API key prefix (a turn's: the key that
+            started its conversation; None on stdio and without a key).
         conversation_uuid: the turn's conversation, when a turn called it.
         call_id: the turn's tool call id, when a turn called it.
         status_code: the service's HTTP status; None when nothing was sent.
@@ -249,6 +255,9 @@ class GatewayCallRecord:
             ``gateway.rate_limited``, ``gateway.path_refused``, ...).
         latency_ms: the call's duration in milliseconds.
         created_at: when it was recorded.
+        face: the face the call came through (``mcp``, or the face that
+            started the turn's conversation); None on older rows.
+        key_name: the caller's API key name.
     """
 
     gateway: str
@@ -262,6 +271,8 @@ class GatewayCallRecord:
     outcome: str
     latency_ms: float
     created_at: datetime
+    face: str | None = None
+    key_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -276,12 +287,14 @@ class McpCaller:
         headers: the caller's request headers (lower-case names) an
             OpenAPI gateway may pass on when configured to; never the
             pilothouse key that authenticated the request.
+        key_name: the API key's name, for the record (None on stdio).
     """
 
     tenant: str
     key_prefix: str | None = None
     allowed_tools: tuple[str, ...] | None = None
     headers: Mapping[str, str] = field(default_factory=dict[str, str])
+    key_name: str | None = None
 
     @classmethod
     def from_scopes(
@@ -290,12 +303,13 @@ class McpCaller:
         key_prefix: str | None,
         scopes: Sequence[str],
         headers: Mapping[str, str] | None = None,
+        key_name: str | None = None,
     ) -> McpCaller:
         """Return the caller of a key with ``scopes`` (its ``mcp:tool:`` ones restrict it)."""
         patterns = tuple(
             s.removeprefix(MCP_TOOL_SCOPE) for s in scopes if s.startswith(MCP_TOOL_SCOPE)
         )
-        return cls(tenant, key_prefix, patterns or None, dict(headers or {}))
+        return cls(tenant, key_prefix, patterns or None, dict(headers or {}), key_name)
 
     def allows(self, tool: str) -> bool:
         """Whether the caller may see and call the tool named ``tool``."""

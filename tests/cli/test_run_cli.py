@@ -59,3 +59,43 @@ def test_bad_run_input_exits_2_with_one_line(db_url: str, args: list[str], messa
     assert message in lines[0]
     listed = CliRunner().invoke(app, ["--database-url", db_url, "conversations", "list", "--json"])
     assert json.loads(listed.output)["total"] == 0
+
+
+DOWN_CATALOG = """\
+providers:
+  - code: DOWN
+    name: A server that is not running
+    kind: openai-compatible
+    base_url: http://127.0.0.1:9/v1
+configurations:
+  - code: ONCE
+    name: No retries
+    max_tokens: 16
+    retry_count: 0
+    retry_delay: 0
+models:
+  - code: DOWNMODEL
+    provider: DOWN
+    model_name: nothing-listens
+actions:
+  - code: UNREACHABLE
+    name: Ask a provider that is down
+    model: DOWNMODEL
+    configuration: ONCE
+    prompt: Say hello.
+    ask_user: false
+"""
+
+
+def test_a_run_records_the_cli_as_its_face(db_url: str, tmp_path: Path) -> None:
+    extra = tmp_path / "down.yaml"
+    extra.write_text(DOWN_CATALOG, encoding="utf-8")
+    runner = CliRunner()
+    imported = runner.invoke(app, ["--database-url", db_url, "catalog", "import", str(extra)])
+    assert imported.exit_code == 0, imported.output
+    # The provider is down: the turn fails, and is recorded all the same.
+    runner.invoke(app, ["--database-url", db_url, "run", "UNREACHABLE", "hi"])
+    listed = runner.invoke(app, ["--database-url", db_url, "conversations", "list", "--json"])
+    (conversation,) = json.loads(listed.output)["items"]
+    assert conversation["status"] == "FA"
+    assert (conversation["face"], conversation["caller_key_prefix"]) == ("cli", None)

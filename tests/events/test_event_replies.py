@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -113,9 +112,12 @@ async def test_a_waiting_run_action_publishes_its_final_answer_when_the_worker_c
         "inputTokens": conversation.input_tokens,
         "outputTokens": conversation.output_tokens,
         "totalTokens": conversation.input_tokens + conversation.output_tokens,
-        "cost": str(Decimal(conversation.estimated_cost)),
+        "cost": "0",  # plain notation, never "0E-8"
+        "usageEstimated": False,
     }
     assert final["usage"]["inputTokens"] > waiting["usage"]["inputTokens"] > 0
+    # Started by the bus, without an API key.
+    assert (conversation.face, conversation.caller_key_prefix) == ("bus", None)
     # Nothing is owed any more: a later relay round publishes nothing.
     assert await service.replies_once() == 0
     assert len(bus.messages("bpmn-replies")) == 2

@@ -367,7 +367,14 @@ async def test_run_action_is_answered_by_turn_finished_and_a_duplicate_is_not_ru
         assert finished["type"] == "turn_finished"
         assert finished["correlationId"] == "bpmn-1"
         assert (finished["status"], finished["output"]) == ("CO", "Done.")
-        assert set(finished["usage"]) == {"inputTokens", "outputTokens", "totalTokens", "cost"}
+        assert set(finished["usage"]) == {
+            "inputTokens",
+            "outputTokens",
+            "totalTokens",
+            "cost",
+            "usageEstimated",
+        }
+        assert finished["usage"]["cost"] == "0"
         assert finished["aiMeta"]["aiGenerated"] is True
         conversation = await ph.query.get_conversation(finished["conversationUuid"])
         assert conversation.memory_id == "client-7"

@@ -264,6 +264,24 @@ async def test_request_gate_rewrites_the_body_the_app_reads() -> None:
     assert json.loads(seen[1][1]) == {"n": 2}
 
 
+@pytest.mark.anyio
+async def test_request_gate_asks_for_the_served_model_so_the_answer_names_it() -> None:
+    # llama-cpp-python echoes the request's model name in its answer: the
+    # gate puts the served file's id there, whatever the caller asked for.
+    seen: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(json.loads((await receive())["body"]))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    gate = RequestGate(app, own_handler=True, model_id="qwen2.5-coder-0.5b-instruct-q4_k_m")
+    transport = httpx.ASGITransport(app=gate)
+    async with httpx.AsyncClient(transport=transport, base_url="http://local") as client:
+        await client.post("/v1/chat/completions", json={"model": "SmolLM2-135M-Instruct"})
+    assert seen == [{"model": "qwen2.5-coder-0.5b-instruct-q4_k_m"}]
+
+
 @pytest.mark.parametrize(
     ("cores", "busy", "threads"),
     [(2, 0.0, 1), (2, 1.5, 1), (8, 0.2, 7), (8, 5.0, 3), (8, 12.0, 1), (1, 0.0, 1)],

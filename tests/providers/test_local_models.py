@@ -13,11 +13,14 @@ from pathlib import Path
 import pytest
 
 from pilothouse.providers import ModelIntegrityError, ProviderConfigError, _local_models
+from pilothouse.providers._local import LocalModelServers
 from pilothouse.providers._local_models import (
     PackagedModel,
     assemble_parts,
     default_model_path,
+    names_served_model,
     resolve_model_path,
+    served_model_id,
     verify_model_file,
 )
 
@@ -128,3 +131,52 @@ def test_any_gguf_path_is_accepted_and_a_missing_one_refused(tmp_path: Path) -> 
 def test_the_cache_follows_xdg_cache_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert _local_models.default_cache_dir() == tmp_path / "pilothouse" / "models"
+
+
+@pytest.mark.parametrize(
+    ("model_path", "served"),
+    [
+        (None, "qwen2.5-coder-0.5b-instruct-q4_k_m"),
+        ("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m"),
+        ("smollm2", "SmolLM2-135M-Instruct.Q4_1"),
+        ("/models/mistral-7b-instruct.Q4_K_M.gguf", "mistral-7b-instruct.Q4_K_M"),
+    ],
+)
+def test_the_served_model_id_is_the_files_name(model_path: str | None, served: str) -> None:
+    assert served_model_id(model_path) == served
+
+
+@pytest.mark.parametrize(
+    ("model_name", "served", "names"),
+    [
+        ("Qwen2.5-Coder-0.5B-Instruct", "qwen2.5-coder-0.5b-instruct-q4_k_m", True),
+        ("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m", True),
+        ("SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct.Q4_1", True),
+        ("SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct.Q4_1", True),
+        ("SmolLM2-135M-Instruct", "qwen2.5-coder-0.5b-instruct-q4_k_m", False),
+        ("qwen", "qwen2.5-coder-0.5b-instruct-q4_k_m", False),  # not up to a separator
+        ("", "qwen2.5-coder-0.5b-instruct-q4_k_m", False),
+    ],
+)
+def test_a_model_name_names_the_served_file_or_its_start(
+    model_name: str, served: str, names: bool
+) -> None:
+    assert names_served_model(model_name, served) is names
+
+
+def test_a_model_name_the_default_model_is_not_is_refused_naming_the_installed_ones() -> None:
+    servers = LocalModelServers()  # nothing starts: the check reads names only
+    assert servers.check_model_name("Qwen2.5-Coder-0.5B-Instruct") == (
+        "qwen2.5-coder-0.5b-instruct-q4_k_m"
+    )
+    assert servers.check_model_name("SmolLM2-135M-Instruct", model_path="smollm2") == (
+        "SmolLM2-135M-Instruct.Q4_1"
+    )
+    with pytest.raises(ProviderConfigError) as refused:
+        servers.check_model_name("SmolLM2-135M-Instruct")
+    message = str(refused.value)
+    assert "'SmolLM2-135M-Instruct'" in message
+    assert "the default 'qwen2.5-coder-0.5b'" in message
+    assert f"Installed local models: {', '.join(_local_models.installed_models())}" in message
+    assert "settings.model_path" in message
+    assert servers.running() == []

@@ -225,6 +225,7 @@ class FakeLocalServers:
     def __init__(self, *urls: str) -> None:
         self.urls = list(urls)
         self.calls: list[dict[str, Any]] = []
+        self.checked: list[tuple[str, str | None]] = []
 
     async def base_url(
         self,
@@ -244,6 +245,10 @@ class FakeLocalServers:
         )
         # The first URL until a "restart" moves the server to the next one.
         return self.urls[0]
+
+    def check_model_name(self, model_name: str, *, model_path: str | None = None) -> str:
+        self.checked.append((model_name, model_path))
+        return model_name
 
 
 LOCAL_SPEC = model_spec(
@@ -275,6 +280,8 @@ async def test_local_kind_asks_local_servers_for_base_url(router: respx.Router) 
     }
     assert response.parts == [TextPart(content="tiny model")]
     assert route.called
+    # The catalog's model name was checked against the file to be served.
+    assert servers.checked[0] == ("smollm2", "/models/smollm2.gguf")
 
 
 @pytest.mark.parametrize(

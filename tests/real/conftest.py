@@ -23,15 +23,17 @@ def anyio_backend() -> str:
 def local_model_servers() -> Iterator[LocalModelServers]:
     """One LocalModelServers for the whole session, closed at its end.
 
-    Its default model is SmolLM2-135M, not the packaged default: the run loop's
-    many real tests stay fast on it, and the few tests of the default model
-    (Qwen2.5-Coder-0.5B) ask for it by name (``qwen_base_url``).
+    Its default model is the product's (Qwen2.5-Coder-0.5B), so a catalog's
+    ``local`` provider without ``model_path`` serves what its model rows
+    name (``examples/catalog``'s ``QWEN05`` on ``LOCL``): a row naming
+    another model is refused, as in production. Tests that want the small
+    SmolLM2-135M name it (``model_path: smollm2``, ``local_llm_base_url``).
     """
     if importlib.util.find_spec("llama_cpp") is None:
         reason = "llama_cpp is not importable: pip install 'pilothouse[local]'"
         print(f"skipping local model tests: {reason}")
         pytest.skip(reason)
-    servers = LocalModelServers(startup_timeout=120.0, default_model="smollm2")
+    servers = LocalModelServers(startup_timeout=120.0)
     try:
         yield servers
     finally:
@@ -46,7 +48,7 @@ def local_llm_base_url(local_model_servers: LocalModelServers) -> str:
     async under any runner) can use it.
     """
     started = time.perf_counter()
-    url = asyncio.run(local_model_servers.base_url())
+    url = asyncio.run(local_model_servers.base_url(model_path="smollm2"))
     print(f"local SmolLM2 server ready at {url} in {time.perf_counter() - started:.2f} s")
     return url
 

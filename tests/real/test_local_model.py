@@ -57,7 +57,8 @@ async def test_models_endpoint_lists_the_packaged_model(local_llm_base_url: str)
         response = await http.get(f"{local_llm_base_url}/models")
     assert response.status_code == 200
     ids = [m["id"] for m in response.json()["data"]]
-    assert ids == [default_model_path("smollm2")]
+    # The served file's name: what every answer names as its model.
+    assert ids == [Path(default_model_path("smollm2")).stem] == ["SmolLM2-135M-Instruct.Q4_1"]
 
 
 async def test_chat_completion_returns_text_and_usage(local_llm_base_url: str) -> None:
@@ -339,7 +340,7 @@ async def test_second_call_reuses_the_running_server(
     count_starts: type[CountingPopen],
 ) -> None:
     before = local_model_servers.running()
-    again = await local_model_servers.base_url()
+    again = await local_model_servers.base_url(model_path="smollm2")
     assert again == local_llm_base_url
     assert count_starts.started == 0
     assert local_model_servers.running() == before

@@ -360,6 +360,15 @@ async def test_cancel_aborts_the_call_records_partial_answer_and_terminates(
     assert messages[-1].data is not None and messages[-1].data["interrupted"] is True
     assert messages[-1].content == "".join(seen)
     assert TimelineKind.CANCEL in [e.kind for e in timeline]
+    # What the stopped call used is counted: the prompt and the words streamed.
+    assert result.input_tokens > 0 and result.output_tokens > 0
+    assert (conversation.input_tokens, conversation.output_tokens) == (
+        result.input_tokens,
+        result.output_tokens,
+    )
+    (response,) = [e.data for e in timeline if e.kind is TimelineKind.RESPONSE]
+    assert response["interrupted"] is True
+    assert response["usage_estimated"] is result.usage_estimated
 
 
 async def test_cancel_of_idle_conversation_terminates_it(

@@ -22,6 +22,7 @@ from server_helpers import serve_on_loopback
 from sqlalchemy import select
 
 from database_templates import Seed, SqliteTemplates
+from pilothouse.api import Caller
 from pilothouse.server._state import ServerState
 from pilothouse.settings import Settings
 from pilothouse.store import GatewayCall
@@ -150,6 +151,8 @@ async def test_each_mcp_gateway_call_is_an_audit_row_without_secrets(
             "mcp",
             prefix,
         )
+        # The face and the key's name, beside its prefix.
+        assert (row.face, row.key_name) == ("mcp", "test")
         # The template, never the filled-in path or its query.
         assert row.operation == "GET /customers/{id}"
         assert row.conversation_uuid is None and row.latency_ms >= 0
@@ -213,7 +216,9 @@ async def test_a_catalog_action_calls_a_gateway_operation_in_its_turn(
     scripted.script.steps.extend(
         [ToolCall("get_customers_by_id", {"id": "42"}, call_id="call_gw1"), Reply("Ada it is.")]
     )
-    turn = await ph.command.start_and_send("Who is 42?", action="CUSTOMER")
+    # Started by a REST caller: the turn's gateway row names that caller.
+    caller = ph.for_tenant("default", caller=Caller("rest", "abcd1234", "ops key"))
+    turn = await caller.command.start_and_send("Who is 42?", action="CUSTOMER")
     assert turn.status == "CO" and turn.text == "Ada it is."
     offered = [t.name for t in scripted.script.requests[0].info.function_tools]
     assert "get_customers_by_id" in offered
@@ -224,13 +229,8 @@ async def test_a_catalog_action_calls_a_gateway_operation_in_its_turn(
     # The configured credential is sent; a turn has no client header to forward.
     assert seen[-1]["authorization"] == f"Bearer {SECRET}"
     [row] = await ph.query.list_gateway_calls(conversation_uuid=turn.conversation_uuid)
-    assert (row.via, row.call_id, row.key_prefix, row.status_code, row.outcome) == (
-        "turn",
-        "call_gw1",
-        None,
-        200,
-        "ok",
-    )
+    assert (row.via, row.call_id, row.status_code, row.outcome) == ("turn", "call_gw1", 200, "ok")
+    assert (row.face, row.key_prefix, row.key_name) == ("rest", "abcd1234", "ops key")
     no_secret_in(await rows(server_state))
 
 

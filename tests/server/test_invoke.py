@@ -58,7 +58,7 @@ async def test_invoke_answers_with_output_and_a_generated_memory_id(
     usage = body["usage"]
     assert usage["outputTokens"] == 2
     assert usage["totalTokens"] == usage["inputTokens"] + 2
-    assert float(usage["cost"]) == 0
+    assert usage["cost"] == "0"
     assert len(body["memoryId"]) == 36
     system = next(
         p for p in scripted.requests[0].messages[0].parts if isinstance(p, SystemPromptPart)

@@ -296,7 +296,9 @@ async def test_the_user_field_never_replaces_the_requests_history(
     assert conversation.memory_id == uuid  # "alice" is not a memory id
     messages = await ph.query.get_conversation_messages(uuid)
     turn_message = [m for m in messages if m.role is MessageRole.USER][-1]
-    assert turn_message.data == {"end_user": "alice"}
+    assert turn_message.data is not None
+    assert turn_message.data["end_user"] == "alice"
+    assert turn_message.data["caller"]["face"] == "openai"
 
 
 async def test_a_memory_id_for_an_action_without_memory_is_refused(

@@ -292,6 +292,7 @@ async def test_each_turn_shows_its_tokens_and_cost_after_a_reload(
             "input_tokens": r["input_tokens"],
             "output_tokens": r["output_tokens"],
             "cost": r["cost"],
+            "usage_estimated": r["usage_estimated"],
             "status": r["status"],
         }
         for r in results

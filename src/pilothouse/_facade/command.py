@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
+from pilothouse._caller import FACES, Caller
 from pilothouse._facade import records
 from pilothouse._facade.facet import Facet
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
@@ -45,6 +46,11 @@ class CommandApi(Facet):
     Every command validates what it references against the catalog first,
     so a bad request fails with a clear error and writes nothing. Actions
     and agents are named by keyword everywhere (``action=``, ``agent=``).
+
+    Attributes:
+        caller: who calls through this half (face and API key), from
+            ``ph.for_tenant(tenant, caller=...)``; the conversations it
+            starts and the messages it sends record it. None records nobody.
     """
 
     def __init__(
@@ -56,8 +62,12 @@ class CommandApi(Facet):
         runner: Callable[[], Runner],
         egress: EgressPolicy | None = None,
         tool_classes: tuple[str, ...] = (),
+        caller: Caller | None = None,
     ) -> None:
         super().__init__(database, tenant)
+        # Who calls through this facade (its face, its API key): every
+        # conversation it starts records it.
+        self.caller = caller
         self._egress = egress if egress is not None else EgressPolicy()
         # The operator's allow-list of ad-hoc runs' tool classes (Settings.invoke_tool_classes).
         self._tool_classes = tool_classes
@@ -108,7 +118,7 @@ class CommandApi(Facet):
         """
         await self._ready()
         return await self._runner.send_message(
-            uuid, text, input_data=input_data, runtime_config=runtime_config
+            uuid, text, input_data=input_data, runtime_config=runtime_config, caller=self.caller
         )
 
     async def send_message_with_attachments(
@@ -128,6 +138,7 @@ class CommandApi(Facet):
             attachments=attachments,
             input_data=input_data,
             runtime_config=runtime_config,
+            caller=self.caller,
         )
 
     async def stream_message(
@@ -157,6 +168,7 @@ class CommandApi(Facet):
                     input_data=input_data,
                     runtime_config=config,
                     on_event=on_event,
+                    caller=self.caller,
                 )
             )
         ) as events:
@@ -223,6 +235,7 @@ class CommandApi(Facet):
             input_data=input_data,
             runtime_config=runtime_config,
             conversation_uuid=conversation_uuid,
+            caller=self.caller,
         )
 
     async def callable_tools(self) -> list[CallableTool]:
@@ -287,6 +300,7 @@ class CommandApi(Facet):
             via=via,
             key_prefix=key_prefix,
             default_audit=self._default_audit,
+            started_by=self.caller or Caller(via if via in FACES else "python", key_prefix),
         )
 
     async def start_and_stream(
@@ -320,6 +334,7 @@ class CommandApi(Facet):
                     runtime_config=config,
                     on_event=on_event,
                     conversation_uuid=conversation_uuid,
+                    caller=self.caller,
                 )
             )
         ) as events:
@@ -491,6 +506,7 @@ class CommandApi(Facet):
             audit=audit,
             default_audit=self._default_audit,
             check_catalog=True,
+            caller=self.caller,
         )
         runner.remember(conversation.uuid, action, agent)
         await records.append_messages(
@@ -596,6 +612,7 @@ class CommandApi(Facet):
                 audit=run.audit,
                 default_audit=self._default_audit,
                 check_catalog=False,
+                caller=self.caller,
             )
             found = created.uuid, ProcessStatus.NOT_STARTED, created.memory_id
         uuid, status, memory_id = found
@@ -607,7 +624,12 @@ class CommandApi(Facet):
                 runner.store, self.tenant, uuid, [recorded], status=status
             )
         result = await runner.send_message(
-            uuid, run.message, runtime_config=config, compiled=compiled, on_event=on_event
+            uuid,
+            run.message,
+            runtime_config=config,
+            compiled=compiled,
+            on_event=on_event,
+            caller=self.caller,
         )
         return uuid, memory_id, result
 

@@ -20,7 +20,7 @@ from pilothouse._facade import records
 from pilothouse._facade.facet import Facet
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, TimelineKind
 from pilothouse.errors import InvalidFieldError, InvalidStateError, NotFoundError
-from pilothouse.store import Conversation, ConversationQueries, Database, NewMessage
+from pilothouse.store import Caller, Conversation, ConversationQueries, Database, NewMessage
 from pilothouse.store._lineage import ConversationLink, append_event, link_of
 from pilothouse.types import ConversationSummary
 
@@ -117,10 +117,13 @@ class HistoryApi(Facet):
         *,
         runner: Callable[[], Runner],
         default_audit: bool,
+        caller: Caller | None = None,
     ) -> None:
         super().__init__(database, tenant)
         self._runner_of = runner
         self._default_audit = default_audit
+        # Forks and imports are new conversations: they record who made them.
+        self._caller = caller
 
     async def _conversation(self, session: AsyncSession, uuid: str) -> Conversation:
         found = await session.scalars(
@@ -279,6 +282,7 @@ class HistoryApi(Facet):
             agent_code=parent.agent_code,
             audit=audit,
             default_audit=self._default_audit,
+            caller=self._caller,
         )
         await records.append_messages(
             runner.store, self.tenant, child.uuid, copies, status=ProcessStatus.NOT_STARTED
@@ -389,6 +393,7 @@ class HistoryApi(Facet):
             agent_code=agent,
             default_audit=self._default_audit,
             check_catalog=True,
+            caller=self._caller,
         )
         await records.append_messages(
             runner.store, self.tenant, conversation.uuid, history, status=ProcessStatus.NOT_STARTED

@@ -89,10 +89,7 @@ class Gateways:
         self, caller: McpCaller, gateway: GatewayTool, arguments: dict[str, Any]
     ) -> mt.CallToolResult:
         """Proxy one call of an MCP client; every failure is a tool error."""
-        who = GatewayCaller(
-            tenant=caller.tenant, via="mcp", key_prefix=caller.key_prefix, headers=caller.headers
-        )
-        result = await self.proxy.call(gateway.operation, arguments, who)
+        result = await self.proxy.call(gateway.operation, arguments, _gateway_caller(caller))
         data: Any = result.data
         structured = cast("dict[str, Any]", data) if isinstance(data, dict) else None
         return mt.CallToolResult(
@@ -101,5 +98,26 @@ class Gateways:
             structured_content=structured,
         )
 
+    async def refuse(
+        self, caller: McpCaller, gateway: GatewayTool, problem: str
+    ) -> mt.CallToolResult:
+        """Refuse a call whose arguments break the operation's schema; it gets its row too."""
+        result = await self.proxy.refuse(
+            gateway.operation, _gateway_caller(caller), problem, "gateway.schema_refused"
+        )
+        return mt.CallToolResult(content=[mt.TextContent(text=result.content)], is_error=True)
+
     async def aclose(self) -> None:
         """Nothing: the proxy belongs to the process's facade, which closes it."""
+
+
+def _gateway_caller(caller: McpCaller) -> GatewayCaller:
+    """An MCP client as the gateway's caller: its key, its headers, the ``mcp`` face."""
+    return GatewayCaller(
+        tenant=caller.tenant,
+        via="mcp",
+        key_prefix=caller.key_prefix,
+        headers=caller.headers,
+        face="mcp",
+        key_name=caller.key_name,
+    )

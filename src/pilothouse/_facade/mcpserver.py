@@ -46,7 +46,7 @@ from sqlalchemy import Connection, Select, bindparam, select
 from pilothouse._facade.mcptools import McpToolbox
 from pilothouse.catalog._models import CatalogRevision
 from pilothouse.errors import PilothouseError
-from pilothouse.store import Database
+from pilothouse.store import Caller, Database
 
 if TYPE_CHECKING:
     from mcp.server.models import InitializationOptions
@@ -145,7 +145,9 @@ class McpService:
     async def _toolbox(self, ctx: ServerRequestContext[Any, Any]) -> tuple[McpCaller, McpToolbox]:
         caller = self._caller_of(ctx)
         await self._track(caller.tenant, ctx)
-        view = self._ph.for_tenant(caller.tenant)
+        view = self._ph.for_tenant(
+            caller.tenant, caller=Caller("mcp", caller.key_prefix, caller.key_name)
+        )
         return caller, McpToolbox(
             view, max_tools=self._max_tools, gateways=self.gateways, rank=self._rank
         )

@@ -332,7 +332,7 @@ class McpToolbox:
             if isinstance(entry, GatewayTool):
                 assert self._gateways is not None
                 if (problem := _problems(entry.tool.input_schema, args)) is not None:
-                    return _error(problem)
+                    return await self._gateways.refuse(caller, entry, problem)
                 return await self._gateways.call(caller, entry, args)
             if isinstance(entry, _CatalogTool):
                 return await self._call_catalog_tool(caller, entry, args)

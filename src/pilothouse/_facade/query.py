@@ -128,6 +128,8 @@ class QueryApi(Facet):
                 outcome=row.outcome,
                 latency_ms=row.latency_ms,
                 created_at=row.created_at,
+                face=row.face,
+                key_name=row.key_name,
             )
             for row in rows
         ]

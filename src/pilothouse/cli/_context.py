@@ -69,7 +69,7 @@ async def open_facade(
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
 
-    from pilothouse.api import Pilothouse
+    from pilothouse.api import Caller, Pilothouse
 
     settings = state.settings
     if long_running and "freeze_heap" not in settings.model_fields_set:
@@ -79,7 +79,8 @@ async def open_facade(
     try:
         if migrate:
             await ph.ensure_schema()
-        yield ph
+        # What the command starts is recorded as the CLI's (no API key).
+        yield ph.for_tenant(ph.tenant, caller=Caller("cli"))
     except (OSError, SQLAlchemyError) as exc:
         where = make_url(state.settings.database_url).render_as_string(hide_password=True)
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

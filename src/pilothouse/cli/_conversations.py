@@ -16,7 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from pilothouse.cli._context import CliState, fail, open_facade, run
-from pilothouse.types import ProcessStatus
+from pilothouse.types import ProcessStatus, cost_text
 
 if TYPE_CHECKING:
     # The facade and the store's views load SQLAlchemy: `pilothouse --help`
@@ -92,7 +92,7 @@ def _page_table(page: Page[Conversation]) -> Table:
             c.status.value,
             c.finish_reason.value if c.finish_reason is not None else "-",
             f"{c.input_tokens}/{c.output_tokens}",
-            f"{c.estimated_cost.normalize():f}",
+            cost_text(c.estimated_cost),
             _when(c.created_at),
         )
     return table
@@ -152,7 +152,7 @@ def _summary(view: ConversationView) -> Panel:
         f"[bold]model[/] {escape(view.response_model or '-')}",
         f"[bold]tokens[/] in {view.input_tokens} / out {view.output_tokens}"
         f" (cached {view.cached_tokens}, reasoning {view.reasoning_tokens})   "
-        f"[bold]cost[/] {view.estimated_cost.normalize():f}",
+        f"[bold]cost[/] {cost_text(view.estimated_cost)}",
         f"[bold]created[/] {_when(view.created_at)}   [bold]started[/] {_when(view.started_at)}"
         f"   [bold]finished[/] {_when(view.finished_at)}",
         f"[bold]memory[/] {escape(view.memory_id)}   "

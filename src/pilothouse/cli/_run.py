@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pilothouse.cli._context import CliState, fail, open_facade, run
-from pilothouse.types import SchemaDirection
+from pilothouse.types import SchemaDirection, cost_text
 
 if TYPE_CHECKING:
     from pilothouse.api import Pilothouse
@@ -65,7 +65,7 @@ def show_summary(result: TurnResult, err: Console) -> None:
     err.print(
         f"[bold]{status.name.lower()}[/] ({status.value}) · finish {finish} · "
         f"tokens in {result.input_tokens} / out {result.output_tokens} · "
-        f"cost {result.cost.normalize():f} · conversation {result.conversation_uuid}",
+        f"cost {cost_text(result.cost)} · conversation {result.conversation_uuid}",
         soft_wrap=True,
     )
     if result.error:

@@ -52,7 +52,7 @@ from pilothouse.events._payloads import (
     decode,
     encode,
 )
-from pilothouse.types import FinishReason, TurnResult
+from pilothouse.types import Caller, FinishReason, TurnResult, cost_text
 
 if TYPE_CHECKING:
     from pilothouse.api import Pilothouse
@@ -430,7 +430,8 @@ class EventService:
         tenant = self._ph.tenant if message.tenant is None else message.tenant
         if tenant not in self.tenants:
             return await self._refuse_action(delivery, message, tenant)
-        ph = self._ph if tenant == self._ph.tenant else self._ph.for_tenant(tenant)
+        # What the bus starts is recorded as the bus's (no API key).
+        ph = self._ph.for_tenant(tenant, caller=Caller("bus"))
         outcome, reply, settled = "finished", None, True
         try:
             result = await self._run_action(ph, message)
@@ -531,7 +532,8 @@ def turn_finished(correlation_id: str, result: TurnResult) -> TurnFinishedEvent:
             "inputTokens": result.input_tokens,
             "outputTokens": result.output_tokens,
             "totalTokens": result.input_tokens + result.output_tokens,
-            "cost": str(result.cost),
+            "cost": cost_text(result.cost),
+            "usageEstimated": result.usage_estimated,
         },
         ai_meta=result.ai_meta,
         error=result.error,

@@ -52,6 +52,10 @@ class LocalServers(Protocol):
         """Start or reuse a server for the model and return its ``/v1`` base URL."""
         ...
 
+    def check_model_name(self, model_name: str, *, model_path: str | None = None) -> str:
+        """Refuse a ``model_name`` the served file is not; return the served model's id."""
+        ...
+
 
 AwsClientFactory = Callable[[str, Mapping[str, Any]], Any]
 """Makes a boto3 client: ``(service_name, client_kwargs) -> client``."""
@@ -167,6 +171,7 @@ class ModelFactory:
         key = f"{spec.fingerprint()}:{'responses' if responses else 'default'}"
         local_url: str | None = None
         if spec.provider.kind is ProviderKind.LOCAL:
+            self.check_local_model(spec)
             # Asked on every call: the manager restarts a server that died, on
             # a new port, and the model must follow it there.
             local_url = await self._local_base_url(spec.provider)
@@ -337,6 +342,26 @@ class ModelFactory:
         if responses:
             return OpenAIResponsesModel(spec.model_name, provider=sdk_provider)
         return OpenAIChatModel(spec.model_name, provider=sdk_provider)
+
+    def check_local_model(self, spec: ModelSpec) -> None:
+        """Refuse a ``local`` model whose ``model_name`` is not the file its provider serves.
+
+        Called when an action is compiled for a turn, before anything is
+        written: the record must never name a model that did not run.
+
+        Raises:
+            ProviderConfigError: the name does not match; the message names the
+                model, its provider, the served file and the installed models.
+        """
+        if spec.provider.kind is not ProviderKind.LOCAL or self._local_servers is None:
+            return
+        model_path = local_server_options(spec.provider).get("model_path")
+        try:
+            self._local_servers.check_model_name(spec.model_name, model_path=model_path)
+        except ProviderConfigError as exc:
+            raise ProviderConfigError(
+                f"model {spec.code} (provider {spec.provider.code}): {exc}"
+            ) from exc
 
     async def _local_base_url(self, provider: ProviderSpec) -> str:
         if self._local_servers is None:

@@ -29,6 +29,7 @@ __all__ = ["RequestGate", "adapt_request", "main"]
 import argparse
 import json
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from pathlib import Path
 from typing import Any, cast
 
 from pilothouse.providers._llama_chat import HANDLER_NAME, register
@@ -132,9 +133,10 @@ class RequestGate:
         own_handler: whether the model uses the ``pilothouse`` chat format.
     """
 
-    def __init__(self, app: App, *, own_handler: bool) -> None:
+    def __init__(self, app: App, *, own_handler: bool, model_id: str | None = None) -> None:
         self._app = app
         self._own_handler = own_handler
+        self._model_id = model_id
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI connection."""
@@ -157,6 +159,11 @@ class RequestGate:
                     chat=scope["path"] == "/v1/chat/completions",
                     own_handler=self._own_handler,
                 )
+                if self._model_id is not None:
+                    # llama-cpp-python echoes the request's model name in its
+                    # answer whatever file it serves; the answer must name
+                    # the model that ran.
+                    payload["model"] = self._model_id
             except BadRequest as exc:
                 await _send_error(send, exc)
                 return
@@ -235,8 +242,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     own = args.chat_format == HANDLER_NAME
     if own:
         register()
+    model_id = Path(args.model).stem
     model = ModelSettings(
         model=args.model,
+        model_alias=model_id,
         chat_format=args.chat_format,
         n_ctx=args.n_ctx,
         n_threads=args.n_threads,
@@ -248,7 +257,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         server_settings=ServerSettings(host=args.host, port=args.port),
         model_settings=[model],
     )
-    uvicorn.run(RequestGate(app, own_handler=own), host=args.host, port=args.port)
+    uvicorn.run(
+        RequestGate(app, own_handler=own, model_id=model_id), host=args.host, port=args.port
+    )
 
 
 if __name__ == "__main__":

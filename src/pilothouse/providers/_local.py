@@ -49,7 +49,10 @@ from pilothouse.providers._local_models import (
     BUILTIN_MODELS,
     DEFAULT_MODEL,
     default_model_path,
+    installed_models,
+    names_served_model,
     resolve_model_path,
+    served_model_id,
 )
 
 #: The chat format servers use unless a provider names another: pilothouse's
@@ -315,6 +318,40 @@ class LocalModelServers:
             proc = await self._start(key)
             self._servers[key] = proc
             return proc.info.base_url
+
+    def check_model_name(self, model_name: str, *, model_path: str | None = None) -> str:
+        """Refuse a catalog ``model_name`` that the served model file is not.
+
+        A local provider serves one file (its ``model_path``, else this
+        manager's default model) whatever name a request gives; a catalog
+        model naming another would be recorded as a model that never ran.
+
+        Args:
+            model_name: the catalog model's ``model_name``.
+            model_path: the provider's ``settings.model_path``, if any.
+
+        Returns:
+            The id of the served model (what its answers name).
+
+        Raises:
+            ProviderConfigError: ``model_name`` does not name the served file;
+                the message names it and the installed models.
+        """
+        served = served_model_id(model_path, default=self._default_model)
+        if names_served_model(model_name, served):
+            return served
+        installed = ", ".join(installed_models()) or "none"
+        source = (
+            f"settings.model_path {model_path!r}"
+            if model_path
+            else f"no settings.model_path, so the default {self._default_model!r}"
+        )
+        raise ProviderConfigError(
+            f"model_name {model_name!r} is not the local model this provider serves: it "
+            f"has {source}, the file {served!r}. Installed local models: {installed}. "
+            "Set the provider's settings.model_path to the model you mean, or model_name "
+            f"to {served!r}"
+        )
 
     def running(self) -> list[LocalServer]:
         """Describe the servers that are currently alive."""

@@ -20,7 +20,10 @@ __all__ = [
     "assemble_parts",
     "default_cache_dir",
     "default_model_path",
+    "installed_models",
+    "names_served_model",
     "resolve_model_path",
+    "served_model_id",
     "verify_model_file",
 ]
 
@@ -357,3 +360,47 @@ def _gemma3_270m_path(model: PackagedModel) -> str:
     except (OSError, ValueError) as exc:  # unwritable cache, or a corrupt copy in it
         raise ProviderConfigError(f"could not assemble the Gemma 3 270M model file: {exc}") from exc
     return str(path)
+
+
+def served_model_id(model_path: str | None, *, default: str = DEFAULT_MODEL) -> str:
+    """Return the model id a local server answers with for a ``model_path`` setting.
+
+    The GGUF file's name without ``.gguf``
+    (``qwen2.5-coder-0.5b-instruct-q4_k_m``, ``SmolLM2-135M-Instruct.Q4_1``):
+    the server names the file it loaded in every answer, so the record
+    holds the model that answered whatever the request asked for.
+
+    Args:
+        model_path: the provider's ``settings.model_path`` (a built-in name or
+            a ``.gguf`` path), or None for ``default``.
+        default: the built-in name served when ``model_path`` is None.
+    """
+    name = model_path or default
+    builtin = BUILTIN_MODELS.get(name)
+    if builtin is not None:
+        return Path(builtin.file_name).stem if builtin.file_name else builtin.name
+    return Path(name).stem
+
+
+def names_served_model(model_name: str, served_id: str) -> bool:
+    """Whether a catalog ``model_name`` names the file a local server serves.
+
+    It does when it is the file's name, or the start of it up to a
+    separator, ignoring case: ``Qwen2.5-Coder-0.5B-Instruct`` and
+    ``qwen2.5-coder-0.5b`` name ``qwen2.5-coder-0.5b-instruct-q4_k_m``;
+    ``SmolLM2-135M-Instruct`` names ``SmolLM2-135M-Instruct.Q4_1``.
+    """
+    wanted = model_name.strip().lower().removesuffix(".gguf")
+    served = served_id.lower()
+    if not wanted:
+        return False
+    return served == wanted or (served.startswith(wanted) and served[len(wanted)] in "-._")
+
+
+def installed_models() -> list[str]:
+    """The built-in models whose packages are installed, by name (nothing is assembled)."""
+    return [
+        name
+        for name, model in BUILTIN_MODELS.items()
+        if all(_package_dir(package) is not None for package in model.packages)
+    ]

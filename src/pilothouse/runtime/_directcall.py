@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from sqlalchemy import select
 
+from pilothouse._caller import Caller
 from pilothouse.catalog._enums import (
     ExecutionPolicy,
     MessageRole,
@@ -211,6 +212,7 @@ async def run_catalog_tool(
     via: str,
     key_prefix: str | None = None,
     default_audit: bool = True,
+    started_by: Caller | None = None,
 ) -> DirectToolCall:
     """Run the tenant's catalog tool ``name`` once, governed and recorded.
 
@@ -225,10 +227,18 @@ async def run_catalog_tool(
         ToolError: the tool cannot be built (nothing is recorded).
         ServiceUnavailableError: the service shut down while the tool ran
             (recorded ``TE``).
+
+    ``started_by`` (the face and API key) is kept on the call's conversation.
     """
     with runner.runtime.tenant_egress(runner.tenant):
         return await _run_catalog_tool(
-            runner, name, arguments, via=via, key_prefix=key_prefix, default_audit=default_audit
+            runner,
+            name,
+            arguments,
+            via=via,
+            key_prefix=key_prefix,
+            default_audit=default_audit,
+            started_by=started_by,
         )
 
 
@@ -240,6 +250,7 @@ async def _run_catalog_tool(
     via: str,
     key_prefix: str | None = None,
     default_audit: bool = True,
+    started_by: Caller | None = None,
 ) -> DirectToolCall:
     from pilothouse.runtime._compile import mcp_lookup
 
@@ -295,6 +306,7 @@ async def _run_catalog_tool(
             agent_code=None,
             first=opening,
             default_audit=default_audit,
+            caller=started_by,
         )
     except BaseException:
         runtime.running.unregister(runner.tenant, conversation_uuid)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
+from pilothouse._cost import cost_text
 from pilothouse.catalog._enums import FinishReason, ProcessStatus, ToolCallStatus
 
 logger = logging.getLogger(__name__)
@@ -159,6 +160,9 @@ class TurnResult:
             answers; ``output`` carries them too, as ``{"questions": [...]}``.
         call_records: every tool call the model made in this turn, in order,
             with its outcome.
+        usage_estimated: some of the tokens were counted by pilothouse, not
+            reported by the provider: a server that reports no usage, or a
+            call stopped mid-answer (the prompt and the text streamed so far).
     """
 
     conversation_uuid: str
@@ -174,6 +178,7 @@ class TurnResult:
     tool_calls: tuple[ReturnedCall, ...] = ()
     questions: tuple[Question, ...] = ()
     call_records: tuple[ToolCallRecord, ...] = ()
+    usage_estimated: bool = False
 
     @property
     def settled(self) -> bool:
@@ -189,7 +194,8 @@ class TurnResult:
             "output": self.output,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
-            "cost": str(self.cost),
+            "cost": cost_text(self.cost),
+            "usage_estimated": self.usage_estimated,
             "ai_meta": self.ai_meta,
             "error": self.error,
             "tool_calls": [call.to_dict() for call in self.tool_calls],

@@ -12,12 +12,13 @@ __all__ = ["ModelCaller"]
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
+import anyio
 from pydantic_ai.direct import model_request, model_request_stream
-from pydantic_ai.messages import ModelMessage, ModelResponse
-from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
 
 from pilothouse.catalog._enums import ModelCapability, TimelineKind
 from pilothouse.errors import ContentFilterError
@@ -126,6 +127,10 @@ class ModelCaller:
             attempt += 1
             started = time.perf_counter()
             first_token: list[float] = []
+            # The stream in flight and where this call's text starts in
+            # turn.partial: what a cancel counts as consumed.
+            streams: list[StreamedResponse] = []
+            partial_from = len(turn.partial)
             turn.pending.append(
                 NewEvent(
                     TimelineKind.REQUEST,
@@ -148,7 +153,7 @@ class ModelCaller:
                 ):
                     if stream:
                         response = await self._stream(
-                            turn, model, messages, settings, params, first_token
+                            turn, model, messages, settings, params, first_token, streams
                         )
                     else:
                         response = await model_request(
@@ -164,6 +169,14 @@ class ModelCaller:
                         response.usage.input_tokens,
                         response.usage.output_tokens,
                     )
+            except anyio.get_cancelled_exc_class():
+                # Stopped mid-call (a caller's cancel, the shutdown): the
+                # provider already read the prompt and wrote the text streamed
+                # so far, which a paid provider bills; the turn counts it.
+                self._count_interrupted(
+                    turn, messages, streams, "".join(turn.partial[partial_from:]), attempt, started
+                )
+                raise
             except Exception as exc:
                 # The resolved key and header values are masked wherever a
                 # vendor's message quotes them back.
@@ -235,6 +248,7 @@ class ModelCaller:
                 response.usage = estimate_usage(
                     messages, response, counter_for(spec.provider.kind, spec.model_name)
                 )
+                turn.usage_estimated = True
             turn.add_usage(response)
             turn.wire_repairs = notes.repairs
             turn.pending.append(
@@ -255,6 +269,62 @@ class ModelCaller:
             )
             return response
 
+    def _count_interrupted(
+        self,
+        turn: Turn,
+        messages: list[ModelMessage],
+        streams: list[StreamedResponse],
+        text: str,
+        attempt: int,
+        started: float,
+    ) -> None:
+        """Count the usage of a call stopped before its answer was complete.
+
+        The provider's own figures when its stream already reported them,
+        otherwise an estimate from the prompt and ``text`` (the answer
+        streamed so far), marked ``usage_estimated`` in the audit and the
+        turn's usage. Synchronous on purpose: it runs while the turn is
+        being cancelled, where nothing may wait.
+        """
+        spec = turn.compiled.model
+        answered_by = streams[0].model_name if streams else None
+        turn.answered_by = answered_by or turn.answered_by
+        response = ModelResponse(parts=[TextPart(text)] if text else [], model_name=answered_by)
+        estimate = estimate_usage(
+            messages, response, counter_for(spec.provider.kind, spec.model_name)
+        )
+        reported = streams[0].usage if streams else None
+        if reported is None:
+            response.usage = estimate
+        else:
+            # What the stream reported so far, each count it lacks estimated
+            # (most providers send usage only with their last chunk).
+            response.usage = replace(
+                reported,
+                input_tokens=reported.input_tokens or estimate.input_tokens,
+                output_tokens=reported.output_tokens or estimate.output_tokens,
+            )
+        estimated = reported is None or (
+            (response.usage.input_tokens, response.usage.output_tokens)
+            != (reported.input_tokens, reported.output_tokens)
+        )
+        turn.usage_estimated = turn.usage_estimated or estimated
+        turn.add_usage(response)
+        turn.pending.append(
+            NewEvent(
+                TimelineKind.RESPONSE,
+                {
+                    "attempt": attempt,
+                    "interrupted": True,
+                    "usage_estimated": estimated,
+                    "model": response.model_name,
+                    "input_tokens": response.usage.input_tokens,
+                    "output_tokens": response.usage.output_tokens,
+                    "ms": round((time.perf_counter() - started) * 1000, 1),
+                },
+            )
+        )
+
     def wants_stream(self, turn: Turn) -> bool:
         spec = turn.compiled.model
         if turn.offers_tools and not spec.profile.streams_with_tools:
@@ -273,12 +343,18 @@ class ModelCaller:
         settings: Any,
         params: ModelRequestParameters,
         first_token: list[float],
+        streams: list[StreamedResponse],
     ) -> ModelResponse:
-        """Stream one attempt to the listeners; ``first_token`` gets the first token's time."""
+        """Stream one attempt to the listeners.
+
+        ``first_token`` gets the first token's time, ``streams`` the stream
+        once it is open (its usage so far counts if the call is stopped).
+        """
         uuid = turn.handle.uuid
         async with model_request_stream(
             model, messages, model_settings=settings, model_request_parameters=params
         ) as stream:
+            streams.append(stream)
             async for event in stream:
                 text, thinking = delta_text(event)
                 if not first_token and (text or thinking):

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic_ai.messages import ModelResponse
 
+from pilothouse._cost import cost_text
 from pilothouse.catalog._enums import (
     FinishReason,
     MessageRole,
@@ -55,7 +56,8 @@ logger = logging.getLogger("pilothouse.audit")
 TURN_USAGE = "turn_usage"
 """The key, in the data of a turn's last message, of the turn's usage.
 
-``{"input_tokens", "output_tokens", "cost" (a decimal string), "status"}``:
+``{"input_tokens", "output_tokens", "cost" (a plain decimal string),
+"usage_estimated", "status"}``:
 what the turn's :class:`~pilothouse.runtime.TurnResult` reported.
 """
 
@@ -238,9 +240,12 @@ class TurnRecorder:
         data: dict[str, Any] = {"partial_chars": len(partial)}
         if requested_by is not None:
             data["requested_by"] = requested_by
-        batch = TurnBatch(events=[NewEvent(TimelineKind.CANCEL, data)])
+        # The model that was answering when the turn stopped, as it named itself.
+        batch = TurnBatch(
+            events=[NewEvent(TimelineKind.CANCEL, data)], response_model=turn.answered_by
+        )
         if partial:
-            marker = self.marker(turn, ModelResponse(parts=[]))
+            marker = self.marker(turn, ModelResponse(parts=[], model_name=turn.answered_by))
             batch.messages.append(
                 NewMessage(MessageRole.ASSISTANT, partial, data={"interrupted": True, "ai": marker})
             )
@@ -284,7 +289,8 @@ class TurnRecorder:
                     TURN_USAGE: {
                         "input_tokens": turn.turn_input,
                         "output_tokens": turn.turn_output,
-                        "cost": str(turn.turn_cost),
+                        "cost": cost_text(turn.turn_cost),
+                        "usage_estimated": turn.usage_estimated,
                         "status": status.value,
                     },
                 },
@@ -303,6 +309,7 @@ class TurnRecorder:
             tool_calls=tool_calls,
             questions=questions,
             call_records=tuple(turn.records),
+            usage_estimated=turn.usage_estimated,
         )
         await self.write(turn, batch)
         await self.emit(turn, StatusChanged(handle.uuid, ProcessStatus.RUNNING, status))

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
+from pilothouse._caller import Caller
 from pilothouse._collector import freeze_once
 from pilothouse._logs import bind_conversation
 from pilothouse.catalog._enums import (
@@ -158,6 +159,7 @@ class Runner:
         runtime_config: Mapping[str, Any] | None = None,
         on_event: Listener | None = None,
         compiled: CompiledAction | None = None,
+        caller: Caller | None = None,
     ) -> TurnResult:
         """Run one turn: record ``text``, call the model, record the answer.
 
@@ -170,6 +172,7 @@ class Runner:
             on_event: called with every event of this turn.
             compiled: run this compiled action instead of the conversation's
                 catalog action (ad-hoc actions, e.g. the one-call connector).
+            caller: who sent the message (face and API key), kept on it.
 
         Returns:
             The turn's result; a failed turn returns status ``FA`` with the
@@ -188,7 +191,7 @@ class Runner:
             # Its resumes (answers, tool results) run the same action again.
             self._runtime.remember_adhoc(self.tenant, conversation_uuid, compiled)
         new = await self._new_turn(
-            action_code, agent_code, text, attachments, input_data, runtime_config, compiled
+            action_code, agent_code, text, attachments, input_data, runtime_config, compiled, caller
         )
         # The user's message and the read of the memory ride in the
         # transaction that takes the conversation: one commit, not three.
@@ -227,6 +230,7 @@ class Runner:
         runtime_config: Mapping[str, Any] | None = None,
         on_event: Listener | None = None,
         conversation_uuid: str | None = None,
+        caller: Caller | None = None,
     ) -> TurnResult:
         """Start a conversation and run its first turn: one transaction before the model call.
 
@@ -250,6 +254,7 @@ class Runner:
                 must name it before the turn ends (the service's stream ids);
                 a fresh one by default. It must be new: a uuid in use fails
                 the insert and nothing is written.
+            caller: who started it (face and API key), kept on the row.
 
         Returns:
             The turn's result (its ``conversation_uuid`` names the new
@@ -262,7 +267,7 @@ class Runner:
             TemplateError: the input data does not fill the prompt.
         """
         new = await self._new_turn(
-            action_code, agent_code, text, attachments, input_data, runtime_config
+            action_code, agent_code, text, attachments, input_data, runtime_config, caller=caller
         )
         conversation_uuid = conversation_uuid or str(uuid_module.uuid4())
         self.remember(conversation_uuid, action_code, agent_code)
@@ -275,6 +280,7 @@ class Runner:
             memory_id,
             audit,
             default_audit,
+            caller,
         )
         try:
             return await self._drive(
@@ -377,6 +383,11 @@ class Runner:
         if compiled is None:
             compiled = await self.compiler.compile(self.tenant, action_code, agent_code)
         compiled = config.shape(compiled)
+        # A local model named for a file its provider does not serve would
+        # be recorded as a model that never ran: refused before any write
+        # (a model given for every call, as tests do, is what runs instead).
+        if self._runtime.loop.model_override is None:
+            self._runtime.models.check_local_model(compiled.model)
         if config.retrieval.collections:
             # This turn searches the collections it names, not the action's own.
             sources = await self.compiler.active_collections(
@@ -518,6 +529,7 @@ class Runner:
         input_data: Mapping[str, Any] | None,
         runtime_config: Mapping[str, Any] | None,
         compiled: CompiledAction | None = None,
+        caller: Caller | None = None,
     ) -> NewTurn:
         """Check a new turn's input, with the cached compilation when there is one."""
         if compiled is None:
@@ -538,6 +550,7 @@ class Runner:
             config=config,
             system_prompt=system_prompt,
             counter=counter_for(compiled.model.provider.kind, compiled.model.model_name),
+            caller=caller,
         )
 
     async def _take(self, opening: Opening) -> TurnHandle:
@@ -554,6 +567,7 @@ class Runner:
                     audit=opening.audit,
                     default_audit=opening.default_audit,
                     check_catalog=True,
+                    caller=opening.caller,
                 )
             case TakeConversation():
                 return await self.store.begin_turn(

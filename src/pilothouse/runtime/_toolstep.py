@@ -62,6 +62,8 @@ from pilothouse.store import (
     TurnBatch,
 )
 from pilothouse.store._base import utcnow
+from pilothouse.tools._base import ToolContext
+from pilothouse.tools._gateway import GatewayToolForTurn
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +153,13 @@ async def run_tool_step(
 
     Every call, with its outcome once it has one, is appended to ``records``.
     """
+    for problem in problems:
+        tool = toolset.executable.get(problem.name or "")
+        if isinstance(tool, GatewayToolForTurn):
+            # A gateway keeps a row of every call, refused ones included.
+            timeout = toolset.timeouts.get(problem.name or "")
+            context = ToolContext(tenant, conversation_uuid, problem.call_id, timeout or 30.0)
+            await tool.refuse(problem.message, context)
     executable = [(c, toolset.executable[c.name]) for c in calls if c.name in toolset.executable]
     executions = {
         e.call.call_id: e

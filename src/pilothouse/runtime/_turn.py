@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
 
+from pilothouse._caller import Caller
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, ToolCallStatus
 from pilothouse.memory import MemoryMessage, TokenCounter
 from pilothouse.runtime._advisors import ContentBlocked
@@ -90,6 +91,7 @@ class NewTurn:
     config: RuntimeConfig
     system_prompt: str
     counter: TokenCounter
+    caller: Caller | None = None
 
     def first(self, *, record_prompt: bool = False) -> TurnBatch:
         """The turn's first step: the user's message, after the system prompt when asked.
@@ -129,6 +131,14 @@ class NewTurn:
         if self.config.retrieval.collections:
             # The audit shows which collections this message asked for.
             data["retrieval"] = {"collections": list(self.config.retrieval.collections)}
+        if self.caller is not None:
+            # Who sent this message: a later turn may come through another
+            # face or key than the one that started the conversation.
+            data["caller"] = {
+                "face": self.caller.face,
+                "key_prefix": self.caller.key_prefix,
+                "key_name": self.caller.key_name,
+            }
         return data or None
 
 
@@ -146,6 +156,7 @@ class NewConversation:
     memory_id: str | None
     audit: bool | None
     default_audit: bool
+    caller: Caller | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +241,12 @@ class Turn:
     turn_input: int = 0
     turn_output: int = 0
     turn_cost: Decimal = Decimal(0)
+    # Whether some of the turn's usage was counted by pilothouse, not
+    # reported by the provider (a server that reports none, a stopped call).
+    usage_estimated: bool = False
+    # The model id the provider's stream named (its answer's own), for the
+    # marker of an answer stopped before the response was complete.
+    answered_by: str | None = None
 
     @property
     def uuid(self) -> str:

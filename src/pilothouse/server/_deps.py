@@ -57,7 +57,7 @@ from starlette.responses import Response
 from pilothouse.api import Pilothouse, loads_json
 from pilothouse.errors import ForbiddenError, TooManyRequestsError, UnauthorizedError
 from pilothouse.server._state import ServerState
-from pilothouse.types import ADMIN_SCOPE, KeyInfo
+from pilothouse.types import ADMIN_SCOPE, Caller, KeyInfo
 
 logger = logging.getLogger(__name__)
 
@@ -70,11 +70,17 @@ class Principal:
         tenant: every read and write of the request is scoped to it.
         key_prefix: the key's public prefix (safe to log; the key is not).
         scopes: e.g. ``{"admin"}`` for catalog writes.
+        key_name: the key's name (its label), for the record.
     """
 
     tenant: str
     key_prefix: str
     scopes: frozenset[str]
+    key_name: str | None = None
+
+    def caller(self, face: str) -> Caller:
+        """Who this is, calling through ``face``, as conversations record it."""
+        return Caller(face, self.key_prefix, self.key_name or None)
 
     @property
     def is_admin(self) -> bool:
@@ -200,7 +206,12 @@ async def admit_key(request: Request, state: ServerState, info: KeyInfo) -> Prin
         except Exception:
             # Bookkeeping only: a failed write must not refuse a valid key.
             logger.warning("could not record last use of API key %s", info.prefix)
-    principal = Principal(tenant=info.tenant, key_prefix=info.prefix, scopes=frozenset(info.scopes))
+    principal = Principal(
+        tenant=info.tenant,
+        key_prefix=info.prefix,
+        scopes=frozenset(info.scopes),
+        key_name=info.name,
+    )
     request.state.principal = principal
     return principal
 
@@ -232,18 +243,28 @@ AdminPrincipal = Annotated[Principal, Depends(require_admin)]
 """A route parameter receiving an admin caller."""
 
 
-async def get_facade(principal: Authenticated, state: State) -> Pilothouse:
-    """FastAPI dependency: the facade of the caller's tenant."""
-    return state.facade(principal.tenant)
+def face_of(request: Request) -> str:
+    """The face a request came through, for the record (``rest`` unless another)."""
+    path = request.url.path
+    if path.startswith("/v1/invoke"):
+        return "invoke"
+    if path.startswith("/jsonrpc"):
+        return "jsonrpc"
+    return "rest"
+
+
+async def get_facade(request: Request, principal: Authenticated, state: State) -> Pilothouse:
+    """FastAPI dependency: the facade of the caller's tenant, recording the caller."""
+    return state.facade(principal.tenant, principal.caller(face_of(request)))
 
 
 Facade = Annotated[Pilothouse, Depends(get_facade)]
 """A route parameter receiving the caller's tenant facade."""
 
 
-async def get_admin_facade(principal: AdminPrincipal, state: State) -> Pilothouse:
+async def get_admin_facade(request: Request, principal: AdminPrincipal, state: State) -> Pilothouse:
     """FastAPI dependency: the facade of an admin caller's tenant (403 otherwise)."""
-    return state.facade(principal.tenant)
+    return state.facade(principal.tenant, principal.caller(face_of(request)))
 
 
 AdminFacade = Annotated[Pilothouse, Depends(get_admin_facade)]

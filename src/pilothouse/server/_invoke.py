@@ -67,6 +67,7 @@ from pilothouse.types import (
     ProcessStatus,
     ReasoningEffort,
     ReasoningSummary,
+    cost_text,
 )
 
 router = APIRouter(tags=["connector"])
@@ -405,7 +406,8 @@ def _response(run: AdHocResult, warnings: list[str]) -> dict[str, Any]:
             "inputTokens": result.input_tokens,
             "outputTokens": result.output_tokens,
             "totalTokens": result.input_tokens + result.output_tokens,
-            "cost": str(result.cost),
+            "cost": cost_text(result.cost),
+            "usageEstimated": result.usage_estimated,
         },
         "toolCalls": [call.to_dict() for call in result.tool_calls],
         "warnings": warnings,

@@ -91,7 +91,11 @@ class _Authenticated:
             await error_problem(exc).response()(scope, receive, send)
             return
         scope[_CALLER] = McpCaller.from_scopes(
-            principal.tenant, principal.key_prefix, sorted(principal.scopes), headers
+            principal.tenant,
+            principal.key_prefix,
+            sorted(principal.scopes),
+            headers,
+            key_name=principal.key_name,
         )
         # The SDK binds a session to the credential that opened it: another
         # key presenting the session id is answered as if it did not exist.

@@ -121,7 +121,7 @@ def _from_pilothouse(error: PilothouseError) -> OpenAIError:
 
 async def _facade(request: Request, state: State) -> Pilothouse:
     principal = await principal_from_request(request, state)
-    return state.facade(principal.tenant)
+    return state.facade(principal.tenant, principal.caller("openai"))
 
 
 async def _resolve(ph: Pilothouse, model: str) -> Target:

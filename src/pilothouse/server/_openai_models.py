@@ -52,6 +52,7 @@ from pilothouse.types import (
     MessageRole,
     ReasoningEffort,
     TurnResult,
+    cost_text,
 )
 
 _FINISH = {
@@ -625,7 +626,8 @@ def completion(
             "conversation_uuid": result.conversation_uuid,
             "memory_id": memory_id,
             "status": result.status.value,
-            "cost": str(result.cost),
+            "cost": cost_text(result.cost),
+            "usage_estimated": result.usage_estimated,
         },
     }
 

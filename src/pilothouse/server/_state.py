@@ -34,7 +34,7 @@ import anyio
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pilothouse.api import Pilothouse
+from pilothouse.api import Caller, Pilothouse
 from pilothouse.server._keys import KeyCache
 from pilothouse.server._limits import RateLimiter, SharedRateLimiter
 from pilothouse.server._metrics import Metrics
@@ -253,9 +253,14 @@ class ServerState:
         """Bring the database schema to the newest migration."""
         await self.pilothouse.ensure_schema()
 
-    def facade(self, tenant: str) -> Pilothouse:
-        """Return the tenant's facade: a cheap view of the process's one facade."""
-        facade = self.pilothouse.for_tenant(tenant)
+    def facade(self, tenant: str, caller: Caller | None = None) -> Pilothouse:
+        """Return the tenant's facade: a cheap view of the process's one facade.
+
+        Args:
+            tenant: the API key's tenant.
+            caller: the face and API key, recorded on what the view starts.
+        """
+        facade = self.pilothouse.for_tenant(tenant, caller=caller)
         if tenant not in self._watched:
             self._watched.add(tenant)
             # Neither needs text deltas; asking for them would stream every call.

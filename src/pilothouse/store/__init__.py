@@ -7,6 +7,7 @@ reference it is tested against); :class:`ConversationQueries` reads.
 
 from typing import TYPE_CHECKING
 
+from pilothouse._caller import Caller
 from pilothouse._lazy import lazy_exports
 from pilothouse.store._engine import Database, current_revision, head_revision
 from pilothouse.store._turnstore import (
@@ -31,6 +32,7 @@ __all__ = [
     "Attachment",
     "AttachmentView",
     "Base",
+    "Caller",
     "Conversation",
     "ConversationInfo",
     "ConversationLink",

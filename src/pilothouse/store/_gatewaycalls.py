@@ -22,6 +22,7 @@ from sqlalchemy import Float, Integer, String, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from pilothouse.store._base import Base, utcnow
+from pilothouse.store._tables import conversation_table
 from pilothouse.store._types import UtcDateTime
 
 if TYPE_CHECKING:
@@ -38,7 +39,12 @@ class GatewayCall(Base):
         operation: ``METHOD /path`` as the document writes it (the template,
             never the filled-in path).
         via: ``mcp`` (an MCP client) or ``turn`` (a catalog action's turn).
-        key_prefix: the caller's API key prefix (None on stdio and in turns).
+        key_prefix: the caller's API key prefix (a turn's: the key that
+            started its conversation; None on stdio and without a key).
+        face: the face the call came through (``mcp``, or the face of the
+            turn's conversation: ``rest``, ``openai``, ...); None on rows
+            older than the column.
+        key_name: the caller's API key name.
         conversation_uuid: the turn's conversation, when a turn called it.
         call_id: the turn's tool call id, when a turn called it.
         status_code: the service's HTTP status; None when nothing was sent
@@ -62,6 +68,8 @@ class GatewayCall(Base):
     status_code: Mapped[int | None] = mapped_column(Integer)
     outcome: Mapped[str] = mapped_column(String(64))
     latency_ms: Mapped[float] = mapped_column(Float)
+    face: Mapped[str | None] = mapped_column(String(16))
+    key_name: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
 
 
@@ -80,14 +88,43 @@ class NewGatewayCall:
     status_code: int | None
     outcome: str
     latency_ms: float
+    face: str | None = None
+    key_name: str | None = None
 
 
 async def record_gateway_call(database: Database, call: NewGatewayCall) -> None:
-    """Insert one audit row in a transaction of its own."""
+    """Insert one audit row in a transaction of its own.
+
+    A turn's call says no face of its own: the row takes its conversation's
+    (the face and API key that started it), read in the same transaction.
+    """
     async with database.sessions() as session:
         values = asdict(call)
+        if call.face is None and call.conversation_uuid is not None:
+            started = (
+                await session.execute(
+                    select(
+                        conversation_table.c.face,
+                        conversation_table.c.caller_key_prefix,
+                        conversation_table.c.caller_key_name,
+                    ).where(
+                        conversation_table.c.tenant == call.tenant,
+                        conversation_table.c.uuid == call.conversation_uuid,
+                    )
+                )
+            ).first()
+            if started is not None:
+                values["face"] = started.face
+                values["key_prefix"] = call.key_prefix or started.caller_key_prefix
+                values["key_name"] = call.key_name or started.caller_key_name
         # Cut to the columns' sizes: an over-long name must not lose the row.
-        for name, size in (("gateway", 64), ("tool", 128), ("operation", 512), ("call_id", 128)):
+        for name, size in (
+            ("gateway", 64),
+            ("tool", 128),
+            ("operation", 512),
+            ("call_id", 128),
+            ("key_name", 128),
+        ):
             if isinstance(values[name], str):
                 values[name] = values[name][:size]
         session.add(GatewayCall(**values))

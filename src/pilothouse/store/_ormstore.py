@@ -19,6 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
+from pilothouse._caller import Caller
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, ToolCallStatus
 from pilothouse.catalog._models import Action, Agent, CatalogRevision
 from pilothouse.errors import InvalidStateError, NotFoundError
@@ -71,6 +72,7 @@ class OrmTurnStore:
         audit: bool | None = None,
         default_audit: bool = True,
         check_catalog: bool = False,
+        caller: Caller | None = None,
     ) -> Conversation:
         """Record a new conversation in status ``NS`` (see :class:`TurnStore`)."""
         async with self._db.sessions.begin() as session:
@@ -84,6 +86,7 @@ class OrmTurnStore:
                 audit,
                 default_audit,
                 check_catalog,
+                caller=caller,
             )
         return conversation
 
@@ -99,6 +102,7 @@ class OrmTurnStore:
         audit: bool | None = None,
         default_audit: bool = True,
         check_catalog: bool = False,
+        caller: Caller | None = None,
     ) -> TurnHandle:
         """Record a new conversation already taken by its first turn (see :class:`TurnStore`)."""
         try:
@@ -115,6 +119,7 @@ class OrmTurnStore:
                     check_catalog,
                     running=True,
                     owner=self.owner,
+                    caller=caller,
                 )
                 handle = TurnHandle(
                     tenant=tenant,
@@ -207,6 +212,7 @@ async def _new(
     *,
     running: bool = False,
     owner: str | None = None,
+    caller: Caller | None = None,
 ) -> tuple[Conversation, int]:
     """Check the catalog and add the conversation; returns it and the catalog revision."""
     action_audit, revision = None, 0
@@ -234,7 +240,7 @@ async def _new(
         )
     now = utcnow()
     values = new_conversation(
-        conversation_uuid, tenant, action_code, agent_code, memory_id, audit, now
+        conversation_uuid, tenant, action_code, agent_code, memory_id, audit, now, caller
     )
     if values["audit"] is None:
         values["audit"] = default_audit if action_audit is None else action_audit

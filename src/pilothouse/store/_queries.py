@@ -32,10 +32,11 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_serializer
 from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from pilothouse._cost import cost_text
 from pilothouse.catalog._enums import (
     FinishReason,
     MessageRole,
@@ -88,8 +89,14 @@ class ConversationInfo(_View):
 
     Serialized with ``model_dump(mode="json")``: statuses, finish reasons and
     roles as their wire codes, times as ISO 8601 strings, and
-    ``estimated_cost`` as a decimal **string** (``"0.00012"``), so no
-    precision is lost to floating point.
+    ``estimated_cost`` as a plain decimal **string** (``"0.00012"``, ``"0"``,
+    never ``"0E-8"``), so no precision is lost to floating point.
+
+    ``face``, ``caller_key_prefix`` and ``caller_key_name`` say who started
+    the conversation: the face it came through (``rest``, ``openai``,
+    ``invoke``, ``jsonrpc``, ``mcp``, ``bus``, ``cli``, ``playground``,
+    ``python``) and the API key's prefix and name (None without a key, and
+    on conversations recorded before these were kept).
     """
 
     uuid: str
@@ -112,6 +119,13 @@ class ConversationInfo(_View):
     finished_at: datetime | None
     updated_at: datetime
     version: int
+    face: str | None = None
+    caller_key_prefix: str | None = None
+    caller_key_name: str | None = None
+
+    @field_serializer("estimated_cost", when_used="json")
+    def _plain_cost(self, value: Decimal) -> str:
+        return cost_text(value)
 
 
 class AttachmentView(_View):

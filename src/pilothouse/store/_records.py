@@ -82,6 +82,9 @@ class Conversation(Base):
     updated_at: Mapped[datetime]
     version: Mapped[int]
     owner: Mapped[str | None]
+    face: Mapped[str | None]
+    caller_key_prefix: Mapped[str | None]
+    caller_key_name: Mapped[str | None]
     """The process (a :class:`TurnOwner`) whose turn holds the conversation; set when
     a turn takes it, so a crash leaves a trace of who held it."""
 

@@ -31,6 +31,7 @@ from sqlalchemy import (
     update,
 )
 
+from pilothouse._caller import Caller
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, ToolCallStatus
 from pilothouse.catalog._tables import action_table, agent_table, catalog_revision_table
 from pilothouse.errors import InvalidStateError, NotFoundError
@@ -278,10 +279,18 @@ class SqlTurnStore:
         audit: bool | None = None,
         default_audit: bool = True,
         check_catalog: bool = False,
+        caller: Caller | None = None,
     ) -> Conversation:
         """Record a new conversation in status ``NS`` (see :class:`TurnStore`)."""
         values = new_conversation(
-            str(uuid_module.uuid4()), tenant, action_code, agent_code, memory_id, audit, utcnow()
+            str(uuid_module.uuid4()),
+            tenant,
+            action_code,
+            agent_code,
+            memory_id,
+            audit,
+            utcnow(),
+            caller,
         )
         conversation_id, values["audit"] = await self._db.transaction(
             self._insert_conversation, values, default_audit, check_catalog
@@ -304,11 +313,12 @@ class SqlTurnStore:
         audit: bool | None = None,
         default_audit: bool = True,
         check_catalog: bool = False,
+        caller: Caller | None = None,
     ) -> TurnHandle:
         """Record a new conversation already taken by its first turn (see :class:`TurnStore`)."""
         now = utcnow()
         values = new_conversation(
-            conversation_uuid, tenant, action_code, agent_code, memory_id, audit, now
+            conversation_uuid, tenant, action_code, agent_code, memory_id, audit, now, caller
         )
         values["status"] = ProcessStatus.RUNNING
         values["started_at"] = now

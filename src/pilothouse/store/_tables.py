@@ -97,6 +97,10 @@ conversation_table = Table(
     Column("updated_at", UtcDateTime, default=utcnow, onupdate=utcnow, nullable=False),
     Column("version", Integer, nullable=False),
     Column("owner", String(36)),
+    # Who started it (pilothouse/_caller.py): NULL on rows older than the columns.
+    Column("face", String(16)),
+    Column("caller_key_prefix", String(32)),
+    Column("caller_key_name", String(128)),
     Index("ix_conversation_tenant_created", "tenant", "created_at"),
     Index("ix_conversation_tenant_memory", "tenant", "memory_id"),
     # The start-up sweep and the owners' cancel poll look for running

@@ -45,6 +45,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pilothouse._caller import Caller
 from pilothouse.catalog._enums import (
     FinishReason,
     MessageRole,
@@ -280,6 +281,7 @@ class TurnStore(Protocol):
         audit: bool | None = None,
         default_audit: bool = True,
         check_catalog: bool = False,
+        caller: Caller | None = None,
     ) -> Conversation:
         """Record a new conversation in status ``NS``, after checking its action and agent.
 
@@ -294,6 +296,7 @@ class TurnStore(Protocol):
             default_audit: the deployment's setting.
             check_catalog: check that the action and the agent exist and are
                 active (off for ad-hoc actions, which the catalog lacks).
+            caller: who started it (face and API key), kept on the row.
 
         Returns:
             The stored conversation (detached: it belongs to no session).
@@ -316,6 +319,7 @@ class TurnStore(Protocol):
         audit: bool | None = None,
         default_audit: bool = True,
         check_catalog: bool = False,
+        caller: Caller | None = None,
     ) -> TurnHandle:
         """Record a new conversation already taken by its first turn, in one transaction.
 
@@ -336,6 +340,7 @@ class TurnStore(Protocol):
             default_audit: the deployment's setting.
             check_catalog: check the action and agent, and read the catalog
                 revision.
+            caller: who started it (face and API key), kept on the row.
 
         Raises:
             NotFoundError: the action or the agent does not exist.
@@ -451,8 +456,9 @@ def new_conversation(
     memory_id: str | None,
     audit: bool | None,
     now: datetime,
+    caller: Caller | None = None,
 ) -> dict[str, Any]:
-    """The column values of a new conversation in status ``NS``."""
+    """The column values of a new conversation in status ``NS``, started by ``caller``."""
     return {
         "uuid": conversation_uuid,
         "tenant": tenant,
@@ -470,6 +476,10 @@ def new_conversation(
         "updated_at": now,
         "version": 1,
         "owner": None,
+        "face": caller.face if caller else None,
+        "caller_key_prefix": caller.key_prefix if caller else None,
+        # Cut to the column: an over-long label must not lose the conversation.
+        "caller_key_name": caller.key_name[:128] if caller and caller.key_name else None,
     }
 
 

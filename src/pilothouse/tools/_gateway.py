@@ -88,6 +88,10 @@ TRUSTED_IP_HEADERS = frozenset(
     }
 )
 """Headers a proxy trusts to name the client's address: never passed on."""
+
+# Seconds a proxied call may take when neither its caller nor its row says.
+_DEFAULT_TIMEOUT = 30.0
+
 _SETTINGS = frozenset(
     {
         "include",
@@ -243,6 +247,11 @@ class GatewayCaller:
             forwarded when configured; never the pilothouse key. Empty in a turn.
         conversation_uuid: the turn's conversation.
         call_id: the turn's tool call id.
+        timeout: the seconds the caller gives the call (a turn's tool
+            timeout); None: the gateway row's ``settings.timeout``, else 30.
+        face: the face the call came through (``mcp``); None in a turn,
+            whose row takes its conversation's face and key.
+        key_name: the API key's name, when a key called.
     """
 
     tenant: str
@@ -251,6 +260,9 @@ class GatewayCaller:
     headers: Mapping[str, str] = field(default_factory=dict[str, str])
     conversation_uuid: str | None = None
     call_id: str | None = None
+    face: str | None = None
+    key_name: str | None = None
+    timeout: float | None = None
 
 
 def _safe_segment(value: Any) -> bool:
@@ -358,6 +370,13 @@ class GatewayProxy:
         self, code: str, implementation: str, settings: Mapping[str, Any], egress: EgressPolicy
     ) -> list[GatewayOperation]:
         config = gateway_config(code, settings["gateway"], settings, self._code)
+        timeout = settings.get("timeout")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            raise InvalidFieldError(
+                f"tool '{code}': settings.timeout", "must be a positive number of seconds"
+            )
         source = implementation.removeprefix("openapi:")
         if not implementation.startswith("openapi:") or "#" in source:
             raise InvalidFieldError(
@@ -391,6 +410,7 @@ class GatewayProxy:
                     source=source,
                     base_url=str(base_url) if base_url else None,
                     headers=headers,
+                    timeout=float(timeout) if timeout is not None else None,
                 )
                 endpoint = mapped.endpoint
                 # An operation's header parameter never sets a configured or
@@ -415,10 +435,54 @@ class GatewayProxy:
     async def call(
         self, op: GatewayOperation, arguments: Mapping[str, Any], caller: GatewayCaller
     ) -> ToolResult:
-        """Proxy one call and audit it; every failure is a tool error result."""
+        """Proxy one call and audit it; every failure is a tool error result.
+
+        The row is written whatever the outcome: a timeout (the row's
+        ``settings.timeout``, or the caller's), and a call the caller stops
+        (a turn's own tool deadline, a cancel), whose row is written before
+        the cancel goes on.
+        """
         started = time.perf_counter()
-        result = await self._call(op, arguments, caller)
-        latency = round((time.perf_counter() - started) * 1000, 1)
+        try:
+            result = await self._call(op, arguments, caller)
+        except anyio.get_cancelled_exc_class():
+            seconds = time.perf_counter() - started
+            limit = self.timeout_of(op, caller)
+            # Stopped from outside: by the turn's deadline when it ran that
+            # long (the same timeout as the gateway's, which lost the race).
+            code = "tool.exec.timeout" if seconds >= limit * 0.99 else "tool.exec.cancelled"
+            stopped = _refused(f"the call was stopped after {seconds:.1f} s", code)
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self._record(op, caller, stopped, round(seconds * 1000, 1))
+                except ToolError:
+                    # Logged by _record; the cancel goes on, not replaced by it.
+                    pass
+            raise
+        await self._record(op, caller, result, round((time.perf_counter() - started) * 1000, 1))
+        return result
+
+    async def refuse(
+        self, op: GatewayOperation, caller: GatewayCaller, text: str, code: str
+    ) -> ToolResult:
+        """Refuse a call before sending it (arguments off the schema, ...), with its row."""
+        result = _refused(text, code)
+        await self._record(op, caller, result, 0.0)
+        return result
+
+    @staticmethod
+    def timeout_of(op: GatewayOperation, caller: GatewayCaller) -> float:
+        """The seconds a call may take: the caller's, else the row's, else 30."""
+        return caller.timeout or op.endpoint.timeout or _DEFAULT_TIMEOUT
+
+    async def _record(
+        self, op: GatewayOperation, caller: GatewayCaller, result: ToolResult, latency: float
+    ) -> None:
+        """Log the call and write its audit row.
+
+        Raises:
+            ToolError: the row could not be written.
+        """
         outcome = result.error_code or ("tool.exec.error" if result.is_error else "ok")
         audit_log.info(
             "gateway=%s tool=%s call=%s via=%s tenant=%s key=%s status=%s outcome=%s ms=%s",
@@ -447,6 +511,8 @@ class GatewayProxy:
                 status_code=result.status_code,
                 outcome=outcome,
                 latency_ms=latency,
+                face=caller.face,
+                key_name=caller.key_name,
             )
             try:
                 await self._audit(row)
@@ -458,7 +524,6 @@ class GatewayProxy:
                 raise ToolError(
                     f"the call was sent ({outcome}) but its audit row could not be written"
                 ) from exc
-        return result
 
     async def _call(
         self, op: GatewayOperation, arguments: Mapping[str, Any], caller: GatewayCaller
@@ -510,13 +575,17 @@ class GatewayProxy:
         extra = {h: f"{_FORWARD}{i}" for i, h in enumerate(forwarded)}
         args.update({extra[h]: v for h, v in forwarded.items()})
         endpoint = replace(endpoint, header_arguments={**endpoint.header_arguments, **extra})
-        secrets = self._secrets.for_tenant(caller.tenant)
-        tool = RestTool(op.definition, endpoint, ExecutionPolicy.ALLOW, self.http, secrets)
         context = ToolContext(
             tenant=caller.tenant,
             conversation_uuid=caller.conversation_uuid or "",
             call_id=caller.call_id or op.definition.name,
+            timeout=self.timeout_of(op, caller),
         )
+        # The caller's deadline wins over the row's: the endpoint's own
+        # timeout would otherwise outlast a turn's shorter one.
+        endpoint = replace(endpoint, timeout=context.timeout)
+        secrets = self._secrets.for_tenant(caller.tenant)
+        tool = RestTool(op.definition, endpoint, ExecutionPolicy.ALLOW, self.http, secrets)
         with self._egress.for_tenant(caller.tenant).applied():
             return await tool.execute(args, context)
 
@@ -558,10 +627,21 @@ class GatewayToolForTurn:
 
     async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
         """Proxy the call for the turn's conversation."""
-        caller = GatewayCaller(
-            tenant=context.tenant,
-            via="turn",
-            conversation_uuid=context.conversation_uuid or None,
-            call_id=context.call_id or None,
+        return await self._proxy.call(self.operation, arguments, _turn_caller(context))
+
+    async def refuse(self, problem: str, context: ToolContext) -> None:
+        """Record a call of the turn refused before sending (arguments off the schema)."""
+        await self._proxy.refuse(
+            self.operation, _turn_caller(context), problem, "gateway.schema_refused"
         )
-        return await self._proxy.call(self.operation, arguments, caller)
+
+
+def _turn_caller(context: ToolContext) -> GatewayCaller:
+    """A turn as the gateway's caller: its conversation, its call, its tool timeout."""
+    return GatewayCaller(
+        tenant=context.tenant,
+        via="turn",
+        conversation_uuid=context.conversation_uuid or None,
+        call_id=context.call_id or None,
+        timeout=context.timeout,
+    )

@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -48,6 +48,7 @@ from pilothouse.api import Pilothouse
 from pilothouse.errors import ForbiddenError
 from pilothouse.server._deps import Principal, State, admit_key
 from pilothouse.server._state import ServerState
+from pilothouse.types import cost_text
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -61,20 +62,18 @@ templates = Jinja2Templates(directory=str(HERE / "templates"))
 
 
 def plain_decimal(value: object) -> str:
-    """A cost as a plain decimal: no exponent, no trailing zeros (``7.5E-7`` is ``0.00000075``).
+    """A cost as every face writes it (``cost_text``): ``7.5E-7`` is ``0.00000075``.
 
     Costs are recorded as decimal strings (a turn's) or numerics of eight
-    places (a conversation's); ``str(Decimal)`` writes small ones with an
-    exponent, which nobody reads as money. ``playground.js`` writes a live
-    turn's cost the same way.
+    places (a conversation's); ``playground.js`` writes a live turn's cost
+    the same way. A value that is no number is shown as it is.
     """
-    try:
-        text = format(Decimal(str(value)), "f")
-    except InvalidOperation:
+    if not isinstance(value, Decimal | int | str):
         return str(value)
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "") else text
+    try:
+        return cost_text(value)
+    except ValueError:
+        return str(value)
 
 
 templates.env.filters["cost"] = plain_decimal  # pyright: ignore[reportUnknownMemberType]
@@ -158,7 +157,7 @@ async def ui_user(request: Request, state: State) -> UiUser:
     if info is None:
         raise LoginRequired
     principal = await admit_key(request, state, info)
-    return UiUser(principal, state.facade(principal.tenant))
+    return UiUser(principal, state.facade(principal.tenant, principal.caller("playground")))
 
 
 UiFacade = Annotated[UiUser, Depends(ui_user)]

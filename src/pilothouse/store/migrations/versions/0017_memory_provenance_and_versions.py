@@ -8,7 +8,7 @@ record held before each change, with when they held (``valid_from``,
 ``valid_to``).
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 Create Date: 2026-12-06 07:30:00
 """
 
@@ -20,7 +20,7 @@ from alembic import op
 import pilothouse.store._types
 
 revision: str = "0017"
-down_revision: str | None = "0015"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
