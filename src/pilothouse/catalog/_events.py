@@ -12,12 +12,23 @@ __all__ = [
     "DEFAULT_COMMAND_TOPIC",
     "DEFAULT_EVENT_TIMEOUT",
     "DEFAULT_REPLY_TOPIC",
+    "STORED",
     "EventToolSettings",
+    "check_topic",
 ]
 
+import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+)
+from pydantic_core import PydanticCustomError
 
 DEFAULT_COMMAND_TOPIC = "agent-commands"
 """Where ``SkillInvocationEvent`` commands go (seed 002's topic)."""
@@ -26,8 +37,49 @@ DEFAULT_REPLY_TOPIC = "agent-events"
 DEFAULT_EVENT_TIMEOUT = 300.0
 """Seconds a call waits for its completion before it ends with a timeout result."""
 
-# Kafka's topic rule, which NATS subjects also accept.
-_Topic = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+_TOPIC_CHARACTERS = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+STORED = {"stored": True}
+"""Validation context of a stored row: its topic names are not checked again."""
+
+
+def check_topic(name: str, info: ValidationInfo) -> str:
+    """Return ``name`` if every bus can publish on it: a Kafka topic and a NATS subject.
+
+    Kafka takes 1 to 249 of ``[a-zA-Z0-9._-]``, but not ``.`` or ``..``; a
+    NATS publish subject has no empty token (``a..b``, a leading or trailing
+    dot), no whitespace and no wildcard (``*``, ``>``). A name either refuses
+    would be written to the outbox and fail at every publish, so it is
+    refused when the catalog is written. A row stored before this rule
+    (validated with :data:`STORED` as context) keeps its name: its calls
+    are written to the outbox and fail alone at the relay, which backs off
+    per row, rather than failing every turn of the action.
+
+    Raises:
+        PydanticCustomError: what is wrong, and what to write instead.
+    """
+    if info.context == STORED:
+        return name
+    if not _TOPIC_CHARACTERS.fullmatch(name):
+        raise PydanticCustomError(
+            "topic_name",
+            "'{name}' is no topic name: use 1 to 249 letters, digits, '.', '_' or '-' "
+            "(no spaces, no wildcards), e.g. 'agent-commands'",
+            {"name": name},
+        )
+    if "" in name.split("."):
+        raise PydanticCustomError(
+            "topic_name",
+            "'{name}' has an empty part between dots (NATS refuses 'a..b' and a leading or "
+            "trailing '.'; Kafka refuses '.' and '..'): write e.g. 'orders.commands'",
+            {"name": name},
+        )
+    return name
+
+
+# The rules of both buses: a catalog does not know which bus will carry it.
+_Topic = Annotated[str, AfterValidator(check_topic)]
 
 
 class EventToolSettings(BaseModel):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
-from pilothouse.catalog._events import EventToolSettings
+from pilothouse.catalog._events import STORED, EventToolSettings
 from pilothouse.catalog._views import McpClientRecord, ToolRecord
 from pilothouse.providers import SecretSource
 from pilothouse.tools._base import (
@@ -128,7 +128,9 @@ class EventRoute:
 
 def event_route(row: ToolRecord) -> EventRoute:
     """The route of a catalog tool published on the bus (its settings, checked on import)."""
-    settings = EventToolSettings.model_validate(row.settings if row.kind is ToolKind.EVENT else {})
+    settings = EventToolSettings.model_validate(
+        row.settings if row.kind is ToolKind.EVENT else {}, context=STORED
+    )
     return EventRoute(
         settings.skill or row.name, settings.topic, settings.reply_to, settings.timeout
     )
