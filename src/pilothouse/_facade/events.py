@@ -108,15 +108,17 @@ class EventApi(Facet):
         return await (await self._calls()).conversation_of(correlation_id)
 
     async def unpublished(
-        self, limit: int = 100, *, tenants: Collection[str] | None = None
+        self, limit: int = 100, *, tenants: Collection[str] | None = None, after: int = 0
     ) -> list[OutboxCommand]:
         """Commands in the outbox not yet published, oldest first.
 
         Args:
             limit: at most this many.
             tenants: only these tenants' commands (None: every tenant).
+            after: only commands with a greater id (the last id of the
+                previous page: a relay pages past rows it cannot publish).
         """
-        return await (await self._calls()).unpublished(limit, tenants)
+        return await (await self._calls()).unpublished(limit, tenants, after)
 
     async def mark_published(self, ids: list[int]) -> None:
         """Note outbox commands as published, once the bus has taken them."""

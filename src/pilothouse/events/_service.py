@@ -37,6 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import ValidationError
 
 from pilothouse.errors import ForbiddenError, InvalidFieldError, PilothouseError
+from pilothouse.events._backoff import PublishBackoff
 from pilothouse.events._bus import (
     Bus,
     BusError,
@@ -70,6 +71,7 @@ class EventServiceMetrics:
 
     registry: CollectorRegistry
     published: Counter
+    publish_failures: Counter
     completions: Counter
     actions: Counter
     unsent: Gauge
@@ -84,6 +86,12 @@ class EventServiceMetrics:
             published=Counter(
                 "pilothouse_events_published",
                 "Commands the relay published.",
+                ["topic"],
+                registry=registry,
+            ),
+            publish_failures=Counter(
+                "pilothouse_events_publish_failures",
+                "Commands the bus refused (each is tried again after its backoff).",
                 ["topic"],
                 registry=registry,
             ),
@@ -139,6 +147,10 @@ class EventService:
             resumes a conversation: its model call included); those of one
             conversation are applied one after another, in delivery order.
         metrics: where to count; new ones by default.
+        publish_backoff: seconds before a command the bus refused is tried
+            again; the delay doubles with each failure of that command.
+        publish_backoff_max: the longest delay between two attempts of one
+            command.
     """
 
     def __init__(
@@ -156,6 +168,8 @@ class EventService:
         concurrency: int = 8,
         metrics: EventServiceMetrics | None = None,
         tenants: Collection[str] | None = None,
+        publish_backoff: float = 1.0,
+        publish_backoff_max: float = 60.0,
     ) -> None:
         self.tenants = served_tenants(ph.tenant, tenants)
         if concurrency < 1:
@@ -174,6 +188,10 @@ class EventService:
         self._sweep = positive_seconds("sweep_interval", sweep_interval)
         self._busy_retry = positive_seconds("busy_retry", busy_retry)
         self._recover_after = positive_seconds("recover_after", recover_after)
+        self._backoff = PublishBackoff(
+            positive_seconds("publish_backoff", publish_backoff),
+            positive_seconds("publish_backoff_max", publish_backoff_max),
+        )
         self.metrics = metrics or EventServiceMetrics.create()
         self._wake = anyio.Event()
 
@@ -208,27 +226,64 @@ class EventService:
     # -- the relay ------------------------------------------------------------
 
     async def relay_once(self) -> int:
-        """Publish every unsent command; return how many were published."""
-        sent = 0
+        """Publish every unsent command that is due; return how many were published.
+
+        A command the bus refuses fails alone: the relay goes on with the
+        others (every tenant's, every topic's) and tries it again after a
+        delay that doubles with each failure, up to ``publish_backoff_max``
+        seconds. Each failed attempt is one WARNING line per topic and error,
+        not one per round.
+        """
+        sent, after, unsent = 0, 0, 0
+        seen: set[int] = set()
+        failures: dict[tuple[str, str], list[tuple[int, float]]] = {}
         while True:
-            commands = await self._ph.events.unpublished(100, tenants=self.tenants)
+            commands = await self._ph.events.unpublished(100, tenants=self.tenants, after=after)
             if not commands:
-                self.metrics.unsent.set(0)
-                return sent
+                break
+            after = commands[-1].id
+            seen.update(c.id for c in commands)
             done: list[int] = []
             try:
                 for command in commands:
-                    await self._bus.publish(
-                        command.topic,
-                        json.dumps(command.payload).encode(),
-                        key=command.correlation_id,
-                    )
+                    if not self._backoff.due(command.id):
+                        unsent += 1
+                        continue
+                    try:
+                        await self._bus.publish(
+                            command.topic,
+                            json.dumps(command.payload).encode(),
+                            key=command.correlation_id,
+                        )
+                    except BusError as exc:
+                        unsent += 1
+                        self.metrics.publish_failures.labels(command.topic).inc()
+                        failures.setdefault((command.topic, str(exc)), []).append(
+                            self._backoff.failed(command.id)
+                        )
+                        continue
+                    self._backoff.published(command.id)
                     done.append(command.id)
                     self.metrics.published.labels(command.topic).inc()
             finally:
-                # What the bus took is marked even when a later publish failed.
+                # What the bus took is marked even when something else failed.
                 await self._ph.events.mark_published(done)
             sent += len(done)
+        self._backoff.keep(seen)
+        self.metrics.unsent.set(unsent)
+        for (topic, error), steps in failures.items():
+            count = max(c for c, _ in steps)
+            delay = max(d for _, d in steps)
+            logger.warning(
+                "event relay: %d command(s) on '%s' not published (attempt %d; next try in "
+                "%g s; the other commands go on): %s",
+                len(steps),
+                topic,
+                count,
+                delay,
+                error,
+            )
+        return sent
 
     async def replies_once(self) -> int:
         """Publish the final ``turn_finished`` of every finished ``run_action``; return how many.
@@ -248,12 +303,29 @@ class EventService:
             try:
                 for reply in replies:
                     event = turn_finished(reply.correlation_id, reply.result)
-                    await self._bus.publish(reply.reply_to, encode(event), key=reply.correlation_id)
+                    try:
+                        await self._bus.publish(
+                            reply.reply_to, encode(event), key=reply.correlation_id
+                        )
+                    except BusError as exc:
+                        # Stays claimed: tried again when the claim's lease
+                        # ends; the other answers go on meanwhile.
+                        logger.warning(
+                            "final answer of run_action %s on '%s' not published (next try in "
+                            "%g s): %s",
+                            reply.correlation_id,
+                            reply.reply_to,
+                            self._recover_after,
+                            exc,
+                        )
+                        continue
                     done.append(reply.correlation_id)
                     self.metrics.actions.labels("final_reply").inc()
             finally:
                 await self._ph.events.replies_sent(done)
             sent += len(done)
+            if not done:
+                return sent
 
     async def _relay_loop(self) -> None:
         while True:

@@ -102,10 +102,17 @@ class EventCalls:
         self._runner = runner
 
     async def unpublished(
-        self, limit: int = 100, tenants: Collection[str] | None = None
+        self, limit: int = 100, tenants: Collection[str] | None = None, after: int = 0
     ) -> list[OutboxCommand]:
-        """Commands not yet published, oldest first (of ``tenants``, or every tenant)."""
-        statement = select(EventOutbox).where(EventOutbox.published_at.is_(None))
+        """Commands not yet published, oldest first (of ``tenants``, or every tenant).
+
+        ``after`` pages on: only rows with a greater id (the last id of the
+        previous page), so a relay reaches every row even when the oldest
+        ones cannot be published.
+        """
+        statement = select(EventOutbox).where(
+            EventOutbox.published_at.is_(None), EventOutbox.id > after
+        )
         if tenants is not None:
             statement = statement.where(EventOutbox.tenant.in_(list(tenants)))
         async with self._db.sessions() as session:
