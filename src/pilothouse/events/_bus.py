@@ -12,7 +12,7 @@ pilothouse's idempotency lives in its own tables (docs/events.md).
 
 from __future__ import annotations
 
-__all__ = ["Bus", "BusError", "Delivery", "open_bus"]
+__all__ = ["DEFAULT_ACK_WAIT", "Bus", "BusError", "Delivery", "describe_bus", "open_bus"]
 
 import math
 from collections.abc import AsyncGenerator, Collection
@@ -24,6 +24,10 @@ from pilothouse.errors import InvalidFieldError, PilothouseError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+
+
+DEFAULT_ACK_WAIT = 60.0
+"""Seconds before NATS delivers an unacknowledged message again, unless told otherwise."""
 
 
 class BusError(PilothouseError):
@@ -145,7 +149,12 @@ class Bus(Protocol):
 
 
 def open_bus(
-    url: str, *, session_timeout: float | None = None, ack_wait: float | None = None
+    url: str,
+    *,
+    session_timeout: float | None = None,
+    ack_wait: float | None = None,
+    acks: str | None = None,
+    replication_factor: int | None = None,
 ) -> Bus:
     """The bus of a URL: ``memory://``, ``kafka://host:port[,host:port]``, ``nats://host:port``.
 
@@ -154,6 +163,9 @@ def open_bus(
         session_timeout: a Kafka consumer group's session timeout in seconds
             (tansu: 2, so a new member joins in about a second).
         ack_wait: seconds before NATS delivers an unacknowledged message again.
+        acks: Kafka producer acknowledgements, ``all`` (default) or ``1``.
+        replication_factor: replicas of the Kafka topics the bus creates
+            (default 1: one local broker; 3 on a production cluster).
 
     Raises:
         InvalidFieldError: an unknown scheme, or an option the bus does not have.
@@ -166,18 +178,29 @@ def open_bus(
             raise InvalidFieldError(
                 "ack_wait", "only NATS has one; Kafka redelivers from the last commit: remove it"
             )
-        if session_timeout is None:
-            return KafkaBus(url.removeprefix("kafka://"))
-        return KafkaBus(url.removeprefix("kafka://"), session_timeout=session_timeout)
+        return KafkaBus(
+            url.removeprefix("kafka://"),
+            session_timeout=10.0 if session_timeout is None else session_timeout,
+            acks="all" if acks is None else acks,
+            replication_factor=1 if replication_factor is None else replication_factor,
+        )
     if session_timeout is not None:
         raise InvalidFieldError(
             "session_timeout",
             f"only Kafka consumer groups have one, not '{shown_url(url)}': remove it",
         )
+    for name, value in (
+        ("acks", acks),
+        ("replication_factor", replication_factor),
+    ):  # what only a Kafka producer and its topics have
+        if value is not None:
+            raise InvalidFieldError(
+                name, f"only a Kafka bus has one, not '{shown_url(url)}': remove it"
+            )
     if scheme == "nats":
         from pilothouse.events._nats import NatsBus
 
-        return NatsBus(url) if ack_wait is None else NatsBus(url, ack_wait=ack_wait)
+        return NatsBus(url, ack_wait=DEFAULT_ACK_WAIT if ack_wait is None else ack_wait)
     if ack_wait is not None:
         raise InvalidFieldError("ack_wait", f"only NATS has one, not '{shown_url(url)}': remove it")
     if scheme == "memory":
@@ -188,3 +211,24 @@ def open_bus(
         "bus",
         f"unknown bus '{shown_url(url)}': write memory://, kafka://host:port or nats://host:port",
     )
+
+
+def describe_bus(bus: Bus, url: str, ack_wait: float | None = None) -> str:
+    """The bus as a start-up line names it: kind, servers and its delivery settings.
+
+    Args:
+        bus: what :func:`open_bus` returned for ``url``.
+        url: the bus URL; shown as :func:`shown_url` shows it (no user or password).
+        ack_wait: the ``ack_wait`` passed to :func:`open_bus` (None: the default).
+    """
+    from pilothouse.events._kafka import KafkaBus
+
+    if isinstance(bus, KafkaBus):
+        return (
+            f"kafka, servers {bus.servers} (acks {bus.acks}, replication factor "
+            f"{bus.replication_factor})"
+        )
+    if urlsplit(url).scheme == "nats":
+        wait = DEFAULT_ACK_WAIT if ack_wait is None else ack_wait
+        return f"nats, servers {urlsplit(shown_url(url)).netloc} (ack_wait {wait:g} s)"
+    return shown_url(url)

@@ -8,19 +8,23 @@ acknowledges it, so a crash before that delivers it again.
 
 from __future__ import annotations
 
-__all__ = ["KafkaBus"]
+__all__ = ["ACKS", "KafkaBus"]
 
 import asyncio
 import bisect
 import logging
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
+from pilothouse.errors import InvalidFieldError
 from pilothouse.events._bus import BusError, Delivery
 
 logger = logging.getLogger("pilothouse.events.kafka")
+
+ACKS = ("all", "1")
+"""The producer acknowledgements a bus may ask for (``0`` would lose messages unseen)."""
 
 _ABANDONED_COMMIT_GRACE = 1.0
 """Seconds a stopped consumer's abandoned commit gets to finish before it is cancelled."""
@@ -37,6 +41,13 @@ class KafkaBus:
         fetch_wait: seconds the broker may hold a fetch while it has nothing;
             aiokafka's 0.5 s default adds up to that to every round trip on
             tansu (measured: bench/events.py), so commands wait 0.05 s.
+        acks: ``all`` (a publish returns once every in-sync replica has the
+            message: what the outbox's "published" needs to mean on a
+            cluster) or ``1`` (the partition leader alone: a leader lost
+            before its followers copied it loses the message).
+        replication_factor: replicas of each topic this bus creates; 1 fits
+            a single local broker (which refuses more), a production cluster
+            wants 3.
     """
 
     def __init__(
@@ -46,7 +57,23 @@ class KafkaBus:
         session_timeout: float = 10.0,
         partitions: float = 4,
         fetch_wait: float = 0.05,
+        acks: str = "all",
+        replication_factor: int = 1,
     ) -> None:
+        if acks not in ACKS:
+            raise InvalidFieldError(
+                "acks", f"must be 'all' or '1', not {acks!r}: write 'all' for a cluster"
+            )
+        # Typed int, but a config file's "3" or a True would reach aiokafka unchecked.
+        factor = cast(object, replication_factor)
+        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+            raise InvalidFieldError(
+                "replication_factor",
+                f"must be a whole number of at least 1, not {replication_factor!r}",
+            )
+        self.servers = servers
+        self.acks = acks
+        self.replication_factor = replication_factor
         self._servers = servers
         self._fetch_wait_ms = int(fetch_wait * 1000)
         self._session_ms = int(session_timeout * 1000)
@@ -71,7 +98,9 @@ class KafkaBus:
         from aiokafka.errors import KafkaError  # pyright: ignore[reportMissingTypeStubs]
 
         producer = AIOKafkaProducer(
-            bootstrap_servers=self._servers, enable_idempotence=False, acks=1
+            bootstrap_servers=self._servers,
+            enable_idempotence=False,
+            acks="all" if self.acks == "all" else 1,
         )
         try:
             await producer.start()
@@ -99,7 +128,7 @@ class KafkaBus:
         admin = AIOKafkaAdminClient(bootstrap_servers=self._servers)
         try:
             await admin.start()
-            await admin.create_topics([NewTopic(topic, self._partitions, 1)])
+            await admin.create_topics([NewTopic(topic, self._partitions, self.replication_factor)])
         except TopicAlreadyExistsError:
             pass  # what we wanted
         except KafkaError as exc:
