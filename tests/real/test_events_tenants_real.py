@@ -207,7 +207,7 @@ async def test_the_worker_refuses_another_tenant_s_script_tool(
         )
         await bus.publish("agent-commands", encode(attack))
         args = ["worker", "--bus", nats.url]
-        with cli_process(tmp_path, database_url, args, "worker on", {}) as log:
+        with cli_process(tmp_path, database_url, args, "pilothouse worker:", {}) as log:
             reply = await first_reply(bus, "attacker-replies")
     finally:
         await bus.close()

@@ -36,16 +36,54 @@ SessionTimeout = Annotated[
     float | None,
     typer.Option("--session-timeout", help="Kafka consumer group session timeout, seconds."),
 ]
+AckWait = Annotated[
+    float | None,
+    typer.Option(
+        "--ack-wait",
+        envvar="PILOTHOUSE_EVENTS_ACK_WAIT",
+        help="NATS: seconds before an unacknowledged message is delivered again (default 60).",
+    ),
+]
+Acks = Annotated[
+    str | None,
+    typer.Option(
+        "--acks",
+        envvar="PILOTHOUSE_KAFKA_ACKS",
+        help="Kafka: 'all' (default: every in-sync replica has a message before it counts "
+        "as published) or '1' (the partition leader alone).",
+    ),
+]
+ReplicationFactor = Annotated[
+    int | None,
+    typer.Option(
+        "--replication-factor",
+        envvar="PILOTHOUSE_KAFKA_REPLICATION_FACTOR",
+        help="Kafka: replicas of the topics this process creates (default 1, one local "
+        "broker; 3 on a production cluster).",
+    ),
+]
 MetricsPort = Annotated[
     int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics on this port.")
 ]
 
 
-def _open(bus: str, session_timeout: float | None) -> EventBus:
+def _open(
+    bus: str,
+    session_timeout: float | None,
+    ack_wait: float | None = None,
+    acks: str | None = None,
+    replication_factor: int | None = None,
+) -> EventBus:
     from pilothouse.events import open_bus
 
     try:
-        return open_bus(bus, session_timeout=session_timeout)
+        return open_bus(
+            bus,
+            session_timeout=session_timeout,
+            ack_wait=ack_wait,
+            acks=acks,
+            replication_factor=replication_factor,
+        )
     except PilothouseError as exc:
         fail(str(exc))
 
@@ -82,13 +120,16 @@ def worker(
         float, typer.Option("--timeout", min=0.001, help="Seconds a tool may run.")
     ] = 30.0,
     session_timeout: SessionTimeout = None,
+    ack_wait: AckWait = None,
+    acks: Acks = None,
+    replication_factor: ReplicationFactor = None,
     metrics_port: MetricsPort = None,
 ) -> None:
     """Run tools for SkillInvocationEvent commands (a worker in a consumer group)."""
-    from pilothouse.events import Worker
+    from pilothouse.events import Worker, describe_bus
 
     state: CliState = ctx.obj
-    opened = _open(bus, session_timeout)
+    opened = _open(bus, session_timeout, ack_wait, acks, replication_factor)
 
     async def go() -> None:
         # The worker runs tools tenants wrote through the service: their
@@ -108,10 +149,13 @@ def worker(
             except PilothouseError as exc:
                 fail(f"--tools: {exc}")
             _serve_metrics(metrics_port, runner.metrics.registry)
+            # One line an operator can check the process against (no secrets).
             typer.echo(
-                f"worker on {topic} (group {group}); registered tools: "
-                f"{', '.join(names) or 'none'}; commands and catalog tools of tenant "
-                f"{ph.tenant} only",
+                f"pilothouse worker: bus {describe_bus(opened, bus, ack_wait)}; "
+                f"topic {topic} (group {group}), dead letters {runner.dead_letter_topic}; "
+                f"tenant {ph.tenant} only; attempts {attempts}, timeout {timeout:g} s; "
+                f"registered tools: {', '.join(names) or 'none'}, and tenant {ph.tenant}'s "
+                "catalog tools",
                 err=True,
             )
             try:
@@ -140,25 +184,41 @@ def events(
             help="Completions applied at once (one at a time per conversation).",
         ),
     ] = 8,
+    recover_after: Annotated[
+        float,
+        typer.Option(
+            "--recover-after",
+            envvar="PILOTHOUSE_EVENTS_RECOVER_AFTER",
+            help="Seconds without a write before a conversation a dead process left running "
+            "is continued (longer than any model call), and before a final answer claimed "
+            "by a dead process is published by another.",
+        ),
+    ] = 120.0,
+    busy_retry: Annotated[
+        float,
+        typer.Option(
+            "--busy-retry",
+            envvar="PILOTHOUSE_EVENTS_BUSY_RETRY",
+            help="Seconds a completion whose conversation runs a turn is retried before it "
+            "is handed back to the bus.",
+        ),
+    ] = 60.0,
     session_timeout: SessionTimeout = None,
+    ack_wait: AckWait = None,
+    acks: Acks = None,
+    replication_factor: ReplicationFactor = None,
     metrics_port: MetricsPort = None,
 ) -> None:
     """Publish event tools' commands, apply completions, answer run_action."""
-    from pilothouse.events import EventService
+    from pilothouse.events import EventService, describe_bus
 
     state: CliState = ctx.obj
-    opened = _open(bus, session_timeout)
+    opened = _open(bus, session_timeout, ack_wait, acks, replication_factor)
 
     async def go() -> None:
         # The turns it runs call the URLs tenants wrote through the service:
         # the same egress policy at every call as `pilothouse serve` applies.
         async with open_facade(state, catalog_egress=True, long_running=True) as ph:
-            typer.echo(
-                f"events on {reply_topic}"
-                + (f" and {action_topic}" if action_topic else "")
-                + f" (group {group}); tenant {ph.tenant} only",
-                err=True,
-            )
             service = EventService(
                 ph,
                 opened,
@@ -166,6 +226,17 @@ def events(
                 group=group,
                 action_topic=action_topic,
                 concurrency=concurrency,
+                recover_after=recover_after,
+                busy_retry=busy_retry,
+            )
+            # One line an operator can check the process against (no secrets).
+            typer.echo(
+                f"pilothouse events: bus {describe_bus(opened, bus, ack_wait)}; topics: "
+                f"completions {reply_topic}"
+                + (f", run_action {action_topic}" if action_topic else "")
+                + f" (group {group}); tenant {ph.tenant} only; concurrency {concurrency}; "
+                f"recover_after {recover_after:g} s, busy_retry {busy_retry:g} s",
+                err=True,
             )
             _serve_metrics(metrics_port, service.metrics.registry)
             try:

@@ -7,7 +7,7 @@ and applies workers' completions for a pilothouse process, and answers
 gives the bus adapter of a URL.
 """
 
-from pilothouse.events._bus import Bus, BusError, Delivery, open_bus
+from pilothouse.events._bus import Bus, BusError, Delivery, describe_bus, open_bus
 from pilothouse.events._memory import MemoryBus
 from pilothouse.events._payloads import (
     RunAction,
@@ -34,6 +34,7 @@ __all__ = [
     "Worker",
     "WorkerMetrics",
     "decode",
+    "describe_bus",
     "encode",
     "open_bus",
     "turn_finished",
