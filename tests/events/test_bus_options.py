@@ -7,8 +7,7 @@ from typing import Any
 import pytest
 
 from pilothouse.errors import InvalidFieldError
-from pilothouse.events import open_bus
-from pilothouse.events._bus import describe_bus
+from pilothouse.events import describe_bus, open_bus
 from pilothouse.events._kafka import KafkaBus
 
 
