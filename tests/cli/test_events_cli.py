@@ -209,6 +209,8 @@ def test_worker_takes_the_bus_options_and_says_them_at_start(
         (["--acks", "0"], "acks: must be 'all' or '1'"),
         (["--replication-factor", "3"], "replication_factor: only a Kafka bus has one"),
         (["--ack-wait", "5"], "ack_wait: only NATS has one"),
+        (["--ack-wait", "0"], "ack_wait: must be a positive number of seconds"),
+        (["--session-timeout", "-2"], "session_timeout: must be a positive number of seconds"),
     ],
 )
 def test_events_refuses_settings_it_cannot_honour(

@@ -171,6 +171,12 @@ def open_bus(
         InvalidFieldError: an unknown scheme, or an option the bus does not have.
     """
     scheme = urlsplit(url).scheme
+    # 0 would redeliver every message at once (ack_wait) or expire every
+    # group member between heartbeats (session_timeout).
+    if ack_wait is not None:
+        ack_wait = positive_seconds("ack_wait", ack_wait)
+    if session_timeout is not None:
+        session_timeout = positive_seconds("session_timeout", session_timeout)
     if scheme == "kafka":
         from pilothouse.events._kafka import KafkaBus
 
