@@ -82,3 +82,29 @@ async def test_names_every_bus_takes_are_kept(database: Database, name: str) -> 
     async with Pilothouse(Settings(), database=database) as ph:
         created = await ph.catalog.create("tools", _tool("topic", name))
         assert created.document["settings"] == {"topic": name}
+
+
+async def test_a_tool_stored_before_the_rule_still_sends_its_calls_to_the_outbox(
+    database: Database,
+) -> None:
+    # Such a row's calls fail alone at the relay (tests/events/test_event_outbox_backoff.py);
+    # refusing it when a turn builds its tools would fail every turn of the action.
+    from event_catalog import CATALOG, order_model
+    from sqlalchemy import select, update
+
+    from pilothouse.catalog import Tool
+    from pilothouse.store import EventOutbox
+    from pilothouse.types import ProcessStatus
+
+    settings = Settings(database_url=database.url)
+    async with Pilothouse(settings, database=database, model=order_model()) as ph:
+        await ph.catalog.import_text(CATALOG)
+        async with database.sessions.begin() as session:
+            await session.execute(
+                update(Tool).where(Tool.code == "LOOKUP").values(settings={"topic": "bad..topic"})
+            )
+    async with Pilothouse(settings, database=database, model=order_model()) as ph:
+        waiting = await ph.command.start_and_send("A-17", action="ORDERS")
+        assert waiting.status is ProcessStatus.WAITING
+        async with database.sessions() as session:
+            assert list(await session.scalars(select(EventOutbox.topic))) == ["bad..topic"]
