@@ -18,7 +18,7 @@ from event_catalog import CATALOG, order_model
 from sqlalchemy import update
 
 from pilothouse.api import Pilothouse
-from pilothouse.events import BusError, EventService, MemoryBus
+from pilothouse.events import BusError, EventService, MemoryBus, RunAction, encode
 from pilothouse.events._backoff import PublishBackoff
 from pilothouse.settings import Settings
 from pilothouse.store import Database, EventOutbox
@@ -31,8 +31,10 @@ BAD = "bad..topic"
 class RefusingBus(MemoryBus):
     """The memory bus, refusing a topic as a broker refuses a name it does not take."""
 
+    refused = {BAD}
+
     async def publish(self, topic: str, value: bytes, *, key: str | None = None) -> None:
-        if topic == BAD:
+        if topic in self.refused:
             raise BusError(f"kafka at 127.0.0.1:9092: publish to '{topic}': InvalidTopicError")
         await super().publish(topic, value, key=key)
 
@@ -129,3 +131,28 @@ async def test_the_backoff_takes_positive_seconds(ph: Pilothouse, argument: str)
 
     with pytest.raises(InvalidFieldError, match=argument):
         EventService(ph, MemoryBus(), **{argument: 0})  # type: ignore[arg-type]
+
+
+async def test_a_final_answer_the_bus_refuses_does_not_hold_up_the_next(ph: Pilothouse) -> None:
+    bus = RefusingBus()
+    bus.refused = set()
+    service = EventService(ph, bus, action_topic="actions")
+    for correlation_id, reply_to in (("first", "gone-replies"), ("second", "bpmn-replies")):
+        action = RunAction(
+            action="ORDERS", input="A-1", correlation_id=correlation_id, reply_to=reply_to
+        )
+        await bus.publish("actions", encode(action))
+        async for delivery in bus.consume("actions", "g"):
+            assert await service.handle_action(delivery) == "waiting"
+            break
+    for command in await ph.events.unpublished():
+        applied = await ph.events.complete(command.correlation_id, result={"status": "shipped"})
+        assert applied.outcome == "applied"
+    bus.refused = {"gone-replies"}
+
+    # The first answer's topic is refused: the second is published all the same.
+    assert await service.replies_once() == 1
+    final = json.loads(bus.messages("bpmn-replies")[-1])
+    assert (final["correlationId"], final["final"]) == ("second", True)
+    # The refused one stays claimed, for another try after the lease.
+    assert await service.replies_once() == 0
