@@ -72,7 +72,8 @@ def test_pip_install_then_run_on_the_embedded_model(tmp_path: Path) -> None:
     print(result)
     assert result["status"] == "CO"
     assert result["output"].strip()
-    assert result["ai_meta"]["model"] == "Qwen2.5-Coder-0.5B-Instruct"
+    # The record names the model that answered: the file the local server loaded.
+    assert result["ai_meta"]["model"] == "qwen2.5-coder-0.5b-instruct-q4_k_m"
     # max_tokens reached the local server and ended the answer there.
     assert (result["finish_reason"], result["output_tokens"]) == ("LE", 16)
     assembled = tmp_path / "cache" / "pilothouse" / "models"

@@ -122,6 +122,8 @@ async def test_json_rpc_records_itself(
 async def test_the_playground_records_itself(
     client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel, server_state: ServerState
 ) -> None:
+    # The browser UI's pages post from its own origin, as a browser says.
+    client.headers["Origin"] = "http://testserver"
     login = await client.post("/login", data={"api_key": api_key})
     assert login.status_code == 303, login.text
     scripted.script.steps.append(Reply("hi"))
