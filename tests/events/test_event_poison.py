@@ -20,7 +20,15 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pilothouse.api import Pilothouse
 from pilothouse.errors import InvalidFieldError
-from pilothouse.events import EventService, MemoryBus, SkillCompletionEvent, decode
+from pilothouse.events import (
+    EventService,
+    MemoryBus,
+    SkillCompletionEvent,
+    SkillInvocationEvent,
+    Worker,
+    decode,
+    encode,
+)
 from pilothouse.settings import Settings
 from pilothouse.store import Database
 from pilothouse.types import ProcessStatus, ToolCallStatus
@@ -234,3 +242,32 @@ async def test_a_completion_is_read_tolerantly_and_applied(
 async def test_max_deliver_must_be_a_whole_number_of_deliveries(ph: Pilothouse, value: Any) -> None:
     with pytest.raises(InvalidFieldError, match="max_deliver: must be a whole number"):
         EventService(ph, MemoryBus(), max_deliver=value)
+
+
+async def test_a_worker_answers_an_unreadable_command_and_dead_letters_one_that_raises(
+    ph: Pilothouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs: list[str] = []
+
+    async def poisoned(self: Any, name: str, arguments: Any, **kwargs: Any) -> Any:
+        runs.append(name)
+        raise RuntimeError("the handler broke")
+
+    monkeypatch.setattr(type(ph.events), "run_tool", poisoned)
+    bus = MemoryBus()
+    worker = Worker(ph, bus, max_deliver=2)
+    unreadable = b'{"type": "SkillInvocationEvent", "correlationId": "c-1", "replyTo": "out"}'
+    poison = encode(SkillInvocationEvent(correlation_id="c-2", skill_name="add", reply_to="out"))
+    await bus.publish("agent-commands", unreadable)
+    await bus.publish("agent-commands", poison)
+    async with anyio.create_task_group() as group:
+        await group.start(worker.run)
+        with anyio.fail_after(20):
+            while len(bus.messages("agent-commands.dlq")) < 2:
+                await anyio.sleep(0.02)
+        group.cancel_scope.cancel()
+    assert bus.messages("agent-commands.dlq") == [unreadable, poison]
+    assert runs == ["add", "add"]
+    (answer,) = [json.loads(value) for value in bus.messages("out")]
+    assert answer["correlationId"] == "c-1"
+    assert answer["error"] == "tool.exec.error: invalid_input: skillName: Field required"
