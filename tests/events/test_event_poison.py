@@ -107,7 +107,10 @@ async def test_the_facade_refuses_a_memory_id_longer_than_its_column(ph: Pilotho
 @pytest.mark.parametrize(
     ("fields", "error"),
     [
-        ({"input": 42}, "invalid_input: input"),
+        (
+            {"input": 42},
+            "invalid_input: input: must be text or an object of the prompt's placeholders, not 42",
+        ),
         ({"priority": "high"}, "invalid_input: priority: unknown field; remove it"),
         ({"memoryID": "client-7"}, "invalid_input: memoryID: unknown field; remove it"),
     ],

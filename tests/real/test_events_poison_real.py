@@ -145,7 +145,9 @@ async def test_bad_run_actions_are_answered_failed_and_the_process_goes_on(
         "invalid_input: memoryId: String should have at most 64 characters"
     )
     assert answers["number"]["status"] == "FA"
-    assert answers["number"]["error"].startswith("invalid_input: input")
+    assert answers["number"]["error"] == (
+        "invalid_input: input: must be text or an object of the prompt's placeholders, not 42"
+    )
     assert answers["extra"]["status"] == "FA"
     assert answers["extra"]["error"].startswith("invalid_input: priority: unknown field; remove it")
     assert (answers["valid"]["status"], answers["valid"]["output"]) == ("CO", "internal answer")

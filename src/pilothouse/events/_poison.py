@@ -21,6 +21,7 @@ __all__ = [
 ]
 
 import hashlib
+import json
 import logging
 from typing import Any, cast
 
@@ -112,6 +113,11 @@ def unreadable_reason(exc: Exception) -> str:
         if model is not None:
             path = path[1:]
         where = ".".join(path) or "message"
+        if model is RunAction and path[:1] == ["input"]:
+            # Its type is a union: pydantic names each branch it tried (input.str).
+            shown = json.dumps(first["input"], default=str)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            return f"input: must be text or an object of the prompt's placeholders, not {shown}"
         if first["type"] == "extra_forbidden" and model is not None:
             fields = ", ".join(f.alias or name for name, f in model.model_fields.items())
             return f"{where}: unknown field; remove it (the fields are {fields})"
@@ -128,10 +134,14 @@ class PoisonGuard:
         bus: where the dead-letter topic is.
         max_deliver: deliveries of a message whose handling raises before
             it is dead-lettered.
+        dead_letter: the dead-letter topic of every message it guards
+            (a worker's ``dead_letter_topic``); by default ``<topic>.dlq``
+            of the message's topic.
     """
 
-    def __init__(self, bus: Bus, max_deliver: int) -> None:
+    def __init__(self, bus: Bus, max_deliver: int, *, dead_letter: str | None = None) -> None:
         self._bus = bus
+        self._dead_letter = dead_letter
         self.max_deliver = check_max_deliver(max_deliver)
         self._failures: dict[tuple[str, bytes], int] = {}
 
@@ -168,7 +178,7 @@ class PoisonGuard:
             )
             await delivery.redeliver()
             return False
-        topic = dead_letter_topic(delivery.topic)
+        topic = self._dead_letter or dead_letter_topic(delivery.topic)
         logger.error(
             "a message on %s could not be handled in %d deliveries: dead-lettered on %s",
             delivery.topic,

@@ -154,7 +154,7 @@ class Worker:
         self.dead_letter_topic = dead_letter_topic or f"{topic}.dlq"
         self._timeout = positive_seconds("timeout", timeout)
         self.metrics = metrics or WorkerMetrics.create()
-        self._poison = PoisonGuard(bus, max_deliver)
+        self._poison = PoisonGuard(bus, max_deliver, dead_letter=self.dead_letter_topic)
 
     def tool(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Register a Python function as a tool this worker runs (a decorator)."""
