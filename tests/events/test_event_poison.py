@@ -95,7 +95,11 @@ async def test_a_too_long_memory_id_or_tenant_is_answered_failed_and_the_next_is
     assert tenant["status"] == "FA"
     assert tenant["error"] == "invalid_input: tenant: String should have at most 32 characters"
     assert (answers["valid"]["status"], answers["valid"]["output"]) == ("CO", "Done.")
-    assert bus.messages(f"{ACTIONS}.dlq") == []
+    # Set aside where an operator can read them, as they came.
+    assert bus.messages(f"{ACTIONS}.dlq") == [
+        run_action("long-memory", memoryId="m" * 100),
+        run_action("long-tenant", tenant="t" * 40),
+    ]
 
 
 async def test_the_facade_refuses_a_memory_id_longer_than_its_column(ph: Pilothouse) -> None:
@@ -127,6 +131,7 @@ async def test_an_invalid_run_action_is_answered_failed_naming_the_field(
     assert answers["bad"]["error"].startswith(error), answers["bad"]["error"]
     assert answers["next"]["status"] == "CO"
     assert (await ph.query.list_conversations()).total == 1
+    assert bus.messages(f"{ACTIONS}.dlq") == [run_action("bad", **fields)]
 
 
 async def test_a_run_action_whose_handling_raises_is_dead_lettered_after_max_deliver(
@@ -271,6 +276,28 @@ async def test_a_worker_answers_an_unreadable_command_and_dead_letters_one_that_
         group.cancel_scope.cancel()
     assert bus.messages("agent-commands.dlq") == [unreadable, poison]
     assert runs == ["add", "add"]
-    (answer,) = [json.loads(value) for value in bus.messages("out")]
-    assert answer["correlationId"] == "c-1"
-    assert answer["error"] == "tool.exec.error: invalid_input: skillName: Field required"
+    unreadable_answer, poison_answer = [json.loads(value) for value in bus.messages("out")]
+    assert unreadable_answer["correlationId"] == "c-1"
+    assert unreadable_answer["error"] == "tool.exec.error: invalid_input: skillName: Field required"
+    assert poison_answer["correlationId"] == "c-2"
+    assert poison_answer["error"] == (
+        "tool.exec.error: internal: the command could not be handled in 2 deliveries; "
+        "it was dead-lettered on agent-commands.dlq"
+    )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"{not json", b'{"correlationId": ""}', b"[1, 2]", b'{"type": "nope"}'],
+    ids=["not-json", "empty-id", "not-an-object", "unknown-type"],
+)
+async def test_a_message_on_the_reply_topic_that_is_no_completion_is_dead_lettered(
+    ph: Pilothouse, value: bytes
+) -> None:
+    bus = MemoryBus()
+    service = EventService(ph, bus)
+    await bus.publish("agent-events", value)
+    async for delivery in bus.consume("agent-events", "g"):
+        assert await service.handle_completion(delivery) == "invalid"
+        break
+    assert bus.messages("agent-events.dlq") == [value]

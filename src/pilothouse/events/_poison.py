@@ -149,6 +149,21 @@ class PoisonGuard:
     def _key(delivery: Delivery) -> tuple[str, bytes]:
         return delivery.topic, hashlib.sha256(delivery.value).digest()
 
+    async def set_aside(self, delivery: Delivery) -> str:
+        """Publish a message that can never be handled (unreadable) on the dead-letter topic now.
+
+        Delivered again, it would be refused again: it is not retried.
+
+        Returns:
+            The dead-letter topic.
+
+        Raises:
+            BusError: the dead-letter topic did not take it.
+        """
+        topic = self._dead_letter or dead_letter_topic(delivery.topic)
+        await self._bus.publish(topic, delivery.value, key=delivery.key)
+        return topic
+
     def handled(self, delivery: Delivery) -> None:
         """Forget the failures of a message that was handled after all."""
         if self._failures:

@@ -359,8 +359,16 @@ class EventService:
         """Apply one delivered completion, then acknowledge it; return its outcome."""
         try:
             message = decode(delivery.value)
-        except (ValidationError, ValueError) as exc:
-            logger.warning("ignored a message on %s that is no completion: %s", delivery.topic, exc)
+        except (ValidationError, ValueError, RecursionError) as exc:
+            # Set aside where an operator can read it, not retried: it would
+            # be refused again.
+            topic = await self._poison.set_aside(delivery)
+            logger.warning(
+                "a message on %s is no completion (%s): dead-lettered on %s",
+                delivery.topic,
+                unreadable_reason(exc),
+                topic,
+            )
             self.metrics.completions.labels("invalid").inc()
             await delivery.ack()
             return "invalid"
@@ -515,11 +523,17 @@ class EventService:
         """Answer a message that is no valid ``run_action`` with ``FA`` naming what is wrong.
 
         Answered when it names a ``correlationId`` and a ``replyTo`` (the
-        sender listens there); acknowledged either way: delivered again, it
-        would be refused again.
+        sender listens there); dead-lettered and acknowledged either way:
+        delivered again, it would be refused again.
         """
         reason = unreadable_reason(exc)
-        logger.warning("refused a message on %s that is no run_action: %s", delivery.topic, reason)
+        topic = await self._poison.set_aside(delivery)
+        logger.warning(
+            "refused a message on %s that is no run_action (%s): dead-lettered on %s",
+            delivery.topic,
+            reason,
+            topic,
+        )
         self.metrics.actions.labels("invalid").inc()
         target = reply_target(delivery.value)
         if target is not None:

@@ -190,8 +190,19 @@ class Worker:
 
     async def _poisoned(self, delivery: Delivery, exc: Exception) -> None:
         try:
-            if await self._poison.failed(delivery, exc):
-                self.metrics.commands.labels(self.topic, "dead_letter").inc()
+            if not await self._poison.failed(delivery, exc):
+                return
+            self.metrics.commands.labels(self.topic, "dead_letter").inc()
+            target = reply_target(delivery.value)
+            if target is not None:
+                # Its conversation waits for this answer, not for the deadline.
+                error = (
+                    f"tool.exec.error: internal: the command could not be handled in "
+                    f"{self._poison.max_deliver} deliveries; it was dead-lettered on "
+                    f"{self.dead_letter_topic}"
+                )
+                completion = SkillCompletionEvent(correlation_id=target[0], error=error)
+                await self._bus.publish(target[1], encode(completion), key=target[0])
         except BusError as bus_exc:
             logger.warning("command on %s not handed back: %s", self.topic, bus_exc)
 
