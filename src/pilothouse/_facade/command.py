@@ -22,7 +22,8 @@ from pilothouse._facade.facet import Facet
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.providers._egress import EgressPolicy
 from pilothouse.store import Database, NewMessage
-from pilothouse.store._text import check_input
+from pilothouse.store._tables import MEMORY_ID_LENGTH
+from pilothouse.store._text import check_input, check_length
 
 if TYPE_CHECKING:
     from pilothouse.runtime import Runner
@@ -494,6 +495,7 @@ class CommandApi(Facet):
             InvalidStateError: the action or the agent is deactivated.
         """
         check_input(memory_id, "memory_id")
+        check_length(memory_id, "memory_id", MEMORY_ID_LENGTH)
         for index, message in enumerate(history):
             check_input(message.content, f"history[{index}].content")
         await self._ready()

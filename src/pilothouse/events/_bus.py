@@ -91,6 +91,8 @@ class Delivery:
         key: its key (the correlation id for pilothouse's messages).
         lag: messages of the topic after this one not yet consumed by the
             group, when the broker says (a metric, not a promise).
+        deliveries: how many times the broker has delivered it, this time
+            included, when it says (NATS does; a hand-back counts too).
     """
 
     topic: str
@@ -99,6 +101,7 @@ class Delivery:
     lag: int | None = None
     _ack: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
     _redeliver: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
+    deliveries: int | None = None
 
     async def ack(self) -> None:
         """Acknowledge it: the group will not be given it again."""

@@ -195,14 +195,15 @@ class NatsBus:
                     continue
                 for message in batch:
                     headers: dict[str, str] = message.headers or {}
-                    lag = message.metadata.num_pending if message.metadata else None
+                    metadata = message.metadata
                     yield Delivery(
                         topic,
                         message.data,
                         headers.get("key"),
-                        lag,
+                        metadata.num_pending if metadata else None,
                         _reply(message, "ack", "acknowledgement"),
                         _reply(message, "nak", "negative acknowledgement"),
+                        deliveries=metadata.num_delivered if metadata else None,
                     )
         finally:
             if self._nc is not None and not self._nc.is_closed:

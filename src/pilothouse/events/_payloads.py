@@ -22,7 +22,7 @@ __all__ = [
 from datetime import datetime
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, TypeAdapter
 from pydantic.alias_generators import to_camel
 
 
@@ -47,7 +47,16 @@ class SkillInvocationEvent(_Message):
 
 
 class SkillCompletionEvent(_Message):
-    """A worker's answer: ``result``, or ``error`` when it failed."""
+    """A worker's answer: ``result``, or ``error`` when it failed.
+
+    Read tolerantly: fields it does not know (a ``timestamp``, the
+    ``skillName`` and ``arguments`` a worker echoes from its command) are
+    ignored, so a worker that adds one never leaves its call waiting.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+    )
 
     type: Literal["SkillCompletionEvent"] = "SkillCompletionEvent"
     correlation_id: str = Field(min_length=1, max_length=64)
@@ -56,16 +65,21 @@ class SkillCompletionEvent(_Message):
 
 
 class RunAction(_Message):
-    """A command: run an action (optionally as an agent) and answer with ``turn_finished``."""
+    """A command: run an action (optionally as an agent) and answer with ``turn_finished``.
+
+    Read strictly: a field it does not know is refused (answered ``FA``
+    naming it), since a misspelt ``memoryID`` would otherwise run the action
+    without its memory. The lengths are those of the columns that keep them.
+    """
 
     type: Literal["run_action"] = "run_action"
-    action: str = Field(min_length=1)
-    agent: str | None = None
-    input: str | dict[str, Any] = ""
-    memory_id: str | None = None
+    action: str = Field(min_length=1, max_length=64)
+    agent: str | None = Field(default=None, min_length=1, max_length=64)
+    input: StrictStr | dict[str, Any] = ""
+    memory_id: str | None = Field(default=None, min_length=1, max_length=64)
     correlation_id: str = Field(min_length=1, max_length=64)
-    reply_to: str = Field(min_length=1)
-    tenant: str | None = None
+    reply_to: str = Field(min_length=1, max_length=249)
+    tenant: str | None = Field(default=None, min_length=1, max_length=32)
 
 
 class TurnFinishedEvent(_Message):
@@ -96,8 +110,15 @@ EventMessage = Annotated[
 _ADAPTER: TypeAdapter[EventMessage] = TypeAdapter(EventMessage)
 
 
+_TYPES = frozenset({"SkillInvocationEvent", "SkillCompletionEvent", "run_action", "turn_finished"})
+
+
 def decode(value: bytes) -> EventMessage:
     """Read one message; a payload without ``type`` is read by its fields' names.
+
+    A CloudEvents envelope (structured mode: ``specversion`` and ``data``)
+    is read as its ``data``, typed by the envelope's ``type`` when its last
+    dotted part names one of the messages (``com.example.SkillCompletionEvent``).
 
     Raises:
         pydantic.ValidationError: not one of the messages.
@@ -106,17 +127,33 @@ def decode(value: bytes) -> EventMessage:
 
     # Any integer is read; the facade names one too large.
     data = loads_json(value, check=False)
-    if isinstance(data, dict) and "type" not in data:
-        # Seed 002's events carry no type: tell them apart by their fields.
-        fields = cast("dict[str, Any]", data)
-        if "skillName" in fields:
-            fields = {**fields, "type": "SkillInvocationEvent"}
-        elif "action" in fields:
-            fields = {**fields, "type": "run_action"}
-        else:
-            fields = {**fields, "type": "SkillCompletionEvent"}
-        data = fields
+    if isinstance(data, dict):
+        data = _typed(cast("dict[str, Any]", data))
     return _ADAPTER.validate_python(data)
+
+
+def _typed(fields: dict[str, Any]) -> dict[str, Any]:
+    """The message's fields with its ``type``, out of a CloudEvents envelope if it is one."""
+    inner = fields.get("data")
+    if "specversion" in fields and isinstance(inner, dict):
+        kind = str(fields.get("type", "")).rpartition(".")[2]
+        fields = cast("dict[str, Any]", inner)
+        if "type" not in fields and kind in _TYPES:
+            fields = {**fields, "type": kind}
+    if "type" in fields:
+        return fields
+    # Seed 002's events carry no type: tell them apart by their fields. A
+    # result or an error makes a completion, also when the worker echoes its
+    # command's skillName.
+    if "result" in fields or "error" in fields:
+        kind = "SkillCompletionEvent"
+    elif "skillName" in fields:
+        kind = "SkillInvocationEvent"
+    elif "action" in fields:
+        kind = "run_action"
+    else:
+        kind = "SkillCompletionEvent"
+    return {**fields, "type": kind}
 
 
 def encode(message: EventMessage) -> bytes:

@@ -36,7 +36,7 @@ import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import ValidationError
 
-from pilothouse.errors import ForbiddenError, InvalidFieldError, PilothouseError
+from pilothouse.errors import ErrorCategory, ForbiddenError, InvalidFieldError, PilothouseError
 from pilothouse.events._backoff import PublishBackoff
 from pilothouse.events._bus import (
     Bus,
@@ -52,6 +52,13 @@ from pilothouse.events._payloads import (
     TurnFinishedEvent,
     decode,
     encode,
+)
+from pilothouse.events._poison import (
+    DEFAULT_MAX_DELIVER,
+    PoisonGuard,
+    dead_letter_topic,
+    reply_target,
+    unreadable_reason,
 )
 from pilothouse.types import Caller, FinishReason, TurnResult, cost_text
 
@@ -146,6 +153,9 @@ class EventService:
         concurrency: completions applied at once by this process (each
             resumes a conversation: its model call included); those of one
             conversation are applied one after another, in delivery order.
+        max_deliver: deliveries of a message whose handling raises (a
+            database error, a bug) before it goes to the dead-letter topic
+            ``<topic>.dlq``; until then it is handed back to the bus.
         metrics: where to count; new ones by default.
         publish_backoff: seconds before a command the bus refused is tried
             again; the delay doubles with each failure of that command.
@@ -166,6 +176,7 @@ class EventService:
         busy_retry: float = 60.0,
         recover_after: float = 120.0,
         concurrency: int = 8,
+        max_deliver: int = DEFAULT_MAX_DELIVER,
         metrics: EventServiceMetrics | None = None,
         tenants: Collection[str] | None = None,
         publish_backoff: float = 1.0,
@@ -192,6 +203,7 @@ class EventService:
             positive_seconds("publish_backoff", publish_backoff),
             positive_seconds("publish_backoff_max", publish_backoff_max),
         )
+        self._poison = PoisonGuard(bus, max_deliver)
         self.metrics = metrics or EventServiceMetrics.create()
         self._wake = anyio.Event()
 
@@ -398,16 +410,37 @@ class EventService:
     async def _handle_acked(self, delivery: Delivery) -> None:
         try:
             await self.handle_completion(delivery)
+            self._poison.handled(delivery)
         except BusError as exc:
             # Applied but not acknowledged: it comes again and is a duplicate.
             logger.warning("completion on %s not acknowledged: %s", delivery.topic, exc)
+        except Exception as exc:
+            # One message must never stop the consumer: retried, then dead-lettered.
+            if await self._poisoned(delivery, exc):
+                self.metrics.completions.labels("dead_letter").inc()
+
+    async def _poisoned(self, delivery: Delivery, exc: Exception) -> bool:
+        """Hand back a message whose handling raised; True once it was dead-lettered."""
+        try:
+            return await self._poison.failed(delivery, exc)
+        except BusError as bus_exc:
+            logger.warning("a message on %s not handed back: %s", delivery.topic, bus_exc)
+            return False
 
     async def handle_completion(self, delivery: Delivery) -> str:
         """Apply one delivered completion, then acknowledge it; return its outcome."""
         try:
             message = decode(delivery.value)
-        except (ValidationError, ValueError) as exc:
-            logger.warning("ignored a message on %s that is no completion: %s", delivery.topic, exc)
+        except (ValidationError, ValueError, RecursionError) as exc:
+            # Set aside where an operator can read it, not retried: it would
+            # be refused again.
+            topic = await self._poison.set_aside(delivery)
+            logger.warning(
+                "a message on %s is no completion (%s): dead-lettered on %s",
+                delivery.topic,
+                unreadable_reason(exc),
+                topic,
+            )
             self.metrics.completions.labels("invalid").inc()
             await delivery.ack()
             return "invalid"
@@ -483,18 +516,42 @@ class EventService:
                 self.metrics.lag.labels(delivery.topic).set(delivery.lag)
             try:
                 await self.handle_action(delivery)
+                self._poison.handled(delivery)
             except BusError as exc:
                 logger.warning("run_action on %s not finished: %s", delivery.topic, exc)
+            except Exception as exc:
+                # One message must never stop the consumer: retried, then
+                # dead-lettered and answered, so its caller does not wait.
+                if await self._poisoned(delivery, exc):
+                    self.metrics.actions.labels("dead_letter").inc()
+                    await self._answer_unhandled(delivery)
+
+    async def _answer_unhandled(self, delivery: Delivery) -> None:
+        """Answer a dead-lettered ``run_action`` with ``FA``, where its sender listens."""
+        target = reply_target(delivery.value)
+        if target is None:
+            return
+        correlation_id, reply_to = target
+        reply = TurnFinishedEvent(
+            correlation_id=correlation_id,
+            status="FA",
+            error=(
+                f"internal: the run_action could not be handled in "
+                f"{self._poison.max_deliver} deliveries; it was dead-lettered on "
+                f"{dead_letter_topic(delivery.topic)}"
+            ),
+        )
+        try:
+            await self._bus.publish(reply_to, encode(reply), key=correlation_id)
+        except BusError as exc:
+            logger.warning("run_action %s not answered: %s", correlation_id, exc)
 
     async def handle_action(self, delivery: Delivery) -> str:
         """Run one delivered ``run_action`` and publish its ``turn_finished``."""
         try:
             message = decode(delivery.value)
-        except (ValidationError, ValueError) as exc:
-            logger.warning("ignored a message on %s that is no run_action: %s", delivery.topic, exc)
-            self.metrics.actions.labels("invalid").inc()
-            await delivery.ack()
-            return "invalid"
+        except (ValidationError, ValueError, RecursionError) as exc:
+            return await self._refuse_unreadable(delivery, exc)
         if not isinstance(message, RunAction):
             await delivery.ack()
             return "other"
@@ -533,6 +590,34 @@ class EventService:
         self.metrics.actions.labels(outcome).inc()
         await delivery.ack()
         return outcome
+
+    async def _refuse_unreadable(self, delivery: Delivery, exc: Exception) -> str:
+        """Answer a message that is no valid ``run_action`` with ``FA`` naming what is wrong.
+
+        Answered when it names a ``correlationId`` and a ``replyTo`` (the
+        sender listens there); dead-lettered and acknowledged either way:
+        delivered again, it would be refused again.
+        """
+        reason = unreadable_reason(exc)
+        topic = await self._poison.set_aside(delivery)
+        logger.warning(
+            "refused a message on %s that is no run_action (%s): dead-lettered on %s",
+            delivery.topic,
+            reason,
+            topic,
+        )
+        self.metrics.actions.labels("invalid").inc()
+        target = reply_target(delivery.value)
+        if target is not None:
+            correlation_id, reply_to = target
+            reply = TurnFinishedEvent(
+                correlation_id=correlation_id,
+                status="FA",
+                error=f"{ErrorCategory.INVALID_INPUT.value}: {reason}",
+            )
+            await self._bus.publish(reply_to, encode(reply), key=correlation_id)
+        await delivery.ack()
+        return "invalid"
 
     async def _refuse_action(self, delivery: Delivery, message: RunAction, tenant: str) -> str:
         """Answer a ``run_action`` of a tenant this process does not serve with ``FA``; run nothing.

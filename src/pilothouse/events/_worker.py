@@ -49,6 +49,12 @@ from pilothouse.events._payloads import (
     decode,
     encode,
 )
+from pilothouse.events._poison import (
+    DEFAULT_MAX_DELIVER,
+    PoisonGuard,
+    reply_target,
+    unreadable_reason,
+)
 
 if TYPE_CHECKING:
     from pilothouse.api import Pilothouse
@@ -108,6 +114,8 @@ class Worker:
         tenants: the tenants whose commands this worker runs (default: the
             facade's tenant alone). A command of any other tenant is
             answered with an error and not run.
+        max_deliver: deliveries of a command whose handling raises (not a
+            failing tool: that is ``attempts``) before it is dead-lettered.
 
     Example:
         ```python
@@ -133,6 +141,7 @@ class Worker:
         timeout: float = 30.0,
         metrics: WorkerMetrics | None = None,
         tenants: Collection[str] | None = None,
+        max_deliver: int = DEFAULT_MAX_DELIVER,
     ) -> None:
         self.tenants = served_tenants(ph.tenant, tenants)
         if attempts < 1:
@@ -145,6 +154,7 @@ class Worker:
         self.dead_letter_topic = dead_letter_topic or f"{topic}.dlq"
         self._timeout = positive_seconds("timeout", timeout)
         self.metrics = metrics or WorkerMetrics.create()
+        self._poison = PoisonGuard(bus, max_deliver, dead_letter=self.dead_letter_topic)
 
     def tool(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Register a Python function as a tool this worker runs (a decorator)."""
@@ -170,9 +180,31 @@ class Worker:
                 self.metrics.lag.labels(self.topic).set(delivery.lag)
             try:
                 await self.handle(delivery)
+                self._poison.handled(delivery)
             except BusError as exc:
                 # Unacknowledged: the bus delivers the command again.
                 logger.warning("command on %s not finished: %s", self.topic, exc)
+            except Exception as exc:
+                # One command must never stop the worker: retried, then dead-lettered.
+                await self._poisoned(delivery, exc)
+
+    async def _poisoned(self, delivery: Delivery, exc: Exception) -> None:
+        try:
+            if not await self._poison.failed(delivery, exc):
+                return
+            self.metrics.commands.labels(self.topic, "dead_letter").inc()
+            target = reply_target(delivery.value)
+            if target is not None:
+                # Its conversation waits for this answer, not for the deadline.
+                error = (
+                    f"tool.exec.error: internal: the command could not be handled in "
+                    f"{self._poison.max_deliver} deliveries; it was dead-lettered on "
+                    f"{self.dead_letter_topic}"
+                )
+                completion = SkillCompletionEvent(correlation_id=target[0], error=error)
+                await self._bus.publish(target[1], encode(completion), key=target[0])
+        except BusError as bus_exc:
+            logger.warning("command on %s not handed back: %s", self.topic, bus_exc)
 
     async def handle(self, delivery: Delivery) -> str:
         """Run one delivered command, answer it, acknowledge it; return the outcome."""
@@ -184,8 +216,14 @@ class Worker:
     async def _handle(self, delivery: Delivery) -> str:
         try:
             command = decode(delivery.value)
-        except (ValidationError, ValueError) as exc:
+        except (ValidationError, ValueError, RecursionError) as exc:
             await self._dead_letter(delivery, f"unreadable: {exc}")
+            target = reply_target(delivery.value)
+            if target is not None:
+                # Its sender waits for this answer: the reason, not the deadline.
+                error = f"tool.exec.error: invalid_input: {unreadable_reason(exc)}"
+                completion = SkillCompletionEvent(correlation_id=target[0], error=error)
+                await self._bus.publish(target[1], encode(completion), key=target[0])
             return "invalid"
         if not isinstance(command, SkillInvocationEvent):
             return "other"

@@ -89,7 +89,8 @@ from pilothouse.store import (
     TurnStore,
 )
 from pilothouse.store._base import utcnow
-from pilothouse.store._text import check_input
+from pilothouse.store._tables import MEMORY_ID_LENGTH
+from pilothouse.store._text import check_input, check_length
 
 logger = logging.getLogger(__name__)
 
@@ -266,6 +267,8 @@ class Runner:
             RuntimeConfigError: the runtime config is invalid.
             TemplateError: the input data does not fill the prompt.
         """
+        check_input(memory_id, "memory_id")
+        check_length(memory_id, "memory_id", MEMORY_ID_LENGTH)
         new = await self._new_turn(
             action_code, agent_code, text, attachments, input_data, runtime_config, caller=caller
         )

@@ -10,6 +10,7 @@ configuration). The mapped classes (:mod:`pilothouse.store._records`,
 from __future__ import annotations
 
 __all__ = [
+    "MEMORY_ID_LENGTH",
     "NAMING",
     "attachment_table",
     "conversation_table",
@@ -67,6 +68,9 @@ NAMING = {
 metadata = MetaData(naming_convention=NAMING)
 """The metadata of every pilothouse table (catalog, store, knowledge, memory)."""
 
+MEMORY_ID_LENGTH = 64
+"""The longest ``memory_id`` a conversation keeps (its column's length)."""
+
 conversation_table = Table(
     "conversation",
     metadata,
@@ -89,7 +93,7 @@ conversation_table = Table(
     Column("reasoning_tokens", Integer, default=0, nullable=False),
     Column("estimated_cost", Numeric(18, 8), default=Decimal(0), nullable=False),
     Column("error_detail", Text),
-    Column("memory_id", String(64), nullable=False),
+    Column("memory_id", String(MEMORY_ID_LENGTH), nullable=False),
     Column("audit", Boolean, default=True, nullable=False),
     Column("created_at", UtcDateTime, default=utcnow, nullable=False),
     Column("started_at", UtcDateTime),

@@ -25,6 +25,7 @@ __all__ = [
     "INT_MIN",
     "OversizedInt",
     "check_input",
+    "check_length",
     "input_problem",
     "loads_json",
     "read_int",
@@ -162,6 +163,21 @@ def check_input(value: Any, field: str) -> None:
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for spec in dataclasses.fields(value):
             check_input(getattr(value, spec.name), _key(field, spec.name))
+
+
+def check_length(value: str | None, field: str, limit: int) -> None:
+    """Refuse text longer than the column that keeps it, naming the field.
+
+    PostgreSQL refuses text longer than a ``varchar(n)`` (the whole write
+    fails); SQLite keeps it: refused here, both answer the same.
+
+    Raises:
+        InvalidFieldError: ``value`` has more than ``limit`` characters.
+    """
+    if value is not None and len(value) > limit:
+        raise InvalidFieldError(
+            field, f"is {len(value):,} characters long; at most {limit} are accepted"
+        )
 
 
 def read_int(text: str) -> int:
