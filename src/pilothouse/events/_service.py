@@ -184,6 +184,12 @@ class EventService:
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Run every loop until cancelled."""
         await self._bus.start()
+        # Workers answer on the reply topic without making a stream for it
+        # (NATS): it must exist before the relay publishes the first command;
+        # and a caller's run_action is taken once the service says it started.
+        await self._bus.declare(self.reply_topic)
+        if self.action_topic is not None:
+            await self._bus.declare(self.action_topic)
         self._ph.subscribe(self._on_turn_event, deltas=False)
         try:
             async with anyio.create_task_group() as group:
@@ -248,7 +254,7 @@ class EventService:
             try:
                 for reply in replies:
                     event = turn_finished(reply.correlation_id, reply.result)
-                    await self._bus.publish(reply.reply_to, encode(event), key=reply.correlation_id)
+                    await self._bus.answer(reply.reply_to, encode(event), key=reply.correlation_id)
                     done.append(reply.correlation_id)
                     self.metrics.actions.labels("final_reply").inc()
             finally:
@@ -449,7 +455,7 @@ class EventService:
                 error=f"{exc.category.value}: {exc.public_message}",
             )
         if reply is not None:
-            await self._bus.publish(message.reply_to, encode(reply), key=correlation_id)
+            await self._bus.answer(message.reply_to, encode(reply), key=correlation_id)
             if settled:
                 await ph.events.replies_sent([correlation_id])
             else:
@@ -485,7 +491,7 @@ class EventService:
             status="FA",
             error=f"{refusal.category.value}: {refusal.public_message}",
         )
-        await self._bus.publish(message.reply_to, encode(reply), key=message.correlation_id)
+        await self._bus.answer(message.reply_to, encode(reply), key=message.correlation_id)
         self.metrics.actions.labels("forbidden").inc()
         await delivery.ack()
         return "forbidden"
