@@ -12,6 +12,9 @@ not run: pilothouse has already ended the call with a timeout result.
 A worker runs commands only of the tenants it was started for
 (``tenants``, by default its facade's tenant): a command naming another
 tenant is answered with an error and nothing runs.
+A command for a skill the worker does not have is neither run nor
+answered: it is passed on to the group (:meth:`Delivery.pass_on`), so the
+worker that has the skill answers it.
 
 Idempotency is pilothouse's: a command delivered twice is run twice, and
 the second completion is recorded as a duplicate and ignored. Make tools
