@@ -62,10 +62,8 @@ class _ConnectionLog:
         logger.warning("nats at %s: reconnected", self._where)
 
 
-def _reply(
-    message: Any, verb: str, what: str, delay: float | None = None
-) -> Callable[[], Awaitable[None]]:
-    """``message.<verb>()`` (``ack`` or ``nak``) as a delivery's callback.
+def _reply(message: Any, verb: str, what: str, **options: float) -> Callable[[], Awaitable[None]]:
+    """``message.<verb>(**options)`` (``ack`` or ``nak``) as a delivery's callback.
 
     A failure raises :class:`BusError`; JetStream delivers the message again
     after ``ack_wait`` all the same.
@@ -75,10 +73,7 @@ def _reply(
         from nats.errors import Error as NatsError
 
         try:
-            if delay is None:
-                await getattr(message, verb)()
-            else:
-                await message.nak(delay=delay)
+            await getattr(message, verb)(**options)
         except NatsError as exc:
             raise BusError(f"nats: {what} lost: {exc}") from exc
 
@@ -312,7 +307,7 @@ class NatsBus:
                         lag,
                         _reply(message, "ack", "acknowledgement"),
                         _reply(message, "nak", "negative acknowledgement"),
-                        _reply(message, "nak", "hand-over", _PASS_DELAY),
+                        _reply(message, "nak", "hand-over", delay=_PASS_DELAY),
                     )
         finally:
             if self._nc is not None and not self._nc.is_closed:
