@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -238,3 +239,23 @@ async def test_a_worker_without_the_skill_leaves_it_to_the_worker_that_has_it(
             await opened.close()
     assert runs == Counter({"W-1": 1})
     await assert_each_applied_once(ph, 1)
+
+
+async def test_a_topic_an_existing_stream_covers_is_published_and_consumed_through_it(
+    nats_server: Broker, nc: Any
+) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="TEAM", subjects=["team.>"])
+    bus = open_bus(nats_server.url)
+    try:
+        await bus.publish("team.commands", b'{"n": 1}', key="c-1")
+        stream = bus.consume("team.commands", "team-workers")
+        async with aclosing(stream):
+            with anyio.fail_after(30):
+                delivery = await anext(stream)
+            await delivery.ack()
+    finally:
+        await bus.close()
+    assert (delivery.value, delivery.key) == (b'{"n": 1}', "c-1")
+    assert await stream_names(nc) == {"TEAM"}
+    assert (await js.stream_info("TEAM")).state.messages == 1
