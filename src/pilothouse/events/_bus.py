@@ -17,8 +17,8 @@ __all__ = ["DEFAULT_ACK_WAIT", "Bus", "BusError", "Delivery", "describe_bus", "o
 import math
 from collections.abc import AsyncGenerator, Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pilothouse.errors import InvalidFieldError, PilothouseError
 
@@ -101,6 +101,7 @@ class Delivery:
     lag: int | None = None
     _ack: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
     _redeliver: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
+    _pass: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
     deliveries: int | None = None
 
     async def ack(self) -> None:
@@ -126,6 +127,24 @@ class Delivery:
         if self._redeliver is not None:
             await self._redeliver()
 
+    async def pass_on(self) -> None:
+        """Leave it to another member of the group: this consumer does not handle it.
+
+        NATS hands it back (``nak``) to be offered to the group again a
+        second later, to whichever member fetches it. A Kafka group cannot
+        skip a message without committing past it, and the memory bus
+        follows Kafka: there it is acknowledged, so the group does not get
+        it again (give consumers that handle different messages groups or
+        topics of their own).
+
+        Raises:
+            BusError: the broker was not told.
+        """
+        if self._pass is not None:
+            await self._pass()
+        else:
+            await self.ack()
+
 
 class Bus(Protocol):
     """A message bus: Kafka protocol, NATS JetStream, or memory."""
@@ -146,9 +165,54 @@ class Bus(Protocol):
         """
         ...
 
+    async def answer(self, topic: str, value: bytes, *, key: str | None = None) -> None:
+        """Publish one message on a caller's reply topic (``replyTo``).
+
+        NATS makes no stream for it: a stream that covers the subject stores
+        it, else it goes out on core NATS (a request's ``_INBOX``). Kafka
+        and memory publish it as any message.
+
+        Raises:
+            BusError: the broker did not take it.
+        """
+        ...
+
+    async def declare(self, topic: str) -> None:
+        """Make sure the broker keeps ``topic``'s messages before any is published.
+
+        Raises:
+            BusError: the broker refused.
+        """
+        ...
+
     def consume(self, topic: str, group: str) -> AsyncGenerator[Delivery]:
         """Deliver ``topic``'s messages to ``group``; unacknowledged ones come again."""
         ...
+
+
+def _nats_bus(url: str, ack_wait: float | None) -> Bus:
+    """A NATS bus; ``?retention=...&max_age=...`` in the URL set its new streams' limits."""
+    from pilothouse.events._nats import NatsBus
+
+    parts = urlsplit(url)
+    options: dict[str, Any] = {} if ack_wait is None else {"ack_wait": ack_wait}
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name == "retention":
+            options["retention"] = value
+        elif name == "max_age":
+            try:
+                options["max_age"] = float(value)
+            except ValueError:
+                raise InvalidFieldError(
+                    "max_age", f"must be a positive number of seconds, not {value!r}"
+                ) from None
+        else:
+            raise InvalidFieldError(
+                name,
+                f"'{shown_url(url)}' has an option NATS does not have: "
+                "write retention=limits|interest|workqueue and max_age=<seconds>, or nothing",
+            )
+    return NatsBus(urlunsplit(parts._replace(query="")), **options)
 
 
 def open_bus(
@@ -161,6 +225,9 @@ def open_bus(
 ) -> Bus:
     """The bus of a URL: ``memory://``, ``kafka://host:port[,host:port]``, ``nats://host:port``.
 
+    A NATS URL may set the retention and age limit of the streams the bus
+    creates: ``nats://host:4222?retention=limits&max_age=604800`` (seconds).
+
     Args:
         url: where the broker is.
         session_timeout: a Kafka consumer group's session timeout in seconds
@@ -171,7 +238,8 @@ def open_bus(
             (default 1: one local broker; 3 on a production cluster).
 
     Raises:
-        InvalidFieldError: an unknown scheme, or an option the bus does not have.
+        InvalidFieldError: an unknown scheme, or an option the bus does not have
+            (an unknown NATS URL option, retention or a bad max_age included).
     """
     scheme = urlsplit(url).scheme
     # 0 would redeliver every message at once (ack_wait) or expire every
@@ -207,9 +275,7 @@ def open_bus(
                 name, f"only a Kafka bus has one, not '{shown_url(url)}': remove it"
             )
     if scheme == "nats":
-        from pilothouse.events._nats import NatsBus
-
-        return NatsBus(url, ack_wait=DEFAULT_ACK_WAIT if ack_wait is None else ack_wait)
+        return _nats_bus(url, DEFAULT_ACK_WAIT if ack_wait is None else ack_wait)
     if ack_wait is not None:
         raise InvalidFieldError("ack_wait", f"only NATS has one, not '{shown_url(url)}': remove it")
     if scheme == "memory":

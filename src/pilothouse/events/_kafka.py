@@ -149,6 +149,14 @@ class KafkaBus:
         except KafkaError as exc:
             raise BusError(f"kafka at {self._servers}: publish to '{topic}': {exc}") from exc
 
+    async def answer(self, topic: str, value: bytes, *, key: str | None = None) -> None:
+        """Publish on a caller's reply topic: as any message (Kafka has no inboxes)."""
+        await self.publish(topic, value, key=key)
+
+    async def declare(self, topic: str) -> None:
+        """Create ``topic`` unless it exists."""
+        await self.ensure_topic(topic)
+
     async def consume(self, topic: str, group: str) -> AsyncGenerator[Delivery]:
         """The group's messages; an acknowledgement commits the message's offset."""
         from aiokafka import AIOKafkaConsumer, TopicPartition  # pyright: ignore[reportMissingTypeStubs]

@@ -49,6 +49,13 @@ class MemoryBus:
             self._logs.setdefault(topic, []).append((key, value))
             self._changed.notify_all()
 
+    async def answer(self, topic: str, value: bytes, *, key: str | None = None) -> None:
+        """Publish on a caller's reply topic: as any message."""
+        await self.publish(topic, value, key=key)
+
+    async def declare(self, topic: str) -> None:
+        """Nothing to create: a topic exists once something is published on it."""
+
     async def consume(self, topic: str, group: str) -> AsyncGenerator[Delivery]:
         """Hand out the topic's messages to the group, each to one consumer.
 

@@ -214,6 +214,12 @@ class EventService:
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Run every loop until cancelled."""
         await self._bus.start()
+        # Workers answer on the reply topic without making a stream for it
+        # (NATS): it must exist before the relay publishes the first command;
+        # and a caller's run_action is taken once the service says it started.
+        await self._bus.declare(self.reply_topic)
+        if self.action_topic is not None:
+            await self._bus.declare(self.action_topic)
         self._ph.subscribe(self._on_turn_event, deltas=False)
         try:
             async with anyio.create_task_group() as group:
@@ -316,7 +322,7 @@ class EventService:
                 for reply in replies:
                     event = turn_finished(reply.correlation_id, reply.result)
                     try:
-                        await self._bus.publish(
+                        await self._bus.answer(
                             reply.reply_to, encode(event), key=reply.correlation_id
                         )
                     except BusError as exc:
@@ -542,7 +548,7 @@ class EventService:
             ),
         )
         try:
-            await self._bus.publish(reply_to, encode(reply), key=correlation_id)
+            await self._bus.answer(reply_to, encode(reply), key=correlation_id)
         except BusError as exc:
             logger.warning("run_action %s not answered: %s", correlation_id, exc)
 
@@ -578,7 +584,7 @@ class EventService:
                 error=f"{exc.category.value}: {exc.public_message}",
             )
         if reply is not None:
-            await self._bus.publish(message.reply_to, encode(reply), key=correlation_id)
+            await self._bus.answer(message.reply_to, encode(reply), key=correlation_id)
             if settled:
                 await ph.events.replies_sent([correlation_id])
             else:
@@ -615,7 +621,7 @@ class EventService:
                 status="FA",
                 error=f"{ErrorCategory.INVALID_INPUT.value}: {reason}",
             )
-            await self._bus.publish(reply_to, encode(reply), key=correlation_id)
+            await self._bus.answer(reply_to, encode(reply), key=correlation_id)
         await delivery.ack()
         return "invalid"
 
@@ -642,7 +648,7 @@ class EventService:
             status="FA",
             error=f"{refusal.category.value}: {refusal.public_message}",
         )
-        await self._bus.publish(message.reply_to, encode(reply), key=message.correlation_id)
+        await self._bus.answer(message.reply_to, encode(reply), key=message.correlation_id)
         self.metrics.actions.labels("forbidden").inc()
         await delivery.ack()
         return "forbidden"

@@ -12,6 +12,9 @@ not run: pilothouse has already ended the call with a timeout result.
 A worker runs commands only of the tenants it was started for
 (``tenants``, by default its facade's tenant): a command naming another
 tenant is answered with an error and nothing runs.
+A command for a skill the worker does not have is neither run nor
+answered: it is passed on to the group (:meth:`Delivery.pass_on`), so the
+worker that has the skill answers it.
 
 Idempotency is pilothouse's: a command delivered twice is run twice, and
 the second completion is recorded as a duplicate and ignored. Make tools
@@ -34,7 +37,7 @@ import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import ValidationError
 
-from pilothouse.errors import ForbiddenError, InvalidFieldError, PilothouseError
+from pilothouse.errors import ForbiddenError, InvalidFieldError, NotFoundError, PilothouseError
 from pilothouse.events._bus import (
     Bus,
     BusError,
@@ -80,7 +83,7 @@ class WorkerMetrics:
             commands=Counter(
                 "pilothouse_worker_commands",
                 "Commands handled, by outcome "
-                "(ok, error, dead_letter, expired, invalid, forbidden).",
+                "(ok, error, dead_letter, expired, invalid, forbidden, not_served).",
                 ["topic", "outcome"],
                 registry=registry,
             ),
@@ -202,15 +205,23 @@ class Worker:
                     f"{self.dead_letter_topic}"
                 )
                 completion = SkillCompletionEvent(correlation_id=target[0], error=error)
-                await self._bus.publish(target[1], encode(completion), key=target[0])
+                await self._bus.answer(target[1], encode(completion), key=target[0])
         except BusError as bus_exc:
             logger.warning("command on %s not handed back: %s", self.topic, bus_exc)
 
     async def handle(self, delivery: Delivery) -> str:
-        """Run one delivered command, answer it, acknowledge it; return the outcome."""
+        """Run one delivered command, answer it, acknowledge it; return the outcome.
+
+        A command for a skill this worker does not have is neither run nor
+        answered: it is passed on to the group (:meth:`Delivery.pass_on`),
+        whose member that has the skill, or another group, answers it.
+        """
         outcome = await self._handle(delivery)
         self.metrics.commands.labels(self.topic, outcome).inc()
-        await delivery.ack()
+        if outcome == "not_served":
+            await delivery.pass_on()
+        else:
+            await delivery.ack()
         return outcome
 
     async def _handle(self, delivery: Delivery) -> str:
@@ -223,7 +234,7 @@ class Worker:
                 # Its sender waits for this answer: the reason, not the deadline.
                 error = f"tool.exec.error: invalid_input: {unreadable_reason(exc)}"
                 completion = SkillCompletionEvent(correlation_id=target[0], error=error)
-                await self._bus.publish(target[1], encode(completion), key=target[0])
+                await self._bus.answer(target[1], encode(completion), key=target[0])
             return "invalid"
         if not isinstance(command, SkillInvocationEvent):
             return "other"
@@ -233,6 +244,25 @@ class Worker:
         if command.deadline is not None and command.deadline.timestamp() < time.time():
             # pilothouse has ended (or will end) the call with a timeout.
             return "expired"
+        try:
+            return await self._attempts(delivery, command)
+        except NotFoundError:
+            # Not this worker's skill: an error answer would beat the answer
+            # of the worker or service that has it.
+            logger.debug(
+                "command %s (%s) on %s: not a skill of this worker; passed on",
+                command.correlation_id,
+                command.skill_name,
+                self.topic,
+            )
+            return "not_served"
+
+    async def _attempts(self, delivery: Delivery, command: SkillInvocationEvent) -> str:
+        """Run the command up to ``attempts`` times, answer it; dead-letter it if it keeps failing.
+
+        Raises:
+            NotFoundError: the worker has no such skill.
+        """
         error: str | None = None
         started = time.perf_counter()
         for attempt in range(1, self.attempts + 1):
@@ -266,6 +296,8 @@ class Worker:
                 call_id=command.tool_call_id,
                 timeout=self._timeout,
             )
+        except NotFoundError:
+            raise  # not this worker's skill: the caller passes the command on
         except PilothouseError as exc:
             return f"tool.exec.error: {exc}", None
         return run.error, run.result
@@ -296,7 +328,7 @@ class Worker:
         completion = SkillCompletionEvent(
             correlation_id=command.correlation_id, result=result, error=error
         )
-        await self._bus.publish(command.reply_to, encode(completion), key=command.correlation_id)
+        await self._bus.answer(command.reply_to, encode(completion), key=command.correlation_id)
 
     async def _dead_letter(self, delivery: Delivery, reason: str) -> None:
         logger.warning("dead-lettered a command from %s: %s", delivery.topic, reason)
