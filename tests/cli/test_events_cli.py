@@ -135,16 +135,20 @@ def test_events_takes_its_pacing_and_bus_options_and_says_them_at_start(
             "all",
             "--replication-factor",
             "3",
+            "--max-deliver",
+            "7",
         ],
     )
     assert result.exit_code == 0, result.stderr
     (service,) = built
     assert (service._recover_after, service._busy_retry, service._concurrency) == (300, 15, 4)
+    assert service._poison.max_deliver == 7
     assert (service._bus.acks, service._bus.replication_factor) == ("all", 3)
     assert result.stderr.strip() == (
         "pilothouse events: bus kafka, servers k1:9092,k2:9092 (acks all, replication "
         "factor 3); topics: completions agent-events, run_action actions (group pilothouse); "
-        "tenant default only; concurrency 4; recover_after 300 s, busy_retry 15 s"
+        "tenant default only; concurrency 4; recover_after 300 s, busy_retry 15 s, "
+        "max_deliver 7"
     )
 
 
@@ -155,6 +159,7 @@ def test_the_options_have_environment_equivalents(
     monkeypatch.setenv("PILOTHOUSE_EVENTS_RECOVER_AFTER", "240")
     monkeypatch.setenv("PILOTHOUSE_EVENTS_BUSY_RETRY", "5")
     monkeypatch.setenv("PILOTHOUSE_EVENTS_ACK_WAIT", "45")
+    monkeypatch.setenv("PILOTHOUSE_EVENTS_MAX_DELIVER", "3")
     url = f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}"
     result = runner.invoke(
         app, ["--database-url", url, "events", "--bus", "nats://ops:s3cret@nats.internal:4222"]
@@ -163,6 +168,7 @@ def test_the_options_have_environment_equivalents(
     (service,) = built
     assert (service._recover_after, service._busy_retry) == (240, 5)
     assert service._bus._ack_wait == 45
+    assert service._poison.max_deliver == 3
     assert "s3cret" not in result.stderr
     assert result.stderr.startswith(
         "pilothouse events: bus nats, servers ***@nats.internal:4222 (ack_wait 45 s); "
@@ -196,7 +202,8 @@ def test_worker_takes_the_bus_options_and_says_them_at_start(
     assert result.stderr.strip() == (
         "pilothouse worker: bus kafka, servers k1:9092 (acks 1, replication factor 3); "
         "topic agent-commands (group pilothouse-workers), dead letters agent-commands.dlq; "
-        "tenant default only; attempts 5, timeout 30 s; registered tools: none, and tenant "
+        "tenant default only; attempts 5, max_deliver 5, timeout 30 s; registered tools: "
+        "none, and tenant "
         "default's catalog tools"
     )
 

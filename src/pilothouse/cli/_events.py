@@ -62,6 +62,16 @@ ReplicationFactor = Annotated[
         "broker; 3 on a production cluster).",
     ),
 ]
+MaxDeliver = Annotated[
+    int,
+    typer.Option(
+        "--max-deliver",
+        min=1,
+        envvar="PILOTHOUSE_EVENTS_MAX_DELIVER",
+        help="Deliveries of a message whose handling raises before it goes to the "
+        "dead-letter topic (<topic>.dlq for run_action and completions).",
+    ),
+]
 MetricsPort = Annotated[
     int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics on this port.")
 ]
@@ -123,6 +133,7 @@ def worker(
     ack_wait: AckWait = None,
     acks: Acks = None,
     replication_factor: ReplicationFactor = None,
+    max_deliver: MaxDeliver = 5,
     metrics_port: MetricsPort = None,
 ) -> None:
     """Run tools for SkillInvocationEvent commands (a worker in a consumer group)."""
@@ -143,6 +154,7 @@ def worker(
                 attempts=attempts,
                 dead_letter_topic=dead_letter_topic,
                 timeout=timeout,
+                max_deliver=max_deliver,
             )
             try:
                 names = runner.register(tools or [])
@@ -153,7 +165,8 @@ def worker(
             typer.echo(
                 f"pilothouse worker: bus {describe_bus(opened, bus, ack_wait)}; "
                 f"topic {topic} (group {group}), dead letters {runner.dead_letter_topic}; "
-                f"tenant {ph.tenant} only; attempts {attempts}, timeout {timeout:g} s; "
+                f"tenant {ph.tenant} only; attempts {attempts}, max_deliver {max_deliver}, "
+                f"timeout {timeout:g} s; "
                 f"registered tools: {', '.join(names) or 'none'}, and tenant {ph.tenant}'s "
                 "catalog tools",
                 err=True,
@@ -207,6 +220,7 @@ def events(
     ack_wait: AckWait = None,
     acks: Acks = None,
     replication_factor: ReplicationFactor = None,
+    max_deliver: MaxDeliver = 5,
     metrics_port: MetricsPort = None,
 ) -> None:
     """Publish event tools' commands, apply completions, answer run_action."""
@@ -228,6 +242,7 @@ def events(
                 concurrency=concurrency,
                 recover_after=recover_after,
                 busy_retry=busy_retry,
+                max_deliver=max_deliver,
             )
             # One line an operator can check the process against (no secrets).
             typer.echo(
@@ -235,7 +250,8 @@ def events(
                 f"completions {reply_topic}"
                 + (f", run_action {action_topic}" if action_topic else "")
                 + f" (group {group}); tenant {ph.tenant} only; concurrency {concurrency}; "
-                f"recover_after {recover_after:g} s, busy_retry {busy_retry:g} s",
+                f"recover_after {recover_after:g} s, busy_retry {busy_retry:g} s, "
+                f"max_deliver {max_deliver}",
                 err=True,
             )
             _serve_metrics(metrics_port, service.metrics.registry)
