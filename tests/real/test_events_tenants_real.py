@@ -151,6 +151,9 @@ def cli_process(
             process.wait(5)
 
 
+REPLIES = "attacker-replies"
+
+
 async def first_reply(bus: Bus, topic: str, timeout: float = 60) -> dict[str, Any]:
     with anyio.fail_after(timeout):
         async with aclosing(bus.consume(topic, "attacker")) as stream:
@@ -168,17 +171,20 @@ async def test_a_run_action_naming_another_tenant_is_refused_by_the_events_proce
     await acme.catalog.import_text(CATALOG)
     bus = open_bus(nats.url)
     try:
+        # The caller keeps its reply subject (a stream) before it asks: the
+        # bus publishes an answer on it and makes no stream of its own.
+        await bus.declare(REPLIES)
         attack = RunAction(
             action="ORDERS",
             input="A-17",
             correlation_id="evil-1",
-            reply_to="attacker-replies",
+            reply_to=REPLIES,
             tenant="acme",
         )
         await bus.publish("acts", encode(attack))
         args = ["events", "--bus", nats.url, "--action-topic", "acts"]
         with cli_process(tmp_path, database_url, args, None, {}) as log:
-            reply = await first_reply(bus, "attacker-replies")
+            reply = await first_reply(bus, REPLIES)
     finally:
         await bus.close()
     assert (reply["correlationId"], reply["status"]) == ("evil-1", "FA")
@@ -198,17 +204,20 @@ async def test_the_worker_refuses_another_tenant_s_script_tool(
     await operator.for_tenant("acme").catalog.import_documents([acme_tools()])
     bus = open_bus(nats.url)
     try:
+        # The caller keeps its reply subject (a stream) before it asks: the
+        # bus publishes an answer on it and makes no stream of its own.
+        await bus.declare(REPLIES)
         attack = SkillInvocationEvent(
             correlation_id="evil-2",
             skill_name="leak",
             arguments={},
-            reply_to="attacker-replies",
+            reply_to=REPLIES,
             tenant="acme",
         )
         await bus.publish("agent-commands", encode(attack))
         args = ["worker", "--bus", nats.url]
         with cli_process(tmp_path, database_url, args, "pilothouse worker:", {}) as log:
-            reply = await first_reply(bus, "attacker-replies")
+            reply = await first_reply(bus, REPLIES)
     finally:
         await bus.close()
     assert reply["correlationId"] == "evil-2"
@@ -233,6 +242,7 @@ async def test_the_events_process_applies_the_egress_policy_as_serve_does(
     bus = open_bus(nats.url)
     env = {"PILOTHOUSE_EGRESS_ALLOW": "127.0.0.0/8"} if allowed else {}
     try:
+        await bus.declare("replies")
         command = RunAction(action="ASK", input="Hi", correlation_id="ask-1", reply_to="replies")
         await bus.publish("acts", encode(command))
         args = ["events", "--bus", nats.url, "--action-topic", "acts"]
