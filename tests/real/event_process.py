@@ -43,8 +43,11 @@ async def main(command: str, url: str, bus_url: str, count: int) -> None:
     # 6 s, as the test's own consumers (bus_of): with 2 s, the rest of the
     # suite on both cores delayed heartbeats past the session, and the
     # restarted process's group kept rebalancing (CI: nothing applied in 240 s).
-    options = {"session_timeout": 6.0} if bus_url.startswith("kafka") else {"ack_wait": 5.0}
-    bus = open_bus(bus_url, **options)
+    bus = (
+        open_bus(bus_url, session_timeout=6.0)
+        if bus_url.startswith("kafka")
+        else open_bus(bus_url, ack_wait=5.0)
+    )
     async with Pilothouse(settings, model=order_model()) as ph:
         if command == "start":
             await ph.catalog.import_text(CATALOG)
