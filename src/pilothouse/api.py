@@ -117,6 +117,7 @@ if TYPE_CHECKING:
     from pilothouse.tools import ToolRegistry
     from pilothouse.tools._code import CodePolicy
     from pilothouse.tools._gateway import GatewayProxy
+    from pilothouse.tools._limits import ScriptLimits
     from pilothouse.types import (
         Authorizer,
         ExtractionOutcome,
@@ -170,6 +171,8 @@ class _Shared:
         self._knowledge: Knowledge | None = None
         self._gateways: GatewayProxy | None = None
         self._secrets: DeploymentSecrets | None = None
+        self._code_policy: CodePolicy | None = None
+        self._script_limits: ScriptLimits | None = None
         from pilothouse.providers._egress import EgressPolicy
 
         # Checked once here; Settings validated every entry already.
@@ -183,11 +186,23 @@ class _Shared:
         in ``Settings.catalog_code``, at write and at resolve time; in the
         operator's own process, any importable name.
         """
-        from pilothouse.tools._code import CodePolicy
+        if self._code_policy is None:
+            from pilothouse.tools._code import CodePolicy
 
-        if self.catalog_egress:
-            return CodePolicy.granted(self.settings.catalog_code)
-        return CodePolicy.open()
+            self._code_policy = (
+                CodePolicy.granted(self.settings.catalog_code)
+                if self.catalog_egress
+                else CodePolicy.open()
+            )
+        return self._code_policy
+
+    def script_limits(self) -> ScriptLimits:
+        """The deployment's ceilings on script tools (``Settings.script_max_*``)."""
+        if self._script_limits is None:
+            from pilothouse.tools._limits import ScriptLimits
+
+            self._script_limits = ScriptLimits.ceilings(self.settings)
+        return self._script_limits
 
     @property
     def database(self) -> Database:
@@ -258,7 +273,6 @@ class _Shared:
                 from pilothouse.providers import LocalModelServers, ModelFactory
                 from pilothouse.runtime import ActionCompiler, Runtime, Telemetry
                 from pilothouse.runtime._toolset import CatalogToolSource
-                from pilothouse.tools._limits import ScriptLimits
 
             settings = self.settings
             # Local llama.cpp servers start only when a local model is first used.
@@ -287,7 +301,7 @@ class _Shared:
                     secrets,
                     registry=self._tools,
                     script_tools=settings.script_tools,
-                    script_limits=ScriptLimits.ceilings(settings),
+                    script_limits=self.script_limits(),
                     gateways=self.gateways,
                     egress=egress,
                     code_policy=self.code_policy(),
@@ -481,7 +495,6 @@ class Pilothouse:
 
     def _make_catalog(self) -> CatalogApi:
         from pilothouse._facade.catalog import CatalogApi
-        from pilothouse.tools._limits import ScriptLimits
 
         shared, tenant = self._shared, self.tenant
 
@@ -502,7 +515,7 @@ class Pilothouse:
             secrets=catalog_secrets,
             allow_stdio=shared.settings.tenant_mcp_stdio,
             code_policy=shared.code_policy(),
-            script_limits=ScriptLimits.ceilings(shared.settings),
+            script_limits=shared.script_limits(),
         )
 
     def _make_keys(self) -> KeyApi:
