@@ -19,10 +19,13 @@ import io
 import logging
 import logging.config
 import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Generator
 from contextlib import contextmanager, redirect_stderr
 from enum import StrEnum
+from pathlib import Path
 from types import FrameType
 from typing import Annotated, NoReturn
 
@@ -40,6 +43,39 @@ class LogFormat(StrEnum):
 
 def _stopped(_signum: int, _frame: FrameType | None) -> None:
     """Accept the re-raised SIGTERM after a graceful shutdown (exit code 0)."""
+
+
+_MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
+
+
+@contextmanager
+def _metrics_across_workers(workers: int, start: _StartUp) -> Generator[None]:
+    """One ``/metrics`` for the whole process group: the Prometheus client's multiprocess mode.
+
+    Each worker writes its samples to files in ``PROMETHEUS_MULTIPROC_DIR``
+    and a scrape of any worker adds up all of them. An operator's directory
+    is used as given; otherwise, with more than one worker, serve makes one
+    for this run and removes it at the end. Either way it starts empty: the
+    files of an earlier run would be counted again.
+    """
+    given = os.environ.get(_MULTIPROC)
+    if not given and workers == 1:
+        yield
+        return
+    folder = Path(given) if given else Path(tempfile.mkdtemp(prefix="pilothouse-metrics-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.db"):
+        stale.unlink()
+    # Set before any worker starts: the client picks its mode when imported.
+    os.environ[_MULTIPROC] = str(folder)
+    start.note(
+        f"metrics: the {workers} worker(s) write their samples to {folder}; /metrics adds them up"
+    )
+    try:
+        yield
+    finally:
+        if not given:
+            shutil.rmtree(folder)
 
 
 class _StartUp:
@@ -193,26 +229,27 @@ def serve(
     # SIGTERM-requested, completed shutdown exit with code 0, as service
     # managers expect, instead of dying by the signal.
     signal.signal(signal.SIGTERM, _stopped)
-    uvicorn.run(
-        "pilothouse.server:app_from_environment",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level=log_level,
-        # uvicorn's own lines (text) unless JSON is asked for; credentials masked in both.
-        log_config=log_config,
-        # Above the grace: the app stops the turns still running at the grace
-        # (recorded TE, answered 503) and needs its requests' connections open
-        # to answer them.
-        timeout_graceful_shutdown=int(grace) + 10,
-        # The service answers its own problem documents; uvicorn's server
-        # header adds nothing but a fingerprint.
-        server_header=False,
-        # uvicorn's default (5 s) equals common clients' pool idle expiry
-        # (httpx: 5 s): a request sent on a connection the server is closing
-        # at that moment meets a reset. Longer than the clients' expiry, the
-        # client always closes first (docs/operations.md).
-        timeout_keep_alive=int(keep_alive),
-        proxy_headers=False,
-    )
+    with _metrics_across_workers(workers, start):
+        uvicorn.run(
+            "pilothouse.server:app_from_environment",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=log_level,
+            # uvicorn's own lines (text) unless JSON is asked for; credentials masked in both.
+            log_config=log_config,
+            # Above the grace: the app stops the turns still running at the grace
+            # (recorded TE, answered 503) and needs its requests' connections open
+            # to answer them.
+            timeout_graceful_shutdown=int(grace) + 10,
+            # The service answers its own problem documents; uvicorn's server
+            # header adds nothing but a fingerprint.
+            server_header=False,
+            # uvicorn's default (5 s) equals common clients' pool idle expiry
+            # (httpx: 5 s): a request sent on a connection the server is closing
+            # at that moment meets a reset. Longer than the clients' expiry, the
+            # client always closes first (docs/operations.md).
+            timeout_keep_alive=int(keep_alive),
+            proxy_headers=False,
+        )
