@@ -35,6 +35,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         "SERVER_HOST",
         "SERVER_PORT",
         "SERVER_SHUTDOWN_GRACE_SECONDS",
+        "SERVER_LOG_FORMAT",
         "FREEZE_HEAP",
     ):
         monkeypatch.setenv(f"PILOTHOUSE_{name}", "")

@@ -196,6 +196,7 @@ def serve(
     os.environ["PILOTHOUSE_SERVER_HOST"] = host
     os.environ["PILOTHOUSE_SERVER_PORT"] = str(port)
     os.environ["PILOTHOUSE_SERVER_SHUTDOWN_GRACE_SECONDS"] = str(grace)
+    os.environ["PILOTHOUSE_SERVER_LOG_FORMAT"] = log_format.value
     # The service's processes are pilothouse's own: each freezes its heap after
     # its first turn, unless the environment says otherwise (docs/operations.md).
     os.environ.setdefault("PILOTHOUSE_FREEZE_HEAP", "true")
