@@ -183,8 +183,8 @@ def _word(met: bool) -> str:
     return "MET" if met else "MISSED"
 
 
-def _item15(results: dict[str, Any]) -> list[str]:
-    """Issue 12 item 15's four targets, each computed from this run (one line each)."""
+def _tighter_targets(results: dict[str, Any]) -> list[str]:
+    """The four tighter targets, each computed from this run (one line each)."""
     out: list[str] = []
     s1 = results["scenarios"].get("plain-d0", {}).get("contenders", {})
     ph, base = s1.get("pilothouse-sqlite"), s1.get(BASE)
@@ -594,13 +594,14 @@ def _head(results: dict[str, Any]) -> list[str]:
         ),
         "",
         "## Verdict against the targets ([architecture.md](architecture.md#performance-budget)"
-        " “Performance budget”, issue 6)",
+        " “Performance budget”)",
         "",
         *_verdicts(results),
         "",
-        "## Verdict against issue 12, item 15 (the remaining performance misses)",
+        "## Verdict against the tighter targets (a governed turn at a bare call's CPU,"
+        " first tokens, cold start)",
         "",
-        *_item15(results),
+        *_tighter_targets(results),
         "",
     ]
     return lines
