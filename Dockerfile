@@ -17,7 +17,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     CMAKE_ARGS=-DGGML_NATIVE=OFF
 
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential cmake git \
+    && apt-get install -y --no-install-recommends build-essential cmake \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /build
