@@ -187,7 +187,7 @@ async def test_a_bedrock_configurations_model_kwargs_reach_converse_as_model_fie
 
 
 def test_model_kwargs_that_are_no_object_are_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="settings.model_kwargs must be a JSON object"):
+    with pytest.raises(ValueError, match="settings.model_kwargs: must be a JSON object"):
         ProviderSpec.model_validate(
             {"code": "BDRK", "settings": {**GUIDE, "model_kwargs": "top_k=50"}}
         )
