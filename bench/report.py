@@ -2,7 +2,7 @@
 
 Usage: ``python bench/report.py --results bench/results --docs docs``.
 Numbers are copied from the run, never edited; the verdicts on the
-DESIGN.md / issue 6 targets are computed from them.
+DESIGN.md targets are computed from them.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def _word(met: bool) -> str:
 
 
 def _item15(results: dict[str, Any]) -> list[str]:
-    """Issue 12 item 15's four targets, each computed from this run (one line each)."""
+    """The four remaining performance targets, each computed from this run (one line each)."""
     out: list[str] = []
     s1 = results["scenarios"].get("plain-d0", {}).get("contenders", {})
     ph, base = s1.get("pilothouse-sqlite"), s1.get(BASE)
@@ -435,11 +435,11 @@ def main() -> None:
         ),
         "",
         "## Verdict against the targets ([architecture.md](architecture.md#performance-budget)"
-        " “Performance budget”, issue 6)",
+        " “Performance budget”)",
         "",
         *_verdicts(results),
         "",
-        "## Verdict against issue 12, item 15 (the remaining performance misses)",
+        "## Verdict against the remaining performance targets",
         "",
         *_item15(results),
         "",

@@ -294,7 +294,7 @@ class Settings(BaseSettings):
     user: str = "pilothouse"
     # Sized for hundreds of concurrent turns: a turn holds a connection only
     # for each short transaction, but SQLAlchemy's default (5 + 10) made
-    # 1,000 concurrent conversations fail with pool timeouts (bench, issue 6).
+    # 1,000 concurrent conversations fail with pool timeouts (bench).
     database_pool_size: int = Field(default=20, ge=1)
     database_max_overflow: int = Field(default=40, ge=0)
     database_pool_timeout: float = Field(default=30.0, gt=0)
