@@ -186,3 +186,17 @@ def test_sagemaker_model_kwargs_max_new_tokens_wins_over_the_configuration() -> 
     assert sent["temperature"] == 0.1
     # A runtime config still wins over the model's own.
     assert merged.merged(ModelOptions(max_tokens=100)).max_tokens == 100
+
+
+def test_a_message_format_config_reports_every_mistake_at_once(tmp_path: Path) -> None:
+    # The guide's generic syntax with two keys misspelt: four rules broken, four lines.
+    settings = {
+        "endpoint_name": "falcon",
+        "message_format_config": {"request_keys": "inputs", "response_paths": "0.generated_text"},
+    }
+    problems = _issues(tmp_path, [{"code": "SM", "kind": "sagemaker", "settings": settings}])
+    assert len(problems) == 4, problems
+    assert "message_format_config.request_keys is not a key" in problems[0]
+    assert "message_format_config.response_paths is not a key" in problems[1]
+    assert "message_format_config.request_key is required" in problems[2]
+    assert "message_format_config.response_path is required" in problems[3]

@@ -345,10 +345,7 @@ def provider_settings_issues(
         for key in settings
         if key not in known
     ]
-    try:
-        _check_message_format(settings)
-    except ValueError as exc:
-        found.append((("settings",), str(exc)))
+    found += [(("settings",), rule) for rule in _message_format_rules(settings)]
     kwargs = settings.get("model_kwargs")
     if kind is ProviderKind.BEDROCK and "class_name" not in settings and kwargs is not None:
         # On a bedrock/ model (no class_name) the guide's Titan kwargs are the
@@ -433,29 +430,33 @@ _MESSAGE_FORMAT_KEYS = (
 )
 
 
-def _check_message_format(settings: dict[str, Any]) -> None:
+def _message_format_rules(settings: dict[str, Any]) -> list[str]:
+    """Every broken rule of a ``message_format_config``, at once."""
     config = settings.get("message_format_config")
     if config is None:
-        return
+        return []
     if "format" in settings:
-        raise ValueError(
+        return [
             "settings.format and settings.message_format_config both name the message "
             "format; keep one"
-        )
+        ]
     if not isinstance(config, dict):
-        raise ValueError("settings.message_format_config must be an object")
+        return ["settings.message_format_config must be an object"]
     fields = cast(dict[str, Any], config)
-    for key in fields:
-        if key not in _MESSAGE_FORMAT_KEYS:
-            raise ValueError(
-                f"settings.message_format_config.{key} is not a key of the guide's message "
-                f"format; write {', '.join(_MESSAGE_FORMAT_KEYS)} (or settings.format for more)"
-            )
-    for key in ("request_key", "response_path"):
-        if not isinstance(fields.get(key), str):
-            raise ValueError(f"settings.message_format_config.{key} is required (a string)")
+    rules = [
+        f"settings.message_format_config.{key} is not a key of the guide's message "
+        f"format; write {', '.join(_MESSAGE_FORMAT_KEYS)} (or settings.format for more)"
+        for key in fields
+        if key not in _MESSAGE_FORMAT_KEYS
+    ]
+    rules += [
+        f"settings.message_format_config.{key} is required (a string)"
+        for key in ("request_key", "response_path")
+        if not isinstance(fields.get(key), str)
+    ]
     if fields.get("request_nesting_level", 0) not in (0, 1, 2):
-        raise ValueError("settings.message_format_config.request_nesting_level must be 0, 1 or 2")
+        rules.append("settings.message_format_config.request_nesting_level must be 0, 1 or 2")
+    return rules
 
 
 class ModelSpec(CatalogSpec):
