@@ -59,13 +59,8 @@ from pilothouse.catalog._entries import (
 )
 from pilothouse.catalog._enums import ModelCapability
 from pilothouse.catalog._kinds import KINDS, CatalogKind, Location, catalog_kind, suggest
-from pilothouse.catalog._spec import (
-    CatalogSpec,
-    DocumentCollectionSpec,
-    ModelSpec,
-    SkillSpec,
-    raw_settings_issues,
-)
+from pilothouse.catalog._provider_settings import raw_settings_issues
+from pilothouse.catalog._spec import CatalogSpec, DocumentCollectionSpec, ModelSpec, SkillSpec
 from pilothouse.catalog._spec_errors import spec_issues
 from pilothouse.catalog._vantiq import VANTIQ_CLASSES
 from pilothouse.catalog._yaml import catalog_files, line_of, load_yaml, to_plain
