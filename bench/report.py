@@ -502,6 +502,10 @@ def main() -> None:
     events = args.results / "events.md"
     if events.exists():
         lines += [events.read_text().strip(), ""]
+    # And run_action through a bus beside REST (bench/events_actions.py).
+    actions = args.results / "events-actions.md"
+    if actions.exists():
+        lines += [actions.read_text().strip(), ""]
     lines += report_local.section(args.results / "local.json")
     # Scoped memory's recall benchmark (bench/memory.py): its section is kept
     # with the results, written from that run.
