@@ -8,8 +8,10 @@ process that is gone. The real kill -9 runs in
 
 from __future__ import annotations
 
+import json
 import uuid as uuid_module
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 import anyio
 import pytest
@@ -19,6 +21,7 @@ from sqlalchemy import update
 
 from pilothouse.api import Pilothouse
 from pilothouse.errors import NotFoundError
+from pilothouse.events import EventService, MemoryBus, RunAction, encode
 from pilothouse.settings import Settings
 from pilothouse.store import Conversation, Database
 from pilothouse.types import ProcessStatus
@@ -168,3 +171,42 @@ async def test_a_turn_its_own_process_runs_is_left_alone(
         assert await ph.events.recover_actions(0.001) == (0, 0)
         assert (await ph.query.get_conversation(uuid)).status is ProcessStatus.RUNNING
         group.cancel_scope.cancel()
+
+
+async def test_an_action_with_a_memory_is_run_again_by_its_redelivered_command_in_order(
+    ph: Pilothouse, database: Database, gate: Gate
+) -> None:
+    bus = MemoryBus()
+    service = EventService(ph, bus, action_topic="actions")
+    command = RunAction(
+        action="ECHO", input="hello", memory_id="client-7", correlation_id="m-1", reply_to="r"
+    )
+    await bus.publish("actions", encode(command))
+    # The process dies in the action's model call: the command is not acknowledged.
+    async with anyio.create_task_group() as group:
+        group.start_soon(_handle_one, service, bus)
+        with anyio.fail_after(10):
+            while gate.calls < 1:
+                await anyio.sleep(0.02)
+        group.cancel_scope.cancel()
+    (conversation,) = (await ph.query.list_conversations()).items
+    await _left_running(ph, database, conversation.uuid)
+    gate.hold = False
+    # The sweep leaves it to its command, which runs it in its memory's order ...
+    assert await ph.events.recover_actions(120.0) == (0, 0)
+    # ... delivered again: run again there, before the next action of that memory.
+    assert await _handle_one(service, bus) == "recovered"
+    assert (await ph.query.get_conversation(conversation.uuid)).status is ProcessStatus.COMPLETED
+    assert gate.calls == 2
+    assert await service.replies_once() == 1
+    answers = [json.loads(m) for m in bus.messages("r")]
+    assert [(a["correlationId"], a["status"], a["output"]) for a in answers] == [
+        ("m-1", "CO", "echo")
+    ]
+
+
+async def _handle_one(service: EventService, bus: MemoryBus) -> str:
+    async with aclosing(bus.consume("actions", "actions")) as stream:
+        async for delivery in stream:
+            return await service.handle_action(delivery)
+    raise AssertionError("no run_action delivered")

@@ -629,10 +629,17 @@ class EventService:
             result = await self._run_action(ph, message)
             reply = turn_finished(correlation_id, result)
             settled = result.settled
-        except _Duplicate:
+        except _Duplicate as duplicate:
             # Its conversation exists: this command was run already (its final
-            # answer, if it still waits, comes from the relay).
+            # answer, if it still waits, comes from the relay). A turn a dead
+            # process left is run again here, in its memory's order.
             outcome = "duplicate"
+            retried, failed = await ph.events.recover_actions(
+                self._recover_after, tenants=self.tenants, conversation_uuid=duplicate.uuid
+            )
+            if retried or failed:
+                outcome = "recovered" if retried else "recovery_failed"
+                self.wake()
         except PilothouseError as exc:
             outcome = "refused"
             reply = TurnFinishedEvent(
@@ -716,7 +723,7 @@ class EventService:
             message.correlation_id, conversation_uuid, message.reply_to
         )
         if registered == "duplicate":
-            raise _Duplicate
+            raise _Duplicate(conversation_uuid)
         if isinstance(message.input, str):
             text, data = message.input, None
         else:
@@ -733,7 +740,15 @@ class EventService:
 
 
 class _Duplicate(Exception):
-    """The command's conversation exists: it was run already."""
+    """The command's conversation exists: it was run already.
+
+    Attributes:
+        uuid: that conversation.
+    """
+
+    def __init__(self, uuid: str) -> None:
+        super().__init__(uuid)
+        self.uuid = uuid
 
 
 def turn_finished(correlation_id: str, result: TurnResult) -> TurnFinishedEvent:

@@ -80,7 +80,10 @@ class ActionRecovery:
         self._leases = leases
 
     async def recover(
-        self, older_than: float, tenants: Collection[str] | None = None
+        self,
+        older_than: float,
+        tenants: Collection[str] | None = None,
+        conversation_uuid: str | None = None,
     ) -> tuple[int, int]:
         """Run interrupted ``run_action`` turns again, once; fail those interrupted twice.
 
@@ -88,21 +91,29 @@ class ActionRecovery:
             older_than: seconds without a write after which a turn whose
                 owner cannot be proved dead (another host's) is taken over.
             tenants: only these tenants' conversations (None: every tenant).
+            conversation_uuid: only this conversation (the action's command
+                was delivered again: it is recovered in its memory's order);
+                None recovers every one, except an action with a ``memoryId``
+                whose conversation had a write within ``older_than``: its
+                command, delivered again, recovers it in its memory's order.
 
         Returns:
             How many were run again, and how many failed.
         """
-        await self._mark_abandoned(older_than, tenants)
+        await self._mark_abandoned(older_than, tenants, conversation_uuid)
         retried = failed = 0
-        for tenant, uuid, correlation_id, detail in await self._stuck(tenants):
+        for tenant, uuid, correlation_id, detail in await self._stuck(tenants, conversation_uuid):
             outcome = await self._recover_one(tenant, uuid, correlation_id, detail, older_than)
             retried += outcome == "retried"
             failed += outcome == "failed"
         return retried, failed
 
     def _candidates(
-        self, statuses: Collection[ProcessStatus], tenants: Collection[str] | None
-    ) -> Select[str, str, str, str | None, datetime, str | None]:
+        self,
+        statuses: Collection[ProcessStatus],
+        tenants: Collection[str] | None,
+        only: str | None,
+    ) -> Select[str, str, str, str | None, datetime, str | None, str]:
         """``run_action`` conversations in ``statuses``, answer unsent, in their first turn."""
         statement = (
             select(
@@ -112,6 +123,7 @@ class ActionRecovery:
                 Conversation.owner,
                 Conversation.updated_at,
                 Conversation.error_detail,
+                Conversation.memory_id,
             )
             .join(
                 EventReply,
@@ -126,30 +138,41 @@ class ActionRecovery:
         )
         if tenants is not None:
             statement = statement.where(Conversation.tenant.in_(list(tenants)))
+        if only is not None:
+            statement = statement.where(Conversation.uuid == only)
         return statement
 
-    async def _mark_abandoned(self, older_than: float, tenants: Collection[str] | None) -> None:
+    async def _mark_abandoned(
+        self, older_than: float, tenants: Collection[str] | None, only: str | None
+    ) -> None:
         """Move the ``RU`` turns of dead owners to ``ST``, with the reason."""
-        cutoff = utcnow() - timedelta(seconds=older_than)
+        cutoff = _naive(utcnow() - timedelta(seconds=older_than))
         async with self._db.sessions() as session:
-            rows = (await session.execute(self._candidates([ProcessStatus.RUNNING], tenants))).all()
-        for tenant, uuid, _, owner, updated_at, _ in rows:
+            statement = self._candidates([ProcessStatus.RUNNING], tenants, only)
+            rows = (await session.execute(statement)).all()
+        for tenant, uuid, _, owner, updated_at, _, memory_id in rows:
             if owner == self._leases.owner:
                 continue  # this process's own turn, running
+            quiet = _naive(updated_at) < cutoff
+            # A conversation without a memoryId has its own uuid as its memory.
+            if only is None and memory_id != uuid and not quiet:
+                continue  # left to its redelivered command, in its memory's order
             why: str | None = None
             if owner is None or not await self._leases.owner_alive(owner):
                 why = "its process stopped while it ran the turn"
-            elif _naive(updated_at) < _naive(cutoff):
+            elif quiet:
                 why = f"its process wrote nothing for {older_than:g} s"
             if why is not None and await self._leases.mark_stuck(Orphan(tenant, uuid, owner, why)):
                 logger.warning(
                     "run_action conversation %s (tenant %s) was left running: %s", uuid, tenant, why
                 )
 
-    async def _stuck(self, tenants: Collection[str] | None) -> list[tuple[str, str, str, str]]:
+    async def _stuck(
+        self, tenants: Collection[str] | None, only: str | None
+    ) -> list[tuple[str, str, str, str]]:
         async with self._db.sessions() as session:
-            rows = (await session.execute(self._candidates(_STUCK, tenants))).all()
-        return [(t, u, c, _why(d or "")) for t, u, c, _, _, d in rows]
+            rows = (await session.execute(self._candidates(_STUCK, tenants, only))).all()
+        return [(t, u, c, _why(d or "")) for t, u, c, _, _, d, _ in rows]
 
     async def _recover_one(
         self, tenant: str, uuid: str, correlation_id: str, detail: str, older_than: float
