@@ -535,8 +535,10 @@ class EventService:
                 retried, failed = await self._ph.events.recover_actions(
                     self._recover_after, tenants=self.tenants
                 )
-            except PilothouseError as exc:
-                logger.warning("run_action recovery: %s; retrying", exc)
+            except Exception:
+                # A database that is away for a moment must not end the
+                # service: said with its traceback, tried at the next round.
+                logger.exception("run_action recovery failed; retrying in %g s", self._sweep)
                 continue
             if retried:
                 self.metrics.actions.labels("recovered").inc(retried)
