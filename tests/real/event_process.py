@@ -75,7 +75,7 @@ async def main(command: str, url: str, bus_url: str, count: str) -> None:
             await ph.catalog.import_text(CATALOG)
             for index in range(int(count)):
                 await ph.command.start_and_send(f"K-{index}", action="ORDERS")
-            print(json.dumps({"started": count}), flush=True)
+            print(json.dumps({"started": int(count)}), flush=True)
         service = EventService(ph, bus, sweep_interval=1.0, recover_after=3.0)
         try:
             await service.run()
