@@ -193,4 +193,4 @@ def test_a_replica_killed_under_load_loses_no_acknowledged_turn(
         for conversation, text, port in acknowledged
         if stored.get(conversation) != ("CO", [text, "the answer"])
     ]
-    assert lost == [], f"{len(lost)} of {len(acknowledged)} acknowledged turns not stored as answered"
+    assert lost == [], f"{len(lost)} of {len(acknowledged)} answered turns not stored as answered"
