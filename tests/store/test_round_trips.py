@@ -24,8 +24,8 @@ from pilothouse.testing import ScriptedModel, override
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
-TURN_ROUND_TRIPS = 3
-"""A first turn: the catalog check, the conversation with its first step, the ending."""
+TURN_ROUND_TRIPS = 2
+"""A first turn: the catalog check with the conversation and its first step; the ending."""
 
 NEXT_TURN_ROUND_TRIPS = 4
 """A later turn: the conversation's codes (to compile its action before anything is

@@ -547,15 +547,11 @@ class SqlTurnStore:
         check_catalog: bool,
         first: TurnBatch,
     ) -> TurnHandle:
-        """:meth:`_start_turn` on PostgreSQL: the conversation and its first step, one statement."""
+        """:meth:`_start_turn` on PostgreSQL: check, conversation and first step, one statement."""
         tenant = values["tenant"]
-        action_audit, revision = None, 0
-        if check_catalog:
-            action_audit, revision = self._check_catalog(
-                connection, tenant, values["action_code"], values["agent_code"]
-            )
-        if values["audit"] is None:
-            values["audit"] = default_audit if action_audit is None else action_audit
+        given = values["audit"]
+        if given is None and not check_catalog:
+            values["audit"] = default_audit
         handle = TurnHandle(
             tenant=tenant,
             conversation_id=0,  # the statement returns it
@@ -563,10 +559,11 @@ class SqlTurnStore:
             action_code=values["action_code"],
             agent_code=values["agent_code"],
             memory_id=values["memory_id"],
-            audit=bool(values["audit"]),
+            # Unknown until the action's switch is read: the start event's row
+            # goes in the statement, written only when the audit is on.
+            audit=True if values["audit"] is None else bool(values["audit"]),
             next_message=1,
             next_event=1,
-            catalog_revision=revision,
         )
         if handle.memory_id != handle.uuid:
             handle.memory = self._memory(connection, tenant, handle.memory_id)
@@ -574,7 +571,31 @@ class SqlTurnStore:
         step = step_rows(handle, storable_batch(with_start_event(handle, first, now)), now)
         assert self._one is not None
         parameters = {**step.parameters(), **{f"c_{k}": v for k, v in values.items()}}
-        handle.conversation_id = fetch(connection, self._one.start(step, values), parameters)[0]
+        if not check_catalog:
+            handle.conversation_id = fetch(connection, self._one.start(step, values), parameters)[0]
+            return handle
+        parameters.update(
+            b_tenant=tenant,
+            b_code=values["action_code"],
+            b_agent=values["agent_code"],
+            b_default_audit=default_audit,
+        )
+        check = self._statements.action_check.statement
+        rows = fetch(connection, self._one.checked_start(step, values, check), parameters)
+        found = rows[0] if rows else None
+        if found is None or found.id is None:
+            # Refused: nothing was written; say why as the separate check does.
+            action = values["action_code"]
+            catalog_refusal("action", action, None if found is None else bool(found.active))
+            assert found is not None
+            active = found.agent_active
+            catalog_refusal("agent", values["agent_code"], None if active is None else bool(active))
+            raise InvalidStateError("the catalog changed while the conversation started; retry")
+        handle.conversation_id = found.id
+        handle.catalog_revision = int(found.catalog_revision or 0)
+        if not found.conversation_audit:
+            handle.audit = False
+            handle.next_event = 1  # the start event's row was not written
         return handle
 
     def _memory(self, connection: Connection, tenant: str, memory_id: str) -> list[StoredMessage]:

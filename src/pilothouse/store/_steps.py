@@ -21,6 +21,7 @@ from __future__ import annotations
 
 __all__ = [
     "MAX_ROWS",
+    "CheckedStart",
     "OneStatement",
     "StepRows",
     "change_update",
@@ -32,7 +33,7 @@ __all__ = [
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     CTE,
@@ -40,9 +41,13 @@ from sqlalchemy import (
     Insert,
     Table,
     Update,
+    and_,
     bindparam,
+    func,
     insert,
+    or_,
     select,
+    true,
     union_all,
     update,
 )
@@ -304,6 +309,7 @@ def _insert_part(
     count: int,
     conversation_id: ColumnElement[Any] | None,
     source: CTE | None,
+    condition: ColumnElement[Any] | None = None,
 ) -> Insert:
     """``INSERT ... SELECT`` of ``count`` rows of bound values (one row per row of ``source``)."""
     selects: list[Any] = []
@@ -317,6 +323,8 @@ def _insert_part(
         query = select(*columns)
         if source is not None:
             query = query.select_from(source)
+        if condition is not None:
+            query = query.where(condition)
         selects.append(query)
     names = (["conversation_id"] if conversation_id is not None else []) + list(keys)
     body = selects[0] if count == 1 else union_all(*selects)
@@ -349,28 +357,30 @@ class OneStatement:
         self._writes: dict[tuple[Any, ...], Statement] = {}
         self._starts: dict[tuple[Any, ...], Query[int]] = {}
         self._takes: dict[tuple[Any, ...], Query[int]] = {}
+        self._checked: dict[tuple[Any, ...], Query[CheckedStart]] = {}
 
     def _parts(
         self,
         step: StepRows,
         conversation_id: ColumnElement[Any],
         source: CTE | None,
+        audited: ColumnElement[Any] | None = None,
     ) -> list[Insert | Update]:
         parts: list[Insert | Update] = []
         for name, table, owned in _PARTS:
             rows = step.rows.get(name)
             if not rows:
                 continue
-            parts.append(
-                _insert_part(
-                    name,
-                    table,
-                    tuple(rows[0]),
-                    len(rows),
-                    conversation_id if owned else None,
-                    source,
-                )
+            part = _insert_part(
+                name,
+                table,
+                tuple(rows[0]),
+                len(rows),
+                conversation_id if owned else None,
+                source,
+                audited if name == "event" else None,
             )
+            parts.append(part)
         parts.extend(_outcome_update(index) for index in range(len(step.outcomes)))
         return parts
 
@@ -411,6 +421,61 @@ class OneStatement:
         self._starts[key] = query
         return query
 
+    def checked_start(
+        self, step: StepRows, conversation: Mapping[str, Any], check: Any
+    ) -> Query[CheckedStart]:
+        """:meth:`start` behind the catalog check, in the same statement.
+
+        ``check`` is the catalog check's SELECT (action, revision, agent).
+        The conversation is inserted only when the action is active and the
+        named agent (``b_agent``) is too; its audit switch is the one given
+        (``c_audit``), else the action's, else ``b_default_audit``; the
+        timeline rows are written only when it is on. The statement returns
+        the check's columns with the new id and audit switch (NULL when
+        refused), and no row when the action does not exist.
+        """
+        key = (tuple(conversation), step.shape(), tuple(tuple(r[0]) for r in step.rows.values()))
+        found = self._checked.get(key)
+        if found is not None:
+            return found
+        columns = conversation_table.c
+        checked = check.cte("w_check")
+        keys = [k for k in conversation if k != "audit"]
+        audit = func.coalesce(
+            bindparam("c_audit", type_=columns.audit.type),
+            checked.c.audit,
+            bindparam("b_default_audit", type_=columns.audit.type),
+        )
+        agent = bindparam("b_agent", type_=columns.agent_code.type)
+        allowed = and_(checked.c.active, or_(agent.is_(None), checked.c.agent_active))
+        values = select(
+            *[bindparam(f"c_{k}", type_=columns[k].type).label(k) for k in keys],
+            audit.label("audit"),
+        ).where(allowed)
+        new = (
+            insert(conversation_table)
+            .from_select([*keys, "audit"], values, include_defaults=False)
+            .returning(columns.id, columns.audit)
+            .cte("w_conversation")
+        )
+        parts = self._parts(step, new.c.id, new, new.c.audit)
+        ctes = [part.cte(f"w_part{index}") for index, part in enumerate(parts)]
+        query = Query(
+            select(
+                checked.c.active,
+                checked.c.audit,
+                checked.c.catalog_revision,
+                checked.c.agent_active,
+                new.c.id,
+                new.c.audit,
+            )
+            .select_from(checked.outerjoin(new, true()))
+            .add_cte(*ctes),
+            CheckedStart,
+        )
+        self._checked[key] = query
+        return query
+
     def take(self, step: StepRows) -> Query[int]:
         """The statement that takes a conversation (``b_id``, ``b_status``) with a first step.
 
@@ -431,3 +496,15 @@ class OneStatement:
 
 def _first(value: Any) -> Any:
     return value
+
+
+class CheckedStart(NamedTuple):
+    """What :meth:`OneStatement.checked_start` returns: the check, and the new row."""
+
+    active: bool
+    audit: bool | None
+    catalog_revision: int | None
+    agent_active: bool | None
+    id: int | None
+    """The new conversation's id; None when the check refused it."""
+    conversation_audit: bool | None
