@@ -18,7 +18,11 @@ Reported per run: turns/s, latency p50/p99 (the client's), errors, the
 largest number of PostgreSQL connections to the database seen by polling
 ``pg_stat_activity`` every 0.25 s, the machine's busy CPU fraction over
 the run (``/proc/stat``; other processes on the machine count too) and the
-replicas' own CPU per turn. Writes ``replicas.json`` and ``replicas.md``.
+replicas' own CPU per turn. Each worker's PostgreSQL pool is
+``--pool-size`` + ``--max-overflow`` (6 + 6 by default: 72 connections for
+three replicas of two workers, under a default server's 100; the service's
+own defaults, 20 + 40, let one replica of two workers open 120).
+Writes ``replicas.json`` and ``replicas.md``.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from childenv import MOCK_KEY, child_env  # noqa: E402
-from served import Server, _free_port, process_cpu  # noqa: E402
+from served import Server, _free_port  # noqa: E402
 
 PG = "postgresql://postgres@127.0.0.1:5432"
 REDIS = "redis://127.0.0.1:6379/0"
@@ -219,6 +223,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         PILOTHOUSE_REDIS_PREFIX=f"bench-replicas-{uuid.uuid4().hex[:8]}:",
         PILOTHOUSE_SERVER_RATE_LIMIT_PER_MINUTE="0",
         PILOTHOUSE_EGRESS_ALLOW="127.0.0.1",
+        PILOTHOUSE_DATABASE_POOL_SIZE=str(args.pool_size),
+        PILOTHOUSE_DATABASE_MAX_OVERFLOW=str(args.max_overflow),
     )
     runs: list[dict[str, Any]] = []
     try:
@@ -260,6 +266,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                     result["replica_cpu_ms_per_turn"] = (
                         cpu / result["turns"] * 1000 if result["turns"] else None
                     )
+                    if result["errors"]:
+                        result["server_log_tail"] = [s.tail()[-1500:] for s in servers]
                     print(json.dumps(result), flush=True)
                     runs.append(result)
             finally:
@@ -279,8 +287,9 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             "workers_per_replica": WORKERS,
             "seconds_per_run": args.seconds,
             "mock_latency_ms": 200,
-            "settings": "defaults (database_pool_size 20, database_max_overflow 40, "
-            "provider_max_connections 1000 per worker)",
+            "database_pool_size": args.pool_size,
+            "database_max_overflow": args.max_overflow,
+            "provider_max_connections": 1000,
         },
         "runs": runs,
     }
@@ -308,6 +317,8 @@ def main() -> None:
     parser.add_argument("--replicas", default="1,2,3")
     parser.add_argument("--clients", default="32,128")
     parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--pool-size", type=int, default=6, help="per worker")
+    parser.add_argument("--max-overflow", type=int, default=6, help="per worker")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     args.replicas = [int(x) for x in args.replicas.split(",")]
