@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -61,7 +60,7 @@ def _markdown(result: dict[str, Any]) -> str:
 
 def main() -> None:
     """Run the rounds; print and write the medians and ratios."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--before", help="an older pilothouse source tree (its src/)")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=300)
@@ -108,12 +107,7 @@ def main() -> None:
             )
         base = "model_request"
         summary: dict[str, Any] = {
-            "machine": {
-                "cores": H.CORES,
-                "platform": platform.platform(),
-                "python": platform.python_version(),
-                "cpu": H._cpu_model() if hasattr(H, "_cpu_model") else platform.processor(),
-            },
+            "machine": {**H._machine(), "load_average_at_end": os.getloadavg()},
             "method": {"rounds": args.rounds, "calls_per_round": args.calls},
             "contenders": {},
         }

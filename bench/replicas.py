@@ -32,7 +32,6 @@ import asyncio
 import itertools
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -45,6 +44,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from childenv import MOCK_KEY, child_env  # noqa: E402
+from harness import _machine  # noqa: E402
 from served import Server, _free_port  # noqa: E402
 
 PG = "postgresql://postgres@127.0.0.1:5432"
@@ -277,12 +277,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         mock.terminate()
         mock.wait(10)
     return {
-        "machine": {
-            "cores": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "load_average_at_end": os.getloadavg(),
-        },
+        "machine": {**_machine(), "pinned": False, "load_average_at_end": os.getloadavg()},
         "method": {
             "workers_per_replica": WORKERS,
             "seconds_per_run": args.seconds,
@@ -313,7 +308,7 @@ def _markdown(result: dict[str, Any]) -> str:
 
 def main() -> None:
     """Run every replica count and client count; print and write the results."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--replicas", default="1,2,3")
     parser.add_argument("--clients", default="32,128")
     parser.add_argument("--seconds", type=float, default=20)
