@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +90,10 @@ def _cpu_times() -> tuple[int, int]:
     return total - idle, total
 
 
+def _total_cpu(servers: list[Server]) -> float:
+    return sum(server.cpu() for server in servers)
+
+
 def _percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -136,7 +142,12 @@ async def _connections(database: str, stop: asyncio.Event, seen: list[int]) -> N
 
 
 async def _load(
-    roots: list[str], key: str, clients: int, seconds: float, database: str
+    roots: list[str],
+    key: str,
+    clients: int,
+    seconds: float,
+    database: str,
+    replica_cpu: Callable[[], float],
 ) -> dict[str, Any]:
     import httpx
 
@@ -178,10 +189,12 @@ async def _load(
         latencies.clear()
         errors.clear()
         busy0, total0 = _cpu_times()
+        cpu0 = replica_cpu()
         wall = time.perf_counter()
         deadline = wall + seconds
         await asyncio.gather(*(client() for _ in range(clients)))
         wall = time.perf_counter() - wall
+        cpu = replica_cpu() - cpu0
         busy1, total1 = _cpu_times()
         stop.set()
         await poller
@@ -196,6 +209,7 @@ async def _load(
         "pg_connections_max": max(seen) if seen else None,
         "machine_busy": (busy1 - busy0) / (total1 - total0) if total1 > total0 else None,
         "wall_s": wall,
+        "replica_cpu_ms_per_turn": cpu / len(latencies) * 1000 if latencies else None,
     }
 
 
@@ -259,13 +273,15 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                         await server.ready(probe, timeout=180)
                 roots = [server.health.removesuffix("/healthz") for server in servers]
                 for clients in args.clients:
-                    cpu0 = sum(server.cpu() for server in servers)
-                    result = await _load(roots, key, clients, args.seconds, database)
-                    cpu = sum(server.cpu() for server in servers) - cpu0
-                    result["replicas"] = count
-                    result["replica_cpu_ms_per_turn"] = (
-                        cpu / result["turns"] * 1000 if result["turns"] else None
+                    result = await _load(
+                        roots,
+                        key,
+                        clients,
+                        args.seconds,
+                        database,
+                        partial(_total_cpu, list(servers)),
                     )
+                    result["replicas"] = count
                     if result["errors"]:
                         result["server_log_tail"] = [s.tail()[-1500:] for s in servers]
                     print(json.dumps(result), flush=True)
