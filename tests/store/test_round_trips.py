@@ -4,7 +4,8 @@ A loopback proxy between pilothouse and the server reads the server's
 messages and counts ReadyForQuery: the server sends one at the end of each
 exchange the client waits for (a simple query such as BEGIN, a prepare, a
 statement's Sync; a pipelined executemany ends in one). That is the round
-trip count, whatever the driver does inside.
+trip count, whatever the driver does inside. A step too large for one
+statement is written statement by statement, with the same rows.
 """
 
 from __future__ import annotations
@@ -13,13 +14,23 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
 from pilothouse.api import Pilothouse
 from pilothouse.catalog import Action, Configuration, Model, Provider
-from pilothouse.catalog._enums import ProviderKind
+from pilothouse.catalog._enums import MessageRole, ProviderKind, TimelineKind
 from pilothouse.settings import Settings
-from pilothouse.store import Database
+from pilothouse.store import (
+    Database,
+    Message,
+    NewEvent,
+    NewMessage,
+    SqlTurnStore,
+    TimelineEvent,
+    TurnBatch,
+)
+from pilothouse.store._steps import MAX_ROWS
 from pilothouse.testing import ScriptedModel, override
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -137,3 +148,35 @@ async def _turns(ph: Pilothouse, proxy: WireCounter) -> None:
     assert proxy.ready - before <= NEXT_TURN_ROUND_TRIPS
     transcript = await ph.query.get_conversation_messages(result.conversation_uuid)
     assert [m.content for m in transcript][-4:] == ["one more", "three", "and again", "five"]
+
+
+@pytest.mark.parametrize("size", [MAX_ROWS, MAX_ROWS + 1])
+async def test_a_step_too_large_for_one_statement_is_written_statement_by_statement(
+    database: Database, size: int
+) -> None:
+    store = SqlTurnStore(database)
+    conversation = await store.create("default", action_code="A", agent_code=None)
+    handle = await store.begin_turn("default", conversation.uuid)
+    messages = [NewMessage(MessageRole.USER, f"m{i}") for i in range(size)]
+    events = [NewEvent(TimelineKind.REQUEST, {"i": i}) for i in range(size)]
+    assert await store.write(handle, TurnBatch(messages=messages, events=events)) == list(
+        range(1, size + 1)
+    )
+    async with database.sessions() as session:
+        stored = (
+            await session.scalars(
+                select(Message.content)
+                .where(Message.conversation_id == handle.conversation_id)
+                .order_by(Message.sequence)
+            )
+        ).all()
+        kinds = (
+            await session.scalars(
+                select(TimelineEvent.data)
+                .where(TimelineEvent.conversation_id == handle.conversation_id)
+                .order_by(TimelineEvent.sequence)
+            )
+        ).all()
+    assert stored == [f"m{i}" for i in range(size)]
+    # The turn's start event, then the step's.
+    assert kinds[1:] == [{"i": i} for i in range(size)]
