@@ -145,14 +145,20 @@ def _cursor(connection: Connection) -> Any:
 def _asyncpg(connection: Connection) -> Any | None:
     """The asyncpg connection, when the statements may run on it directly.
 
-    Only inside a transaction the driver runs: outside one, SQLAlchemy's
-    adapter begins its transaction at its first statement, and a statement
-    sent past it would commit on its own.
+    Inside a transaction the driver runs, or on a connection in AUTOCOMMIT
+    mode (where each statement commits on its own either way). Otherwise
+    SQLAlchemy's adapter begins its transaction at its first statement, and a
+    statement sent past it would commit on its own.
     """
     if connection.dialect.driver != "asyncpg":
         return None
     driver = connection.connection.driver_connection
-    return driver if driver is not None and driver.is_in_transaction() else None
+    if driver is None:
+        return None
+    if driver.is_in_transaction():
+        return driver
+    autocommit = connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+    return driver if autocommit else None
 
 
 def fetch(connection: Connection, query: Query[R], values: Mapping[str, Any]) -> list[R]:

@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 
 from pilothouse._caller import Caller
-from pilothouse.catalog._enums import MessageRole, ProcessStatus, ToolCallStatus
+from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.catalog._tables import action_table, agent_table, catalog_revision_table
 from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.store._base import utcnow
@@ -44,6 +44,14 @@ from pilothouse.store._fastsql import (
     executemany,
     fetch,
     insert_one,
+)
+from pilothouse.store._steps import (
+    OneStatement,
+    StepRows,
+    change_update,
+    first_fits,
+    step_rows,
+    take_update,
 )
 from pilothouse.store._tables import (
     attachment_table,
@@ -62,8 +70,6 @@ from pilothouse.store._turnstore import (
     TurnHandle,
     catalog_refusal,
     new_conversation,
-    outbox_row,
-    processed_row,
     refusal,
     storable_batch,
     uuid_in_use,
@@ -83,14 +89,6 @@ _PROCESSED = event_processed_table
 _ACTION = action_table.c
 _AGENT = agent_table.c
 _REVISION = catalog_revision_table.c
-
-_USAGE_COLUMNS = (
-    "input_tokens",
-    "output_tokens",
-    "cached_tokens",
-    "reasoning_tokens",
-    "estimated_cost",
-)
 
 
 class _Found(NamedTuple):
@@ -114,10 +112,7 @@ class _ActionCheck(NamedTuple):
     active: bool
     audit: bool | None
     catalog_revision: int | None
-
-
-def _first(value: Any) -> Any:
-    return value
+    agent_active: bool | None
 
 
 def _pair(first: Any, second: Any) -> tuple[Any, Any]:
@@ -139,7 +134,6 @@ class _Statements:
     insert_attachment: Insert
     insert_tool_call: Insert
     action_check: Query[_ActionCheck]
-    agent_check: Query[bool]
     take: Statement
     begin: Query[_Found]
     memory: Query[StoredMessage]
@@ -162,30 +156,15 @@ def _build_statements() -> _Statements:
                 .where(_REVISION.tenant == bindparam("b_tenant"))
                 .scalar_subquery()
                 .label("catalog_revision"),
+                # The agent's switch in the same statement (NULL when none is named).
+                select(_AGENT.active)
+                .where(_AGENT.tenant == bindparam("b_tenant"), _AGENT.code == bindparam("b_agent"))
+                .scalar_subquery()
+                .label("agent_active"),
             ).where(_ACTION.tenant == bindparam("b_tenant"), _ACTION.code == bindparam("b_code")),
             _ActionCheck,
         ),
-        agent_check=Query(
-            select(_AGENT.active).where(
-                _AGENT.tenant == bindparam("b_tenant"), _AGENT.code == bindparam("b_code")
-            ),
-            _first,
-        ),
-        take=Statement(
-            update(_CONVERSATION)
-            .where(
-                conversation.id == bindparam("b_id"), conversation.status == bindparam("b_status")
-            )
-            .values(
-                status=ProcessStatus.RUNNING,
-                started_at=bindparam("b_started"),
-                finished_at=None,
-                error_detail=None,
-                owner=bindparam("b_owner"),
-                version=conversation.version + 1,
-                updated_at=bindparam("b_now"),
-            )
-        ),
+        take=Statement(take_update()),
         begin=Query(_begin_statement(), _Found),
         memory=Query(
             select(
@@ -268,6 +247,8 @@ class SqlTurnStore:
         self.owner = owner
         self._statements = _build_statements()
         self._changes: dict[tuple[str, ...], Statement] = {}
+        # On PostgreSQL a step is one statement where it fits (see _steps).
+        self._one = OneStatement() if database.is_asyncpg else None
 
     async def create(
         self,
@@ -324,6 +305,10 @@ class SqlTurnStore:
         values["started_at"] = now
         values["owner"] = self.owner
         try:
+            if self._one is not None and first_fits(first):
+                return await self._db.statements(
+                    self._start_one, values, default_audit, check_catalog, first
+                )
             return await self._db.transaction(
                 self._start_turn, values, default_audit, check_catalog, first
             )
@@ -343,23 +328,34 @@ class SqlTurnStore:
         read_memory: bool = False,
     ) -> TurnHandle:
         """Take the conversation for one turn, flipping it to ``RU`` (see :class:`TurnStore`)."""
+        if self._one is not None and first_fits(first):
+            return await self._db.statements(
+                self._begin_one, tenant, conversation_uuid, frozenset(allowed), first, read_memory
+            )
         return await self._db.transaction(
             self._begin, tenant, conversation_uuid, frozenset(allowed), first, read_memory
         )
 
     async def memory(self, tenant: str, memory_id: str) -> list[StoredMessage]:
         """Every message sharing ``memory_id``, oldest first."""
-        return await self._db.transaction(self._memory, tenant, memory_id)
+        return await self._db.statements(self._memory, tenant, memory_id)
 
     async def write(self, handle: TurnHandle, batch: TurnBatch) -> list[int]:
         """Write one step of a turn in one transaction."""
         if not batch:
             return []
-        return await self._db.transaction(self._write, handle, batch)
+        step = step_rows(handle, storable_batch(batch), utcnow())
+        if step.is_empty():
+            return step.sequences
+        if self._one is not None and step.fits(first=False):
+            await self._db.statements(self._write_one, step)
+        else:
+            await self._db.transaction(self._write_rows, handle, step)
+        return step.sequences
 
     async def codes(self, tenant: str, conversation_uuid: str) -> tuple[str, str | None]:
         """The conversation's action and agent codes."""
-        rows = await self._db.transaction(
+        rows = await self._db.statements(
             fetch, self._statements.codes, {"b_uuid": conversation_uuid, "b_tenant": tenant}
         )
         if not rows:
@@ -432,28 +428,27 @@ class SqlTurnStore:
         # Only the columns the checks need: the full Action row would eager-load
         # its whole graph (model, schemas, tools, ...).
         rows = fetch(
-            connection, self._statements.action_check, {"b_tenant": tenant, "b_code": action}
+            connection,
+            self._statements.action_check,
+            {"b_tenant": tenant, "b_code": action, "b_agent": agent},
         )
         found = rows[0] if rows else None
         catalog_refusal("action", action, None if found is None else bool(found.active))
         assert found is not None
         if agent is not None:
-            agents = fetch(
-                connection, self._statements.agent_check, {"b_tenant": tenant, "b_code": agent}
-            )
-            catalog_refusal("agent", agent, bool(agents[0]) if agents else None)
+            active = found.agent_active
+            catalog_refusal("agent", agent, None if active is None else bool(active))
         audit = None if found.audit is None else bool(found.audit)
         return audit, int(found.catalog_revision or 0)
 
-    def _begin(
+    def _found(
         self,
         connection: Connection,
         tenant: str,
         conversation_uuid: str,
         allowed: frozenset[ProcessStatus],
-        first: TurnBatch | None,
-        read_memory: bool,
-    ) -> TurnHandle:
+    ) -> _Found:
+        """The conversation a turn takes, refused when missing or not in an allowed status."""
         # One statement reads the conversation and where its numbering stands:
         # a turn's start is on every turn's path.
         rows = fetch(
@@ -462,26 +457,13 @@ class SqlTurnStore:
         found = rows[0] if rows else None
         if found is None:
             raise NotFoundError(f"conversation '{conversation_uuid}' not found")
-        status = found.status
-        if status not in allowed:
-            raise InvalidStateError(refusal(conversation_uuid, status))
-        now = utcnow()
-        # The status in the WHERE clause makes the flip atomic: of two concurrent
-        # turns, exactly one sees its UPDATE match.
-        taken = execute(
-            connection,
-            self._statements.take,
-            {
-                "b_id": found.id,
-                "b_status": status,
-                "b_started": found.started_at or now,
-                "b_now": now,
-                "b_owner": self.owner,
-            },
-        )
-        if taken != 1:
-            raise InvalidStateError(refusal(conversation_uuid, ProcessStatus.RUNNING))
-        handle = TurnHandle(
+        if found.status not in allowed:
+            raise InvalidStateError(refusal(conversation_uuid, found.status))
+        return found
+
+    @staticmethod
+    def _taken(tenant: str, found: _Found) -> TurnHandle:
+        return TurnHandle(
             tenant=tenant,
             conversation_id=found.id,
             uuid=found.uuid,
@@ -492,12 +474,128 @@ class SqlTurnStore:
             next_message=int(found.next_message or 0) + 1,
             next_event=int(found.next_event or 0) + 1,
             last_assistant_sequence=found.last_assistant,
-            previous_status=status,
+            previous_status=found.status,
             catalog_revision=int(found.catalog_revision or 0),
         )
+
+    def _take_values(self, found: _Found, now: datetime) -> dict[str, Any]:
+        return {
+            "b_id": found.id,
+            "b_status": found.status,
+            "b_started": found.started_at or now,
+            "b_now": now,
+            "b_owner": self.owner,
+        }
+
+    def _begin(
+        self,
+        connection: Connection,
+        tenant: str,
+        conversation_uuid: str,
+        allowed: frozenset[ProcessStatus],
+        first: TurnBatch | None,
+        read_memory: bool,
+    ) -> TurnHandle:
+        found = self._found(connection, tenant, conversation_uuid, allowed)
+        now = utcnow()
+        # The status in the WHERE clause makes the flip atomic: of two concurrent
+        # turns, exactly one sees its UPDATE match.
+        taken = execute(connection, self._statements.take, self._take_values(found, now))
+        if taken != 1:
+            raise InvalidStateError(refusal(conversation_uuid, ProcessStatus.RUNNING))
+        handle = self._taken(tenant, found)
         if read_memory:
             handle.memory = self._memory(connection, tenant, handle.memory_id)
         self._write(connection, handle, with_start_event(handle, first or TurnBatch(), now))
+        return handle
+
+    def _begin_one(
+        self,
+        connection: Connection,
+        tenant: str,
+        conversation_uuid: str,
+        allowed: frozenset[ProcessStatus],
+        first: TurnBatch | None,
+        read_memory: bool,
+    ) -> TurnHandle:
+        """:meth:`_begin` on PostgreSQL: the take and the first step in one statement.
+
+        The reads come first, each committing on its own; the take writes the
+        step's rows only when its UPDATE matched, all or nothing.
+        """
+        found = self._found(connection, tenant, conversation_uuid, allowed)
+        now = utcnow()
+        handle = self._taken(tenant, found)
+        if read_memory:
+            # Read before the take: a turn that ran in between would also have
+            # moved the numbering, and the take's rows would then be refused.
+            handle.memory = self._memory(connection, tenant, handle.memory_id)
+        step = step_rows(
+            handle, storable_batch(with_start_event(handle, first or TurnBatch(), now)), now
+        )
+        assert self._one is not None
+        values = {**step.parameters(), **self._take_values(found, now)}
+        if not fetch(connection, self._one.take(step), values):
+            raise InvalidStateError(refusal(conversation_uuid, ProcessStatus.RUNNING))
+        return handle
+
+    def _start_one(
+        self,
+        connection: Connection,
+        values: dict[str, Any],
+        default_audit: bool,
+        check_catalog: bool,
+        first: TurnBatch,
+    ) -> TurnHandle:
+        """:meth:`_start_turn` on PostgreSQL: check, conversation and first step, one statement."""
+        tenant = values["tenant"]
+        given = values["audit"]
+        if given is None and not check_catalog:
+            values["audit"] = default_audit
+        handle = TurnHandle(
+            tenant=tenant,
+            conversation_id=0,  # the statement returns it
+            uuid=values["uuid"],
+            action_code=values["action_code"],
+            agent_code=values["agent_code"],
+            memory_id=values["memory_id"],
+            # Unknown until the action's switch is read: the start event's row
+            # goes in the statement, written only when the audit is on.
+            audit=True if values["audit"] is None else bool(values["audit"]),
+            next_message=1,
+            next_event=1,
+        )
+        if handle.memory_id != handle.uuid:
+            handle.memory = self._memory(connection, tenant, handle.memory_id)
+        now = values["started_at"]
+        step = step_rows(handle, storable_batch(with_start_event(handle, first, now)), now)
+        assert self._one is not None
+        parameters = {**step.parameters(), **{f"c_{k}": v for k, v in values.items()}}
+        if not check_catalog:
+            handle.conversation_id = fetch(connection, self._one.start(step, values), parameters)[0]
+            return handle
+        parameters.update(
+            b_tenant=tenant,
+            b_code=values["action_code"],
+            b_agent=values["agent_code"],
+            b_default_audit=default_audit,
+        )
+        check = self._statements.action_check.statement
+        rows = fetch(connection, self._one.checked_start(step, values, check), parameters)
+        found = rows[0] if rows else None
+        if found is None or found.id is None:
+            # Refused: nothing was written; say why as the separate check does.
+            action = values["action_code"]
+            catalog_refusal("action", action, None if found is None else bool(found.active))
+            assert found is not None
+            active = found.agent_active
+            catalog_refusal("agent", values["agent_code"], None if active is None else bool(active))
+            raise InvalidStateError("the catalog changed while the conversation started; retry")
+        handle.conversation_id = found.id
+        handle.catalog_revision = int(found.catalog_revision or 0)
+        if not found.conversation_audit:
+            handle.audit = False
+            handle.next_event = 1  # the start event's row was not written
         return handle
 
     def _memory(self, connection: Connection, tenant: str, memory_id: str) -> list[StoredMessage]:
@@ -507,135 +605,54 @@ class SqlTurnStore:
 
     def _write(self, connection: Connection, handle: TurnHandle, batch: TurnBatch) -> list[int]:
         """Write ``batch`` on ``connection``, inside the caller's transaction."""
-        batch = storable_batch(batch)
-        now = utcnow()
-        sequences: list[int] = []
-        message_rows: list[dict[str, Any]] = []
-        attachment_rows: list[dict[str, Any]] = []
-        for message in batch.messages:
-            sequence = handle.next_message
-            handle.next_message += 1
-            if message.role is MessageRole.ASSISTANT:
-                handle.last_assistant_sequence = sequence
-            message_rows.append(
-                {
-                    "conversation_id": handle.conversation_id,
-                    "sequence": sequence,
-                    "role": message.role,
-                    "content": message.content,
-                    "token_count": message.token_count,
-                    "tool_call_id": message.tool_call_id,
-                    "data": dict(message.data) if message.data is not None else None,
-                    "created_at": now,
-                }
-            )
-            attachment_rows.extend(
-                {
-                    "conversation_id": handle.conversation_id,
-                    "message_sequence": sequence,
-                    "sequence": index,
-                    "media_type": attachment.media_type,
-                    "name": attachment.name,
-                    "url": attachment.url,
-                    "content": attachment.content,
-                    "created_at": now,
-                }
-                for index, attachment in enumerate(message.attachments, start=1)
-            )
-            sequences.append(sequence)
+        step = step_rows(handle, storable_batch(batch), utcnow())
+        self._write_rows(connection, handle, step)
+        return step.sequences
+
+    def _write_one(self, connection: Connection, step: StepRows) -> None:
+        """Write ``step`` as one statement (PostgreSQL)."""
+        assert self._one is not None
+        execute(connection, self._one.write(step), step.parameters())
+
+    def _write_rows(self, connection: Connection, handle: TurnHandle, step: StepRows) -> None:
+        """Write ``step`` statement by statement, inside the caller's transaction."""
         statements = self._statements
-        if message_rows:
-            executemany(connection, statements.insert_message, message_rows)
-        if attachment_rows:
-            connection.execute(statements.insert_attachment, attachment_rows)
-        if batch.tool_calls:
-            owner = handle.last_assistant_sequence
-            if owner is None:
-                raise InvalidStateError("tool calls recorded before any assistant message")
-            connection.execute(
-                statements.insert_tool_call,
-                [
-                    {
-                        "conversation_id": handle.conversation_id,
-                        "message_sequence": owner,
-                        "call_id": call.call_id,
-                        "name": call.name,
-                        "arguments": dict(call.arguments),
-                        "status": ToolCallStatus.REQUESTED,
-                        "result": None,
-                        "created_at": now,
-                        "finished_at": None,
-                    }
-                    for call in batch.tool_calls
-                ],
-            )
-        for outcome in batch.outcomes:
+        rows = step.rows
+        now = step.now
+
+        def owned(name: str) -> list[dict[str, Any]]:
+            return [{"conversation_id": handle.conversation_id, **row} for row in rows[name]]
+
+        if "message" in rows:
+            executemany(connection, statements.insert_message, owned("message"))
+        if "attachment" in rows:
+            connection.execute(statements.insert_attachment, owned("attachment"))
+        if "tool_call" in rows:
+            connection.execute(statements.insert_tool_call, owned("tool_call"))
+        for call_id, status, result in step.outcomes:
             connection.execute(
                 update(_TOOL_CALL)
                 .where(
                     _TOOL_CALL.c.conversation_id == handle.conversation_id,
-                    _TOOL_CALL.c.call_id == outcome.call_id,
+                    _TOOL_CALL.c.call_id == call_id,
                 )
-                .values(status=outcome.status, result=outcome.result, finished_at=now)
+                .values(status=status, result=result, finished_at=now)
             )
-        if batch.events and handle.audit:
-            rows: list[dict[str, Any]] = []
-            for item in batch.events:
-                rows.append(
-                    {
-                        "conversation_id": handle.conversation_id,
-                        "sequence": handle.next_event,
-                        "kind": item.kind,
-                        "data": dict(item.data),
-                        "created_at": item.at,
-                    }
-                )
-                handle.next_event += 1
-            executemany(connection, statements.insert_event, rows)
-        if batch.outbox:
-            connection.execute(
-                insert(_OUTBOX),
-                [outbox_row(m, handle.tenant, handle.uuid, now) for m in batch.outbox],
-            )
-        if batch.processed:
-            connection.execute(
-                insert(_PROCESSED),
-                [processed_row(p, handle.tenant, handle.uuid, now) for p in batch.processed],
-            )
-        if batch.touches_conversation():
-            changes = batch.changes()
-            parameters: dict[str, Any] = {f"b_{name}": value for name, value in changes.items()}
-            usage = batch.usage
-            if usage is not None:
-                parameters["b_add_input_tokens"] = usage.input_tokens
-                parameters["b_add_output_tokens"] = usage.output_tokens
-                parameters["b_add_cached_tokens"] = usage.cached_tokens
-                parameters["b_add_reasoning_tokens"] = usage.reasoning_tokens
-                parameters["b_add_estimated_cost"] = usage.estimated_cost
-            else:
-                for name in _USAGE_COLUMNS:
-                    parameters[f"b_add_{name}"] = 0
-            parameters["b_id"] = handle.conversation_id
-            parameters["b_now"] = now
-            execute(connection, self._change_statement(tuple(changes)), parameters)
-        return sequences
+        if "event" in rows:
+            executemany(connection, statements.insert_event, owned("event"))
+        if "outbox" in rows:
+            connection.execute(insert(_OUTBOX), rows["outbox"])
+        if "processed" in rows:
+            connection.execute(insert(_PROCESSED), rows["processed"])
+        if step.changes is not None:
+            parameters = {**step.conversation, "b_now": now}
+            execute(connection, self._change_statement(step.changes), parameters)
 
     def _change_statement(self, changed: tuple[str, ...]) -> Statement:
-        """The conversation's UPDATE for one set of changed columns, built once per set.
-
-        Usage columns are always incremented (by zero when unused), so the few
-        kinds of batch share a handful of statements.
-        """
+        """The conversation's UPDATE for one set of changed columns, built once per set."""
         found = self._changes.get(changed)
         if found is not None:
             return found
-        columns = _CONVERSATION.c
-        values: dict[str, Any] = {name: bindparam(f"b_{name}") for name in changed}
-        for name in _USAGE_COLUMNS:
-            values[name] = columns[name] + bindparam(f"b_add_{name}", type_=columns[name].type)
-        values["version"] = columns.version + 1
-        values["updated_at"] = bindparam("b_now")
-        change = update(_CONVERSATION).where(columns.id == bindparam("b_id")).values(values)
-        statement = Statement(change)
+        statement = Statement(change_update(changed))
         self._changes[changed] = statement
         return statement

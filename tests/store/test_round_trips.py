@@ -1,0 +1,182 @@
+"""Round trips to PostgreSQL per governed turn, counted on the wire.
+
+A loopback proxy between pilothouse and the server reads the server's
+messages and counts ReadyForQuery: the server sends one at the end of each
+exchange the client waits for (a simple query such as BEGIN, a prepare, a
+statement's Sync; a pipelined executemany ends in one). That is the round
+trip count, whatever the driver does inside. A step too large for one
+statement is written statement by statement, with the same rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
+
+from pilothouse.api import Pilothouse
+from pilothouse.catalog import Action, Configuration, Model, Provider
+from pilothouse.catalog._enums import MessageRole, ProviderKind, TimelineKind
+from pilothouse.settings import Settings
+from pilothouse.store import (
+    Database,
+    Message,
+    NewEvent,
+    NewMessage,
+    SqlTurnStore,
+    TimelineEvent,
+    TurnBatch,
+)
+from pilothouse.store._steps import MAX_ROWS
+from pilothouse.testing import ScriptedModel, override
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+TURN_ROUND_TRIPS = 2
+"""A first turn: the catalog check with the conversation and its first step; the ending."""
+
+NEXT_TURN_ROUND_TRIPS = 4
+"""A later turn: the conversation's codes (to compile its action before anything is
+written), its state, the take with its first step, the ending."""
+
+
+@pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(postgres_database_url: str) -> str:
+    """Only PostgreSQL: the round trips are asyncpg's."""
+    return postgres_database_url
+
+
+class WireCounter:
+    """A TCP proxy to PostgreSQL that counts the server's ReadyForQuery messages."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self.ready = 0
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._client, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        await asyncio.gather(
+            self._pipe(reader, up_writer, count=False),
+            self._pipe(up_reader, writer, count=True),
+        )
+
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, count: bool
+    ) -> None:
+        pending = b""
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+                if count:
+                    pending = self._count(pending + data)
+        except ConnectionError:
+            pass  # either side hung up: the other is closed below
+        finally:
+            writer.close()
+
+    def _count(self, buffer: bytes) -> bytes:
+        # Server messages: one type byte, then a length that counts itself.
+        while len(buffer) >= 5:
+            length = int.from_bytes(buffer[1:5], "big")
+            if len(buffer) < 1 + length:
+                break
+            if buffer[0:1] == b"Z":
+                self.ready += 1
+            buffer = buffer[1 + length :]
+        return buffer
+
+
+@pytest.fixture
+async def counted(database: Database) -> AsyncIterator[tuple[WireCounter, str]]:
+    """The proxy, and the test database's URL through it (no TLS, so it can be read)."""
+    url = make_url(database.url)
+    proxy = WireCounter(url.host or "127.0.0.1", url.port or 5432)
+    await proxy.start()
+    async with database.sessions.begin() as session:
+        provider = Provider(tenant="default", code="TEST", kind=ProviderKind.TEST)
+        model = Model(tenant="default", code="TESTM", provider=provider, model_name="test")
+        configuration = Configuration(tenant="default", code="DFLT", max_tokens=64)
+        session.add(
+            Action(
+                tenant="default",
+                code="SAY",
+                model=model,
+                configuration=configuration,
+                prompt="Say it.",
+            )
+        )
+    through = url.set(host="127.0.0.1", port=proxy.port, query={"ssl": "disable"})
+    yield proxy, through.render_as_string(hide_password=False)
+    await proxy.stop()
+
+
+async def test_a_governed_turn_costs_at_most_a_few_round_trips(
+    counted: tuple[WireCounter, str],
+) -> None:
+    proxy, url = counted
+    model = ScriptedModel(["one", "two", "three", "five"])
+    with override(model=model):
+        async with Pilothouse(Settings(database_url=url)) as ph:
+            await _turns(ph, proxy)
+
+
+async def _turns(ph: Pilothouse, proxy: WireCounter) -> None:
+    # The first turns prepare the statements and read the catalog.
+    warm = await ph.command.start_and_send("hello", action="SAY")
+    await ph.command.send_message(warm.conversation_uuid, "hello again")
+    before = proxy.ready
+    result = await ph.command.start_and_send("one more", action="SAY")
+    assert result.error is None
+    assert proxy.ready - before <= TURN_ROUND_TRIPS
+    before = proxy.ready
+    later = await ph.command.send_message(result.conversation_uuid, "and again")
+    assert later.error is None
+    assert proxy.ready - before <= NEXT_TURN_ROUND_TRIPS
+    transcript = await ph.query.get_conversation_messages(result.conversation_uuid)
+    assert [m.content for m in transcript][-4:] == ["one more", "three", "and again", "five"]
+
+
+@pytest.mark.parametrize("size", [MAX_ROWS, MAX_ROWS + 1])
+async def test_a_step_too_large_for_one_statement_is_written_statement_by_statement(
+    database: Database, size: int
+) -> None:
+    store = SqlTurnStore(database)
+    conversation = await store.create("default", action_code="A", agent_code=None)
+    handle = await store.begin_turn("default", conversation.uuid)
+    messages = [NewMessage(MessageRole.USER, f"m{i}") for i in range(size)]
+    events = [NewEvent(TimelineKind.REQUEST, {"i": i}) for i in range(size)]
+    assert await store.write(handle, TurnBatch(messages=messages, events=events)) == list(
+        range(1, size + 1)
+    )
+    async with database.sessions() as session:
+        stored = (
+            await session.scalars(
+                select(Message.content)
+                .where(Message.conversation_id == handle.conversation_id)
+                .order_by(Message.sequence)
+            )
+        ).all()
+        kinds = (
+            await session.scalars(
+                select(TimelineEvent.data)
+                .where(TimelineEvent.conversation_id == handle.conversation_id)
+                .order_by(TimelineEvent.sequence)
+            )
+        ).all()
+    assert stored == [f"m{i}" for i in range(size)]
+    # The turn's start event, then the step's.
+    assert kinds[1:] == [{"i": i} for i in range(size)]
