@@ -73,18 +73,18 @@ def test_a_results_section_is_on_the_page_where_the_commentary_places_it(
     docs = _docs_with_plots(tmp_path)
     results = tmp_path / "results"
     shutil.copytree(BENCH / "results", results)
-    (results / "replicas.md").write_text("## Replicas\n\n| replicas | turns/s |\n|---|---:|\n")
+    (results / "new-section.md").write_text("## A new section\n\n| clients | turns/s |\n|---|---:|\n")
     commentary = tmp_path / "commentary.md"
     commentary.write_text(
         (BENCH / "commentary.md").read_text()
-        + "\nReplicas behind one client:\n\n<!-- results: replicas.md -->\n"
+        + "\nA new section placed here:\n\n<!-- results: new-section.md -->\n"
     )
     done = _report(docs, results, commentary)
     assert done.returncode == 0, done.stderr
     page = (docs / "benchmarks.md").read_text()
-    table = "## Replicas\n\n| replicas | turns/s |\n|---|---:|\n\n"
-    assert page.endswith("Replicas behind one client:\n\n" + table)
-    assert "results: replicas.md" not in page
+    table = "## A new section\n\n| clients | turns/s |\n|---|---:|\n\n"
+    assert page.endswith("A new section placed here:\n\n" + table)
+    assert "results: new-section.md" not in page
 
 
 def test_a_results_section_the_commentary_does_not_place_stops_the_report(
@@ -93,9 +93,9 @@ def test_a_results_section_the_commentary_does_not_place_stops_the_report(
     docs = _docs_with_plots(tmp_path)
     results = tmp_path / "results"
     shutil.copytree(BENCH / "results", results)
-    (results / "replicas.md").write_text("## Replicas\n")
+    (results / "new-section.md").write_text("## A new section\n")
     done = _report(docs, results, BENCH / "commentary.md")
     assert done.returncode != 0
-    assert "does not place replicas.md" in done.stderr
-    assert "<!-- results: replicas.md -->" in done.stderr
+    assert "does not place new-section.md" in done.stderr
+    assert "<!-- results: new-section.md -->" in done.stderr
     assert not (docs / "benchmarks.md").exists()
