@@ -48,9 +48,9 @@ from pilothouse.catalog._models import CatalogRevision
 from pilothouse.errors import PilothouseError
 from pilothouse.store import Caller, Database
 
-if TYPE_CHECKING:
-    from mcp.server.models import InitializationOptions
+from mcp.server.models import InitializationOptions
 
+if TYPE_CHECKING:
     from pilothouse._facade.mcpgateway import Gateways
     from pilothouse._facade.mcptools import Ranker
     from pilothouse.api import Pilothouse
@@ -70,6 +70,30 @@ def _revision_statement() -> Select[Any]:
 def _revision(connection: Connection, tenant: str) -> int:
     value = connection.execute(_revision_statement(), {"b_tenant": tenant}).scalar()
     return int(value or 0)
+
+
+class _Server(Server[Any]):
+    """The SDK's server, announcing the list changes pilothouse does send.
+
+    Transports that build the handshake themselves (the streamable HTTP
+    session manager) ask the server for its initialization options without
+    notification options, which the SDK reads as "no
+    list changes": every handshake would advertise ``tools.listChanged:
+    false`` though the watcher sends the notifications.
+    """
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        """The handshake's options, with tools and prompts list changes announced."""
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(prompts_changed=True, tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
 
 
 class McpService:
@@ -120,7 +144,7 @@ class McpService:
         self._buses: dict[str, InMemorySubscriptionBus] = {}
         self._listeners: dict[str, ListenHandler] = {}
         self._revisions: dict[str, int] = {}
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = _Server(
             "pilothouse",
             version=release,
             title="pilothouse",

@@ -11,6 +11,14 @@ Both are the official ``mcp`` SDK's transports over the server of
 - ``/sse`` (the event stream) and ``/messages/`` (where the client posts):
   the SDK's SSE transport, for older clients.
 
+Before the SDK sees a message posted to ``/mcp`` or ``/messages/``
+(:class:`_Checked`): a body above ``max_body_bytes`` is read to its end
+and answered 413 with a JSON-RPC error the client reports (not a reset
+connection); a body that is not one JSON-RPC message is -32600 (or -32700
+when it is not JSON) in words naming what is wrong; and a key may hold at
+most ``mcp_max_sessions_per_key`` sessions (429 for one more), each closed
+after ``mcp_session_idle_seconds`` without a request.
+
 Every request of the three routes is authenticated like the REST API
 (``Authorization: Bearer <key>`` or ``X-API-Key``, the per-key rate limit,
 failures by address): a refused one is a problem document (401 with
@@ -24,16 +32,19 @@ from __future__ import annotations
 
 __all__ = ["McpHttp", "mcp_routes"]
 
-from collections.abc import AsyncGenerator
+import json
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+import mcp_types as mt
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from pilothouse.errors import PilothouseError, UnauthorizedError
@@ -43,7 +54,7 @@ from pilothouse.types import McpCaller
 
 if TYPE_CHECKING:
     from mcp.server import ServerRequestContext
-    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from pilothouse.api import McpService
     from pilothouse.server._state import ServerState
@@ -133,6 +144,7 @@ class McpHttp:
             app=self.service.server,
             security_settings=security,
             max_request_body_size=settings.max_body_bytes or 4 * 1024 * 1024,
+            session_idle_timeout=settings.mcp_session_idle_seconds,
         )
         self.sse = SseServerTransport("/messages/", security_settings=security)
         self._state = state
@@ -148,16 +160,28 @@ class McpHttp:
     def routes(self) -> list[Route]:
         """The three routes, each behind the API key check."""
         state = self._state
+        settings = state.server
         return [
             Route(
                 "/mcp",
-                endpoint=_Authenticated(state, self.sessions.handle_request),
+                endpoint=_Authenticated(
+                    state,
+                    _Checked(
+                        self.sessions.handle_request,
+                        settings.max_body_bytes,
+                        self.sessions,
+                        settings.mcp_max_sessions_per_key,
+                        settings.mcp_session_idle_seconds,
+                    ),
+                ),
                 methods=["GET", "POST", "DELETE"],
             ),
             Route("/sse", endpoint=_Authenticated(state, self._sse), methods=["GET"]),
             Route(
                 "/messages/",
-                endpoint=_Authenticated(state, self.sse.handle_post_message),
+                endpoint=_Authenticated(
+                    state, _Checked(self.sse.handle_post_message, settings.max_body_bytes)
+                ),
                 methods=["POST"],
             ),
         ]
@@ -167,6 +191,188 @@ class McpHttp:
         """Run the session manager and the list_changed watcher for the app's lifetime."""
         async with self.sessions.run(), self.service.running():
             yield
+
+
+# An oversize body is read to its end (so the client, still sending, can
+# read the 413) up to this many times the limit; past that the connection
+# is closed unread.
+_DRAIN_FACTOR = 8
+
+
+def _envelope_problem(message: Any) -> str | None:
+    """Why ``message`` is not one JSON-RPC 2.0 message, in words (None: it is one)."""
+    from mcp_types import jsonrpc_message_adapter
+    from pydantic import ValidationError
+
+    if isinstance(message, list):
+        return "send one JSON-RPC message per request (batches are not part of MCP)"
+    if not isinstance(message, dict):
+        return "the body must be a JSON-RPC 2.0 object with jsonrpc, method and id"
+    body = cast("dict[str, Any]", message)
+    try:
+        jsonrpc_message_adapter.validate_python(body, by_name=False)
+    except ValidationError:
+        pass
+    else:
+        return None
+    if body.get("jsonrpc") != "2.0":
+        return 'jsonrpc must be "2.0"'
+    if "id" in body and (
+        isinstance(body["id"], bool) or not isinstance(body["id"], str | int | None)
+    ):
+        return "id must be a string or an integer"
+    if "method" in body:
+        if not isinstance(body["method"], str):
+            return "method must be a string naming the MCP method, e.g. tools/list"
+        if "params" in body and not isinstance(body["params"], dict):
+            return "params must be an object"
+        return "not a JSON-RPC request or notification"
+    if "result" in body or "error" in body:
+        return "a response needs an id and exactly one of result or error"
+    return "method is required (a string naming the MCP method, e.g. tools/list)"
+
+
+def _rpc_error(status: int, code: int, message: str, ident: Any = None) -> Response:
+    """A JSON-RPC error body at an HTTP status; the SDK's client reports its message."""
+    from starlette.responses import JSONResponse
+
+    if isinstance(ident, bool) or not isinstance(ident, str | int):
+        ident = None
+    body = {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
+    return JSONResponse(body, status_code=status)
+
+
+async def _read_body(receive: Receive, limit: int) -> tuple[bytes, int, bool]:
+    """Read a request body: its bytes up to ``limit``, its size, whether it ended.
+
+    Past ``limit`` the bytes are counted and dropped, up to ``_DRAIN_FACTOR``
+    times the limit.
+    """
+    kept = bytearray()
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return bytes(kept), size, False
+        chunk = cast("bytes", message.get("body", b""))
+        size += len(chunk)
+        if size <= limit:
+            kept.extend(chunk)
+        if not message.get("more_body", False):
+            return bytes(kept), size, True
+        if size > limit * _DRAIN_FACTOR:
+            return b"", size, False
+
+
+class _Checked:
+    """Check what the SDK would take badly: body size, envelope, sessions per key.
+
+    Args:
+        app: the SDK's transport.
+        max_bytes: the largest body (0: the SDK's own 4 MiB).
+        sessions: the streamable HTTP session manager (its sessions are
+            counted per key); None for the SSE transport's posts.
+        per_key: the most sessions one key may hold open.
+        idle_seconds: named in the refusal (when sessions expire).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        sessions: StreamableHTTPSessionManager | None = None,
+        per_key: int = 100,
+        idle_seconds: float = 1800.0,
+    ) -> None:
+        self._app = app
+        self._max = max_bytes or 4 * 1024 * 1024
+        self._sessions = sessions
+        self._per_key = per_key
+        self._idle = idle_seconds
+        self._opening: dict[str, int] = {}
+
+    def _open_sessions(self, key: str) -> int:
+        # The SDK keeps each session's owner privately; its count is the
+        # truth (sessions it closed on idle are gone from it).
+        owners = cast(
+            "Mapping[str, Mapping[str, Any]]", getattr(self._sessions, "_session_owners", {})
+        )
+        return sum(1 for owner in owners.values() if owner.get("client_id") == key)
+
+    def _opens_session(self, scope: Scope) -> bool:
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+        if self._sessions is None or scope.get("method") != "POST":
+            return False
+        headers = {k.lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if b"mcp-session-id" in headers:
+            return False
+        version = headers.get(b"mcp-protocol-version")
+        return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("method") != "POST":
+            await self._app(scope, receive, send)
+            return
+        body, size, ended = await _read_body(receive, self._max)
+        if size > self._max:
+            refusal = _rpc_error(
+                413,
+                mt.INVALID_REQUEST,
+                f"the request body ({size} bytes or more) exceeds the limit of {self._max} "
+                "bytes (HTTP 413); send smaller arguments",
+            )
+            await refusal(scope, receive, send)
+            return
+        if not ended:
+            return  # the client went away mid-body
+        try:
+            message = json.loads(body)
+        except (ValueError, RecursionError):
+            refusal = _rpc_error(400, mt.PARSE_ERROR, "Parse error: the body is not JSON")
+            await refusal(scope, receive, send)
+            return
+        problem = _envelope_problem(message)
+        if problem is not None:
+            ident = cast("dict[str, Any]", message).get("id") if isinstance(message, dict) else None
+            refusal = _rpc_error(400, mt.INVALID_REQUEST, f"Invalid Request: {problem}", ident)
+            await refusal(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        if not self._opens_session(scope):
+            await self._app(scope, replay, send)
+            return
+        caller = scope.get(_CALLER)
+        key = caller.key_prefix if isinstance(caller, McpCaller) else None
+        if key is None:
+            await self._app(scope, replay, send)
+            return
+        if self._open_sessions(key) + self._opening.get(key, 0) >= self._per_key:
+            refusal = _rpc_error(
+                429,
+                mt.INVALID_REQUEST,
+                f"this API key holds {self._per_key} open MCP sessions, the most it may: "
+                f"close one (DELETE /mcp with its Mcp-Session-Id) or wait until an idle one "
+                f"closes after {self._idle:g} s",
+                cast("dict[str, Any]", message).get("id"),
+            )
+            await refusal(scope, receive, send)
+            return
+        self._opening[key] = self._opening.get(key, 0) + 1
+        try:
+            await self._app(scope, replay, send)
+        finally:
+            self._opening[key] -= 1
+            if not self._opening[key]:
+                del self._opening[key]
 
 
 def mcp_routes(state: ServerState) -> tuple[list[Route], McpHttp]:

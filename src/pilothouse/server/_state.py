@@ -94,6 +94,11 @@ class ServerSettings(BaseSettings):
             tools (``pilothouse_find_actions``, ``pilothouse_run_action``).
         mcp_list_changed_seconds: how often the MCP server looks for catalog
             changes to announce (``notifications/tools/list_changed``).
+        mcp_session_idle_seconds: how long an MCP session (``Mcp-Session-Id``)
+            with no request in flight lives before it is closed.
+        mcp_max_sessions_per_key: the most MCP sessions one API key may hold
+            open at once; opening another is refused (429) until one is
+            closed or expires.
         heartbeat_seconds: how often each worker renews its lease on the
             turns it runs (``PILOTHOUSE_LEASE_SECONDS`` must stay well above).
         cancel_poll_seconds: how often a worker running turns reads the
@@ -149,6 +154,8 @@ class ServerSettings(BaseSettings):
     question_sweep_seconds: float = Field(default=30.0, ge=0)
     mcp_max_tools: int = Field(default=30, ge=1)
     mcp_list_changed_seconds: float = Field(default=2.0, gt=0)
+    mcp_session_idle_seconds: float = Field(default=1800.0, gt=0, le=7 * 24 * 3600)
+    mcp_max_sessions_per_key: int = Field(default=100, ge=1)
     heartbeat_seconds: float = Field(default=5.0, gt=0)
     cancel_poll_seconds: float = Field(default=0.5, gt=0)
     memory_worker_seconds: float = Field(default=5.0, ge=0)
