@@ -34,6 +34,7 @@ import anyio
 import mcp_types as mt
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.connection import Connection as McpConnection
+from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
@@ -47,8 +48,6 @@ from pilothouse._facade.mcptools import McpToolbox
 from pilothouse.catalog._models import CatalogRevision
 from pilothouse.errors import PilothouseError
 from pilothouse.store import Caller, Database
-
-from mcp.server.models import InitializationOptions
 
 if TYPE_CHECKING:
     from pilothouse._facade.mcpgateway import Gateways
