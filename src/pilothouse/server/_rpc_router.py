@@ -117,9 +117,8 @@ class RpcRoute:
 
 def _is_async(handler: Callable[..., Any]) -> bool:
     """Whether calling ``handler`` gives a coroutine (a function or an async ``__call__``)."""
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        getattr(handler, "__call__", None)
-    )
+    call = handler.__call__ if not inspect.isroutine(handler) else None
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
 
 def _check_name(method: str, *, routed: bool) -> None:
