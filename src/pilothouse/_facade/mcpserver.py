@@ -23,9 +23,10 @@ from __future__ import annotations
 
 __all__ = ["McpService"]
 
+import json
 import logging
 import weakref
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from pilothouse._facade.mcpgateway import Gateways
     from pilothouse._facade.mcptools import Ranker
     from pilothouse.api import Pilothouse
+    from pilothouse.runtime._events import Question
     from pilothouse.types import McpCaller
 
 logger = logging.getLogger(__name__)
@@ -69,6 +71,78 @@ def _revision_statement() -> Select[Any]:
 def _revision(connection: Connection, tenant: str) -> int:
     value = connection.execute(_revision_statement(), {"b_tenant": tenant}).scalar()
     return int(value or 0)
+
+
+class _Elicitor:
+    """Asks the user of one MCP request's client by form elicitation.
+
+    Made only when the client declared form elicitation on a session that
+    can carry a server request (handshake-era protocols).
+    """
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        self._session = ctx.session
+        self._request_id = ctx.request_id
+
+    @staticmethod
+    def of(ctx: ServerRequestContext[Any, Any]) -> _Elicitor | None:
+        """The elicitor of ``ctx``'s client, or None when it cannot be asked."""
+        session = ctx.session
+        capabilities = session.client_capabilities
+        if capabilities is None or capabilities.elicitation is None or not session.can_send_request:
+            return None
+        declared = capabilities.elicitation
+        # An empty elicitation capability means form mode (2025-06-18).
+        if declared.url is not None and declared.form is None:
+            return None
+        return _Elicitor(ctx)
+
+    async def approve(self, tool: str, arguments: Mapping[str, Any]) -> bool:
+        """Ask whether ``tool`` may run with ``arguments``; only an explicit yes allows it."""
+        shown = json.dumps(dict(arguments), ensure_ascii=False, default=str)
+        if len(shown) > 2000:
+            shown = shown[:2000] + " …"
+        result = await self._session.elicit_form(
+            message=f"pilothouse asks your approval: run the tool '{tool}' with {shown}?",
+            requested_schema={
+                "type": "object",
+                "properties": {
+                    "approve": {
+                        "type": "boolean",
+                        "title": f"Run {tool}",
+                        "description": "Allow this one call",
+                        "default": False,
+                    }
+                },
+                "required": ["approve"],
+            },
+            related_request_id=self._request_id,
+        )
+        return result.action == "accept" and (result.content or {}).get("approve") is True
+
+    async def answers(self, questions: Sequence[Question]) -> dict[str, str] | None:
+        """Ask the questions in one form; None when the user declines or cancels."""
+        properties: dict[str, Any] = {}
+        for question in questions:
+            field: dict[str, Any] = {"type": "string", "title": question.question[:200]}
+            if len(question.question) > 200:
+                field["description"] = question.question
+            if question.choices:
+                field["enum"] = list(question.choices)
+            properties[question.id] = field
+        result = await self._session.elicit_form(
+            message="The action asks before it can answer.",
+            requested_schema={
+                "type": "object",
+                "properties": properties,
+                "required": list(properties),
+            },
+            related_request_id=self._request_id,
+        )
+        content = result.content or {}
+        if result.action != "accept" or any(q.id not in content for q in questions):
+            return None
+        return {q.id: str(content[q.id]) for q in questions}
 
 
 class _Server(Server[Any]):
@@ -204,7 +278,7 @@ class McpService:
             caller.tenant,
             caller.key_prefix,
         )
-        return await toolbox.call_tool(caller, params.name, params.arguments)
+        return await toolbox.call_tool(caller, params.name, params.arguments, _Elicitor.of(ctx))
 
     async def _list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: mt.PaginatedRequestParams | None

@@ -29,7 +29,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, cast
 
-from pilothouse.catalog._kinds import Location
+# The catalog's Location, spelt here: importing _kinds would load the
+# catalog's specs with the proxy, which a first turn must not.
+Location = tuple[str | int, ...]
 
 TRUSTED_IP_HEADERS = frozenset(
     {
