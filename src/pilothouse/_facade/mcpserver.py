@@ -47,7 +47,7 @@ from sqlalchemy import Connection, Select, bindparam, select
 
 from pilothouse._facade.mcptools import McpToolbox
 from pilothouse.catalog._models import CatalogRevision
-from pilothouse.errors import PilothouseError
+from pilothouse.errors import ErrorCategory, PilothouseError
 from pilothouse.store import Caller, Database
 
 if TYPE_CHECKING:
@@ -231,6 +231,8 @@ class McpService:
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
             on_subscriptions_listen=self._listen,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
         )
 
     def initialization_options(self) -> InitializationOptions:
@@ -297,6 +299,40 @@ class McpService:
             return await toolbox.get_prompt(params.name)
         except PilothouseError as exc:
             raise MCPError(mt.INVALID_PARAMS, exc.public_message) from None
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: mt.PaginatedRequestParams | None
+    ) -> mt.ListResourcesResult:
+        from mcp.shared.exceptions import MCPError
+
+        from pilothouse._facade.mcpresources import McpResources
+
+        caller = self._caller_of(ctx)
+        view = self._ph.for_tenant(
+            caller.tenant, caller=Caller("mcp", caller.key_prefix, caller.key_name)
+        )
+        try:
+            return await McpResources(view, caller).list(params.cursor if params else None)
+        except PilothouseError as exc:
+            raise MCPError(mt.INVALID_PARAMS, exc.public_message) from None
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: mt.ReadResourceRequestParams
+    ) -> mt.ReadResourceResult:
+        from mcp.shared.exceptions import MCPError
+
+        from pilothouse._facade.mcpresources import McpResources
+
+        caller = self._caller_of(ctx)
+        view = self._ph.for_tenant(
+            caller.tenant, caller=Caller("mcp", caller.key_prefix, caller.key_name)
+        )
+        try:
+            return await McpResources(view, caller).read(str(params.uri))
+        except PilothouseError as exc:
+            # MCP's code for an unknown resource (-32002) when not found.
+            code = -32002 if exc.category is ErrorCategory.NOT_FOUND else mt.INVALID_PARAMS
+            raise MCPError(code, exc.public_message) from None
 
     async def _listen(
         self, ctx: ServerRequestContext[Any, Any], params: mt.SubscriptionsListenRequestParams
