@@ -1,4 +1,4 @@
-"""MCP resources: transcripts and skill prompts, tenant-scoped and paged, via the official client."""
+"""MCP resources: transcripts and skill prompts, tenant-scoped and paged (official client)."""
 
 from __future__ import annotations
 
