@@ -49,6 +49,7 @@ from starlette.routing import Route
 
 from pilothouse.errors import PilothouseError, UnauthorizedError
 from pilothouse.server._deps import principal_from_request
+from pilothouse.server._oauth import OAuthVerifier
 from pilothouse.server._problems import error_problem
 from pilothouse.types import McpCaller
 
@@ -74,11 +75,55 @@ def _caller(ctx: ServerRequestContext[Any, Any]) -> McpCaller:
 
 
 class _Authenticated:
-    """Authenticate a request by its API key, then hand it to the MCP transport."""
+    """Authenticate a request by its API key (or an OAuth access token), then hand it on.
 
-    def __init__(self, state: ServerState, app: ASGIApp) -> None:
+    Args:
+        state: the service's state (keys, limits).
+        app: the MCP transport.
+        oauth: verifies access tokens, when the operator configured an
+            authorization server.
+    """
+
+    def __init__(
+        self, state: ServerState, app: ASGIApp, oauth: OAuthVerifier | None = None
+    ) -> None:
         self._state = state
         self._app = app
+        self._oauth = oauth
+
+    async def _refuse(
+        self, exc: PilothouseError, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        problem = error_problem(exc)
+        if self._oauth is not None and isinstance(exc, UnauthorizedError):
+            # RFC 9728: the client learns where to get a token from here.
+            host = next(
+                (v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "localhost"
+            )
+            metadata = f"{scope.get('scheme', 'http')}://{host}{METADATA_PATH}"
+            problem.headers = {
+                **(problem.headers or {}),
+                "WWW-Authenticate": f'Bearer resource_metadata="{metadata}"',
+            }
+        await problem.response()(scope, receive, send)
+
+    async def _token_caller(self, token: str, headers: dict[str, str]) -> McpCaller:
+        """The caller of an OAuth access token, after the rate limit of its subject."""
+        from pilothouse.errors import TooManyRequestsError
+
+        assert self._oauth is not None
+        verified = await self._oauth.verify(token)
+        who = f"oauth:{verified.subject}"[:64]
+        wait = await self._state.limiter.acquire(who)
+        if wait is not None:
+            raise TooManyRequestsError(
+                f"the rate limit of {self._state.limiter.per_minute} requests a minute for "
+                "this token's subject is exhausted; retry later",
+                retry_after=wait,
+            )
+        return McpCaller.from_scopes(
+            verified.tenant, who, list(verified.scopes), headers, key_name=verified.subject
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
@@ -94,29 +139,54 @@ class _Authenticated:
             # The key came as the bearer token: it is the gateway's own
             # credential and is never passed on.
             headers.pop("authorization", None)
-        headers.pop("x-api-key", None)
+        presented = headers.pop("x-api-key", None)
         headers.pop("cookie", None)
+        bearer = _bearer(scope) if presented is None else None
         try:
-            principal = await principal_from_request(Request(checked, receive), self._state)
+            if self._oauth is not None and bearer is not None and not _is_api_key(bearer):
+                caller = await self._token_caller(bearer, headers)
+            else:
+                principal = await principal_from_request(Request(checked, receive), self._state)
+                caller = McpCaller.from_scopes(
+                    principal.tenant,
+                    principal.key_prefix,
+                    sorted(principal.scopes),
+                    headers,
+                    key_name=principal.key_name,
+                )
         except PilothouseError as exc:
-            await error_problem(exc).response()(scope, receive, send)
+            await self._refuse(exc, scope, receive, send)
             return
-        scope[_CALLER] = McpCaller.from_scopes(
-            principal.tenant,
-            principal.key_prefix,
-            sorted(principal.scopes),
-            headers,
-            key_name=principal.key_name,
-        )
+        scope[_CALLER] = caller
         # The SDK binds a session to the credential that opened it: another
-        # key presenting the session id is answered as if it did not exist.
+        # key (or token subject) presenting the session id is answered as if
+        # it did not exist.
+        assert caller.key_prefix is not None
         token = AccessToken(
-            token=principal.key_prefix,
-            client_id=principal.key_prefix,
-            scopes=sorted(principal.scopes),
+            token=caller.key_prefix,
+            client_id=caller.key_prefix,
+            scopes=sorted(caller.allowed_tools or ()),
         )
         scope["user"] = AuthenticatedUser(token)
         await self._app(scope, receive, send)
+
+
+METADATA_PATH = "/.well-known/oauth-protected-resource"
+"""Where the MCP endpoint's protected-resource metadata is published (RFC 9728)."""
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name.lower() == b"authorization":
+            kind, _, token = value.decode("latin-1").partition(" ")
+            if kind.lower() == "bearer" and token.strip():
+                return token.strip()
+    return None
+
+
+def _is_api_key(token: str) -> bool:
+    # pilothouse keys read ph_<prefix>_<secret>; a JWT is three dotted parts.
+    return token.startswith("ph_") or token.count(".") != 2
 
 
 class McpHttp:
@@ -148,6 +218,23 @@ class McpHttp:
         )
         self.sse = SseServerTransport("/messages/", security_settings=security)
         self._state = state
+        self.oauth: OAuthVerifier | None = None
+        if settings.oauth_issuer and settings.oauth_jwks_url and settings.oauth_audience:
+            self.oauth = OAuthVerifier(
+                settings.oauth_issuer, settings.oauth_jwks_url, settings.oauth_audience
+            )
+
+    async def _metadata(self, request: Request) -> Response:
+        from starlette.responses import JSONResponse
+
+        del request  # one document for every caller
+        if self.oauth is None:
+            return JSONResponse(
+                {"title": "Not Found", "status": 404, "detail": "no authorization server is set"},
+                status_code=404,
+                media_type="application/problem+json",
+            )
+        return JSONResponse(self.oauth.metadata())
 
     async def _sse(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -173,17 +260,22 @@ class McpHttp:
                         settings.mcp_max_sessions_per_key,
                         settings.mcp_session_idle_seconds,
                     ),
+                    self.oauth,
                 ),
                 methods=["GET", "POST", "DELETE"],
             ),
-            Route("/sse", endpoint=_Authenticated(state, self._sse), methods=["GET"]),
+            Route("/sse", endpoint=_Authenticated(state, self._sse, self.oauth), methods=["GET"]),
             Route(
                 "/messages/",
                 endpoint=_Authenticated(
-                    state, _Checked(self.sse.handle_post_message, settings.max_body_bytes)
+                    state,
+                    _Checked(self.sse.handle_post_message, settings.max_body_bytes),
+                    self.oauth,
                 ),
                 methods=["POST"],
             ),
+            Route(METADATA_PATH, endpoint=self._metadata, methods=["GET"]),
+            Route(f"{METADATA_PATH}/mcp", endpoint=self._metadata, methods=["GET"]),
         ]
 
     @asynccontextmanager

@@ -99,6 +99,12 @@ class ServerSettings(BaseSettings):
         mcp_max_sessions_per_key: the most MCP sessions one API key may hold
             open at once; opening another is refused (429) until one is
             closed or expires.
+        oauth_issuer: the OAuth 2.1 authorization server whose access tokens
+            the MCP endpoint accepts beside API keys (its ``iss``); with
+            ``oauth_jwks_url`` and ``oauth_audience``, or none of the three.
+        oauth_jwks_url: where that server publishes its signing keys.
+        oauth_audience: this MCP endpoint's resource identifier (tokens'
+            ``aud`` must hold it), e.g. ``https://pilothouse.example/mcp``.
         heartbeat_seconds: how often each worker renews its lease on the
             turns it runs (``PILOTHOUSE_LEASE_SECONDS`` must stay well above).
         cancel_poll_seconds: how often a worker running turns reads the
@@ -156,6 +162,25 @@ class ServerSettings(BaseSettings):
     mcp_list_changed_seconds: float = Field(default=2.0, gt=0)
     mcp_session_idle_seconds: float = Field(default=1800.0, gt=0, le=7 * 24 * 3600)
     mcp_max_sessions_per_key: int = Field(default=100, ge=1)
+    oauth_issuer: str | None = None
+    oauth_jwks_url: str | None = None
+    oauth_audience: str | None = None
+
+    @model_validator(mode="after")
+    def _oauth_together(self) -> ServerSettings:
+        given = {
+            "oauth_issuer": self.oauth_issuer,
+            "oauth_jwks_url": self.oauth_jwks_url,
+            "oauth_audience": self.oauth_audience,
+        }
+        missing = [name for name, value in given.items() if not value]
+        if 0 < len(missing) < len(given):
+            raise ValueError(
+                f"{', '.join(missing)}: set too, or unset the other OAuth settings "
+                "(the MCP endpoint checks tokens against all three)"
+            )
+        return self
+
     heartbeat_seconds: float = Field(default=5.0, gt=0)
     cancel_poll_seconds: float = Field(default=0.5, gt=0)
     memory_worker_seconds: float = Field(default=5.0, ge=0)
