@@ -23,7 +23,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from server_helpers import serve_on_loopback
 
-from pilothouse.server._state import ServerSettings
+from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.testing import Reply, ScriptedModel
 
 pytestmark = pytest.mark.anyio
@@ -114,7 +114,11 @@ async def test_the_protected_resource_metadata_names_the_issuer(
 
 
 async def test_a_token_of_the_issuer_acts_for_its_tenant_with_its_allow_list(
-    base_url: str, issuer: Issuer, scripted: ScriptedModel, api_key: str
+    base_url: str,
+    issuer: Issuer,
+    scripted: ScriptedModel,
+    api_key: str,
+    server_state: ServerState,
 ) -> None:
     scripted.script.steps.append(Reply("hello from a token"))
     token = issuer.token(scope="pilothouse:tenant:default mcp:tool:action_ECHO")
@@ -123,6 +127,15 @@ async def test_a_token_of_the_issuer_acts_for_its_tenant_with_its_allow_list(
         result = await client.call_tool("action_ECHO", {"message": "hi", "input": "x"})
     assert names == ["action_ECHO"]
     assert not result.is_error
+    # Recorded like a key's call: the subject is the caller's name.
+    assert result.meta is not None
+    transcript = await server_state.pilothouse.query.get_transcript(
+        result.meta["pilothouse/conversation_uuid"]
+    )
+    assert transcript.face == "mcp"
+    assert transcript.caller_key_name == "ada@example.com"
+    assert (transcript.caller_key_prefix or "").startswith("oauth:")
+    assert len(transcript.caller_key_prefix or "") <= 32
     # API keys keep working beside tokens.
     async with connect(base_url, api_key) as client:
         assert len((await client.list_tools()).tools) > 1

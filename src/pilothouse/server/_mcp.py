@@ -32,6 +32,7 @@ from __future__ import annotations
 
 __all__ = ["McpHttp", "mcp_routes"]
 
+import hashlib
 import json
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
@@ -113,7 +114,10 @@ class _Authenticated:
 
         assert self._oauth is not None
         verified = await self._oauth.verify(token)
-        who = f"oauth:{verified.subject}"[:64]
+        # Recorded where a key's prefix goes (32 characters): a digest of
+        # the subject, stable per subject; the subject itself is the name.
+        digest = hashlib.sha256(verified.subject.encode()).hexdigest()[:26]
+        who = f"oauth:{digest}"
         wait = await self._state.limiter.acquire(who)
         if wait is not None:
             raise TooManyRequestsError(
@@ -122,7 +126,7 @@ class _Authenticated:
                 retry_after=wait,
             )
         return McpCaller.from_scopes(
-            verified.tenant, who, list(verified.scopes), headers, key_name=verified.subject
+            verified.tenant, who, list(verified.scopes), headers, key_name=verified.subject[:128]
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
