@@ -132,6 +132,11 @@ class _TooLarge(HTTPException):
         super().__init__(413, f"the request body exceeds the limit of {max_bytes} bytes")
 
 
+def _answered(path: str, routes: tuple[str, ...]) -> bool:
+    """Whether ``path`` is one of ``routes`` or below one (``/mcp/<name>``)."""
+    return any(path == route or path.startswith(route.rstrip("/") + "/") for route in routes)
+
+
 class BodySizeLimitMiddleware:
     """Refuse request bodies above ``max_bytes`` with 413 problem+json.
 
@@ -177,7 +182,7 @@ class BodySizeLimitMiddleware:
         if (
             scope["type"] != "http"
             or self.max_bytes <= 0
-            or scope.get("path") in self.answered_by_route
+            or _answered(str(scope.get("path", "")), self.answered_by_route)
         ):
             await self.app(scope, receive, send)
             return

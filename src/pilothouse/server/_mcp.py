@@ -35,7 +35,8 @@ __all__ = ["McpHttp", "mcp_routes"]
 import hashlib
 import json
 from collections.abc import AsyncGenerator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 import mcp_types as mt
@@ -86,11 +87,16 @@ class _Authenticated:
     """
 
     def __init__(
-        self, state: ServerState, app: ASGIApp, oauth: OAuthVerifier | None = None
+        self,
+        state: ServerState,
+        app: ASGIApp,
+        oauth: OAuthVerifier | None = None,
+        bundle: tuple[str, ...] | None = None,
     ) -> None:
         self._state = state
         self._app = app
         self._oauth = oauth
+        self._bundle = bundle
 
     async def _refuse(
         self, exc: PilothouseError, scope: Scope, receive: Receive, send: Send
@@ -161,6 +167,8 @@ class _Authenticated:
         except PilothouseError as exc:
             await self._refuse(exc, scope, receive, send)
             return
+        if self._bundle is not None:
+            caller = replace(caller, bundle=self._bundle)
         scope[_CALLER] = caller
         # The SDK binds a session to the credential that opened it: another
         # key (or token subject) presenting the session id is answered as if
@@ -214,12 +222,19 @@ class McpHttp:
                 allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
                 allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
             )
-        self.sessions = StreamableHTTPSessionManager(
-            app=self.service.server,
-            security_settings=security,
-            max_request_body_size=settings.max_body_bytes or 4 * 1024 * 1024,
-            session_idle_timeout=settings.mcp_session_idle_seconds,
-        )
+
+        def manager() -> StreamableHTTPSessionManager:
+            return StreamableHTTPSessionManager(
+                app=self.service.server,
+                security_settings=security,
+                max_request_body_size=settings.max_body_bytes or 4 * 1024 * 1024,
+                session_idle_timeout=settings.mcp_session_idle_seconds,
+            )
+
+        self.sessions = manager()
+        # Virtual servers: one session manager each (a session belongs to
+        # the path it was opened at), over the one MCP server.
+        self.virtual = {name: manager() for name in settings.mcp_servers}
         self.sse = SseServerTransport("/messages/", security_settings=security)
         self._state = state
         self.oauth: OAuthVerifier | None = None
@@ -278,14 +293,37 @@ class McpHttp:
                 ),
                 methods=["POST"],
             ),
+            *(
+                Route(
+                    f"/mcp/{name}",
+                    endpoint=_Authenticated(
+                        state,
+                        _Checked(
+                            sessions.handle_request,
+                            settings.max_body_bytes,
+                            sessions,
+                            settings.mcp_max_sessions_per_key,
+                            settings.mcp_session_idle_seconds,
+                        ),
+                        self.oauth,
+                        tuple(settings.mcp_servers[name]),
+                    ),
+                    methods=["GET", "POST", "DELETE"],
+                )
+                for name, sessions in self.virtual.items()
+            ),
             Route(METADATA_PATH, endpoint=self._metadata, methods=["GET"]),
             Route(f"{METADATA_PATH}/mcp", endpoint=self._metadata, methods=["GET"]),
         ]
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[None]:
-        """Run the session manager and the list_changed watcher for the app's lifetime."""
-        async with self.sessions.run(), self.service.running():
+        """Run the session managers and the list_changed watcher for the app's lifetime."""
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(self.sessions.run())
+            for sessions in self.virtual.values():
+                await stack.enter_async_context(sessions.run())
+            await stack.enter_async_context(self.service.running())
             yield
 
 

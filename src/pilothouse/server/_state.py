@@ -23,6 +23,7 @@ import asyncio
 import ipaddress
 import logging
 import os
+import re
 import signal
 import threading
 from collections.abc import Callable
@@ -99,6 +100,10 @@ class ServerSettings(BaseSettings):
         mcp_max_sessions_per_key: the most MCP sessions one API key may hold
             open at once; opening another is refused (429) until one is
             closed or expires.
+        mcp_servers: virtual MCP servers: a name to the tool patterns it
+            serves (``{"sales": ["action_SUM*", "crm__*"]}``), each at
+            ``/mcp/<name>`` (streamable HTTP) for every tenant; a caller sees
+            there the tools matching both these and its key's allow-list.
         oauth_issuer: the OAuth 2.1 authorization server whose access tokens
             the MCP endpoint accepts beside API keys (its ``iss``); with
             ``oauth_jwks_url`` and ``oauth_audience``, or none of the three.
@@ -162,9 +167,22 @@ class ServerSettings(BaseSettings):
     mcp_list_changed_seconds: float = Field(default=2.0, gt=0)
     mcp_session_idle_seconds: float = Field(default=1800.0, gt=0, le=7 * 24 * 3600)
     mcp_max_sessions_per_key: int = Field(default=100, ge=1)
+    mcp_servers: dict[str, list[str]] = Field(default_factory=dict[str, list[str]])
     oauth_issuer: str | None = None
     oauth_jwks_url: str | None = None
     oauth_audience: str | None = None
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _server_names(cls, servers: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, patterns in servers.items():
+            if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,63}", name):
+                raise ValueError(
+                    f"'{name}' cannot be a path: write lower-case letters, digits and '-'"
+                )
+            if not patterns or not all(p.strip() for p in patterns):
+                raise ValueError(f"'{name}' needs at least one tool pattern, e.g. 'action_*'")
+        return servers
 
     @model_validator(mode="after")
     def _oauth_together(self) -> ServerSettings:
