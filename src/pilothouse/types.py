@@ -288,6 +288,9 @@ class McpCaller:
             OpenAPI gateway may pass on when configured to; never the
             pilothouse key that authenticated the request.
         key_name: the API key's name, for the record (None on stdio).
+        bundle: the tool patterns of the virtual MCP server the request
+            came through (``/mcp/<name>``); None at ``/mcp``. A tool must
+            match both this and ``allowed_tools``.
     """
 
     tenant: str
@@ -295,6 +298,7 @@ class McpCaller:
     allowed_tools: tuple[str, ...] | None = None
     headers: Mapping[str, str] = field(default_factory=dict[str, str])
     key_name: str | None = None
+    bundle: tuple[str, ...] | None = None
 
     @classmethod
     def from_scopes(
@@ -313,11 +317,12 @@ class McpCaller:
 
     def allows(self, tool: str) -> bool:
         """Whether the caller may see and call the tool named ``tool``."""
-        if self.allowed_tools is None:
-            return True
         from fnmatch import fnmatchcase
 
-        return any(fnmatchcase(tool, pattern) for pattern in self.allowed_tools)
+        for patterns in (self.allowed_tools, self.bundle):
+            if patterns is not None and not any(fnmatchcase(tool, p) for p in patterns):
+                return False
+        return True
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,9 @@ def test_a_results_section_is_on_the_page_where_the_commentary_places_it(
     docs = _docs_with_plots(tmp_path)
     results = tmp_path / "results"
     shutil.copytree(BENCH / "results", results)
-    (results / "new-section.md").write_text("## A new section\n\n| clients | turns/s |\n|---|---:|\n")
+    (results / "new-section.md").write_text(
+        "## A new section\n\n| clients | turns/s |\n|---|---:|\n"
+    )
     commentary = tmp_path / "commentary.md"
     commentary.write_text(
         (BENCH / "commentary.md").read_text()

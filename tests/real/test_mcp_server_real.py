@@ -308,10 +308,10 @@ def test_a_key_allowed_one_tool_sees_only_it(live: LiveServer) -> None:
 async def test_gateway_in_front_of_a_real_fastapi_service(live: LiveServer) -> None:
     async with http_client(live, "legacy") as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-        customer = await client.call_tool("get_customers_by_id", {"id": "7"})
-        traversal = await client.call_tool("get_customers_by_id", {"id": "../admin"})
-        order = await client.call_tool("post_orders", {"item": "rocket"})
-    assert tools["get_customers_by_id"].description == "Read a customer"
+        customer = await client.call_tool("crm__readCustomer", {"id": "7"})
+        traversal = await client.call_tool("crm__readCustomer", {"id": "../admin"})
+        order = await client.call_tool("crm__createOrder", {"item": "rocket"})
+    assert tools["crm__readCustomer"].description == "Read a customer"
     # The pilothouse key (the bearer token) is never passed on.
     assert customer.structured_content == {
         "id": "7",
@@ -331,14 +331,14 @@ async def gateway_calls(live: LiveServer, **filters: Any) -> list[GatewayCallRec
 
 async def test_gateway_calls_are_audit_rows_without_secrets(live: LiveServer) -> None:
     async with http_client(live, "legacy") as client:
-        customer = await client.call_tool("get_customers_by_id", {"id": "11"})
+        customer = await client.call_tool("crm__readCustomer", {"id": "11"})
     assert customer.structured_content is not None
     assert customer.structured_content["sawGatewayKey"] is True
     rows = await gateway_calls(live, gateway="CRM")
     mine = [r for r in rows if r.via == "mcp" and r.operation == "GET /customers/{id}"]
     assert mine, rows
     newest = mine[0]
-    assert (newest.tool, newest.status_code, newest.outcome) == ("get_customers_by_id", 200, "ok")
+    assert (newest.tool, newest.status_code, newest.outcome) == ("crm__readCustomer", 200, "ok")
     assert live.key.startswith(f"ph_{newest.key_prefix}_")
     # Never a secret: not the gateway's credential, not the pilothouse key.
     for row in rows:
@@ -382,7 +382,7 @@ async def test_an_actions_turn_calls_a_gateway_operation_of_a_real_service(
     call = {
         "id": "call_gateway1",
         "type": "function",
-        "function": {"name": "get_customers_by_id", "arguments": arguments},
+        "function": {"name": "crm__readCustomer", "arguments": arguments},
     }
     upstream.script(
         Reply(body=completion(None, tool_calls=[call])),
@@ -397,7 +397,7 @@ async def test_an_actions_turn_calls_a_gateway_operation_of_a_real_service(
     assert answer_text(result) == "Customer 9 is Ada."
     # The model was offered the gateway's AI-enabled operations as tools.
     offered = [tool["function"]["name"] for tool in sent[0]["tools"]]
-    assert {"get_customers_by_id", "post_orders"} <= set(offered)
+    assert {"crm__readCustomer", "crm__createOrder"} <= set(offered)
     # The second request carried the real service's answer back to the model.
     tool_messages = [m for m in sent[1]["messages"] if m.get("role") == "tool"]
     assert ["call_gateway1"] == [m["tool_call_id"] for m in tool_messages]
@@ -417,5 +417,5 @@ async def test_an_actions_turn_calls_a_gateway_operation_of_a_real_service(
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {live.key}"}) as http:
         transcript = (await http.get(f"{live.base_url}/conversations/{uuid}")).json()
     [recorded] = transcript["tool_calls"]
-    assert (recorded["name"], recorded["status"]) == ("get_customers_by_id", "succeeded")
+    assert (recorded["name"], recorded["status"]) == ("crm__readCustomer", "succeeded")
     assert '"sawGatewayKey":true' in recorded["result"].replace(" ", "")

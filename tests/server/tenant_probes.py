@@ -116,6 +116,18 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("POST", "/messages/"): Global(
         "the legacy MCP transport's posts: the same tools as /mcp, session bound to its key"
     ),
+    ("GET", "/.well-known/oauth-protected-resource"): Global(
+        "the OAuth protected-resource metadata: the operator's issuer and audience, no tenant data"
+    ),
+    ("HEAD", "/.well-known/oauth-protected-resource"): Global(
+        "the OAuth protected-resource metadata: the operator's issuer and audience, no tenant data"
+    ),
+    ("GET", "/.well-known/oauth-protected-resource/mcp"): Global(
+        "the OAuth protected-resource metadata: the operator's issuer and audience, no tenant data"
+    ),
+    ("HEAD", "/.well-known/oauth-protected-resource/mcp"): Global(
+        "the OAuth protected-resource metadata: the operator's issuer and audience, no tenant data"
+    ),
     # Catalog (REST)
     ("GET", "/v1/catalog"): lambda w: [
         Call("GET", "/v1/catalog"),

@@ -37,7 +37,12 @@ def backend() -> tuple[FastAPI, list[dict[str, str]]]:
     app = FastAPI()
     seen: list[dict[str, str]] = []
 
-    @app.get("/customers/{id}", summary="Read a customer", openapi_extra={"x-ai-enabled": True})
+    @app.get(
+        "/customers/{id}",
+        summary="Read a customer",
+        operation_id="getCustomer",
+        openapi_extra={"x-ai-enabled": True},
+    )
     async def read_customer(id: str, request: Request, token: str | None = None) -> dict[str, Any]:
         seen.append(dict(request.headers))
         if id == "404":
@@ -130,9 +135,9 @@ async def test_each_mcp_gateway_call_is_an_audit_row_without_secrets(
     url, seen = service
     await add_gateway(server_state, url)
     async with connect(base_url, api_key) as client:
-        found = await client.call_tool("get_customers_by_id", {"id": "7", "token": "query-secret"})
-        missing = await client.call_tool("get_customers_by_id", {"id": "404"})
-        refused = await client.call_tool("get_customers_by_id", {"id": ".."})
+        found = await client.call_tool("crm__getCustomer", {"id": "7", "token": "query-secret"})
+        missing = await client.call_tool("crm__getCustomer", {"id": "404"})
+        refused = await client.call_tool("crm__getCustomer", {"id": ".."})
     assert not found.is_error and missing.is_error and refused.is_error
     # The configured credential reached the service; it never reaches a row.
     assert seen[0]["authorization"] == f"Bearer {SECRET}"
@@ -147,7 +152,7 @@ async def test_each_mcp_gateway_call_is_an_audit_row_without_secrets(
         assert (row.tenant, row.gateway, row.tool, row.via, row.key_prefix) == (
             "default",
             "CRM",
-            "get_customers_by_id",
+            "crm__getCustomer",
             "mcp",
             prefix,
         )
@@ -172,7 +177,7 @@ async def test_the_gateway_calls_are_listed_over_rest_to_keys_of_the_tenant_only
     url, _ = service
     await add_gateway(server_state, url)
     async with connect(base_url, api_key) as client:
-        await client.call_tool("get_customers_by_id", {"id": "7", "token": "query-secret"})
+        await client.call_tool("crm__getCustomer", {"id": "7", "token": "query-secret"})
     async with httpx2.AsyncClient(base_url=base_url, timeout=30) as http:
         listed = await http.get(
             "/v1/audit/gateway-calls", params={"gateway": "CRM"}, headers={"X-API-Key": api_key}
@@ -214,17 +219,17 @@ async def test_a_catalog_action_calls_a_gateway_operation_in_its_turn(
         },
     )
     scripted.script.steps.extend(
-        [ToolCall("get_customers_by_id", {"id": "42"}, call_id="call_gw1"), Reply("Ada it is.")]
+        [ToolCall("crm__getCustomer", {"id": "42"}, call_id="call_gw1"), Reply("Ada it is.")]
     )
     # Started by a REST caller: the turn's gateway row names that caller.
     caller = ph.for_tenant("default", caller=Caller("rest", "abcd1234", "ops key"))
     turn = await caller.command.start_and_send("Who is 42?", action="CUSTOMER")
     assert turn.status == "CO" and turn.text == "Ada it is."
     offered = [t.name for t in scripted.script.requests[0].info.function_tools]
-    assert "get_customers_by_id" in offered
+    assert "crm__getCustomer" in offered
     transcript = await ph.query.get_transcript(turn.conversation_uuid)
     [call] = transcript.tool_calls
-    assert (call.name, call.status) == ("get_customers_by_id", "succeeded")
+    assert (call.name, call.status) == ("crm__getCustomer", "succeeded")
     assert call.result is not None and '"Ada"' in call.result
     # The configured credential is sent; a turn has no client header to forward.
     assert seen[-1]["authorization"] == f"Bearer {SECRET}"
@@ -252,7 +257,7 @@ async def test_a_gateway_rows_policy_governs_its_operations_in_a_turn(
         },
     )
     scripted.script.steps.extend(
-        [ToolCall("get_customers_by_id", {"id": "42"}), Reply("I may not look.")]
+        [ToolCall("crm__getCustomer", {"id": "42"}), Reply("I may not look.")]
     )
     turn = await ph.command.start_and_send("Who is 42?", action="CUSTOMER")
     transcript = await ph.query.get_transcript(turn.conversation_uuid)
@@ -292,12 +297,12 @@ async def test_a_skills_write_link_to_a_gateway_needs_the_authorizer_in_a_turn(
     scripted.script.steps.extend(
         [
             ToolCall("use_skill", {"skill": "CRMW"}),
-            ToolCall("get_customers_by_id", {"id": "42"}),
+            ToolCall("crm__getCustomer", {"id": "42"}),
             Reply("Not allowed."),
         ]
     )
     turn = await ph.command.start_and_send("Who is 42?", action="CUSTOMER")
     transcript = await ph.query.get_transcript(turn.conversation_uuid)
     statuses = {c.name: c.status for c in transcript.tool_calls}
-    assert statuses == {"use_skill": "succeeded", "get_customers_by_id": "denied"}
+    assert statuses == {"use_skill": "succeeded", "crm__getCustomer": "denied"}
     assert seen == [] and await rows(server_state) == []

@@ -50,7 +50,12 @@ async def service() -> AsyncIterator[str]:
     app = FastAPI()
     release = anyio.Event()
 
-    @app.get("/reports/{id}", summary="Build a report", openapi_extra={"x-ai-enabled": True})
+    @app.get(
+        "/reports/{id}",
+        summary="Build a report",
+        operation_id="getReport",
+        openapi_extra={"x-ai-enabled": True},
+    )
     async def slow_report(id: str) -> dict[str, Any]:
         # Answers after 8 s, or when the test ends (so the server stops at once).
         with anyio.move_on_after(SLOW_SECONDS):
@@ -97,7 +102,7 @@ async def call_over_mcp(base_url: str, key: str, arguments: dict[str, Any]) -> m
     async with httpx2.AsyncClient(headers={"X-API-Key": key}, timeout=30) as http:
         opened = streamable_http_client(f"{base_url}/mcp", http_client=http)
         async with Client(opened, mode="legacy") as client:
-            return await client.call_tool("get_reports_by_id", arguments)
+            return await client.call_tool("reports__getReport", arguments)
 
 
 async def test_over_mcp_the_rows_timeout_ends_the_call_and_the_row_says_so(
@@ -157,7 +162,7 @@ async def test_in_a_turn_the_rows_timeout_ends_the_call_and_the_row_is_written(
     await add_gateway(server_state, service)
     await add_action(server_state)
     scripted.script.steps.extend(
-        [ToolCall("get_reports_by_id", {"id": "7"}, call_id="call_slow"), Reply("Too slow.")]
+        [ToolCall("reports__getReport", {"id": "7"}, call_id="call_slow"), Reply("Too slow.")]
     )
     started = time.perf_counter()
     turn = await server_state.pilothouse.command.start_and_send("Report 7", action="REPORT")
@@ -185,7 +190,7 @@ async def test_in_a_turn_a_call_off_the_schema_is_refused_with_its_row(
     await add_action(server_state)
     scripted.script.steps.extend(
         [
-            ToolCall("get_reports_by_id", {"ident": 7}, call_id="call_bad"),
+            ToolCall("reports__getReport", {"ident": 7}, call_id="call_bad"),
             Reply("I could not."),
         ]
     )

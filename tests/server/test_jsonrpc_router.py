@@ -343,3 +343,102 @@ async def test_the_setting_routes_catalog_actions(server_state: ServerState) -> 
     state = ServerState(server_state.settings, server=settings)
     route = state.rpc.get("erp-1/llm/summarize/1.0.0")
     assert route is not None and route.target == "agent:WRITER"
+
+
+async def test_a_sync_handler_runs_in_a_worker_thread_while_the_service_answers(
+    client: httpx.AsyncClient, api_key: str, server_state: ServerState
+) -> None:
+    import threading
+
+    entered, gate = threading.Event(), threading.Event()
+
+    def hold() -> bool:
+        # A blocking handler: on the event loop it would stall every request
+        # until the gate's wait gives up (False).
+        entered.set()
+        return gate.wait(timeout=20)
+
+    server_state.rpc.add("test/blocking/hold/1", hold)
+    answers: list[Any] = []
+    health: httpx.Response | None = None
+
+    async def call() -> None:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "test/blocking/hold/1"}
+        answers.append((await send(client, api_key, json.dumps(body))).json())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call)
+        assert await anyio.to_thread.run_sync(entered.wait, 20)
+        # While the handler blocks, the service still answers.
+        health = await client.get("/healthz")
+        gate.set()
+    assert health is not None and health.status_code == 200
+    assert answers == [{"jsonrpc": "2.0", "id": 1, "result": True}]
+
+
+async def test_sync_handlers_of_a_batch_run_side_by_side(
+    client: httpx.AsyncClient, api_key: str, server_state: ServerState
+) -> None:
+    import threading
+
+    # Each call waits for the other to arrive: one after another on the
+    # event loop, the first would give up (False) before the second started.
+    barrier = threading.Barrier(2, timeout=20)
+
+    def meet(me: str) -> str:
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            return f"{me} alone"
+        return me
+
+    server_state.rpc.add("test/threads/a/1", lambda: meet("a"))
+    server_state.rpc.add("test/threads/b/1", lambda: meet("b"))
+    batch = [
+        {"jsonrpc": "2.0", "id": 1, "method": "test/threads/a/1"},
+        {"jsonrpc": "2.0", "id": 2, "method": "test/threads/b/1"},
+    ]
+    answers = (await send(client, api_key, json.dumps(batch))).json()
+    assert [a["result"] for a in answers] == ["a", "b"]
+
+
+async def test_an_unrouted_legacy_call_names_the_method_it_sent(
+    client: httpx.AsyncClient, api_key: str
+) -> None:
+    envelope = {
+        "host": "erp-9",
+        "service": "billing",
+        "action": "closeMonth",
+        "version": "2.0.0",
+        "data": {},
+    }
+    answer = (await send(client, api_key, json.dumps(envelope))).json()
+    detail = answer["error"]["data"]["detail"]
+    assert answer["error"]["code"] == -32601
+    assert "'erp-9/billing/closeMonth/2.0.0'" in detail
+    assert "pilothouse/" not in detail
+
+
+async def test_rpc_discover_describes_the_methods_as_openrpc(
+    client: httpx.AsyncClient, api_key: str
+) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "rpc.discover"}
+    document = (await send(client, api_key, json.dumps(body))).json()["result"]
+    assert document["openrpc"] == "1.3.2"
+    assert document["info"]["title"] == "pilothouse JSON-RPC"
+    methods = {m["name"]: m for m in document["methods"]}
+    send_message = methods["pilothouse/command/sendMessage/v1"]
+    assert send_message["paramStructure"] == "by-name"
+    by_name = {p["name"]: p for p in send_message["params"]}
+    assert by_name["uuid"]["required"] is True
+    subtract = methods["subtract"]
+    assert [(p["name"], p["required"], p["schema"]) for p in subtract["params"]] == [
+        ("minuend", True, {"type": "integer"}),
+        ("subtrahend", True, {"type": "integer"}),
+    ]
+    assert methods["erp-1/llm/echo/1.0.0"]["params"][0]["name"] == "message"
+    # Every reference points into the document's own components.
+    text = json.dumps(document)
+    assert "#/$defs/" not in text
+    for ref in {part.split('"')[0] for part in text.split('"$ref": "')[1:]}:
+        assert ref.removeprefix("#/components/schemas/") in document["components"]["schemas"]

@@ -41,7 +41,12 @@ def backend() -> tuple[FastAPI, list[dict[str, str]]]:
     app = FastAPI()
     seen: list[dict[str, str]] = []
 
-    @app.get("/customers/{id}", summary="Read a customer", openapi_extra={"x-ai-enabled": True})
+    @app.get(
+        "/customers/{id}",
+        summary="Read a customer",
+        operation_id="getCustomer",
+        openapi_extra={"x-ai-enabled": True},
+    )
     async def read_customer(id: str, request: Request) -> dict[str, Any]:
         seen.append(dict(request.headers))
         return {"id": id, "name": "Ada"}
@@ -131,12 +136,12 @@ async def test_ai_enabled_and_included_operations_are_tools_and_calls_are_proxie
     await gateway(server_state, url)
     async with connect(base_url, {"X-API-Key": api_key}) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-        got = await client.call_tool("get_customers_by_id", {"id": "42"})
-        placed = await client.call_tool("post_orders", {"customer": "42", "amount": 3})
+        got = await client.call_tool("crm__getCustomer", {"id": "42"})
+        placed = await client.call_tool("crm__createOrder", {"customer": "42", "amount": 3})
     assert "delete_customers_by_id" not in tools
-    assert tools["get_customers_by_id"].description == "Read a customer"
-    assert tools["get_customers_by_id"].input_schema["required"] == ["id"]
-    assert (tools["post_orders"].description or "").endswith("Place an order.")
+    assert tools["crm__getCustomer"].description == "Read a customer"
+    assert tools["crm__getCustomer"].input_schema["required"] == ["id"]
+    assert (tools["crm__createOrder"].description or "").endswith("Place an order.")
     assert not got.is_error, text(got)
     assert got.structured_content == {"id": "42", "name": "Ada"}
     assert placed.structured_content == {"customer": "42", "amount": 3, "status": "placed"}
@@ -162,7 +167,7 @@ async def test_client_headers_pass_only_when_enabled_and_never_over_a_configured
         "X-Real-IP": "10.9.9.9",
     }
     async with connect(base_url, caller) as client:
-        await client.call_tool("get_customers_by_id", {"id": "1"})
+        await client.call_tool("crm__getCustomer", {"id": "1"})
     got = seen[-1]
     assert got["authorization"] == "Bearer user-token"
     assert got["x-team"] == "sales"
@@ -185,7 +190,7 @@ async def test_a_configured_credential_wins_and_the_pilothouse_key_never_leaks(
         gateway={"forward_authorization": True},
     )
     async with connect(base_url, {"X-API-Key": api_key, "Authorization": "Bearer user"}) as client:
-        await client.call_tool("get_customers_by_id", {"id": "1"})
+        await client.call_tool("crm__getCustomer", {"id": "1"})
     assert seen[-1]["authorization"] == "Bearer configured"
     # Authenticated by the bearer token: that token is pilothouse's key,
     # never passed on, even with forwarding on and no configured credential.
@@ -202,7 +207,7 @@ async def test_a_configured_credential_wins_and_the_pilothouse_key_never_leaks(
         expected_version=1,
     )
     async with connect(base_url, {"Authorization": f"Bearer {api_key}"}) as client:
-        await client.call_tool("get_customers_by_id", {"id": "1"})
+        await client.call_tool("crm__getCustomer", {"id": "1"})
     assert "authorization" not in seen[-1]
 
 
@@ -217,7 +222,7 @@ async def test_without_forwarding_no_client_header_passes(
     async with connect(
         base_url, {"X-API-Key": api_key, "Authorization": "Bearer u", "X-Team": "s"}
     ) as client:
-        await client.call_tool("get_customers_by_id", {"id": "1"})
+        await client.call_tool("crm__getCustomer", {"id": "1"})
     assert "authorization" not in seen[-1] and "x-team" not in seen[-1]
 
 
@@ -232,7 +237,7 @@ async def test_path_parameters_that_could_walk_the_path_are_refused(
     url, seen = service
     await gateway(server_state, url)
     async with connect(base_url, {"X-API-Key": api_key}) as client:
-        refused = await client.call_tool("get_customers_by_id", {"id": bad})
+        refused = await client.call_tool("crm__getCustomer", {"id": bad})
     assert refused.is_error and "path parameter" in text(refused)
     assert seen == []
 
@@ -242,11 +247,11 @@ async def test_acl_denied_gateway_tools_are_never_listed_nor_callable(
 ) -> None:
     url, seen = service
     await gateway(server_state, url)
-    key, _ = await server_state.pilothouse.keys.create(name="reads", mcp_tools=["get_*"])
+    key, _ = await server_state.pilothouse.keys.create(name="reads", mcp_tools=["crm__get*"])
     async with connect(base_url, {"X-API-Key": key}) as client:
         names = [tool.name for tool in (await client.list_tools()).tools]
-        denied = await client.call_tool("post_orders", {"customer": "1", "amount": 1})
-    assert names == ["get_customers_by_id"]
+        denied = await client.call_tool("crm__createOrder", {"customer": "1", "amount": 1})
+    assert names == ["crm__getCustomer"]
     assert denied.is_error and seen == []
 
 
@@ -259,40 +264,58 @@ async def test_each_key_has_a_rate_limit_per_gateway(
     url, _ = service
     await gateway(server_state, url, gateway={"rate_limit_per_minute": 1})
     async with connect(base_url, {"X-API-Key": api_key}) as client:
-        first = await client.call_tool("get_customers_by_id", {"id": "1"})
-        second = await client.call_tool("get_customers_by_id", {"id": "2"})
+        first = await client.call_tool("crm__getCustomer", {"id": "1"})
+        second = await client.call_tool("crm__getCustomer", {"id": "2"})
     assert not first.is_error
     assert second.is_error and "rate limit of 1 calls a minute" in text(second)
 
 
 @pytest.mark.parametrize(
-    ("block", "message"),
+    ("block", "field", "message"),
     [
-        ({"forward_headers": ["X-Forwarded-For"]}, "x-forwarded-for cannot be forwarded"),
-        ({"colour": "red"}, "unknown setting(s) colour"),
-        ({"rate_limit_per_minute": -1}, "whole number"),
-        ({"token_exchange": "no_such_module:f"}, "cannot import"),
+        (
+            {"forward_headers": ["X-Forwarded-For"]},
+            "settings.gateway.forward_headers",
+            "x-forwarded-for cannot be forwarded",
+        ),
+        ({"colour": "red"}, "settings.gateway.colour", "is not a gateway setting"),
+        ({"rate_limit_per_minute": -1}, "settings.gateway.rate_limit_per_minute", "whole number"),
         (
             {"token_exchange": "test_mcp_gateway:exchange", "forward_authorization": True},
+            "settings.gateway.token_exchange",
             "a token exchange makes the Authorization header",
         ),
     ],
 )
-async def test_a_misconfigured_gateway_offers_no_tools_and_says_why(
+async def test_a_misconfigured_gateway_is_refused_when_written(
+    server_state: ServerState,
+    service: tuple[str, list[dict[str, str]]],
+    block: dict[str, Any],
+    field: str,
+    message: str,
+) -> None:
+    url, _ = service
+    with pytest.raises(CatalogValidationError) as refused:
+        await gateway(server_state, url, gateway=block)
+    [issue] = refused.value.issues
+    assert (issue.code, issue.field) == ("CRM", field)
+    assert message in issue.rule
+
+
+async def test_a_gateway_naming_code_that_cannot_load_offers_no_tools_and_says_why(
     base_url: str,
     api_key: str,
     server_state: ServerState,
     service: tuple[str, list[dict[str, str]]],
-    block: dict[str, Any],
-    message: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # Granted by the operator, so the write passes; the import fails later.
     url, _ = service
-    await gateway(server_state, url, gateway=block)
+    await gateway(server_state, url, gateway={"token_exchange": "no_such_module:f"})
     async with connect(base_url, {"X-API-Key": api_key}) as client:
         names = [tool.name for tool in (await client.list_tools()).tools]
-    assert "get_customers_by_id" not in names
-    assert message in caplog.text
+    assert "crm__getCustomer" not in names
+    assert "cannot import" in caplog.text
 
 
 async def test_outside_the_egress_policy_a_gateway_offers_no_tools(
@@ -321,7 +344,7 @@ async def test_outside_the_egress_policy_a_gateway_offers_no_tools(
         await operator.catalog.create("tools", gateway_document(url))
     async with serve_on_loopback(app) as base, connect(base, {"X-API-Key": key}) as client:
         names = [tool.name for tool in (await client.list_tools()).tools]
-    assert "get_customers_by_id" not in names
+    assert "crm__getCustomer" not in names
     assert "egress" in caplog.text.lower() or "not allowed" in caplog.text.lower()
 
 
@@ -345,7 +368,7 @@ async def test_a_token_exchange_hook_makes_the_backends_authorization(
     url, seen = service
     await gateway(server_state, url, gateway={"token_exchange": "test_mcp_gateway:exchange"})
     async with connect(base_url, {"X-API-Key": api_key, "Authorization": "Bearer u1"}) as client:
-        await client.call_tool("get_customers_by_id", {"id": "1"})
+        await client.call_tool("crm__getCustomer", {"id": "1"})
     assert seen[-1]["authorization"] == "Bearer CRM-default-for-u1"
 
 
@@ -358,6 +381,6 @@ async def test_a_failing_token_exchange_sends_nothing(
     url, seen = service
     await gateway(server_state, url, gateway={"token_exchange": "test_mcp_gateway:broken_exchange"})
     async with connect(base_url, {"X-API-Key": api_key, "Authorization": "Bearer u1"}) as client:
-        failed = await client.call_tool("get_customers_by_id", {"id": "1"})
+        failed = await client.call_tool("crm__getCustomer", {"id": "1"})
     assert failed.is_error and text(failed) == "the token exchange failed; the call was not sent"
     assert seen == []

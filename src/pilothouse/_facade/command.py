@@ -259,6 +259,7 @@ class CommandApi(Facet):
         *,
         via: str = "python",
         key_prefix: str | None = None,
+        approve: Callable[[str, Mapping[str, Any]], Awaitable[bool]] | None = None,
     ) -> DirectToolCall:
         """Run one catalog tool outside a turn, governed and audited like a turn's call.
 
@@ -274,6 +275,10 @@ class CommandApi(Facet):
             arguments: its arguments (checked against its input schema).
             via: who called, for the record (``mcp``, ``python``, ...).
             key_prefix: the caller's API key prefix, for the record.
+            approve: asks the caller's user to approve a call that needs
+                approval (an MCP client's elicitation), used only when the
+                deployment has no authorizer: a configured authorizer keeps
+                the last word, and without either such a call is denied.
 
         Returns:
             The call's outcome; a failing or denied tool is an outcome, not
@@ -294,8 +299,11 @@ class CommandApi(Facet):
         await self._ready()
         from pilothouse.runtime._directcall import run_catalog_tool
 
+        runner = self._runner
+        if approve is not None and runner.authorizer is None:
+            runner = runner.runtime.runner(runner.tenant, authorizer=approve)
         return await run_catalog_tool(
-            self._runner,
+            runner,
             name,
             dict(arguments or {}),
             via=via,

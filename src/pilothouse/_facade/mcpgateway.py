@@ -63,6 +63,7 @@ class Gateways:
     async def tools(self, ph: Pilothouse) -> list[GatewayTool]:
         """The tools of every active gateway of ``ph``'s tenant (documents cached per version)."""
         found: list[GatewayTool] = []
+        owners: dict[str, set[str]] = {}
         for entry in await ph.catalog.list_entries("tools", active=True):
             settings = cast("dict[str, Any]", entry.document.get("settings") or {})
             if entry.document.get("kind") != ToolKind.REST.value or not is_gateway(settings):
@@ -83,7 +84,19 @@ class Gateways:
                     input_schema=dict(op.definition.parameters),
                 )
                 found.append(GatewayTool(tool, op))
-        return found
+                owners.setdefault(tool.name, set()).add(entry.key)
+        # Rows stored before the catalog refused shared prefixes may still
+        # share one: a name two gateways answer is offered by neither, never
+        # sent to whichever was read first.
+        shared = {name for name, codes in owners.items() if len(codes) > 1}
+        for name in sorted(shared):
+            logger.error(
+                "MCP gateways %s all offer tool %s; it is not offered: give each gateway its "
+                "own settings.gateway.prefix",
+                ", ".join(sorted(owners[name])),
+                name,
+            )
+        return [t for t in found if t.tool.name not in shared]
 
     async def call(
         self, caller: McpCaller, gateway: GatewayTool, arguments: dict[str, Any]

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 __all__ = ["McpService"]
 
+import json
 import logging
 import weakref
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ import anyio
 import mcp_types as mt
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.connection import Connection as McpConnection
+from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
@@ -45,15 +47,14 @@ from sqlalchemy import Connection, Select, bindparam, select
 
 from pilothouse._facade.mcptools import McpToolbox
 from pilothouse.catalog._models import CatalogRevision
-from pilothouse.errors import PilothouseError
+from pilothouse.errors import ErrorCategory, PilothouseError
 from pilothouse.store import Caller, Database
 
 if TYPE_CHECKING:
-    from mcp.server.models import InitializationOptions
-
     from pilothouse._facade.mcpgateway import Gateways
     from pilothouse._facade.mcptools import Ranker
     from pilothouse.api import Pilothouse
+    from pilothouse.runtime._events import Question
     from pilothouse.types import McpCaller
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,102 @@ def _revision_statement() -> Select[Any]:
 def _revision(connection: Connection, tenant: str) -> int:
     value = connection.execute(_revision_statement(), {"b_tenant": tenant}).scalar()
     return int(value or 0)
+
+
+class _Elicitor:
+    """Asks the user of one MCP request's client by form elicitation.
+
+    Made only when the client declared form elicitation on a session that
+    can carry a server request (handshake-era protocols).
+    """
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        self._session = ctx.session
+        self._request_id = ctx.request_id
+
+    @staticmethod
+    def of(ctx: ServerRequestContext[Any, Any]) -> _Elicitor | None:
+        """The elicitor of ``ctx``'s client, or None when it cannot be asked."""
+        session = ctx.session
+        capabilities = session.client_capabilities
+        if capabilities is None or capabilities.elicitation is None or not session.can_send_request:
+            return None
+        declared = capabilities.elicitation
+        # An empty elicitation capability means form mode (2025-06-18).
+        if declared.url is not None and declared.form is None:
+            return None
+        return _Elicitor(ctx)
+
+    async def approve(self, tool: str, arguments: Mapping[str, Any]) -> bool:
+        """Ask whether ``tool`` may run with ``arguments``; only an explicit yes allows it."""
+        shown = json.dumps(dict(arguments), ensure_ascii=False, default=str)
+        if len(shown) > 2000:
+            shown = shown[:2000] + " …"
+        result = await self._session.elicit_form(
+            message=f"pilothouse asks your approval: run the tool '{tool}' with {shown}?",
+            requested_schema={
+                "type": "object",
+                "properties": {
+                    "approve": {
+                        "type": "boolean",
+                        "title": f"Run {tool}",
+                        "description": "Allow this one call",
+                        "default": False,
+                    }
+                },
+                "required": ["approve"],
+            },
+            related_request_id=self._request_id,
+        )
+        return result.action == "accept" and (result.content or {}).get("approve") is True
+
+    async def answers(self, questions: Sequence[Question]) -> dict[str, str] | None:
+        """Ask the questions in one form; None when the user declines or cancels."""
+        properties: dict[str, Any] = {}
+        for question in questions:
+            field: dict[str, Any] = {"type": "string", "title": question.question[:200]}
+            if len(question.question) > 200:
+                field["description"] = question.question
+            if question.choices:
+                field["enum"] = list(question.choices)
+            properties[question.id] = field
+        result = await self._session.elicit_form(
+            message="The action asks before it can answer.",
+            requested_schema={
+                "type": "object",
+                "properties": properties,
+                "required": list(properties),
+            },
+            related_request_id=self._request_id,
+        )
+        content = result.content or {}
+        if result.action != "accept" or any(q.id not in content for q in questions):
+            return None
+        return {q.id: str(content[q.id]) for q in questions}
+
+
+class _Server(Server[Any]):
+    """The SDK's server, announcing the list changes pilothouse does send.
+
+    Transports that build the handshake themselves (the streamable HTTP
+    session manager) ask the server for its initialization options without
+    notification options, which the SDK reads as "no
+    list changes": every handshake would advertise ``tools.listChanged:
+    false`` though the watcher sends the notifications.
+    """
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        """The handshake's options, with tools and prompts list changes announced."""
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(prompts_changed=True, tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
 
 
 class McpService:
@@ -120,7 +217,7 @@ class McpService:
         self._buses: dict[str, InMemorySubscriptionBus] = {}
         self._listeners: dict[str, ListenHandler] = {}
         self._revisions: dict[str, int] = {}
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = _Server(
             "pilothouse",
             version=release,
             title="pilothouse",
@@ -134,6 +231,8 @@ class McpService:
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
             on_subscriptions_listen=self._listen,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
         )
 
     def initialization_options(self) -> InitializationOptions:
@@ -181,7 +280,7 @@ class McpService:
             caller.tenant,
             caller.key_prefix,
         )
-        return await toolbox.call_tool(caller, params.name, params.arguments)
+        return await toolbox.call_tool(caller, params.name, params.arguments, _Elicitor.of(ctx))
 
     async def _list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: mt.PaginatedRequestParams | None
@@ -200,6 +299,40 @@ class McpService:
             return await toolbox.get_prompt(params.name)
         except PilothouseError as exc:
             raise MCPError(mt.INVALID_PARAMS, exc.public_message) from None
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: mt.PaginatedRequestParams | None
+    ) -> mt.ListResourcesResult:
+        from mcp.shared.exceptions import MCPError
+
+        from pilothouse._facade.mcpresources import McpResources
+
+        caller = self._caller_of(ctx)
+        view = self._ph.for_tenant(
+            caller.tenant, caller=Caller("mcp", caller.key_prefix, caller.key_name)
+        )
+        try:
+            return await McpResources(view, caller).list(params.cursor if params else None)
+        except PilothouseError as exc:
+            raise MCPError(mt.INVALID_PARAMS, exc.public_message) from None
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: mt.ReadResourceRequestParams
+    ) -> mt.ReadResourceResult:
+        from mcp.shared.exceptions import MCPError
+
+        from pilothouse._facade.mcpresources import McpResources
+
+        caller = self._caller_of(ctx)
+        view = self._ph.for_tenant(
+            caller.tenant, caller=Caller("mcp", caller.key_prefix, caller.key_name)
+        )
+        try:
+            return await McpResources(view, caller).read(str(params.uri))
+        except PilothouseError as exc:
+            # MCP's code for an unknown resource (-32002) when not found.
+            code = -32002 if exc.category is ErrorCategory.NOT_FOUND else mt.INVALID_PARAMS
+            raise MCPError(code, exc.public_message) from None
 
     async def _listen(
         self, ctx: ServerRequestContext[Any, Any], params: mt.SubscriptionsListenRequestParams

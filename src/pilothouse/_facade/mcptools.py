@@ -39,7 +39,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import mcp_types as mt
 
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from pilothouse._facade.mcpgateway import Gateways
     from pilothouse.api import Pilothouse
     from pilothouse.catalog._models import Action
+    from pilothouse.runtime._events import Question
     from pilothouse.types import McpCaller, TurnResult
 
     Ranker = Callable[[str, Mapping[str, str], int], Awaitable[Sequence[str]]]
@@ -226,6 +227,23 @@ def _problems(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
     return f"{where}: {first.message}"
 
 
+# Rounds of questions one call answers by elicitation before it hands the
+# rest back (an action that keeps asking must not hold the call for ever).
+_ELICIT_ROUNDS = 5
+
+
+class Asker(Protocol):
+    """Asks the MCP client's user (elicitation), when the client declared it."""
+
+    async def approve(self, tool: str, arguments: Mapping[str, Any]) -> bool:
+        """Whether the user allows ``tool`` to run with ``arguments``."""
+        ...
+
+    async def answers(self, questions: Sequence[Question]) -> dict[str, str] | None:
+        """The user's answers by question id; None when declined or cancelled."""
+        ...
+
+
 class McpToolbox:
     """The tools and prompts one tenant offers over MCP.
 
@@ -300,9 +318,19 @@ class McpToolbox:
         return [t for t in tools if caller.allows(t.name)]
 
     async def call_tool(
-        self, caller: McpCaller, name: str, arguments: dict[str, Any] | None
+        self,
+        caller: McpCaller,
+        name: str,
+        arguments: dict[str, Any] | None,
+        ask: Asker | None = None,
     ) -> mt.CallToolResult:
-        """Call a tool; every failure is a tool error result, never an exception."""
+        """Call a tool; every failure is a tool error result, never an exception.
+
+        With ``ask`` (the client declared elicitation), a call that needs
+        approval asks the user, and an action's questions are asked too; the
+        answers resume the turn. Without it, a call needing approval is
+        denied and questions come back for ``pilothouse_answer``.
+        """
         # Not allowed and not there read the same: a caller learns nothing of
         # the tools it may not use.
         unknown = _error(f"unknown tool '{name}'")
@@ -315,7 +343,7 @@ class McpToolbox:
                     return _error(problem)
                 answers = cast("dict[str, str]", args["answers"])
                 turn = await self._ph.command.submit_answers(args["conversation_uuid"], answers)
-                return self._result(None, turn)
+                return self._result(None, await self._elicited(turn, ask))
             entries = await self._entries()
             if name == FIND:
                 return await self._find(caller, entries, args)
@@ -335,16 +363,20 @@ class McpToolbox:
                     return await self._gateways.refuse(caller, entry, problem)
                 return await self._gateways.call(caller, entry, args)
             if isinstance(entry, _CatalogTool):
-                return await self._call_catalog_tool(caller, entry, args)
-            return await self._run(entry, args)
+                return await self._call_catalog_tool(caller, entry, args, ask)
+            return await self._run(entry, args, ask)
         except PilothouseError as exc:
             return _error(exc.public_message)
 
     async def _call_catalog_tool(
-        self, caller: McpCaller, entry: _CatalogTool, args: dict[str, Any]
+        self, caller: McpCaller, entry: _CatalogTool, args: dict[str, Any], ask: Asker | None
     ) -> mt.CallToolResult:
         outcome = await self._ph.command.call_tool(
-            entry.name, args, via="mcp", key_prefix=caller.key_prefix
+            entry.name,
+            args,
+            via="mcp",
+            key_prefix=caller.key_prefix,
+            approve=ask.approve if ask is not None else None,
         )
         failed = outcome.status is not ToolCallStatus.SUCCEEDED
         data: Any = outcome.data
@@ -390,7 +422,22 @@ class McpToolbox:
             structured_content={"actions": found},
         )
 
-    async def _run(self, entry: _Entry, args: dict[str, Any]) -> mt.CallToolResult:
+    async def _elicited(self, turn: TurnResult, ask: Asker | None) -> TurnResult:
+        """Ask a waiting turn's questions by elicitation and resume it with the answers."""
+        rounds = 0
+        while ask is not None and turn.status is ProcessStatus.WAITING and turn.questions:
+            if rounds == _ELICIT_ROUNDS:
+                break
+            rounds += 1
+            answers = await ask.answers(turn.questions)
+            if answers is None:
+                break  # declined: the questions go back as today, for pilothouse_answer
+            turn = await self._ph.command.submit_answers(turn.conversation_uuid, answers)
+        return turn
+
+    async def _run(
+        self, entry: _Entry, args: dict[str, Any], ask: Asker | None = None
+    ) -> mt.CallToolResult:
         if (problem := _problems(entry.tool.input_schema, args)) is not None:
             return _error(problem)
         message = cast("str | None", args.get("message"))
@@ -401,7 +448,7 @@ class McpToolbox:
         turn = await self._ph.command.start_and_send(
             "\n\n".join(parts), action=entry.action, agent=entry.agent, input_data=input_data
         )
-        return self._result(entry, turn)
+        return self._result(entry, await self._elicited(turn, ask))
 
     def _result(self, entry: _Entry | None, turn: TurnResult) -> mt.CallToolResult:
         result = self._outcome(entry, turn)

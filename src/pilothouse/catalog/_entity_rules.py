@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from pilothouse.catalog._enums import McpTransport, ToolKind
 from pilothouse.catalog._events import EventToolSettings
+from pilothouse.catalog._gateway_rules import gateway_block_rules
 from pilothouse.catalog._kinds import CatalogKind, Location
 from pilothouse.catalog._knowledge_rules import (
     embedding_model_rules,
@@ -140,6 +141,10 @@ def structure_rules(kind: CatalogKind, spec: CatalogSpec) -> list[tuple[Location
             found.append((("url",), f"required for the {transport} transport"))
     elif isinstance(spec, ToolSpec):
         found += _event_tool_rules(spec)
+        if "gateway" in spec.settings:
+            found += gateway_block_rules(
+                spec.name, wire_value(spec.kind), spec.implementation, spec.settings
+            )
         found += _schema_issues(("input_schema",), spec.input_schema)
         if spec.output_schema is not None:
             found += _schema_issues(("output_schema",), spec.output_schema)

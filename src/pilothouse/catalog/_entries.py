@@ -32,7 +32,7 @@ from sqlalchemy.orm import aliased
 
 from pilothouse.catalog._enums import ModelCapability
 from pilothouse.catalog._kinds import KINDS, CatalogKind, Location, catalog_kind
-from pilothouse.catalog._models import Model, Skill, SkillDependency
+from pilothouse.catalog._models import Model, Skill, SkillDependency, Tool
 from pilothouse.catalog._spec import CatalogSpec
 from pilothouse.catalog._yaml import line_of
 from pilothouse.errors import ValidationIssue
@@ -119,12 +119,17 @@ class ExistingCatalog:
         skill_parents: each stored skill's parent key.
         embedding_models: the stored models with capability EM (no chat
             model: a collection's ``qa_model`` may not be one).
+        tools: each stored tool's name and settings by code (gateway
+            namespaces may not clash).
     """
 
     keys: dict[str, set[str]] = field(default_factory=dict[str, set[str]])
     skill_dependencies: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
     skill_parents: dict[str, str] = field(default_factory=dict[str, str])
     embedding_models: set[str] = field(default_factory=set[str])
+    tools: dict[str, tuple[str, dict[str, Any]]] = field(
+        default_factory=dict[str, tuple[str, dict[str, Any]]]
+    )
 
 
 async def load_existing(
@@ -169,6 +174,11 @@ async def load_existing(
         existing.embedding_models = {
             code for code, capabilities in models if is_embedding_only(capabilities)
         }
+    if kinds is None or "tools" in kinds:
+        tools = await session.execute(
+            select(Tool.code, Tool.name, Tool.settings).where(Tool.tenant == tenant)
+        )
+        existing.tools = {code: (name, dict(settings or {})) for code, name, settings in tools}
     return existing
 
 

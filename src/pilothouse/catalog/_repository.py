@@ -23,6 +23,7 @@ from pilothouse.catalog._models import CatalogEntity, CatalogRevision, Model
 from pilothouse.catalog._spec import CatalogSpec
 from pilothouse.catalog._validate import (
     Entry,
+    gateway_namespace_issues,
     is_embedding_only,
     load_existing,
     parse_spec,
@@ -155,6 +156,9 @@ class CatalogRepository:
         if kind.name == "skills":
             existing = await load_existing(self.session, self.tenant, ["skills"])
             issues += skill_cycle_issues([entry], existing)
+        if kind.name == "tools":
+            existing = await load_existing(self.session, self.tenant, ["tools"])
+            issues += gateway_namespace_issues([entry], existing)
         if issues:
             raise CatalogValidationError(issues)
         kind.apply(row, spec, lambda target, key: targets[target, key])

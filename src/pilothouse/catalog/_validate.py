@@ -27,6 +27,7 @@ __all__ = [
     "ParsedCatalog",
     "check_catalog",
     "entity_rules",
+    "gateway_namespace_issues",
     "is_embedding_only",
     "load_existing",
     "parse_catalog",
@@ -58,9 +59,16 @@ from pilothouse.catalog._entries import (
     qa_model_rule,
 )
 from pilothouse.catalog._enums import ModelCapability
+from pilothouse.catalog._gateway_rules import gateway_namespace_rules
 from pilothouse.catalog._kinds import KINDS, CatalogKind, Location, catalog_kind, suggest
 from pilothouse.catalog._provider_settings import raw_settings_issues
-from pilothouse.catalog._spec import CatalogSpec, DocumentCollectionSpec, ModelSpec, SkillSpec
+from pilothouse.catalog._spec import (
+    CatalogSpec,
+    DocumentCollectionSpec,
+    ModelSpec,
+    SkillSpec,
+    ToolSpec,
+)
 from pilothouse.catalog._spec_errors import spec_issues
 from pilothouse.catalog._vantiq import VANTIQ_CLASSES
 from pilothouse.catalog._yaml import catalog_files, line_of, load_yaml, to_plain
@@ -331,7 +339,31 @@ def check_catalog(
                 issues.append(issue_at(kind, code, file, node, location, rule))
     issues += skill_cycle_issues(parsed.entries.get("skills", []), existing)
     issues += _collection_model_issues(parsed, existing)
+    issues += gateway_namespace_issues(parsed.entries.get("tools", []), existing)
     return issues
+
+
+def gateway_namespace_issues(
+    tools: list[Entry], existing: ExistingCatalog
+) -> list[ValidationIssue]:
+    """Refuse gateways sharing a tool namespace, and tools named inside a gateway's.
+
+    Args:
+        tools: the tools being written.
+        existing: the tenant's stored catalog (its tools' names and settings).
+
+    Returns:
+        One issue per clash, on the tool being written.
+    """
+    by_code = {e.spec.key: e for e in tools}
+    written = {
+        code: (cast(ToolSpec, e.spec).name, cast(ToolSpec, e.spec).settings)
+        for code, e in by_code.items()
+    }
+    return [
+        by_code[code].issue(location, rule)
+        for code, location, rule in gateway_namespace_rules(written, existing.tools)
+    ]
 
 
 def _collection_model_issues(

@@ -497,8 +497,13 @@ async def _add_gateway(
         raise ToolError(f"tool '{row.name}': this process's tool source offers no gateways")
     for operation in await source.gateway_tools(row):
         name = operation.definition.name
-        if name in toolset.executable:
-            continue
+        if name in toolset.executable or name in toolset.returned:
+            # A name two tools answer would reach whichever came first, maybe
+            # another backend with other credentials: refuse, never pick.
+            raise ToolError(
+                f"tool '{row.name}': its operation tool '{name}' clashes with another tool "
+                "of this action; give the gateway another settings.gateway.prefix"
+            )
         if guarded and operation.policy is not ExecutionPolicy.AUTHORIZED:
             operation = _Guarded(operation)
         toolset.add(operation.definition, tool=operation)

@@ -315,7 +315,11 @@ def create_app(
 
     # Added innermost first: a request meets metrics, then the 500 guard,
     # then CORS, then the body limit (so a 413 still carries CORS headers).
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=state.server.max_body_bytes)
+    app.add_middleware(
+        BodySizeLimitMiddleware,
+        max_bytes=state.server.max_body_bytes,
+        answered_by_route=("/mcp", "/messages/"),
+    )
     if state.server.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -81,6 +81,8 @@ UNAUTHORIZED = -32006
 FORBIDDEN = -32007
 RATE_LIMITED = -32008
 UNAVAILABLE = -32009
+DISCOVER = "rpc.discover"
+"""OpenRPC's method for the server's own description."""
 
 _ERRORS: dict[ErrorCategory, tuple[int, str]] = {
     ErrorCategory.INVALID_INPUT: (BAD_INPUT, "Bad input"),
@@ -169,8 +171,17 @@ async def _routed(ph: Pilothouse, route: RpcRoute, params: Any) -> Any:
         ) from None
 
 
-async def _call(ph: Pilothouse, method: str, params: Any, rpc: RpcRouter | None = None) -> Any:
+async def _call(
+    ph: Pilothouse,
+    method: str,
+    params: Any,
+    rpc: RpcRouter | None = None,
+    sent: str | None = None,
+) -> Any:
     """Run one method and return its JSON result.
+
+    ``sent`` names the method as the caller wrote it, when that is not
+    ``method`` (a legacy envelope's ``host/service/action/version``).
 
     Raises:
         RpcError: anything that went wrong, as a JSON-RPC error.
@@ -180,7 +191,16 @@ async def _call(ph: Pilothouse, method: str, params: Any, rpc: RpcRouter | None 
         route = rpc.get(method) if rpc is not None else None
         if route is not None:
             return await _routed(ph, route, params)
-        raise RpcError(METHOD_NOT_FOUND, "Method not found", 404, f"no method '{method}'")
+        if method == DISCOVER:
+            from pilothouse.server._openrpc import discover
+
+            return discover(rpc)
+        raise RpcError(
+            METHOD_NOT_FOUND,
+            "Method not found",
+            404,
+            f"no method '{sent or method}' (rpc.discover lists the methods)",
+        )
     if params is _MISSING or params is None:
         params = {}
     if not isinstance(params, dict):
@@ -282,7 +302,7 @@ async def _legacy(ph: Pilothouse, envelope: dict[str, Any], rpc: RpcRouter) -> d
             version = f"v{version}"
         method = f"pilothouse/{head['service']}/{head['action']}/{version}"
     try:
-        result = await _call(ph, method, envelope.get("data", _MISSING), rpc)
+        result = await _call(ph, method, envelope.get("data", _MISSING), rpc, sent=routed)
     except RpcError as error:
         return answer(error=error)
     return answer(result)

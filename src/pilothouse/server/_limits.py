@@ -132,6 +132,11 @@ class _TooLarge(HTTPException):
         super().__init__(413, f"the request body exceeds the limit of {max_bytes} bytes")
 
 
+def _answered(path: str, routes: tuple[str, ...]) -> bool:
+    """Whether ``path`` is one of ``routes`` or below one (``/mcp/<name>``)."""
+    return any(path == route or path.startswith(route.rstrip("/") + "/") for route in routes)
+
+
 class BodySizeLimitMiddleware:
     """Refuse request bodies above ``max_bytes`` with 413 problem+json.
 
@@ -142,11 +147,17 @@ class BodySizeLimitMiddleware:
     Args:
         app: the wrapped application.
         max_bytes: the largest accepted body; 0 or less disables the check.
+        answered_by_route: paths whose route applies the same limit itself,
+            answering in its own protocol (the MCP transports: a JSON-RPC
+            error their clients report).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, answered_by_route: tuple[str, ...] = ()
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.answered_by_route = answered_by_route
 
     async def _refuse(self, send: Send) -> None:
         body = problem_bytes(
@@ -168,7 +179,11 @@ class BodySizeLimitMiddleware:
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.max_bytes <= 0:
+        if (
+            scope["type"] != "http"
+            or self.max_bytes <= 0
+            or _answered(str(scope.get("path", "")), self.answered_by_route)
+        ):
             await self.app(scope, receive, send)
             return
         for name, value in scope.get("headers", []):

@@ -5,7 +5,8 @@ a deployment routes its own methods, named as light-hybrid-4j names its
 handlers, ``<host>/<service>/<action>/<version>``
 (``lightapi.net/service/createApiVersion/0.1.0``):
 
-- a **Python callable** (sync or async) is called with the params, by name
+- a **Python callable** (sync or async; a sync one runs in a worker thread,
+  so a slow one never holds up the event loop) is called with the params, by name
   (an object) or by position (an array), as its signature takes them; a
   call its signature cannot bind is ``-32602``. What it returns is the
   result (JSON-ready: it goes through pydantic's ``to_jsonable_python``);
@@ -34,11 +35,14 @@ from __future__ import annotations
 
 __all__ = ["RpcRoute", "RpcRouter"]
 
+import functools
 import inspect
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
+
+import anyio
 
 from pilothouse.errors import InvalidFieldError
 
@@ -78,7 +82,14 @@ class RpcRoute:
         """Run the route with params already checked to bind (callables) or be an object."""
         if self.handler is not None:
             bound = self.bind(params)
-            value = self.handler(*bound.args, **bound.kwargs)
+            handler = self.handler
+            if _is_async(handler):
+                return await handler(*bound.args, **bound.kwargs)
+            # A sync handler (a blocking client, a CPU-bound step) runs in a
+            # worker thread: on the loop it would stall every other request.
+            value = await anyio.to_thread.run_sync(
+                functools.partial(handler, *bound.args, **bound.kwargs)
+            )
             if inspect.isawaitable(value):
                 value = await value
             return value
@@ -102,6 +113,12 @@ class RpcRoute:
             text, action=action, agent=agent, input_data=input_data
         )
         return turn.as_json()
+
+
+def _is_async(handler: Callable[..., Any]) -> bool:
+    """Whether calling ``handler`` gives a coroutine (a function or an async ``__call__``)."""
+    call = handler.__call__ if not inspect.isroutine(handler) else None
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
 
 def _check_name(method: str, *, routed: bool) -> None:

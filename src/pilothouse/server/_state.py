@@ -23,6 +23,7 @@ import asyncio
 import ipaddress
 import logging
 import os
+import re
 import signal
 import threading
 from collections.abc import Callable
@@ -94,6 +95,21 @@ class ServerSettings(BaseSettings):
             tools (``pilothouse_find_actions``, ``pilothouse_run_action``).
         mcp_list_changed_seconds: how often the MCP server looks for catalog
             changes to announce (``notifications/tools/list_changed``).
+        mcp_session_idle_seconds: how long an MCP session (``Mcp-Session-Id``)
+            with no request in flight lives before it is closed.
+        mcp_max_sessions_per_key: the most MCP sessions one API key may hold
+            open at once; opening another is refused (429) until one is
+            closed or expires.
+        mcp_servers: virtual MCP servers: a name to the tool patterns it
+            serves (``{"sales": ["action_SUM*", "crm__*"]}``), each at
+            ``/mcp/<name>`` (streamable HTTP) for every tenant; a caller sees
+            there the tools matching both these and its key's allow-list.
+        oauth_issuer: the OAuth 2.1 authorization server whose access tokens
+            the MCP endpoint accepts beside API keys (its ``iss``); with
+            ``oauth_jwks_url`` and ``oauth_audience``, or none of the three.
+        oauth_jwks_url: where that server publishes its signing keys.
+        oauth_audience: this MCP endpoint's resource identifier (tokens'
+            ``aud`` must hold it), e.g. ``https://pilothouse.example/mcp``.
         heartbeat_seconds: how often each worker renews its lease on the
             turns it runs (``PILOTHOUSE_LEASE_SECONDS`` must stay well above).
         cancel_poll_seconds: how often a worker running turns reads the
@@ -149,6 +165,40 @@ class ServerSettings(BaseSettings):
     question_sweep_seconds: float = Field(default=30.0, ge=0)
     mcp_max_tools: int = Field(default=30, ge=1)
     mcp_list_changed_seconds: float = Field(default=2.0, gt=0)
+    mcp_session_idle_seconds: float = Field(default=1800.0, gt=0, le=7 * 24 * 3600)
+    mcp_max_sessions_per_key: int = Field(default=100, ge=1)
+    mcp_servers: dict[str, list[str]] = Field(default_factory=dict[str, list[str]])
+    oauth_issuer: str | None = None
+    oauth_jwks_url: str | None = None
+    oauth_audience: str | None = None
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _server_names(cls, servers: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, patterns in servers.items():
+            if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,63}", name):
+                raise ValueError(
+                    f"'{name}' cannot be a path: write lower-case letters, digits and '-'"
+                )
+            if not patterns or not all(p.strip() for p in patterns):
+                raise ValueError(f"'{name}' needs at least one tool pattern, e.g. 'action_*'")
+        return servers
+
+    @model_validator(mode="after")
+    def _oauth_together(self) -> ServerSettings:
+        given = {
+            "oauth_issuer": self.oauth_issuer,
+            "oauth_jwks_url": self.oauth_jwks_url,
+            "oauth_audience": self.oauth_audience,
+        }
+        missing = [name for name, value in given.items() if not value]
+        if 0 < len(missing) < len(given):
+            raise ValueError(
+                f"{', '.join(missing)}: set too, or unset the other OAuth settings "
+                "(the MCP endpoint checks tokens against all three)"
+            )
+        return self
+
     heartbeat_seconds: float = Field(default=5.0, gt=0)
     cancel_poll_seconds: float = Field(default=0.5, gt=0)
     memory_worker_seconds: float = Field(default=5.0, ge=0)

@@ -5,7 +5,10 @@ whole OpenAPI document (``openapi:<url-or-path>``, no ``#operationId``) and
 whose settings hold a ``gateway`` block (see ``docs/mcp.md``). Each
 operation marked ``x-ai-enabled: true`` or listed in ``include`` (by
 ``METHOD /path`` or ``operationId``) is a :class:`GatewayOperation` named
-from its method and path (``GET /customers/{id}`` → ``get_customers_by_id``).
+``<prefix>__<operation>``: the gateway's prefix (its row's ``name`` unless
+``settings.gateway.prefix`` says) and the operation's ``operationId``, else
+its method and path (``GET /customers/{id}`` → ``crm__get_customers_by_id``).
+The catalog refuses two gateways sharing a prefix when they are written.
 
 Two faces use the same proxy, so the same rules hold for both:
 
@@ -42,6 +45,7 @@ __all__ = [
     "gateway_config",
     "gateway_tool_name",
     "is_gateway",
+    "namespaced",
 ]
 
 import inspect
@@ -57,6 +61,12 @@ import anyio
 import httpx
 
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
+from pilothouse.catalog._gateway_rules import (
+    NAMESPACE_SEPARATOR,
+    TRUSTED_IP_HEADERS,
+    gateway_block_rules,
+    gateway_prefix,
+)
 from pilothouse.errors import InvalidFieldError, PilothouseError
 from pilothouse.tools._base import ToolContext, ToolDefinition, ToolError, ToolResult
 from pilothouse.tools._code import CodePolicy
@@ -74,41 +84,29 @@ audit_log = logging.getLogger("pilothouse.audit.gateway")
 
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 _UNSAFE = re.compile(r"[^a-z0-9]+")
-TRUSTED_IP_HEADERS = frozenset(
-    {
-        "x-forwarded-for",
-        "x-forwarded-host",
-        "x-forwarded-proto",
-        "x-real-ip",
-        "forwarded",
-        "x-client-ip",
-        "true-client-ip",
-        "cf-connecting-ip",
-        "x-cluster-client-ip",
-    }
-)
-"""Headers a proxy trusts to name the client's address: never passed on."""
-
 # Seconds a proxied call may take when neither its caller nor its row says.
 _DEFAULT_TIMEOUT = 30.0
 
-_SETTINGS = frozenset(
-    {
-        "include",
-        "forward_authorization",
-        "forward_headers",
-        "rate_limit_per_minute",
-        "token_exchange",
-    }
-)
+# A tool name's longest: what model APIs take as a function name.
+_NAME_MAX = 64
+_OPERATION_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _FORWARD = "__forward_"
 
 AuditSink = Callable[["NewGatewayCall"], Awaitable[None]]
 """Records one gateway call (the store's ``gateway_call`` row)."""
 
 
-def gateway_tool_name(method: str, path: str) -> str:
-    """Name a tool from its method and path: ``GET /customers/{id}`` → ``get_customers_by_id``."""
+def gateway_tool_name(method: str, path: str, operation_id: str | None = None) -> str:
+    """Name an operation: its ``operationId`` when it has one, else its method and path.
+
+    ``getPetById`` stays ``getPetById`` (characters a model API refuses become
+    ``_``); ``GET /customers/{id}`` without one is ``get_customers_by_id``.
+    The gateway puts its prefix before it (:func:`namespaced`).
+    """
+    if operation_id:
+        cleaned_id = _OPERATION_ID_UNSAFE.sub("_", operation_id).strip("_")
+        if cleaned_id:
+            return cleaned_id
     words = [method.lower()]
     for segment in path.strip("/").split("/"):
         if not segment:
@@ -119,7 +117,12 @@ def gateway_tool_name(method: str, path: str) -> str:
         cleaned = _UNSAFE.sub("_", segment.lower()).strip("_")
         if cleaned:
             words.append(cleaned)
-    return "_".join(words)[:128]
+    return "_".join(words)
+
+
+def namespaced(prefix: str, name: str) -> str:
+    """A gateway's tool name: ``petstore`` and ``getPetById`` → ``petstore__getPetById``."""
+    return f"{prefix}{NAMESPACE_SEPARATOR}{name}"
 
 
 TokenExchange = Callable[[str | None, str, str], "Awaitable[str | None] | str | None"]
@@ -139,73 +142,59 @@ class GatewayConfig:
     forward_headers: tuple[str, ...]
     rate_limit_per_minute: int
     token_exchange: TokenExchange | None = None
+    prefix: str = ""
 
 
 def gateway_config(
-    code: str, raw: Any, settings: Mapping[str, Any], policy: CodePolicy | None = None
+    code: str,
+    raw: Any,
+    settings: Mapping[str, Any],
+    policy: CodePolicy | None = None,
+    *,
+    name: str | None = None,
+    implementation: str = "openapi:-",
 ) -> GatewayConfig:
     """Check a gateway block; every unknown or misplaced setting is refused by name.
+
+    The rules are the catalog's (:func:`gateway_block_rules`), checked again
+    here for rows stored before they were.
 
     Args:
         code: the gateway row's code.
         raw: its ``settings.gateway`` block.
         settings: the row's settings.
         policy: what ``token_exchange`` may name (any importable name when None).
+        name: the row's name (the default prefix of its tools); ``code``
+            lower-cased when None.
+        implementation: the row's implementation.
 
     Raises:
         InvalidFieldError: the block is not what a gateway takes.
     """
-    where = f"tool '{code}': settings.gateway"
-    if not isinstance(raw, dict):
-        raise InvalidFieldError(where, "must be a mapping")
+    row_name = name if name is not None else code.lower()
+    found = gateway_block_rules(row_name, "rest", implementation, {**settings, "gateway": raw})
+    if found:
+        location, rule = found[0]
+        raise InvalidFieldError(f"tool '{code}': {'.'.join(map(str, location))}", rule)
     block = cast("dict[str, Any]", raw)
-    unknown = sorted(set(block) - _SETTINGS)
-    if unknown:
-        raise InvalidFieldError(
-            where,
-            f"unknown setting(s) {', '.join(unknown)}; write only {', '.join(sorted(_SETTINGS))}",
-        )
-    include = block.get("include", [])
-    forward = block.get("forward_headers", [])
-    if not isinstance(include, list) or not isinstance(forward, list):
-        raise InvalidFieldError(where, "include and forward_headers must be lists")
-    rate = block.get("rate_limit_per_minute", 60)
-    if not isinstance(rate, int) or isinstance(rate, bool) or rate < 0:
-        raise InvalidFieldError(f"{where}.rate_limit_per_minute", "must be a whole number ≥ 0")
-    forward_authorization = block.get("forward_authorization", False)
-    if not isinstance(forward_authorization, bool):
-        raise InvalidFieldError(f"{where}.forward_authorization", "must be true or false")
-    headers = tuple(str(h).lower() for h in cast("list[Any]", forward))
-    trusted = sorted(set(headers) & TRUSTED_IP_HEADERS)
-    if trusted or "authorization" in headers:
-        raise InvalidFieldError(
-            f"{where}.forward_headers",
-            f"{', '.join(trusted) or 'authorization'} cannot be forwarded "
-            "(use forward_authorization for Authorization; trusted-IP headers never pass)",
-        )
     exchange: TokenExchange | None = None
     reference = block.get("token_exchange")
     if reference is not None:
-        configured = {str(h).lower() for h in cast("dict[str, Any]", settings.get("headers") or {})}
-        if "authorization" in configured or forward_authorization:
-            raise InvalidFieldError(
-                f"{where}.token_exchange",
-                "a token exchange makes the Authorization header: drop headers.Authorization "
-                "and forward_authorization, or the exchange",
-            )
+        where = f"tool '{code}': settings.gateway.token_exchange"
         try:
             target = (policy or CodePolicy.open()).resolve(str(reference))
         except ToolError as exc:
-            raise InvalidFieldError(f"{where}.token_exchange", str(exc)) from None
+            raise InvalidFieldError(where, str(exc)) from None
         if not callable(target):
-            raise InvalidFieldError(f"{where}.token_exchange", f"'{reference}' is not a function")
+            raise InvalidFieldError(where, f"'{reference}' is not a function")
         exchange = cast("TokenExchange", target)
     return GatewayConfig(
-        frozenset(str(i) for i in cast("list[Any]", include)),
-        forward_authorization,
-        headers,
-        rate,
+        frozenset(str(i) for i in cast("list[Any]", block.get("include", []))),
+        bool(block.get("forward_authorization", False)),
+        tuple(str(h).lower() for h in cast("list[Any]", block.get("forward_headers", []))),
+        cast("int", block.get("rate_limit_per_minute", 60)),
         exchange,
+        gateway_prefix(row_name, block),
     )
 
 
@@ -351,14 +340,21 @@ class GatewayProxy:
             if key not in self._operations:
                 settings = cast("dict[str, Any]", document.get("settings") or {})
                 implementation = str(document.get("implementation") or "")
+                name = str(document.get("name") or code.lower())
                 policy = self._egress.for_tenant(tenant)
                 with policy.applied():
-                    self._operations[key] = await self._load(code, implementation, settings, policy)
+                    self._operations[key] = await self._load(
+                        code, name, implementation, settings, policy
+                    )
             return self._operations[key]
 
     async def tools(self, row: ToolRecord) -> list[GatewayToolForTurn]:
         """The operations of a gateway row as tools of a turn, under the row's policy."""
-        document = {"implementation": row.implementation, "settings": row.settings or {}}
+        document = {
+            "name": row.name,
+            "implementation": row.implementation,
+            "settings": row.settings or {},
+        }
         try:
             found = await self.operations(row.tenant, row.code, row.version, document)
         except PilothouseError as exc:
@@ -367,27 +363,29 @@ class GatewayProxy:
         return [GatewayToolForTurn(self, op, policy) for op in found]
 
     async def _load(
-        self, code: str, implementation: str, settings: Mapping[str, Any], egress: EgressPolicy
+        self,
+        code: str,
+        name: str,
+        implementation: str,
+        settings: Mapping[str, Any],
+        egress: EgressPolicy,
     ) -> list[GatewayOperation]:
-        config = gateway_config(code, settings["gateway"], settings, self._code)
+        config = gateway_config(
+            code,
+            settings["gateway"],
+            settings,
+            self._code,
+            name=name,
+            implementation=implementation,
+        )
         timeout = settings.get("timeout")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
-        ):
-            raise InvalidFieldError(
-                f"tool '{code}': settings.timeout", "must be a positive number of seconds"
-            )
         source = implementation.removeprefix("openapi:")
-        if not implementation.startswith("openapi:") or "#" in source:
-            raise InvalidFieldError(
-                f"tool '{code}': implementation",
-                "a gateway names a whole document: 'openapi:<url-or-path>'",
-            )
         spec = await load_document(source, self.http)
         headers = cast("dict[str, str]", settings.get("headers") or {})
         configured = {h.lower() for h in headers}
         base_url = settings.get("base_url")
         found: list[GatewayOperation] = []
+        named: dict[str, str] = {}
         for template, item in cast("dict[str, Any]", spec.get("paths") or {}).items():
             for method in _METHODS:
                 op = cast("dict[str, Any] | None", cast("dict[str, Any]", item).get(method))
@@ -400,10 +398,15 @@ class GatewayProxy:
                     or op.get("operationId") in config.include
                 ):
                     continue
-                name = gateway_tool_name(method, template)
+                given = op.get("operationId")
+                tool_name = namespaced(
+                    config.prefix,
+                    gateway_tool_name(method, template, given if isinstance(given, str) else None),
+                )
+                _check_name(code, tool_name, ident, named)
                 # Operations without an operationId get the tool's name, so
                 # the shared mapper can find them.
-                op.setdefault("operationId", name)
+                op.setdefault("operationId", tool_name)
                 mapped = operation(
                     spec,
                     str(op["operationId"]),
@@ -423,11 +426,18 @@ class GatewayProxy:
                 endpoint = replace(endpoint, header_arguments=kept)
                 await egress.check(endpoint.url.split("{", 1)[0], f"tool '{code}': base URL")
                 definition = ToolDefinition(
-                    name=name, description=mapped.description or ident, parameters=mapped.parameters
+                    name=tool_name,
+                    description=mapped.description or ident,
+                    parameters=mapped.parameters,
                 )
                 found.append(
                     GatewayOperation(
-                        definition, str(op.get("summary") or name), code, config, endpoint, ident
+                        definition,
+                        str(op.get("summary") or tool_name),
+                        code,
+                        config,
+                        endpoint,
+                        ident,
                     )
                 )
         return found
@@ -592,6 +602,26 @@ class GatewayProxy:
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self.http.aclose()
+
+
+def _check_name(code: str, name: str, ident: str, named: dict[str, str]) -> None:
+    """Refuse a tool name too long for a model, or one two operations would share.
+
+    Raises:
+        ToolError: naming the operations and what to change.
+    """
+    if len(name) > _NAME_MAX:
+        raise ToolError(
+            f"gateway '{code}': the tool name of {ident} ('{name}') is longer than "
+            f"{_NAME_MAX} characters; give the operation a shorter operationId or the "
+            "gateway a shorter settings.gateway.prefix"
+        )
+    if name in named:
+        raise ToolError(
+            f"gateway '{code}': {named[name]} and {ident} would both be the tool '{name}'; "
+            "give them distinct operationIds"
+        )
+    named[name] = ident
 
 
 def _refused(text: str, code: str) -> ToolResult:
