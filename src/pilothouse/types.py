@@ -40,6 +40,7 @@ __all__ = [
     "AdvisorKind",
     "Agent",
     "AgentView",
+    "AnswerSource",
     "AttachmentInput",
     "AttachmentView",
     "Authorizer",
@@ -196,6 +197,7 @@ if TYPE_CHECKING:
     from pilothouse.runtime._directcall import CallableTool, DirectToolCall
     from pilothouse.runtime._eventcalls import CompletionApplied, OutboxCommand, ToolRun
     from pilothouse.runtime._events import (
+        AnswerSource,
         StatusChanged,
         TextDelta,
         ThinkingDelta,
@@ -728,6 +730,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "pilothouse.catalog._models": ("Action", "Agent", "CatalogEntity", "McpClient", "Tool"),
     "pilothouse.runtime._events": (
+        "AnswerSource",
         "StatusChanged",
         "TextDelta",
         "ThinkingDelta",

@@ -51,6 +51,7 @@ from pilothouse.server._openai_models import (
     OpenAIError,
     TurnInput,
     chunk,
+    citation_annotations,
     completion,
     error_body,
     finish_reason,
@@ -521,7 +522,14 @@ def _finish(result: TurnResult, streamed_text: bool, make: Any, include_usage: b
     calls = tool_calls(result)
     if calls:
         out.append(make({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}))
-    out.append(make({}, finish=finish_reason(result.finish_reason)))
+    cited = citation_annotations(result)
+    if cited:
+        out.append(make({"annotations": cited}))
+    # The sources ride on the last content chunk, in the member clients ignore.
+    extension = (
+        {"sources": [source.to_dict() for source in result.sources]} if result.sources else None
+    )
+    out.append(make({}, finish=finish_reason(result.finish_reason), extension=extension))
     if include_usage:
         out.append(make(None, usage_value=usage(result)))
     return out
