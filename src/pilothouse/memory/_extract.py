@@ -12,8 +12,12 @@ After a turn of a ``SCOPED`` action the run loop writes a ``memory_job`` row
    uuids (mem0's way of keeping a model from inventing ids);
 3. applies every decision and marks the job ``done`` in ONE transaction,
    fenced by the attempt that claimed it: a worker killed half-way leaves
-   nothing applied, and the job is taken again once its lease ends, so it
-   completes exactly once.
+   nothing applied, and the job is taken again, so it completes exactly once.
+   A claimed job names the process that runs it (``outcome.owner``); a job
+   whose process is gone (killed, out of memory) is put back to ``pending``
+   at once when a service starts, and by every lease renewal of a running
+   one (:meth:`MemoryExtractor.recover_orphans`), instead of waiting for its
+   lease to end.
 
 A model answer that is not the JSON asked for is sent back once with the
 parse error, then the attempt fails: the job stays ``pending`` with the error
@@ -33,13 +37,14 @@ import uuid as uuid_module
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import and_, delete, or_, select, update
 
 from pilothouse.errors import PilothouseError
+from pilothouse.memory._orphans import recover_orphaned_jobs
 from pilothouse.memory._store import ScopedMemory, content_hash, scope_filter
 from pilothouse.memory._tables import MemoryJob, MemoryRecord
 from pilothouse.memory._types import (
@@ -51,6 +56,9 @@ from pilothouse.memory._types import (
 )
 from pilothouse.memory._versions import drop_versions, keep_version
 from pilothouse.store._base import utcnow
+
+if TYPE_CHECKING:
+    from pilothouse.store._leases import Leases
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +184,8 @@ class MemoryExtractor:
         complete: asks the job's model (the action's, or the configured
             extraction model).
         lease_seconds: how long a claimed job is a worker's; a worker that
-            dies holding it leaves it to be taken again after this.
+            dies holding it leaves it to be taken again after this, or as
+            soon as :meth:`recover_orphans` finds its process gone.
         retry_seconds: a failed attempt is retried after this many seconds
             times the attempts so far.
     """
@@ -188,11 +197,15 @@ class MemoryExtractor:
         *,
         lease_seconds: float = 300.0,
         retry_seconds: float = 30.0,
+        leases: Leases | None = None,
     ) -> None:
         self.memory = memory
         self.complete = complete
         self.lease_seconds = lease_seconds
         self.retry_seconds = retry_seconds
+        # The process's lease: a claimed job names its owner, so another
+        # process can tell the job was orphaned when its owner is gone.
+        self.leases = leases
 
     @property
     def database(self) -> Any:
@@ -278,6 +291,10 @@ class MemoryExtractor:
             # A tenant's call claims its own jobs only: running another
             # tenant's job reads its turns and spends its model budget.
             runnable = and_(MemoryJob.tenant == tenant, runnable)
+        claimed_by: dict[str, Any] = {}
+        if self.leases is not None:
+            await self.leases.register()
+            claimed_by = {"owner": self.leases.owner}
         async with self.database.sessions() as session, session.begin():
             for candidate in (
                 await session.scalars(
@@ -299,6 +316,7 @@ class MemoryExtractor:
                         attempts=attempt,
                         lease_until=stamp + timedelta(seconds=self.lease_seconds),
                         updated_at=stamp,
+                        outcome=claimed_by,
                     )
                     .execution_options(synchronize_session=False)
                 )
@@ -306,6 +324,12 @@ class MemoryExtractor:
                     await session.refresh(candidate)
                     return candidate, attempt
         return None
+
+    async def recover_orphans(self) -> list[int]:
+        """Put back to ``pending`` the running jobs whose process is gone (see :mod:`._orphans`)."""
+        if self.leases is None:
+            return []
+        return await recover_orphaned_jobs(self.database, self.leases)
 
     async def run_pending(
         self, limit: int = 100, *, tenant: str | EveryTenant
@@ -358,6 +382,7 @@ class MemoryExtractor:
                     else utcnow() + timedelta(seconds=self.retry_seconds * attempt),
                     updated_at=utcnow(),
                     finished_at=utcnow() if final else None,
+                    outcome={},
                 )
             )
         return ExtractionOutcome(job.id, status, error=error)
