@@ -3,9 +3,9 @@
 Usage: python memory_worker_process.py DATABASE_URL [--leased]
 
 With ``--leased`` it holds a process lease as a service does (its claimed
-job names it as its owner). It prints ``claimed <job id>`` once the job is its own (status ``running``),
-then waits forever inside the "model call", as a worker does whose process
-is about to be killed.
+job names it as its owner). It prints ``claimed <job id>`` once the job is
+its own (status ``running``), then waits forever inside the "model call",
+as a worker does whose process is about to be killed.
 """
 
 from __future__ import annotations
