@@ -45,7 +45,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from pilothouse.api import TraceExport
 from pilothouse.errors import ErrorCategory, PilothouseError
-from pilothouse.server._limits import BodySizeLimitMiddleware
+from pilothouse.server._limits import UPLOAD_ROUTE, BodySizeLimitMiddleware
 from pilothouse.server._metrics import MetricsMiddleware
 from pilothouse.server._problems import (
     PROBLEM_MEDIA_TYPE,
@@ -315,7 +315,11 @@ def create_app(
 
     # Added innermost first: a request meets metrics, then the 500 guard,
     # then CORS, then the body limit (so a 413 still carries CORS headers).
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=state.server.max_body_bytes)
+    app.add_middleware(
+        BodySizeLimitMiddleware,
+        max_bytes=state.server.max_body_bytes,
+        routes=[("POST", UPLOAD_ROUTE, state.server.max_upload_bytes)],
+    )
     if state.server.cors_origins:
         app.add_middleware(
             CORSMiddleware,

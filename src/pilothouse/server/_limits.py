@@ -10,11 +10,12 @@ cannot be reached.
 
 from __future__ import annotations
 
-__all__ = ["BodySizeLimitMiddleware", "RateLimiter", "SharedRateLimiter"]
+__all__ = ["UPLOAD_ROUTE", "BodySizeLimitMiddleware", "RateLimiter", "SharedRateLimiter"]
 
 import logging
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -132,6 +133,10 @@ class _TooLarge(HTTPException):
         super().__init__(413, f"the request body exceeds the limit of {max_bytes} bytes")
 
 
+UPLOAD_ROUTE = re.compile(r"/v1/knowledge/collections/[^/]+/documents")
+"""The document upload route, whose bodies have their own limit (``max_upload_bytes``)."""
+
+
 class BodySizeLimitMiddleware:
     """Refuse request bodies above ``max_bytes`` with 413 problem+json.
 
@@ -142,17 +147,33 @@ class BodySizeLimitMiddleware:
     Args:
         app: the wrapped application.
         max_bytes: the largest accepted body; 0 or less disables the check.
+        routes: routes with a limit of their own, as ``(method, path
+            pattern, max_bytes)`` (document uploads take files far larger
+            than any JSON body); 0 or less disables the check there.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        routes: Sequence[tuple[str, re.Pattern[str], int]] = (),
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.routes = tuple(routes)
 
-    async def _refuse(self, send: Send) -> None:
+    def _limit(self, scope: Scope) -> int:
+        method, path = scope.get("method", ""), scope.get("path", "")
+        for route_method, pattern, limit in self.routes:
+            if method == route_method and pattern.fullmatch(path):
+                return limit
+        return self.max_bytes
+
+    async def _refuse(self, send: Send, limit: int) -> None:
         body = problem_bytes(
             413,
             "Payload Too Large",
-            f"the request body exceeds the limit of {self.max_bytes} bytes",
+            f"the request body exceeds the limit of {limit} bytes",
         )
         await send(
             {
@@ -171,14 +192,18 @@ class BodySizeLimitMiddleware:
         if scope["type"] != "http" or self.max_bytes <= 0:
             await self.app(scope, receive, send)
             return
+        limit = self._limit(scope)
+        if limit <= 0:
+            await self.app(scope, receive, send)
+            return
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = 0
-                if declared > self.max_bytes:
-                    await self._refuse(send)
+                if declared > limit:
+                    await self._refuse(send, limit)
                     return
         received = 0
         started = False
@@ -188,8 +213,8 @@ class BodySizeLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise _TooLarge(self.max_bytes)
+                if received > limit:
+                    raise _TooLarge(limit)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -203,4 +228,4 @@ class BodySizeLimitMiddleware:
         except _TooLarge:
             # Only answer when the app has not begun its own response.
             if not started:
-                await self._refuse(send)
+                await self._refuse(send, limit)

@@ -59,6 +59,10 @@ class ServerSettings(BaseSettings):
         port: the port ``pilothouse serve`` binds.
         max_body_bytes: the largest request body accepted (413 above it);
             0 disables the limit.
+        max_upload_bytes: the largest body of a document upload
+            (``POST /v1/knowledge/collections/{code}/documents``): files
+            are read up to 50 MiB each, plus the form's own bytes; 0
+            disables the limit there.
         rate_limit_per_minute: requests a minute per API key (429 above it,
             with ``Retry-After``); 0 disables the limit. Counted per process,
             or across every process sharing ``PILOTHOUSE_REDIS_URL``.
@@ -136,6 +140,7 @@ class ServerSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     max_body_bytes: int = MIB
+    max_upload_bytes: int = 51 * MIB
     rate_limit_per_minute: int = 600
     auth_failures_per_minute: int = 60
     jsonrpc_max_batch: int = Field(default=50, ge=1)
