@@ -58,6 +58,7 @@ __all__ = [
     "ConversationSummary",
     "ConversationView",
     "DirectToolCall",
+    "DoctorCheck",
     "DocumentInfo",
     "Embeddings",
     "ExecutionPolicy",
@@ -182,6 +183,7 @@ if TYPE_CHECKING:
         SkillView,
         ToolView,
     )
+    from pilothouse.knowledge._doctor import DoctorCheck
     from pilothouse.knowledge._types import (
         DocumentInfo,
         FileDocument,
@@ -716,6 +718,7 @@ class Embeddings:
 
 _LAZY: dict[str, tuple[str, ...]] = {
     "pilothouse.catalog._importer": ("ImportSummary", "KindCounts"),
+    "pilothouse.knowledge._doctor": ("DoctorCheck",),
     "pilothouse.knowledge._types": (
         "DocumentInfo",
         "FileDocument",
