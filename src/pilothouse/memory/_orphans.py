@@ -13,7 +13,7 @@ from __future__ import annotations
 __all__ = ["recover_orphaned_jobs"]
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import select, update
 
@@ -21,6 +21,8 @@ from pilothouse.memory._tables import MemoryJob
 from pilothouse.store._base import utcnow
 
 if TYPE_CHECKING:
+    from sqlalchemy import CursorResult
+
     from pilothouse.store import Database
     from pilothouse.store._leases import Leases
 
@@ -45,9 +47,10 @@ async def recover_orphaned_jobs(database: Database, leases: Leases) -> list[int]
         ).all()
     owned: dict[int, tuple[int, str]] = {}
     for row in running:
-        outcome = row.outcome
-        if isinstance(outcome, dict) and isinstance(outcome.get("owner"), str):
-            owned[row.id] = (row.attempts, str(outcome["owner"]))
+        outcome: Any = row.outcome
+        owner = cast("dict[str, Any]", outcome).get("owner") if isinstance(outcome, dict) else None
+        if isinstance(owner, str):
+            owned[row.id] = (row.attempts, owner)
     if not owned:
         return []
     gone = await leases.gone({owner for _, owner in owned.values()})
@@ -73,7 +76,7 @@ async def recover_orphaned_jobs(database: Database, leases: Leases) -> list[int]
                 )
                 .execution_options(synchronize_session=False)
             )
-        if done.rowcount:
+        if cast("CursorResult[Any]", done).rowcount:
             logger.warning(
                 "memory job %s: its worker %s was lost mid-run (%s); pending again",
                 job_id,
