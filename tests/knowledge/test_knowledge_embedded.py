@@ -261,3 +261,24 @@ async def test_hnsw_collection_survives_a_restart(
     hits = (await second.search("default", "GRAPH", "Room 17 seats how many people?")).hits
     assert "room:17" not in [h.source for h in hits]
     await second.aclose()
+
+
+async def test_the_same_file_at_two_paths_is_indexed_once(
+    knowledge: Knowledge, tmp_path: Path
+) -> None:
+    text = "# Parking\n\nVisitors park in lot B behind the building.\n"
+    for folder in ("site", "mirror", "later"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "parking.md").write_text(text)
+    first = await knowledge.ingest(
+        "default", "DOCS", [tmp_path / "site" / "parking.md", tmp_path / "mirror" / "parking.md"]
+    )
+    assert [d.status for d in first.documents] == ["added", "skipped"]
+    assert "the same content as" in (first.documents[1].error or "")
+    again = await knowledge.ingest("default", "DOCS", [tmp_path / "later" / "parking.md"])
+    assert again.documents[0].status == "skipped"
+    assert str(tmp_path / "site" / "parking.md") in (again.documents[0].error or "")
+    # The original at its own path is unchanged, not a duplicate of itself.
+    same = await knowledge.ingest("default", "DOCS", [tmp_path / "site" / "parking.md"])
+    assert same.documents[0].status == "unchanged"
+    assert len(await knowledge.documents("default", "DOCS")) == 1

@@ -156,6 +156,26 @@ class EmbeddedBackend(Backend):
 
         return cast(str | None, await self._read(read))
 
+    async def source_with_hash(
+        self, collection: Collection, content_hash: str, other_than: str
+    ) -> str | None:
+        """See :meth:`Backend.source_with_hash`."""
+
+        def read(connection: Connection) -> str | None:
+            query = (
+                select(_documents.c.source)
+                .where(
+                    _documents.c.collection_id == collection.id,
+                    _documents.c.content_hash == content_hash,
+                    _documents.c.source != other_than,
+                )
+                .order_by(_documents.c.source)
+                .limit(1)
+            )
+            return connection.execute(query).scalar()
+
+        return cast(str | None, await self._read(read))
+
     async def write(
         self,
         collection: Collection,

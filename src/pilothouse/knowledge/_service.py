@@ -635,6 +635,9 @@ class _Run:
         self.waiting: list[_Prepared] = []
         self.total = 0
         self.url_check: UrlCheck | None = None
+        # Content hashes of this run's documents: a second copy in the same
+        # run is found before the first is written.
+        self.seen: dict[str, str] = {}
 
     async def report(self, event: IngestProgress) -> None:
         if self.progress is None:
@@ -696,6 +699,16 @@ class _Run:
         if stored == digest:
             await self.finish(index, IngestedDocument(loaded.source, "unchanged"))
             return None
+        twin = self.seen.get(digest) or await self.backend.source_with_hash(
+            self.collection, digest, loaded.source
+        )
+        if twin is not None and twin != loaded.source:
+            # The same file under another path (or the same text given twice):
+            # indexing it again would only double its hits.
+            why = f"the same content as {twin}, already in the collection"
+            await self.finish(index, IngestedDocument(loaded.source, "skipped", error=why))
+            return None
+        self.seen[digest] = loaded.source
         chunks = chunk_document(parsed, self.embedder.tokenizer, self.plan)
         if not chunks:
             why = " (a scanned PDF has no text layer to read)" if loaded.format == "pdf" else ""
