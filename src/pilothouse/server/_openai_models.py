@@ -506,8 +506,14 @@ def map_messages(messages: list[ChatMessage]) -> TurnInput:
     )
 
 
-def runtime_config(request: ChatCompletionRequest, instruction: str | None) -> dict[str, Any]:
-    """Return the turn's runtime config: the request's options and the instruction."""
+def runtime_config(
+    request: ChatCompletionRequest, instruction: str | None, *, user_memory: bool = False
+) -> dict[str, Any]:
+    """Return the turn's runtime config: the request's options and the instruction.
+
+    With ``user_memory`` (the deployment's ``openai_user_memory``) the
+    request's ``user`` is also the turn's scoped-memory user.
+    """
     config: dict[str, Any] = {
         "temperature": request.temperature,
         "top_p": request.top_p,
@@ -538,6 +544,8 @@ def runtime_config(request: ChatCompletionRequest, instruction: str | None) -> d
         # OpenAI's end-user id: recorded with the message, never a memory id
         # (it must not replace the history the request carries).
         config["end_user"] = request.user
+        if user_memory:
+            config["user_id"] = request.user
     return config
 
 

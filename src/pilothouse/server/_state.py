@@ -93,6 +93,11 @@ class ServerSettings(BaseSettings):
         question_sweep_seconds: how often the service ends conversations
             whose questions waited past their action's ``question_timeout``
             (300 s by default, seed 000's five minutes); 0 turns it off.
+        openai_user_memory: the OpenAI-compatible face's ``user`` field is
+            also the turn's scoped-memory user (``runtime_config.user_id``),
+            as mem0's proxy maps it. Off by default: any key may name any
+            ``user``, so turn it on only where each key's caller vouches for
+            the user ids it sends (an application's own backend).
         mcp_max_tools: the MCP server lists each action as a tool while a
             tenant has at most this many; past it, it lists the disclosure
             tools (``pilothouse_find_actions``, ``pilothouse_run_action``).
@@ -153,6 +158,7 @@ class ServerSettings(BaseSettings):
     key_cache_seconds: float = 5.0
     question_sweep_seconds: float = Field(default=30.0, ge=0)
     mcp_max_tools: int = Field(default=30, ge=1)
+    openai_user_memory: bool = False
     mcp_list_changed_seconds: float = Field(default=2.0, gt=0)
     heartbeat_seconds: float = Field(default=5.0, gt=0)
     cancel_poll_seconds: float = Field(default=0.5, gt=0)
