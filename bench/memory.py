@@ -349,7 +349,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=60)
     parser.add_argument("--extractor", choices=["scripted", "qwen"], default="scripted")
     parser.add_argument("--qwen-turns", type=int, default=12)
-    parser.add_argument("--threshold", type=float, default=0.2)
+    parser.add_argument("--threshold", type=float, default=0.1)
     parser.add_argument("--noise", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args()
     result = asyncio.run(run(args) if args.extractor == "scripted" else run_qwen(args))
