@@ -282,3 +282,31 @@ async def test_the_same_file_at_two_paths_is_indexed_once(
     same = await knowledge.ingest("default", "DOCS", [tmp_path / "site" / "parking.md"])
     assert same.documents[0].status == "unchanged"
     assert len(await knowledge.documents("default", "DOCS")) == 1
+
+
+async def test_a_large_document_reports_its_chunks_as_they_are_embedded(
+    knowledge: Knowledge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pilothouse.knowledge import IngestProgress, TextDocument, _service
+
+    # Slices of 2 chunks stand in for the 256 of a real run.
+    monkeypatch.setattr(_service, "_EMBED_BATCH_CHUNKS", 2)
+    paragraphs = [
+        f"Section {n} of the safety manual explains how forklifts are inspected before "
+        f"every shift, who may drive them, and where they are parked overnight ({n})."
+        for n in range(12)
+    ]
+    events: list[IngestProgress] = []
+    result = await knowledge.ingest(
+        "default",
+        "DOCS",
+        [TextDocument("manual", "\n\n".join(paragraphs))],
+        progress=events.append,
+    )
+    chunks = result.documents[0].chunks
+    assert chunks > 2
+    embedding = [e for e in events if e.event == "embedding"]
+    assert [e.embedded for e in embedding] == sorted(e.embedded for e in embedding)
+    assert embedding[0].embedded == 2 and embedding[-1].embedded == chunks
+    assert all(e.chunks == chunks and e.source == "manual" for e in embedding)
+    assert events[-1].event == "done"

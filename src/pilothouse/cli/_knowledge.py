@@ -104,6 +104,9 @@ def ingest(
         if event.event == "started":
             progress.update(task, total=event.total, current=name)
             return
+        if event.event == "embedding":
+            progress.update(task, current=f"{name} ({event.embedded}/{event.chunks} chunks)")
+            return
         progress.update(task, total=event.total, completed=event.index, current=name)
         if event.event == "failed":
             # One line whatever the terminal's width (a path cut in two is

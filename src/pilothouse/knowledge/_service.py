@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import numpy as np
 from sqlalchemy import select
 
 from pilothouse.catalog._enums import ModelCapability, SearchMode, VectorStoreKind
@@ -723,7 +724,7 @@ class _Run:
         batch, self.waiting = self.waiting, []
         texts = [t for p in batch for t in p.texts]
         try:
-            vectors = await self.embedder.embed_prepared(texts, "document")
+            vectors = await self._embed(batch, texts)
         except PilothouseError as exc:
             for item in batch:
                 failed = IngestedDocument(item.document.source, "failed", error=str(exc))
@@ -734,6 +735,36 @@ class _Run:
             rows = vectors[offset : offset + len(item.texts)]
             offset += len(item.texts)
             await self.write(item, rows)
+
+    async def _embed(self, batch: list[_Prepared], texts: list[str]) -> Vectors:
+        """Embed a batch's chunks a slice at a time, reporting each document's progress.
+
+        A large document is thousands of chunks: its progress shows chunks
+        embedded (``embedding`` events), not only its start and end.
+        """
+        if len(texts) <= _EMBED_BATCH_CHUNKS:
+            return await self.embedder.embed_prepared(texts, "document")
+        ends: list[int] = []
+        for item in batch:
+            ends.append((ends[-1] if ends else 0) + len(item.texts))
+        parts: list[Vectors] = []
+        for start in range(0, len(texts), _EMBED_BATCH_CHUNKS):
+            stop = min(start + _EMBED_BATCH_CHUNKS, len(texts))
+            parts.append(await self.embedder.embed_prepared(texts[start:stop], "document"))
+            for item, end in zip(batch, ends, strict=True):
+                begin = end - len(item.texts)
+                if begin < stop and end > start:
+                    await self.report(
+                        IngestProgress(
+                            "embedding",
+                            item.document.source,
+                            item.index,
+                            self.total,
+                            len(item.texts),
+                            embedded=min(stop, end) - begin,
+                        )
+                    )
+        return np.concatenate(parts)
 
     async def write(self, item: _Prepared, vectors: Vectors) -> None:
         source = item.document.source
