@@ -287,7 +287,7 @@ async def test_the_same_file_at_two_paths_is_indexed_once(
 async def test_a_large_document_reports_its_chunks_as_they_are_embedded(
     knowledge: Knowledge, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pilothouse.knowledge import IngestProgress, TextDocument, _service
+    from pilothouse.knowledge import TextDocument, _service
 
     # Slices of 2 chunks stand in for the 256 of a real run.
     monkeypatch.setattr(_service, "_EMBED_BATCH_CHUNKS", 2)
