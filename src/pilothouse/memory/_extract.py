@@ -126,6 +126,37 @@ Return ONLY a JSON object: {"event": "ADD" | "UPDATE" | "DELETE" | "NOOP", "id":
 - NOOP: the new fact is already known."""
 
 
+_PROMPT_EXAMPLES = {
+    "the user's name is tom": "tom",
+    "the user only flies economy": "economy",
+}
+"""The facts of the prompt's own example, with the word the user must have said for them."""
+_ABOUT_USER = re.compile(r"\buser(?:'s|s)?\b", re.IGNORECASE)
+
+
+def rejected(text: str, scope: str, user_said: str) -> str | None:
+    """Why an extracted fact is not stored, or None when it may be.
+
+    A small model repeats its prompt's example, turns the assistant's
+    acknowledgement into a memory, or keeps general knowledge as a fact
+    about the user: none of these is a memory of the user.
+
+    Args:
+        text: the fact's text.
+        scope: ``user`` or ``agent``.
+        user_said: the user's own messages of the turn.
+    """
+    plain = " ".join(text.lower().split()).rstrip(".")
+    word = _PROMPT_EXAMPLES.get(plain)
+    if word is not None and word not in user_said.lower():
+        return "the extraction prompt's own example, not something the user said"
+    if len(plain.split()) < 3:
+        return "too short to be a fact (an acknowledgement, not a memory)"
+    if scope == "user" and not _ABOUT_USER.search(text):
+        return "not about the user (a user fact says 'The user ...'; general knowledge is not)"
+    return None
+
+
 class ExtractionError(PilothouseError):
     """A model's extraction answer could not be used (after its repair)."""
 
@@ -442,10 +473,17 @@ class MemoryExtractor:
         )
         ops: list[_Op] = []
         seen: set[tuple[str, str]] = set()
+        user_said = " ".join(
+            str(m.get("content", "")) for m in job.messages if m.get("role") == "user"
+        )
         for fact in facts.facts:
             scope = self._scope_of(job, fact)
             text = fact.text.strip()
             if scope is None or not text:
+                continue
+            why = rejected(text, scope.scope, user_said)
+            if why is not None:
+                logger.info("memory job %s: fact %r not stored: %s", job.id, text[:200], why)
                 continue
             key = (scope.scope, content_hash(text))
             if key in seen:
