@@ -108,6 +108,11 @@ def write_report(results_file: Path, out: Path) -> None:
         lines += _extrapolation(r["ann"])
     if "quality" in r:
         q = r["quality"]
+        if "sqlite" in q:
+            # Measured per store (bench/knowledge.py quality --store ...): the
+            # table below is SQLite's; the per-store comparison is
+            # bench/results/retrieval-stores.md.
+            q = q["sqlite"]
         lines += [
             "### Retrieval quality",
             "",

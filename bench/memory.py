@@ -150,6 +150,10 @@ def answer_for(text: str) -> str:
     return f"Sure, here is a short answer about: {text[:60]}"
 
 
+LONG_TERM_THRESHOLDS = (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
+"""Thresholds at which long-term recall is measured as a new session sees it."""
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     conversations = generate(args.seed, args.users, args.turns)
     folder = Path(tempfile.mkdtemp(prefix="memory-bench-"))
@@ -190,6 +194,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     scoped_tokens: list[int] = []
     full_tokens: list[int] = []
     extraction_calls_per_turn: list[int] = []
+    long_term: dict[float, list[bool]] = {}
     for conv in conversations:
         history: list[str] = []
         session = MemoryScope("session", session_id=f"{conv.user}-s", user_id=conv.user)
@@ -225,6 +230,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 hit = any(value.lower() in c.lower() for c in block)
                 hits_at_probe.append(hit)
                 by_key.setdefault(key, []).append(hit)
+                # What a new session of the same user would find: user memory
+                # only (this session's raw turns would not be there), at each
+                # candidate threshold, within the user limit of 5.
+                for threshold in LONG_TERM_THRESHOLDS:
+                    found = await memory.search("bench", text, {user_scope: 5}, threshold=threshold)
+                    long_term.setdefault(threshold, []).append(
+                        any(value.lower() in h.item.content.lower() for h in found)
+                    )
             answer = answer_for(text)
             history += [text, answer]
             await memory.add(
@@ -242,7 +255,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 agent=None,
                 session_id=f"{conv.user}:{t}",
             )
-            await extractor.run_pending()
+            await extractor.run_pending(tenant="bench")
             extraction_calls_per_turn.append(calls["n"] - before)
     await database.dispose()
     ordered = sorted(search_ms)
@@ -255,6 +268,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "noise_memories": args.noise,
         "recall_at_first_relevant_turn": sum(hits_at_probe) / len(hits_at_probe),
         "recall_by_fact": {k: sum(v) / len(v) for k, v in sorted(by_key.items())},
+        "long_term_recall_by_threshold": {
+            str(t): sum(v) / len(v) for t, v in sorted(long_term.items())
+        },
         "prompt_tokens_scoped_mean": statistics.mean(scoped_tokens),
         "prompt_tokens_full_mean": statistics.mean(full_tokens),
         "prompt_tokens_scoped_last_turn_mean": statistics.mean(
@@ -306,7 +322,7 @@ async def run_qwen(args: argparse.Namespace) -> dict[str, Any]:
                         action_code="CHAT",
                     )
                     started = time.perf_counter()
-                    [outcome] = await extractor.run_pending(limit=1)
+                    [outcome] = await extractor.run_pending(limit=1, tenant="default")
                     seconds.append(time.perf_counter() - started)
                     added = [e["text"] for e in outcome.events if e["event"] == "ADD"]
                     if t in conv.planted:
@@ -333,7 +349,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=60)
     parser.add_argument("--extractor", choices=["scripted", "qwen"], default="scripted")
     parser.add_argument("--qwen-turns", type=int, default=12)
-    parser.add_argument("--threshold", type=float, default=0.2)
+    parser.add_argument("--threshold", type=float, default=0.1)
     parser.add_argument("--noise", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args()
     result = asyncio.run(run(args) if args.extractor == "scripted" else run_qwen(args))

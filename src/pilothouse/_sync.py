@@ -336,6 +336,7 @@ class SyncKnowledgeApi(_SyncHalf):
     ingest = _Blocking(KnowledgeApi.ingest)
     reingest = _Blocking(KnowledgeApi.reingest)
     search = _Blocking(KnowledgeApi.search)
+    doctor = _Blocking(KnowledgeApi.doctor)
     documents = _Blocking(KnowledgeApi.documents)
     delete_document = _Blocking(KnowledgeApi.delete_document)
     embed = _Blocking(KnowledgeApi.embed)

@@ -741,7 +741,8 @@ class Pilothouse:
 
         On entry the process registers with a heartbeat and every running
         conversation that no live process owns (a crash left it ``RU``) is
-        marked ``ST`` with the reason; these are yielded. While the block
+        marked ``ST`` with the reason; these are yielded, and the memory
+        extraction jobs such a process held go back to ``pending``. While the block
         runs, the heartbeat is renewed, cancels that other processes record
         for this process's turns reach them, and owners that die later are
         swept. ``pilothouse serve`` holds it in each worker.

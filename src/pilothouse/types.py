@@ -40,6 +40,7 @@ __all__ = [
     "AdvisorKind",
     "Agent",
     "AgentView",
+    "AnswerSource",
     "AttachmentInput",
     "AttachmentView",
     "Authorizer",
@@ -57,6 +58,7 @@ __all__ = [
     "ConversationSummary",
     "ConversationView",
     "DirectToolCall",
+    "DoctorCheck",
     "DocumentInfo",
     "Embeddings",
     "ExecutionPolicy",
@@ -181,6 +183,7 @@ if TYPE_CHECKING:
         SkillView,
         ToolView,
     )
+    from pilothouse.knowledge._doctor import DoctorCheck
     from pilothouse.knowledge._types import (
         DocumentInfo,
         FileDocument,
@@ -196,6 +199,7 @@ if TYPE_CHECKING:
     from pilothouse.runtime._directcall import CallableTool, DirectToolCall
     from pilothouse.runtime._eventcalls import CompletionApplied, OutboxCommand, ToolRun
     from pilothouse.runtime._events import (
+        AnswerSource,
         StatusChanged,
         TextDelta,
         ThinkingDelta,
@@ -719,6 +723,7 @@ class Embeddings:
 
 _LAZY: dict[str, tuple[str, ...]] = {
     "pilothouse.catalog._importer": ("ImportSummary", "KindCounts"),
+    "pilothouse.knowledge._doctor": ("DoctorCheck",),
     "pilothouse.knowledge._types": (
         "DocumentInfo",
         "FileDocument",
@@ -733,6 +738,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "pilothouse.catalog._models": ("Action", "Agent", "CatalogEntity", "McpClient", "Tool"),
     "pilothouse.runtime._events": (
+        "AnswerSource",
         "StatusChanged",
         "TextDelta",
         "ThinkingDelta",

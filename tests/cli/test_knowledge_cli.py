@@ -96,3 +96,58 @@ def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
     assert bad_mode.exit_code == 2 and "--mode must be hybrid, vector or text" in bad_mode.output
     bad_meta = runner.invoke(app, [*base, "knowledge", "ingest", "HANDBOOK", str(docs), "-m", "x"])
     assert bad_meta.exit_code == 2 and "write key=value" in bad_meta.output
+
+
+DOCTOR_CATALOG = """
+vector_stores:
+  - code: EMBED
+  - code: NOVEC
+    kind: pgvector
+    connection: postgresql://postgres@127.0.0.1:5432/test
+document_collections:
+  - code: HANDBOOK
+    store: EMBED
+    collection_name: handbook
+  - code: MANUALS
+    store: NOVEC
+    collection_name: manuals_doctor
+"""
+
+
+def test_doctor_checks_store_model_and_contents(tmp_path: Path) -> None:
+    runner = CliRunner()
+    base = ["--database-url", f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"]
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(DOCTOR_CATALOG)
+    assert runner.invoke(app, [*base, "catalog", "import", str(catalog)]).exit_code == 0
+
+    empty = runner.invoke(app, [*base, "knowledge", "doctor", "HANDBOOK"])
+    assert empty.exit_code == 1, empty.output
+    assert "ok   model: local:all-MiniLM-L6-v2 answers 384 dimensions" in empty.output
+    assert "FAIL contents: no documents" in empty.output
+
+    note = tmp_path / "badges.txt"
+    note.write_text("Report lost badges to the front desk at once.\n")
+    runner.invoke(app, [*base, "knowledge", "ingest", "HANDBOOK", str(note), "-q"])
+    healthy = runner.invoke(app, [*base, "knowledge", "doctor", "HANDBOOK", "--json"])
+    assert healthy.exit_code == 0, healthy.output
+    checks = {c["name"]: c for c in json.loads(healthy.output)}
+    assert all(c["ok"] for c in checks.values())
+    assert checks["contents"]["detail"] == "1 documents, 1 chunks"
+    assert checks["search"]["detail"].startswith("hybrid search answered")
+
+    unknown = runner.invoke(app, [*base, "knowledge", "doctor", "NOPE"])
+    assert unknown.exit_code == 1 and "FAIL collection" in unknown.output
+
+
+def test_doctor_names_a_postgresql_server_without_pgvector(tmp_path: Path) -> None:
+    # The machine's PostgreSQL has no pgvector extension: the store check says so.
+    runner = CliRunner()
+    base = ["--database-url", f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"]
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(DOCTOR_CATALOG)
+    assert runner.invoke(app, [*base, "catalog", "import", str(catalog)]).exit_code == 0
+    result = runner.invoke(app, [*base, "knowledge", "doctor", "MANUALS"])
+    assert result.exit_code == 1, result.output
+    assert "FAIL store: vector store NOVEC: cannot use" in result.output
+    assert "vector" in result.output.split("FAIL store:")[1]

@@ -261,3 +261,52 @@ async def test_hnsw_collection_survives_a_restart(
     hits = (await second.search("default", "GRAPH", "Room 17 seats how many people?")).hits
     assert "room:17" not in [h.source for h in hits]
     await second.aclose()
+
+
+async def test_the_same_file_at_two_paths_is_indexed_once(
+    knowledge: Knowledge, tmp_path: Path
+) -> None:
+    text = "# Parking\n\nVisitors park in lot B behind the building.\n"
+    for folder in ("site", "mirror", "later"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "parking.md").write_text(text)
+    first = await knowledge.ingest(
+        "default", "DOCS", [tmp_path / "site" / "parking.md", tmp_path / "mirror" / "parking.md"]
+    )
+    assert [d.status for d in first.documents] == ["added", "skipped"]
+    assert "the same content as" in (first.documents[1].error or "")
+    again = await knowledge.ingest("default", "DOCS", [tmp_path / "later" / "parking.md"])
+    assert again.documents[0].status == "skipped"
+    assert str(tmp_path / "site" / "parking.md") in (again.documents[0].error or "")
+    # The original at its own path is unchanged, not a duplicate of itself.
+    same = await knowledge.ingest("default", "DOCS", [tmp_path / "site" / "parking.md"])
+    assert same.documents[0].status == "unchanged"
+    assert len(await knowledge.documents("default", "DOCS")) == 1
+
+
+async def test_a_large_document_reports_its_chunks_as_they_are_embedded(
+    knowledge: Knowledge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pilothouse.knowledge import TextDocument, _service
+
+    # Slices of 2 chunks stand in for the 256 of a real run.
+    monkeypatch.setattr(_service, "_EMBED_BATCH_CHUNKS", 2)
+    paragraphs = [
+        f"Section {n} of the safety manual explains how forklifts are inspected before "
+        f"every shift, who may drive them, and where they are parked overnight ({n})."
+        for n in range(12)
+    ]
+    events: list[IngestProgress] = []
+    result = await knowledge.ingest(
+        "default",
+        "DOCS",
+        [TextDocument("manual", "\n\n".join(paragraphs))],
+        progress=events.append,
+    )
+    chunks = result.documents[0].chunks
+    assert chunks > 2
+    embedding = [e for e in events if e.event == "embedding"]
+    assert [e.embedded for e in embedding] == sorted(e.embedded for e in embedding)
+    assert embedding[0].embedded == 2 and embedding[-1].embedded == chunks
+    assert all(e.chunks == chunks and e.source == "manual" for e in embedding)
+    assert events[-1].event == "done"

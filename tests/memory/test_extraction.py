@@ -228,3 +228,39 @@ async def test_a_tenants_run_takes_its_own_jobs_only(memory: ScopedMemory) -> No
     assert outcome.job_id == other and outcome.status == "done"
     assert [i.content for i in await memory.list("t2", ALICE)] == ["The user is vegetarian."]
     assert await memory.list("t1", ALICE) == []
+
+
+async def test_the_prompts_example_chatter_and_world_knowledge_are_not_stored(
+    memory: ScopedMemory,
+) -> None:
+    # What the packaged small model was seen to write: its prompt's own
+    # example, the assistant's acknowledgement, general knowledge as a user
+    # fact. Only the fact about the user is a memory.
+    turn = [
+        {"role": "user", "content": "I am vegetarian. What is the capital of Australia?"},
+        {"role": "assistant", "content": "Noted. The capital of Australia is Canberra."},
+    ]
+    script = Script(
+        facts(
+            "The user's name is Tom.",
+            "Noted.",
+            "The capital of Australia is Canberra.",
+            "The user is vegetarian.",
+        )
+    )
+    extractor = MemoryExtractor(memory, script)
+    await enqueue(extractor, turn)
+    [outcome] = await extractor.run_pending(tenant="t1")
+    assert outcome.status == "done"
+    assert [i.content for i in await memory.list("t1", ALICE)] == ["The user is vegetarian."]
+
+
+async def test_the_prompts_example_is_kept_when_the_user_said_it(memory: ScopedMemory) -> None:
+    turn = [
+        {"role": "user", "content": "Hi, I'm Tom."},
+        {"role": "assistant", "content": "Hello Tom!"},
+    ]
+    extractor = MemoryExtractor(memory, Script(facts("The user's name is Tom.")))
+    await enqueue(extractor, turn)
+    await extractor.run_pending(tenant="t1")
+    assert [i.content for i in await memory.list("t1", ALICE)] == ["The user's name is Tom."]

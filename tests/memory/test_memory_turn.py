@@ -260,3 +260,20 @@ async def test_a_configured_extraction_model_is_used_and_a_missing_one_named(
     [missing] = await ph.memory.run_jobs()
     assert missing.status == "pending"
     assert "extraction model 'NOPE' is not in the catalog" in (missing.error or "")
+
+
+async def test_a_new_session_finds_a_paraphrased_fact_at_the_default_threshold(
+    ph: Pilothouse, model: ScriptedModel
+) -> None:
+    # The default threshold is chosen from the memory benchmark's long-term
+    # recall (user memory, as a new session sees it): a question in other
+    # words than the stored fact is only loosely similar to it (cosine about
+    # 0.2 on the packaged MiniLM), and must still reach the model.
+    await ph.memory.add("The user drives a Volvo V70.", ALICE)
+    model.script.steps.append(Reply("It should."))
+    await ph.command.start_and_send(
+        "Can my car fit a bicycle in the back?",
+        action="CHAT",
+        runtime_config={"user_id": "alice"},
+    )
+    assert "Volvo V70" in system_text(model, 0)

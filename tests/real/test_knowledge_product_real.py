@@ -344,6 +344,10 @@ async def test_a_turn_on_the_local_qwen_model_answers_from_a_linked_collection(
         view = await ph.query.get_transcript(result.conversation_uuid)
     assert result.status is ProcessStatus.COMPLETED, result.error
     assert "45" in str(result.output)
+    # The answer says where it came from, whether or not the model cites.
+    assert result.sources[0].source == "policy:receipts"
+    assert result.sources[0].collection == "POLICY" and result.sources[0].chunk_id
+    assert result.as_json()["sources"][0]["text"] == "Receipts must be submitted within 45 days."
     events = [e.data for e in view.timeline if e.kind is TimelineKind.RETRIEVAL]
     assert events[0]["status"] == "context"
     assert events[0]["searches"][0]["hits"][0]["source"] == "policy:receipts"

@@ -3,7 +3,9 @@
 - retrieval with the packaged all-MiniLM-L6-v2 (int8 ONNX) on PostgreSQL at
   127.0.0.1:5432: planted facts found among distractors, never across users;
 - a worker process killed (SIGKILL) in the middle of an extraction job: the
-  job is taken again after its lease and completes exactly once;
+  job is taken again after its lease and completes exactly once; a worker
+  holding a process lease, as a service's does, leaves its job to be taken
+  again as soon as a service starts, not after the lease;
 - extraction on the packaged local model (Qwen2.5-Coder-0.5B on llama.cpp):
   its answer becomes memories, or the job says why not; never silence;
 - the same on PostgreSQL: whatever the model extracted, in any scope, is in
@@ -128,6 +130,59 @@ async def test_a_worker_killed_mid_job_leaves_it_to_complete_exactly_once(
     assert row["status"] == "done" and row["attempts"] == 2
     assert row["outcome"] == {"ADD": 1, "UPDATE": 0, "DELETE": 0, "NOOP": 0}
     assert [i.content for i in await memory.list("default", ALICE)] == ["The user is vegetarian."]
+
+
+def _kill_after_claim(url: str, job_id: int, *flags: str) -> None:
+    worker = subprocess.Popen(
+        [sys.executable, str(HERE / "memory_worker_process.py"), url, *flags],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == f"claimed {job_id}"
+        worker.kill()  # SIGKILL: no cleanup, the job stays "running" under its lease
+        worker.wait(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(timeout=30)
+        if worker.stdout is not None:
+            worker.stdout.close()
+
+
+async def test_a_service_starting_takes_back_the_job_of_a_killed_worker_at_once(
+    pg: Database, minilm: LocalMiniLM
+) -> None:
+    memory = ScopedMemory(pg, minilm)
+
+    async def answer(job: MemoryJob, system: str, user: str, schema: object) -> str:
+        return json.dumps({"facts": [{"text": "The user is vegan.", "scope": "user"}]})
+
+    extractor = MemoryExtractor(memory, answer, lease_seconds=600)
+    job_id = await extractor.enqueue(
+        "default",
+        [{"role": "user", "content": "I am vegan."}, {"role": "assistant", "content": "OK."}],
+        user_id="alice",
+        agent="CHAT",
+        session_id="s-2",
+    )
+    _kill_after_claim(pg.url, job_id, "--leased")
+    [row] = await extractor.jobs("default")
+    assert row["status"] == "running" and row["outcome"]["owner"]
+    # A service starting (its lease) finds the job's process gone: pending at
+    # once, though its 600 s lease has hardly begun.
+    async with Pilothouse(Settings(database_url=pg.url, secrets_file=None)) as ph:
+        async with ph.lease():
+            pass
+    [row] = await extractor.jobs("default")
+    assert row["status"] == "pending", row
+    assert "lost mid-run" in row["error"]
+    [outcome] = await extractor.run_pending(tenant="default")
+    assert outcome.status == "done"
+    [row] = await extractor.jobs("default")
+    assert row["status"] == "done" and row["attempts"] == 2
+    assert [i.content for i in await memory.list("default", ALICE)] == ["The user is vegan."]
 
 
 CATALOG = """

@@ -518,6 +518,15 @@ RPC: Mapping[str, Callable[[World], list[dict[str, Any]]]] = {
         {"name": "probe", "message": "vault", "model": "SCRIPTED", "collection": "HANDBOOK"},
         {"name": "probe", "message": ASK, "model": "SCRIPTED", "tools": ["add"]},
     ],
+    _rpc("memory/list"): lambda w: list(MEMORY_SCOPES),
+    _rpc("memory/search"): lambda w: [{"query": "locker code", "scopes": list(MEMORY_SCOPES)}],
+    _rpc("memory/add"): lambda w: [{**MEMORY_SCOPES[0], "content": "Alice of bravo."}],
+    _rpc("memory/get"): lambda w: [{**s, "memoryId": i} for i, s in _records(w)],
+    _rpc("memory/versions"): lambda w: [{**s, "memoryId": i} for i, s in _records(w)],
+    _rpc("memory/edit"): lambda w: [
+        {**s, "memoryId": i, "content": "changed"} for i, s in _records(w)
+    ],
+    _rpc("memory/forget"): lambda w: [{**s, "memoryId": i} for i, s in _records(w)],
 }
 """Every built-in JSON-RPC method: the params B sends against A's objects."""
 

@@ -245,3 +245,48 @@ async def test_invoke_rag_parameters_are_checked(
         assert response.status_code == 400, (extra, response.text)
         error = response.json()["errors"][0]
         assert error["field"] == field and rule in error["rule"], (extra, error)
+
+
+async def test_an_upload_may_be_larger_than_the_json_body_limit(
+    client: httpx.AsyncClient, knowledge_state: ServerState, admin_key: str
+) -> None:
+    # Files up to 50 MiB are read: the upload route has its own limit
+    # (max_upload_bytes), far above the 1 MiB every other body gets. A
+    # large file that is no PDF at all is read and refused for what it is,
+    # not for its size (and costs no embedding).
+    big = b"%PDF-1.4\n" + b"\x00not really a pdf\n" * (2 * 1024 * 1024 // 18)
+    assert len(big) > knowledge_state.server.max_body_bytes
+    response = await client.post(
+        "/v1/knowledge/collections/HANDBOOK/documents",
+        files=[("files", ("scan.pdf", big, "application/pdf"))],
+        headers=auth(admin_key),
+    )
+    assert response.status_code == 200, response.text[:300]
+    assert response.json()["documents"][0]["status"] == "failed"
+    # Any other route keeps the body limit.
+    refused = await client.post(
+        "/v1/knowledge/collections/HANDBOOK/search",
+        json={"query": "x" * (2 * 1024 * 1024)},
+        headers=auth(admin_key),
+    )
+    assert refused.status_code == 413
+
+
+async def test_an_upload_over_its_own_limit_is_413_naming_it(
+    knowledge_state: ServerState, admin_key: str
+) -> None:
+    from pilothouse.server._app import create_app
+    from pilothouse.server._state import ServerSettings
+
+    knowledge_state.server = ServerSettings(host="127.0.0.1", max_upload_bytes=64 * 1024)
+    app = create_app(knowledge_state.settings, state=knowledge_state)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+    ) as client:
+        response = await client.post(
+            "/v1/knowledge/collections/HANDBOOK/documents",
+            files=[("files", ("big.txt", b"a" * (100 * 1024), "text/plain"))],
+            headers=auth(admin_key),
+        )
+    assert response.status_code == 413
+    assert "65536 bytes" in response.json()["detail"]

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pilothouse.knowledge import Knowledge
     from pilothouse.providers._egress import EgressPolicy
     from pilothouse.types import (
+        DoctorCheck,
         DocumentInfo,
         Embeddings,
         FileDocument,
@@ -175,6 +176,22 @@ class KnowledgeApi(Facet):
                 filters=filters,
                 mode=mode,
             )
+
+    async def doctor(self, collection: str) -> list[DoctorCheck]:
+        """Check a collection: its catalog entry, model, store, contents and a search.
+
+        Each check says what it found or why it failed (a pgvector server
+        without the extension, vectors of another model, no documents), so
+        a problem shows before a turn meets it.
+
+        Args:
+            collection: the collection's code.
+        """
+        from pilothouse.knowledge._doctor import doctor
+
+        await self._ready()
+        with self._tenant_egress():
+            return await doctor(self._service_of(), self.tenant, collection)
 
     async def documents(self, collection: str) -> list[DocumentInfo]:
         """List a collection's documents (source, title, chunks, content hash, metadata)."""

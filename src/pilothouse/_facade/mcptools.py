@@ -66,6 +66,7 @@ ANSWER = "pilothouse_answer"
 FIND = "pilothouse_find_actions"
 RUN = "pilothouse_run_action"
 _META = "pilothouse/conversation_uuid"
+_SOURCES = "pilothouse/sources"
 FIND_TOP = 8
 """How many actions ``pilothouse_find_actions`` returns when it ranks by meaning."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -453,7 +454,11 @@ class McpToolbox:
     def _result(self, entry: _Entry | None, turn: TurnResult) -> mt.CallToolResult:
         result = self._outcome(entry, turn)
         # Which conversation recorded the call: the caller can read its transcript.
-        result.meta = {_META: turn.conversation_uuid}
+        meta: dict[str, Any] = {_META: turn.conversation_uuid}
+        if turn.sources:
+            # The chunks a retrieval-augmented answer was given, as every face returns them.
+            meta[_SOURCES] = [source.to_dict() for source in turn.sources]
+        result.meta = meta
         return result
 
     def _outcome(self, entry: _Entry | None, turn: TurnResult) -> mt.CallToolResult:

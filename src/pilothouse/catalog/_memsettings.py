@@ -35,7 +35,10 @@ class ScopedMemorySettings(BaseModel):
         organization_limit: from the organization's memory (seed: 5).
         memory_token_budget: the most tokens the retrieved memories may add to
             the system prompt; the lowest ranked are left out first.
-        threshold: the least cosine similarity a memory needs to be used.
+        threshold: the least cosine similarity a memory needs to be used
+            (0.1, chosen from the memory benchmark's long-term recall: a
+            question in other words than a stored fact is often only about
+            0.1 to 0.2 similar to it on the packaged MiniLM).
         min_importance: the least importance a user, agent or organization
             memory needs to be retrieved (seed: ``long-term: min-importance:
             0.5``); session memory is not filtered by it.
@@ -68,7 +71,7 @@ class ScopedMemorySettings(BaseModel):
     agent_limit: Annotated[int, Field(ge=0, le=100)] = 3
     organization_limit: Annotated[int, Field(ge=0, le=100)] = 5
     memory_token_budget: Annotated[int, Field(ge=1)] = 1000
-    threshold: Annotated[float, Field(ge=-1.0, le=1.0)] = 0.2
+    threshold: Annotated[float, Field(ge=-1.0, le=1.0)] = 0.1
     min_importance: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
     max_results: Annotated[int, Field(ge=0, le=300)] = 10
     organization_collections: tuple[

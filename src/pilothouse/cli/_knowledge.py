@@ -104,6 +104,9 @@ def ingest(
         if event.event == "started":
             progress.update(task, total=event.total, current=name)
             return
+        if event.event == "embedding":
+            progress.update(task, current=f"{name} ({event.embedded}/{event.chunks} chunks)")
+            return
         progress.update(task, total=event.total, completed=event.index, current=name)
         if event.event == "failed":
             # One line whatever the terminal's width (a path cut in two is
@@ -274,3 +277,26 @@ def delete(
     if not run(body):
         fail(f"collection {collection} has no document '{source}'")
     typer.echo(f"deleted {source} from {collection}")
+
+
+@app.command()
+def doctor(
+    ctx: typer.Context,
+    collection: Annotated[str, typer.Argument(help="The document collection's code.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+) -> None:
+    """Check a collection's store, model and contents (exit code 1 when a check fails)."""
+    state: CliState = ctx.obj
+
+    async def body() -> list[dict[str, Any]]:
+        async with open_facade(state) as ph:
+            return [check.as_json() for check in await ph.knowledge.doctor(collection)]
+
+    checks = run(body)
+    if as_json:
+        typer.echo(json.dumps(checks, ensure_ascii=False, indent=2))
+    else:
+        for check in checks:
+            typer.echo(f"{'ok  ' if check['ok'] else 'FAIL'} {check['name']}: {check['detail']}")
+    if not all(check["ok"] for check in checks):
+        raise typer.Exit(1)

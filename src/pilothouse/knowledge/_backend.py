@@ -126,6 +126,12 @@ class Backend(ABC):
         """Return the stored content hash of a document, or None when absent."""
 
     @abstractmethod
+    async def source_with_hash(
+        self, collection: Collection, content_hash: str, other_than: str
+    ) -> str | None:
+        """Return another document's source whose content hash is ``content_hash``, or None."""
+
+    @abstractmethod
     async def write(
         self,
         collection: Collection,

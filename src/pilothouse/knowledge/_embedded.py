@@ -4,7 +4,7 @@ Writes run through :meth:`Database.transaction`: a document and all its
 chunks are written (or replaced) in one transaction, or not at all. Reads
 use a plain connection (concurrent readers on SQLite's WAL). Full text is
 SQLite FTS5 with BM25, or PostgreSQL's ``to_tsvector('english', ...)``
-with ``ts_rank_cd`` when pilothouse's database is PostgreSQL. Vectors are
+ranked by BM25 too (:mod:`._bm25`) when pilothouse's database is PostgreSQL. Vectors are
 searched by :class:`~pilothouse.knowledge._index.VectorIndex`, kept in step
 with the database by the collection's revision.
 """
@@ -28,7 +28,6 @@ from sqlalchemy import (
     Table,
     column,
     delete,
-    func,
     insert,
     select,
     text,
@@ -39,6 +38,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from pilothouse.catalog._stores import EmbeddedStoreSettings
 from pilothouse.knowledge._backend import Backend, ChunkRow, Collection, NewDocument, filter_items
+from pilothouse.knowledge._bm25 import TextStats, bm25_search, text_stats
 from pilothouse.knowledge._embedders import Vectors
 from pilothouse.knowledge._errors import DimensionMismatchError, KnowledgeSetupError
 from pilothouse.knowledge._index import Ids, VectorIndex
@@ -115,6 +115,8 @@ class EmbeddedBackend(Backend):
         self.database = database
         self._indexes: dict[int, VectorIndex] = {}
         self._locks: dict[int, anyio.Lock] = {}
+        # PostgreSQL's BM25 statistics per collection, valid at their revision.
+        self._text_stats: dict[int, TextStats] = {}
         url = make_url(database.url)
         folder: Path | None = None
         if database.is_sqlite and url.database and url.database != ":memory:":
@@ -149,6 +151,26 @@ class EmbeddedBackend(Backend):
         def read(connection: Connection) -> str | None:
             query = select(_documents.c.content_hash).where(
                 _documents.c.collection_id == collection.id, _documents.c.source == source
+            )
+            return connection.execute(query).scalar()
+
+        return cast(str | None, await self._read(read))
+
+    async def source_with_hash(
+        self, collection: Collection, content_hash: str, other_than: str
+    ) -> str | None:
+        """See :meth:`Backend.source_with_hash`."""
+
+        def read(connection: Connection) -> str | None:
+            query = (
+                select(_documents.c.source)
+                .where(
+                    _documents.c.collection_id == collection.id,
+                    _documents.c.content_hash == content_hash,
+                    _documents.c.source != other_than,
+                )
+                .order_by(_documents.c.source)
+                .limit(1)
             )
             return connection.execute(query).scalar()
 
@@ -284,8 +306,27 @@ class EmbeddedBackend(Backend):
         words = _WORDS.findall(query.lower())
         if not words:
             return []
-        found = await self._read(_text_search, collection.id, words, k, filters)
+        found = await self._read(self._text_search, collection.id, words, k, filters)
         return [str(key) for key in found]
+
+    def _text_search(
+        self,
+        connection: Connection,
+        collection_id: int,
+        words: list[str],
+        k: int,
+        filters: MetadataFilter,
+    ) -> list[int]:
+        if connection.dialect.name == "sqlite":
+            return _fts5_search(connection, collection_id, words, k, filters)
+        revision = _read_state(connection, collection_id)[0]
+        stats = self._text_stats.get(collection_id)
+        if stats is None or stats.revision != revision:
+            stats = text_stats(connection, _chunks, collection_id, revision)
+            self._text_stats[collection_id] = stats
+        return bm25_search(
+            connection, _chunks, collection_id, words, k, _filter_clauses(filters), stats
+        )
 
     async def similarities(
         self, collection: Collection, keys: Sequence[str], query: Vectors
@@ -343,39 +384,28 @@ def _filtered_ids(connection: Connection, collection_id: int, filters: MetadataF
     return np.asarray(connection.execute(query).scalars().all(), dtype=np.int64)
 
 
-def _text_search(
+def _fts5_search(
     connection: Connection, collection_id: int, words: list[str], k: int, filters: MetadataFilter
 ) -> list[int]:
-    clauses = _filter_clauses(filters)
-    if connection.dialect.name == "sqlite":
-        # Each word quoted, so nothing in a query is FTS5 syntax; OR, so a
-        # chunk with some of the words still ranks (BM25 orders them).
-        match = " OR ".join(f'"{w}"' for w in words)
-        fts = (
-            text(
-                "SELECT rowid AS id, bm25(knowledge_chunk_fts) AS rank FROM knowledge_chunk_fts "
-                "WHERE knowledge_chunk_fts MATCH :match"
-            )
-            .columns(column("id", Integer), column("rank", Float))
-            .subquery("fts")
+    # Each word quoted, so nothing in a query is FTS5 syntax; OR, so a
+    # chunk with some of the words still ranks (BM25 orders them).
+    match = " OR ".join(f'"{w}"' for w in words)
+    fts = (
+        text(
+            "SELECT rowid AS id, bm25(knowledge_chunk_fts) AS rank FROM knowledge_chunk_fts "
+            "WHERE knowledge_chunk_fts MATCH :match"
         )
-        query = (
-            select(_chunks.c.id)
-            .join(fts, fts.c.id == _chunks.c.id)
-            .where(_chunks.c.collection_id == collection_id, *clauses)
-            .order_by(fts.c.rank)
-            .limit(k)
-        )
-        return list(connection.execute(query, {"match": match}).scalars())
-    vector = func.to_tsvector("english", _chunks.c.heading + " " + _chunks.c.text)
-    tsquery = func.to_tsquery("english", " | ".join(words))
+        .columns(column("id", Integer), column("rank", Float))
+        .subquery("fts")
+    )
     query = (
         select(_chunks.c.id)
-        .where(_chunks.c.collection_id == collection_id, vector.op("@@")(tsquery), *clauses)
-        .order_by(func.ts_rank_cd(vector, tsquery).desc())
+        .join(fts, fts.c.id == _chunks.c.id)
+        .where(_chunks.c.collection_id == collection_id, *_filter_clauses(filters))
+        .order_by(fts.c.rank)
         .limit(k)
     )
-    return list(connection.execute(query).scalars())
+    return list(connection.execute(query, {"match": match}).scalars())
 
 
 def _fetch(connection: Connection, collection_id: int, keys: list[int]) -> list[ChunkRow]:

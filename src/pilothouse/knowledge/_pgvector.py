@@ -320,6 +320,34 @@ class PgVectorBackend(Backend):
             ),
         )
 
+    async def source_with_hash(
+        self, collection: Collection, content_hash: str, other_than: str
+    ) -> str | None:
+        """See :meth:`Backend.source_with_hash`."""
+        table = await self._ensure(collection)
+        pool = await self.pool()
+        if self.langchain4j:
+            query = (
+                f"SELECT metadata ->> 'source' FROM {table} "
+                f"WHERE metadata ->> 'ph_content_hash' = $1 AND metadata ->> 'source' <> $3 "
+                f"AND {_owned(2)} ORDER BY 1 LIMIT 1"
+            )
+            return cast(
+                str | None, await pool.fetchval(query, content_hash, collection.tenant, other_than)
+            )
+        return cast(
+            str | None,
+            await pool.fetchval(
+                "SELECT source FROM ph_knowledge_document WHERE tenant = $1 "
+                "AND collection = $2 AND content_hash = $3 AND source <> $4 "
+                "ORDER BY source LIMIT 1",
+                collection.tenant,
+                collection.name,
+                content_hash,
+                other_than,
+            ),
+        )
+
     async def write(
         self,
         collection: Collection,

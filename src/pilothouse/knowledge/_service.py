@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import numpy as np
 from sqlalchemy import select
 
 from pilothouse.catalog._enums import ModelCapability, SearchMode, VectorStoreKind
@@ -636,6 +637,9 @@ class _Run:
         self.waiting: list[_Prepared] = []
         self.total = 0
         self.url_check: UrlCheck | None = None
+        # Content hashes of this run's documents: a second copy in the same
+        # run is found before the first is written.
+        self.seen: dict[str, str] = {}
 
     async def report(self, event: IngestProgress) -> None:
         if self.progress is None:
@@ -697,6 +701,16 @@ class _Run:
         if stored == digest:
             await self.finish(index, IngestedDocument(loaded.source, "unchanged"))
             return None
+        twin = self.seen.get(digest) or await self.backend.source_with_hash(
+            self.collection, digest, loaded.source
+        )
+        if twin is not None and twin != loaded.source:
+            # The same file under another path (or the same text given twice):
+            # indexing it again would only double its hits.
+            why = f"the same content as {twin}, already in the collection"
+            await self.finish(index, IngestedDocument(loaded.source, "skipped", error=why))
+            return None
+        self.seen[digest] = loaded.source
         chunks = chunk_document(parsed, self.embedder.tokenizer, self.plan)
         if not chunks:
             why = " (a scanned PDF has no text layer to read)" if loaded.format == "pdf" else ""
@@ -711,7 +725,7 @@ class _Run:
         batch, self.waiting = self.waiting, []
         texts = [t for p in batch for t in p.texts]
         try:
-            vectors = await self.embedder.embed_prepared(texts, "document")
+            vectors = await self._embed(batch, texts)
         except PilothouseError as exc:
             for item in batch:
                 failed = IngestedDocument(item.document.source, "failed", error=str(exc))
@@ -722,6 +736,36 @@ class _Run:
             rows = vectors[offset : offset + len(item.texts)]
             offset += len(item.texts)
             await self.write(item, rows)
+
+    async def _embed(self, batch: list[_Prepared], texts: list[str]) -> Vectors:
+        """Embed a batch's chunks a slice at a time, reporting each document's progress.
+
+        A large document is thousands of chunks: its progress shows chunks
+        embedded (``embedding`` events), not only its start and end.
+        """
+        if len(texts) <= _EMBED_BATCH_CHUNKS:
+            return await self.embedder.embed_prepared(texts, "document")
+        ends: list[int] = []
+        for item in batch:
+            ends.append((ends[-1] if ends else 0) + len(item.texts))
+        parts: list[Vectors] = []
+        for start in range(0, len(texts), _EMBED_BATCH_CHUNKS):
+            stop = min(start + _EMBED_BATCH_CHUNKS, len(texts))
+            parts.append(await self.embedder.embed_prepared(texts[start:stop], "document"))
+            for item, end in zip(batch, ends, strict=True):
+                begin = end - len(item.texts)
+                if begin < stop and end > start:
+                    await self.report(
+                        IngestProgress(
+                            "embedding",
+                            item.document.source,
+                            item.index,
+                            self.total,
+                            len(item.texts),
+                            embedded=min(stop, end) - begin,
+                        )
+                    )
+        return np.concatenate(parts)
 
     async def write(self, item: _Prepared, vectors: Vectors) -> None:
         source = item.document.source

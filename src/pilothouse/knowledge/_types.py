@@ -70,23 +70,26 @@ class IngestProgress:
     """One step of an ingestion, for a progress bar.
 
     Attributes:
-        event: ``started`` (a document begins), ``done`` (written, unchanged
-            or skipped) or ``failed``.
+        event: ``started`` (a document begins), ``embedding`` (a slice of a
+            large batch's chunks was embedded: ``embedded`` of ``chunks``),
+            ``done`` (written, unchanged or skipped) or ``failed``.
         source: the document.
         index: the document's number, from 1.
         total: documents known so far (grows while a folder is walked).
         chunks: the document's chunks, once cut.
         status: on ``done``/``failed``: the document's status.
         error: on ``failed``: why.
+        embedded: on ``embedding``: the document's chunks embedded so far.
     """
 
-    event: Literal["started", "done", "failed"]
+    event: Literal["started", "embedding", "done", "failed"]
     source: str
     index: int
     total: int
     chunks: int = 0
     status: str = ""
     error: str | None = None
+    embedded: int = 0
 
 
 ProgressCallback = Callable[[IngestProgress], Awaitable[None] | None]

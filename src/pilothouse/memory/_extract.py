@@ -12,8 +12,12 @@ After a turn of a ``SCOPED`` action the run loop writes a ``memory_job`` row
    uuids (mem0's way of keeping a model from inventing ids);
 3. applies every decision and marks the job ``done`` in ONE transaction,
    fenced by the attempt that claimed it: a worker killed half-way leaves
-   nothing applied, and the job is taken again once its lease ends, so it
-   completes exactly once.
+   nothing applied, and the job is taken again, so it completes exactly once.
+   A claimed job names the process that runs it (``outcome.owner``); a job
+   whose process is gone (killed, out of memory) is put back to ``pending``
+   at once when a service starts, and by every lease renewal of a running
+   one (:meth:`MemoryExtractor.recover_orphans`), instead of waiting for its
+   lease to end.
 
 A model answer that is not the JSON asked for is sent back once with the
 parse error, then the attempt fails: the job stays ``pending`` with the error
@@ -33,13 +37,14 @@ import uuid as uuid_module
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import and_, delete, or_, select, update
 
 from pilothouse.errors import PilothouseError
+from pilothouse.memory._orphans import recover_orphaned_jobs
 from pilothouse.memory._store import ScopedMemory, content_hash, scope_filter
 from pilothouse.memory._tables import MemoryJob, MemoryRecord
 from pilothouse.memory._types import (
@@ -51,6 +56,9 @@ from pilothouse.memory._types import (
 )
 from pilothouse.memory._versions import drop_versions, keep_version
 from pilothouse.store._base import utcnow
+
+if TYPE_CHECKING:
+    from pilothouse.store._leases import Leases
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +126,37 @@ Return ONLY a JSON object: {"event": "ADD" | "UPDATE" | "DELETE" | "NOOP", "id":
 - NOOP: the new fact is already known."""
 
 
+_PROMPT_EXAMPLES = {
+    "the user's name is tom": "tom",
+    "the user only flies economy": "economy",
+}
+"""The facts of the prompt's own example, with the word the user must have said for them."""
+_ABOUT_USER = re.compile(r"\buser(?:'s|s)?\b", re.IGNORECASE)
+
+
+def rejected(text: str, scope: str, user_said: str) -> str | None:
+    """Why an extracted fact is not stored, or None when it may be.
+
+    A small model repeats its prompt's example, turns the assistant's
+    acknowledgement into a memory, or keeps general knowledge as a fact
+    about the user: none of these is a memory of the user.
+
+    Args:
+        text: the fact's text.
+        scope: ``user`` or ``agent``.
+        user_said: the user's own messages of the turn.
+    """
+    plain = " ".join(text.lower().split()).rstrip(".")
+    word = _PROMPT_EXAMPLES.get(plain)
+    if word is not None and word not in user_said.lower():
+        return "the extraction prompt's own example, not something the user said"
+    if len(plain.split()) < 3:
+        return "too short to be a fact (an acknowledgement, not a memory)"
+    if scope == "user" and not _ABOUT_USER.search(text):
+        return "not about the user (a user fact says 'The user ...'; general knowledge is not)"
+    return None
+
+
 class ExtractionError(PilothouseError):
     """A model's extraction answer could not be used (after its repair)."""
 
@@ -176,7 +215,8 @@ class MemoryExtractor:
         complete: asks the job's model (the action's, or the configured
             extraction model).
         lease_seconds: how long a claimed job is a worker's; a worker that
-            dies holding it leaves it to be taken again after this.
+            dies holding it leaves it to be taken again after this, or as
+            soon as :meth:`recover_orphans` finds its process gone.
         retry_seconds: a failed attempt is retried after this many seconds
             times the attempts so far.
     """
@@ -188,11 +228,15 @@ class MemoryExtractor:
         *,
         lease_seconds: float = 300.0,
         retry_seconds: float = 30.0,
+        leases: Leases | None = None,
     ) -> None:
         self.memory = memory
         self.complete = complete
         self.lease_seconds = lease_seconds
         self.retry_seconds = retry_seconds
+        # The process's lease: a claimed job names its owner, so another
+        # process can tell the job was orphaned when its owner is gone.
+        self.leases = leases
 
     @property
     def database(self) -> Any:
@@ -278,6 +322,10 @@ class MemoryExtractor:
             # A tenant's call claims its own jobs only: running another
             # tenant's job reads its turns and spends its model budget.
             runnable = and_(MemoryJob.tenant == tenant, runnable)
+        claimed_by: dict[str, Any] = {}
+        if self.leases is not None:
+            await self.leases.register()
+            claimed_by = {"owner": self.leases.owner}
         async with self.database.sessions() as session, session.begin():
             for candidate in (
                 await session.scalars(
@@ -299,6 +347,7 @@ class MemoryExtractor:
                         attempts=attempt,
                         lease_until=stamp + timedelta(seconds=self.lease_seconds),
                         updated_at=stamp,
+                        outcome=claimed_by,
                     )
                     .execution_options(synchronize_session=False)
                 )
@@ -306,6 +355,12 @@ class MemoryExtractor:
                     await session.refresh(candidate)
                     return candidate, attempt
         return None
+
+    async def recover_orphans(self) -> list[int]:
+        """Put back to ``pending`` the running jobs whose process is gone (see :mod:`._orphans`)."""
+        if self.leases is None:
+            return []
+        return await recover_orphaned_jobs(self.database, self.leases)
 
     async def run_pending(
         self, limit: int = 100, *, tenant: str | EveryTenant
@@ -358,6 +413,7 @@ class MemoryExtractor:
                     else utcnow() + timedelta(seconds=self.retry_seconds * attempt),
                     updated_at=utcnow(),
                     finished_at=utcnow() if final else None,
+                    outcome={},
                 )
             )
         return ExtractionOutcome(job.id, status, error=error)
@@ -417,10 +473,17 @@ class MemoryExtractor:
         )
         ops: list[_Op] = []
         seen: set[tuple[str, str]] = set()
+        user_said = " ".join(
+            str(m.get("content", "")) for m in job.messages if m.get("role") == "user"
+        )
         for fact in facts.facts:
             scope = self._scope_of(job, fact)
             text = fact.text.strip()
             if scope is None or not text:
+                continue
+            why = rejected(text, scope.scope, user_said)
+            if why is not None:
+                logger.info("memory job %s: fact %r not stored: %s", job.id, text[:200], why)
                 continue
             key = (scope.scope, content_hash(text))
             if key in seen:

@@ -8,6 +8,7 @@ on ``type``.
 from __future__ import annotations
 
 __all__ = [
+    "AnswerSource",
     "EventHub",
     "Listener",
     "Question",
@@ -130,6 +131,61 @@ class ToolCallRecord:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class AnswerSource:
+    """A chunk retrieval gave the model for this answer, numbered as the model saw it.
+
+    Attributes:
+        n: its number in the prompt (``[1]`` first); the model cites it as ``[n]``.
+        collection: the document collection's code it came from.
+        document_id: its document's id in the store.
+        source: its document's source (file path, URL, or the given source).
+        title: its document's title.
+        heading: the headings above the chunk, joined by `` > `` (empty: none).
+        chunk_id: the chunk's id in the store.
+        position: the chunk's place in its document, from 0.
+        similarity: the cosine similarity of the chunk to the query.
+        score: the rank score the hits were ordered by.
+        text: the chunk's text, as the model was given it.
+        cited: the answer cites it as ``[n]``.
+        pages: a PDF chunk's pages (empty: not a PDF, or unknown).
+    """
+
+    n: int
+    collection: str
+    document_id: str
+    source: str
+    title: str
+    heading: str
+    chunk_id: str
+    position: int
+    similarity: float
+    score: float
+    text: str
+    cited: bool = False
+    pages: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The source as JSON-ready data."""
+        data: dict[str, Any] = {
+            "n": self.n,
+            "collection": self.collection,
+            "document_id": self.document_id,
+            "source": self.source,
+            "title": self.title,
+            "heading": self.heading,
+            "chunk_id": self.chunk_id,
+            "position": self.position,
+            "similarity": round(self.similarity, 6),
+            "score": round(self.score, 6),
+            "cited": self.cited,
+            "text": self.text,
+        }
+        if self.pages:
+            data["pages"] = self.pages
+        return data
+
+
 SETTLED = frozenset(
     {
         ProcessStatus.COMPLETED,
@@ -179,6 +235,9 @@ class TurnResult:
         usage_estimated: some of the tokens were counted by pilothouse, not
             reported by the provider: a server that reports no usage, or a
             call stopped mid-answer (the prompt and the text streamed so far).
+        sources: the chunks retrieval gave the model for this turn, numbered
+            as in the prompt, each marked ``cited`` when the answer cites it
+            as ``[n]`` (empty: the turn retrieved nothing).
     """
 
     conversation_uuid: str
@@ -195,6 +254,12 @@ class TurnResult:
     questions: tuple[Question, ...] = ()
     call_records: tuple[ToolCallRecord, ...] = ()
     usage_estimated: bool = False
+    sources: tuple[AnswerSource, ...] = ()
+
+    @property
+    def cited(self) -> tuple[AnswerSource, ...]:
+        """The sources the answer cites as ``[n]``, in the order they were numbered."""
+        return tuple(source for source in self.sources if source.cited)
 
     @property
     def settled(self) -> bool:
@@ -215,6 +280,7 @@ class TurnResult:
             "ai_meta": self.ai_meta,
             "error": self.error,
             "tool_calls": [call.to_dict() for call in self.tool_calls],
+            "sources": [source.to_dict() for source in self.sources],
         }
 
 

@@ -73,10 +73,19 @@ def _cancel_handler(runtime: Runtime) -> Callable[[str, str, str], None]:
     return cancelled
 
 
+async def _recover_jobs(runtime: Runtime) -> None:
+    # Memory extraction jobs a lost process held: pending again now, not
+    # after their lease (each is logged).
+    from pilothouse.memory._orphans import recover_orphaned_jobs
+
+    await recover_orphaned_jobs(runtime.database, runtime.leases)
+
+
 async def _renew(runtime: Runtime) -> None:
     leases = runtime.leases
     await leases.heartbeat()
     _log_swept(await leases.sweep())
+    await _recover_jobs(runtime)
     await leases.forget_stale_requests(_STALE_REQUEST)
 
 
@@ -116,6 +125,7 @@ async def keep_lease(
     await leases.register(heartbeat=True)
     swept = await leases.sweep()
     _log_swept(swept)
+    await _recover_jobs(runtime)
     coordination = runtime.coordination
     try:
         async with anyio.create_task_group() as group:

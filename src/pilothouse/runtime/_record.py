@@ -37,7 +37,7 @@ from pilothouse.runtime._events import (
     TurnFinished,
     TurnResult,
 )
-from pilothouse.runtime._retrieval import cited_sources
+from pilothouse.runtime._retrieval import answer_sources, cited_sources
 from pilothouse.runtime._turn import (
     Answered,
     Blocked,
@@ -310,6 +310,7 @@ class TurnRecorder:
             questions=questions,
             call_records=tuple(turn.records),
             usage_estimated=turn.usage_estimated,
+            sources=answer_sources(text, turn.sources),
         )
         await self.write(turn, batch)
         await self.emit(turn, StatusChanged(handle.uuid, ProcessStatus.RUNNING, status))

@@ -23,6 +23,7 @@ __all__ = [
     "RetrievalOverride",
     "RetrievalSource",
     "Retrieved",
+    "answer_sources",
     "cited_sources",
     "parse_override",
     "retrieve_context",
@@ -30,11 +31,12 @@ __all__ = [
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from pilothouse.catalog._enums import TimelineKind
 from pilothouse.errors import PilothouseError
+from pilothouse.runtime._events import AnswerSource
 from pilothouse.store import NewEvent
 
 if TYPE_CHECKING:
@@ -165,12 +167,12 @@ class Retrieved:
         prompt: the text added to the system prompt (context, or the note
             that nothing was found).
         event: the ``retrieval`` timeline event.
-        sources: the numbered hits, ``[1]`` first.
+        sources: the numbered hits, ``[1]`` first, with their collection.
     """
 
     prompt: str
     event: NewEvent
-    sources: tuple[SearchHit, ...]
+    sources: tuple[AnswerSource, ...]
 
 
 _INSTRUCTION = (
@@ -262,6 +264,7 @@ async def retrieve_context(
     results: list[SearchResult] = []
     records: list[dict[str, Any]] = []
     numbered: list[SearchHit] = []
+    given: list[AnswerSource] = []
     for source in sources:
         top_k = override.top_k if override.top_k is not None else source.top_k
         threshold = override.threshold if override.threshold is not None else source.threshold
@@ -287,7 +290,9 @@ async def retrieve_context(
             raise PilothouseError(f"retrieval from collection {source.code} failed: {exc}") from exc
         records.append(_search_record(result, len(numbered) + 1))
         results.append(result)
-        numbered.extend(result.hits)
+        for hit in result.hits:
+            given.append(_answer_source(len(numbered) + 1, source.code, hit))
+            numbered.append(hit)
     status = "context" if numbered else "nothing_found"
     data: dict[str, Any] = {"status": status, "hits": len(numbered), "searches": records}
     if numbered:
@@ -297,19 +302,51 @@ async def retrieve_context(
         why = _why(results)
         data["detail"] = f"no context: {why}"
         prompt = _NOTHING.format(codes=codes, why=why)
-    return Retrieved(prompt, NewEvent(TimelineKind.RETRIEVAL, data), tuple(numbered))
+    return Retrieved(prompt, NewEvent(TimelineKind.RETRIEVAL, data), tuple(given))
+
+
+def _answer_source(number: int, collection: str, hit: SearchHit) -> AnswerSource:
+    pages = hit.metadata.get("pages")
+    return AnswerSource(
+        n=number,
+        collection=collection,
+        document_id=hit.document_id,
+        source=hit.source,
+        title=hit.title,
+        heading=hit.heading,
+        chunk_id=hit.chunk_id,
+        position=hit.position,
+        similarity=hit.similarity,
+        score=hit.score,
+        text=hit.text,
+        pages=str(pages) if pages else "",
+    )
 
 
 _CITATION = re.compile(r"\[(\d{1,3})\]")
 
 
-def cited_sources(text: str, sources: Sequence[SearchHit]) -> list[dict[str, Any]]:
-    """The sources an answer cites as ``[n]``, in order of first citation."""
+def _cited_numbers(text: str, count: int) -> list[int]:
+    """The source numbers ``text`` cites as ``[n]`` (1..count), in order of first citation."""
     seen: list[int] = []
     for match in _CITATION.finditer(text):
         number = int(match.group(1))
-        if 1 <= number <= len(sources) and number not in seen:
+        if 1 <= number <= count and number not in seen:
             seen.append(number)
+    return seen
+
+
+def answer_sources(text: str, sources: Sequence[AnswerSource]) -> tuple[AnswerSource, ...]:
+    """The sources a turn was given, each marked ``cited`` when ``text`` cites it as ``[n]``."""
+    if not sources:
+        return ()
+    cited = set(_cited_numbers(text, len(sources)))
+    return tuple(replace(source, cited=source.n in cited) for source in sources)
+
+
+def cited_sources(text: str, sources: Sequence[AnswerSource]) -> list[dict[str, Any]]:
+    """The sources an answer cites as ``[n]``, in order of first citation."""
+    seen = _cited_numbers(text, len(sources))
     return [
         {
             "n": n,

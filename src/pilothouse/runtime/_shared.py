@@ -293,7 +293,9 @@ class Runtime:
             from pilothouse.memory import MemoryExtractor
             from pilothouse.runtime._memory import ModelCompletion
 
-            self._extractor = MemoryExtractor(self.scoped_memory, ModelCompletion(self))
+            self._extractor = MemoryExtractor(
+                self.scoped_memory, ModelCompletion(self), leases=self.leases
+            )
         return self._extractor
 
     def runner(self, tenant: str, *, authorizer: Authorizer | None = None) -> Runner:

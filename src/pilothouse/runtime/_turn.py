@@ -52,7 +52,13 @@ from pilothouse.runtime._advisors import ContentBlocked
 from pilothouse.runtime._compile import CompiledAction
 from pilothouse.runtime._config import RuntimeConfig
 from pilothouse.runtime._convert import ParsedResponse
-from pilothouse.runtime._events import Listener, Question, ReturnedCall, ToolCallRecord
+from pilothouse.runtime._events import (
+    AnswerSource,
+    Listener,
+    Question,
+    ReturnedCall,
+    ToolCallRecord,
+)
 from pilothouse.runtime._repair import CallProblem, RepairedCall
 from pilothouse.runtime._toolset import ToolSet
 from pilothouse.store import (
@@ -70,7 +76,6 @@ from pilothouse.store import (
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
-    from pilothouse.knowledge import SearchHit
     from pilothouse.providers import ModelOptions
     from pilothouse.runtime._toolexec import ToolExecutor
 
@@ -229,7 +234,7 @@ class Turn:
     output_retries_left: int = 0
     records: list[ToolCallRecord] = field(default_factory=lambda: [])
     wire_repairs: dict[str, list[str]] = field(default_factory=lambda: {})
-    sources: tuple[SearchHit, ...] = ()
+    sources: tuple[AnswerSource, ...] = ()
     skill_offer: tuple[str, ...] | None = None
     # Usage not yet written (reset by every write) ...
     input_tokens: int = 0

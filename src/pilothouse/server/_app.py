@@ -45,7 +45,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from pilothouse.api import TraceExport
 from pilothouse.errors import ErrorCategory, PilothouseError
-from pilothouse.server._limits import BodySizeLimitMiddleware
+from pilothouse.server._limits import UPLOAD_ROUTE, BodySizeLimitMiddleware
 from pilothouse.server._metrics import MetricsMiddleware
 from pilothouse.server._problems import (
     PROBLEM_MEDIA_TYPE,
@@ -319,6 +319,7 @@ def create_app(
         BodySizeLimitMiddleware,
         max_bytes=state.server.max_body_bytes,
         answered_by_route=("/mcp", "/messages/"),
+        routes=[("POST", UPLOAD_ROUTE, state.server.max_upload_bytes)],
     )
     if state.server.cors_origins:
         app.add_middleware(

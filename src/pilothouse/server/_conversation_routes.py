@@ -183,6 +183,14 @@ class TurnResultBody(BaseModel):
     ai_meta: dict[str, Any] | None
     error: str | None
     tool_calls: list[dict[str, Any]]
+    sources: list[dict[str, Any]] = Field(
+        default_factory=lambda: list[dict[str, Any]](),
+        description=(
+            "The chunks retrieval gave the model, numbered as in its prompt: n, collection,"
+            " document_id, source, title, heading, chunk_id, position, similarity, score,"
+            " cited (the answer cites it as [n]), text, pages."
+        ),
+    )
 
 
 class CancelOutcome(BaseModel):

@@ -446,8 +446,18 @@ def _response(body: InvokeRequest, run: AdHocResult, warnings: list[str]) -> dic
             "usageEstimated": result.usage_estimated,
         },
         "toolCalls": [call.to_dict() for call in result.tool_calls],
+        "sources": [_camel(source.to_dict()) for source in result.sources],
         "warnings": warnings,
     }
+
+
+def _camel(data: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a source in this face's camelCase (``document_id`` → ``documentId``)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        head, *rest = key.split("_")
+        out[head + "".join(part.title() for part in rest)] = value
+    return out
 
 
 @router.post(

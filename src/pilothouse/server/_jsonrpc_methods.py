@@ -35,6 +35,8 @@ from pilothouse.types import (
     InstructionMode,
     McpClient,
     McpServer,
+    MemoryScope,
+    MemoryScopeName,
     Message,
     ModelEndpoint,
     ModelOptions,
@@ -427,6 +429,89 @@ async def _expire(ph: Pilothouse, _: NoParams) -> Any:
     return {"terminated": await ph.command.expire_waiting()}
 
 
+class MemoryScopeParams(Params):
+    """Whose scoped memory: a scope and its keys (as REST's ``/v1/memory``)."""
+
+    scope: MemoryScopeName
+    user_id: str | None = None
+    agent: str | None = None
+    session_id: str | None = None
+
+    def to_scope(self) -> MemoryScope:
+        """The scope, checked (a missing or extra key is an error naming it)."""
+        return MemoryScope(
+            self.scope, user_id=self.user_id, agent=self.agent, session_id=self.session_id
+        )
+
+
+class MemoryList(MemoryScopeParams):
+    """One page of a scope's memories."""
+
+    limit: Annotated[StrictInt, Field(ge=1, le=1000)] = 100
+    offset: Annotated[StrictInt, Field(ge=0)] = 0
+
+
+class MemoryById(MemoryScopeParams):
+    """One memory of a scope."""
+
+    memory_id: _Text
+
+
+class MemoryAdd(MemoryScopeParams):
+    """A memory to add."""
+
+    content: _Text
+    memory_type: str | None = None
+    importance: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    metadata: dict[str, Any] = Field(default_factory=dict[str, Any])
+
+
+class MemoryEdit(MemoryById):
+    """What to change of a memory; what is left out stays."""
+
+    content: str | None = None
+    memory_type: str | None = None
+    importance: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class MemorySearchScope(MemoryScopeParams):
+    """One scope of a search, with its most hits."""
+
+    limit: Annotated[StrictInt, Field(ge=0, le=100)] = 5
+
+
+class MemorySearch(Params):
+    """A search over one or more scopes."""
+
+    query: _Text
+    scopes: Annotated[list[MemorySearchScope], Field(min_length=1, max_length=8)]
+    threshold: Annotated[float, Field(ge=-1.0, le=1.0)] = 0.0
+
+
+async def _item(pending: Awaitable[Any]) -> Any:
+    return (await pending).as_json()
+
+
+async def _items(pending: Awaitable[list[Any]]) -> Any:
+    return {"items": [item.as_json() for item in await pending]}
+
+
+async def _versions(pending: Awaitable[list[Any]]) -> Any:
+    return {"versions": [version.as_json() for version in await pending]}
+
+
+async def _memory_search(ph: Pilothouse, p: MemorySearch) -> Any:
+    scopes = {entry.to_scope(): entry.limit for entry in p.scopes}
+    hits = await ph.memory.search(p.query, scopes, threshold=p.threshold)
+    return {"hits": [hit.as_json() for hit in hits]}
+
+
+async def _memory_forget(ph: Pilothouse, p: MemoryById) -> Any:
+    await ph.memory.forget(p.memory_id, p.to_scope())
+    return {"forgotten": p.memory_id}
+
+
 def _m(
     params: type[Params], call: Callable[[Pilothouse, Any], Awaitable[Any]], summary: str
 ) -> Method:
@@ -570,6 +655,53 @@ METHODS: Mapping[str, Method] = {
         RunAdhoc,
         lambda ph, p: ph.command.run_adhoc(p.to_run()),
         "run one turn of an agent described inline; its result, conversation and memory id",
+    ),
+    # Scoped long-term memory, in the key's tenant only (as REST's /v1/memory).
+    method_name("memory", "list"): _m(
+        MemoryList,
+        lambda ph, p: _items(ph.memory.list(p.to_scope(), limit=p.limit, offset=p.offset)),
+        "one page of a scope's memories",
+    ),
+    method_name("memory", "get"): _m(
+        MemoryById,
+        lambda ph, p: _item(ph.memory.get(p.memory_id, p.to_scope())),
+        "one memory of a scope",
+    ),
+    method_name("memory", "search"): _m(
+        MemorySearch, _memory_search, "memories of one or more scopes by meaning, best first"
+    ),
+    method_name("memory", "add"): _m(
+        MemoryAdd,
+        lambda ph, p: _item(
+            ph.memory.add(
+                p.content,
+                p.to_scope(),
+                memory_type=p.memory_type,
+                importance=p.importance,
+                metadata=p.metadata,
+            )
+        ),
+        "add a memory (the same text twice in one scope stays one record)",
+    ),
+    method_name("memory", "edit"): _m(
+        MemoryEdit,
+        lambda ph, p: _item(
+            ph.memory.edit(
+                p.memory_id,
+                p.to_scope(),
+                content=p.content,
+                memory_type=p.memory_type,
+                importance=p.importance,
+                metadata=p.metadata,
+            )
+        ),
+        "change a memory; its former value is kept as a version",
+    ),
+    method_name("memory", "forget"): _m(MemoryById, _memory_forget, "delete a memory"),
+    method_name("memory", "versions"): _m(
+        MemoryById,
+        lambda ph, p: _versions(ph.memory.versions(p.memory_id, p.to_scope())),
+        "a memory's values, oldest first",
     ),
 }
 """Every method, by name."""

@@ -10,11 +10,12 @@ cannot be reached.
 
 from __future__ import annotations
 
-__all__ = ["BodySizeLimitMiddleware", "RateLimiter", "SharedRateLimiter"]
+__all__ = ["UPLOAD_ROUTE", "BodySizeLimitMiddleware", "RateLimiter", "SharedRateLimiter"]
 
 import logging
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -137,6 +138,10 @@ def _answered(path: str, routes: tuple[str, ...]) -> bool:
     return any(path == route or path.startswith(route.rstrip("/") + "/") for route in routes)
 
 
+UPLOAD_ROUTE = re.compile(r"/v1/knowledge/collections/[^/]+/documents")
+"""The document upload route, whose bodies have their own limit (``max_upload_bytes``)."""
+
+
 class BodySizeLimitMiddleware:
     """Refuse request bodies above ``max_bytes`` with 413 problem+json.
 
@@ -150,20 +155,35 @@ class BodySizeLimitMiddleware:
         answered_by_route: paths whose route applies the same limit itself,
             answering in its own protocol (the MCP transports: a JSON-RPC
             error their clients report).
+        routes: routes with a limit of their own, as ``(method, path
+            pattern, max_bytes)`` (document uploads take files far larger
+            than any JSON body); 0 or less disables the check there.
     """
 
     def __init__(
-        self, app: ASGIApp, max_bytes: int, answered_by_route: tuple[str, ...] = ()
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        answered_by_route: tuple[str, ...] = (),
+        routes: Sequence[tuple[str, re.Pattern[str], int]] = (),
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.answered_by_route = answered_by_route
+        self.routes = tuple(routes)
 
-    async def _refuse(self, send: Send) -> None:
+    def _limit(self, scope: Scope) -> int:
+        method, path = scope.get("method", ""), scope.get("path", "")
+        for route_method, pattern, limit in self.routes:
+            if method == route_method and pattern.fullmatch(path):
+                return limit
+        return self.max_bytes
+
+    async def _refuse(self, send: Send, limit: int) -> None:
         body = problem_bytes(
             413,
             "Payload Too Large",
-            f"the request body exceeds the limit of {self.max_bytes} bytes",
+            f"the request body exceeds the limit of {limit} bytes",
         )
         await send(
             {
@@ -186,14 +206,18 @@ class BodySizeLimitMiddleware:
         ):
             await self.app(scope, receive, send)
             return
+        limit = self._limit(scope)
+        if limit <= 0:
+            await self.app(scope, receive, send)
+            return
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = 0
-                if declared > self.max_bytes:
-                    await self._refuse(send)
+                if declared > limit:
+                    await self._refuse(send, limit)
                     return
         received = 0
         started = False
@@ -203,8 +227,8 @@ class BodySizeLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise _TooLarge(self.max_bytes)
+                if received > limit:
+                    raise _TooLarge(limit)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -218,4 +242,4 @@ class BodySizeLimitMiddleware:
         except _TooLarge:
             # Only answer when the app has not begun its own response.
             if not started:
-                await self._refuse(send)
+                await self._refuse(send, limit)

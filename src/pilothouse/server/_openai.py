@@ -51,6 +51,7 @@ from pilothouse.server._openai_models import (
     OpenAIError,
     TurnInput,
     chunk,
+    citation_annotations,
     completion,
     error_body,
     finish_reason,
@@ -210,12 +211,16 @@ class _Turn:
 
 
 async def _start(
-    ph: Pilothouse, request: ChatCompletionRequest, memory_header: str | None
+    ph: Pilothouse,
+    request: ChatCompletionRequest,
+    memory_header: str | None,
+    *,
+    user_memory: bool = False,
 ) -> _Turn:
     target = await _resolve(ph, request.model)
     turn_input: TurnInput = map_messages(request.messages)
     memory_id = _memory_id(memory_header)
-    config = runtime_config(request, turn_input.instruction)
+    config = runtime_config(request, turn_input.instruction, user_memory=user_memory)
     data = _input_data(target, request, turn_input.text)
     # Validate everything before writing anything: a bad request leaves no conversation.
     await _check(ph, target, turn_input, data, config)
@@ -371,7 +376,7 @@ async def chat_completions(
     try:
         ph = await _facade(request, state)
         body = parse_request(await request.body())
-        turn = await _start(ph, body, memory_header)
+        turn = await _start(ph, body, memory_header, user_memory=state.server.openai_user_memory)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(
@@ -521,7 +526,14 @@ def _finish(result: TurnResult, streamed_text: bool, make: Any, include_usage: b
     calls = tool_calls(result)
     if calls:
         out.append(make({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}))
-    out.append(make({}, finish=finish_reason(result.finish_reason)))
+    cited = citation_annotations(result)
+    if cited:
+        out.append(make({"annotations": cited}))
+    # The sources ride on the last content chunk, in the member clients ignore.
+    extension = (
+        {"sources": [source.to_dict() for source in result.sources]} if result.sources else None
+    )
+    out.append(make({}, finish=finish_reason(result.finish_reason), extension=extension))
     if include_usage:
         out.append(make(None, usage_value=usage(result)))
     return out

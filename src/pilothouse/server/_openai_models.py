@@ -29,6 +29,7 @@ import base64
 import binascii
 import json
 import mimetypes
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 from urllib.parse import urlparse
@@ -505,8 +506,14 @@ def map_messages(messages: list[ChatMessage]) -> TurnInput:
     )
 
 
-def runtime_config(request: ChatCompletionRequest, instruction: str | None) -> dict[str, Any]:
-    """Return the turn's runtime config: the request's options and the instruction."""
+def runtime_config(
+    request: ChatCompletionRequest, instruction: str | None, *, user_memory: bool = False
+) -> dict[str, Any]:
+    """Return the turn's runtime config: the request's options and the instruction.
+
+    With ``user_memory`` (the deployment's ``openai_user_memory``) the
+    request's ``user`` is also the turn's scoped-memory user.
+    """
     config: dict[str, Any] = {
         "temperature": request.temperature,
         "top_p": request.top_p,
@@ -537,6 +544,8 @@ def runtime_config(request: ChatCompletionRequest, instruction: str | None) -> d
         # OpenAI's end-user id: recorded with the message, never a memory id
         # (it must not replace the history the request carries).
         config["end_user"] = request.user
+        if user_memory:
+            config["user_id"] = request.user
     return config
 
 
@@ -591,19 +600,54 @@ def tool_calls(result: TurnResult) -> list[dict[str, Any]]:
     ]
 
 
+_CITATION = re.compile(r"\[(\d{1,3})\]")
+
+
+def citation_annotations(result: TurnResult) -> list[dict[str, Any]]:
+    """The answer's ``[n]`` citations as OpenAI ``url_citation`` annotations.
+
+    Each marker the answer writes for a source it was given becomes one
+    annotation over the marker's characters, naming the source's document
+    (its URL or path) and title, as OpenAI's own answers cite web pages.
+    """
+    if not result.sources:
+        return []
+    given = {source.n: source for source in result.sources}
+    found: list[dict[str, Any]] = []
+    for match in _CITATION.finditer(result.text):
+        source = given.get(int(match.group(1)))
+        if source is None:
+            continue
+        found.append(
+            {
+                "type": "url_citation",
+                "url_citation": {
+                    "start_index": match.start(),
+                    "end_index": match.end(),
+                    "url": source.source,
+                    "title": source.title or source.source,
+                },
+            }
+        )
+    return found
+
+
 def completion(
     result: TurnResult, model: str, created: int, memory_id: str | None
 ) -> dict[str, Any]:
     """Return the ``chat.completion`` object for a finished turn.
 
     The ``pilothouse`` member (ignored by OpenAI clients) names the recorded
-    conversation, its memory id and the turn's estimated cost.
+    conversation, its memory id, the turn's estimated cost and the
+    ``sources`` retrieval gave the model; the message's ``annotations``
+    are the answer's ``[n]`` citations of them.
     """
     calls = tool_calls(result)
     message: dict[str, Any] = {
         "role": "assistant",
         "content": result.text if result.text or not calls else None,
         "refusal": None,
+        "annotations": citation_annotations(result),
     }
     if calls:
         message["tool_calls"] = calls
@@ -628,6 +672,7 @@ def completion(
             "status": result.status.value,
             "cost": cost_text(result.cost),
             "usage_estimated": result.usage_estimated,
+            "sources": [source.to_dict() for source in result.sources],
         },
     }
 
@@ -641,6 +686,7 @@ def chunk(
     finish: str | None = None,
     with_usage: bool = False,
     usage_value: dict[str, int] | None = None,
+    extension: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return one ``chat.completion.chunk``.
 
@@ -653,6 +699,7 @@ def chunk(
         with_usage: the client asked for usage, so every chunk carries a
             ``usage`` member (null until the last).
         usage_value: the usage for the usage-only chunk.
+        extension: the ``pilothouse`` member (the last content chunk's sources).
     """
     body: dict[str, Any] = {
         "id": f"chatcmpl-{conversation_uuid}",
@@ -666,6 +713,8 @@ def chunk(
     }
     if with_usage:
         body["usage"] = usage_value
+    if extension is not None:
+        body["pilothouse"] = extension
     return body
 
 

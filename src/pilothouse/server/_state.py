@@ -60,6 +60,10 @@ class ServerSettings(BaseSettings):
         port: the port ``pilothouse serve`` binds.
         max_body_bytes: the largest request body accepted (413 above it);
             0 disables the limit.
+        max_upload_bytes: the largest body of a document upload
+            (``POST /v1/knowledge/collections/{code}/documents``): files
+            are read up to 50 MiB each, plus the form's own bytes; 0
+            disables the limit there.
         rate_limit_per_minute: requests a minute per API key (429 above it,
             with ``Retry-After``); 0 disables the limit. Counted per process,
             or across every process sharing ``PILOTHOUSE_REDIS_URL``.
@@ -90,6 +94,11 @@ class ServerSettings(BaseSettings):
         question_sweep_seconds: how often the service ends conversations
             whose questions waited past their action's ``question_timeout``
             (300 s by default, seed 000's five minutes); 0 turns it off.
+        openai_user_memory: the OpenAI-compatible face's ``user`` field is
+            also the turn's scoped-memory user (``runtime_config.user_id``),
+            as mem0's proxy maps it. Off by default: any key may name any
+            ``user``, so turn it on only where each key's caller vouches for
+            the user ids it sends (an application's own backend).
         mcp_max_tools: the MCP server lists each action as a tool while a
             tenant has at most this many; past it, it lists the disclosure
             tools (``pilothouse_find_actions``, ``pilothouse_run_action``).
@@ -152,6 +161,7 @@ class ServerSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     max_body_bytes: int = MIB
+    max_upload_bytes: int = 51 * MIB
     rate_limit_per_minute: int = 600
     auth_failures_per_minute: int = 60
     jsonrpc_max_batch: int = Field(default=50, ge=1)
@@ -164,6 +174,7 @@ class ServerSettings(BaseSettings):
     key_cache_seconds: float = 5.0
     question_sweep_seconds: float = Field(default=30.0, ge=0)
     mcp_max_tools: int = Field(default=30, ge=1)
+    openai_user_memory: bool = False
     mcp_list_changed_seconds: float = Field(default=2.0, gt=0)
     mcp_session_idle_seconds: float = Field(default=1800.0, gt=0, le=7 * 24 * 3600)
     mcp_max_sessions_per_key: int = Field(default=100, ge=1)

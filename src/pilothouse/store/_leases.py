@@ -343,6 +343,28 @@ class Leases:
             return False, None
         return found.status is ProcessStatus.RUNNING, found.owner
 
+    async def gone(self, owners: set[str]) -> dict[str, str]:
+        """Of ``owners``, those no live process holds, each with why (never this process).
+
+        An owner without a row stopped (a clean stop gives its row up) or
+        was forgotten as dead; one with a row is judged as for turns.
+        """
+        others = sorted(owners - {self.owner})
+        if not others:
+            return {}
+        now = utcnow()
+        rows = await self._db.transaction(
+            lambda c: c.execute(select(_OWNER).where(_OWNER.c.id.in_(others))).all()
+        )
+        found = {row.id: row for row in rows}
+        reasons: dict[str, str] = {}
+        for owner in others:
+            row = found.get(owner)
+            why = "its process stopped" if row is None else self._dead_reason(row, now)
+            if why is not None:
+                reasons[owner] = why
+        return reasons
+
     async def owner_alive(self, owner: str) -> bool:
         """Whether ``owner`` may still be running (not provably dead)."""
         row = await self._db.transaction(
