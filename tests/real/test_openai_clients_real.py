@@ -157,6 +157,38 @@ async def test_langchain_bind_tools_and_structured_output(live_server: LiveServe
     assert brand.founded == 1947
 
 
+async def test_langchain_forced_tool_choice(live_server: LiveServer) -> None:
+    # with_structured_output(method="function_calling") names its function in
+    # tool_choice; bind_tools(tool_choice="any") sends "required". The local
+    # model honours both under a grammar: a call it cannot avoid.
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        return f"Sunny in {city}"
+
+    async with httpx.AsyncClient(timeout=300) as http:
+        chat = ChatOpenAI(
+            model="ASSIST",
+            base_url=live_server.base_url,
+            api_key=live_server.key,  # type: ignore[arg-type]  # LangChain wants a SecretStr
+            temperature=0,
+            max_completion_tokens=64,
+            max_retries=0,
+            http_async_client=http,
+        )
+        structured = chat.with_structured_output(Brand, method="function_calling")
+        brand = await structured.ainvoke(f"Extract the brand: {BRAND_TEXT}")
+        # A greeting that needs no tool: only the forced choice makes it call one.
+        forced = chat.bind_tools([get_weather], tool_choice="any")
+        message = await forced.ainvoke("Hello! How are you today?")
+    assert isinstance(brand, Brand)
+    assert brand.founded == 1947
+    assert [c["name"] for c in message.tool_calls] == ["get_weather"]
+
+
 async def test_pydantic_ai_agent_with_tools_and_native_output(live_server: LiveServer) -> None:
     from pydantic_ai import Agent, NativeOutput
     from pydantic_ai.models.openai import OpenAIChatModel

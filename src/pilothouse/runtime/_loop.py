@@ -30,7 +30,12 @@ from pilothouse.runtime._events import ToolCallRequested
 from pilothouse.runtime._modelcall import ModelCaller
 from pilothouse.runtime._record import TurnRecorder
 from pilothouse.runtime._repair import repair_calls, used_call_ids
-from pilothouse.runtime._request import feedback, grammar_output, request_parameters
+from pilothouse.runtime._request import (
+    feedback,
+    forced_choice,
+    grammar_output,
+    request_parameters,
+)
 from pilothouse.runtime._telemetry import Telemetry
 from pilothouse.runtime._toolexec import Authorizer, ToolExecutor
 from pilothouse.runtime._toolset import ToolSet, ToolSource, offered_tools
@@ -140,6 +145,15 @@ class TurnLoop:
         if compiled.output_schema is not None and compiled.model.profile.grammar_output:
             settings, wrapped_list = grammar_output(settings, compiled), compiled.is_list_output
         turn.offers_tools = bool(offered)
+        if turn.config.tool_choice and offered and turn.tool_rounds == 0:
+            # The caller's forced choice binds the turn's first call only:
+            # after a round of the action's own tools the model answers from
+            # their results (forcing again would loop until the step limit).
+            try:
+                forced = forced_choice(turn.config.tool_choice, offered, calls.model)
+            except ValueError as exc:
+                return Failed(str(exc))
+            settings = {**settings, "tool_choice": forced}
         try:
             response = await self._caller.call(
                 turn, calls.model, step.messages, settings, params, calls.options
