@@ -24,7 +24,7 @@ from server_helpers import ExamplesAnd
 from database_templates import Seed
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.server._state import ServerState
-from pilothouse.testing import Json, Reply, ScriptedModel, ToolCall
+from pilothouse.testing import Calls, Json, Reply, ScriptedModel, ToolCall
 
 pytestmark = pytest.mark.anyio
 
@@ -204,12 +204,30 @@ async def test_a_forced_tool_choice_reaches_the_model(
     assert scripted.requests[0].info.model_settings.get("tool_choice") == sent
 
 
+async def test_parallel_tool_calls_false_makes_one_call(
+    oai: Any, scripted: ScriptedModel
+) -> None:
+    # LangChain's with_structured_output(method="function_calling") sends it.
+    scripted.script.steps.append(
+        Calls((ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "Oslo"})))
+    )
+    answer = await oai.chat.completions.create(
+        model="PLAIN",
+        messages=[{"role": "user", "content": "x"}],
+        tools=[WEATHER],
+        parallel_tool_calls=False,
+    )
+    calls = answer.choices[0].message.tool_calls or []
+    assert [json.loads(c.function.arguments) for c in calls] == [{"city": "Paris"}]
+    assert (scripted.requests[0].info.model_settings or {}).get("parallel_tool_calls") is False
+
+
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
         ({"tool_choice": "sometimes"}, "tool_choice"),
         ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice.function.name"),
-        ({"parallel_tool_calls": False}, "parallel_tool_calls"),
+        ({"parallel_tool_calls": "no"}, "parallel_tool_calls"),
         ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
         ({"response_format": {"type": "xml"}}, "response_format.type"),
     ],

@@ -35,18 +35,25 @@ class ModelProfile:
             back as one user message and the next request offers no tools.
             Small models call the same tool again rather than read its
             result from a tool message (measured with SmolLM2).
+        takes_parallel_tool_calls: the server reads OpenAI's
+            ``parallel_tool_calls`` (llama-cpp-python's does not: the run
+            loop keeps the first call of an answer instead).
     """
 
     grammar_output: bool = False
     streams_with_tools: bool = True
     tool_results_as_text: bool = False
+    takes_parallel_tool_calls: bool = True
 
 
 DEFAULT_PROFILE: Final = ModelProfile()
 """What a hosted model's API does: native output modes, streaming with tools."""
 
 LOCAL_PROFILE: Final = ModelProfile(
-    grammar_output=True, streams_with_tools=False, tool_results_as_text=True
+    grammar_output=True,
+    streams_with_tools=False,
+    tool_results_as_text=True,
+    takes_parallel_tool_calls=False,
 )
 """The embedded llama.cpp server and the small model it runs."""
 

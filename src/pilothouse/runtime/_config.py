@@ -36,6 +36,7 @@ _SWITCHES = {
     "output_schema": "output_schema",
     "client_tools": "client_tools",
     "tool_choice": "tool_choice",
+    "parallel_tool_calls": "parallel_tool_calls",
     # Vantiq's submitPrompt ``tools: [schema]``: FunctionDescriptor schemas
     # {name, description, parameters} offered for this call, calls returned.
     "tools": "client_tools",
@@ -98,6 +99,7 @@ class RuntimeConfig:
     output_schema: dict[str, Any] | None = None
     client_tools: tuple[tuple[str, str, dict[str, Any]], ...] = ()
     tool_choice: ToolChoice = ()
+    parallel_tool_calls: bool = True
     end_user: str | None = None
     user_id: str | None = None
     retrieval: RetrievalOverride = RetrievalOverride()
@@ -137,7 +139,7 @@ class RuntimeConfig:
             parsed_options = ModelOptions.parse(options) if options else ModelOptions()
         except ValueError as exc:
             raise RuntimeConfigError(f"runtime config: {exc}") from None
-        for name in ("audit", "stream", "fail_on_denied"):
+        for name in ("audit", "stream", "fail_on_denied", "parallel_tool_calls"):
             if name in switches and not isinstance(switches[name], bool):
                 raise RuntimeConfigError(f"runtime config: '{name}' must be true or false")
         end_user = switches.get("end_user")
@@ -183,6 +185,7 @@ class RuntimeConfig:
             output_schema=_output_schema(switches.get("output_schema")),
             client_tools=_client_tools(switches.get("client_tools")),
             tool_choice=_tool_choice(switches.get("tool_choice")),
+            parallel_tool_calls=switches.get("parallel_tool_calls", True),
             end_user=end_user,
             user_id=user_id,
             retrieval=retrieval,

@@ -154,6 +154,12 @@ class TurnLoop:
             except ValueError as exc:
                 return Failed(str(exc))
             settings = {**settings, "tool_choice": forced}
+        if (
+            not turn.config.parallel_tool_calls
+            and offered
+            and compiled.model.profile.takes_parallel_tool_calls
+        ):
+            settings = {**settings, "parallel_tool_calls": False}
         try:
             response = await self._caller.call(
                 turn, calls.model, step.messages, settings, params, calls.options
@@ -173,6 +179,10 @@ class TurnLoop:
             used_ids=used_call_ids(step.messages, turn.handle.memory)
             | {record.id for record in turn.records},
         )
+        if not turn.config.parallel_tool_calls and len(repaired) + len(problems) > 1:
+            # One call per answer was asked for: the first is kept, as a
+            # provider that honours the setting would have made only it.
+            repaired, problems = repaired[:1], ([] if repaired else problems[:1])
         if repaired or problems:
             turn.tool_rounds += 1
             if turn.tool_rounds > self._max_tool_steps:

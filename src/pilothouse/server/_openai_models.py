@@ -284,7 +284,7 @@ class ChatCompletionRequest(_Wire):
     user: str | None = Field(default=None, max_length=64)
     tools: list[ToolIn] | None = Field(default=None, max_length=128)
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
-    parallel_tool_calls: Literal[True] | None = None
+    parallel_tool_calls: StrictBool | None = None
     response_format: ResponseFormat | None = None
     input_data: dict[str, Any] | None = None
 
@@ -335,10 +335,6 @@ def parse_request(raw: bytes) -> ChatCompletionRequest:
                 '{"type": "function", "function": {"name": "<one of tools>"}}'
             )
             param = "tool_choice"
-        elif param == "parallel_tool_calls":
-            message = (
-                "parallel_tool_calls=false is not supported: the model may call tools in parallel"
-            )
         elif param == "n":
             message = "only n=1 is supported"
         raise OpenAIError(400, f"{param}: {message}", param=param) from None
@@ -541,6 +537,8 @@ def runtime_config(request: ChatCompletionRequest, instruction: str | None) -> d
             }
             for tool in request.tools
         ]
+        if request.parallel_tool_calls is False:
+            config["parallel_tool_calls"] = False
         if request.tool_choice == "required":
             config["tool_choice"] = "required"
         elif isinstance(request.tool_choice, NamedToolChoice):
