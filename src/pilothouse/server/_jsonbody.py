@@ -83,7 +83,9 @@ def _is_json(body: bytes) -> bool:
 
 def _replay(chunks: list[bytes], first: Message | None, receive: Receive) -> Receive:
     """A ``receive`` that gives the buffered body (or ``first``), then the client's own."""
-    pending: list[Message] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+    pending: list[Message] = [
+        {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+    ]
     if first is not None:
         pending = [first]
 
