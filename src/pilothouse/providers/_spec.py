@@ -129,7 +129,7 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if self.profile is _KIND_PROFILE:
-            object.__setattr__(self, "profile", profile_for(self.provider.kind))
+            object.__setattr__(self, "profile", profile_for(self.provider.kind, self.provider.settings))
 
     def __hash__(self) -> int:
         return hash(self._digest)
