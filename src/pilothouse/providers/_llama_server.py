@@ -80,12 +80,6 @@ def adapt_request(payload: dict[str, Any], *, chat: bool, own_handler: bool) -> 
     response_format = payload.get("response_format")
     if isinstance(response_format, dict):
         payload["response_format"] = _response_format(cast("dict[str, Any]", response_format))
-        if chat and own_handler and "schema" in payload["response_format"]:
-            # An answer under a JSON schema copies names and addresses from
-            # the prompt; llama.cpp's default repeat penalty (OpenAI's API
-            # has none) made the model misspell what it copied a second time
-            # ("initech.example" after "Initech Orbital").
-            payload.setdefault("repeat_penalty", 1.0)
     if chat:
         _fill_null_contents(payload)
     if chat and own_handler:
