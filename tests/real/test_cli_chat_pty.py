@@ -233,8 +233,14 @@ def test_a_question_from_the_model_is_answered_inline(cli: list[str], upstream: 
     assert "Traceback" not in term.seen
     record = _show(cli, uuid)
     assert record["status"] == "CO"
-    # The answer went back to the model as the question's tool result.
-    assert "M" in json.dumps(upstream.requests[-1]["messages"][-1])
+    # The answer went back to the model as the question's tool result, in
+    # words it continues from (a JSON object of answers was echoed back).
+    last = upstream.requests[-1]["messages"][-1]
+    assert (last["role"], last["tool_call_id"]) == ("tool", "q1")
+    assert last["content"] == (
+        'User has answered your questions: "Which size?"="M". '
+        "You can now continue with the user's answers in mind."
+    )
 
 
 def test_ctrl_c_at_the_prompt_ends_the_session_cleanly(cli: list[str], upstream: Upstream) -> None:
