@@ -239,11 +239,18 @@ class RuntimeConfig:
         return replace(compiled, **changes)
 
     def _check_choice(self, compiled: CompiledAction) -> None:
+        # What the turn will offer, as far as it is known before the turn:
+        # an MCP server's tools are listed only when the turn starts (the
+        # call itself then checks the name).
+        if compiled.mcp_clients:
+            return
+        from pilothouse.runtime._toolset import ASK_USER, USE_SKILL
+
         offered = [name for name, _, _ in (*compiled.tools, *self.client_tools)]
         offered += [t.name for t in compiled.tool_rows]
         offered += [t.definition.name for t in compiled.local_tools]
-        if compiled.mcp_clients:
-            return  # an MCP server's tools are known only when the turn lists them
+        offered += [ASK_USER] if compiled.ask_user else []
+        offered += [USE_SKILL] if compiled.skills else []
         if not offered:
             raise RuntimeConfigError(
                 "runtime config: tool_choice forces a tool call, but the turn offers no tools; "
