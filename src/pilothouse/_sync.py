@@ -257,6 +257,7 @@ class SyncCommandApi(_SyncHalf):
     start_and_stream = _Iterating(CommandApi.start_and_stream)
     check_message = _Blocking(CommandApi.check_message)
     submit_answers = _Blocking(CommandApi.submit_answers)
+    stream_answers = _Iterating(CommandApi.stream_answers)
     submit_tool_result = _Blocking(CommandApi.submit_tool_result)
     expire_waiting = _Blocking(CommandApi.expire_waiting)
     cancel = _Blocking(CommandApi.cancel)

@@ -77,7 +77,7 @@ async def test_import_creates_every_example_entity(database: Database) -> None:
         assert action.model.code == "QWEN05"
         assert action.configuration.code == "PREC"
         assert [s.direction.value for s in action.schemas] == ["O"]
-        assert action.schemas[0].json_schema["required"] == ["name"]
+        assert action.schemas[0].json_schema["required"] == ["name", "website", "reason"]
         dependency = (await session.scalars(select(SkillDependency))).one()
         assert dependency.depends_on.code == "MKTMAP"
 

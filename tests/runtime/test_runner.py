@@ -205,6 +205,13 @@ async def test_runtime_config_overrides_stored_options(
         ({"temperature": "hot"}, "temperature"),
         ({"instructionMode": "sideways"}, "instruction mode 'sideways'"),
         ({"audit": "yes"}, "'audit' must be true or false"),
+        ({"tool_choice": "sometimes"}, "tool_choice must be 'auto', 'required' or"),
+        ({"tool_choice": "none"}, "offer no client_tools"),
+        (
+            {"tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice names 'nope', which is not among the turn's tools",
+        ),
+        ({"parallel_tool_calls": "no"}, "'parallel_tool_calls' must be true or false"),
     ],
 )
 async def test_invalid_runtime_config_is_a_clear_error(

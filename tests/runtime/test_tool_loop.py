@@ -418,6 +418,14 @@ async def test_question_pauses_and_answers_resume_even_in_a_new_runner(
     done = await resumption.submit_answers(uuid, {"size": "M"})
     assert (done.status, done.output) == (ProcessStatus.COMPLETED, "Ordered size M.")
     assert "Which size?" in str(model.requests[0].messages[-1])
+    # The answers reach the model as text to go on from, not as a JSON object
+    # (which a small model echoed as its reply).
+    (reply,) = model.requests[0].messages[-1].parts
+    assert isinstance(reply, ToolReturnPart)
+    assert reply.content == (
+        'User has answered your questions: "Which size?"="M". '
+        "You can now continue with the user's answers in mind."
+    )
     kinds = [e.kind for e in await events(catalog, uuid)]
     assert TimelineKind.HUMAN_ANSWER in kinds
     with pytest.raises(InvalidStateError, match="is not waiting for answers"):

@@ -177,8 +177,8 @@ async def test_embeddings_with_the_official_openai_client(
             await client.embeddings.create(model="NOPE", input="x")
         with pytest.raises(BadRequestError, match="dimensions"):
             await client.embeddings.create(model="MINILM", input="x", dimensions=256)
-        with pytest.raises(BadRequestError, match="token arrays"):
-            await client.embeddings.create(model="MINILM", input=[[1, 2, 3]])
+        with pytest.raises(BadRequestError, match="token ids"):
+            await client.embeddings.create(model="MINILM", input=[["a"]])  # type: ignore[list-item]
         raw = await http.post(
             "/v1/embeddings",
             json={"model": "MINILM", "input": "hi", "encoding_format": "base64"},
@@ -188,10 +188,38 @@ async def test_embeddings_with_the_official_openai_client(
         assert len(struct.unpack(f"<{len(packed) // 4}f", packed)) == 384
         unknown = await http.post(
             "/v1/embeddings",
-            json={"model": "MINILM", "input": "hi", "user": "u"},
+            json={"model": "MINILM", "input": "hi", "echo": True},
             headers=auth(api_key),
         )
-        assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "user"
+        assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "echo"
+
+
+async def test_embeddings_take_user_token_ids_and_opt_in_truncation(
+    client: httpx.AsyncClient, knowledge_state: ServerState, api_key: str
+) -> None:
+    async def embed(**body: Any) -> httpx.Response:
+        return await client.post(
+            "/v1/embeddings", json={"model": "MINILM", **body}, headers=auth(api_key)
+        )
+
+    text = await embed(input=["hello world"], user="user-42")
+    assert text.status_code == 200, text.text
+    vector = text.json()["data"][0]["embedding"]
+    # LangChain's default: the text as cl100k_base token ids ("hello world").
+    hello_world = [15339, 1917]
+    for tokens in ([hello_world], hello_world):
+        ids = await embed(input=tokens)
+        assert ids.status_code == 200, ids.text
+        assert ids.json()["data"][0]["embedding"] == pytest.approx(vector, abs=1e-6)
+    long = "word " * 400  # more than MiniLM's 256 tokens
+    refused = await embed(input=long)
+    assert refused.status_code == 400 and "256" in refused.json()["error"]["message"]
+    cut = await embed(input=[long, "hello world"], truncate=True)
+    assert cut.status_code == 200, cut.text
+    assert cut.json()["usage"]["prompt_tokens"] <= 256 + 2
+    assert cut.json()["data"][1]["embedding"] == pytest.approx(vector, abs=1e-6)
+    bad = await embed(input="x", truncate="yes")
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "truncate"
 
 
 async def test_invoke_retrieves_from_a_named_collection(

@@ -108,12 +108,13 @@ async def test_an_output_schema_is_the_tools_and_the_answer_is_structured(
         competitors = listed["action_COMPETITORS"]
         assert competitors.output_schema is not None
         assert competitors.output_schema["properties"]["items"]["type"] == "array"
-        scripted.script.steps.append(Json([{"name": "Orbital Co"}]))
+        orbital = {"name": "Orbital Co", "website": "", "reason": "named"}
+        scripted.script.steps.append(Json([orbital]))
         result = await client.call_tool(
             "action_COMPETITORS", {"message": "who?", "document": "Acme vs Orbital Co"}
         )
     assert not result.is_error, text(result)
-    assert result.structured_content == {"items": [{"name": "Orbital Co"}]}
+    assert result.structured_content == {"items": [orbital]}
 
 
 async def test_bad_arguments_and_unknown_tools_are_tool_errors(base_url: str, api_key: str) -> None:

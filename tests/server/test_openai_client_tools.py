@@ -24,7 +24,7 @@ from server_helpers import ExamplesAnd
 from database_templates import Seed
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.server._state import ServerState
-from pilothouse.testing import Json, Reply, ScriptedModel, ToolCall
+from pilothouse.testing import Calls, Json, Reply, ScriptedModel, ToolCall
 
 pytestmark = pytest.mark.anyio
 
@@ -181,11 +181,56 @@ async def test_tool_choice_none_offers_no_client_tool(oai: Any, scripted: Script
 
 
 @pytest.mark.parametrize(
+    ("choice", "sent"),
+    [
+        ("required", "required"),
+        ({"type": "function", "function": {"name": "get_weather"}}, ["get_weather"]),
+    ],
+)
+async def test_a_forced_tool_choice_reaches_the_model(
+    oai: Any, scripted: ScriptedModel, choice: Any, sent: Any
+) -> None:
+    # LangChain's bind_tools(tool_choice="any") sends "required";
+    # with_structured_output(method="function_calling") names its function.
+    scripted.script.steps.append(ToolCall("get_weather", {"city": "Paris"}))
+    answer = await oai.chat.completions.create(
+        model="PLAIN",
+        messages=[{"role": "user", "content": "x"}],
+        tools=[WEATHER],
+        tool_choice=choice,
+    )
+    assert answer.choices[0].finish_reason == "tool_calls"
+    assert scripted.requests[0].info.model_settings is not None
+    assert scripted.requests[0].info.model_settings.get("tool_choice") == sent
+
+
+async def test_parallel_tool_calls_false_makes_one_call(oai: Any, scripted: ScriptedModel) -> None:
+    # LangChain's with_structured_output(method="function_calling") sends it.
+    scripted.script.steps.append(
+        Calls(
+            (ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "Oslo"}))
+        )
+    )
+    answer = await oai.chat.completions.create(
+        model="PLAIN",
+        messages=[{"role": "user", "content": "x"}],
+        tools=[WEATHER],
+        parallel_tool_calls=False,
+    )
+    calls = answer.choices[0].message.tool_calls or []
+    assert [json.loads(c.function.arguments) for c in calls] == [{"city": "Paris"}]
+    assert (scripted.requests[0].info.model_settings or {}).get("parallel_tool_calls") is False
+
+
+@pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"tool_choice": "required"}, "tool_choice"),
-        ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice"),
-        ({"parallel_tool_calls": False}, "parallel_tool_calls"),
+        ({"tool_choice": "sometimes"}, "tool_choice"),
+        (
+            {"tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice.function.name",
+        ),
+        ({"parallel_tool_calls": "no"}, "parallel_tool_calls"),
         ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
         ({"response_format": {"type": "xml"}}, "response_format.type"),
     ],

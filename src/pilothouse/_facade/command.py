@@ -403,6 +403,24 @@ class CommandApi(Facet):
         await self._ready()
         return await self._resumption.submit_answers(uuid, answers)
 
+    async def stream_answers(
+        self, uuid: str, answers: Mapping[str, str]
+    ) -> AsyncGenerator[TurnEvent]:
+        """Answer the pending questions, and yield the continued turn's events as they happen.
+
+        As :meth:`submit_answers`, streamed as :meth:`stream_message` is: the
+        answer's text as ``TextDelta``, each tool call and its result, and
+        ``TurnFinished`` last. Refused answers are raised before any event.
+        """
+        check_input(dict(answers), "answers")
+        await self._ready()
+        resumption = self._resumption
+        async with aclosing(
+            _events(lambda on_event: resumption.submit_answers(uuid, answers, on_event=on_event))
+        ) as events:
+            async for event in events:
+                yield event
+
     async def submit_tool_result(self, uuid: str, tool_call_id: str, result: Any) -> TurnResult:
         """Give the result of a custom-schema tool call returned to the caller.
 

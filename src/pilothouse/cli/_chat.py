@@ -21,13 +21,32 @@ import anyio
 import anyio.abc
 from rich.console import Console
 
-from pilothouse.cli._run import run_turn, show_output, show_summary
+from pilothouse.cli._run import run_turn, show_summary
 from pilothouse.errors import PilothouseError
 from pilothouse.types import ProcessStatus, SchemaDirection
 
 if TYPE_CHECKING:
     from pilothouse.api import Pilothouse
     from pilothouse.types import TurnResult
+
+
+LAST = "last"
+"""``ChatSession.resume`` for the newest conversation of the action."""
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """A question of the model's, as the chat asks it."""
+
+    id: str
+    question: str
+    choices: tuple[str, ...]
+
+
+def _asked(result: TurnResult) -> tuple[_Asked, ...]:
+    if result.status is not ProcessStatus.WAITING:
+        return ()
+    return tuple(_Asked(q.id, q.question, q.choices) for q in result.questions)
 
 
 class _Lines:
@@ -64,6 +83,8 @@ class ChatSession:
         action: the action's code.
         agent: the agent's code.
         memory_id: shared chat memory, if any.
+        resume: ``"last"`` for the newest conversation of the action (and
+            agent), a conversation's uuid, or None for a new conversation.
         config: the runtime config of every turn.
         input_data: the prompt's placeholder values, every turn.
         out: where answers go (stdout).
@@ -73,6 +94,7 @@ class ChatSession:
     action: str
     agent: str | None
     memory_id: str | None
+    resume: str | None
     config: dict[str, Any]
     input_data: dict[str, Any]
     out: Console
@@ -91,51 +113,109 @@ class ChatSession:
             input_data=self.input_data or None,
             runtime_config=self.config or None,
         )
-        conversation = await ph.command.start_conversation(
-            action=self.action, agent=self.agent, memory_id=self.memory_id
-        )
+        uuid, pending = await self._conversation(ph)
         found = await ph.query.find_action_by_code(self.action)
         structured = found is not None and any(
             s.direction is SchemaDirection.OUTPUT for s in found.schemas
         )
-        self.err.print(
-            f"conversation {conversation.uuid}; empty line or /exit to end, Ctrl-C stops an answer"
-        )
+        self.err.print(f"conversation {uuid}; empty line or /exit to end, Ctrl-C stops an answer")
         async with anyio.create_task_group() as group:
             prompt_scope = anyio.CancelScope()
             # Started (the handler installed) before the first prompt shows.
-            await group.start(self._watch_interrupts, ph, conversation.uuid, prompt_scope)
+            await group.start(self._watch_interrupts, ph, uuid, prompt_scope)
             with prompt_scope:
-                await self._loop(ph, conversation.uuid, structured)
+                await self._loop(ph, uuid, structured, pending)
             group.cancel_scope.cancel()
 
-    async def _loop(self, ph: Pilothouse, uuid: str, structured: bool) -> None:
+    async def _conversation(self, ph: Pilothouse) -> tuple[str, tuple[_Asked, ...]]:
+        """The conversation to talk in, and the questions it still waits on."""
+        if self.resume is None:
+            started = await ph.command.start_conversation(
+                action=self.action, agent=self.agent, memory_id=self.memory_id
+            )
+            return started.uuid, ()
+        if self.resume == LAST:
+            page = await ph.query.list_conversations(action=self.action, agent=self.agent, limit=1)
+            if not page.items:
+                raise PilothouseError(
+                    f"no conversation of action {self.action} to continue; leave out --continue "
+                    "to start one"
+                )
+            uuid = page.items[0].uuid
+        else:
+            uuid = self.resume
+        conversation = await ph.query.get_conversation(uuid)
+        if conversation.action_code != self.action:
+            raise PilothouseError(
+                f"conversation {uuid} is of action {conversation.action_code}, not "
+                f"{self.action}: run pilothouse chat {conversation.action_code} "
+                f"--conversation {uuid}"
+            )
+        messages = await ph.query.get_conversation_messages(uuid)
+        self.err.print(f"continuing conversation {uuid} ({len(messages)} messages recorded)")
+        pending = await ph.query.get_pending_questions(uuid)
+        return uuid, tuple(
+            _Asked(
+                str((m.data or {}).get("question_id")),
+                m.content,
+                tuple(str(c) for c in (m.data or {}).get("choices") or ()),
+            )
+            for m in pending
+        )
+
+    async def _loop(
+        self, ph: Pilothouse, uuid: str, structured: bool, pending: tuple[_Asked, ...]
+    ) -> None:
+        if pending and not await self._answer(ph, uuid, pending, structured):
+            return
         while True:
             text = await self._ask("[bold cyan]you>[/] ")
             if text is None or not text.strip() or text.strip() == "/exit":
                 return
             result = await self._turn(ph, uuid, text.strip(), structured)
-            # The model's questions, answered inline until it stops asking.
-            while result.status is ProcessStatus.WAITING and result.questions:
-                answers: dict[str, str] = {}
-                for question in result.questions:
-                    choices = f" ({' / '.join(question.choices)})" if question.choices else ""
-                    answer = await self._ask(
-                        f"[bold magenta]model asks>[/] {question.question}{choices}\n"
-                        "[bold cyan]answer>[/] "
-                    )
-                    if answer is None:
-                        return
-                    answers[question.id] = answer.strip()
-                try:
-                    result = await ph.command.submit_answers(uuid, answers)
-                except PilothouseError as exc:
-                    self.err.print(f"[red]error:[/] {exc}")
-                    continue
-                show_output(result, self.out, streamed=False)
+            if _asked(result):
+                if not await self._answer(ph, uuid, _asked(result), structured):
+                    return
+                continue
             show_summary(result, self.err)
             if result.status is ProcessStatus.FAILED:
                 return
+
+    async def _answer(
+        self, ph: Pilothouse, uuid: str, questions: tuple[_Asked, ...], structured: bool
+    ) -> bool:
+        """Ask the model's questions inline until it stops asking; False at end of input."""
+        while questions:
+            answers: dict[str, str] = {}
+            for question in questions:
+                choices = f" ({' / '.join(question.choices)})" if question.choices else ""
+                answer = await self._ask(
+                    f"[bold magenta]model asks>[/] {question.question}{choices}\n"
+                    "[bold cyan]answer>[/] "
+                )
+                if answer is None:
+                    return False
+                answers[question.id] = answer.strip()
+            try:
+                # The answer streams, with the tools it calls, as a turn does.
+                result = await run_turn(
+                    ph,
+                    uuid,
+                    answers,
+                    input_data=self.input_data,
+                    config=self.config,
+                    out=self.out,
+                    structured=structured,
+                    err=self.err,
+                    questions_inline=True,
+                )
+            except PilothouseError as exc:
+                self.err.print(f"[red]error:[/] {exc}")
+                continue
+            questions = _asked(result)
+            if not questions:
+                show_summary(result, self.err)
+        return True
 
     async def _turn(self, ph: Pilothouse, uuid: str, text: str, structured: bool) -> TurnResult:
         self._interrupted = False

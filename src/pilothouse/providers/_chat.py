@@ -102,6 +102,7 @@ _SETTINGS = frozenset(
         "parallel_tool_calls",
         "extra_body",
         "openai_reasoning_effort",
+        "tool_choice",
     }
 )
 """The settings this model sends itself; any other goes to pydantic-ai's model."""
@@ -411,16 +412,25 @@ class ChatCompletionsModel(Model):
 
     def _tools(
         self, settings: Mapping[str, Any], parameters: ModelRequestParameters
-    ) -> tuple[list[dict[str, Any]], str | None]:
+    ) -> tuple[list[dict[str, Any]], str | dict[str, Any] | None]:
+        # As OpenAIChatModel._get_tool_choice, for a server without OpenAI's
+        # ``allowed_tools``: one forced tool is named, several are the only
+        # tools sent.
         resolved = resolve_tool_choice(cast("ModelSettings", settings), parameters)
         definitions = parameters.declared_tool_defs
+        choice: str | dict[str, Any]
         if isinstance(resolved, tuple):
-            # Only tool_choice settings give a tuple, and no settings here
-            # set tool_choice (see _SETTINGS).
-            raise AssertionError(f"unexpected tool choice {resolved!r}")
-        choice: str = resolved
-        if resolved == "required" and not self._forces_tools(settings):
-            choice = "auto"
+            mode, names = resolved
+            forced = mode == "required" and self._forces_tools(settings)
+            if forced and len(names) == 1:
+                choice = {"type": "function", "function": {"name": next(iter(names))}}
+            else:
+                definitions = {k: v for k, v in definitions.items() if k in names}
+                choice = "required" if forced else "auto"
+        else:
+            choice = resolved
+            if resolved == "required" and not self._forces_tools(settings):
+                choice = "auto"
         tools = [self._tool(definition) for definition in definitions.values()]
         return tools, (choice if tools else None)
 

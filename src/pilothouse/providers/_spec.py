@@ -129,7 +129,8 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if self.profile is _KIND_PROFILE:
-            object.__setattr__(self, "profile", profile_for(self.provider.kind))
+            profile = profile_for(self.provider.kind, self.provider.settings)
+            object.__setattr__(self, "profile", profile)
 
     def __hash__(self) -> int:
         return hash(self._digest)

@@ -35,6 +35,8 @@ _SWITCHES = {
     "tool_parameter_override": "overrides",
     "output_schema": "output_schema",
     "client_tools": "client_tools",
+    "tool_choice": "tool_choice",
+    "parallel_tool_calls": "parallel_tool_calls",
     # Vantiq's submitPrompt ``tools: [schema]``: FunctionDescriptor schemas
     # {name, description, parameters} offered for this call, calls returned.
     "tools": "client_tools",
@@ -121,6 +123,9 @@ class RuntimeConfig:
         client_tools: tools ``(name, description, parameters schema)``
             offered for this turn only, whose calls go back to the caller
             (an OpenAI client's ``tools``).
+        tool_choice: the tools the model must call from on this turn's first
+            model call: empty for the model's own choice, every offered tool
+            (``"required"``) or one named tool (OpenAI's ``tool_choice``).
         fail_on_denied: end the turn ``FA`` (error ``tool.exec.denied: ...``)
             when the authorizer or the policy denies a tool call, as Vantiq
             does; by default the model is told and the turn goes on.
@@ -141,6 +146,8 @@ class RuntimeConfig:
     overrides: tuple[OverrideRule, ...] = ()
     output_schema: dict[str, Any] | None = None
     client_tools: tuple[tuple[str, str, dict[str, Any]], ...] = ()
+    tool_choice: ToolChoice = ()
+    parallel_tool_calls: bool = True
     end_user: str | None = None
     user_id: str | None = None
     retrieval: RetrievalOverride = RetrievalOverride()
@@ -163,7 +170,7 @@ class RuntimeConfig:
             parsed_options = ModelOptions.parse(options) if options else ModelOptions()
         except ValueError as exc:
             raise RuntimeConfigError(f"runtime config: {exc}") from None
-        for name in ("audit", "stream", "fail_on_denied"):
+        for name in ("audit", "stream", "fail_on_denied", "parallel_tool_calls"):
             if name in switches and not isinstance(switches[name], bool):
                 raise RuntimeConfigError(f"runtime config: '{name}' must be true or false")
         end_user = switches.get("end_user")
@@ -208,6 +215,8 @@ class RuntimeConfig:
             stream=switches.get("stream"),
             output_schema=_output_schema(switches.get("output_schema")),
             client_tools=_client_tools(switches.get("client_tools")),
+            tool_choice=_tool_choice(switches.get("tool_choice")),
+            parallel_tool_calls=switches.get("parallel_tool_calls", True),
             end_user=end_user,
             user_id=user_id,
             retrieval=retrieval,
@@ -220,6 +229,8 @@ class RuntimeConfig:
         Raises:
             RuntimeConfigError: an output schema for an action that has its own.
         """
+        if self.tool_choice:
+            self._check_choice(compiled)
         if self.output_schema is None and not self.client_tools:
             return compiled
         changes: dict[str, Any] = {}
@@ -258,6 +269,31 @@ class RuntimeConfig:
             )
         return replace(compiled, **changes)
 
+    def _check_choice(self, compiled: CompiledAction) -> None:
+        # What the turn will offer, as far as it is known before the turn:
+        # an MCP server's tools are listed only when the turn starts (the
+        # call itself then checks the name).
+        if compiled.mcp_clients:
+            return
+        from pilothouse.runtime._toolset import ASK_USER, USE_SKILL
+
+        offered = [name for name, _, _ in (*compiled.tools, *self.client_tools)]
+        offered += [t.name for t in compiled.tool_rows]
+        offered += [t.definition.name for t in compiled.local_tools]
+        offered += [ASK_USER] if compiled.ask_user else []
+        offered += [USE_SKILL] if compiled.skills else []
+        if not offered:
+            raise RuntimeConfigError(
+                "runtime config: tool_choice forces a tool call, but the turn offers no tools; "
+                "send tools (client_tools), or drop tool_choice"
+            )
+        for name in self.tool_choice:
+            if name != REQUIRED and name not in offered:
+                raise RuntimeConfigError(
+                    f"runtime config: tool_choice names '{name}', which is not among the "
+                    f"turn's tools ({', '.join(sorted(offered))}); name one of them"
+                )
+
 
 def _output_schema(value: Any) -> dict[str, Any] | None:
     if value is None:
@@ -279,6 +315,39 @@ def _output_schema(value: Any) -> dict[str, Any] | None:
             'runtime config: \'output_schema\' must describe an object ("type": "object")'
         )
     return schema
+
+
+REQUIRED = "*"
+"""``tool_choice``'s entry for "any offered tool" (a name no tool can have)."""
+
+ToolChoice = tuple[str, ...]
+"""The tools a turn's first model call must call from: () is the model's
+choice, ``(REQUIRED,)`` any offered tool, else the one named tool."""
+
+
+def _tool_choice(value: Any) -> ToolChoice:
+    # OpenAI's forms: "auto", "required", {"type": "function", "function":
+    # {"name": ...}}; "any" is Anthropic's and LangChain's word for required.
+    if value is None or value == "auto":
+        return ()
+    if value in ("required", "any"):
+        return (REQUIRED,)
+    name: Any = None
+    if isinstance(value, dict):
+        choice = cast(dict[str, Any], value)
+        function: Any = choice.get("function")
+        name = cast(dict[str, Any], function).get("name") if isinstance(function, dict) else None
+    if isinstance(name, str) and _TOOL_NAME.match(name):
+        return (name,)
+    if value == "none":
+        raise RuntimeConfigError(
+            "runtime config: tool_choice 'none' is not taken here; offer no client_tools "
+            "for a turn without them"
+        )
+    raise RuntimeConfigError(
+        "runtime config: tool_choice must be 'auto', 'required' or "
+        '{"type": "function", "function": {"name": "<a tool of the turn>"}}'
+    )
 
 
 def _client_tools(value: Any) -> tuple[tuple[str, str, dict[str, Any]], ...]:

@@ -314,6 +314,17 @@ class ToolCallRequested:
 
 
 @dataclass(frozen=True)
+class ToolCallFinished:
+    """A tool the turn ran has its result (what the model reads next)."""
+
+    conversation_uuid: str
+    call_id: str
+    name: str
+    result: str
+    type: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(frozen=True)
 class StatusChanged:
     """The conversation moved from one status to another."""
 
@@ -343,7 +354,15 @@ class TurnFinished:
     type: Literal["finished"] = "finished"
 
 
-TurnEvent = TextDelta | ThinkingDelta | ToolCallRequested | StatusChanged | TurnRetry | TurnFinished
+TurnEvent = (
+    TextDelta
+    | ThinkingDelta
+    | ToolCallRequested
+    | ToolCallFinished
+    | StatusChanged
+    | TurnRetry
+    | TurnFinished
+)
 """Every event a turn can emit."""
 
 Listener = Callable[[TurnEvent], Awaitable[None] | None]

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 __all__ = ["TurnLoop"]
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
+from pydantic_ai.messages import ToolReturnPart
 from pydantic_ai.models import Model
 
 from pilothouse.catalog._enums import ToolCallStatus
@@ -26,11 +28,16 @@ from pilothouse.errors import ProviderError
 from pilothouse.providers import ModelFactory, to_model_settings
 from pilothouse.runtime._advisors import ContentBlocked
 from pilothouse.runtime._convert import parse_json_output, parse_response
-from pilothouse.runtime._events import ToolCallRequested
+from pilothouse.runtime._events import ToolCallFinished, ToolCallRequested
 from pilothouse.runtime._modelcall import ModelCaller
 from pilothouse.runtime._record import TurnRecorder
-from pilothouse.runtime._repair import repair_calls, used_call_ids
-from pilothouse.runtime._request import feedback, grammar_output, request_parameters
+from pilothouse.runtime._repair import CallProblem, RepairedCall, repair_calls, used_call_ids
+from pilothouse.runtime._request import (
+    feedback,
+    forced_choice,
+    grammar_output,
+    request_parameters,
+)
 from pilothouse.runtime._telemetry import Telemetry
 from pilothouse.runtime._toolexec import Authorizer, ToolExecutor
 from pilothouse.runtime._toolset import ToolSet, ToolSource, offered_tools
@@ -51,6 +58,7 @@ from pilothouse.runtime._turn import (
     RunTools,
     Turn,
 )
+from pilothouse.tools._base import ToolDefinition as OfferedTool
 from pilothouse.tools._base import ToolError
 
 
@@ -140,6 +148,11 @@ class TurnLoop:
         if compiled.output_schema is not None and compiled.model.profile.grammar_output:
             settings, wrapped_list = grammar_output(settings, compiled), compiled.is_list_output
         turn.offers_tools = bool(offered)
+        if offered:
+            try:
+                settings = _tool_settings(turn, settings, offered, calls.model)
+            except ValueError as exc:
+                return Failed(str(exc))
         try:
             response = await self._caller.call(
                 turn, calls.model, step.messages, settings, params, calls.options
@@ -159,6 +172,7 @@ class TurnLoop:
             used_ids=used_call_ids(step.messages, turn.handle.memory)
             | {record.id for record in turn.records},
         )
+        repaired, problems = _one_call(turn, repaired, problems)
         if repaired or problems:
             turn.tool_rounds += 1
             if turn.tool_rounds > self._max_tool_steps:
@@ -189,6 +203,12 @@ class TurnLoop:
         """Run one round of tool calls and record it; say where the turn goes next."""
         assert turn.calls is not None, "tools run after a model call"
         response = normalized_response(step.response, step.calls, step.problems)
+        # Announced before they run, so a listener shows each call as it
+        # starts and its result (ToolCallFinished) when it comes.
+        for call in step.calls:
+            await self._recorder.emit(
+                turn, ToolCallRequested(turn.uuid, call.call_id, call.name, call.arguments)
+            )
         outcome = await run_tool_step(
             tenant=turn.tenant,
             conversation_uuid=turn.uuid,
@@ -204,12 +224,16 @@ class TurnLoop:
         )
         if isinstance(outcome, ToolResults):
             turn.active_skills.update(outcome.activated)
-        for call in step.calls:
-            await self._recorder.emit(
-                turn, ToolCallRequested(turn.uuid, call.call_id, call.name, call.arguments)
-            )
         if not isinstance(outcome, ToolResults):
             return outcome
+        for part in outcome.request.parts:
+            if isinstance(part, ToolReturnPart):
+                await self._recorder.emit(
+                    turn,
+                    ToolCallFinished(
+                        turn.uuid, part.tool_call_id, part.tool_name, part.model_response_str()
+                    ),
+                )
         await self._recorder.step(turn, outcome.batch)
         if turn.config.fail_on_denied:
             # Vantiq: "If denied, tool execution fails" (the call fails with
@@ -234,3 +258,37 @@ class TurnLoop:
         return await offered_tools(
             source, compiled, turn.active_skills, self._tool_timeout, turn.skill_offer
         )
+
+
+def _tool_settings(turn: Turn, settings: Any, offered: Sequence[OfferedTool], model: Model) -> Any:
+    """The call's settings with the caller's tool choice and parallel calls switch.
+
+    Raises:
+        ValueError: the forced choice cannot be sent (see ``forced_choice``).
+    """
+    if turn.config.tool_choice and turn.tool_rounds == 0:
+        # The caller's forced choice binds the turn's first call only: after
+        # a round of the action's own tools the model answers from their
+        # results (forcing again would loop until the step limit).
+        settings = {
+            **settings,
+            "tool_choice": forced_choice(turn.config.tool_choice, offered, model),
+        }
+    if (
+        not turn.config.parallel_tool_calls
+        and turn.compiled.model.profile.takes_parallel_tool_calls
+    ):
+        settings = {**settings, "parallel_tool_calls": False}
+    return settings
+
+
+def _one_call(
+    turn: Turn, repaired: list[RepairedCall], problems: list[CallProblem]
+) -> tuple[list[RepairedCall], list[CallProblem]]:
+    # One call per answer was asked for: the first is kept, as a provider
+    # that honours the setting would have made only it.
+    if turn.config.parallel_tool_calls:
+        return repaired, problems
+    if repaired:
+        return repaired[:1], []
+    return [], problems[:1]

@@ -8,10 +8,16 @@ honours and the others refuse.
 
 from __future__ import annotations
 
-__all__ = ["delta_text", "feedback", "grammar_output", "request_parameters"]
+__all__ = [
+    "delta_text",
+    "feedback",
+    "forced_choice",
+    "grammar_output",
+    "request_parameters",
+]
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic_ai.messages import (
     ModelRequest,
@@ -25,7 +31,7 @@ from pydantic_ai.messages import (
     ThinkingPartDelta,
     ToolReturnPart,
 )
-from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.output import OutputObjectDefinition
 from pydantic_ai.tools import ToolDefinition
 
@@ -80,6 +86,37 @@ def grammar_output(settings: Any, compiled: CompiledAction) -> Any:
     extra = dict(settings.get("extra_body") or {})
     extra["response_format"] = {"type": "json_object", "schema": compiled.output_object_schema}
     return {**settings, "extra_body": extra}
+
+
+def forced_choice(
+    choice: Sequence[str], offered: Sequence[OfferedTool], model: Model
+) -> Literal["required"] | list[str]:
+    """The pydantic-ai ``tool_choice`` setting for a turn's forced choice.
+
+    Returns:
+        ``"required"``, or the list of the one named tool.
+
+    Raises:
+        ValueError: why the choice cannot be sent (the turn fails with it
+            rather than let the model answer unforced).
+    """
+    from pilothouse.runtime._config import REQUIRED
+
+    if not model.profile.get("supports_forced_tool_choice", True):
+        raise ValueError(
+            f"model {model.model_name} cannot be forced to call a tool; send tool_choice "
+            "'auto' (or leave it out)"
+        )
+    if tuple(choice) == (REQUIRED,):
+        return "required"
+    names = {d.name for d in offered}
+    missing = [name for name in choice if name not in names]
+    if missing:
+        raise ValueError(
+            f"tool_choice names '{missing[0]}', which is not among the tools offered: "
+            f"{', '.join(sorted(names))}"
+        )
+    return list(choice)
 
 
 def request_parameters(

@@ -384,17 +384,21 @@ def record_execution(
 def answers_reply(questions: Sequence[tuple[str, str]], answers: Mapping[str, str]) -> str:
     """The AskUserQuestion result the model sees once the user answered.
 
+    Text, each question with its answer, as Claude Code's AskUserQuestion
+    returns them: a model given the answers as a JSON object tends to repeat
+    that object as its reply instead of going on with the task.
+
     Args:
         questions: ``(question id, question text)`` of one call's questions.
         answers: the answers by question id.
     """
-    return json.dumps(
-        {
-            "answers": [
-                {"id": qid, "question": text, "answer": answers[qid]} for qid, text in questions
-            ]
-        },
-        ensure_ascii=False,
+    pairs = ", ".join(
+        f"{json.dumps(text, ensure_ascii=False)}={json.dumps(answers[qid], ensure_ascii=False)}"
+        for qid, text in questions
+    )
+    return (
+        f"User has answered your questions: {pairs}. "
+        "You can now continue with the user's answers in mind."
     )
 
 

@@ -45,6 +45,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from pilothouse.api import TraceExport
 from pilothouse.errors import ErrorCategory, PilothouseError
+from pilothouse.server._jsonbody import JsonBodyMiddleware
 from pilothouse.server._limits import UPLOAD_ROUTE, BodySizeLimitMiddleware
 from pilothouse.server._metrics import MetricsMiddleware
 from pilothouse.server._problems import (
@@ -315,6 +316,8 @@ def create_app(
 
     # Added innermost first: a request meets metrics, then the 500 guard,
     # then CORS, then the body limit (so a 413 still carries CORS headers).
+    # Innermost of all: it reads a body the size limit has already counted.
+    app.add_middleware(JsonBodyMiddleware)
     app.add_middleware(
         BodySizeLimitMiddleware,
         max_bytes=state.server.max_body_bytes,

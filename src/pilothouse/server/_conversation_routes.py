@@ -54,6 +54,7 @@ from pilothouse.types import (
     StatusChanged,
     TextDelta,
     ThinkingDelta,
+    ToolCallFinished,
     ToolCallRequested,
     TurnEvent,
     TurnFinished,
@@ -224,6 +225,13 @@ def event_data(event: TurnEvent) -> tuple[str, dict[str, Any]]:
             "call_id": event.call_id,
             "name": event.name,
             "arguments": event.arguments,
+        }
+    if isinstance(event, ToolCallFinished):
+        return "tool_result", {
+            "conversation_uuid": uuid,
+            "call_id": event.call_id,
+            "name": event.name,
+            "result": event.result,
         }
     if isinstance(event, StatusChanged):
         return "status", {"conversation_uuid": uuid, "old": event.old.value, "new": event.new.value}

@@ -40,6 +40,7 @@ from pilothouse.types import (
     StatusChanged,
     TextDelta,
     ThinkingDelta,
+    ToolCallFinished,
     ToolCallRequested,
     TurnEvent,
     TurnRetry,
@@ -275,7 +276,7 @@ class Metrics:
 
     def observe(self, tenant: str, event: TurnEvent) -> None:
         """Count one turn event (cheap: called for every delta of every turn)."""
-        if isinstance(event, TextDelta | ThinkingDelta | ToolCallRequested):
+        if isinstance(event, TextDelta | ThinkingDelta | ToolCallRequested | ToolCallFinished):
             return
         if isinstance(event, StatusChanged):
             if event.new is ProcessStatus.RUNNING:

@@ -584,19 +584,32 @@ async def retrieve_model(model_id: str, request: Request, state: State) -> Respo
     return JSONResponse(_model_entry(model_id, target.updated_at.timestamp(), target.name))
 
 
-_EMBEDDING_FIELDS = {"model", "input", "encoding_format", "dimensions"}
+_EMBEDDING_FIELDS = {"model", "input", "encoding_format", "dimensions", "user", "truncate"}
 _MAX_EMBEDDING_INPUTS = 2048
 """OpenAI's own limit of inputs per request."""
 
 
-def _embedding_texts(body: dict[str, Any]) -> list[str]:
+def _is_tokens(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in cast(list[Any], value)
+    )
+
+
+def _embedding_texts(body: dict[str, Any]) -> list[str | list[int]]:
     raw = body.get("input")
     if isinstance(raw, str):
         texts: list[Any] = [raw]
+    elif isinstance(raw, list) and raw and _is_tokens(raw):
+        texts = [raw]  # one text as token ids
     elif isinstance(raw, list):
         texts = cast(list[Any], raw)
     else:
-        raise OpenAIError(400, "'input' must be a string or an array of strings", param="input")
+        raise OpenAIError(
+            400,
+            "'input' must be a string, an array of strings, or token ids (an array of "
+            "integers, or an array of such arrays)",
+            param="input",
+        )
     if not texts:
         raise OpenAIError(400, "'input' must not be empty", param="input")
     if len(texts) > _MAX_EMBEDDING_INPUTS:
@@ -604,19 +617,27 @@ def _embedding_texts(body: dict[str, Any]) -> list[str]:
             400, f"'input' may hold at most {_MAX_EMBEDDING_INPUTS} texts", param="input"
         )
     for index, text in enumerate(texts):
-        if not isinstance(text, str):
-            # Token arrays are tokens of OpenAI's tokenizers, not of this model's.
+        if not isinstance(text, str) and not _is_tokens(text):
             raise OpenAIError(
                 400,
-                f"input[{index}]: only text is supported, not token arrays; send the text",
+                f"input[{index}]: must be a string or an array of token ids (integers)",
                 param="input",
             )
         if not text:
             raise OpenAIError(400, f"input[{index}] is empty", param="input")
-    return cast(list[str], texts)
+    return cast(list[str | list[int]], texts)
 
 
-def _parse_embeddings(raw: bytes) -> tuple[str, list[str], str, int | None]:
+@dataclass(frozen=True)
+class _EmbeddingRequest:
+    model: str
+    texts: list[str | list[int]]
+    encoding: str
+    dimensions: int | None
+    truncate: bool
+
+
+def _parse_embeddings(raw: bytes) -> _EmbeddingRequest:
     data: Any = load_body(raw)
     if not isinstance(data, dict):
         raise OpenAIError(400, "the request body must be a JSON object")
@@ -641,7 +662,16 @@ def _parse_embeddings(raw: bytes) -> tuple[str, list[str], str, int | None]:
         isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1
     ):
         raise OpenAIError(400, "'dimensions' must be a positive integer", param="dimensions")
-    return model, _embedding_texts(body), cast(str, encoding), dimensions
+    user = body.get("user")
+    if user is not None and (not isinstance(user, str) or len(user) > 256):
+        # OpenAI's end-user id: nothing to record for an embedding, so only checked.
+        raise OpenAIError(400, "'user' must be a string of 256 or fewer", param="user")
+    truncate = body.get("truncate", False)
+    if not isinstance(truncate, bool):
+        raise OpenAIError(400, "'truncate' must be true or false", param="truncate")
+    return _EmbeddingRequest(
+        model, _embedding_texts(body), cast(str, encoding), dimensions, truncate
+    )
 
 
 def _encoded(vector: list[float], encoding: str) -> list[float] | str:
@@ -664,9 +694,10 @@ async def embeddings(request: Request, state: State) -> Response:
     """Answer OpenAI's embeddings shape; ``model`` is a catalog embedding model's code."""
     try:
         ph = await _facade(request, state)
-        model, texts, encoding, dimensions = _parse_embeddings(await request.body())
+        body = _parse_embeddings(await request.body())
+        model, encoding, dimensions = body.model, body.encoding, body.dimensions
         try:
-            result = await ph.knowledge.embed(model, texts)
+            result = await ph.knowledge.embed(model, body.texts, truncate=body.truncate)
         except PilothouseError as error:
             if error.category is ErrorCategory.NOT_FOUND:
                 raise OpenAIError(

@@ -227,6 +227,19 @@ class ToolIn(_Wire):
     function: FunctionDef
 
 
+class NamedFunction(_Wire):
+    """``tool_choice.function``: the tool the model must call."""
+
+    name: str = Field(min_length=1, max_length=64)
+
+
+class NamedToolChoice(_Wire):
+    """``tool_choice`` naming one function: the model must call it."""
+
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class JsonSchemaFormat(_Wire):
     """``response_format.json_schema``: the schema the answer must match."""
 
@@ -271,8 +284,8 @@ class ChatCompletionRequest(_Wire):
     n: StrictInt | None = Field(default=None, ge=1, le=1)
     user: str | None = Field(default=None, max_length=64)
     tools: list[ToolIn] | None = Field(default=None, max_length=128)
-    tool_choice: Literal["auto", "none"] | None = None
-    parallel_tool_calls: Literal[True] | None = None
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: StrictBool | None = None
     response_format: ResponseFormat | None = None
     input_data: dict[str, Any] | None = None
 
@@ -317,15 +330,12 @@ def parse_request(raw: bytes) -> ChatCompletionRequest:
         error = exc.errors(include_url=False)[0]
         param = _location(error["loc"])
         message = error["msg"]
-        if param == "tool_choice":
+        if param.startswith("tool_choice"):
             message = (
-                "only 'auto' and 'none' are supported: the action decides when its tools "
-                "are called ('required' and a named function are not honoured)"
+                "must be 'auto', 'none', 'required' or "
+                '{"type": "function", "function": {"name": "<one of tools>"}}'
             )
-        elif param == "parallel_tool_calls":
-            message = (
-                "parallel_tool_calls=false is not supported: the model may call tools in parallel"
-            )
+            param = "tool_choice"
         elif param == "n":
             message = "only n=1 is supported"
         raise OpenAIError(400, f"{param}: {message}", param=param) from None
@@ -534,6 +544,18 @@ def runtime_config(
             }
             for tool in request.tools
         ]
+        if request.parallel_tool_calls is False:
+            config["parallel_tool_calls"] = False
+        if request.tool_choice == "required":
+            config["tool_choice"] = "required"
+        elif isinstance(request.tool_choice, NamedToolChoice):
+            config["tool_choice"] = _named_choice(request, request.tool_choice.function.name)
+    elif request.tool_choice is not None and request.tool_choice not in ("auto", "none"):
+        raise OpenAIError(
+            400,
+            "tool_choice: a forced tool call needs tools; send the tools, or drop tool_choice",
+            param="tool_choice",
+        )
     output_schema = response_schema(request.response_format)
     if output_schema is not None:
         config["output_schema"] = output_schema
@@ -547,6 +569,17 @@ def runtime_config(
         if user_memory:
             config["user_id"] = request.user
     return config
+
+
+def _named_choice(request: ChatCompletionRequest, name: str) -> dict[str, Any]:
+    names = [tool.function.name for tool in request.tools or []]
+    if name not in names:
+        raise OpenAIError(
+            400,
+            f"tool_choice.function.name: '{name}' is not among the tools ({', '.join(names)})",
+            param="tool_choice.function.name",
+        )
+    return {"type": "function", "function": {"name": name}}
 
 
 def response_schema(response_format: ResponseFormat | None) -> dict[str, Any] | None:

@@ -175,6 +175,12 @@ const Playground = (() => {
             note.className = "turn-meta";
             note.textContent = "Tool call " + payload.name + " " + JSON.stringify(payload.arguments);
             answer.div.appendChild(note);
+          } else if (name === "tool_result") {
+            const note = document.createElement("p");
+            note.className = "turn-meta";
+            const result = payload.result.length > 300 ? payload.result.slice(0, 300) + "…" : payload.result;
+            note.textContent = "Tool result " + payload.name + ": " + result;
+            answer.div.appendChild(note);
           } else if (name === "finished") { finished = payload; }
           else if (name === "error") { failure = payload.detail; }
         }
