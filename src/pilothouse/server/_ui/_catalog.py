@@ -125,11 +125,15 @@ async def list_kind(request: Request, user: UiFacade, kind: KindName) -> HTMLRes
     )
 
 
+def _defaults(form: KindForm) -> dict[str, Any]:
+    """Each field's default, for the fields that have one worth showing."""
+    return {f.name: f.default for f in form.fields if f.default not in (None, [], {})}
+
+
 @router.get("/catalog/{kind}/new")
 async def new_entity(request: Request, user: UiFacade, kind: KindName) -> HTMLResponse:
     """An empty form, defaults filled in."""
-    form = user.ph.catalog.form(kind)
-    defaults = {f.name: f.default for f in form.fields if f.default not in (None, [], {})}
+    defaults = _defaults(user.ph.catalog.form(kind))
     return await _form_page(request, user, kind, key=None, document=defaults, version=None)
 
 
@@ -162,11 +166,15 @@ async def create_entity(request: Request, user: UiAdmin, kind: KindName) -> Resp
 
 @router.get("/catalog/{kind}/{key}")
 async def edit_entity(request: Request, user: UiFacade, kind: KindName, key: str) -> HTMLResponse:
-    """The entity's form, at the version read."""
+    """The entity's form, at the version read.
+
+    The stored document leaves out the fields at their default (``active:
+    true`` among them): they are filled in, so that a checkbox left alone is
+    saved as it was, not as an unticked box's false.
+    """
     entry = await user.ph.catalog.get(kind, key)
-    return await _form_page(
-        request, user, kind, key=key, document=entry.document, version=entry.version
-    )
+    document = {**_defaults(user.ph.catalog.form(kind)), **entry.document}
+    return await _form_page(request, user, kind, key=key, document=document, version=entry.version)
 
 
 @router.post("/catalog/{kind}/{key}")

@@ -121,7 +121,17 @@ def _exchanges(view: ConversationView) -> list[dict[str, Any]]:
     groups: list[dict[str, Any]] = []
     current: dict[str, Any] = {"prompt": None, "items": []}
     record: dict[str, Any] | None = None
+    shown_prompt: str | None = None
     for message in view.messages:
+        if message.role is MessageRole.SYSTEM and message.content == shown_prompt:
+            # The same system prompt recorded again (a fork's copy and its next turn, a
+            # restart, each ad-hoc run): shown once, until it changes.
+            invoked_again: Any = (message.data or {}).get("invoke")
+            if isinstance(invoked_again, dict):
+                record = cast("dict[str, Any]", invoked_again)
+            continue
+        if message.role is MessageRole.SYSTEM:
+            shown_prompt = message.content
         if message.role is MessageRole.USER:
             if current["prompt"] is not None or current["items"]:
                 groups.append(current)
@@ -297,6 +307,22 @@ async def _configuration(ph: Pilothouse, target: str) -> tuple[str | None, dict[
     return configuration, entry.document, entry.version
 
 
+async def _new_code(ph: Pilothouse, code: str | None) -> dict[str, Any]:
+    """What "Duplicate configuration" offers: the code's length limit and a free code."""
+    key_field = next(
+        f for f in ph.catalog.form("configurations").fields if f.name == "code"
+    )
+    length = key_field.max_length or 4
+    if not code:
+        return {"code_length": length, "suggestion": ""}
+    taken = {e.key for e in await ph.catalog.list_entries("configurations")}
+    for n in range(2, 100):
+        candidate = f"{code[: length - len(str(n))]}{n}"
+        if candidate not in taken:
+            return {"code_length": length, "suggestion": candidate}
+    return {"code_length": length, "suggestion": ""}
+
+
 @router.get("/ui/settings")
 async def settings(
     request: Request, user: UiFacade, target: Annotated[str, Query(max_length=80)] = ""
@@ -314,6 +340,7 @@ async def settings(
         user=user,
         notice=None,
         error=None,
+        **await _new_code(user.ph, code),
     )
 
 
@@ -368,6 +395,7 @@ async def update_configuration(request: Request, user: UiAdmin, code: str) -> HT
         notice=notice,
         error=error,
         status_code=409 if error and "changed by someone" in error else 200,
+        **await _new_code(user.ph, code_ or code),
     )
 
 
@@ -402,6 +430,8 @@ async def duplicate_configuration(request: Request, user: UiAdmin, code: str) ->
         user=user,
         notice=notice,
         error=error,
+        status_code=422 if error else 200,
+        **await _new_code(user.ph, code_ or code),
     )
 
 
