@@ -177,7 +177,10 @@ def test_saving_an_edit_keeps_every_field_the_user_did_not_touch(
             renamed = page.locator("#f-name")
             if renamed.count() and kind != "mcp_clients":
                 renamed.fill("Edited in the browser")
-            page.get_by_role("button", name="Save").click()
+            with page.expect_navigation():
+                page.get_by_role("button", name="Save").click()
+            refused = page.locator(".error-summary, .conflict")
+            assert not refused.count(), (kind, key, refused.first.inner_text())
             expect(page.get_by_role("status")).to_contain_text(f"{key} (version")
             after = api.get(f"/catalog/{kind}/{key}").json()
             for field in set(before) | set(after):

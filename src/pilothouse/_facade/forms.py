@@ -14,6 +14,7 @@ import json
 import types
 import typing
 from collections.abc import Mapping, Sequence
+from datetime import date, datetime
 from decimal import Decimal
 from enum import Enum
 from typing import Any, get_args, get_origin
@@ -79,6 +80,9 @@ def _widget(name: str, annotation: Any) -> tuple[str, tuple[str, ...]]:
         return "number", ()
     if annotation is str:
         return ("textarea" if any(w in name for w in _LONG_TEXT) else "text"), ()
+    if annotation in (date, datetime):
+        # Written as in YAML (2024-10-01): a text the importer parses, not a JSON value.
+        return "text", ()
     if get_origin(annotation) is list:
         (item,) = get_args(annotation) or (Any,)
         item, _ = _unwrapped(item)
