@@ -273,7 +273,7 @@ def test_round_trips_bare_model_import_fork_prompt_and_duplicate_code(
     upstream = served[1]
     page = _page(browser, served, DESKTOP)
     # A bare model's chat exports, and its export imports back.
-    upstream.script(Reply(body=completion("Apples are red.")))
+    upstream.script(Reply(events=text_stream("Apples ", "are red.")))
     page.goto(f"{base}/playground?target=model:UPM")
     page.get_by_label("Prompt", exact=True).fill("Name a fruit.")
     page.get_by_role("button", name="Send").click()
@@ -291,7 +291,7 @@ def test_round_trips_bare_model_import_fork_prompt_and_duplicate_code(
     expect(page.locator("#chat .meta").first).to_contain_text("bare model UPM")
 
     # A fork (edit and submit) shows the system prompt once.
-    upstream.script(Reply(body=completion("A blue shirt.")), Reply(body=completion("A red one.")))
+    upstream.script(Reply(events=text_stream("A blue shirt.")), Reply(events=text_stream("A red one.")))
     page.goto(f"{base}/playground?target=action:SHOP")
     page.get_by_label("Prompt", exact=True).fill("A shirt, please.")
     page.get_by_role("button", name="Send").click()

@@ -579,3 +579,44 @@ async def test_edit_prompt_with_template_loads_the_values_it_was_sent_with(
     # A prompt sent without template values offers the plain edit only.
     echo = await _conversation(client, scripted, ("plain", "ok"))
     assert "Edit prompt with template" not in (await client.get(f"/ui/conversations/{echo}")).text
+
+
+async def test_a_bare_models_chat_exports_and_imports_back(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    await _login(client, api_key)
+    scripted.script.steps.append(Reply("Apples are red."))
+    events = await _chat(client, target="model:SCRIPTEDM", text="Name a fruit.")
+    uuid = str(events[0][1]["uuid"])
+    exported = await client.get(f"/ui/conversations/{uuid}/export")
+    document = exported.json()
+    assert document["conversation"]["action_code"] == "INVOKE"
+    imported = await client.post(
+        "/ui/conversations/import",
+        files={"file": ("c.json", exported.content, "application/json")},
+    )
+    assert imported.status_code == 303, imported.text
+    page = await client.get(imported.headers["location"])
+    assert "Apples are red." in page.text, page.text
+    assert 'value="model:SCRIPTEDM" selected' in page.text
+    # The system prompt the run recorded is shown once.
+    assert page.text.count("<summary>System prompt</summary>") == 1
+
+
+async def test_a_fork_shows_its_system_prompt_once(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    await _login(client, api_key)
+    scripted.script.steps.extend([Reply("A blue shirt."), Reply("A red one.")])
+    events = await _chat(client, target="action:ECHO", text="A shirt, please.")
+    uuid = str(events[0][1]["uuid"])
+    page = await client.get("/playground", params={"c": uuid})
+    sequence = re.search(r'data-sequence="(\d+)"', page.text).group(1)  # type: ignore[union-attr]
+    edited = await client.post(
+        f"/ui/conversations/{uuid}/prompts/{sequence}", data={"op": "submit", "text": "A red shirt."}
+    )
+    fork = edited.json()["conversation"]
+    await _chat(client, conversation=fork, target="action:ECHO", text="A red shirt.")
+    page = await client.get("/playground", params={"c": fork})
+    assert "A red one." in page.text
+    assert page.text.count("<summary>System prompt</summary>") == 1

@@ -98,6 +98,14 @@ def _kept(
                 data=message.data,
             )
         )
+    if before is not None:
+        # A system prompt just before the cut was recorded for the prompt the fork
+        # replaces (it holds that prompt's input); the turn sent into the fork records
+        # its own, so a copy would show the fork two system prompts for one turn.
+        while kept and kept[-1].role is MessageRole.SYSTEM and not (kept[-1].data or {}).get(
+            "memory_cleared"
+        ):
+            kept.pop()
     return kept
 
 
