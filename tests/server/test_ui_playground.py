@@ -18,6 +18,7 @@ from server_helpers import parse_sse
 
 from pilothouse.server._state import ServerState
 from pilothouse.server._ui._base import plain_decimal
+from pilothouse.server._ui._trace import status_name
 from pilothouse.testing import Reply, ScriptedModel, ToolCall
 
 pytestmark = pytest.mark.anyio
@@ -245,7 +246,7 @@ def _line(result: dict[str, object]) -> str:
     cost = plain_decimal(result["cost"])
     return (
         f"This turn: {result['input_tokens']} in / {result['output_tokens']} out tokens"
-        f" · cost ${cost} · {result['status']}"
+        f" · cost ${cost} · {status_name(result['status'])}"
     )
 
 
@@ -620,3 +621,20 @@ async def test_a_fork_shows_its_system_prompt_once(
     page = await client.get("/playground", params={"c": fork})
     assert "A red one." in page.text
     assert page.text.count("<summary>System prompt</summary>") == 1
+
+
+async def test_each_prompt_shows_its_run_trace_in_words(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    await _login(client, api_key)
+    scripted.script.steps.append(Reply("Traced."))
+    events = await _chat(client, target="action:ECHO", text="Trace me")
+    uuid = str(events[0][1]["uuid"])
+    chat = (await client.get(f"/ui/conversations/{uuid}")).text
+    trace = re.search(r'<details class="trace">(.*?)</details>', chat, re.S)
+    assert trace is not None, chat
+    steps = re.sub(r"<[^>]+>", " ", trace.group(1))
+    assert "not started → running" in steps and "running → completed" in steps
+    assert "model call" in steps and "model answer" in steps and " ms" in steps
+    assert "out tokens" in steps and "{" not in steps  # words, not JSON
+    assert _turn_lines(chat)[-1].endswith(" · completed")

@@ -24,6 +24,7 @@ from pilothouse.errors import (
     StaleVersionError,
 )
 from pilothouse.server._ui._base import UiAdmin, UiFacade, render
+from pilothouse.server._ui._trace import attach_traces
 from pilothouse.types import (
     ConversationSummary,
     ConversationView,
@@ -170,10 +171,12 @@ def _returned(view: ConversationView) -> list[Any]:
 async def _chat_context(ph: Pilothouse, uuid: str) -> dict[str, Any]:
     view = await ph.query.get_transcript(uuid)
     summary = await ph.history.get(uuid)
+    exchanges = _exchanges(view)
+    attach_traces(view, exchanges)
     return {
         "view": view,
         "summary": summary,
-        "exchanges": _exchanges(view),
+        "exchanges": exchanges,
         "returned": _returned(view),
         "target": target_of(view),
     }

@@ -18,6 +18,11 @@ const Playground = (() => {
     window.history.replaceState(null, "", url);
   }
 
+  // Conversation statuses as words, as the server's "status_name" filter writes them.
+  const STATUS = { NS: "not started", RU: "running", CO: "completed", FA: "failed", TE: "terminated",
+    KI: "killed", ST: "stuck", WA: "waiting", PA: "paused" };
+  function statusName(code) { return STATUS[code] || code; }
+
   function status(text) { $("#stream-status").textContent = text; }
 
   function options() {
@@ -212,7 +217,7 @@ const Playground = (() => {
       // message it wrote). A turn that wrote no message (a failure before any answer) has no
       // record of its own: its line is shown from the result, in the same words.
       const line = "This turn: " + finished.input_tokens + " in / " + finished.output_tokens +
-        " out tokens · cost $" + plainDecimal(String(finished.cost)) + " · " + finished.status;
+        " out tokens · cost $" + plainDecimal(String(finished.cost)) + " · " + statusName(finished.status);
       // The line the result gave (read by the browser test, which compares it after a reload).
       document.body.dataset.lastTurn = line;
       const shown = document.querySelectorAll("#chat .turn-cost");
