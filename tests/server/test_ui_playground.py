@@ -638,3 +638,25 @@ async def test_each_prompt_shows_its_run_trace_in_words(
     assert "model call" in steps and "model answer" in steps and " ms" in steps
     assert "out tokens" in steps and "{" not in steps  # words, not JSON
     assert _turn_lines(chat)[-1].endswith(" · completed")
+
+
+async def test_view_code_gives_the_same_call_from_a_program(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    import html
+
+    await _login(client, api_key)
+    scripted.script.steps.extend([Reply("Coded."), Reply("Bare.")])
+    events = await _chat(client, target="action:ECHO", text="It's <code>")
+    chat = html.unescape((await client.get(f"/ui/conversations/{events[0][1]['uuid']}")).text)
+    assert "<summary>View code</summary>" in chat
+    assert "curl -s http://testserver/v1/conversations" in chat
+    assert """-d '{"text": "It'\\''s <code>"}'""" in chat  # the shell quote survives
+    assert "ph.command.start_conversation(\n        action='ECHO'" in chat
+    assert "model='action:ECHO'" in chat and "os.environ['PILOTHOUSE_KEY']" in chat
+    assert '"agentName": "playground"' in chat
+    assert api_key not in chat  # the key is never written out
+    events = await _chat(client, target="model:SCRIPTEDM", text="Hi")
+    chat = html.unescape((await client.get(f"/ui/conversations/{events[0][1]['uuid']}")).text)
+    assert "curl http://testserver/v1/invoke" in chat and "AdHocRun(name='playground'" in chat
+    assert '"model": "SCRIPTEDM"' in chat

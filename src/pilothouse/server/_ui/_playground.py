@@ -24,6 +24,7 @@ from pilothouse.errors import (
     StaleVersionError,
 )
 from pilothouse.server._ui._base import UiAdmin, UiFacade, render
+from pilothouse.server._ui._code import code_samples
 from pilothouse.server._ui._trace import attach_traces
 from pilothouse.types import (
     ConversationSummary,
@@ -168,11 +169,38 @@ def _returned(view: ConversationView) -> list[Any]:
     return [c for c in view.tool_calls if c.status is ToolCallStatus.RETURNED]
 
 
-async def _chat_context(ph: Pilothouse, uuid: str) -> dict[str, Any]:
+async def _attach_code(ph: Pilothouse, base_url: str, target: str, groups: list[dict[str, Any]]) -> None:
+    """Give each prompt its "View code" samples (the same call from a program)."""
+    action = model = None
+    if not target.startswith("model:"):
+        found = await ph.query.find_target(target)
+        if found is not None:
+            action = found.action_code
+            try:
+                model = str((await ph.catalog.get("actions", action)).document.get("model") or "")
+            except NotFoundError:
+                model = None
+    for group in groups:
+        prompt: MessageView | None = group.get("prompt")
+        if prompt is None:
+            continue
+        values: Any = (prompt.data or {}).get("input_data")
+        group["code"] = code_samples(
+            base_url,
+            target,
+            prompt.content,
+            cast("dict[str, Any]", values) if isinstance(values, dict) else None,
+            action=action,
+            model=model or None,
+        )
+
+
+async def _chat_context(ph: Pilothouse, uuid: str, base_url: str) -> dict[str, Any]:
     view = await ph.query.get_transcript(uuid)
     summary = await ph.history.get(uuid)
     exchanges = _exchanges(view)
     attach_traces(view, exchanges)
+    await _attach_code(ph, base_url, target_of(view), exchanges)
     return {
         "view": view,
         "summary": summary,
@@ -195,7 +223,7 @@ async def playground(
     chat: dict[str, Any] = {}
     if c:
         try:
-            chat = await _chat_context(ph, c)
+            chat = await _chat_context(ph, c, str(request.base_url))
         except NotFoundError:
             chat = {}
     collections = await _collections(ph)
@@ -231,7 +259,7 @@ async def conversation_list(
 @router.get("/ui/conversations/{uuid}")
 async def chat_fragment(request: Request, user: UiFacade, uuid: str) -> HTMLResponse:
     """One conversation's messages, questions and returned tool calls (a fragment)."""
-    return render(request, "_chat.html", **await _chat_context(user.ph, uuid))
+    return render(request, "_chat.html", **await _chat_context(user.ph, uuid, str(request.base_url)))
 
 
 @router.post("/ui/conversations/{uuid}/rename")
