@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from fault_upstream import Reply, Upstream, completion, running_upstream, text_stream
+from fault_upstream import Reply, Upstream, running_upstream, text_stream
 from live_serve import LiveServer, live_serve
 
 pytestmark = pytest.mark.real
@@ -78,7 +78,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
     try:
         with running_upstream() as upstream:
             folder = tmp_path_factory.mktemp("ui")
-            with live_serve(folder, CATALOG.format(upstream=upstream.base_url), admin=True) as server:
+            with live_serve(
+                folder, CATALOG.format(upstream=upstream.base_url), admin=True
+            ) as server:
                 yield server, upstream
     finally:
         del os.environ["UI_UP_KEY"]
@@ -162,9 +164,7 @@ def test_saving_an_edit_keeps_every_field_the_user_did_not_touch(
     edited = 0
     with _api(served) as api:
         page.goto(f"{base}/catalog/actions")
-        links = page.locator(".kinds a").evaluate_all(
-            "els => els.map(e => e.getAttribute('href'))"
-        )
+        links = page.locator(".kinds a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
         for href in links:
             kind = href.rsplit("/", 1)[1]
             items = api.get(f"/catalog/{kind}").json()["items"]
@@ -230,9 +230,7 @@ def test_refusals_are_shown_where_the_action_happened(
         assert changed.status_code == 200, changed.text
     page.get_by_label("Temperature value").fill("0.9")
     page.get_by_role("button", name="Update configuration").click()
-    expect(page.locator("#settings-panel [role=alert]")).to_contain_text(
-        "changed by someone else"
-    )
+    expect(page.locator("#settings-panel [role=alert]")).to_contain_text("changed by someone else")
     _axe(page)
     page.context.close()
 
@@ -291,7 +289,9 @@ def test_round_trips_bare_model_import_fork_prompt_and_duplicate_code(
     expect(page.locator("#chat .meta").first).to_contain_text("bare model UPM")
 
     # A fork (edit and submit) shows the system prompt once.
-    upstream.script(Reply(events=text_stream("A blue shirt.")), Reply(events=text_stream("A red one.")))
+    upstream.script(
+        Reply(events=text_stream("A blue shirt.")), Reply(events=text_stream("A red one."))
+    )
     page.goto(f"{base}/playground?target=action:SHOP")
     page.get_by_label("Prompt", exact=True).fill("A shirt, please.")
     page.get_by_role("button", name="Send").click()
@@ -327,7 +327,9 @@ def test_both_api_docs_pages_render_with_no_network(
     page.goto(f"{base}/docs")
     expect(page.locator(".swagger-ui .info .title")).to_contain_text("pilothouse")
     page.goto(f"{base}/redoc")
-    expect(page.get_by_text("Ingest documents: files (multipart), URLs or texts").first).to_be_attached()
+    expect(
+        page.get_by_text("Ingest documents: files (multipart), URLs or texts").first
+    ).to_be_attached()
     assert "Invalid reference token" not in page.locator("body").inner_text()
     page.context.close()
 
@@ -350,8 +352,10 @@ def test_a_missing_page_is_an_html_page_for_a_browser(
         page.context.close()
     # The REST API still answers problem+json.
     with _api(served) as api:
-        assert api.get("/catalog/actions/NOPE").headers["content-type"].startswith(
-            "application/problem+json"
+        assert (
+            api.get("/catalog/actions/NOPE")
+            .headers["content-type"]
+            .startswith("application/problem+json")
         )
 
 
@@ -428,4 +432,42 @@ def test_the_pages_at_desktop_width_pass_axe(
                  "/catalog/configurations/new"):  # fmt: skip
         page.goto(f"{base}{path}")
         _axe(page)
+    page.context.close()
+
+
+def test_each_prompt_has_a_readable_run_trace_and_its_code(
+    served: tuple[LiveServer, Upstream], browser: Browser
+) -> None:
+    from playwright.sync_api import expect
+
+    base = _base(served)
+    shots = _shots()
+    upstream = served[1]
+    upstream.script(Reply(events=text_stream("Linen ", "is cool.")))
+    page = _page(browser, served, DESKTOP)
+    page.goto(f"{base}/playground?target=action:SHOP")
+    page.get_by_label("Prompt", exact=True).fill("Which fabric for summer?")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("body")).to_have_attribute("data-turns", "1")
+    expect(page.locator(".turn-cost")).to_contain_text(" · completed")
+    uuid = page.url.split("c=")[1]
+    for viewport in (DESKTOP, PHONE):
+        page.set_viewport_size(viewport)
+        page.goto(f"{base}/playground?c={uuid}")
+        page.get_by_text("Run trace").click()
+        steps = page.locator(".trace-steps")
+        expect(steps).to_contain_text("not started → running")
+        expect(steps).to_contain_text("model call")
+        expect(steps).to_contain_text("out tokens in")
+        expect(steps).to_contain_text("running → completed")
+        page.get_by_text("View code").click()
+        code = page.locator("details.view-code")
+        expect(code).to_contain_text("/v1/conversations/$UUID/messages")
+        expect(code).to_contain_text("model='action:SHOP'")
+        expect(code).to_contain_text('"model": "UPM"')
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        _axe(page)
+        if shots and viewport is DESKTOP:
+            page.locator(".trace-steps").scroll_into_view_if_needed()
+            page.screenshot(path=str(shots / "playground-trace-1280x800.png"))
     page.context.close()

@@ -614,7 +614,8 @@ async def test_a_fork_shows_its_system_prompt_once(
     page = await client.get("/playground", params={"c": uuid})
     sequence = re.search(r'data-sequence="(\d+)"', page.text).group(1)  # type: ignore[union-attr]
     edited = await client.post(
-        f"/ui/conversations/{uuid}/prompts/{sequence}", data={"op": "submit", "text": "A red shirt."}
+        f"/ui/conversations/{uuid}/prompts/{sequence}",
+        data={"op": "submit", "text": "A red shirt."},
     )
     fork = edited.json()["conversation"]
     await _chat(client, conversation=fork, target="action:ECHO", text="A red shirt.")

@@ -102,8 +102,10 @@ def _kept(
         # A system prompt just before the cut was recorded for the prompt the fork
         # replaces (it holds that prompt's input); the turn sent into the fork records
         # its own, so a copy would show the fork two system prompts for one turn.
-        while kept and kept[-1].role is MessageRole.SYSTEM and not (kept[-1].data or {}).get(
-            "memory_cleared"
+        while (
+            kept
+            and kept[-1].role is MessageRole.SYSTEM
+            and not (kept[-1].data or {}).get("memory_cleared")
         ):
             kept.pop()
     return kept
@@ -372,7 +374,8 @@ class HistoryApi(Facet):
         adhoc = action == ADHOC_ACTION
         if adhoc and agent is not None:
             raise InvalidFieldError(
-                "conversation.agent_code", f"must be null for an ad-hoc run's conversation ({action})"
+                "conversation.agent_code",
+                f"must be null for an ad-hoc run's conversation ({action})",
             )
         if not isinstance(raw_messages, list):
             raise InvalidFieldError("conversation.messages", "must be a list")

@@ -169,7 +169,9 @@ def _returned(view: ConversationView) -> list[Any]:
     return [c for c in view.tool_calls if c.status is ToolCallStatus.RETURNED]
 
 
-async def _attach_code(ph: Pilothouse, base_url: str, target: str, groups: list[dict[str, Any]]) -> None:
+async def _attach_code(
+    ph: Pilothouse, base_url: str, target: str, groups: list[dict[str, Any]]
+) -> None:
     """Give each prompt its "View code" samples (the same call from a program)."""
     action = model = None
     if not target.startswith("model:"):
@@ -259,7 +261,9 @@ async def conversation_list(
 @router.get("/ui/conversations/{uuid}")
 async def chat_fragment(request: Request, user: UiFacade, uuid: str) -> HTMLResponse:
     """One conversation's messages, questions and returned tool calls (a fragment)."""
-    return render(request, "_chat.html", **await _chat_context(user.ph, uuid, str(request.base_url)))
+    return render(
+        request, "_chat.html", **await _chat_context(user.ph, uuid, str(request.base_url))
+    )
 
 
 @router.post("/ui/conversations/{uuid}/rename")
@@ -340,9 +344,7 @@ async def _configuration(ph: Pilothouse, target: str) -> tuple[str | None, dict[
 
 async def _new_code(ph: Pilothouse, code: str | None) -> dict[str, Any]:
     """What "Duplicate configuration" offers: the code's length limit and a free code."""
-    key_field = next(
-        f for f in ph.catalog.form("configurations").fields if f.name == "code"
-    )
+    key_field = next(f for f in ph.catalog.form("configurations").fields if f.name == "code")
     length = key_field.max_length or 4
     if not code:
         return {"code_length": length, "suggestion": ""}

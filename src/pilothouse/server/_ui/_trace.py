@@ -44,76 +44,93 @@ def _ms(start: datetime, end: datetime | None) -> str:
     return f"{(end - start).total_seconds() * 1000:.0f} ms"
 
 
+def _request(data: dict[str, Any], items: list[str]) -> dict[str, Any]:
+    text = (
+        f"prompt of {data.get('messages')} messages sent to {data.get('provider')} / "
+        f"{data.get('model')}{' (streamed)' if data.get('stream') else ''}"
+        f"{', attempt ' + str(data.get('attempt')) if data.get('attempt') else ''}"
+    )
+    if data.get("options"):
+        items.append(f"options: {_pairs(data['options'])}")
+    return {"label": "model call", "text": text, "items": items}
+
+
+def _response(data: dict[str, Any], items: list[str]) -> dict[str, Any]:
+    if data.get("cache") == "hit":
+        return {"label": "model answer", "text": "from the cache", "items": items}
+    if "advisors" in data:
+        return {"label": "advisors", "text": _compact(data["advisors"]), "items": items}
+    text = (
+        f"{data.get('model')}: {data.get('input_tokens')} in / {data.get('output_tokens')} "
+        f"out tokens in {data.get('ms')} ms"
+    )
+    if data.get("finish_reason"):
+        text += f", finished: {data['finish_reason']}"
+    if data.get("interrupted"):
+        text += " (interrupted)"
+    if data.get("usage_estimated"):
+        items.append("token counts estimated (the provider sent none)")
+    return {"label": "model answer", "text": text, "items": items}
+
+
+def _retrieval(data: dict[str, Any], items: list[str]) -> dict[str, Any]:
+    text = f"{data.get('hits')} hits ({str(data.get('status', '')).replace('_', ' ')})"
+    searches: Any = data.get("searches") or []
+    for search in cast("list[dict[str, Any]]", searches):
+        hits: Any = search.get("hits") or []
+        for hit in cast("list[dict[str, Any]]", hits):
+            items.append(
+                f"[{hit.get('n')}] {hit.get('source')} · {search.get('collection')} · "
+                f"similarity {hit.get('similarity')} · score {hit.get('score')}"
+            )
+    if data.get("detail"):
+        items.append(str(data["detail"]))
+    return {"label": "retrieval", "text": text, "items": items}
+
+
+def _tool(data: dict[str, Any], items: list[str], calls: dict[str, Any]) -> dict[str, Any]:
+    call = calls.get(str(data.get("call_id")))
+    text = f"{data.get('tool')}"
+    if data.get("status"):
+        text += f": {data['status']}"
+    if call is not None:
+        text += f" ({call.status.value}, {_ms(call.created_at, call.finished_at)})"
+        items.append(f"arguments: {_compact(call.arguments)}")
+        if call.result is not None:
+            items.append(f"result: {_compact(call.result)}")
+    return {"label": "tool call", "text": text, "items": items}
+
+
+def _sentence(kind: TimelineKind, data: dict[str, Any]) -> tuple[str, str]:
+    """The label and sentence of the events that need no detail lines."""
+    if kind is TimelineKind.STATUS_CHANGE:
+        return "status", f"{status_name(data.get('from'))} → {status_name(data.get('to'))}"
+    if kind is TimelineKind.RETRY:
+        return "retry", f"attempt {data.get('attempt')} after {data.get('delay')} s"
+    if kind is TimelineKind.HUMAN_ANSWER:
+        return "answer", _pairs(data.get("answers"))
+    if kind is TimelineKind.ERROR:
+        return "error", _compact(data.get("detail") or data.get("output_errors") or data)
+    if kind is TimelineKind.CANCEL:
+        return "cancel", f"stopped; {data.get('partial_chars', 0)} characters of the answer kept"
+    if kind is TimelineKind.RENAME:
+        return "rename", f"titled “{data.get('title')}”"
+    return kind.value.replace("_", " "), _pairs(data)
+
+
 def _step(kind: TimelineKind, data: dict[str, Any], calls: dict[str, Any]) -> dict[str, Any]:
     """One timeline event as a trace step: a label, a sentence, and detail lines."""
     items: list[str] = []
-    if kind is TimelineKind.STATUS_CHANGE:
-        text = f"{status_name(data.get('from'))} → {status_name(data.get('to'))}"
-        return {"label": "status", "text": text, "items": items}
     if kind is TimelineKind.REQUEST:
-        text = (
-            f"prompt of {data.get('messages')} messages sent to {data.get('provider')} / "
-            f"{data.get('model')}{' (streamed)' if data.get('stream') else ''}"
-            f"{', attempt ' + str(data.get('attempt')) if data.get('attempt') else ''}"
-        )
-        options: Any = data.get("options")
-        if options:
-            items.append(f"options: {_pairs(options)}")
-        return {"label": "model call", "text": text, "items": items}
+        return _request(data, items)
     if kind is TimelineKind.RESPONSE:
-        if data.get("cache") == "hit":
-            return {"label": "model answer", "text": "from the cache", "items": items}
-        if "advisors" in data:
-            return {"label": "advisors", "text": _compact(data["advisors"]), "items": items}
-        text = (
-            f"{data.get('model')}: {data.get('input_tokens')} in / {data.get('output_tokens')} "
-            f"out tokens in {data.get('ms')} ms"
-        )
-        if data.get("finish_reason"):
-            text += f", finished: {data['finish_reason']}"
-        if data.get("interrupted"):
-            text += " (interrupted)"
-        if data.get("usage_estimated"):
-            items.append("token counts estimated (the provider sent none)")
-        return {"label": "model answer", "text": text, "items": items}
-    if kind is TimelineKind.RETRY:
-        text = f"attempt {data.get('attempt')} after {data.get('delay')} s"
-        return {"label": "retry", "text": text, "items": items}
+        return _response(data, items)
     if kind is TimelineKind.RETRIEVAL:
-        text = f"{data.get('hits')} hits ({str(data.get('status', '')).replace('_', ' ')})"
-        searches: Any = data.get("searches") or []
-        for search in cast("list[dict[str, Any]]", searches):
-            hits: Any = search.get("hits") or []
-            for hit in cast("list[dict[str, Any]]", hits):
-                items.append(
-                    f"[{hit.get('n')}] {hit.get('source')} · {search.get('collection')} · "
-                    f"similarity {hit.get('similarity')} · score {hit.get('score')}"
-                )
-        if data.get("detail"):
-            items.append(str(data["detail"]))
-        return {"label": "retrieval", "text": text, "items": items}
+        return _retrieval(data, items)
     if kind is TimelineKind.TOOL_EXECUTION:
-        call = calls.get(str(data.get("call_id")))
-        text = f"{data.get('tool')}"
-        if data.get("status"):
-            text += f": {data['status']}"
-        if call is not None:
-            text += f" ({call.status.value}, {_ms(call.created_at, call.finished_at)})"
-            items.append(f"arguments: {_compact(call.arguments)}")
-            if call.result is not None:
-                items.append(f"result: {_compact(call.result)}")
-        return {"label": "tool call", "text": text, "items": items}
-    if kind is TimelineKind.HUMAN_ANSWER:
-        return {"label": "answer", "text": _pairs(data.get("answers")), "items": items}
-    if kind is TimelineKind.ERROR:
-        detail = data.get("detail") or data.get("output_errors") or data
-        return {"label": "error", "text": _compact(detail), "items": items}
-    if kind is TimelineKind.CANCEL:
-        text = f"stopped; {data.get('partial_chars', 0)} characters of the answer kept"
-        return {"label": "cancel", "text": text, "items": items}
-    if kind is TimelineKind.RENAME:
-        return {"label": "rename", "text": f"titled “{data.get('title')}”", "items": items}
-    return {"label": kind.value.replace("_", " "), "text": _pairs(data), "items": items}
+        return _tool(data, items, calls)
+    label, text = _sentence(kind, data)
+    return {"label": label, "text": text, "items": items}
 
 
 def attach_traces(view: ConversationView, groups: list[dict[str, Any]]) -> None:
