@@ -350,7 +350,10 @@ def test_a_whole_playground_session_in_chromium(
         expect(small.locator("#conversation-list")).to_be_visible()
         fits = "document.documentElement.scrollWidth <= window.innerWidth"
         assert small.evaluate(fits)  # nothing wider than the phone's screen
-        # The settings panel opens below the chat: its tab takes the focus (and scrolls there).
+        # The panels are drawers over the chat: this one closes, then Settings opens and
+        # its tab takes the focus.
+        small.locator("#conversations-nav").get_by_role("button", name="Close").click()
+        expect(small.locator("#conversation-list")).to_be_hidden()
         small.get_by_role("button", name="Settings", exact=True).click()
         expect(small.get_by_role("tab", name="Settings")).to_be_focused()
         expect(small.get_by_label("Max tokens value")).to_be_visible()
