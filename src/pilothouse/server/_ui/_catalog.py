@@ -34,6 +34,40 @@ KINDS: tuple[str, ...] = get_args(KindName)
 """Every catalog kind, in dependency order (as the importer reads them)."""
 
 
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Models and providers", ("providers", "models", "configurations")),
+    (
+        "Agents and prompts",
+        (
+            "action_types",
+            "actions",
+            "agent_types",
+            "agents",
+            "persona_types",
+            "personas",
+            "skill_types",
+            "skills",
+        ),
+    ),  # fmt: skip
+    (
+        "Tools",
+        ("tool_types", "tools", "mcp_client_types", "mcp_clients", "advisor_types", "advisors"),
+    ),
+    (
+        "Knowledge and memory",
+        (
+            "vector_store_types",
+            "vector_stores",
+            "document_collections",
+            "memory_strategy_types",
+            "memory_strategies",
+        ),
+    ),  # fmt: skip
+    ("Administration", ("applications",)),
+)
+"""The catalog's navigation: the kinds grouped by what they are for."""
+
+
 def _label(kind: str) -> str:
     return kind.replace("_", " ").capitalize()
 
@@ -78,6 +112,7 @@ async def _form_page(
         status_code=status_code,
         user=user,
         kinds=KINDS,
+        groups=GROUPS,
         kind=kind,
         label=_label(kind),
         form=form,
@@ -117,6 +152,7 @@ async def list_kind(request: Request, user: UiFacade, kind: KindName) -> HTMLRes
         "catalog_list.html",
         user=user,
         kinds=KINDS,
+        groups=GROUPS,
         kind=kind,
         label=_label(kind),
         form=form,
@@ -237,6 +273,7 @@ async def delete_entity(request: Request, user: UiAdmin, kind: KindName, key: st
             status_code=409 if isinstance(exc, ConflictError) else 404,
             user=user,
             kinds=KINDS,
+            groups=GROUPS,
             kind=kind,
             label=_label(kind),
             form=user.ph.catalog.form(kind),
