@@ -426,6 +426,9 @@ class FormField:
         target: the kind a reference names (plural, e.g. ``models``).
         default: the value the importer uses when the field is left out.
         description: help text.
+        max_length: the longest text the importer accepts, if limited.
+        minimum: the smallest number it accepts (inclusive), if limited.
+        maximum: the largest number it accepts (inclusive), if limited.
     """
 
     name: str
@@ -436,6 +439,9 @@ class FormField:
     target: str | None
     default: Any
     description: str
+    max_length: int | None = None
+    minimum: float | None = None
+    maximum: float | None = None
 
 
 @dataclass(frozen=True)

@@ -164,11 +164,11 @@ def test_a_whole_playground_session_in_chromium(
         expect(page.locator("body")).to_have_attribute("data-turns", "1")
         cost = page.locator(".turn-cost")
         expect(cost).to_contain_text("out tokens")
-        expect(cost).to_contain_text("CO")
+        expect(cost).to_contain_text("completed")
         assert int(page.locator("body").get_attribute("data-last-deltas") or 0) >= 2
         # After a reload the turn's line comes from its record, in the live chat's words.
         live = page.locator("body").get_attribute("data-last-turn") or ""
-        assert live.startswith("This turn: ") and live.endswith(" · CO"), live
+        assert live.startswith("This turn: ") and live.endswith(" · completed"), live
         page.reload()
         expect(page.locator(".turn-cost")).to_have_text([live])
         expect(page.locator("#chat-title")).to_have_text("Name one color of the sky.")
@@ -197,7 +197,7 @@ def test_a_whole_playground_session_in_chromium(
         page.get_by_role("button", name="Submit", exact=True).click()
         # The first turn since the reload above (the counter is the page's).
         expect(page.locator("body")).to_have_attribute("data-turns", "1")
-        expect(page.locator(".turn-cost").last).to_contain_text("CO")
+        expect(page.locator(".turn-cost").last).to_contain_text("completed")
         expect(page.locator(".bubble.user .text").first).to_have_text("Name one color of grass.")
         edited = page.url.split("c=")[1]
         assert edited != first
@@ -242,8 +242,8 @@ def test_a_whole_playground_session_in_chromium(
         page.reload()
         turns = page.locator(".turn-cost")
         expect(turns).to_have_count(2)
-        expect(turns.first).to_contain_text(" · WA")
-        expect(turns.last).to_contain_text(" · CO")
+        expect(turns.first).to_contain_text(" · waiting")
+        expect(turns.last).to_contain_text(" · completed")
         for line in turns.all_inner_texts():
             assert "cost $0 " not in line and re.search(r"cost \$0\.0*[1-9]", line), line
 
@@ -274,7 +274,7 @@ def test_a_whole_playground_session_in_chromium(
         expect(page.locator("#chat-title")).to_have_text("Name one fruit.")
         expect(page.locator("#chat .meta").first).to_contain_text("bare model SMOLLM2")
         live = page.locator("body").get_attribute("data-last-turn") or ""
-        assert live.endswith(" · CO"), live
+        assert live.endswith(" · completed"), live
         if shots:
             page.screenshot(path=str(shots / "playground-bare-model-1280x800.png"))
         # The list and the chat were swapped in by htmx after the turn: every menu is closed.
@@ -350,7 +350,10 @@ def test_a_whole_playground_session_in_chromium(
         expect(small.locator("#conversation-list")).to_be_visible()
         fits = "document.documentElement.scrollWidth <= window.innerWidth"
         assert small.evaluate(fits)  # nothing wider than the phone's screen
-        # The settings panel opens below the chat: its tab takes the focus (and scrolls there).
+        # The panels are drawers over the chat: this one closes, then Settings opens and
+        # its tab takes the focus.
+        small.locator("#conversations-nav").get_by_role("button", name="Close").click()
+        expect(small.locator("#conversation-list")).to_be_hidden()
         small.get_by_role("button", name="Settings", exact=True).click()
         expect(small.get_by_role("tab", name="Settings")).to_be_focused()
         expect(small.get_by_label("Max tokens value")).to_be_visible()

@@ -427,6 +427,9 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("POST", "/ui/conversations/{uuid}/tool-results"): _each_uuid(
         lambda u: [_ui_form(f"/ui/conversations/{u}/tool-results", call_id="c1", result="1")]
     ),
+    ("POST", "/ui/conversations/{uuid}/cancel"): _each_uuid(
+        lambda u: [_ui_form(f"/ui/conversations/{u}/cancel")]
+    ),
     # Browser UI: the catalog
     ("GET", "/catalog"): lambda w: [Call("GET", "/catalog", ui=True)],
     ("GET", "/catalog/{kind}"): lambda w: [Call("GET", f"/catalog/{k}", ui=True) for k in KINDS],

@@ -137,3 +137,10 @@ async def test_catalog_writes_need_an_admin_key(client: httpx.AsyncClient, api_k
     assert "Read-only" in form.text
     refused = await client.post("/catalog/personas/new", data={"code": "X", "prompt": "x"})
     assert refused.status_code == 403
+
+
+def test_the_catalog_navigation_groups_every_kind_once() -> None:
+    from pilothouse.server._ui._catalog import GROUPS, KINDS
+
+    grouped = [kind for _, members in GROUPS for kind in members]
+    assert sorted(grouped) == sorted(KINDS) and len(grouped) == len(set(grouped)) == 23

@@ -18,6 +18,7 @@ from server_helpers import parse_sse
 
 from pilothouse.server._state import ServerState
 from pilothouse.server._ui._base import plain_decimal
+from pilothouse.server._ui._trace import status_name
 from pilothouse.testing import Reply, ScriptedModel, ToolCall
 
 pytestmark = pytest.mark.anyio
@@ -245,7 +246,7 @@ def _line(result: dict[str, object]) -> str:
     cost = plain_decimal(result["cost"])
     return (
         f"This turn: {result['input_tokens']} in / {result['output_tokens']} out tokens"
-        f" · cost ${cost} · {result['status']}"
+        f" · cost ${cost} · {status_name(result['status'])}"
     )
 
 
@@ -579,3 +580,84 @@ async def test_edit_prompt_with_template_loads_the_values_it_was_sent_with(
     # A prompt sent without template values offers the plain edit only.
     echo = await _conversation(client, scripted, ("plain", "ok"))
     assert "Edit prompt with template" not in (await client.get(f"/ui/conversations/{echo}")).text
+
+
+async def test_a_bare_models_chat_exports_and_imports_back(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    await _login(client, api_key)
+    scripted.script.steps.append(Reply("Apples are red."))
+    events = await _chat(client, target="model:SCRIPTEDM", text="Name a fruit.")
+    uuid = str(events[0][1]["uuid"])
+    exported = await client.get(f"/ui/conversations/{uuid}/export")
+    document = exported.json()
+    assert document["conversation"]["action_code"] == "INVOKE"
+    imported = await client.post(
+        "/ui/conversations/import",
+        files={"file": ("c.json", exported.content, "application/json")},
+    )
+    assert imported.status_code == 303, imported.text
+    page = await client.get(imported.headers["location"])
+    assert "Apples are red." in page.text, page.text
+    assert 'value="model:SCRIPTEDM" selected' in page.text
+    # The system prompt the run recorded is shown once.
+    assert page.text.count("<summary>System prompt</summary>") == 1
+
+
+async def test_a_fork_shows_its_system_prompt_once(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    await _login(client, api_key)
+    scripted.script.steps.extend([Reply("A blue shirt."), Reply("A red one.")])
+    events = await _chat(client, target="action:ECHO", text="A shirt, please.")
+    uuid = str(events[0][1]["uuid"])
+    page = await client.get("/playground", params={"c": uuid})
+    sequence = re.search(r'data-sequence="(\d+)"', page.text).group(1)  # type: ignore[union-attr]
+    edited = await client.post(
+        f"/ui/conversations/{uuid}/prompts/{sequence}",
+        data={"op": "submit", "text": "A red shirt."},
+    )
+    fork = edited.json()["conversation"]
+    await _chat(client, conversation=fork, target="action:ECHO", text="A red shirt.")
+    page = await client.get("/playground", params={"c": fork})
+    assert "A red one." in page.text
+    assert page.text.count("<summary>System prompt</summary>") == 1
+
+
+async def test_each_prompt_shows_its_run_trace_in_words(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    await _login(client, api_key)
+    scripted.script.steps.append(Reply("Traced."))
+    events = await _chat(client, target="action:ECHO", text="Trace me")
+    uuid = str(events[0][1]["uuid"])
+    chat = (await client.get(f"/ui/conversations/{uuid}")).text
+    trace = re.search(r'<details class="trace">(.*?)</details>', chat, re.S)
+    assert trace is not None, chat
+    steps = re.sub(r"<[^>]+>", " ", trace.group(1))
+    assert "not started → running" in steps and "running → completed" in steps
+    assert "model call" in steps and "model answer" in steps and " ms" in steps
+    assert "out tokens" in steps and "{" not in steps  # words, not JSON
+    assert _turn_lines(chat)[-1].endswith(" · completed")
+
+
+async def test_view_code_gives_the_same_call_from_a_program(
+    client: httpx.AsyncClient, api_key: str, scripted: ScriptedModel
+) -> None:
+    import html
+
+    await _login(client, api_key)
+    scripted.script.steps.extend([Reply("Coded."), Reply("Bare.")])
+    events = await _chat(client, target="action:ECHO", text="It's <code>")
+    chat = html.unescape((await client.get(f"/ui/conversations/{events[0][1]['uuid']}")).text)
+    assert "<summary>View code</summary>" in chat
+    assert "curl -s http://testserver/v1/conversations" in chat
+    assert """-d '{"text": "It'\\''s <code>"}'""" in chat  # the shell quote survives
+    assert "ph.command.start_conversation(\n        action='ECHO'" in chat
+    assert "model='action:ECHO'" in chat and "os.environ['PILOTHOUSE_KEY']" in chat
+    assert '"agentName": "playground"' in chat
+    assert api_key not in chat  # the key is never written out
+    events = await _chat(client, target="model:SCRIPTEDM", text="Hi")
+    chat = html.unescape((await client.get(f"/ui/conversations/{events[0][1]['uuid']}")).text)
+    assert "curl http://testserver/v1/invoke" in chat and "AdHocRun(name='playground'" in chat
+    assert '"model": "SCRIPTEDM"' in chat

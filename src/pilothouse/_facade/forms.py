@@ -14,6 +14,7 @@ import json
 import types
 import typing
 from collections.abc import Mapping, Sequence
+from datetime import date, datetime
 from decimal import Decimal
 from enum import Enum
 from typing import Any, get_args, get_origin
@@ -44,6 +45,30 @@ def _unwrapped(annotation: Any) -> tuple[Any, bool]:
             return annotation, optional
 
 
+def _limits(annotation: Any, metadata: Sequence[Any]) -> dict[str, Any]:
+    """The length and range limits a field's annotation and metadata declare."""
+    found: list[Any] = list(metadata)
+    stack = [annotation]
+    while stack:
+        current = stack.pop()
+        if get_origin(current) is typing.Annotated:
+            args = get_args(current)
+            stack.append(args[0])
+            for extra in args[1:]:
+                found.extend(getattr(extra, "metadata", None) or [extra])
+        elif get_origin(current) in (typing.Union, types.UnionType):
+            stack.extend(get_args(current))
+    limits: dict[str, Any] = {}
+    for item in found:
+        if isinstance(getattr(item, "max_length", None), int):
+            limits["max_length"] = item.max_length
+        for attribute, key in (("ge", "minimum"), ("le", "maximum")):
+            value = getattr(item, attribute, None)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                limits[key] = float(value)
+    return limits
+
+
 def _widget(name: str, annotation: Any) -> tuple[str, tuple[str, ...]]:
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         return "select", tuple(str(m.value) for m in annotation)
@@ -55,6 +80,9 @@ def _widget(name: str, annotation: Any) -> tuple[str, tuple[str, ...]]:
         return "number", ()
     if annotation is str:
         return ("textarea" if any(w in name for w in _LONG_TEXT) else "text"), ()
+    if annotation in (date, datetime):
+        # Written as in YAML (2024-10-01): a text the importer parses, not a JSON value.
+        return "text", ()
     if get_origin(annotation) is list:
         (item,) = get_args(annotation) or (Any,)
         item, _ = _unwrapped(item)
@@ -101,6 +129,7 @@ def describe_kind(kind_name: str) -> KindForm:
                 target=target,
                 default=default,
                 description=info.description or "",
+                **_limits(info.annotation, info.metadata),
             )
         )
     return KindForm(

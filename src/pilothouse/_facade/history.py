@@ -19,6 +19,7 @@ from sqlalchemy import or_, select
 from pilothouse._facade import records
 from pilothouse._facade.facet import Facet
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, TimelineKind
+from pilothouse.catalog._reserved import ADHOC_ACTION
 from pilothouse.errors import InvalidFieldError, InvalidStateError, NotFoundError
 from pilothouse.store import Caller, Conversation, ConversationQueries, Database, NewMessage
 from pilothouse.store._lineage import ConversationLink, append_event, link_of
@@ -97,6 +98,16 @@ def _kept(
                 data=message.data,
             )
         )
+    if before is not None:
+        # A system prompt just before the cut was recorded for the prompt the fork
+        # replaces (it holds that prompt's input); the turn sent into the fork records
+        # its own, so a copy would show the fork two system prompts for one turn.
+        while (
+            kept
+            and kept[-1].role is MessageRole.SYSTEM
+            and not (kept[-1].data or {}).get("memory_cleared")
+        ):
+            kept.pop()
     return kept
 
 
@@ -358,6 +369,14 @@ class HistoryApi(Facet):
             raise InvalidFieldError("conversation.action_code", "must be an action's code")
         if agent is not None and not isinstance(agent, str):
             raise InvalidFieldError("conversation.agent_code", "must be an agent's code or null")
+        # An ad-hoc run's conversation (a bare model's) names the reserved action, which
+        # no catalog holds: it is imported as such, as its runs recorded it.
+        adhoc = action == ADHOC_ACTION
+        if adhoc and agent is not None:
+            raise InvalidFieldError(
+                "conversation.agent_code",
+                f"must be null for an ad-hoc run's conversation ({action})",
+            )
         if not isinstance(raw_messages, list):
             raise InvalidFieldError("conversation.messages", "must be a list")
         history: list[NewMessage] = []
@@ -392,7 +411,7 @@ class HistoryApi(Facet):
             action_code=action,
             agent_code=agent,
             default_audit=self._default_audit,
-            check_catalog=True,
+            check_catalog=not adhoc,
             caller=self._caller,
         )
         await records.append_messages(

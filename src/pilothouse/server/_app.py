@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
@@ -100,12 +100,19 @@ def routers() -> list[APIRouter]:
     ]
 
 
-async def _pilothouse_error(_: Request, exc: Exception) -> JSONResponse:
+def _for_browser(request: Request, response: JSONResponse) -> Response:
+    # The browser UI's pages and fragments show an error as HTML (server/_ui/_errors.py).
+    from pilothouse.server._ui._errors import for_browser
+
+    return for_browser(request, response)
+
+
+async def _pilothouse_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, PilothouseError)
     if exc.category is ErrorCategory.UPSTREAM:
         # Only the kind of failure leaves the process (public_message).
         logger.warning("model provider failed outside a turn: %s", type(exc).__name__)
-    return error_problem(exc).response()
+    return _for_browser(request, error_problem(exc).response())
 
 
 def _field(loc: Sequence[Any]) -> str:
@@ -124,13 +131,16 @@ def _field(loc: Sequence[Any]) -> str:
     return prefix + (text or "body")
 
 
-async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     errors = list(exc.errors())
     if any(e.get("type") == "json_invalid" for e in errors):
         where = next(e for e in errors if e.get("type") == "json_invalid")
         reason = where.get("ctx", {}).get("error", "invalid JSON")
-        return problem(400, "Malformed JSON", f"the request body is not valid JSON: {reason}")
+        return _for_browser(
+            request,
+            problem(400, "Malformed JSON", f"the request body is not valid JSON: {reason}"),
+        )
     # The offending input is deliberately left out: it may hold a secret.
     entries: list[dict[str, Any]] = [
         {
@@ -143,22 +153,25 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
         for e in errors
     ]
     names = ", ".join(sorted({str(e["field"]) for e in entries}))
-    return problem(422, "Request validation failed", f"invalid field(s): {names}", errors=entries)
+    return _for_browser(
+        request,
+        problem(422, "Request validation failed", f"invalid field(s): {names}", errors=entries),
+    )
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail
     if exc.status_code == 404 and detail == "Not Found":
         detail = "no such route"
     elif exc.status_code == 405:
         detail = "this route does not accept the method"
-    return problem(exc.status_code, None, detail, headers=exc.headers)
+    return _for_browser(request, problem(exc.status_code, None, detail, headers=exc.headers))
 
 
-async def _problem_error(_: Request, exc: Exception) -> JSONResponse:
+async def _problem_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProblemError)
-    return exc.response()
+    return _for_browser(request, exc.response())
 
 
 class _UnexpectedErrorMiddleware:

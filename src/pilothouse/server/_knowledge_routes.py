@@ -231,10 +231,33 @@ async def _from_json(request: Request) -> tuple[list[str | TextDocument], dict[s
     return sources, dict(body.metadata), body.reingest
 
 
+def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """A model's JSON schema with its ``$defs`` put in place of their references.
+
+    ``openapi_extra`` is copied into the OpenAPI document as it is, where a
+    ``#/$defs/...`` reference points at the document's root and so at nothing:
+    ReDoc refuses the whole page for it. None of these models is recursive.
+    """
+    defs: dict[str, Any] = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            items = cast("dict[str, Any]", node)
+            ref = items.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {key: resolve(value) for key, value in items.items()}
+        if isinstance(node, list):
+            return [resolve(value) for value in cast("list[Any]", node)]
+        return node
+
+    return cast("dict[str, Any]", resolve(schema))
+
+
 _INGEST_BODY = {
     "required": True,
     "content": {
-        "application/json": {"schema": IngestRequest.model_json_schema()},
+        "application/json": {"schema": _inlined(IngestRequest.model_json_schema())},
         "multipart/form-data": {
             "schema": {
                 "type": "object",

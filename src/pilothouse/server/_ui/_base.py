@@ -48,6 +48,7 @@ from pilothouse.api import Pilothouse
 from pilothouse.errors import ForbiddenError
 from pilothouse.server._deps import Principal, State, admit_key
 from pilothouse.server._state import ServerState
+from pilothouse.server._ui._trace import status_name
 from pilothouse.types import cost_text
 
 HERE = Path(__file__).parent
@@ -77,6 +78,7 @@ def plain_decimal(value: object) -> str:
 
 
 templates.env.filters["cost"] = plain_decimal  # pyright: ignore[reportUnknownMemberType]
+templates.env.filters["status_name"] = status_name  # pyright: ignore[reportUnknownMemberType]
 
 
 class LoginRequired(StarletteHTTPException):

@@ -34,6 +34,40 @@ KINDS: tuple[str, ...] = get_args(KindName)
 """Every catalog kind, in dependency order (as the importer reads them)."""
 
 
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Models and providers", ("providers", "models", "configurations")),
+    (
+        "Agents and prompts",
+        (
+            "action_types",
+            "actions",
+            "agent_types",
+            "agents",
+            "persona_types",
+            "personas",
+            "skill_types",
+            "skills",
+        ),
+    ),  # fmt: skip
+    (
+        "Tools",
+        ("tool_types", "tools", "mcp_client_types", "mcp_clients", "advisor_types", "advisors"),
+    ),
+    (
+        "Knowledge and memory",
+        (
+            "vector_store_types",
+            "vector_stores",
+            "document_collections",
+            "memory_strategy_types",
+            "memory_strategies",
+        ),
+    ),  # fmt: skip
+    ("Administration", ("applications",)),
+)
+"""The catalog's navigation: the kinds grouped by what they are for."""
+
+
 def _label(kind: str) -> str:
     return kind.replace("_", " ").capitalize()
 
@@ -78,6 +112,7 @@ async def _form_page(
         status_code=status_code,
         user=user,
         kinds=KINDS,
+        groups=GROUPS,
         kind=kind,
         label=_label(kind),
         form=form,
@@ -117,6 +152,7 @@ async def list_kind(request: Request, user: UiFacade, kind: KindName) -> HTMLRes
         "catalog_list.html",
         user=user,
         kinds=KINDS,
+        groups=GROUPS,
         kind=kind,
         label=_label(kind),
         form=form,
@@ -125,11 +161,15 @@ async def list_kind(request: Request, user: UiFacade, kind: KindName) -> HTMLRes
     )
 
 
+def _defaults(form: KindForm) -> dict[str, Any]:
+    """Each field's default, for the fields that have one worth showing."""
+    return {f.name: f.default for f in form.fields if f.default not in (None, [], {})}
+
+
 @router.get("/catalog/{kind}/new")
 async def new_entity(request: Request, user: UiFacade, kind: KindName) -> HTMLResponse:
     """An empty form, defaults filled in."""
-    form = user.ph.catalog.form(kind)
-    defaults = {f.name: f.default for f in form.fields if f.default not in (None, [], {})}
+    defaults = _defaults(user.ph.catalog.form(kind))
     return await _form_page(request, user, kind, key=None, document=defaults, version=None)
 
 
@@ -162,11 +202,15 @@ async def create_entity(request: Request, user: UiAdmin, kind: KindName) -> Resp
 
 @router.get("/catalog/{kind}/{key}")
 async def edit_entity(request: Request, user: UiFacade, kind: KindName, key: str) -> HTMLResponse:
-    """The entity's form, at the version read."""
+    """The entity's form, at the version read.
+
+    The stored document leaves out the fields at their default (``active:
+    true`` among them): they are filled in, so that a checkbox left alone is
+    saved as it was, not as an unticked box's false.
+    """
     entry = await user.ph.catalog.get(kind, key)
-    return await _form_page(
-        request, user, kind, key=key, document=entry.document, version=entry.version
-    )
+    document = {**_defaults(user.ph.catalog.form(kind)), **entry.document}
+    return await _form_page(request, user, kind, key=key, document=document, version=entry.version)
 
 
 @router.post("/catalog/{kind}/{key}")
@@ -229,6 +273,7 @@ async def delete_entity(request: Request, user: UiAdmin, kind: KindName, key: st
             status_code=409 if isinstance(exc, ConflictError) else 404,
             user=user,
             kinds=KINDS,
+            groups=GROUPS,
             kind=kind,
             label=_label(kind),
             form=user.ph.catalog.form(kind),

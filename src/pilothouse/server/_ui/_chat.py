@@ -265,6 +265,17 @@ async def chat(user: UiFacade, body: ChatRequest) -> StreamingResponse:
     )
 
 
+@router.post("/ui/conversations/{uuid}/cancel")
+async def stop(user: UiFacade, uuid: str) -> JSONResponse:
+    """Stop: cancel the conversation's running turn (``ph.command.cancel``).
+
+    The turn ends ``TE`` and keeps what the model had written so far (an
+    interrupted answer); the stream that was running it ends with its result.
+    """
+    await user.ph.query.get_conversation(uuid)  # another tenant's uuid is not found
+    return JSONResponse({"cancelled": await user.ph.command.cancel(uuid)})
+
+
 Operation = Literal["save", "submit", "delete", "delete_following", "resubmit"]
 
 

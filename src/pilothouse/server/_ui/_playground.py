@@ -24,6 +24,8 @@ from pilothouse.errors import (
     StaleVersionError,
 )
 from pilothouse.server._ui._base import UiAdmin, UiFacade, render
+from pilothouse.server._ui._code import code_samples
+from pilothouse.server._ui._trace import attach_traces
 from pilothouse.types import (
     ConversationSummary,
     ConversationView,
@@ -121,7 +123,17 @@ def _exchanges(view: ConversationView) -> list[dict[str, Any]]:
     groups: list[dict[str, Any]] = []
     current: dict[str, Any] = {"prompt": None, "items": []}
     record: dict[str, Any] | None = None
+    shown_prompt: str | None = None
     for message in view.messages:
+        if message.role is MessageRole.SYSTEM and message.content == shown_prompt:
+            # The same system prompt recorded again (a fork's copy and its next turn, a
+            # restart, each ad-hoc run): shown once, until it changes.
+            invoked_again: Any = (message.data or {}).get("invoke")
+            if isinstance(invoked_again, dict):
+                record = cast("dict[str, Any]", invoked_again)
+            continue
+        if message.role is MessageRole.SYSTEM:
+            shown_prompt = message.content
         if message.role is MessageRole.USER:
             if current["prompt"] is not None or current["items"]:
                 groups.append(current)
@@ -157,13 +169,44 @@ def _returned(view: ConversationView) -> list[Any]:
     return [c for c in view.tool_calls if c.status is ToolCallStatus.RETURNED]
 
 
-async def _chat_context(ph: Pilothouse, uuid: str) -> dict[str, Any]:
+async def _attach_code(
+    ph: Pilothouse, base_url: str, target: str, groups: list[dict[str, Any]]
+) -> None:
+    """Give each prompt its "View code" samples (the same call from a program)."""
+    action = model = None
+    if not target.startswith("model:"):
+        found = await ph.query.find_target(target)
+        if found is not None:
+            action = found.action_code
+            try:
+                model = str((await ph.catalog.get("actions", action)).document.get("model") or "")
+            except NotFoundError:
+                model = None
+    for group in groups:
+        prompt: MessageView | None = group.get("prompt")
+        if prompt is None:
+            continue
+        values: Any = (prompt.data or {}).get("input_data")
+        group["code"] = code_samples(
+            base_url,
+            target,
+            prompt.content,
+            cast("dict[str, Any]", values) if isinstance(values, dict) else None,
+            action=action,
+            model=model or None,
+        )
+
+
+async def _chat_context(ph: Pilothouse, uuid: str, base_url: str) -> dict[str, Any]:
     view = await ph.query.get_transcript(uuid)
     summary = await ph.history.get(uuid)
+    exchanges = _exchanges(view)
+    attach_traces(view, exchanges)
+    await _attach_code(ph, base_url, target_of(view), exchanges)
     return {
         "view": view,
         "summary": summary,
-        "exchanges": _exchanges(view),
+        "exchanges": exchanges,
         "returned": _returned(view),
         "target": target_of(view),
     }
@@ -182,7 +225,7 @@ async def playground(
     chat: dict[str, Any] = {}
     if c:
         try:
-            chat = await _chat_context(ph, c)
+            chat = await _chat_context(ph, c, str(request.base_url))
         except NotFoundError:
             chat = {}
     collections = await _collections(ph)
@@ -218,7 +261,9 @@ async def conversation_list(
 @router.get("/ui/conversations/{uuid}")
 async def chat_fragment(request: Request, user: UiFacade, uuid: str) -> HTMLResponse:
     """One conversation's messages, questions and returned tool calls (a fragment)."""
-    return render(request, "_chat.html", **await _chat_context(user.ph, uuid))
+    return render(
+        request, "_chat.html", **await _chat_context(user.ph, uuid, str(request.base_url))
+    )
 
 
 @router.post("/ui/conversations/{uuid}/rename")
@@ -297,6 +342,20 @@ async def _configuration(ph: Pilothouse, target: str) -> tuple[str | None, dict[
     return configuration, entry.document, entry.version
 
 
+async def _new_code(ph: Pilothouse, code: str | None) -> dict[str, Any]:
+    """What "Duplicate configuration" offers: the code's length limit and a free code."""
+    key_field = next(f for f in ph.catalog.form("configurations").fields if f.name == "code")
+    length = key_field.max_length or 4
+    if not code:
+        return {"code_length": length, "suggestion": ""}
+    taken = {e.key for e in await ph.catalog.list_entries("configurations")}
+    for n in range(2, 100):
+        candidate = f"{code[: length - len(str(n))]}{n}"
+        if candidate not in taken:
+            return {"code_length": length, "suggestion": candidate}
+    return {"code_length": length, "suggestion": ""}
+
+
 @router.get("/ui/settings")
 async def settings(
     request: Request, user: UiFacade, target: Annotated[str, Query(max_length=80)] = ""
@@ -314,6 +373,7 @@ async def settings(
         user=user,
         notice=None,
         error=None,
+        **await _new_code(user.ph, code),
     )
 
 
@@ -368,6 +428,7 @@ async def update_configuration(request: Request, user: UiAdmin, code: str) -> HT
         notice=notice,
         error=error,
         status_code=409 if error and "changed by someone" in error else 200,
+        **await _new_code(user.ph, code_ or code),
     )
 
 
@@ -402,6 +463,8 @@ async def duplicate_configuration(request: Request, user: UiAdmin, code: str) ->
         user=user,
         notice=notice,
         error=error,
+        status_code=422 if error else 200,
+        **await _new_code(user.ph, code_ or code),
     )
 
 

@@ -5,6 +5,8 @@
 const Playground = (() => {
   const $ = (selector) => document.querySelector(selector);
   let busy = false;
+  // The running turn: its conversation (once the stream named it), its fetch, whether Stop was asked.
+  let running = null;
 
   function current() { return $("#chat").dataset.conversation || null; }
 
@@ -15,6 +17,11 @@ const Playground = (() => {
     url.searchParams.delete("target");
     window.history.replaceState(null, "", url);
   }
+
+  // Conversation statuses as words, as the server's "status_name" filter writes them.
+  const STATUS = { NS: "not started", RU: "running", CO: "completed", FA: "failed", TE: "terminated",
+    KI: "killed", ST: "stuck", WA: "waiting", PA: "paused" };
+  function statusName(code) { return STATUS[code] || code; }
 
   function status(text) { $("#stream-status").textContent = text; }
 
@@ -112,6 +119,9 @@ const Playground = (() => {
     if (busy) return;
     busy = true;
     $("#send").disabled = true;
+    const controller = new AbortController();
+    running = { uuid: conversation, controller, stopped: false };
+    $("#stop").hidden = false;
     status("Sending…");
     const list = liveList();
     bubble(list, "user", text);
@@ -133,6 +143,7 @@ const Playground = (() => {
         body: JSON.stringify({ conversation, target: $("#target").value, text, rag: choice,
           input: own ? {} : templateInput(), options: own ? {} : options(),
           instruction: own ? "" : ($("#instruction") || { value: "" }).value }),
+        signal: controller.signal,
       });
       if (!response.ok) {
         let body = null;
@@ -157,7 +168,11 @@ const Playground = (() => {
             else if (line.startsWith("data: ")) data += line.slice(6);
           }
           const payload = data ? JSON.parse(data) : {};
-          if (name === "conversation") { uuid = payload.uuid; setCurrent(uuid); }
+          if (name === "conversation") {
+            uuid = payload.uuid; setCurrent(uuid);
+            running.uuid = uuid;
+            if (running.stopped) cancel(uuid);
+          }
           else if (name === "rag") {
             const note = document.createElement("p");
             note.className = "turn-meta rag-live";
@@ -186,10 +201,15 @@ const Playground = (() => {
         }
       }
     } catch (error) {
-      failure = error.message || String(error);
+      // A Stop before the stream named its conversation aborts the request: the server
+      // cancels the turn when its stream is closed, and the reload below shows what was kept.
+      if (!(running && running.stopped && error.name === "AbortError")) failure = error.message || String(error);
     }
+    const stopped = running && running.stopped;
+    running = null;
     busy = false;
     $("#send").disabled = false;
+    $("#stop").hidden = true;
     // How many pieces the answer streamed in (shown to screen readers as nothing; read by tests).
     document.body.dataset.lastDeltas = String(deltas);
     if (uuid) {
@@ -203,7 +223,7 @@ const Playground = (() => {
       // message it wrote). A turn that wrote no message (a failure before any answer) has no
       // record of its own: its line is shown from the result, in the same words.
       const line = "This turn: " + finished.input_tokens + " in / " + finished.output_tokens +
-        " out tokens · cost $" + plainDecimal(String(finished.cost)) + " · " + finished.status;
+        " out tokens · cost $" + plainDecimal(String(finished.cost)) + " · " + statusName(finished.status);
       // The line the result gave (read by the browser test, which compares it after a reload).
       document.body.dataset.lastTurn = line;
       const shown = document.querySelectorAll("#chat .turn-cost");
@@ -216,7 +236,7 @@ const Playground = (() => {
         liveList().appendChild(item);
       }
     }
-    status(failure ? "" : (finished ? "Done." : ""));
+    status(failure ? "" : (stopped ? "Stopped." : (finished ? "Done." : "")));
     if (failure) {
       const list2 = liveList();
       const item = document.createElement("li");
@@ -224,6 +244,20 @@ const Playground = (() => {
       item.firstChild.textContent = failure;
       list2.appendChild(item);
     }
+  }
+
+  async function cancel(uuid) {
+    const response = await fetch("/ui/conversations/" + encodeURIComponent(uuid) + "/cancel", { method: "POST" });
+    if (!response.ok) status("Could not stop the turn (" + response.status + ").");
+  }
+
+  function stop() {
+    // Stop: the running turn is cancelled; it keeps the part of the answer already written.
+    if (!running || running.stopped) return;
+    running.stopped = true;
+    status("Stopping…");
+    if (running.uuid) cancel(running.uuid);
+    else running.controller.abort();
   }
 
   function submit(event) {
@@ -296,6 +330,19 @@ const Playground = (() => {
 
   function useTemplate() { status("The template's values go with your next prompt."); $("#prompt").focus(); }
 
-  return { submit, send, edit, op, post, retarget, useTemplate, load };
+  return { submit, send, stop, edit, op, post, retarget, useTemplate, load };
 })();
 window.Playground = Playground;
+// A fragment the server could not answer (5xx, or no answer at all) is shown, never dropped.
+document.addEventListener("htmx:responseError", (event) => {
+  const box = document.getElementById("ui-error");
+  if (!box) return;
+  box.textContent = "The server could not answer (" + event.detail.xhr.status + "). Try again.";
+  box.hidden = false;
+});
+document.addEventListener("htmx:sendError", () => {
+  const box = document.getElementById("ui-error");
+  if (!box) return;
+  box.textContent = "The server did not answer: check the connection and try again.";
+  box.hidden = false;
+});

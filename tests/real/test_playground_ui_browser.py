@@ -1,0 +1,473 @@
+"""The playground and catalog UI in Debian's Chromium: what a user does, and what they must see.
+
+A real ``pilothouse serve`` (example catalog, a fresh SQLite file, a
+scripted OpenAI-compatible upstream on loopback, so no local model is
+needed) is driven by Playwright. Each test is one thing a user tries:
+editing an entity keeps what they did not touch; a refusal is shown where
+it happened; Stop cancels a streamed answer and keeps what was written; a
+bare model's chat exports and imports back; a fork shows its system prompt
+once; a duplicated configuration is offered a code that fits; both API docs
+pages render with no network; a missing page is an HTML page; at phone
+width Send stays on screen and Settings opens as a drawer over the chat.
+
+Every page visited is checked with axe-core (the copy ``axe-playwright-python``
+ships; nothing is downloaded): no critical or serious violation, at
+1280×800 and at 390×844. ``PILOTHOUSE_SCREENSHOTS=<dir>`` (``make
+screenshots``) writes the pictures of ``docs/playground.md``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+from fault_upstream import Reply, Upstream, running_upstream, text_stream
+from live_serve import LiveServer, live_serve
+
+pytestmark = pytest.mark.real
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page, ViewportSize
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+WAIT = 60_000
+DESKTOP: ViewportSize = {"width": 1280, "height": 800}
+PHONE: ViewportSize = {"width": 390, "height": 844}
+
+CATALOG = """
+providers:
+  - code: UP
+    kind: openai
+    base_url: {upstream}
+    api_key: "@secrets(UI_UP_KEY)"
+models:
+  - code: UPM
+    provider: UP
+    model_name: scripted
+    capabilities: [FC, SR]
+    input_price: 0.5
+    output_price: 1.5
+actions:
+  - code: SHOP
+    name: Shop
+    model: UPM
+    configuration: DFLT
+    ask_user: false
+    prompt: "Help the user shop: {{input}}"
+"""
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Upstream]]:
+    if importlib.util.find_spec("playwright") is None:
+        pytest.skip("playwright is not installed: pip install 'pilothouse[test]'")
+    if importlib.util.find_spec("axe_playwright_python") is None:
+        pytest.skip("axe-playwright-python is not installed: pip install 'pilothouse[test]'")
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed: make install (apt-get install chromium)")
+    os.environ["UI_UP_KEY"] = "sk-test"
+    os.environ["PILOTHOUSE_SECRETS_ENV"] = '{"default": ["UI_UP_KEY"]}'
+    try:
+        with running_upstream() as upstream:
+            folder = tmp_path_factory.mktemp("ui")
+            with live_serve(
+                folder, CATALOG.format(upstream=upstream.base_url), admin=True
+            ) as server:
+                yield server, upstream
+    finally:
+        del os.environ["UI_UP_KEY"]
+        del os.environ["PILOTHOUSE_SECRETS_ENV"]
+
+
+@pytest.fixture(scope="module")
+def browser(served: tuple[LiveServer, Upstream]) -> Iterator[Browser]:
+    del served
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=WAIT)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=ARGS
+        )
+        yield launched
+        launched.close()
+
+
+def _base(served: tuple[LiveServer, Upstream]) -> str:
+    return served[0].base_url.removesuffix("/v1")
+
+
+def _page(browser: Browser, served: tuple[LiveServer, Upstream], viewport: ViewportSize) -> Page:
+    """A logged-in page; every request off loopback fails (the UI must need none)."""
+    base = _base(served)
+    context = browser.new_context(viewport=viewport, accept_downloads=True)
+    context.route(
+        re.compile(r"^(?!http://127\.0\.0\.1[:/]).*"),
+        lambda route: route.abort(),
+    )
+    page = context.new_page()
+    page.set_default_timeout(WAIT)
+    page.goto(f"{base}/login")
+    page.get_by_label("API key").fill(served[0].key)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(re.compile(r"/playground$"))
+    return page
+
+
+def _axe(page: Page) -> None:
+    """No critical or serious axe-core violation on the page as it is now."""
+    import axe_playwright_python
+
+    script = Path(axe_playwright_python.__file__).parent / "axe.min.js"
+    page.add_script_tag(content=script.read_text())
+    result: dict[str, Any] = page.evaluate("async () => await axe.run(document)")
+    bad = [
+        f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']]}"
+        for v in result["violations"]
+        if v["impact"] in ("critical", "serious")
+    ]
+    assert not bad, f"{page.url}: {bad}"
+
+
+def _api(served: tuple[LiveServer, Upstream]) -> httpx.Client:
+    return httpx.Client(
+        base_url=served[0].base_url,
+        headers={"Authorization": f"Bearer {served[0].key}"},
+        timeout=30,
+    )
+
+
+def _shots() -> Path | None:
+    folder = os.environ.get("PILOTHOUSE_SCREENSHOTS")
+    if not folder:
+        return None
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_saving_an_edit_keeps_every_field_the_user_did_not_touch(
+    served: tuple[LiveServer, Upstream], browser: Browser
+) -> None:
+    from playwright.sync_api import expect
+
+    base = _base(served)
+    page = _page(browser, served, DESKTOP)
+    edited = 0
+    with _api(served) as api:
+        page.goto(f"{base}/catalog/actions")
+        links = page.locator(".kinds a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+        for href in links:
+            kind = href.rsplit("/", 1)[1]
+            items = api.get(f"/catalog/{kind}").json()["items"]
+            if not items:
+                continue
+            before = items[0]
+            key_field = "name" if kind == "mcp_clients" else "code"
+            key = before[key_field]
+            page.goto(f"{base}/catalog/{kind}/{key}")
+            renamed = page.locator("#f-name")
+            if renamed.count() and kind != "mcp_clients":
+                renamed.fill("Edited in the browser")
+            with page.expect_navigation():
+                page.get_by_role("button", name="Save").click()
+            refused = page.locator(".error-summary, .conflict")
+            assert not refused.count(), (kind, key, refused.first.inner_text())
+            expect(page.get_by_role("status")).to_contain_text(f"{key} (version")
+            after = api.get(f"/catalog/{kind}/{key}").json()
+            for field in set(before) | set(after):
+                if field in ("version", "name"):
+                    continue
+                assert after.get(field) == before.get(field), (kind, key, field)
+            edited += 1
+    assert edited >= 8
+    # The edited action is still active: the playground still offers it.
+    page.goto(f"{base}/playground")
+    expect(page.locator("#target option[value='action:SHOP']")).to_have_count(1)
+    page.context.close()
+
+
+def test_refusals_are_shown_where_the_action_happened(
+    served: tuple[LiveServer, Upstream], browser: Browser, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    base = _base(served)
+    page = _page(browser, served, DESKTOP)
+    page.goto(f"{base}/playground?target=action:SHOP")
+    # A file that is not JSON.
+    junk = tmp_path / "notes.json"
+    junk.write_text("this is no JSON")
+    page.get_by_label("Import conversation").set_input_files(str(junk))
+    page.get_by_role("button", name="Import", exact=True).click()
+    expect(page.locator("#import-notice")).to_contain_text("not a JSON export")
+    # An export of an action this tenant does not have (422).
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(
+        json.dumps(
+            {
+                "format": "pilothouse.conversation/1",
+                "conversation": {"action_code": "NOPE", "agent_code": None, "messages": []},
+            }
+        )
+    )
+    page.get_by_label("Import conversation").set_input_files(str(foreign))
+    page.get_by_role("button", name="Import", exact=True).click()
+    expect(page.locator("#import-notice")).to_contain_text("NOPE")
+    # "Update configuration" on a version someone else changed meanwhile (409).
+    expect(page.locator("#settings-form")).to_be_visible()
+    with _api(served) as api:
+        current = api.get("/catalog/configurations/DFLT").json()
+        changed = api.put("/catalog/configurations/DFLT", json={**current, "temperature": 0.3})
+        assert changed.status_code == 200, changed.text
+    page.get_by_label("Temperature value").fill("0.9")
+    page.get_by_role("button", name="Update configuration").click()
+    expect(page.locator("#settings-panel [role=alert]")).to_contain_text("changed by someone else")
+    _axe(page)
+    page.context.close()
+
+
+def test_stop_cancels_a_streamed_answer_and_keeps_what_was_written(
+    served: tuple[LiveServer, Upstream], browser: Browser
+) -> None:
+    from playwright.sync_api import expect
+
+    base = _base(served)
+    upstream = served[1]
+    upstream.script(Reply(events=text_stream(*[f"word{i} " for i in range(60)]), delay=0.5))
+    page = _page(browser, served, DESKTOP)
+    page.goto(f"{base}/playground?target=action:SHOP")
+    page.get_by_label("Prompt", exact=True).fill("Tell me a long story.")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator(".bubble.assistant .text").last).to_contain_text("word1 ")
+    stop = page.get_by_role("button", name="Stop")
+    expect(stop).to_be_visible()
+    stop.click()
+    expect(page.locator("#stream-status")).to_have_text("Stopped.")
+    expect(stop).to_be_hidden()
+    expect(page.locator("#chat .status")).to_have_text("terminated")
+    page.reload()
+    kept = page.locator(".bubble.assistant").last
+    expect(kept).to_contain_text("word0 word1 ")
+    expect(kept.locator(".stopped")).to_be_visible()
+    assert "word59" not in kept.inner_text()
+    page.context.close()
+
+
+def test_round_trips_bare_model_import_fork_prompt_and_duplicate_code(
+    served: tuple[LiveServer, Upstream], browser: Browser, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    base = _base(served)
+    upstream = served[1]
+    page = _page(browser, served, DESKTOP)
+    # A bare model's chat exports, and its export imports back.
+    upstream.script(Reply(events=text_stream("Apples ", "are red.")))
+    page.goto(f"{base}/playground?target=model:UPM")
+    page.get_by_label("Prompt", exact=True).fill("Name a fruit.")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("body")).to_have_attribute("data-turns", "1")
+    bare = page.url.split("c=")[1]
+    page.locator("#conversation-list li.current").get_by_role("button").first.click()
+    with page.expect_download() as download_info:
+        page.get_by_role("link", name="Export").click()
+    exported = tmp_path / "bare.json"
+    download_info.value.save_as(exported)
+    page.get_by_label("Import conversation").set_input_files(str(exported))
+    page.get_by_role("button", name="Import", exact=True).click()
+    page.wait_for_url(lambda url: "c=" in url and bare not in url)
+    expect(page.locator("#chat")).to_contain_text("Apples are red.")
+    expect(page.locator("#chat .meta").first).to_contain_text("bare model UPM")
+
+    # A fork (edit and submit) shows the system prompt once.
+    upstream.script(
+        Reply(events=text_stream("A blue shirt.")), Reply(events=text_stream("A red one."))
+    )
+    page.goto(f"{base}/playground?target=action:SHOP")
+    page.get_by_label("Prompt", exact=True).fill("A shirt, please.")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("body")).to_have_attribute("data-turns", "1")
+    page.get_by_role("button", name="Prompt actions: A shirt, please.").click()
+    page.get_by_role("button", name="Edit prompt").click()
+    page.get_by_label("Edit prompt").fill("A red shirt, please.")
+    page.get_by_role("button", name="Submit", exact=True).click()
+    expect(page.locator("#chat")).to_contain_text("A red one.")
+    expect(page.locator("#chat")).to_contain_text("edited copy of")
+    expect(page.locator("details.system")).to_have_count(1)
+
+    # "Duplicate configuration" offers a code that fits the codes' four characters.
+    code = page.locator("#new_code")
+    expect(code).to_have_attribute("maxlength", "4")
+    suggested = code.input_value()
+    assert suggested and len(suggested) <= 4 and suggested != "DFLT", suggested
+    page.get_by_role("button", name="Duplicate configuration").click()
+    expect(page.locator("#settings-panel [role=status]")).to_contain_text(
+        f"Configuration {suggested} created"
+    )
+    _axe(page)
+    page.context.close()
+
+
+def test_both_api_docs_pages_render_with_no_network(
+    served: tuple[LiveServer, Upstream], browser: Browser
+) -> None:
+    from playwright.sync_api import expect
+
+    base = _base(served)
+    page = _page(browser, served, DESKTOP)
+    page.goto(f"{base}/docs")
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("pilothouse")
+    page.goto(f"{base}/redoc")
+    expect(
+        page.get_by_text("Ingest documents: files (multipart), URLs or texts").first
+    ).to_be_attached()
+    assert "Invalid reference token" not in page.locator("body").inner_text()
+    page.context.close()
+
+
+def test_a_missing_page_is_an_html_page_for_a_browser(
+    served: tuple[LiveServer, Upstream], browser: Browser
+) -> None:
+    from playwright.sync_api import expect
+
+    base = _base(served)
+    for viewport in (DESKTOP, PHONE):
+        page = _page(browser, served, viewport)
+        response = page.goto(f"{base}/catalog/actions/NOPE")
+        assert response is not None and response.status == 404
+        assert response.headers["content-type"].startswith("text/html")
+        expect(page.get_by_role("heading", level=1)).to_contain_text("Not Found")
+        expect(page.locator("main")).to_contain_text("NOPE")
+        expect(page.get_by_role("link", name="Catalog").first).to_be_visible()
+        _axe(page)
+        page.context.close()
+    # The REST API still answers problem+json.
+    with _api(served) as api:
+        assert (
+            api.get("/catalog/actions/NOPE")
+            .headers["content-type"]
+            .startswith("application/problem+json")
+        )
+
+
+def _long_conversation(path: Path) -> Path:
+    messages: list[dict[str, Any]] = []
+    for i in range(12):
+        messages.append({"role": "US", "content": f"Question {i}: which shirt?"})
+        messages.append({"role": "AS", "content": f"Answer {i}: " + "a fine shirt " * 12})
+    path.write_text(
+        json.dumps(
+            {
+                "format": "pilothouse.conversation/1",
+                "title": "A long chat",
+                "conversation": {"action_code": "SHOP", "agent_code": None, "messages": messages},
+            }
+        )
+    )
+    return path
+
+
+def test_at_phone_width_send_stays_on_screen_and_settings_is_a_drawer(
+    served: tuple[LiveServer, Upstream], browser: Browser, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    base = _base(served)
+    shots = _shots()
+    page = _page(browser, served, PHONE)
+    page.goto(f"{base}/playground?target=action:SHOP")
+    page.get_by_role("button", name="Conversations").click()
+    page.get_by_label("Import conversation").set_input_files(
+        str(_long_conversation(tmp_path / "long.json"))
+    )
+    page.get_by_role("button", name="Import", exact=True).click()
+    page.wait_for_url(lambda url: "c=" in url)
+    expect(page.locator("#chat")).to_contain_text("Answer 11")
+    send = page.get_by_role("button", name="Send")
+    expect(send).to_be_in_viewport()
+    _axe(page)
+    page.locator(".bubble.assistant").last.scroll_into_view_if_needed()
+    expect(send).to_be_in_viewport()
+    page.evaluate("window.scrollTo(0, 0)")
+    expect(send).to_be_in_viewport()
+    if shots:
+        page.screenshot(path=str(shots / "playground-phone.png"))
+    # Settings opens over the chat, where the user is, not below the composer.
+    page.get_by_role("button", name="Settings", exact=True).click()
+    expect(page.get_by_role("tab", name="Settings")).to_be_focused()
+    expect(page.get_by_label("Max tokens value")).to_be_in_viewport()
+    drawer = page.locator("#settings-side").bounding_box()
+    assert drawer is not None and drawer["y"] < 100 and drawer["x"] + drawer["width"] <= 391
+    fits = "document.documentElement.scrollWidth <= window.innerWidth"
+    assert page.evaluate(fits)
+    _axe(page)
+    if shots:
+        page.screenshot(path=str(shots / "playground-phone-settings.png"))
+    page.keyboard.press("Escape")
+    expect(page.locator("#settings-side")).to_be_hidden()
+    # The catalog at phone width too.
+    page.goto(f"{base}/catalog/actions")
+    assert page.evaluate(fits)
+    _axe(page)
+    page.goto(f"{base}/catalog/actions/SHOP")
+    _axe(page)
+    page.context.close()
+
+
+def test_the_pages_at_desktop_width_pass_axe(
+    served: tuple[LiveServer, Upstream], browser: Browser
+) -> None:
+    base = _base(served)
+    page = _page(browser, served, DESKTOP)
+    for path in ("/playground?target=action:SHOP", "/catalog/actions", "/catalog/actions/SHOP",
+                 "/catalog/configurations/new"):  # fmt: skip
+        page.goto(f"{base}{path}")
+        _axe(page)
+    page.context.close()
+
+
+def test_each_prompt_has_a_readable_run_trace_and_its_code(
+    served: tuple[LiveServer, Upstream], browser: Browser
+) -> None:
+    from playwright.sync_api import expect
+
+    base = _base(served)
+    shots = _shots()
+    upstream = served[1]
+    upstream.script(Reply(events=text_stream("Linen ", "is cool.")))
+    page = _page(browser, served, DESKTOP)
+    page.goto(f"{base}/playground?target=action:SHOP")
+    page.get_by_label("Prompt", exact=True).fill("Which fabric for summer?")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("body")).to_have_attribute("data-turns", "1")
+    expect(page.locator(".turn-cost")).to_contain_text(" · completed")
+    uuid = page.url.split("c=")[1]
+    for viewport in (DESKTOP, PHONE):
+        page.set_viewport_size(viewport)
+        page.goto(f"{base}/playground?c={uuid}")
+        page.get_by_text("Run trace").click()
+        steps = page.locator(".trace-steps")
+        expect(steps).to_contain_text("not started → running")
+        expect(steps).to_contain_text("model call")
+        expect(steps).to_contain_text("out tokens in")
+        expect(steps).to_contain_text("running → completed")
+        page.get_by_text("View code").click()
+        code = page.locator("details.view-code")
+        expect(code).to_contain_text("/v1/conversations/$UUID/messages")
+        expect(code).to_contain_text("model='action:SHOP'")
+        expect(code).to_contain_text('"model": "UPM"')
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        _axe(page)
+        if shots and viewport is DESKTOP:
+            page.locator(".trace-steps").scroll_into_view_if_needed()
+            page.screenshot(path=str(shots / "playground-trace-1280x800.png"))
+    page.context.close()
