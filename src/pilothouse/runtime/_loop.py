@@ -18,7 +18,9 @@ from __future__ import annotations
 __all__ = ["TurnLoop"]
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
+import anyio
 from pydantic_ai.models import Model
 
 from pilothouse.catalog._enums import ToolCallStatus
@@ -53,6 +55,11 @@ from pilothouse.runtime._turn import (
 )
 from pilothouse.tools._base import ToolError
 
+_UNSET_MAX_TOKENS = 4096
+
+if TYPE_CHECKING:
+    from pilothouse.runtime._budgets import BudgetGate, BudgetHold
+
 
 class TurnLoop:
     """Runs the model steps of every tenant's turns (one per process).
@@ -68,6 +75,8 @@ class TurnLoop:
         tool_timeout: default seconds a tool call may take.
         tool_concurrency: how many calls of one response run at once.
         max_tool_steps: tool rounds one turn may take before it fails.
+        budgets: holds each call's worst case on the tenant's budgets before
+            it is sent (None: no budgets are enforced).
     """
 
     def __init__(
@@ -82,7 +91,9 @@ class TurnLoop:
         tool_timeout: float,
         tool_concurrency: int,
         max_tool_steps: int,
+        budgets: BudgetGate | None = None,
     ) -> None:
+        self._budgets = budgets
         self._models = models
         self._recorder = recorder
         self._telemetry = telemetry
@@ -140,6 +151,14 @@ class TurnLoop:
         if compiled.output_schema is not None and compiled.model.profile.grammar_output:
             settings, wrapped_list = grammar_output(settings, compiled), compiled.is_list_output
         turn.offers_tools = bool(offered)
+        hold: BudgetHold | None = None
+        if self._budgets is not None:
+            # Refused here, before any request leaves (BudgetExceededError).
+            # The configuration always sets max_tokens; a model override in
+            # tests may not, and then a conservative output is held.
+            max_tokens = calls.options.max_tokens or _UNSET_MAX_TOKENS
+            hold = await self._budgets.hold(turn, step.messages, params, max_tokens)
+        before = (turn.turn_cost, turn.turn_input, turn.turn_output)
         try:
             response = await self._caller.call(
                 turn, calls.model, step.messages, settings, params, calls.options
@@ -149,6 +168,18 @@ class TurnLoop:
             return Failed(error.described())
         except ContentBlocked as blocked:
             return Blocked(blocked)
+        finally:
+            if hold is not None and self._budgets is not None:
+                # Settled even when the call was cancelled: what it consumed
+                # (counted by the caller) is spent, the rest of the hold freed.
+                with anyio.CancelScope(shield=True):
+                    await self._budgets.settle(
+                        turn,
+                        hold,
+                        turn.turn_cost - before[0],
+                        turn.turn_input - before[1],
+                        turn.turn_output - before[2],
+                    )
         parsed = parse_response(response)
         repaired, problems = repair_calls(
             parsed.tool_calls,

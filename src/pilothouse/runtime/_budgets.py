@@ -1,0 +1,560 @@
+"""Budgets enforced before a model call: hold the worst case, settle to what was used.
+
+Before each model call the gate finds the tenant's budgets that apply to it
+(scope, match, model and provider filters), works out the call's worst case
+(the prompt's tokens counted offline, the call's ``max_tokens`` as output,
+both priced with the model's prices) and holds it on each budget's ledger row
+for the current period with one conditional ``UPDATE``: the row changes only
+if spent + held + this call stays within every limit. A refused hold rolls
+back every hold of the call and raises :class:`~pilothouse.errors.BudgetExceededError`
+before any request leaves. After the call the hold is settled to the usage
+the turn recorded (a cancelled call at what it consumed), so a limit is
+overshot by at most what one in-flight call used beyond its own estimate.
+
+Because the hold is a single statement on one row, it is atomic on SQLite
+(one writer) and on PostgreSQL (the row lock makes a concurrent ``UPDATE``
+re-check its condition), across workers and replicas alike. A period is a
+key computed from the clock in the budget's time zone (``2026-12`` for a
+month), so every process moves to the next period's row at the same boundary
+and the old row is simply no longer written.
+
+Each threshold crossing is announced once per period: the process whose
+``UPDATE ... WHERE alerted < threshold`` changes the row logs a warning and
+adds a ``budget`` event to the turn's timeline.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BudgetGate", "BudgetHold", "BudgetRule", "period_of"]
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models import ModelRequestParameters
+from sqlalchemy import Connection, and_, insert, select, update
+from sqlalchemy.sql.elements import ColumnElement
+
+from pilothouse.catalog._enums import TimelineKind
+from pilothouse.catalog._tables import budget_table, model_table, provider_table
+from pilothouse.errors import BudgetExceededError
+from pilothouse.memory import counter_for
+from pilothouse.runtime._turn import Turn
+from pilothouse.store import NewEvent
+from pilothouse.store._engine import Database
+from pilothouse.store._tables import budget_usage_table, conversation_table
+
+logger = logging.getLogger(__name__)
+
+_MILLION = Decimal(1_000_000)
+# Per message, as the usage estimate counts it: role and framing tokens.
+_MESSAGE_OVERHEAD = 4
+_LEDGER = budget_usage_table
+_REFUSING = ("refuse", "downgrade")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRule:
+    """A stored budget as the gate reads it (see ``BudgetSpec`` for the fields)."""
+
+    code: str
+    scope: str
+    match: str | None
+    model: str | None
+    provider: str | None
+    period: str
+    timezone: str
+    money: Decimal | None
+    input_tokens: int | None
+    output_tokens: int | None
+    turns: int | None
+    on_limit: str
+    thresholds: tuple[int, ...]
+
+    def limits(self) -> dict[str, Decimal | int]:
+        """The limits this budget sets, by name."""
+        values = {
+            "money": self.money,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "turns": self.turns,
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One budget row a call holds: the rule, whose counters, which period."""
+
+    rule: BudgetRule
+    subject: str
+    period: str
+    resets_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetHold:
+    """What one model call holds on its budgets until it settles.
+
+    Attributes:
+        tenant: the tenant whose ledger rows are held.
+        entries: the rows (budget, subject, period).
+        money: the worst-case cost held.
+        input_tokens: the worst-case input tokens held.
+        output_tokens: the worst-case output tokens held.
+    """
+
+    tenant: str
+    entries: tuple[_Entry, ...]
+    money: Decimal
+    input_tokens: int
+    output_tokens: int
+
+
+class _Refused(Exception):
+    """Raised inside the hold's transaction so it rolls back; carries the refusal."""
+
+    def __init__(self, entry: _Entry, limit: str, remaining: dict[str, str]) -> None:
+        super().__init__(entry.rule.code)
+        self.entry = entry
+        self.limit = limit
+        self.remaining = remaining
+
+
+def period_of(period: str, zone: str, now: datetime) -> tuple[str, datetime | None]:
+    """The period ``now`` falls in, as a ledger key, and when the next one starts.
+
+    Args:
+        period: ``hour``, ``day``, ``month`` or ``total``.
+        zone: the IANA time zone the boundaries are in.
+        now: an aware datetime.
+
+    Returns:
+        The key (the period's local start with its UTC offset, so the
+        repeated hour of a DST change is two periods) and the next period's
+        start in UTC (None for ``total``).
+    """
+    if period == "total":
+        return "total", None
+    tz = ZoneInfo(zone)
+    local = now.astimezone(tz)
+    if period == "hour":
+        start = local.replace(minute=0, second=0, microsecond=0)
+        # Hours are counted in UTC: a wall-clock hour can repeat or vanish.
+        following = (start.astimezone(UTC) + timedelta(hours=1)).astimezone(tz)
+        return start.isoformat(timespec="minutes"), following.astimezone(UTC)
+    if period == "day":
+        key = local.date().isoformat()
+        next_day = local.date() + timedelta(days=1)
+        return key, datetime.combine(next_day, time(0), tzinfo=tz).astimezone(UTC)
+    key = f"{local.year:04d}-{local.month:02d}"
+    first = date(local.year + (local.month == 12), local.month % 12 + 1, 1)
+    return key, datetime.combine(first, time(0), tzinfo=tz).astimezone(UTC)
+
+
+def _load_rules(connection: Connection, tenant: str) -> tuple[BudgetRule, ...]:
+    budget, model, provider = budget_table, model_table.alias("m"), provider_table.alias("p")
+    rows = connection.execute(
+        select(
+            budget.c.code,
+            budget.c.scope,
+            budget.c.match,
+            model.c.code.label("model"),
+            provider.c.code.label("provider"),
+            budget.c.period,
+            budget.c.timezone,
+            budget.c.money,
+            budget.c.input_tokens,
+            budget.c.output_tokens,
+            budget.c.turns,
+            budget.c.on_limit,
+            budget.c.thresholds,
+        )
+        .select_from(
+            budget.outerjoin(model, model.c.id == budget.c.model_id).outerjoin(
+                provider, provider.c.id == budget.c.provider_id
+            )
+        )
+        .where(budget.c.tenant == tenant, budget.c.active.is_(True))
+        .order_by(budget.c.code)
+    ).all()
+    return tuple(
+        BudgetRule(
+            code=row.code,
+            scope=row.scope,
+            match=row.match,
+            model=row.model,
+            provider=row.provider,
+            period=row.period,
+            timezone=row.timezone,
+            money=None if row.money is None else Decimal(row.money),
+            input_tokens=row.input_tokens,
+            output_tokens=row.output_tokens,
+            turns=row.turns,
+            on_limit=row.on_limit,
+            thresholds=tuple(int(t) for t in row.thresholds or ()),
+        )
+        for row in rows
+    )
+
+
+def _key(tenant: str, entry: _Entry) -> ColumnElement[bool]:
+    return and_(
+        _LEDGER.c.tenant == tenant,
+        _LEDGER.c.budget == entry.rule.code,
+        _LEDGER.c.subject == entry.subject,
+        _LEDGER.c.period == entry.period,
+    )
+
+
+def _ensure_row(connection: Connection, tenant: str, entry: _Entry) -> None:
+    """Make the period's row if it is not there yet (the first call of a period)."""
+    values = {
+        "tenant": tenant,
+        "budget": entry.rule.code,
+        "subject": entry.subject,
+        "period": entry.period,
+    }
+    dialect = connection.dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        connection.execute(pg_insert(_LEDGER).values(values).on_conflict_do_nothing())
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        connection.execute(sqlite_insert(_LEDGER).values(values).on_conflict_do_nothing())
+    else:  # pragma: no cover - pilothouse stores run on SQLite or PostgreSQL
+        exists = connection.execute(select(_LEDGER.c.tenant).where(_key(tenant, entry))).first()
+        if exists is None:
+            connection.execute(insert(_LEDGER).values(values))
+
+
+def _remaining(row: Any, rule: BudgetRule) -> dict[str, str]:
+    used = {
+        "money": Decimal(row.spent_money) + Decimal(row.held_money),
+        "input_tokens": int(row.spent_input) + int(row.held_input),
+        "output_tokens": int(row.spent_output) + int(row.held_output),
+        "turns": int(row.turns),
+    }
+    return {name: str(max(limit - used[name], 0)) for name, limit in rule.limits().items()}
+
+
+def _hold_rows(
+    connection: Connection,
+    tenant: str,
+    entries: Sequence[_Entry],
+    money: Decimal,
+    input_tokens: int,
+    output_tokens: int,
+    turns: int,
+) -> None:
+    ledger = _LEDGER.c
+    for entry in entries:
+        _ensure_row(connection, tenant, entry)
+        rule = entry.rule
+        conditions: list[ColumnElement[bool]] = [_key(tenant, entry)]
+        if rule.on_limit in _REFUSING:
+            if rule.money is not None:
+                conditions.append(ledger.spent_money + ledger.held_money + money <= rule.money)
+            if rule.input_tokens is not None:
+                conditions.append(
+                    ledger.spent_input + ledger.held_input + input_tokens <= rule.input_tokens
+                )
+            if rule.output_tokens is not None:
+                conditions.append(
+                    ledger.spent_output + ledger.held_output + output_tokens <= rule.output_tokens
+                )
+            if rule.turns is not None:
+                conditions.append(ledger.turns + turns <= rule.turns)
+        changed = connection.execute(
+            update(_LEDGER)
+            .where(*conditions)
+            .values(
+                held_money=ledger.held_money + money,
+                held_input=ledger.held_input + input_tokens,
+                held_output=ledger.held_output + output_tokens,
+                turns=ledger.turns + turns,
+            )
+        ).rowcount
+        if changed == 0:
+            row = connection.execute(select(_LEDGER).where(_key(tenant, entry))).one()
+            limit = _crossed(row, rule, money, input_tokens, output_tokens, turns)
+            raise _Refused(entry, limit, _remaining(row, rule))
+
+
+def _crossed(
+    row: Any, rule: BudgetRule, money: Decimal, input_tokens: int, output_tokens: int, turns: int
+) -> str:
+    """Which limit the call would cross (the first, in the order limits are listed)."""
+    if rule.money is not None and (
+        Decimal(row.spent_money) + Decimal(row.held_money) + money > rule.money
+    ):
+        return "money"
+    if rule.input_tokens is not None and (
+        row.spent_input + row.held_input + input_tokens > rule.input_tokens
+    ):
+        return "input_tokens"
+    if rule.output_tokens is not None and (
+        row.spent_output + row.held_output + output_tokens > rule.output_tokens
+    ):
+        return "output_tokens"
+    return "turns"
+
+
+def _fraction(row: Any, rule: BudgetRule) -> float:
+    """How much of its tightest limit the row has spent (held amounts not counted)."""
+    shares: list[float] = []
+    if rule.money:
+        shares.append(float(Decimal(row.spent_money) / rule.money))
+    if rule.input_tokens:
+        shares.append(row.spent_input / rule.input_tokens)
+    if rule.output_tokens:
+        shares.append(row.spent_output / rule.output_tokens)
+    if rule.turns:
+        shares.append(row.turns / rule.turns)
+    return max(shares, default=0.0)
+
+
+def _settle_rows(
+    connection: Connection,
+    hold: BudgetHold,
+    money: Decimal,
+    input_tokens: int,
+    output_tokens: int,
+) -> list[tuple[_Entry, int, float]]:
+    """Turn the hold into what was spent; return the thresholds this settle crossed first."""
+    ledger = _LEDGER.c
+    crossed: list[tuple[_Entry, int, float]] = []
+    for entry in hold.entries:
+        connection.execute(
+            update(_LEDGER)
+            .where(_key(hold.tenant, entry))
+            .values(
+                held_money=ledger.held_money - hold.money,
+                held_input=ledger.held_input - hold.input_tokens,
+                held_output=ledger.held_output - hold.output_tokens,
+                spent_money=ledger.spent_money + money,
+                spent_input=ledger.spent_input + input_tokens,
+                spent_output=ledger.spent_output + output_tokens,
+            )
+        )
+        crossed.extend(_announce(connection, hold.tenant, entry))
+    return crossed
+
+
+def _announce(
+    connection: Connection, tenant: str, entry: _Entry
+) -> list[tuple[_Entry, int, float]]:
+    """Claim the highest threshold the row has reached and not yet announced."""
+    if not entry.rule.thresholds:
+        return []
+    row = connection.execute(select(_LEDGER).where(_key(tenant, entry))).one()
+    share = _fraction(row, entry.rule)
+    reached = [t for t in entry.rule.thresholds if share * 100 >= t and t > row.alerted]
+    if not reached:
+        return []
+    top = max(reached)
+    claimed = connection.execute(
+        update(_LEDGER).where(_key(tenant, entry), _LEDGER.c.alerted < top).values(alerted=top)
+    ).rowcount
+    # Another process may have claimed it between the read and the update.
+    return [(entry, top, share)] if claimed else []
+
+
+class BudgetGate:
+    """Holds each model call's worst case on the tenant's budgets, and settles it.
+
+    One per runtime; the budgets are read once per tenant and catalog revision.
+
+    Args:
+        database: the store the ledger is in.
+        clock: the current time (aware); tests move it across a period boundary.
+    """
+
+    def __init__(self, database: Database, *, clock: Callable[[], datetime] | None = None) -> None:
+        self._database = database
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._rules: dict[str, tuple[int, tuple[BudgetRule, ...]]] = {}
+
+    async def rules(self, tenant: str, revision: int) -> tuple[BudgetRule, ...]:
+        """The tenant's active budgets at a catalog revision."""
+        cached = self._rules.get(tenant)
+        if cached is not None and cached[0] == revision:
+            return cached[1]
+        rules = await self._database.transaction(_load_rules, tenant)
+        self._rules[tenant] = (revision, rules)
+        return rules
+
+    async def hold(
+        self,
+        turn: Turn,
+        messages: Sequence[ModelMessage],
+        params: ModelRequestParameters,
+        max_tokens: int,
+    ) -> BudgetHold | None:
+        """Hold the call's worst case on every budget that applies, or refuse it.
+
+        Args:
+            turn: the turn about to call its model.
+            messages: what the call sends.
+            params: the tools the call offers (their schemas are input too).
+            max_tokens: the most the call may generate.
+
+        Returns:
+            The hold to settle after the call; None when no budget applies.
+
+        Raises:
+            BudgetExceededError: a budget that refuses would be crossed.
+        """
+        rules = await self.rules(turn.tenant, turn.handle.catalog_revision)
+        if not rules:
+            return None
+        key_prefix = turn.key_prefix
+        if key_prefix is None and any(r.scope == "api_key" for r in rules):
+            key_prefix = turn.key_prefix = await self._database.transaction(
+                _conversation_key, turn.handle.conversation_id
+            )
+        now = self._clock()
+        entries: list[_Entry] = []
+        for rule in rules:
+            subject = _subject(rule, turn, key_prefix)
+            if subject is not None:
+                entries.append(_Entry(rule, subject, *period_of(rule.period, rule.timezone, now)))
+        if not entries:
+            return None
+        spec = turn.compiled.model
+        input_tokens = _prompt_tokens(turn, messages, params)
+        money = Decimal(0)
+        if spec.input_price is not None:
+            money += Decimal(input_tokens) * spec.input_price / _MILLION
+        if spec.output_price is not None:
+            money += Decimal(max_tokens) * spec.output_price / _MILLION
+        turns = 0 if turn.budget_counted else 1
+        try:
+            await self._database.transaction(
+                _hold_rows, turn.tenant, entries, money, input_tokens, max_tokens, turns
+            )
+        except _Refused as refused:
+            raise _refusal(refused, now) from None
+        turn.budget_counted = True
+        return BudgetHold(turn.tenant, tuple(entries), money, input_tokens, max_tokens)
+
+    async def settle(
+        self, turn: Turn, hold: BudgetHold, money: Decimal, input_tokens: int, output_tokens: int
+    ) -> None:
+        """Replace the hold by what the call used; announce thresholds it crossed.
+
+        Args:
+            turn: the turn whose timeline gets the alerts.
+            hold: what :meth:`hold` returned.
+            money: what the call cost.
+            input_tokens: its input tokens.
+            output_tokens: its output tokens.
+        """
+        crossed = await self._database.transaction(
+            _settle_rows, hold, money, input_tokens, output_tokens
+        )
+        for entry, threshold, share in crossed:
+            rule = entry.rule
+            logger.warning(
+                "budget %s of tenant %s reached %d%% of its limit for %s (%s: %s)",
+                rule.code,
+                hold.tenant,
+                threshold,
+                entry.period,
+                rule.scope,
+                entry.subject,
+            )
+            turn.pending.append(
+                NewEvent(
+                    TimelineKind.BUDGET,
+                    {
+                        "budget": rule.code,
+                        "threshold": threshold,
+                        "used_percent": round(share * 100, 2),
+                        "period": entry.period,
+                        "scope": rule.scope,
+                        "subject": entry.subject,
+                    },
+                )
+            )
+
+
+def _conversation_key(connection: Connection, conversation_id: int) -> str | None:
+    """The API key prefix the conversation was started with (a resumed turn has no request key)."""
+    return connection.execute(
+        select(conversation_table.c.caller_key_prefix).where(
+            conversation_table.c.id == conversation_id
+        )
+    ).scalar()
+
+
+def _subject(rule: BudgetRule, turn: Turn, key_prefix: str | None) -> str | None:
+    """Whose counters the call is charged to under ``rule``; None when it does not apply."""
+    spec = turn.compiled.model
+    if rule.model is not None and rule.model != spec.code:
+        return None
+    if rule.provider is not None and rule.provider != spec.provider.code:
+        return None
+    match rule.scope:
+        case "tenant":
+            return "*"
+        case "api_key":
+            subject = key_prefix
+        case "agent":
+            subject = turn.compiled.agent_code
+        case "action":
+            subject = turn.compiled.action_code
+        case _:
+            subject = turn.handle.memory_id
+    if subject is None or (rule.match is not None and subject != rule.match):
+        return None
+    return subject
+
+
+def _prompt_tokens(
+    turn: Turn, messages: Sequence[ModelMessage], params: ModelRequestParameters
+) -> int:
+    """The call's input tokens, counted offline with the model's counter."""
+    spec = turn.compiled.model
+    counter = counter_for(spec.provider.kind, spec.model_name)
+    total = 0
+    for message in messages:
+        for part in message.parts:
+            content = getattr(part, "content", None)
+            if isinstance(content, str):
+                total += counter.count(content) + _MESSAGE_OVERHEAD
+            elif content is not None:
+                total += counter.count(json.dumps(content, default=str)) + _MESSAGE_OVERHEAD
+            args = getattr(part, "args", None)
+            if args is not None:
+                total += counter.count(args if isinstance(args, str) else json.dumps(args))
+    for tool in (*params.function_tools, *params.output_tools):
+        total += counter.count(
+            json.dumps({"name": tool.name, "description": tool.description or ""})
+        )
+        total += counter.count(json.dumps(tool.parameters_json_schema))
+    return total
+
+
+def _refusal(refused: _Refused, now: datetime) -> BudgetExceededError:
+    entry = refused.entry
+    rule = entry.rule
+    resets = entry.resets_at
+    when = "it does not reset" if resets is None else f"it resets at {resets.isoformat()}"
+    return BudgetExceededError(
+        f"budget {rule.code} ({rule.scope} {entry.subject}) has too little {refused.limit} left "
+        f"for this call this {rule.period}: {when}",
+        budget=rule.code,
+        limit=refused.limit,
+        remaining=refused.remaining,
+        resets_at=None if resets is None else resets.isoformat(),
+        retry_after=None if resets is None else (resets - now).total_seconds(),
+    )
