@@ -94,8 +94,13 @@ class BudgetSpec(CatalogSpec):
             raise ValueError(
                 "a budget needs at least one limit: money, input_tokens, output_tokens or turns"
             )
-        if self.on_limit == "downgrade" and self.downgrade_to is None:
-            raise ValueError("on_limit 'downgrade' needs downgrade_to: the model calls use then")
+        if self.on_limit == "downgrade":
+            # Not accepted until it is honoured: a budget that says downgrade
+            # but refuses would surprise its operator at the limit.
+            raise ValueError(
+                "on_limit 'downgrade' is not available yet: write on_limit: refuse (calls stop "
+                "at the limit) or on_limit: alert (they go on and an alert is raised)"
+            )
         if self.on_limit != "downgrade" and self.downgrade_to is not None:
             raise ValueError(
                 f"downgrade_to applies only with on_limit 'downgrade' (this budget has "
