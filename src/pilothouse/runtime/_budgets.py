@@ -40,9 +40,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from time import monotonic
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import anyio
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import ModelRequestParameters
 from sqlalchemy import Connection, and_, insert, select, update
@@ -127,11 +129,15 @@ class BudgetHold:
 class _Refused(Exception):
     """Raised inside the hold's transaction so it rolls back; carries the refusal."""
 
-    def __init__(self, entry: _Entry, limit: str, remaining: dict[str, str]) -> None:
+    def __init__(
+        self, entry: _Entry, limit: str, remaining: dict[str, str], *, in_flight: bool
+    ) -> None:
         super().__init__(entry.rule.code)
         self.entry = entry
         self.limit = limit
         self.remaining = remaining
+        self.in_flight = in_flight
+        """Only other calls' holds stand in the way: it may fit once they settle."""
 
 
 def period_of(period: str, zone: str, now: datetime) -> tuple[str, datetime | None]:
@@ -264,7 +270,6 @@ def _hold_rows(
 ) -> None:
     ledger = _LEDGER.c
     for entry in entries:
-        _ensure_row(connection, tenant, entry)
         rule = entry.rule
         conditions: list[ColumnElement[bool]] = [_key(tenant, entry)]
         if rule.on_limit in _REFUSING:
@@ -280,7 +285,7 @@ def _hold_rows(
                 )
             if rule.turns is not None:
                 conditions.append(ledger.turns + turns <= rule.turns)
-        changed = connection.execute(
+        statement = (
             update(_LEDGER)
             .where(*conditions)
             .values(
@@ -289,30 +294,71 @@ def _hold_rows(
                 held_output=ledger.held_output + output_tokens,
                 turns=ledger.turns + turns,
             )
-        ).rowcount
-        if changed == 0:
+        )
+        # One statement in the common case; the period's first call makes the row.
+        if connection.execute(statement).rowcount:
+            continue
+        row = connection.execute(select(_LEDGER).where(_key(tenant, entry))).first()
+        if row is None:
+            _ensure_row(connection, tenant, entry)
+            if connection.execute(statement).rowcount:
+                continue
             row = connection.execute(select(_LEDGER).where(_key(tenant, entry))).one()
-            limit = _crossed(row, rule, money, input_tokens, output_tokens, turns)
-            raise _Refused(entry, limit, _remaining(row, rule))
+        held = _crossed(row, rule, money, input_tokens, output_tokens, turns, held=True)
+        spent = _crossed(row, rule, money, input_tokens, output_tokens, turns, held=False)
+        raise _Refused(
+            entry, spent or held or "turns", _remaining(row, rule), in_flight=spent is None
+        )
+
+
+def _fits_once_settled(
+    connection: Connection,
+    tenant: str,
+    entries: Sequence[_Entry],
+    money: Decimal,
+    input_tokens: int,
+    output_tokens: int,
+    turns: int,
+) -> bool | None:
+    """Read, without locking, whether the call fits now (True), only later (False) or never."""
+    now_fits = True
+    for entry in entries:
+        if entry.rule.on_limit not in _REFUSING:
+            continue
+        row = connection.execute(select(_LEDGER).where(_key(tenant, entry))).first()
+        if row is None:
+            continue
+        amounts = (row, entry.rule, money, input_tokens, output_tokens, turns)
+        if _crossed(*amounts, held=False) is not None:
+            return None
+        if _crossed(*amounts, held=True) is not None:
+            now_fits = False
+    return now_fits
 
 
 def _crossed(
-    row: Any, rule: BudgetRule, money: Decimal, input_tokens: int, output_tokens: int, turns: int
-) -> str:
-    """Which limit the call would cross (the first, in the order limits are listed)."""
-    if rule.money is not None and (
-        Decimal(row.spent_money) + Decimal(row.held_money) + money > rule.money
-    ):
+    row: Any,
+    rule: BudgetRule,
+    money: Decimal,
+    input_tokens: int,
+    output_tokens: int,
+    turns: int,
+    *,
+    held: bool,
+) -> str | None:
+    """Which limit the call would cross (the first listed), counting holds or not; None if none."""
+    money_used = Decimal(row.spent_money) + (Decimal(row.held_money) if held else 0)
+    if rule.money is not None and money_used + money > rule.money:
         return "money"
-    if rule.input_tokens is not None and (
-        row.spent_input + row.held_input + input_tokens > rule.input_tokens
-    ):
+    input_used = row.spent_input + (row.held_input if held else 0)
+    if rule.input_tokens is not None and input_used + input_tokens > rule.input_tokens:
         return "input_tokens"
-    if rule.output_tokens is not None and (
-        row.spent_output + row.held_output + output_tokens > rule.output_tokens
-    ):
+    output_used = row.spent_output + (row.held_output if held else 0)
+    if rule.output_tokens is not None and output_used + output_tokens > rule.output_tokens:
         return "output_tokens"
-    return "turns"
+    if rule.turns is not None and row.turns + turns > rule.turns:
+        return "turns"
+    return None
 
 
 def _fraction(row: Any, rule: BudgetRule) -> float:
@@ -383,11 +429,20 @@ class BudgetGate:
     Args:
         database: the store the ledger is in.
         clock: the current time (aware); tests move it across a period boundary.
+        wait: seconds a call waits for other calls' holds to settle when only
+            they stand between it and the limit (a burst), before it is refused.
     """
 
-    def __init__(self, database: Database, *, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self,
+        database: Database,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        wait: float = 30.0,
+    ) -> None:
         self._database = database
         self._clock = clock or (lambda: datetime.now(UTC))
+        self._wait = wait
         self._rules: dict[str, tuple[int, tuple[BudgetRule, ...]]] = {}
 
     async def rules(self, tenant: str, revision: int) -> tuple[BudgetRule, ...]:
@@ -444,12 +499,33 @@ class BudgetGate:
         if spec.output_price is not None:
             money += Decimal(max_tokens) * spec.output_price / _MILLION
         turns = 0 if turn.budget_counted else 1
-        try:
-            await self._database.transaction(
-                _hold_rows, turn.tenant, entries, money, input_tokens, max_tokens, turns
-            )
-        except _Refused as refused:
-            raise _refusal(refused, now) from None
+        amounts = (turn.tenant, entries, money, input_tokens, max_tokens, turns)
+        deadline = monotonic() + self._wait
+        pause = 0.02
+        while True:
+            try:
+                await self._database.transaction(_hold_rows, *amounts)
+                break
+            except _Refused as refused:
+                # A burst: the spent amount leaves room, only calls in flight
+                # hold it. They settle below their holds, so wait for them;
+                # a call that cannot fit on what is spent is refused at once.
+                if not refused.in_flight:
+                    raise _refusal(refused, now) from None
+                last = refused
+            # Wait with plain reads: retrying the UPDATE would queue on the
+            # row's lock behind every settling call.
+            while True:
+                if monotonic() + pause > deadline:
+                    raise _refusal(last, now)
+                await anyio.sleep(pause)
+                pause = min(pause * 2, 0.5)
+                fits = await self._database.transaction(_fits_once_settled, *amounts)
+                if fits is None:
+                    # What was spent meanwhile leaves no room: refuse with fresh figures.
+                    break
+                if fits:
+                    break
         turn.budget_counted = True
         return BudgetHold(turn.tenant, tuple(entries), money, input_tokens, max_tokens)
 
