@@ -1,23 +1,50 @@
+# syntax=docker/dockerfile:1
 # pilothouse: the HTTP service (REST, SSE, OpenAI-compatible, JSON-RPC).
 # Built and run by compose.yaml with PostgreSQL (pgvector) and Redis; see
-# docs/operations.md. No model weights are baked in: the catalog names the
-# providers (a local llama.cpp model needs the "local" extra and its files).
+# docs/operations.md ("Containers"): `docker compose build` or
+# `docker build -t pilothouse .` (BuildKit, Docker 23 or later).
+#
+# Two stages. The builder has the compilers and builds every wheel once,
+# llama-cpp-python's from source (PyPI has no wheel of it); the runtime stage
+# has no compiler and installs only those wheels, so the image keeps neither
+# the toolchain nor a build tree.
+
+FROM python:3.11-slim AS builder
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    # llama.cpp for any CPU of the architecture, not only the build machine's.
+    CMAKE_ARGS=-DGGML_NATIVE=OFF
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends build-essential cmake \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /build
+COPY pyproject.toml README.md ./
+COPY src ./src
+RUN pip wheel --wheel-dir /wheels ".[postgres,openai,anthropic,otel,redis,knowledge]"
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# bubblewrap: the sandbox catalog script tools run in (docs/tools.md).
+# bubblewrap: the sandbox catalog script tools run in (docs/tools.md); it
+# needs the container to allow user namespaces (compose.yaml's security_opt).
+# libgomp1, libstdc++6: the runtime libraries llama.cpp's wheel links against.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap \
+    && apt-get install -y --no-install-recommends bubblewrap libgomp1 libstdc++6 \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
-COPY src ./src
 COPY examples ./examples
-RUN pip install ".[postgres,openai,anthropic,otel,redis,knowledge]"
+# The builder's wheels are mounted for this step only: no layer keeps them.
+# --no-index and --only-binary: nothing is downloaded and nothing compiled.
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    pip install --no-index --only-binary=:all: --find-links /wheels "pilothouse[postgres,openai,anthropic,otel,redis,knowledge]"
 
 RUN useradd --create-home --uid 10001 pilothouse
 USER pilothouse

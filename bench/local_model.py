@@ -6,7 +6,7 @@ LocalModelServers, as the run loop would use them. Run it alone on the
 machine, under the shared lock:
 
     flock /tmp/ph-heavy.lock .venv/bin/python bench/local_model.py
-    .venv/bin/python bench/report_local.py   # puts the section into docs/benchmarks.md
+    .venv/bin/python bench/report_local.py   # regenerates docs/benchmarks.md with it
 
 Speed: time to first token and decode tokens/s of a ~300-token prompt and a
 64-token answer, at 1 and 2 llama.cpp threads, with the machine otherwise

@@ -1,15 +1,24 @@
-"""Write docs/benchmarks.md and the plots from bench/results.
+"""Write docs/benchmarks.md and the plots from bench/results and bench/commentary.md.
 
-Usage: ``python bench/report.py --results bench/results --docs docs``.
-Numbers are copied from the run, never edited; the verdicts on the
-DESIGN.md / issue 6 targets are computed from them.
+Usage: ``python bench/report.py`` (``--no-plots`` keeps the plots already
+drawn, no matplotlib needed). Numbers are copied from the stored results,
+never edited; the verdicts on the performance budget are computed from
+them. The page is the run's machine, method and verdicts, then
+``bench/commentary.md`` with each of its placement lines replaced by a
+section: a file ``bench/results/NAME.md`` a bench script wrote, or one this
+module renders from ``results.json`` (:meth:`Page.built_in`). How to add a
+section is written at the top of ``bench/commentary.md``;
+``tests/bench/test_report_page.py`` checks that the committed page is
+exactly what this writes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -174,8 +183,8 @@ def _word(met: bool) -> str:
     return "MET" if met else "MISSED"
 
 
-def _item15(results: dict[str, Any]) -> list[str]:
-    """Issue 12 item 15's four targets, each computed from this run (one line each)."""
+def _tighter_targets(results: dict[str, Any]) -> list[str]:
+    """The four tighter targets, each computed from this run (one line each)."""
     out: list[str] = []
     s1 = results["scenarios"].get("plain-d0", {}).get("contenders", {})
     ph, base = s1.get("pilothouse-sqlite"), s1.get(BASE)
@@ -243,7 +252,18 @@ def _item15(results: dict[str, Any]) -> list[str]:
     return out or ["- Not measured in this run."]
 
 
-def _plots(results: dict[str, Any], raw: dict[str, Any], docs: Path) -> list[str]:
+def _drawn(docs: Path, *names: str) -> list[str]:
+    """The plots of ``names`` already in ``docs/benchmarks`` (a page made without drawing)."""
+    return [name for name in names if (docs / "benchmarks" / name).exists()]
+
+
+def _plots(results: dict[str, Any], raw: dict[str, Any], docs: Path, *, draw: bool) -> list[str]:
+    if not draw:
+        return _drawn(
+            docs,
+            *(f"latency-{s}.png" for s in ("plain-d0", "plain-d50", "tool-d0", "stream")),
+            "cpu-plain-d0.png",
+        )
     import matplotlib
 
     matplotlib.use("Agg")
@@ -334,30 +354,168 @@ def _profile_section(results: dict[str, Any]) -> list[str]:
     ]
 
 
-def _own_sections(results: Path, *names: str) -> list[str]:
-    """The sections other scripts rendered into ``results``, those that exist."""
-    lines: list[str] = []
-    for name in names:
-        section = results / name
-        if section.exists():
-            lines += [section.read_text().strip(), ""]
-    return lines
+PLACE = re.compile(r"^<!-- results: (?P<name>[A-Za-z0-9_.-]+) -->$")
+"""A line of ``bench/commentary.md`` that places one results section there."""
+COMMENT = re.compile(r"<!--.*?-->\n?", re.DOTALL)
+"""Notes for the authors of ``bench/commentary.md``: not on the page."""
 
 
-def main() -> None:
-    """Read results, write the document and the plots."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results")
-    parser.add_argument("--docs", type=Path, default=Path(__file__).parent.parent / "docs")
-    parser.add_argument("--commentary", type=Path, default=Path(__file__).parent / "commentary.md")
-    args = parser.parse_args()
-    results = json.loads((args.results / "results.json").read_text())
-    coldstart = args.results / "coldstart.json"
-    if coldstart.exists():
-        results["coldstart"] = json.loads(coldstart.read_text())
-    raw_path = args.results / "raw" / "latencies.json"
-    raw = json.loads(raw_path.read_text()) if raw_path.exists() else {}
-    plots = _plots(results, raw, args.docs)
+class PageError(Exception):
+    """The results and the commentary do not make one page; the message says what to do."""
+
+
+class Page:
+    """The inputs of ``docs/benchmarks.md``: the results folder, the commentary, the plots.
+
+    Args:
+        results: ``bench/results`` (``results.json`` and the sections' files).
+        commentary: ``bench/commentary.md``.
+        docs: the folder of ``benchmarks.md``; its ``benchmarks/`` holds the plots.
+        draw: draw the plots (needs matplotlib); otherwise the page names the
+            plots already drawn there.
+    """
+
+    def __init__(self, results: Path, commentary: Path, docs: Path, *, draw: bool) -> None:
+        self.results_dir = results
+        self.commentary = commentary
+        self.docs = docs
+        self.draw = draw
+        self.results: dict[str, Any] = json.loads((results / "results.json").read_text())
+        coldstart = results / "coldstart.json"
+        if coldstart.exists():
+            self.results["coldstart"] = json.loads(coldstart.read_text())
+        self.plots: list[str] = []
+
+    def built_in(self) -> dict[str, Callable[[], list[str]]]:
+        """The sections this module renders from ``results.json``, by the name that places them."""
+        results = self.results
+        return {
+            "scenarios": self._scenarios,
+            "concurrency": lambda: RC.section(results, self.docs, LABELS, draw=self.draw),
+            "disclosure": lambda: report_disclosure.section(results),
+            "served": lambda: report_served.section(results),
+            "cold-start-first-call": self._first_call,
+            "cpu-plot": lambda: (
+                ["![cpu](benchmarks/cpu-plain-d0.png)", ""]
+                if "cpu-plain-d0.png" in self.plots
+                else []
+            ),
+            "profile": lambda: [
+                "## Where pilothouse's time goes",
+                "",
+                *_profile_section(results),
+                "",
+            ],
+            "local.json": lambda: report_local.section(self.results_dir / "local.json"),
+        }
+
+    def section(self, name: str) -> list[str]:
+        """The lines of the section ``name``: built in, or the file ``bench/results/<name>``."""
+        built = self.built_in()
+        if name in built:
+            return built[name]()
+        path = self.results_dir / name
+        if name.endswith(".md") and path.exists():
+            return [path.read_text().strip(), ""]
+        raise PageError(
+            f"{self.commentary}: '<!-- results: {name} -->' names no section: write"
+            f" {path} (a results section rendered by its bench script) or name one of"
+            f" {', '.join(sorted(built))}"
+        )
+
+    def body(self) -> list[str]:
+        """The commentary with each ``<!-- results: NAME -->`` line replaced by its section."""
+        text = self.commentary.read_text()
+        lines: list[str] = []
+        placed: list[str] = []
+        prose: list[str] = []
+
+        def flush() -> None:
+            chunk = COMMENT.sub("", "\n".join(prose)).strip()
+            if chunk:
+                lines.extend([chunk, ""])
+            prose.clear()
+
+        for line in text.splitlines():
+            found = PLACE.match(line.strip())
+            if found is None:
+                prose.append(line)
+                continue
+            flush()
+            name = found["name"]
+            if name in placed:
+                raise PageError(f"{self.commentary}: '{name}' is placed twice; keep one")
+            placed.append(name)
+            lines += self.section(name)
+        flush()
+        missing = sorted({p.name for p in self.results_dir.glob("*.md")} | set(self.built_in()))
+        missing = [name for name in missing if name not in placed]
+        if missing:
+            raise PageError(
+                f"{self.commentary} does not place {', '.join(missing)}: add a line"
+                f" '<!-- results: {missing[0]} -->' where the section belongs, with the"
+                " commentary that goes with it"
+            )
+        return lines
+
+    def render(self) -> str:
+        """The whole page (plots drawn first when ``draw``)."""
+        results = self.results
+        raw_path = self.results_dir / "raw" / "latencies.json"
+        raw = json.loads(raw_path.read_text()) if raw_path.exists() else {}
+        self.plots = _plots(results, raw, self.docs, draw=self.draw)
+        lines = _head(results)
+        lines += self.body()
+        return "\n".join(lines) + "\n"
+
+    def _scenarios(self) -> list[str]:
+        lines: list[str] = []
+        for scenario, data in self.results["scenarios"].items():
+            if RC.handles(scenario):  # rendered by report_concurrency
+                continue
+            lines += [f"## {TITLES.get(scenario, scenario)}", ""]
+            lines += _table(scenario, data)
+            if data.get("skipped"):
+                lines += [
+                    "",
+                    "Not measured: "
+                    + "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in data["skipped"].items()),
+                ]
+            mock = data.get("mock", {})
+            lines += [
+                "",
+                f"Mock: {mock.get('requests')} requests during the timed rounds,"
+                f" {_f(mock.get('cpu_us_per_request'), 0)} µs mock CPU per request.",
+                "",
+            ]
+            if scenario != "stream":
+                lines += _spread(data) + [""]
+            if f"latency-{scenario}.png" in self.plots:
+                lines += [f"![{scenario}](benchmarks/latency-{scenario}.png)", ""]
+        return lines
+
+    def _first_call(self) -> list[str]:
+        s1 = self.results["scenarios"].get("plain-d0", {}).get("contenders", {})
+        if not s1:
+            return []
+        lines = [
+            "## Cold start (import + setup + first call, mock delay 0)",
+            "",
+            "| contender | import + setup ms | import + setup + first call ms | CPU ms |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, r in s1.items():
+            c = r["cold"]
+            lines.append(
+                f"| {LABELS.get(name, name)} | {c['import_setup_ms']:.0f} | {c['cold_ms']:.0f} |"
+                f" {c['cold_cpu_ms']:.0f} |"
+            )
+        lines.append("")
+        return lines
+
+
+def _head(results: dict[str, Any]) -> list[str]:
+    """Machine, method, the mock's capacity and the verdicts: what every run has."""
     m = results["machine"]
     pinning = (
         "mock + load generator on core 0, contender on core 1 (taskset)"
@@ -369,7 +527,8 @@ def main() -> None:
         "",
         "Generated by `make bench` (`bench/run.sh` → `bench/harness.py`, then `bench/report.py`)"
         f" on {results['started']}. Do not edit by hand: the commentary comes from"
-        " `bench/commentary.md`, the numbers from `bench/results/results.json`.",
+        " `bench/commentary.md`, the numbers from `bench/results/` (each section's own"
+        " file; `bench/commentary.md` says how to add one).",
         "",
         "## Machine and versions",
         "",
@@ -435,81 +594,43 @@ def main() -> None:
         ),
         "",
         "## Verdict against the targets ([architecture.md](architecture.md#performance-budget)"
-        " “Performance budget”, issue 6)",
+        " “Performance budget”)",
         "",
         *_verdicts(results),
         "",
-        "## Verdict against issue 12, item 15 (the remaining performance misses)",
+        "## Verdict against the tighter targets (a governed turn at a bare call's CPU,"
+        " first tokens, cold start)",
         "",
-        *_item15(results),
+        *_tighter_targets(results),
         "",
     ]
-    commentary = args.commentary
-    if commentary.exists():
-        lines += [commentary.read_text().strip(), ""]
-    for scenario, data in results["scenarios"].items():
-        if RC.handles(scenario):  # rendered by report_concurrency
-            continue
-        lines += [f"## {TITLES.get(scenario, scenario)}", ""]
-        lines += _table(scenario, data)
-        if data.get("skipped"):
-            lines += [
-                "",
-                "Not measured: "
-                + "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in data["skipped"].items()),
-            ]
-        mock = data.get("mock", {})
-        lines += [
-            "",
-            f"Mock: {mock.get('requests')} requests during the timed rounds,"
-            f" {_f(mock.get('cpu_us_per_request'), 0)} µs mock CPU per request.",
-            "",
-        ]
-        if scenario != "stream":
-            lines += _spread(data) + [""]
-        if f"latency-{scenario}.png" in plots:
-            lines += [f"![{scenario}](benchmarks/latency-{scenario}.png)", ""]
-    lines += RC.section(results, args.docs, LABELS)
-    lines += report_disclosure.section(results)
-    lines += report_served.section(results)
-    s1 = results["scenarios"].get("plain-d0", {}).get("contenders", {})
-    if s1:
-        lines += [
-            "## Cold start (import + setup + first call, mock delay 0)",
-            "",
-            "| contender | import + setup ms | import + setup + first call ms | CPU ms |",
-            "|---|---:|---:|---:|",
-        ]
-        for name, r in s1.items():
-            c = r["cold"]
-            lines.append(
-                f"| {LABELS.get(name, name)} | {c['import_setup_ms']:.0f} | {c['cold_ms']:.0f} |"
-                f" {c['cold_cpu_ms']:.0f} |"
-            )
-        lines.append("")
-    # The whole-process cold start (bench/coldstart.py), its first answer in
-    # phases (bench/coldstart_phases.py) and the 200 streams with and without
-    # a frozen heap (bench/heap_freeze.py) render their own sections.
-    lines += _own_sections(args.results, "coldstart.md", "coldstart-phases.md", "heap-freeze.md")
-    if "cpu-plain-d0.png" in plots:
-        lines += ["![cpu](benchmarks/cpu-plain-d0.png)", ""]
-    lines += ["## Where pilothouse's time goes", "", *_profile_section(results), ""]
-    # The knowledge benchmarks (bench/knowledge.py) render their own section.
-    knowledge = args.results / "knowledge.md"
-    if knowledge.exists():
-        lines += [knowledge.read_text().strip(), ""]
-    # So do the event-bus round trips (bench/events.py).
-    events = args.results / "events.md"
-    if events.exists():
-        lines += [events.read_text().strip(), ""]
-    lines += report_local.section(args.results / "local.json")
-    # Scoped memory's recall benchmark (bench/memory.py): its section is kept
-    # with the results, written from that run.
-    memory = args.results / "memory.md"
-    if memory.exists():
-        lines += [memory.read_text().strip(), ""]
-    (args.docs / "benchmarks.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.docs / 'benchmarks.md'} and {len(plots)} plots")
+    return lines
+
+
+def write(results: Path, commentary: Path, docs: Path, *, draw: bool) -> Path:
+    """Write ``docs/benchmarks.md`` (and, when ``draw``, its plots); the page's path."""
+    page = docs / "benchmarks.md"
+    page.write_text(Page(results, commentary, docs, draw=draw).render())
+    return page
+
+
+def main() -> None:
+    """Read results, write the document and the plots."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--docs", type=Path, default=Path(__file__).parent.parent / "docs")
+    parser.add_argument("--commentary", type=Path, default=Path(__file__).parent / "commentary.md")
+    parser.add_argument(
+        "--no-plots",
+        action="store_true",
+        help="keep the plots already in docs/benchmarks/ (no matplotlib needed)",
+    )
+    args = parser.parse_args()
+    try:
+        page = write(args.results, args.commentary, args.docs, draw=not args.no_plots)
+    except PageError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(f"wrote {page}")
 
 
 if __name__ == "__main__":

@@ -464,13 +464,24 @@ def _plots(results: dict[str, Any], docs: Path, labels: dict[str, str]) -> list[
     return made
 
 
-def section(results: dict[str, Any], docs: Path, labels: dict[str, str]) -> list[str]:
-    """Return the markdown of scenario 2 and stream-N (empty when not measured); write the plots."""
+def section(
+    results: dict[str, Any], docs: Path, labels: dict[str, str], *, draw: bool = True
+) -> list[str]:
+    """Return the markdown of scenario 2 and stream-N (empty when not measured).
+
+    With ``draw`` the plots are drawn into ``docs/benchmarks``; without, the
+    section names those already there.
+    """
     conc = _levels(results, "conc")
     streams = _levels(results, "stream")
     if not conc and not streams:
         return []
-    plots = _plots(results, docs, labels)
+    names = ("concurrency-throughput.png", "concurrency-p99.png")
+    plots = (
+        _plots(results, docs, labels)
+        if draw
+        else [n for n in names if (docs / "benchmarks" / n).exists()]
+    )
     lines: list[str] = []
     if conc:
         delay = conc[0][1]["settings"]["delay_ms"]

@@ -1,7 +1,7 @@
 """The "Local model (llama.cpp)" section of docs/benchmarks.md, from bench/results/local.json.
 
-report.py appends it when it regenerates the whole page; run alone, this
-replaces (or appends) just that section, leaving the rest of the page as it is:
+report.py renders it where bench/commentary.md places it; run alone, this
+regenerates the whole page from the stored results (the plots as drawn):
 
     .venv/bin/python bench/report_local.py
 """
@@ -149,28 +149,18 @@ def _quality_notes(quality: dict[str, Any]) -> list[str]:
     return notes
 
 
-def update(docs: Path, path: Path) -> None:
-    """Put the section into ``docs/benchmarks.md``, replacing an earlier one."""
-    page = docs / "benchmarks.md"
-    text = page.read_text()
-    new = "\n".join(section(path)) + "\n"
-    start = text.find(HEADING)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + new
-    else:
-        end = text.find("\n## ", start + len(HEADING))
-        text = text[:start] + new + (text[end + 1 :] if end >= 0 else "")
-    page.write_text(text)
-    print(f"wrote the local model section of {page}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = Path(__file__).parent
-    parser.add_argument("--results", type=Path, default=here / "results" / "local.json")
+    parser.add_argument("--results", type=Path, default=here / "results")
     parser.add_argument("--docs", type=Path, default=here.parent / "docs")
     args = parser.parse_args()
-    update(args.docs, args.results)
+    # The whole page, from every stored result: the section is placed by
+    # bench/commentary.md like any other.
+    import report
+
+    page = report.write(args.results, here / "commentary.md", args.docs, draw=False)
+    print(f"wrote {page}")
 
 
 if __name__ == "__main__":

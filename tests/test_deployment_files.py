@@ -70,3 +70,14 @@ def test_the_dockerfile_command_is_a_valid_serve_invocation() -> None:
     healthcheck = next(line for line in lines if "urlopen" in line)
     assert "/readyz" in shlex.split(healthcheck)[-1]
     assert any(line.startswith("HEALTHCHECK ") for line in lines)
+
+
+def test_compose_lets_bubblewrap_make_the_script_tool_sandbox() -> None:
+    # Docker's seccomp profile refuses user namespaces, its AppArmor profile
+    # the mounts, and its masked /proc a new /proc: each one stops bwrap.
+    options = set(_compose()["services"]["pilothouse"].get("security_opt", []))
+    assert {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"} <= options
+    # Kubernetes operators find the same in the docs.
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    for setting in ("seccompProfile:", "appArmorProfile:", "procMount: Unmasked"):
+        assert setting in operations, setting

@@ -620,6 +620,24 @@ class Pilothouse:
         """
         return self._shared.coordination()
 
+    def script_tools_status(self) -> tuple[bool, str]:
+        """Whether catalog script tools can run in this process, and one line saying how or why not.
+
+        The line is what ``pilothouse serve`` writes at start-up: how each
+        limit is enforced, or why script tools will be refused (sandboxing
+        turned off, ``bwrap`` or ``prlimit`` missing, or a sandbox that
+        cannot be made here, as in a container that does not allow user
+        namespaces). It makes a sandbox once to find out.
+        """
+        from pilothouse.tools._sandbox import ScriptSandbox
+
+        shared = self._shared
+        sandbox = ScriptSandbox.for_mode(shared.settings.script_tools, shared.script_limits())
+        refusal = sandbox.refusal()
+        if refusal is not None:
+            return False, f"script tools cannot run here: {refusal}"
+        return True, sandbox.enforcement()
+
     def subscribe(
         self, listener: Listener, *, conversation_uuid: str | None = None, deltas: bool = True
     ) -> None:

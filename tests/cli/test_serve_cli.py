@@ -35,6 +35,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         "SERVER_HOST",
         "SERVER_PORT",
         "SERVER_SHUTDOWN_GRACE_SECONDS",
+        "SERVER_LOG_FORMAT",
         "FREEZE_HEAP",
     ):
         monkeypatch.setenv(f"PILOTHOUSE_{name}", "")
@@ -146,3 +147,32 @@ def test_a_database_that_is_not_pilothouse_s_stops_the_start_in_one_line(
     )
     assert "Traceback" not in done.output
     assert "target" not in captured  # uvicorn never started
+
+
+def test_with_two_workers_serve_makes_one_metrics_directory_for_the_run(
+    captured: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Set then deleted: the test's change to the environment is undone.
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
+    seen: list[Path] = []
+
+    def run(target: str, **kwargs: Any) -> None:
+        folder = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+        assert folder.is_dir() and not list(folder.iterdir())
+        seen.append(folder)
+
+    monkeypatch.setattr(uvicorn, "run", run)
+    url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    done = CliRunner().invoke(app, ["--database-url", url, "serve", "--workers", "2"])
+    assert done.exit_code == 0, done.output
+    (folder,) = seen
+    assert f"write their samples to {folder}" in done.output
+    # Made for the run, removed after it.
+    assert not folder.exists()
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
+    # One worker is the whole service: no directory.
+    monkeypatch.setattr(uvicorn, "run", lambda target, **kwargs: seen.append(Path(target)))
+    single = CliRunner().invoke(app, ["--database-url", url, "serve"])
+    assert single.exit_code == 0, single.output
+    assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ

@@ -350,3 +350,42 @@ def test_without_a_pids_cgroup_the_process_limit_is_rlimit_nproc_or_a_warning() 
         assert "processes: NOT ENFORCED (root is exempt from RLIMIT_NPROC" in line
     else:
         assert "processes: RLIMIT_NPROC in the sandbox's user namespace" in line
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # Docker's default seccomp profile refuses the user namespace.
+        "bwrap: No permissions to create new namespace, likely because the kernel does not "
+        "allow non-privileged user namespaces.",
+        # A container's masked /proc keeps the sandbox's own from being mounted.
+        "bwrap: Can't mount proc on /newroot/proc: Operation not permitted",
+    ],
+)
+def test_a_bwrap_that_cannot_make_the_sandbox_here_is_refused_saying_why(
+    tmp_path: Path, said: str
+) -> None:
+    # Installed, recent enough (it offers --size), and unable to make namespaces:
+    # what bubblewrap does in a container with the default security settings.
+    (tmp_path / "said").write_text(said + "\n")
+    bwrap = tmp_path / "bwrap"
+    bwrap.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = --help ]; then echo "usage: bwrap --size BYTES"; exit 0; fi\n'
+        f"cat {tmp_path / 'said'} >&2\nexit 1\n"
+    )
+    bwrap.chmod(0o755)
+    refusal = ScriptSandbox(mode="sandbox", bwrap=str(bwrap)).refusal()
+    assert refusal is not None
+    assert said in refusal
+    assert "compose.yaml's security_opt" in refusal
+    assert ScriptSandbox(mode="sandbox", bwrap=str(bwrap)).enforcement() == (
+        "script tools cannot run here"
+    )
+
+
+def test_the_installed_bwrap_makes_the_sandbox_here() -> None:
+    sandbox = ScriptSandbox.for_mode("sandbox")
+    if sandbox.bwrap is None:
+        pytest.skip("bubblewrap is not installed")
+    assert sandbox.refusal() is None

@@ -278,12 +278,22 @@ def recover(
             "(another host's, or a fresh heartbeat): only when it is known to be gone.",
         ),
     ] = False,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency",
+            min=1,
+            help="Conversations recovered at once (each retry is a model call).",
+        ),
+    ] = 1,
 ) -> None:
     """Recover conversations a crash left running: retry their turn, or fail them.
 
     Running conversations that no live process owns are first marked ST (as
     `pilothouse serve` does at start-up); then each one named, or every ST
-    conversation with --all, is retried or failed.
+    conversation with --all, is retried or failed, up to --concurrency at
+    once. Each conversation's outcome is one line as it ends; one that
+    cannot be recovered is named and the others go on (exit code 2 at the end).
     """
     state: CliState = ctx.obj
     if retry is None:
@@ -291,24 +301,43 @@ def recover(
     if every == bool(uuids):
         fail("name the conversations to recover, or give --all (not both)")
 
-    async def body() -> list[str]:
-        lines: list[str] = []
+    async def body() -> int:
+        import anyio
+
+        from pilothouse.errors import PilothouseError
+
+        refused = 0
         async with open_facade(state) as ph:
             for stuck in await ph.sweep_orphans(force=force):
-                lines.append(f"{stuck.uuid}: marked ST ({stuck.reason})")
+                typer.echo(f"{stuck.uuid}: marked ST ({stuck.reason})")
             targets = list(uuids or [])
             if every:
                 targets = await _stuck(ph)
-            for uuid in targets:
-                result = await ph.command.recover(uuid, retry=bool(retry))
-                if result is None:
-                    lines.append(f"{uuid}: recorded FA")
-                else:
-                    lines.append(f"{uuid}: retried, now {result.status.value}")
-        return lines
+            slots = anyio.Semaphore(concurrency)
 
-    for line in run(body):
-        typer.echo(line)
+            async def recover_one(uuid: str) -> None:
+                nonlocal refused
+                async with slots:
+                    try:
+                        result = await ph.command.recover(uuid, retry=bool(retry))
+                    except PilothouseError as exc:
+                        # One conversation's problem is its own line; the
+                        # others are still recovered.
+                        refused += 1
+                        typer.echo(f"{uuid}: not recovered: {exc.public_message}", err=True)
+                        return
+                if result is None:
+                    typer.echo(f"{uuid}: recorded FA")
+                else:
+                    typer.echo(f"{uuid}: retried, now {result.status.value}")
+
+            async with anyio.create_task_group() as group:
+                for uuid in targets:
+                    group.start_soon(recover_one, uuid)
+        return refused
+
+    if run(body):
+        raise typer.Exit(code=2)
 
 
 async def _stuck(ph: Pilothouse) -> list[str]:

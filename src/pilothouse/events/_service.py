@@ -118,12 +118,20 @@ class EventServiceMetrics:
                 "pilothouse_events_outbox_unsent",
                 "Outbox commands not yet published.",
                 registry=registry,
+                # A level, not a count: under the client's multiprocess mode
+                # (PROMETHEUS_MULTIPROC_DIR) the highest of the live processes,
+                # never a dead process's last value.
+                multiprocess_mode="livemax",
             ),
             lag=Gauge(
                 "pilothouse_events_consumer_lag",
                 "Messages after the last one consumed, by topic.",
                 ["topic"],
                 registry=registry,
+                # A level, not a count: under the client's multiprocess mode
+                # (PROMETHEUS_MULTIPROC_DIR) the highest of the live processes,
+                # never a dead process's last value.
+                multiprocess_mode="livemax",
             ),
         )
 

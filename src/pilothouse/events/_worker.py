@@ -98,6 +98,10 @@ class WorkerMetrics:
                 "Commands after the last one taken, by topic (consumer lag).",
                 ["topic"],
                 registry=registry,
+                # A level, not a count: under the client's multiprocess mode
+                # (PROMETHEUS_MULTIPROC_DIR) the highest of the live processes,
+                # never a dead process's last value.
+                multiprocess_mode="livemax",
             ),
         )
 

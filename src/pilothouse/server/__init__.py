@@ -40,5 +40,11 @@ def app_from_environment() -> FastAPI:
     from pilothouse.api import TraceExport
     from pilothouse.settings import Settings
 
+    if os.environ.get("PILOTHOUSE_SERVER_LOG_FORMAT") == "json":
+        import logging
+
+        # uvicorn configured this worker's logging as JSON; a library's
+        # warning would otherwise be a plain-text line in that stream.
+        logging.captureWarnings(True)
     tracing = TraceExport.from_environment(os.environ)
     return create_app(Settings(), server=ServerSettings(), tracing=tracing)

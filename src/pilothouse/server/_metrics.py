@@ -14,12 +14,20 @@ in one place. What no event carries (each model attempt's latency and time
 to first token, tool latencies, retries per action, queue waits) comes from
 the run loop itself: :class:`Metrics` is the facade's
 :class:`~pilothouse.types.Meter`.
+
+Several worker processes (``pilothouse serve --workers N``) are one
+service: the Prometheus client's multiprocess mode, which ``serve`` turns
+on by giving the workers a ``PROMETHEUS_MULTIPROC_DIR``, has each process
+write its samples to files there, and :meth:`Metrics.render` adds up every
+process's files, so one scrape sees the whole process group whichever
+worker answers it.
 """
 
 from __future__ import annotations
 
 __all__ = ["Metrics", "MetricsMiddleware"]
 
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -58,6 +66,11 @@ class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self) -> None:
+        # The Prometheus client's own variable: read where the client reads it
+        # (when it is first imported) it decides whether the collectors keep
+        # their values in this process or in files of the directory, so
+        # rendering follows the same variable, never a setting of its own.
+        self.multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "pilothouse_http_requests",
@@ -292,8 +305,18 @@ class Metrics:
         self.cost.labels(tenant).inc(float(result.cost))
 
     def render(self) -> bytes:
-        """Return the Prometheus text exposition of every collector."""
-        return generate_latest(self.registry)
+        """Return the Prometheus text exposition of every collector.
+
+        In multiprocess mode the samples of every process of the service
+        (its files in the directory), added up per series.
+        """
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=self.multiprocess_dir)
+        return generate_latest(merged)
 
 
 def _route_template(scope: Scope) -> str:

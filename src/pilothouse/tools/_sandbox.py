@@ -158,6 +158,16 @@ class ScriptSandbox:
                 f"the sandbox's /tmp needs a size limit ('bwrap --size'), which {self.bwrap} "
                 "does not offer: it needs bubblewrap 0.7 or later, not installed setuid"
             )
+        if self.mode == "sandbox" and self.bwrap is not None:
+            problem = _sandbox_problem(self.bwrap)
+            if problem is not None:
+                return (
+                    f"bubblewrap cannot make the sandbox here ({problem}): the process may "
+                    "not create user namespaces or mount /proc in them; in a container allow "
+                    "them (compose.yaml's security_opt, or the Kubernetes securityContext "
+                    "in docs/operations.md), or on the host allow unprivileged user "
+                    "namespaces"
+                )
         return None
 
     def language_refusal(self, language: str) -> str | None:
@@ -281,6 +291,39 @@ def _sizes_tmpfs(bwrap: str) -> bool:
         [bwrap, "--help"], capture_output=True, text=True, timeout=10, check=False
     )
     return "--size" in shown.stdout + shown.stderr
+
+
+@functools.cache
+def _sandbox_problem(bwrap: str) -> str | None:
+    """Why ``bwrap`` cannot make the sandbox's namespaces and ``/proc`` here (None: it can).
+
+    Installed is not enough: a container's default seccomp profile refuses
+    the user namespace, and its masked ``/proc`` keeps a new one from being
+    mounted; both show only when a sandbox is made, so one is made (and
+    exits at once) with the namespaces and mounts every run uses.
+    """
+    probe = [
+        bwrap,
+        "--unshare-all",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--",
+        "true",
+    ]
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{bwrap} did not run: {exc}"
+    if done.returncode == 0:
+        return None
+    said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+    return said[-1] if said else f"{bwrap} exited with code {done.returncode}"
 
 
 def _which(name: str) -> str | None:
