@@ -37,7 +37,7 @@ __all__ = [
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from time import monotonic
@@ -47,8 +47,20 @@ from zoneinfo import ZoneInfo
 import anyio
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import ModelRequestParameters
-from sqlalchemy import Connection, and_, insert, select, update
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Numeric,
+    String,
+    and_,
+    bindparam,
+    cast,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from pilothouse.catalog._enums import TimelineKind
 from pilothouse.catalog._tables import budget_table, model_table, provider_table
@@ -56,7 +68,9 @@ from pilothouse.errors import BudgetExceededError
 from pilothouse.memory import counter_for
 from pilothouse.runtime._turn import Turn
 from pilothouse.store import NewEvent
+from pilothouse.store._base import utcnow
 from pilothouse.store._engine import Database
+from pilothouse.store._fastsql import Query, Statement, execute, fetch
 from pilothouse.store._tables import budget_usage_table, conversation_table
 
 logger = logging.getLogger(__name__)
@@ -65,6 +79,7 @@ _MILLION = Decimal(1_000_000)
 # Per message, as the usage estimate counts it: role and framing tokens.
 _MESSAGE_OVERHEAD = 4
 _LEDGER = budget_usage_table
+_MONEY = Numeric(24, 12)
 _REFUSING = ("refuse",)
 
 
@@ -217,13 +232,112 @@ def _load_rules(connection: Connection, tenant: str) -> tuple[BudgetRule, ...]:
     )
 
 
-def _key(tenant: str, entry: _Entry) -> ColumnElement[bool]:
+def _key_values(tenant: str, entry: _Entry) -> dict[str, Any]:
+    # updated_at too: statements run on the driver get no Python-side onupdate.
+    return {
+        "k_tenant": tenant,
+        "k_budget": entry.rule.code,
+        "k_subject": entry.subject,
+        "k_period": entry.period,
+        "updated_at": utcnow(),
+    }
+
+
+def _key() -> ColumnElement[bool]:
+    c = _LEDGER.c
     return and_(
-        _LEDGER.c.tenant == tenant,
-        _LEDGER.c.budget == entry.rule.code,
-        _LEDGER.c.subject == entry.subject,
-        _LEDGER.c.period == entry.period,
+        c.tenant == bindparam("k_tenant"),
+        c.budget == bindparam("k_budget"),
+        c.subject == bindparam("k_subject"),
+        c.period == bindparam("k_period"),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _LedgerRow:
+    """A ledger row, in the table's column order."""
+
+    tenant: str
+    budget: str
+    subject: str
+    period: str
+    spent_money: Decimal
+    held_money: Decimal
+    spent_input: int
+    held_input: int
+    spent_output: int
+    held_output: int
+    turns: int
+    alerted: int
+    updated_at: datetime
+
+
+def _ledger_row(*values: Any) -> _LedgerRow:
+    row = _LedgerRow(*values)
+    return replace(
+        row, spent_money=Decimal(str(row.spent_money)), held_money=Decimal(str(row.held_money))
+    )
+
+
+def _within(used: ColumnElement[Any], amount: BindParameter[Any], limit: str, kind: Any) -> Any:
+    """``used + amount <= limit``, or true when the limit is NULL (the budget sets none)."""
+    bound = bindparam(limit, type_=kind)
+    return or_(bound.is_(None), used + amount <= bound)
+
+
+class _Statements:
+    """The ledger's statements, built and compiled once per gate (run on the driver)."""
+
+    def __init__(self) -> None:
+        c = _LEDGER.c
+        money = bindparam("money", type_=_MONEY)
+        held_in = bindparam("input_tokens", type_=BigInteger())
+        held_out = bindparam("output_tokens", type_=BigInteger())
+        turns = bindparam("turns", type_=BigInteger())
+        self.hold = Statement(
+            update(_LEDGER)
+            .where(
+                _key(),
+                _within(c.spent_money + c.held_money, money, "lim_money", _MONEY),
+                _within(c.spent_input + c.held_input, held_in, "lim_input", BigInteger()),
+                _within(c.spent_output + c.held_output, held_out, "lim_output", BigInteger()),
+                _within(c.turns, turns, "lim_turns", BigInteger()),
+            )
+            .values(
+                held_money=c.held_money + money,
+                held_input=c.held_input + held_in,
+                held_output=c.held_output + held_out,
+                turns=c.turns + turns,
+            )
+        )
+        spent = bindparam("spent_money", type_=_MONEY)
+        spent_in = bindparam("spent_input", type_=BigInteger())
+        spent_out = bindparam("spent_output", type_=BigInteger())
+        self.settle = Statement(
+            update(_LEDGER)
+            .where(_key())
+            .values(
+                held_money=c.held_money - money,
+                held_input=c.held_input - held_in,
+                held_output=c.held_output - held_out,
+                spent_money=c.spent_money + spent,
+                spent_input=c.spent_input + spent_in,
+                spent_output=c.spent_output + spent_out,
+            )
+        )
+        top = bindparam("top", type_=BigInteger())
+        self.claim = Statement(update(_LEDGER).where(_key(), c.alerted < top).values(alerted=top))
+        # Money is read as text: the driver path has no result processor for
+        # NUMERIC on asyncpg, and a decimal string is exact on both stores.
+        columns = [
+            cast(column, String) if column.name in ("spent_money", "held_money") else column
+            for column in _LEDGER.c
+        ]
+        self.row = Query(select(*columns).where(_key()), _ledger_row)
+
+    def read(self, connection: Connection, tenant: str, entry: _Entry) -> _LedgerRow | None:
+        rows = fetch(connection, self.row, _key_values(tenant, entry))
+        return rows[0] if rows else None
 
 
 def _ensure_row(connection: Connection, tenant: str, entry: _Entry) -> None:
@@ -244,9 +358,7 @@ def _ensure_row(connection: Connection, tenant: str, entry: _Entry) -> None:
 
         connection.execute(sqlite_insert(_LEDGER).values(values).on_conflict_do_nothing())
     else:  # pragma: no cover - pilothouse stores run on SQLite or PostgreSQL
-        exists = connection.execute(select(_LEDGER.c.tenant).where(_key(tenant, entry))).first()
-        if exists is None:
-            connection.execute(insert(_LEDGER).values(values))
+        connection.execute(insert(_LEDGER).values(values))
 
 
 def _remaining(row: Any, rule: BudgetRule) -> dict[str, str]:
@@ -261,6 +373,7 @@ def _remaining(row: Any, rule: BudgetRule) -> dict[str, str]:
 
 def _hold_rows(
     connection: Connection,
+    sql: _Statements,
     tenant: str,
     entries: Sequence[_Entry],
     money: Decimal,
@@ -268,42 +381,33 @@ def _hold_rows(
     output_tokens: int,
     turns: int,
 ) -> None:
-    ledger = _LEDGER.c
+    amounts = {
+        "money": money,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "turns": turns,
+    }
     for entry in entries:
         rule = entry.rule
-        conditions: list[ColumnElement[bool]] = [_key(tenant, entry)]
-        if rule.on_limit in _REFUSING:
-            if rule.money is not None:
-                conditions.append(ledger.spent_money + ledger.held_money + money <= rule.money)
-            if rule.input_tokens is not None:
-                conditions.append(
-                    ledger.spent_input + ledger.held_input + input_tokens <= rule.input_tokens
-                )
-            if rule.output_tokens is not None:
-                conditions.append(
-                    ledger.spent_output + ledger.held_output + output_tokens <= rule.output_tokens
-                )
-            if rule.turns is not None:
-                conditions.append(ledger.turns + turns <= rule.turns)
-        statement = (
-            update(_LEDGER)
-            .where(*conditions)
-            .values(
-                held_money=ledger.held_money + money,
-                held_input=ledger.held_input + input_tokens,
-                held_output=ledger.held_output + output_tokens,
-                turns=ledger.turns + turns,
-            )
-        )
+        refusing = rule.on_limit in _REFUSING
+        values = {
+            **_key_values(tenant, entry),
+            **amounts,
+            "lim_money": rule.money if refusing else None,
+            "lim_input": rule.input_tokens if refusing else None,
+            "lim_output": rule.output_tokens if refusing else None,
+            "lim_turns": rule.turns if refusing else None,
+        }
         # One statement in the common case; the period's first call makes the row.
-        if connection.execute(statement).rowcount:
+        if execute(connection, sql.hold, values):
             continue
-        row = connection.execute(select(_LEDGER).where(_key(tenant, entry))).first()
+        row = sql.read(connection, tenant, entry)
         if row is None:
             _ensure_row(connection, tenant, entry)
-            if connection.execute(statement).rowcount:
+            if execute(connection, sql.hold, values):
                 continue
-            row = connection.execute(select(_LEDGER).where(_key(tenant, entry))).one()
+            row = sql.read(connection, tenant, entry)
+        assert row is not None, "the row was just made"
         held = _crossed(row, rule, money, input_tokens, output_tokens, turns, held=True)
         spent = _crossed(row, rule, money, input_tokens, output_tokens, turns, held=False)
         raise _Refused(
@@ -313,6 +417,7 @@ def _hold_rows(
 
 def _fits_once_settled(
     connection: Connection,
+    sql: _Statements,
     tenant: str,
     entries: Sequence[_Entry],
     money: Decimal,
@@ -325,7 +430,7 @@ def _fits_once_settled(
     for entry in entries:
         if entry.rule.on_limit not in _REFUSING:
             continue
-        row = connection.execute(select(_LEDGER).where(_key(tenant, entry))).first()
+        row = sql.read(connection, tenant, entry)
         if row is None:
             continue
         amounts = (row, entry.rule, money, input_tokens, output_tokens, turns)
@@ -377,46 +482,41 @@ def _fraction(row: Any, rule: BudgetRule) -> float:
 
 def _settle_rows(
     connection: Connection,
+    sql: _Statements,
     hold: BudgetHold,
     money: Decimal,
     input_tokens: int,
     output_tokens: int,
 ) -> list[tuple[_Entry, int, float]]:
     """Turn the hold into what was spent; return the thresholds this settle crossed first."""
-    ledger = _LEDGER.c
     crossed: list[tuple[_Entry, int, float]] = []
+    amounts = {
+        "money": hold.money,
+        "input_tokens": hold.input_tokens,
+        "output_tokens": hold.output_tokens,
+        "spent_money": money,
+        "spent_input": input_tokens,
+        "spent_output": output_tokens,
+    }
     for entry in hold.entries:
-        connection.execute(
-            update(_LEDGER)
-            .where(_key(hold.tenant, entry))
-            .values(
-                held_money=ledger.held_money - hold.money,
-                held_input=ledger.held_input - hold.input_tokens,
-                held_output=ledger.held_output - hold.output_tokens,
-                spent_money=ledger.spent_money + money,
-                spent_input=ledger.spent_input + input_tokens,
-                spent_output=ledger.spent_output + output_tokens,
-            )
-        )
-        crossed.extend(_announce(connection, hold.tenant, entry))
+        execute(connection, sql.settle, {**_key_values(hold.tenant, entry), **amounts})
+        if entry.rule.thresholds:
+            crossed.extend(_announce(connection, sql, hold.tenant, entry))
     return crossed
 
 
 def _announce(
-    connection: Connection, tenant: str, entry: _Entry
+    connection: Connection, sql: _Statements, tenant: str, entry: _Entry
 ) -> list[tuple[_Entry, int, float]]:
     """Claim the highest threshold the row has reached and not yet announced."""
-    if not entry.rule.thresholds:
-        return []
-    row = connection.execute(select(_LEDGER).where(_key(tenant, entry))).one()
+    row = sql.read(connection, tenant, entry)
+    assert row is not None, "a settled row exists"
     share = _fraction(row, entry.rule)
     reached = [t for t in entry.rule.thresholds if share * 100 >= t and t > row.alerted]
     if not reached:
         return []
     top = max(reached)
-    claimed = connection.execute(
-        update(_LEDGER).where(_key(tenant, entry), _LEDGER.c.alerted < top).values(alerted=top)
-    ).rowcount
+    claimed = execute(connection, sql.claim, {**_key_values(tenant, entry), "top": top})
     # Another process may have claimed it between the read and the update.
     return [(entry, top, share)] if claimed else []
 
@@ -443,6 +543,7 @@ class BudgetGate:
         self._database = database
         self._clock = clock or (lambda: datetime.now(UTC))
         self._wait = wait
+        self._sql = _Statements()
         self._rules: dict[str, tuple[int, tuple[BudgetRule, ...]]] = {}
 
     async def rules(self, tenant: str, revision: int) -> tuple[BudgetRule, ...]:
@@ -499,7 +600,7 @@ class BudgetGate:
         if spec.output_price is not None:
             money += Decimal(max_tokens) * spec.output_price / _MILLION
         turns = 0 if turn.budget_counted else 1
-        amounts = (turn.tenant, entries, money, input_tokens, max_tokens, turns)
+        amounts = (self._sql, turn.tenant, entries, money, input_tokens, max_tokens, turns)
         deadline = monotonic() + self._wait
         pause = 0.02
         while True:
@@ -542,7 +643,7 @@ class BudgetGate:
             output_tokens: its output tokens.
         """
         crossed = await self._database.transaction(
-            _settle_rows, hold, money, input_tokens, output_tokens
+            _settle_rows, self._sql, hold, money, input_tokens, output_tokens
         )
         for entry, threshold, share in crossed:
             rule = entry.rule
