@@ -67,7 +67,7 @@ typecheck: install
 	$(BIN)/pyright
 
 # The line coverage of src/pilothouse that the suite must keep (the measured
-# level, rounded down; README's "Tests" section reports it).
+# level, rounded down; `make test` prints the level it measured).
 COV_FLOOR := 91
 
 pytest: install

@@ -673,7 +673,7 @@ class FullCollections:
 
     A full collection walks every tracked object of the process, so its
     cost is the heap's size, and one inside a round of streams delays every
-    stream still waiting (docs/benchmarks.md, issue 12 item 15).
+    stream still waiting (docs/benchmarks.md).
     """
 
     def __init__(self) -> None:
@@ -863,7 +863,7 @@ async def _streams(chat: Chat, n: int) -> dict[str, Any]:
     # are: its time to first chunk counts from there. The per-call clock
     # (`ttft_ms`) starts when the call's own code first runs, which for a
     # client that does all its start-up before it first yields comes only
-    # after every earlier start has finished (issue 12 item 15).
+    # after every earlier start has finished.
     for fact in facts:
         if fact.get("first_at") is not None:
             fact["ttft_launch_ms"] = (fact["first_at"] - wall) * 1000

@@ -53,7 +53,7 @@ import mock_upstream  # noqa: E402
 from childenv import MOCK_KEY, child_env  # noqa: E402
 
 TARGET = 0.70
-"""Issue 6: at least 70% fewer first-turn prompt tokens with disclosure."""
+"""The budget: at least 70% fewer first-turn prompt tokens with disclosure."""
 
 USER = "Do we have enough stock of item WID-2041 in the Rotterdam warehouse to ship order SO-88213?"
 ACTIVATE = "INVENTRY"

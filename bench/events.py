@@ -1,4 +1,4 @@
-"""Tool round trips through each event bus against the in-process tool loop (issue 18).
+"""Tool round trips through each event bus against the in-process tool loop.
 
 One turn = the model calls ``lookup_order`` and answers from its result:
 two model calls (a local function model: no provider time), the tool, and
@@ -217,7 +217,7 @@ async def main() -> None:
 
 def render(rows: list[dict[str, Any]], turns: int) -> str:
     lines = [
-        "## Events: tool round trips through a bus (issue 18)",
+        "## Events: tool round trips through a bus",
         "",
         f"Measured with `bench/events.py` ({turns} turns per row, method in its docstring) on the "
         "shared 2-core machine: the broker, the worker and pilothouse share its cores, so these "

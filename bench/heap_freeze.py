@@ -1,4 +1,4 @@
-"""200 streams at once, with and without a frozen start-up heap (issue 12, item 15).
+"""200 streams at once, with and without a frozen start-up heap.
 
 Each streamed answer's first chunk comes 200 ms after its request (the
 scenario-3 stream, ``stream-f200-k64-g20``); 200 are launched at once, three

@@ -1,4 +1,4 @@
-"""Knowledge benchmarks (issue 15): ingestion, vector search at 100k, retrieval quality.
+"""Knowledge benchmarks: ingestion, vector search at 100k, retrieval quality.
 
 Run each step under the heavy lock, one after the other (each adds its figures
 to ``bench/results/knowledge.json``; ``report`` writes ``bench/results/knowledge.md``,

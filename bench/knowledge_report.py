@@ -33,7 +33,7 @@ def _ann_rows(name: str, entry: dict[str, Any]) -> list[str]:
 def write_report(results_file: Path, out: Path) -> None:
     """Write the markdown section."""
     r = json.loads(results_file.read_text())
-    lines = ["## Knowledge: ingestion, vector search, retrieval quality (issue 15)", ""]
+    lines = ["## Knowledge: ingestion, vector search, retrieval quality", ""]
     lines += [
         "Measured with `bench/knowledge.py` (method in its docstring) under "
         "`flock /tmp/ph-heavy.lock`, on the 2-core machine while other sessions "

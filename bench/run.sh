@@ -14,7 +14,7 @@ fi
 if [ ! -x .venv/bin/python ] || [ requirements.txt -nt .venv/.installed ]; then
   "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --progress-bar off "${FIND_LINKS[@]}" -r requirements.txt -e '..[openai,postgres]'
+  .venv/bin/python -m pip install --progress-bar off "${FIND_LINKS[@]}" -r requirements.txt -e '..[openai,postgres,events]'
   touch .venv/.installed
 fi
 if [ ! -x .venv-litellm/bin/python ] || [ requirements-litellm.txt -nt .venv-litellm/.installed ]; then
@@ -33,4 +33,6 @@ fi
 .venv/bin/python coldstart_phases.py --out results
 # 200 streams with and without a frozen start-up heap (Settings.freeze_heap).
 .venv/bin/python heap_freeze.py --out results
+# 200 run_actions through tansu and NATS beside the same 200 turns over REST.
+.venv/bin/python events_actions.py --out results
 .venv/bin/python report.py --results results --docs ../docs

@@ -369,7 +369,7 @@ async def test_a_provider_content_filter_ends_the_turn_cf(
     assert stored.finish_reason is FinishReason.CONTENT_FILTER
 
 
-# --- catalog writes (issue 12 item 5: POST of actions and skills was a 500) ----
+# --- catalog writes (POST of actions and skills was a 500) ----
 
 
 async def test_creating_and_updating_an_action_or_skill_returns_the_entry(

@@ -9,7 +9,7 @@ generation every 700 allocations and a full one each time ten of those have
 promoted enough to grow the heap by a quarter, and every full collection
 walks the whole heap. In a new process that was four full collections
 before the first answer (0.47 s of CPU in the benchmark's cold start), and
-together they freed 163 objects (``docs/benchmarks.md``, issue 12 item 15).
+together they freed 163 objects (``docs/benchmarks.md``).
 Mercurial's ``util.nogc`` does the same around its own allocation-heavy,
 cycle-free work.
 
@@ -46,7 +46,7 @@ so no later full collection walks the start-up heap again. With 200 streams
 at once a full collection came once or twice a round and stopped the event
 loop for 112-319 ms on pilothouse's heap (about 256,000 tracked objects:
 SQLAlchemy's metadata and mappings are most of what pydantic-ai's 170,000
-lack); frozen, 7-52 ms (``docs/benchmarks.md``, issue 12 item 15).
+lack); frozen, 7-52 ms (``docs/benchmarks.md``).
 """
 
 from __future__ import annotations

@@ -354,6 +354,7 @@ class SyncEventApi(_SyncHalf):
     complete = _Blocking(EventApi.complete)
     expire = _Blocking(EventApi.expire)
     recover = _Blocking(EventApi.recover)
+    recover_actions = _Blocking(EventApi.recover_actions)
     counts = _Blocking(EventApi.counts)
     run_tool = _Blocking(EventApi.run_tool)
 

@@ -223,6 +223,11 @@ class Settings(BaseSettings):
             (``acme.tools.Weather``) that class only. Empty (the default)
             allows none: naming a class imports and runs its module's code.
             Comma-separated in ``PILOTHOUSE_INVOKE_TOOL_CLASSES``.
+        invoke_default_model: the model name a ``/v1/invoke`` call with a
+            ``baseUrl`` but no ``model`` gets at that server (the connector
+            documents a default model; its own is ``gpt-5.4-nano``). The
+            answer's ``outputAiMeta`` says it was the default.
+            ``PILOTHOUSE_INVOKE_DEFAULT_MODEL``.
         catalog_code: the Python code tenants' catalogs may name where
             tenants write the catalog (the HTTP service, ``pilothouse events``
             and ``worker``): a python tool's ``implementation``, an advisor's
@@ -289,7 +294,7 @@ class Settings(BaseSettings):
     user: str = "pilothouse"
     # Sized for hundreds of concurrent turns: a turn holds a connection only
     # for each short transaction, but SQLAlchemy's default (5 + 10) made
-    # 1,000 concurrent conversations fail with pool timeouts (bench, issue 6).
+    # 1,000 concurrent conversations fail with pool timeouts (bench).
     database_pool_size: int = Field(default=20, ge=1)
     database_max_overflow: int = Field(default=40, ge=0)
     database_pool_timeout: float = Field(default=30.0, gt=0)
@@ -309,6 +314,7 @@ class Settings(BaseSettings):
     egress_tenants: dict[str, list[str]] = Field(default_factory=lambda: dict[str, list[str]]())
     lease_seconds: float = Field(default=30.0, gt=0)
     invoke_tool_classes: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list[str]())
+    invoke_default_model: str = Field(default="gpt-5.4-nano", min_length=1, max_length=256)
     catalog_code: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list[str]())
     memory_index: Literal["auto", "pgvector", "embedded", "exact"] = "auto"
     tenant_mcp_stdio: bool = False

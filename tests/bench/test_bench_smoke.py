@@ -130,7 +130,7 @@ def test_bench_cold_start_phases_split_the_first_answer(tmp_path: Path) -> None:
         "SQLAlchemy Core",
         "catalog and store: Core tables, store modules",
     }
-    # Issue 12, item 15: the first answer keeps SQLAlchemy's ORM off.
+    # the first answer keeps SQLAlchemy's ORM off.
     assert result["orm_imported"] == {
         "pilothouse-sqlite": False,
         "pydantic-ai-model_request": False,

@@ -83,7 +83,7 @@ def test_the_guides_chat_openai_configuration_fills_the_provider_fields(tmp_path
         ),
         (
             {"code": "X", "settings": {**BEDROCK, "model_kwargs": "topP=1"}},
-            "settings.model_kwargs must be a JSON object of the model's own parameters",
+            "settings.model_kwargs: must be a JSON object of the model's own parameters",
         ),
         (
             {
@@ -94,11 +94,11 @@ def test_the_guides_chat_openai_configuration_fills_the_provider_fields(tmp_path
                     "model_kwargs": {"dimensions": 256},
                 },
             },
-            "settings.model_kwargs is not a key of a vantiq.embeddings.BedrockEmbeddings",
+            "settings.model_kwargs: not a key of a vantiq.embeddings.BedrockEmbeddings",
         ),
         (
             {"code": "X", "settings": {**BEDROCK, "temprature": 0.1}},
-            "settings.temprature is not a key",
+            "settings.temprature: not a key",
         ),
         (
             {"code": "X", "settings": {k: v for k, v in BEDROCK.items() if k != "model_id"}},

@@ -255,3 +255,80 @@ async def test_local_provider_only_serves_minilm_with_its_figures() -> None:
         await build_embedder(_spec(ProviderKind.LOCAL, None, "all-MiniLM-L6-v2"), wrong)
     with pytest.raises(KnowledgeSetupError, match="run llama.cpp's server with --embedding"):
         await build_embedder(_spec(ProviderKind.LOCAL, None, "bge-small.gguf"), wrong)
+
+
+class _OpenAIEmbeddings(_Embeddings):
+    """OpenAI's text-embedding-3 behind a proxy: 1536 unless ``dimensions`` shortens it."""
+
+    def do_POST(self) -> None:
+        length = int(self.headers["Content-Length"])
+        body = json.loads(self.rfile.read(length))
+        type(self).requests.append({"path": self.path, "body": body})
+        size = int(body.get("dimensions", 1536))
+        data = [{"index": i, "embedding": [1.0] * size} for i in range(len(body["input"]))]
+        raw = json.dumps({"object": "list", "data": data}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+
+@pytest.fixture
+def openai_proxy() -> Iterator[str]:
+    _OpenAIEmbeddings.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OpenAIEmbeddings)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_seed_003_rag_example_sends_its_dimension_to_an_openai_compatible_url(
+    openai_proxy: str, database: Any
+) -> None:
+    # Seed 003, verbatim:
+    #   <camunda:inputParameter name="baseUrl">http://localhost:11434/v1</camunda:inputParameter>
+    #   <camunda:inputParameter name="embeddingDimension">384</camunda:inputParameter>
+    #   <camunda:inputParameter name="embeddingModelName">text-embedding-3-small</camunda:inputParameter>  # noqa: E501 - verbatim
+    # At a baseUrl there is no catalog provider kind (openai-compatible): the
+    # text-embedding-3 family still gets the caller's dimension.
+    from pilothouse.knowledge import Knowledge
+
+    service = Knowledge(database)
+    try:
+        spec = _spec(ProviderKind.OPENAI_COMPATIBLE, openai_proxy, "text-embedding-3-small")
+        collection = service.adhoc_collection(
+            "default",
+            connection="postgresql://postgres@127.0.0.1:5432/vectors",
+            password=None,
+            table="embeddings",
+            top_k=5,
+            threshold=0.4,
+            model=spec,
+            dimension=384,
+        )
+        embedder = await build_embedder(spec, collection.model)
+        vectors = await embedder.embed(["Where is my parcel?"], "query")
+        assert vectors.shape == (1, 384)
+        assert _OpenAIEmbeddings.requests[0]["body"]["dimensions"] == 384
+        await embedder.aclose()
+        # A model that gives other vectors than embeddingDimension says names the parameter.
+        other = _spec(ProviderKind.OPENAI_COMPATIBLE, openai_proxy, "nomic-embed-text")
+        wrong = service.adhoc_collection(
+            "default",
+            connection="postgresql://postgres@127.0.0.1:5432/vectors",
+            password=None,
+            table="embeddings",
+            top_k=5,
+            threshold=0.4,
+            model=other,
+            dimension=384,
+        )
+        embedder = await build_embedder(other, wrong.model)
+        with pytest.raises(DimensionMismatchError, match=r"1536, but embeddingDimension is 384"):
+            await embedder.embed(["Where is my parcel?"], "query")
+        await embedder.aclose()
+    finally:
+        await service.aclose()

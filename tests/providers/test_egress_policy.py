@@ -1,4 +1,4 @@
-"""The egress policy's per-tenant lists and its pinned transports (issue 12 item 2)."""
+"""The egress policy's per-tenant lists and its pinned transports."""
 
 from __future__ import annotations
 

@@ -162,7 +162,7 @@ def test_sagemaker_passes_common_names_through() -> None:
 def test_options_refuse_non_finite_and_out_of_range_numbers(
     mapping: dict[str, object], named: str
 ) -> None:
-    # Issue 12 item 9: 1e309 reached PostgreSQL as Infinity and left the
+    # 1e309 reached PostgreSQL as Infinity and left the
     # conversation RU; it is refused before anything is written.
     with pytest.raises(ValueError, match=f"model option '{named}'"):
         ModelOptions.parse(mapping)

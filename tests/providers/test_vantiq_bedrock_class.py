@@ -187,7 +187,58 @@ async def test_a_bedrock_configurations_model_kwargs_reach_converse_as_model_fie
 
 
 def test_model_kwargs_that_are_no_object_are_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="settings.model_kwargs must be a JSON object"):
+    with pytest.raises(ValueError, match="settings.model_kwargs: must be a JSON object"):
         ProviderSpec.model_validate(
             {"code": "BDRK", "settings": {**GUIDE, "model_kwargs": "top_k=50"}}
         )
+
+
+async def test_titan_model_kwargs_on_a_bedrock_model_reach_converse_as_its_options() -> None:
+    # Seed 004's Titan example verbatim on a `bedrock/<modelId>` model (no
+    # class_name): Converse takes the normalized names for every model, so the
+    # guide's "max_tokens is an alias to model_kwargs.maxTokenCount" is read back.
+    spec = ProviderSpec.model_validate(
+        {
+            "code": "BDRK",
+            "kind": "bedrock",
+            "settings": {"region": "us-east-1", **GUIDE_MODEL_KWARGS},
+        }
+    )
+    provider = Provider(
+        code=spec.code,
+        kind=spec.kind,
+        base_url=None,
+        api_key=None,
+        headers={},
+        settings=spec.settings,
+    )
+    row = Model(
+        code="TITAN",
+        model_name="bedrock/amazon.titan-text-express-v1",
+        provider=provider,
+        capabilities=[],
+    )
+    compiled = compile_model_spec(row, SecretResolver({}))
+    # The action's configuration says 100 tokens; the model's own kwargs win.
+    options = ModelOptions(max_tokens=100).merged(
+        custom_config_options("BDRK", spec.settings, spec.kind)
+    )
+    aws = StubbedAws()
+    aws.plan(
+        "bedrock-runtime",
+        "converse",
+        converse_response("Hello"),
+        {
+            "modelId": "amazon.titan-text-express-v1",
+            "messages": [{"role": "user", "content": [{"text": "hello"}]}],
+            "system": [],
+            "inferenceConfig": {"maxTokens": 1024, "temperature": 0.1, "topP": 1},
+        },
+    )
+    factory = ModelFactory(aws_client_factory=aws)
+    try:
+        model = await factory.model(compiled)
+        await model.request(HELLO, to_model_settings(compiled, options), ModelRequestParameters())
+    finally:
+        await factory.aclose()
+    aws.stubbers["bedrock-runtime"].assert_no_pending_responses()

@@ -1,4 +1,4 @@
-"""The egress policy on catalog URLs in the service, per tenant (issue 12 item 2).
+"""The egress policy on catalog URLs in the service, per tenant.
 
 A real OpenAI-compatible upstream on loopback (``fault_upstream``) stands
 for an internal service. Tenants write catalogs through the service's faces

@@ -200,7 +200,7 @@ _CHILD = textwrap.dedent(
 
 async def test_turns_on_a_compatible_server_do_not_import_the_openai_sdk(tmp_path: Path) -> None:
     # The OpenAI SDK and pydantic-ai's model over it cost ~330 ms of a cold
-    # start (issue 12, item 15): a fresh process's turns, whole and
+    # start: a fresh process's turns, whole and
     # streamed, against a real HTTP server on loopback, must not load them.
     url = f"sqlite+aiosqlite:///{tmp_path / 'app.db'}"
     with running_upstream() as upstream:

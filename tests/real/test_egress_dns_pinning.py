@@ -1,4 +1,4 @@
-"""DNS rebinding against the egress policy, with a real DNS server (issue 12 item 2).
+"""DNS rebinding against the egress policy, with a real DNS server.
 
 A ``dnslib`` DNS server on a loopback UDP port answers the egress policy's
 questions (its resolver is pointed at it); two real OpenAI-compatible

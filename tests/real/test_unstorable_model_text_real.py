@@ -1,4 +1,4 @@
-r"""Unstorable text from the model, on SQLite and PostgreSQL (issue 12 item 9).
+r"""Unstorable text from the model, on SQLite and PostgreSQL.
 
 A real OpenAI-compatible upstream on loopback (``fault_upstream``) answers
 with text no database can keep as it is: a structured (JSON) answer holding

@@ -1,4 +1,4 @@
-"""A misbehaving upstream (issue 12 item 8), through every face of the service.
+"""A misbehaving upstream, through every face of the service.
 
 A real OpenAI-compatible HTTP server on loopback (``fault_upstream``) reuses
 tool-call ids across rounds, answers with no ``choices``, cuts its stream

@@ -62,7 +62,7 @@ ARGS = {"city": "Paris"}
 ARGS_JSON = json.dumps(ARGS)
 ANSWER = "It is sunny in Paris."
 
-# Each malformed shape of one call, as real servers sent them (issue 13).
+# Each malformed shape of one call, as real servers sent them.
 WHOLE_SHAPES: dict[str, dict[str, Any]] = {
     "missing_id": {"type": "function", "function": {"name": "get_weather", "arguments": ARGS_JSON}},
     "missing_type": {"id": "call_7", "function": {"name": "get_weather", "arguments": ARGS_JSON}},

@@ -1,6 +1,6 @@
 """The compile's Core reading of the catalog matches the ORM's, view by view.
 
-``CatalogReader`` replaced the ORM loads of the compile (issue 12, item 15:
+``CatalogReader`` replaced the ORM loads of the compile (to keep
 the first turn off the ORM). The ORM stays the reference: every view field
 is compared with the mapped row's attribute of the same name, through every
 relationship, on a catalog that uses every one of them, on the runtime

@@ -1,6 +1,6 @@
 """A process's turns run without importing SQLAlchemy's ORM.
 
-Issue 12, item 15: the cold start must keep the ORM off the first turn. The
+the cold start must keep the ORM off the first turn. The
 compile reads the catalog with Core statements into views, the store's
 statements name Core tables, not mapped attributes (a statement naming a
 mapped attribute is compiled by the ORM, which configures every mapping),

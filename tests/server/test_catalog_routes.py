@@ -228,7 +228,7 @@ async def test_lone_surrogate_in_json_is_a_4xx_not_a_500(
 async def test_post_catalog_actions_and_skills_is_201_not_500(
     client: httpx.AsyncClient, admin_key: str
 ) -> None:
-    # Issue 12 item 5: rendering the new row read its links outside the greenlet.
+    # rendering the new row read its links outside the greenlet.
     skill = await client.post(
         "/v1/catalog/skills", json={"code": "KIND", "prompt": "Be kind."}, headers=auth(admin_key)
     )

@@ -218,7 +218,7 @@ async def test_invoke_egress_policy_refuses_private_and_metadata_addresses(
     extra: dict[str, Any],
     field: str,
 ) -> None:
-    # SSRF (issue 12 item 2): the allow-list names 127.0.0.1 only; metadata,
+    # SSRF: the allow-list names 127.0.0.1 only; metadata,
     # private networks and other loopback names stay refused, before any call.
     response = await _invoke(client, api_key, **extra)
     assert response.status_code == 400, response.text

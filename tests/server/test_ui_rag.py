@@ -1,4 +1,4 @@
-"""The playground's RAG toggle (issue 19), through the app: scripted model, packaged MiniLM.
+"""The playground's RAG toggle, through the app: scripted model, packaged MiniLM.
 
 Seed 004 ("Testing Semantic Index"): a RAG switch at the bottom of the
 Settings panel chooses a collection; the "Q&A LLM" setting chooses either

@@ -1,4 +1,4 @@
-"""A NUL character or a lone surrogate, on every face and both stores (issue 12 item 9).
+"""A NUL character or a lone surrogate, on every face and both stores.
 
 Caller input holding text no database can keep is refused with a 4xx naming
 the field and nothing written; a model's answer holding it is stored with

@@ -331,7 +331,9 @@ async def compile_run(
     """
     spec = await _model_spec(database, tenant, compiler, run.model)
     # A catalog model's Vantiq class_name parameters, under the run's own options.
-    options = custom_config_options(spec.provider.code, spec.provider.settings).merged(run.options)
+    options = custom_config_options(
+        spec.provider.code, spec.provider.settings, spec.provider.kind
+    ).merged(run.options)
     if isinstance(run.model, ModelEndpoint) and run.options.reasoning_summary is not None:
         # Only the Responses API returns a reasoning summary: the connector's
         # reasoningSummary switches to it at a baseUrl as with OpenAI.

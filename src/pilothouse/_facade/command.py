@@ -682,7 +682,7 @@ class _Channel:
     before, made each wait two passes of the event loop (its ``receive``
     checkpoints before it looks) and checked both tasks' cancel scopes on
     every item: with 200 streams at once that work delayed every other
-    stream's first token (``docs/benchmarks.md``, issue 12 item 15). Waiting
+    stream's first token (``docs/benchmarks.md``). Waiting
     on a plain future is still cancellable, so a cancellation of the reader's
     task reaches it. When the reader lags :data:`_LIMIT` events behind, the
     turn waits for it, as the bounded stream made it wait.

@@ -176,6 +176,41 @@ class EventApi(Facet):
         """
         return await (await self._calls()).recover(older_than, tenants)
 
+    async def recover_actions(
+        self,
+        older_than: float = 120.0,
+        *,
+        tenants: Collection[str] | None = None,
+        conversation_uuid: str | None = None,
+    ) -> tuple[int, int]:
+        """Run again, once, each ``run_action`` turn a dead process left; fail it the second time.
+
+        A turn whose owner is gone (its process no longer runs on this host;
+        on another host, no write for ``older_than`` seconds) is marked
+        ``ST`` and run again on its stored history; its final answer goes to
+        the ``run_action``'s ``replyTo`` (publish it with
+        :meth:`finished_replies`). One interrupted again is ended ``FA`` with
+        the reason instead.
+
+        Args:
+            older_than: seconds without a write before the turn of an owner
+                that cannot be proved dead is taken over (longer than any
+                model call of yours).
+            tenants: only these tenants' conversations (None: every tenant).
+            conversation_uuid: only this conversation (its ``run_action`` was
+                delivered again). Without it, an action with a ``memoryId``
+                is left to its redelivered command until it has had no write
+                for ``older_than`` seconds, so that it runs again in its
+                memory's order.
+
+        Returns:
+            How many were run again, and how many failed.
+        """
+        from pilothouse.runtime._actionrecovery import ActionRecovery
+
+        recovery = ActionRecovery(await self._ready(), self._runner, self._runtime().leases)
+        return await recovery.recover(older_than, tenants, conversation_uuid)
+
     async def counts(self) -> dict[str, int]:
         """Outbox and processed counts: commands, unsent, waiting, processed, duplicates."""
         return await (await self._calls()).counts()

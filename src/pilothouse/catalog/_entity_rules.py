@@ -99,7 +99,11 @@ def secret_rules(kind: CatalogKind, raw: Mapping[str, Any]) -> list[tuple[Locati
         return cast(dict[str, Any], value) if isinstance(value, dict) else {}
 
     settings = mapping("settings")
-    found += _secret_entries(("settings",), settings)
+    # Vantiq's apiKeySecret holds a secret's name, not a secret: it is refused
+    # with what to write instead (_spec.py), not as a literal key.
+    found += _secret_entries(
+        ("settings",), {k: v for k, v in settings.items() if k != "apiKeySecret"}
+    )
     if kind.name == "providers":
         api_key = raw.get("api_key")
         if isinstance(api_key, str) and _must_reference(api_key, whole=True):

@@ -80,9 +80,12 @@ from pilothouse.catalog._enums import (
 )
 from pilothouse.catalog._lengths import RELEASE_LENGTH
 from pilothouse.catalog._models import CODE_LENGTHS
+from pilothouse.catalog._provider_settings import (
+    provider_settings_issues,
+)
 from pilothouse.catalog._reserved import RESERVED_ACTION_CODES
 from pilothouse.catalog._tables import DEFAULT_RELEASE
-from pilothouse.catalog._vantiq import class_settings_keys, read_custom_config
+from pilothouse.catalog._vantiq import SettingsIssues, read_custom_config
 
 CODE_PATTERN = r"^[A-Za-z0-9_.-]+$"
 """What a business key may contain: letters, digits, ``_``, ``.`` and ``-``."""
@@ -247,43 +250,6 @@ class ActionTypeSpec(TypeSpec):
     constraint_prompt: str | None = None
 
 
-_AWS_SETTINGS = ("region", "access_key_id", "secret_access_key", "session_token", "role_arn")
-
-#: The ``settings`` keys each provider kind honours; any other key is refused
-#: (it would be accepted and ignored: a mistyped key sent calls elsewhere).
-PROVIDER_SETTINGS: dict[ProviderKind, tuple[str, ...]] = {
-    ProviderKind.OPENAI: ("api",),
-    ProviderKind.OPENAI_COMPATIBLE: ("api",),
-    ProviderKind.OLLAMA: ("api",),
-    ProviderKind.AZURE: ("resource", "api_version", "deployment", "api"),
-    ProviderKind.ANTHROPIC: (),
-    ProviderKind.GOOGLE: ("safety_settings",),
-    ProviderKind.BEDROCK: (*_AWS_SETTINGS, "threads"),
-    ProviderKind.SAGEMAKER: (
-        *_AWS_SETTINGS,
-        "format",
-        "message_format_config",
-        "endpoint_name",
-        "threads",
-        "model_kwargs",
-        "endpoint_kwargs",
-    ),
-    ProviderKind.LOCAL: ("model_path", "chat_format", "n_ctx", "n_threads", "threads"),
-}
-
-# Names other systems (Vantiq, LangChain) give these settings, and ours.
-_SETTING_NAMES = {
-    "openai_api_base": "the provider field base_url",
-    "base_url": "the provider field base_url",
-    "azure_endpoint": "the provider field base_url",
-    "openai_api_key": "the provider field api_key, as @secrets(NAME)",
-    "api_key": "the provider field api_key, as @secrets(NAME)",
-    "azure_deployment": "settings.deployment",
-    "openai_api_version": "settings.api_version",
-    "region_name": "settings.region",
-}
-
-
 class ProviderSpec(CatalogSpec):
     """A model vendor or server and how to reach it."""
 
@@ -306,56 +272,10 @@ class ProviderSpec(CatalogSpec):
 
     @model_validator(mode="after")
     def _known_settings(self) -> ProviderSpec:
-        known = PROVIDER_SETTINGS.get(self.kind)
-        if known is None:  # kind test: scripted in tests, takes anything
-            return self
-        known = (*known, *class_settings_keys(self.settings))
-        for key in self.settings:
-            if key not in known:
-                instead = _SETTING_NAMES.get(key)
-                hint = (
-                    f"write {instead} instead"
-                    if instead
-                    else f"kind '{self.kind.value}' takes {', '.join(known) or 'no settings'}"
-                )
-                raise ValueError(f"settings.{key} is not a setting of this provider; {hint}")
-        _check_message_format(self.settings)
+        found = provider_settings_issues(self.kind, self.settings)
+        if found:
+            raise SettingsIssues(found)
         return self
-
-
-# The Vantiq guide's message_format_config keys (seed 004); the provider
-# layer turns them into a SageMaker format (providers/_sagemaker_formats.py).
-_MESSAGE_FORMAT_KEYS = (
-    "request_key",
-    "request_nesting_level",
-    "request_parameters_key",
-    "response_path",
-)
-
-
-def _check_message_format(settings: dict[str, Any]) -> None:
-    config = settings.get("message_format_config")
-    if config is None:
-        return
-    if "format" in settings:
-        raise ValueError(
-            "settings.format and settings.message_format_config both name the message "
-            "format; keep one"
-        )
-    if not isinstance(config, dict):
-        raise ValueError("settings.message_format_config must be an object")
-    fields = cast(dict[str, Any], config)
-    for key in fields:
-        if key not in _MESSAGE_FORMAT_KEYS:
-            raise ValueError(
-                f"settings.message_format_config.{key} is not a key of the guide's message "
-                f"format; write {', '.join(_MESSAGE_FORMAT_KEYS)} (or settings.format for more)"
-            )
-    for key in ("request_key", "response_path"):
-        if not isinstance(fields.get(key), str):
-            raise ValueError(f"settings.message_format_config.{key} is required (a string)")
-    if fields.get("request_nesting_level", 0) not in (0, 1, 2):
-        raise ValueError("settings.message_format_config.request_nesting_level must be 0, 1 or 2")
 
 
 class ModelSpec(CatalogSpec):

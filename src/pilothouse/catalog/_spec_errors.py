@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from pilothouse.catalog._kinds import CatalogKind, Location, suggest
+from pilothouse.catalog._vantiq import SettingsIssues
 
 
 def _nested_model(annotation: Any) -> type[BaseModel] | None:
@@ -102,4 +103,12 @@ def _rule(model: type[BaseModel], error: ErrorDetails) -> str:
 
 
 def spec_issues(kind: CatalogKind, exc: ValidationError) -> list[tuple[Location, str]]:
-    return [(tuple(e["loc"]), _rule(kind.spec, e)) for e in exc.errors()]
+    """Each pydantic error as ``(location, rule)``; a provider's settings issues one by one."""
+    found: list[tuple[Location, str]] = []
+    for error in exc.errors():
+        cause = (error.get("ctx") or {}).get("error")
+        if isinstance(cause, SettingsIssues):
+            found += [((*error["loc"], *loc), rule) for loc, rule in cause.issues]
+        else:
+            found.append((tuple(error["loc"]), _rule(kind.spec, error)))
+    return found

@@ -59,8 +59,10 @@ from pilothouse.catalog._entries import (
 )
 from pilothouse.catalog._enums import ModelCapability
 from pilothouse.catalog._kinds import KINDS, CatalogKind, Location, catalog_kind, suggest
+from pilothouse.catalog._provider_settings import raw_settings_issues
 from pilothouse.catalog._spec import CatalogSpec, DocumentCollectionSpec, ModelSpec, SkillSpec
 from pilothouse.catalog._spec_errors import spec_issues
+from pilothouse.catalog._vantiq import VANTIQ_CLASSES
 from pilothouse.catalog._yaml import catalog_files, line_of, load_yaml, to_plain
 from pilothouse.errors import CatalogValidationError, ValidationIssue
 
@@ -159,13 +161,40 @@ def _parse_entity(
         spec = kind.spec.model_validate(raw)
     except ValidationError as exc:
         parsed.rejected.append(Rejected(kind, code, file, node, raw))
-        issues += [
-            issue_at(kind, code, file, node, loc, rule) for loc, rule in spec_issues(kind, exc)
-        ]
+        found = spec_issues(kind, exc)
+        # Another field's error stops pydantic before the settings are
+        # checked: check them on the raw data, so one pass reports all.
+        if kind.name == "providers":
+            found += _other_provider_issues(kind, raw, found)
+        issues += [issue_at(kind, code, file, node, loc, rule) for loc, rule in found]
         return issues
     entry = Entry(kind, spec, file, node)
     parsed.add(entry)
     return issues + [entry.issue(loc, rule) for loc, rule in structure_rules(kind, spec)]
+
+
+def _other_provider_issues(
+    kind: CatalogKind, raw: dict[str, Any], found: list[tuple[Location, str]]
+) -> list[tuple[Location, str]]:
+    """What one error of a provider hid: its settings, or its other fields.
+
+    Pydantic checks the settings after the fields, and a ``class_name``
+    configuration before them; either refusal hides the other's errors, so
+    the side not yet reported is checked on its own.
+    """
+    if not any(loc[:1] == ("settings",) for loc, _ in found):
+        return list(raw_settings_issues(raw))
+    if all(loc[:1] == ("settings",) for loc, _ in found):
+        rest: dict[str, Any] = {**raw, "settings": {}}
+        settings = raw.get("settings")
+        class_name = cast(dict[str, Any], settings).get("class_name") if settings else None
+        if isinstance(class_name, str) and class_name in VANTIQ_CLASSES:
+            rest.setdefault("kind", VANTIQ_CLASSES[class_name][0].value)  # the class implies it
+        try:
+            kind.spec.model_validate(rest)
+        except ValidationError as exc:
+            return [(loc, rule) for loc, rule in spec_issues(kind, exc) if loc[:1] != ("settings",)]
+    return []
 
 
 def parse_catalog(paths: Sequence[Path]) -> tuple[ParsedCatalog, list[ValidationIssue]]:

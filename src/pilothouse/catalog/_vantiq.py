@@ -24,11 +24,115 @@ Anything else in such a configuration is refused naming the key.
 
 from __future__ import annotations
 
-__all__ = ["CLASS_OPTIONS", "VANTIQ_CLASSES", "class_settings_keys", "read_custom_config"]
+__all__ = [
+    "CLASS_OPTIONS",
+    "VANTIQ_CLASSES",
+    "KWARG_OPTIONS",
+    "SAFETY_CATEGORIES",
+    "SAFETY_THRESHOLDS",
+    "SettingsIssues",
+    "class_settings_keys",
+    "kwargs_options",
+    "safety_name",
+    "read_custom_config",
+]
 
 from typing import Any, cast
 
 from pilothouse.catalog._enums import ProviderKind
+
+
+class SettingsIssues(ValueError):
+    """Every broken rule of a provider's settings, each at its own key.
+
+    Pydantic keeps one error per validator; the catalog's validation reads
+    ``issues`` from the error to report each key on its own line.
+
+    Args:
+        issues: ``(location, rule)`` pairs, the location within the provider.
+    """
+
+    def __init__(self, issues: list[tuple[tuple[str, ...], str]]) -> None:
+        super().__init__("; ".join(f"{'.'.join(loc)}: {rule}" for loc, rule in issues))
+        self.issues = issues
+
+
+KWARG_OPTIONS: dict[str, str] = {
+    "maxTokenCount": "max_tokens",
+    "maxTokens": "max_tokens",
+    "max_new_tokens": "max_tokens",
+    "max_tokens": "max_tokens",
+    "temperature": "temperature",
+    "topP": "top_p",
+    "top_p": "top_p",
+    "topK": "top_k",
+    "top_k": "top_k",
+    "stopSequences": "stop",
+    "stop": "stop",
+}
+"""Model kwargs the guide writes (Titan's ``maxTokenCount``, ...) and the option each is.
+
+The guide: "``max_tokens`` is an alias to ``model_kwargs.maxTokenCount`` for
+the Bedrock Titan model"; Converse takes the normalized names for every model.
+"""
+
+
+def kwargs_options(kwargs: dict[str, Any], where: str) -> tuple[dict[str, Any], list[str]]:
+    """Read a ``model_kwargs`` object as normalized options.
+
+    Args:
+        kwargs: the object as written.
+        where: its name in messages (``settings.model_kwargs``).
+
+    Returns:
+        The options, and one rule per key that is no option (what to write
+        instead) or names an option twice.
+    """
+    options: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in kwargs.items():
+        option = KWARG_OPTIONS.get(key)
+        if option is None:
+            problems.append(
+                f"{where}.{key} is not read here; write one of "
+                f"{', '.join(sorted(set(KWARG_OPTIONS.values())))} "
+                "(Titan's maxTokenCount is max_tokens, topP top_p, stopSequences stop)"
+            )
+        elif option in options:
+            problems.append(f"{where}.{key} names {option} again; keep one")
+        else:
+            options[option] = value
+    return options, problems
+
+
+SAFETY_CATEGORIES = (
+    "HARM_CATEGORY_HARASSMENT",
+    "HARM_CATEGORY_HATE_SPEECH",
+    "HARM_CATEGORY_SEXUALLY_EXPLICIT",
+    "HARM_CATEGORY_DANGEROUS_CONTENT",
+    "HARM_CATEGORY_CIVIC_INTEGRITY",
+)
+"""Gemini's harm categories (the guide lists the first four)."""
+
+SAFETY_THRESHOLDS = (
+    "BLOCK_LOW_AND_ABOVE",
+    "BLOCK_MEDIUM_AND_ABOVE",
+    "BLOCK_ONLY_HIGH",
+    "BLOCK_NONE",
+    "OFF",
+)
+"""Gemini's block thresholds."""
+
+
+def safety_name(text: str, prefix: str = "") -> str:
+    """A harm category or threshold as Gemini spells it.
+
+    The guide writes ``BLOCK_LOW_AND ABOVE`` (a space for an underscore) and
+    categories may leave out ``HARM_CATEGORY_``: both are read as Gemini's names.
+    """
+    name = "_".join(text.upper().split())
+    return name if name.startswith(prefix) else f"{prefix}{name}"
+
 
 _OPENAI_KINDS = (ProviderKind.OPENAI_COMPATIBLE, ProviderKind.OPENAI, ProviderKind.OLLAMA)
 
@@ -134,6 +238,8 @@ def read_custom_config(data: dict[str, Any]) -> dict[str, Any]:
     model_key = _MODEL_KEY[family]
     kept = {"class_name", model_key, *CLASS_OPTIONS, *_extra(class_name)}
     translated: dict[str, Any] = {}
+    # Every key the configuration does not take, at once (one round to fix them).
+    unknown: list[tuple[tuple[str, ...], str]] = []
     for key, value in settings.items():
         target = moved.get(key)
         if target is None:
@@ -143,15 +249,22 @@ def read_custom_config(data: dict[str, Any]) -> dict[str, Any]:
                     if key == "model_kwargs"
                     else ""
                 )
-                raise ValueError(
-                    f"settings.{key} is not a key of a {class_name} configuration; write "
-                    f"{', '.join(sorted({*kept, *moved}))}{extra}"
+                unknown.append(
+                    (
+                        ("settings", key),
+                        f"not a key of a {class_name} configuration; write "
+                        f"{', '.join(sorted({*kept, *moved}))}{extra}",
+                    )
                 )
+                continue
             if key == "model_kwargs" and not isinstance(value, dict):
-                raise ValueError(
-                    "settings.model_kwargs must be a JSON object of the model's own "
-                    'parameters, e.g. {"top_k": 50}'
+                unknown.append(
+                    (
+                        ("settings", key),
+                        'must be a JSON object of the model\'s own parameters, e.g. {"top_k": 50}',
+                    )
                 )
+                continue
             translated[key] = value
             continue
         if target.startswith("field:"):
@@ -165,6 +278,8 @@ def read_custom_config(data: dict[str, Any]) -> dict[str, Any]:
             if target in translated:
                 raise ValueError(f"settings.{key} is given twice (also as {target}); keep one")
             translated[target] = value
+    if unknown:
+        raise SettingsIssues(unknown)
     if not isinstance(translated.get(model_key), str) or not translated[model_key]:
         raise ValueError(
             f"settings.{model_key} is required with class_name '{class_name}': the model "

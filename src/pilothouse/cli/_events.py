@@ -194,7 +194,8 @@ def events(
         typer.Option(
             "--concurrency",
             min=1,
-            help="Completions applied at once (one at a time per conversation).",
+            help="Completions applied at once (one at a time per conversation), and "
+            "run_actions run at once (one at a time per memoryId); each its own bound.",
         ),
     ] = 8,
     recover_after: Annotated[

@@ -27,7 +27,7 @@ __all__ = ["EventService", "EventServiceMetrics"]
 import json
 import logging
 import uuid as uuid_module
-from collections.abc import AsyncGenerator, Collection
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -161,6 +161,9 @@ class EventService:
         concurrency: completions applied at once by this process (each
             resumes a conversation: its model call included); those of one
             conversation are applied one after another, in delivery order.
+            The same bound, of its own, for ``run_action``s run at once:
+            those with one ``memoryId`` run one after another, in delivery
+            order.
         max_deliver: deliveries of a message whose handling raises (a
             database error, a bug) before it goes to the dead-letter topic
             ``<topic>.dlq``; until then it is handed back to the bus.
@@ -234,6 +237,7 @@ class EventService:
                 group.start_soon(self._relay_loop)
                 group.start_soon(self._completion_loop)
                 group.start_soon(self._sweep_loop)
+                group.start_soon(self._recovery_loop)
                 if self.action_topic is not None:
                     group.start_soon(self._action_loop, self.action_topic)
                 task_status.started()
@@ -375,13 +379,23 @@ class EventService:
             await self._completions(stream)
 
     async def _completions(self, stream: AsyncGenerator[Delivery]) -> None:
-        """Apply deliveries, up to ``concurrency`` at once, one at a time per conversation.
+        """Apply deliveries, up to ``concurrency`` at once, one at a time per conversation."""
+        await self._in_chains(stream, self._conversation_of, self._handle_acked)
 
-        Completions of one conversation wait in a chain behind each other, in
-        the order delivered (a second would only find the conversation
-        running); the bound counts the waiting ones too, so no more than
-        ``concurrency`` deliveries are taken from the bus and not yet
-        acknowledged.
+    async def _in_chains(
+        self,
+        stream: AsyncGenerator[Delivery],
+        key_of: Callable[[Delivery], Awaitable[str]],
+        handle: Callable[[Delivery], Awaitable[None]],
+    ) -> None:
+        """Handle deliveries, up to ``concurrency`` at once, one at a time per key.
+
+        Deliveries of one key (a conversation, a ``run_action``'s memory) wait
+        in a chain behind each other, in the order delivered; those of other
+        keys run meanwhile. The bound counts the waiting ones too, so no more
+        than ``concurrency`` deliveries are taken from the bus and not yet
+        acknowledged (Kafka commits an offset only once every earlier one of
+        its partition is acknowledged: the adapter's in-order commits).
         """
         slots = anyio.Semaphore(self._concurrency)
         chains: dict[str, list[Delivery]] = {}
@@ -389,7 +403,7 @@ class EventService:
         async def chain(key: str, delivery: Delivery) -> None:
             while True:
                 try:
-                    await self._handle_acked(delivery)
+                    await handle(delivery)
                 finally:
                     slots.release()
                 waiting = chains[key]
@@ -403,7 +417,7 @@ class EventService:
                 if delivery.lag is not None:
                     self.metrics.lag.labels(delivery.topic).set(delivery.lag)
                 await slots.acquire()
-                key = await self._conversation_of(delivery)
+                key = await key_of(delivery)
                 if key in chains:
                     chains[key].append(delivery)
                 else:
@@ -517,6 +531,30 @@ class EventService:
             if recovered:
                 self.metrics.completions.labels("recovered").inc(recovered)
 
+    async def _recovery_loop(self) -> None:
+        """Run again the ``run_action`` turns a dead process left (once; then they fail).
+
+        A loop of its own: a turn run again holds it for a model call, which
+        must not hold up the deadlines.
+        """
+        while True:
+            await anyio.sleep(self._sweep)
+            try:
+                retried, failed = await self._ph.events.recover_actions(
+                    self._recover_after, tenants=self.tenants
+                )
+            except Exception:
+                # A database that is away for a moment must not end the
+                # service: said with its traceback, tried at the next round.
+                logger.exception("run_action recovery failed; retrying in %g s", self._sweep)
+                continue
+            if retried:
+                self.metrics.actions.labels("recovered").inc(retried)
+            if failed:
+                self.metrics.actions.labels("recovery_failed").inc(failed)
+            if retried or failed:
+                self.wake()
+
     # -- run_action ---------------------------------------------------------------
 
     async def _action_loop(self, topic: str) -> None:
@@ -525,20 +563,41 @@ class EventService:
             await self._actions(stream)
 
     async def _actions(self, stream: AsyncGenerator[Delivery]) -> None:
-        async for delivery in stream:
-            if delivery.lag is not None:
-                self.metrics.lag.labels(delivery.topic).set(delivery.lag)
-            try:
-                await self.handle_action(delivery)
-                self._poison.handled(delivery)
-            except BusError as exc:
-                logger.warning("run_action on %s not finished: %s", delivery.topic, exc)
-            except Exception as exc:
-                # One message must never stop the consumer: retried, then
-                # dead-lettered and answered, so its caller does not wait.
-                if await self._poisoned(delivery, exc):
-                    self.metrics.actions.labels("dead_letter").inc()
-                    await self._answer_unhandled(delivery)
+        """Run ``run_action``s, up to ``concurrency`` at once, in order per memory.
+
+        Two actions with the same ``memoryId`` (of one tenant) share a chat
+        memory: the second must see the first's answer, so they run one after
+        another in the order delivered. Without a ``memoryId`` an action is a
+        conversation of its own (named after its correlation id, which also
+        keeps a redelivered duplicate behind its first delivery).
+        """
+        await self._in_chains(stream, self._action_key, self._handle_action_acked)
+
+    async def _action_key(self, delivery: Delivery) -> str:
+        """The chain of a ``run_action``: its tenant's memory, else its correlation id."""
+        try:
+            message = decode(delivery.value)
+        except (ValidationError, ValueError, RecursionError):
+            return ""  # unreadable: refused (and counted) in a chain of its own
+        if not isinstance(message, RunAction):
+            return ""
+        tenant = self._ph.tenant if message.tenant is None else message.tenant
+        if message.memory_id is not None:
+            return json.dumps(["memory", tenant, message.memory_id])
+        return json.dumps(["action", message.correlation_id])
+
+    async def _handle_action_acked(self, delivery: Delivery) -> None:
+        try:
+            await self.handle_action(delivery)
+            self._poison.handled(delivery)
+        except BusError as exc:
+            logger.warning("run_action on %s not finished: %s", delivery.topic, exc)
+        except Exception as exc:
+            # One message must never stop the consumer: retried, then
+            # dead-lettered and answered, so its caller does not wait.
+            if await self._poisoned(delivery, exc):
+                self.metrics.actions.labels("dead_letter").inc()
+                await self._answer_unhandled(delivery)
 
     async def _answer_unhandled(self, delivery: Delivery) -> None:
         """Answer a dead-lettered ``run_action`` with ``FA``, where its sender listens."""
@@ -580,10 +639,17 @@ class EventService:
             result = await self._run_action(ph, message)
             reply = turn_finished(correlation_id, result)
             settled = result.settled
-        except _Duplicate:
+        except _Duplicate as duplicate:
             # Its conversation exists: this command was run already (its final
-            # answer, if it still waits, comes from the relay).
+            # answer, if it still waits, comes from the relay). A turn a dead
+            # process left is run again here, in its memory's order.
             outcome = "duplicate"
+            retried, failed = await ph.events.recover_actions(
+                self._recover_after, tenants=self.tenants, conversation_uuid=duplicate.uuid
+            )
+            if retried or failed:
+                outcome = "recovered" if retried else "recovery_failed"
+                self.wake()
         except PilothouseError as exc:
             outcome = "refused"
             reply = TurnFinishedEvent(
@@ -667,7 +733,7 @@ class EventService:
             message.correlation_id, conversation_uuid, message.reply_to
         )
         if registered == "duplicate":
-            raise _Duplicate
+            raise _Duplicate(conversation_uuid)
         if isinstance(message.input, str):
             text, data = message.input, None
         else:
@@ -684,7 +750,15 @@ class EventService:
 
 
 class _Duplicate(Exception):
-    """The command's conversation exists: it was run already."""
+    """The command's conversation exists: it was run already.
+
+    Attributes:
+        uuid: that conversation.
+    """
+
+    def __init__(self, uuid: str) -> None:
+        super().__init__(uuid)
+        self.uuid = uuid
 
 
 def turn_finished(correlation_id: str, result: TurnResult) -> TurnFinishedEvent:

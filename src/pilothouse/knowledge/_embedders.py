@@ -59,6 +59,8 @@ class EmbeddingModelInfo:
         query_prefix: put before every query (BGE: ``Represent this sentence
             for searching relevant passages: ``; E5: ``query: ``).
         document_prefix: put before every document chunk (E5: ``passage: ``).
+        dimension_field: the caller's name of ``dimension`` when a call gave
+            it rather than the catalog (``embeddingDimension``), for errors.
     """
 
     name: str
@@ -66,6 +68,7 @@ class EmbeddingModelInfo:
     max_input_tokens: int
     query_prefix: str = ""
     document_prefix: str = ""
+    dimension_field: str | None = None
 
 
 MINILM = EmbeddingModelInfo(name="local:all-MiniLM-L6-v2", dimension=384, max_input_tokens=256)
@@ -175,13 +178,26 @@ class Embedder(ABC):
                 )
             if raw.shape[1] != self.info.dimension:
                 raise DimensionMismatchError(
-                    f"{self.info.name} returned vectors of dimension {raw.shape[1]}, but the "
-                    f"catalog says {self.info.dimension}: correct the model's dimension",
+                    self._dimension_rule(int(raw.shape[1])),
                     expected=self.info.dimension,
                     actual=int(raw.shape[1]),
                 )
             parts.append(normalise(raw))
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def _dimension_rule(self, actual: int) -> str:
+        given = self.info.dimension
+        said = self.info.dimension_field
+        if said is None:
+            return (
+                f"{self.info.name} returned vectors of dimension {actual}, but the "
+                f"catalog says {given}: correct the model's dimension"
+            )
+        return (
+            f"{self.info.name} returned vectors of dimension {actual}, but {said} is "
+            f"{given}: set {said} to the length of the table's vectors and name the model "
+            f"that filled it (this one gives {actual})"
+        )
 
     @abstractmethod
     async def embed_batch(self, texts: list[str], purpose: Purpose) -> npt.ArrayLike:

@@ -4,8 +4,9 @@
   providers with a base URL (a llama.cpp server started with
   ``--embedding``): ``POST {base_url}/embeddings`` with
   ``{"model", "input": [texts], "encoding_format": "float"}``, over httpx.
-  OpenAI's ``text-embedding-3-*`` also get ``dimensions`` (the catalog's),
-  since those models shorten their vectors on request; Azure posts to
+  OpenAI's ``text-embedding-3-*`` also get ``dimensions`` (the catalog's,
+  or the caller's ``embeddingDimension``), since those models shorten their
+  vectors on request, at OpenAI, Azure or an OpenAI-compatible proxy; Azure posts to
   ``{endpoint}/openai/deployments/{model}/embeddings?api-version=...``.
 - ``sagemaker``: ``invoke_endpoint`` with an embedding format
   (``settings.format``: ``jumpstart``, ``tei`` or a custom mapping).
@@ -60,6 +61,21 @@ _HTTP_KINDS = frozenset(
         ProviderKind.LOCAL,
     }
 )
+
+
+# Kinds whose server may be OpenAI's or a proxy of it: a connector's baseUrl
+# (seed 003) is an openai-compatible endpoint with no catalog kind to say so.
+_DIMENSION_KINDS = frozenset(
+    {ProviderKind.OPENAI, ProviderKind.AZURE, ProviderKind.OPENAI_COMPATIBLE}
+)
+
+
+def openai_shortens(model_name: str) -> bool:
+    """Whether a model is OpenAI's ``text-embedding-3`` family, which shortens vectors on request.
+
+    A router's vendor prefix (``openai/text-embedding-3-small``) names the same model.
+    """
+    return model_name.removeprefix("openai/").startswith("text-embedding-3")
 
 
 def _secrets(provider: ProviderSpec) -> list[str]:
@@ -117,10 +133,9 @@ class OpenAIEmbedder(Embedder):
         self._params = params
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient(timeout=timeout)
-        self._send_dimensions = provider.kind in (
-            ProviderKind.OPENAI,
-            ProviderKind.AZURE,
-        ) and spec.model_name.startswith("text-embedding-3")
+        self._send_dimensions = provider.kind in _DIMENSION_KINDS and openai_shortens(
+            spec.model_name
+        )
 
     async def embed_batch(self, texts: list[str], purpose: Purpose) -> list[list[float]]:
         """POST one batch and read ``data[*].embedding`` back in ``index`` order."""

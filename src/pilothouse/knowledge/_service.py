@@ -559,6 +559,7 @@ class Knowledge:
                 name=f"{model.provider.kind.value}:{model.model_name}",
                 dimension=dimension,
                 max_input_tokens=max_input_tokens,
+                dimension_field="embeddingDimension",
             )
         return Collection(
             id=0,

@@ -26,6 +26,7 @@ import anyio.to_thread
 
 from pilothouse._collector import collector_paused
 from pilothouse.catalog._enums import ProviderKind
+from pilothouse.catalog._vantiq import safety_name
 from pilothouse.providers._errors import MissingExtraError, ProviderConfigError
 from pilothouse.providers._guard import check_model_requests, model_override
 from pilothouse.providers._options import ModelOptions, uses_responses_api
@@ -736,8 +737,11 @@ def google_safety_settings(value: object) -> list[dict[str, str]]:
             raise ProviderConfigError(
                 "settings.safety_settings must map harm category names to threshold names"
             )
-        name = category.upper()
-        if not name.startswith("HARM_CATEGORY_"):
-            name = f"HARM_CATEGORY_{name}"
-        out.append({"category": name, "threshold": threshold.upper()})
+        # The guide's spellings ("BLOCK_LOW_AND ABOVE") are Gemini's names with a space.
+        out.append(
+            {
+                "category": safety_name(category, "HARM_CATEGORY_"),
+                "threshold": safety_name(threshold),
+            }
+        )
     return out

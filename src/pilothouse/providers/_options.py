@@ -144,7 +144,7 @@ class _OptionsInput(BaseModel):
     # Strict so that "0.2" (a string) is refused rather than silently coerced:
     # a runtime config is typed JSON, and a string there is a caller bug.
     # No NaN or Infinity: a temperature of 1e309 reached PostgreSQL as
-    # Infinity and failed the turn's first write (issue 12 item 9).
+    # Infinity and failed the turn's first write.
     # defer_build: built on the first runtime config with options, not at
     # import (10-19 ms of every cold start otherwise).
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, defer_build=True)

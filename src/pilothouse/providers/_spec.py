@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from pilothouse.catalog._enums import ModelCapability, ProviderKind
 from pilothouse.providers._profile import ModelProfile, profile_for
@@ -280,18 +280,24 @@ def compile_model_spec(model: ModelRecord, secrets: SecretSource) -> ModelSpec:
     )
 
 
-def custom_config_options(provider_code: str, settings: Mapping[str, Any]) -> ModelOptions:
-    """The normalized options a Vantiq ``class_name`` configuration sets (seed 004).
+def custom_config_options(
+    provider_code: str, settings: Mapping[str, Any], kind: ProviderKind | None = None
+) -> ModelOptions:
+    """The normalized options a provider's Vantiq configuration sets (seed 004).
 
-    They are the model's own, so they override the action's configuration;
-    a per-call runtime config still overrides them.
+    A ``class_name`` configuration's parameters; a ``bedrock`` provider's
+    ``model_kwargs`` (Titan's ``maxTokenCount`` is ``max_tokens``, ...); a
+    ``sagemaker`` provider's ``model_kwargs`` that are its format's names of
+    options (``max_new_tokens``). They are the model's own, so they override
+    the action's configuration; a per-call runtime config still overrides them.
 
     Args:
         provider_code: for messages.
         settings: the provider's settings.
+        kind: the provider's kind (the ``model_kwargs`` are read by kind).
 
     Returns:
-        The options (all None without a class_name configuration).
+        The options (all None when the settings set none).
 
     Raises:
         ProviderConfigError: a value of the wrong type or range, named.
@@ -300,11 +306,38 @@ def custom_config_options(provider_code: str, settings: Mapping[str, Any]) -> Mo
     from pilothouse.providers._options import ModelOptions
 
     if "class_name" not in settings:
+        given = _kwargs_options(provider_code, settings, kind)
+    else:
+        names = ("temperature", "max_tokens", "top_p", "top_k", "stop")
+        names += ("presence_penalty", "frequency_penalty")
+        given = {name: settings[name] for name in names if name in settings}
+    if not given:
         return ModelOptions()
-    names = ("temperature", "max_tokens", "top_p", "top_k", "stop")
-    names += ("presence_penalty", "frequency_penalty")
-    given = {name: settings[name] for name in names if name in settings}
     try:
         return ModelOptions.parse(given)
     except ValueError as exc:
         raise ProviderConfigError(f"provider {provider_code}: settings: {exc}") from None
+
+
+def _kwargs_options(
+    provider_code: str, settings: Mapping[str, Any], kind: ProviderKind | None
+) -> dict[str, Any]:
+    kwargs = settings.get("model_kwargs")
+    if not isinstance(kwargs, dict) or not kwargs:
+        return {}
+    given = cast(dict[str, Any], kwargs)
+    if kind is ProviderKind.BEDROCK:
+        from pilothouse.catalog._vantiq import kwargs_options
+
+        return kwargs_options(given, "settings.model_kwargs")[0]
+    if kind is ProviderKind.SAGEMAKER:
+        # The guide's max_new_tokens: 350 is the configuration's max_tokens
+        # under the container's name: the explicit kwarg wins over it.
+        from pilothouse.providers._sagemaker_formats import SageMakerFormat, format_setting
+
+        value = format_setting(provider_code, settings)
+        if value is None:
+            return {}
+        names = SageMakerFormat.from_config(value).parameter_names
+        return {option: given[native] for option, native in names.items() if native in given}
+    return {}

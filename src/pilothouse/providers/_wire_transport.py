@@ -106,7 +106,7 @@ class _RepairedStream(httpx2.AsyncByteStream):
     decoder), and ``aiter_lines`` two more below, all CPU per streamed event.
     The body is read with one iterator here, split into lines as
     ``aiter_lines`` splits them, and what the lines of one read became is
-    sent on together (``docs/benchmarks.md``, issue 12 item 15).
+    sent on together (``docs/benchmarks.md``).
 
     Iterating the stream again continues where the last iteration stopped,
     as httpcore's own stream does. The OpenAI SDK relies on it: it stops

@@ -402,7 +402,11 @@ class ActionCompiler:
                 frequency_penalty=configuration.frequency_penalty,
             ).merged(
                 # A Vantiq class_name configuration's own parameters (seed 004).
-                custom_config_options(action.model.provider.code, action.model.provider.settings)
+                custom_config_options(
+                    action.model.provider.code,
+                    action.model.provider.settings,
+                    action.model.provider.kind,
+                )
             ),
             retry_count=configuration.retry_count,
             retry_delay=configuration.retry_delay,

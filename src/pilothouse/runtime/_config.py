@@ -56,6 +56,54 @@ class RuntimeConfigError(PilothouseError):
     """A runtime config names an unknown key or has a bad value."""
 
 
+def _kwargs_options(value: object) -> dict[str, Any]:
+    from pilothouse.catalog._vantiq import kwargs_options
+
+    if not isinstance(value, dict):
+        raise RuntimeConfigError(
+            'runtime config: model_kwargs must be an object, e.g. {"maxTokenCount": 256}'
+        )
+    options, problems = kwargs_options(cast(dict[str, Any], value), "model_kwargs")
+    if problems:
+        raise RuntimeConfigError(f"runtime config: {'; '.join(problems)}")
+    return options
+
+
+def _split(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A runtime config's model options and its switches, each under its one name."""
+    options: dict[str, Any] = {}
+    switches: dict[str, Any] = {}
+    kwargs: object = None
+    for key, value in raw.items():
+        if key in _SWITCHES:
+            if _SWITCHES[key] in switches:
+                # Two spellings of one switch: neither may silently win.
+                raise RuntimeConfigError(
+                    f"runtime config: '{key}' and another spelling of the same "
+                    f"switch ('{_SWITCHES[key]}') are both given; keep one"
+                )
+            switches[_SWITCHES[key]] = value
+        elif key in _OPTION_NAMES:
+            options[key] = value
+        elif key == "model_kwargs":
+            # The Vantiq guide's runtimeConfig has "the same syntax" as the
+            # model's configuration: {"model_kwargs": {"maxTokenCount": 256}}.
+            kwargs = value
+        else:
+            known = sorted({*_OPTION_NAMES, *_SWITCHES, "model_kwargs"})
+            raise RuntimeConfigError(
+                f"runtime config: unknown key '{key}' (known: {', '.join(known)})"
+            )
+    if kwargs is not None:
+        for option, kwarg in _kwargs_options(kwargs).items():
+            if option in options and options[option] != kwarg:
+                raise RuntimeConfigError(
+                    f"runtime config: {option} and model_kwargs both set {option}; keep one"
+                )
+            options[option] = kwarg
+    return options, switches
+
+
 @dataclass(frozen=True)
 class RuntimeConfig:
     """Options and switches for one turn.
@@ -108,24 +156,7 @@ class RuntimeConfig:
         """
         if not raw:
             return cls()
-        options: dict[str, Any] = {}
-        switches: dict[str, Any] = {}
-        for key, value in raw.items():
-            if key in _SWITCHES:
-                if _SWITCHES[key] in switches:
-                    # Two spellings of one switch: neither may silently win.
-                    raise RuntimeConfigError(
-                        f"runtime config: '{key}' and another spelling of the same "
-                        f"switch ('{_SWITCHES[key]}') are both given; keep one"
-                    )
-                switches[_SWITCHES[key]] = value
-            elif key in _OPTION_NAMES:
-                options[key] = value
-            else:
-                known = sorted({*_OPTION_NAMES, *_SWITCHES})
-                raise RuntimeConfigError(
-                    f"runtime config: unknown key '{key}' (known: {', '.join(known)})"
-                )
+        options, switches = _split(raw)
         try:
             # Most configs hold only switches (a served call's "stream"): no
             # options to validate, and the defaults are what parsing {} gives.

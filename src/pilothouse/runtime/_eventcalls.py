@@ -32,6 +32,7 @@ from sqlalchemy.exc import IntegrityError
 
 from pilothouse.catalog._enums import ProcessStatus, TimelineKind, ToolCallStatus
 from pilothouse.errors import InvalidStateError
+from pilothouse.runtime._actionrecovery import RECOVERED
 from pilothouse.runtime._events import ReturnedCall, TurnResult
 from pilothouse.runtime._runner import Runner
 from pilothouse.runtime._shared import Runtime
@@ -146,7 +147,12 @@ class EventCalls:
                 select(func.count()).where(EventOutbox.published_at.is_(None))
             )
             total = await session.scalar(select(func.count()).select_from(EventOutbox))
-            processed = await session.scalar(select(func.count()).select_from(EventProcessed))
+            # A run_action's run-again mark is no completion.
+            processed = await session.scalar(
+                select(func.count())
+                .select_from(EventProcessed)
+                .where(EventProcessed.outcome != RECOVERED)
+            )
             duplicates = await session.scalar(
                 select(func.coalesce(func.sum(EventProcessed.duplicates), 0))
             )

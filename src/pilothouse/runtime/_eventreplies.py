@@ -28,6 +28,7 @@ from sqlalchemy.exc import IntegrityError
 
 from pilothouse.catalog._enums import MessageRole, ProcessStatus
 from pilothouse.errors import PilothouseError
+from pilothouse.runtime._actionrecovery import first_turn_only
 from pilothouse.runtime._events import SETTLED, TurnResult, settled
 from pilothouse.runtime._runner import Runner
 from pilothouse.store import Conversation, ConversationQueries, Database, EventReply
@@ -151,6 +152,9 @@ class EventReplies:
                 EventReply.published_at.is_(None),
                 open_claim,
                 Conversation.status.in_(list(SETTLED)),
+                # Stuck in its first turn (its process died): run again by
+                # the recovery, which answers; not answered ST meanwhile.
+                ~((Conversation.status == ProcessStatus.STUCK) & first_turn_only()),
             )
         )
         if tenants is not None:

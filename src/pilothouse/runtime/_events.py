@@ -56,6 +56,9 @@ class Question:
         return {"id": self.id, "question": self.question, "choices": list(self.choices)}
 
 
+_RETURNED_CALL_KEYS = ("id", "name", "arguments", "correlation_id")
+
+
 @dataclass(frozen=True, slots=True)
 class ReturnedCall:
     """A call of a custom-schema tool, returned to the caller unexecuted.
@@ -75,6 +78,19 @@ class ReturnedCall:
     name: str
     arguments: dict[str, Any]
     correlation_id: str | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        """Read a field as from a mapping too: ``call["id"]`` is ``call.id``.
+
+        The wire shows calls as objects ``{id, name, arguments}``; code written
+        against that shape works on the typed call unchanged.
+
+        Raises:
+            KeyError: not a field of a returned call.
+        """
+        if key not in _RETURNED_CALL_KEYS:
+            raise KeyError(f"{key!r}: a returned call has {', '.join(_RETURNED_CALL_KEYS)}")
+        return getattr(self, key)
 
     def to_dict(self) -> dict[str, Any]:
         """The call as JSON-ready data."""

@@ -95,16 +95,38 @@ def _connector_tristate(value: object) -> object:
     return None if value == "" else _connector_flag(value)
 
 
+_DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?")
+_INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
+
+
 def _connector_number(value: object) -> object:
-    # Numbers may come as BPMN text ("0.7", "20"); a boolean is not a number.
+    # A BPMN input parameter is text: the connector reads numbers as Java's
+    # Integer.parseInt / Double.parseDouble do for the forms its guide shows
+    # ("5", "0.2"). Only those plain decimal forms are read: " 5", "5e0",
+    # "1_000", "0x10", "NaN" or "" are refused, as is a boolean.
     if isinstance(value, bool):
         raise ValueError("must be a number, not a boolean")
+    if isinstance(value, str):
+        if _DECIMAL.fullmatch(value) is None:
+            raise ValueError(
+                'must be a number: a JSON number, or text such as "5" or "0.2" '
+                "(digits, an optional minus sign and decimal point)"
+            )
+        return float(value) if "." in value else int(value)
     return value
+
+
+def _connector_integer(value: object) -> object:
+    # An integer parameter as text: "5" is read, "5.0" is not (Integer.parseInt refuses it).
+    if isinstance(value, str) and _DECIMAL.fullmatch(value) and not _INTEGER.fullmatch(value):
+        raise ValueError('must be a whole number: a JSON integer, or text such as "5"')
+    return _connector_number(value)
 
 
 _Flag = Annotated[bool, BeforeValidator(_connector_flag)]
 _TriState = Annotated[bool | None, BeforeValidator(_connector_tristate)]
 _Number = BeforeValidator(_connector_number)
+_Integer = BeforeValidator(_connector_integer)
 
 
 class _Body(BaseModel):
@@ -147,7 +169,7 @@ class InvokeRequest(_Body):
     reasoning_effort: ReasoningEffort | None = None
     reasoning_summary: ReasoningSummary | None = None
     temperature: Annotated[float | None, _Number] = Field(default=None, ge=0, le=2)
-    max_tokens: Annotated[int | None, _Number] = Field(default=None, ge=1)
+    max_tokens: Annotated[int | None, _Integer] = Field(default=None, ge=1)
     top_p: Annotated[float | None, _Number] = Field(default=None, ge=0, le=1)
     tools: list[str] = Field(default_factory=list[str], max_length=128)
     # The connector's comma-separated class names (seed 003), gated by the
@@ -156,14 +178,14 @@ class InvokeRequest(_Body):
     mcp_servers: list[McpServerParam] = Field(default_factory=list[McpServerParam], max_length=32)
     use_chat_memory: _Flag = False
     memory_id: _MemoryId | None = None
-    chat_memory_max_messages: Annotated[int, _Number] = Field(default=20, ge=1, le=1000)
+    chat_memory_max_messages: Annotated[int, _Integer] = Field(default=20, ge=1, le=1000)
     persist_chat_log: _TriState = None
     collection: str | None = Field(default=None, min_length=1, max_length=64)
-    max_rag_results: Annotated[int, _Number] = Field(default=5, ge=1, le=100)
+    max_rag_results: Annotated[int, _Integer] = Field(default=5, ge=1, le=100)
     min_rag_score: Annotated[float, _Number] = Field(default=0.0, ge=0.0, le=1.0)
     # The connector's pgvector store (seed 003); pgHost switches RAG on.
     pg_host: str | None = Field(default=None, max_length=253)
-    pg_port: Annotated[int, _Number] = Field(default=5432, ge=1, le=65535)
+    pg_port: Annotated[int, _Integer] = Field(default=5432, ge=1, le=65535)
     pg_database: str | None = Field(default=None, max_length=63)
     pg_user: str | None = Field(default=None, max_length=63)
     pg_password: SecretStr | None = None
@@ -171,7 +193,7 @@ class InvokeRequest(_Body):
         default="langchain4j_embeddings",
         pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$",
     )
-    embedding_dimension: Annotated[int, _Number] = Field(default=384, ge=1, le=16000)
+    embedding_dimension: Annotated[int, _Integer] = Field(default=384, ge=1, le=16000)
     embedding_model_name: str | None = Field(default=None, max_length=256)
     output_schema: dict[str, Any] | None = None
 
@@ -234,13 +256,13 @@ def parse_invoke(raw: bytes) -> InvokeRequest:
         raise ProblemError(400, "Invalid invoke request", detail, errors=errors) from None
 
 
-def _model(body: InvokeRequest) -> str | ModelEndpoint:
+def _model(body: InvokeRequest, default_model: str) -> str | ModelEndpoint:
     if body.base_url is not None:
-        if body.model is None:
-            raise _bad_request("model", "give the model name to call at baseUrl")
+        # The connector documents model as optional: the deployment's default
+        # model is called at baseUrl, and the answer says so.
         return ModelEndpoint(
             base_url=body.base_url,
-            model_name=body.model,
+            model_name=body.model or default_model,
             api_key=body.api_key.get_secret_value() if body.api_key else None,
             headers=dict(body.custom_headers),
         )
@@ -253,12 +275,12 @@ def _model(body: InvokeRequest) -> str | ModelEndpoint:
     return body.model
 
 
-def _run(body: InvokeRequest) -> AdHocRun:
+def _run(body: InvokeRequest, default_model: str) -> AdHocRun:
     """The request as the facade's ad-hoc run (refusing what only this body can get wrong)."""
     return AdHocRun(
         name=body.agent_name,
         message=body.message,
-        model=_model(body),
+        model=_model(body, default_model),
         description=body.agent_description,
         instruction=body.instruction,
         instruction_mode=InstructionMode(body.instruction_mode),
@@ -286,7 +308,7 @@ def _run(body: InvokeRequest) -> AdHocRun:
         rag_top_k=body.max_rag_results if "max_rag_results" in body.model_fields_set else None,
         rag_min_score=body.min_rag_score if "min_rag_score" in body.model_fields_set else None,
         pgvector=_pgvector(body),
-        record=_record(body),
+        record=_record(body, default_model),
     )
 
 
@@ -345,13 +367,19 @@ def _without_credentials(url: str) -> str:
     return urlunparse(parsed._replace(netloc=netloc, query="", fragment=""))
 
 
-def _record(body: InvokeRequest) -> dict[str, Any]:
+def _defaulted(body: InvokeRequest) -> bool:
+    """Whether the deployment's default model stands in for a missing ``model``."""
+    return body.model is None and body.base_url is not None
+
+
+def _record(body: InvokeRequest, default_model: str) -> dict[str, Any]:
     """Every parameter of the call, for the audit, without credentials or header values."""
     return {
         "agentName": body.agent_name,
         "agentDescription": body.agent_description,
         "instructionMode": body.instruction_mode,
-        "model": body.model,
+        "model": default_model if _defaulted(body) else body.model,
+        "modelDefaulted": _defaulted(body),
         "baseUrl": _without_credentials(body.base_url) if body.base_url else None,
         "apiKeyGiven": body.api_key is not None,
         "customHeaderNames": sorted(body.custom_headers),
@@ -392,12 +420,20 @@ def _warnings(body: InvokeRequest, run: AdHocResult) -> list[str]:
     return warnings
 
 
-def _response(run: AdHocResult, warnings: list[str]) -> dict[str, Any]:
+def _ai_meta(body: InvokeRequest, run: AdHocResult) -> dict[str, Any] | None:
+    meta = run.result.ai_meta
+    if meta is None or not _defaulted(body):
+        return meta
+    # Which model answered when the caller named none: the deployment's default.
+    return {**meta, "modelSource": "deployment default (PILOTHOUSE_INVOKE_DEFAULT_MODEL)"}
+
+
+def _response(body: InvokeRequest, run: AdHocResult, warnings: list[str]) -> dict[str, Any]:
     result = run.result
     finish = result.finish_reason
     return {
         "output": result.output,
-        "outputAiMeta": result.ai_meta,
+        "outputAiMeta": _ai_meta(body, run),
         "memoryId": run.memory_id,
         "conversationUuid": result.conversation_uuid,
         "status": result.status.value,
@@ -430,7 +466,7 @@ async def invoke(request: Request, ph: Facade) -> JSONResponse:
     """Validate, then run one turn; answer the output and the memory id."""
     body = parse_invoke(await request.body())
     try:
-        run = await ph.command.run_adhoc(_run(body))
+        run = await ph.command.run_adhoc(_run(body, ph.settings.invoke_default_model))
     except InvalidFieldError as exc:
         raise _bad_request(_camel_path(exc.field), exc.rule) from None
     except PilothouseError as exc:
@@ -447,4 +483,4 @@ async def invoke(request: Request, ph: Facade) -> JSONResponse:
             f"the turn failed: {result.error or 'unknown error'}",
             headers=headers,
         )
-    return JSONResponse(_response(run, _warnings(body, run)), headers=headers)
+    return JSONResponse(_response(body, run, _warnings(body, run)), headers=headers)

@@ -22,7 +22,7 @@ SQLite's write lock at once it waits for it there, without blocking the loop:
   was a convoy: each job on the thread needed the GIL back from a busy loop
   (up to a switch interval, 5 ms, every time it let go), so when a
   checkpoint held the lock at the wrong moment about 90 transactions of 200
-  streams took 0.1 to 1 s each (``docs/benchmarks.md``, issue 12 item 15).
+  streams took 0.1 to 1 s each (``docs/benchmarks.md``).
 - The runner's connection is used only on the loop.
 - WAL checkpoints run on the thread, on a connection of their own:
   automatic checkpoints are off on the runner's connection (a checkpoint
