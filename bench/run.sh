@@ -35,4 +35,6 @@ fi
 .venv/bin/python heap_freeze.py --out results
 # 200 run_actions through tansu and NATS beside the same 200 turns over REST.
 .venv/bin/python events_actions.py --out results
+# What enforcing budgets costs a governed turn (none, one, three budgets).
+.venv/bin/python budgets.py
 .venv/bin/python report.py --results results --docs ../docs

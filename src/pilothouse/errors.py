@@ -15,6 +15,7 @@ from __future__ import annotations
 
 __all__ = [
     "BadRequestError",
+    "BudgetExceededError",
     "CatalogValidationError",
     "ConflictError",
     "ContentFilterError",
@@ -68,6 +69,8 @@ class ErrorCategory(StrEnum):
     """Valid credentials without the right to do this."""
     RATE_LIMITED = "rate_limited"
     """The caller sent too many requests; ``retry_after`` says how long to wait."""
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """A budget's limit would be crossed: the call was refused before it was sent."""
     UNAVAILABLE = "unavailable"
     """The service cannot answer now (it is shutting down); ``retry_after``
     says when to try again, on another instance if there is one."""
@@ -191,6 +194,39 @@ class TooManyRequestsError(PilothouseError):
 
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message)
+        self.retry_after = retry_after
+
+
+class BudgetExceededError(PilothouseError):
+    """A model call would cross a budget's limit, so it was refused before it left.
+
+    Attributes:
+        budget: the budget's code.
+        limit: which limit: ``money``, ``input_tokens``, ``output_tokens`` or ``turns``.
+        remaining: what is left of each of the budget's limits this period
+            (money as a decimal string).
+        resets_at: when the period starts again (ISO 8601, UTC); None for a
+            ``total`` budget.
+        retry_after: seconds until then (None for a ``total`` budget).
+    """
+
+    category = ErrorCategory.BUDGET_EXCEEDED
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        budget: str,
+        limit: str,
+        remaining: dict[str, str],
+        resets_at: str | None,
+        retry_after: float | None,
+    ) -> None:
+        super().__init__(message)
+        self.budget = budget
+        self.limit = limit
+        self.remaining = remaining
+        self.resets_at = resets_at
         self.retry_after = retry_after
 
 

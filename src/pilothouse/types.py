@@ -44,6 +44,7 @@ __all__ = [
     "AttachmentInput",
     "AttachmentView",
     "Authorizer",
+    "BudgetStatus",
     "Caller",
     "CallableTool",
     "Cardinality",
@@ -197,6 +198,7 @@ if TYPE_CHECKING:
         SearchResult,
         TextDocument,
     )
+    from pilothouse.runtime._budgets import BudgetStatus
     from pilothouse.runtime._directcall import CallableTool, DirectToolCall
     from pilothouse.runtime._eventcalls import CompletionApplied, OutboxCommand, ToolRun
     from pilothouse.runtime._events import (
@@ -757,6 +759,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "TurnResult",
         "TurnRetry",
     ),
+    "pilothouse.runtime._budgets": ("BudgetStatus",),
     "pilothouse.runtime._meter": ("Meter",),
     "pilothouse.runtime._prompt": ("PromptContext", "PromptContributor"),
     "pilothouse.catalog._views": (

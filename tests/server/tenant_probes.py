@@ -49,7 +49,7 @@ class Global:
 Probes = Callable[[World], Sequence[Call]]
 
 ASK = "What do you remember about me?"
-A_ONLY = (("actions", "ACMEONLY"), ("configurations", "ACFG"))
+A_ONLY = (("actions", "ACMEONLY"), ("configurations", "ACFG"), ("budgets", "ACMEBDGT"))
 """Catalog rows only A has."""
 SHARED = (
     ("actions", "ECHO"),
@@ -224,6 +224,8 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
         Call("GET", "/v1/audit/gateway-calls", params={"gateway": "ACMEGW"}),
         Call("GET", "/v1/audit/gateway-calls", params={"conversation": w.done}),
     ],
+    # Budgets
+    ("GET", "/v1/budgets/status"): lambda w: [Call("GET", "/v1/budgets/status")],
     # OpenAI-compatible
     ("POST", "/v1/chat/completions"): lambda w: (
         [

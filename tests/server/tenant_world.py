@@ -75,6 +75,8 @@ def catalog(mark: str) -> str:
         builder = builder.action(
             "ACMEONLY", prompt=f"Only {mark} has this.", name=f"Acme only {mark}"
         ).configuration("ACFG", max_tokens=64, name=f"Acme configuration {mark}")
+        # A budget whose name and ledger row B must never see.
+        builder = builder.add("budgets", code="ACMEBDGT", name=f"Budget of {mark}", turns=1_000_000)
     return builder.yaml()
 
 

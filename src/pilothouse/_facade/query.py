@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __all__ = ["QueryApi"]
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import select
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     # The catalog's ORM models load on the first catalog read: reading
     # conversations (the CLI's `conversations` commands) needs none of them.
     from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
-    from pilothouse.types import GatewayCallRecord, Target, TargetInfo
+    from pilothouse.types import BudgetStatus, GatewayCallRecord, Target, TargetInfo
 
 E = TypeVar("E", bound="CatalogEntity")
 
@@ -48,6 +48,18 @@ class QueryApi(Facet):
                 select(entity).where(entity.tenant == self.tenant, column == key)
             )
             return result.unique().one_or_none()
+
+    async def budget_status(self) -> list[BudgetStatus]:
+        """Return where each of the tenant's active budgets stands in its current period.
+
+        One entry per budget and subject (the tenant, or each API key, agent,
+        action or user that spent under it this period); a budget nothing was
+        spent under yet has one entry with zeros.
+        """
+        from pilothouse.runtime._budgets import budget_status
+
+        db = await self._ready()
+        return await db.transaction(budget_status, self.tenant, datetime.now(UTC))
 
     def _conversations(self) -> ConversationQueries:
         return ConversationQueries(self._database, self.tenant)

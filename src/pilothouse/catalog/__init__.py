@@ -39,6 +39,7 @@ from pilothouse.catalog._enums import (
 )
 
 if TYPE_CHECKING:
+    from pilothouse.catalog._budgets import BudgetSpec
     from pilothouse.catalog._exporter import (
         export_catalog,
         export_document,
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
         Agent,
         AgentType,
         Application,
+        Budget,
         CatalogEntity,
         CatalogRevision,
         Configuration,
@@ -166,6 +168,8 @@ __all__ = [
     "AgentTypeSpec",
     "Application",
     "ApplicationSpec",
+    "Budget",
+    "BudgetSpec",
     "Cardinality",
     "CatalogEntity",
     "CatalogKind",
@@ -252,6 +256,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "import_catalog",
         "import_documents",
     ),
+    "_budgets": ("BudgetSpec",),
     "_kinds": ("KINDS", "CatalogKind", "catalog_kind"),
     "_models": (
         "CODE_LENGTHS",
@@ -268,6 +273,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "Agent",
         "AgentType",
         "Application",
+        "Budget",
         "CatalogEntity",
         "CatalogRevision",
         "Configuration",

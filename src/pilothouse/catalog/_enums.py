@@ -217,3 +217,5 @@ class TimelineKind(StrEnum):
     IMPORT = "import"
     RETRIEVAL = "retrieval"
     RECOVER = "recover"
+    BUDGET = "budget"
+    """A budget threshold was reached (announced once per period)."""

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from pilothouse.catalog._budgets import BudgetSpec
 from pilothouse.catalog._enums import ModelCapability
 from pilothouse.catalog._models import (
     Action,
@@ -32,6 +33,7 @@ from pilothouse.catalog._models import (
     Agent,
     AgentType,
     Application,
+    Budget,
     CatalogEntity,
     Configuration,
     DocumentCollection,
@@ -420,6 +422,16 @@ _KIND_LIST: Sequence[CatalogKind] = (
             Ref("application", "applications"),
             Ref("type", "agent_types"),
             Ref("goal_action", "actions"),
+        ),
+    ),
+    CatalogKind(
+        "budgets",
+        Budget,
+        BudgetSpec,
+        refs=(
+            Ref("model", "models"),
+            Ref("provider", "providers"),
+            Ref("downgrade_to", "models"),
         ),
     ),
 )

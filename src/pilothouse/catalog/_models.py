@@ -31,6 +31,7 @@ __all__ = [
     "Agent",
     "AgentType",
     "Application",
+    "Budget",
     "CatalogEntity",
     "CatalogRevision",
     "Configuration",
@@ -88,6 +89,7 @@ from pilothouse.catalog._tables import (
     agent_table,
     agent_type_table,
     application_table,
+    budget_table,
     catalog_revision_table,
     configuration_table,
     document_collection_table,
@@ -701,6 +703,37 @@ class Agent(CatalogEntity):
     goal_action: Mapped[Action | None] = relationship(lazy="joined")
 
 
+class Budget(CatalogEntity):
+    """A spending limit: money, tokens or turns per period for a scope."""
+
+    __table__ = budget_table
+    entity_name = "budget"
+
+    code: Mapped[str]
+    name: Mapped[str]
+    scope: Mapped[str]
+    match: Mapped[str | None]
+    model_id: Mapped[int | None]
+    provider_id: Mapped[int | None]
+    period: Mapped[str]
+    timezone: Mapped[str]
+    money: Mapped[Decimal | None]
+    input_tokens: Mapped[int | None]
+    output_tokens: Mapped[int | None]
+    turns: Mapped[int | None]
+    on_limit: Mapped[str]
+    downgrade_to_id: Mapped[int | None]
+    thresholds: Mapped[list[Any]]
+
+    model: Mapped[Model | None] = relationship(
+        foreign_keys=[budget_table.c.model_id], lazy="joined"
+    )
+    provider: Mapped[Provider | None] = relationship(lazy="joined")
+    downgrade_to: Mapped[Model | None] = relationship(
+        foreign_keys=[budget_table.c.downgrade_to_id], lazy="joined"
+    )
+
+
 CODE_LENGTHS: dict[str, int] = {
     cls.entity_name: cls.key_length
     for cls in (
@@ -727,6 +760,7 @@ CODE_LENGTHS: dict[str, int] = {
         Application,
         AgentType,
         Agent,
+        Budget,
     )
 }
 """Maximum length of each entity's business key, by entity name."""

@@ -27,6 +27,7 @@ __all__ = [
     "agent_table",
     "agent_type_table",
     "application_table",
+    "budget_table",
     "catalog_revision_table",
     "configuration_table",
     "document_collection_table",
@@ -52,6 +53,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Column,
     Date,
@@ -435,4 +437,26 @@ agent_table = _entity_table(
     Column("type_id", Integer, ForeignKey("agent_type.id")),
     Column("prompt", Text),
     Column("goal_action_id", Integer, ForeignKey("action.id")),
+)
+
+# A spending limit (budgets): flat limit columns, so the turn's check is one
+# Core select; the model and provider filters and the downgrade target are
+# references like any other, so a budget never names a model that is gone.
+budget_table = _entity_table(
+    "budget",
+    Column("code", String(CODE), nullable=False),
+    Column("name", String(128), default="", nullable=False),
+    Column("scope", String(16), default="tenant", nullable=False),
+    Column("match", String(255)),
+    Column("model_id", Integer, ForeignKey("model.id")),
+    Column("provider_id", Integer, ForeignKey("provider.id")),
+    Column("period", String(8), default="month", nullable=False),
+    Column("timezone", String(64), default="UTC", nullable=False),
+    Column("money", Numeric(18, 6)),
+    Column("input_tokens", BigInteger),
+    Column("output_tokens", BigInteger),
+    Column("turns", BigInteger),
+    Column("on_limit", String(16), default="refuse", nullable=False),
+    Column("downgrade_to_id", Integer, ForeignKey("model.id")),
+    Column("thresholds", JSON, nullable=False),
 )

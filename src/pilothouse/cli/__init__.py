@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
+from pilothouse.cli._budgets import app as budgets_app
 from pilothouse.cli._catalog import app as catalog_app
 from pilothouse.cli._context import CliState, fail, settings_problem
 from pilothouse.cli._conversations import app as conversations_app
@@ -36,6 +37,7 @@ app.add_typer(catalog_app, name="catalog")
 app.add_typer(conversations_app, name="conversations")
 app.add_typer(db_app, name="db")
 app.add_typer(keys_app, name="keys")
+app.add_typer(budgets_app, name="budgets")
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(knowledge_app, name="knowledge")
 app.add_typer(memory_app, name="memory")

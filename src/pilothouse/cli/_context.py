@@ -20,7 +20,7 @@ import anyio
 import typer
 from pydantic import ValidationError
 
-from pilothouse.errors import CatalogValidationError, PilothouseError
+from pilothouse.errors import BudgetExceededError, CatalogValidationError, PilothouseError
 from pilothouse.settings import Settings
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def fail(message: str) -> NoReturn:
 
 
 def run(func: Callable[[], Coroutine[Any, Any, T]] | Callable[[], Awaitable[T]]) -> T:
-    """Run an async command body, turning pilothouse errors into exit code 2."""
+    """Run an async command body: pilothouse errors exit 2, a spent budget exits 3."""
 
     async def body() -> T:
         return await func()
@@ -134,6 +134,11 @@ def run(func: Callable[[], Coroutine[Any, Any, T]] | Callable[[], Awaitable[T]])
         for issue in exc.issues:
             typer.echo(str(issue), err=True)
         raise typer.Exit(code=2) from None
+    except BudgetExceededError as exc:
+        # Its own exit code: a script can tell a spent budget (wait for the
+        # period to reset, or raise the limit) from a mistake in its input.
+        typer.echo(f"error: {exc.public_message}", err=True)
+        raise typer.Exit(code=3) from None
     except PilothouseError as exc:
         fail(exc.public_message)
     except KeyboardInterrupt:

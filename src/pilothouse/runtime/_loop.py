@@ -18,10 +18,11 @@ from __future__ import annotations
 __all__ = ["TurnLoop"]
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic_ai.messages import ToolReturnPart
-from pydantic_ai.models import Model
+import anyio
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolReturnPart
+from pydantic_ai.models import Model, ModelRequestParameters
 
 from pilothouse.catalog._enums import ToolCallStatus
 from pilothouse.errors import ProviderError
@@ -61,6 +62,11 @@ from pilothouse.runtime._turn import (
 from pilothouse.tools._base import ToolDefinition as OfferedTool
 from pilothouse.tools._base import ToolError
 
+_UNSET_MAX_TOKENS = 4096
+
+if TYPE_CHECKING:
+    from pilothouse.runtime._budgets import BudgetGate, BudgetHold
+
 
 class TurnLoop:
     """Runs the model steps of every tenant's turns (one per process).
@@ -76,6 +82,8 @@ class TurnLoop:
         tool_timeout: default seconds a tool call may take.
         tool_concurrency: how many calls of one response run at once.
         max_tool_steps: tool rounds one turn may take before it fails.
+        budgets: holds each call's worst case on the tenant's budgets before
+            it is sent (None: no budgets are enforced).
     """
 
     def __init__(
@@ -90,7 +98,9 @@ class TurnLoop:
         tool_timeout: float,
         tool_concurrency: int,
         max_tool_steps: int,
+        budgets: BudgetGate | None = None,
     ) -> None:
+        self._budgets = budgets
         self._models = models
         self._recorder = recorder
         self._telemetry = telemetry
@@ -125,6 +135,46 @@ class TurnLoop:
             executor=executor,
         )
 
+    async def _budgeted_call(
+        self,
+        turn: Turn,
+        calls: ModelCalls,
+        messages: list[ModelMessage],
+        settings: Any,
+        params: ModelRequestParameters,
+    ) -> ModelResponse:
+        """Call the model with its worst case held on the tenant's budgets meanwhile.
+
+        Raises:
+            BudgetExceededError: a budget would be crossed; nothing was sent.
+        """
+        hold: BudgetHold | None = None
+        if self._budgets is not None:
+            # The configuration always sets max_tokens; a model override in
+            # tests may not, and then a conservative output is held.
+            max_tokens = calls.options.max_tokens or _UNSET_MAX_TOKENS
+            hold = await self._budgets.hold(turn, messages, params, max_tokens)
+        if hold is None or self._budgets is None:
+            return await self._caller.call(
+                turn, calls.model, messages, settings, params, calls.options
+            )
+        before = (turn.turn_cost, turn.turn_input, turn.turn_output)
+        try:
+            return await self._caller.call(
+                turn, calls.model, messages, settings, params, calls.options
+            )
+        finally:
+            # Settled even when the call was cancelled: what it consumed
+            # (counted by the caller) is spent, the rest of the hold freed.
+            with anyio.CancelScope(shield=True):
+                await self._budgets.settle(
+                    turn,
+                    hold,
+                    turn.turn_cost - before[0],
+                    turn.turn_input - before[1],
+                    turn.turn_output - before[2],
+                )
+
     async def call_model(
         self, turn: Turn, step: CallModel, authorizer: Authorizer | None
     ) -> CallModel | RunTools | Answered | Failed | Blocked:
@@ -154,9 +204,7 @@ class TurnLoop:
             except ValueError as exc:
                 return Failed(str(exc))
         try:
-            response = await self._caller.call(
-                turn, calls.model, step.messages, settings, params, calls.options
-            )
+            response = await self._budgeted_call(turn, calls, step.messages, settings, params)
         except ProviderError as error:
             # Description and suggestions (seed 001), for the record and the caller.
             return Failed(error.described())

@@ -44,7 +44,12 @@ from pilothouse.catalog._enums import (
     TimelineKind,
 )
 from pilothouse.catalog._reserved import RESERVED_ACTION_CODES
-from pilothouse.errors import InvalidStateError, PilothouseError, ServiceUnavailableError
+from pilothouse.errors import (
+    BudgetExceededError,
+    InvalidStateError,
+    PilothouseError,
+    ServiceUnavailableError,
+)
 from pilothouse.memory import MemoryMessage, counter_for, select_history
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
 from pilothouse.runtime._config import RuntimeConfig
@@ -643,6 +648,12 @@ class Runner:
                 return result
         except ServiceUnavailableError:
             raise
+        except BudgetExceededError as refused:
+            # Recorded as a failed turn (the refusal is part of the record),
+            # then raised so each face answers it in its own way.
+            with anyio.CancelScope(shield=True):
+                self._measured(turn, started, await recorder.end(turn, Failed(str(refused))))
+            raise
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 if isinstance(exc, anyio.get_cancelled_exc_class()):
@@ -703,6 +714,8 @@ class Runner:
     async def _prompt(self, turn: Turn, step: Prompt) -> CallModel | Failed:
         """A new message: recompile if the catalog moved, then assemble the request."""
         new, prompt = step.new, step.new.system_prompt
+        if new.caller is not None:
+            turn.key_prefix = new.caller.key_prefix
         if not step.checked and turn.handle.catalog_revision != turn.compiled.revision:
             # The catalog changed since the cached compilation: compile
             # again. Rare, and the input is checked again with it.

@@ -23,6 +23,7 @@ from pydantic_ai.models import Model
 
 from pilothouse.errors import InvalidStateError
 from pilothouse.providers import ModelFactory
+from pilothouse.runtime._budgets import BudgetGate
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
 from pilothouse.runtime._events import EventHub
 from pilothouse.runtime._loop import TurnLoop
@@ -275,6 +276,7 @@ class Runtime:
             tool_timeout=tool_timeout,
             tool_concurrency=tool_concurrency,
             max_tool_steps=max_tool_steps,
+            budgets=BudgetGate(database),
         )
 
     @property

@@ -252,6 +252,10 @@ class Turn:
     # The model id the provider's stream named (its answer's own), for the
     # marker of an answer stopped before the response was complete.
     answered_by: str | None = None
+    # The API key the turn's message came with (budgets scoped to keys), and
+    # whether the turn was counted against budgets' turn limits yet.
+    key_prefix: str | None = None
+    budget_counted: bool = False
 
     @property
     def uuid(self) -> str:

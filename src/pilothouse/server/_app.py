@@ -76,6 +76,7 @@ def routers() -> list[APIRouter]:
     app, rather than a route silently going missing.
     """
     from pilothouse.server._audit_routes import router as audit
+    from pilothouse.server._budget_routes import router as budgets
     from pilothouse.server._catalog_routes import router as catalog
     from pilothouse.server._conversation_routes import router as conversations
     from pilothouse.server._health import router as health
@@ -91,6 +92,7 @@ def routers() -> list[APIRouter]:
         catalog,
         conversations,
         audit,
+        budgets,
         openai,
         invoke,
         jsonrpc,

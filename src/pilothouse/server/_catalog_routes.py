@@ -60,6 +60,7 @@ KindName = Literal[
     "applications",
     "agent_types",
     "agents",
+    "budgets",
 ]
 """Every catalog kind (kept equal to ``KINDS`` by a test), so OpenAPI lists them."""
 

@@ -57,10 +57,15 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import to_jsonable_python
 
 from pilothouse.api import Pilothouse, loads_json
-from pilothouse.errors import ErrorCategory, PilothouseError
+from pilothouse.errors import BudgetExceededError, ErrorCategory, PilothouseError
 from pilothouse.server._deps import Facade, State, charge_batch
 from pilothouse.server._jsonrpc_methods import METHODS, to_json
-from pilothouse.server._problems import HTTP_STATUS, problem_body, problem_responses
+from pilothouse.server._problems import (
+    HTTP_STATUS,
+    budget_members,
+    problem_body,
+    problem_responses,
+)
 from pilothouse.server._rpc_router import RpcRoute, RpcRouter
 
 logger = logging.getLogger(__name__)
@@ -81,6 +86,7 @@ UNAUTHORIZED = -32006
 FORBIDDEN = -32007
 RATE_LIMITED = -32008
 UNAVAILABLE = -32009
+BUDGET_EXCEEDED = -32010
 DISCOVER = "rpc.discover"
 """OpenRPC's method for the server's own description."""
 
@@ -92,6 +98,7 @@ _ERRORS: dict[ErrorCategory, tuple[int, str]] = {
     ErrorCategory.UNAUTHORIZED: (UNAUTHORIZED, "Unauthorized"),
     ErrorCategory.FORBIDDEN: (FORBIDDEN, "Forbidden"),
     ErrorCategory.RATE_LIMITED: (RATE_LIMITED, "Rate limited"),
+    ErrorCategory.BUDGET_EXCEEDED: (BUDGET_EXCEEDED, "Budget exceeded"),
     ErrorCategory.UNAVAILABLE: (UNAVAILABLE, "Service unavailable"),
     ErrorCategory.UPSTREAM: (PROVIDER_FAILED, "Provider failed"),
     ErrorCategory.INTERNAL: (INTERNAL_ERROR, "Internal error"),
@@ -139,7 +146,8 @@ def _invalid_params(exc: ValidationError) -> RpcError:
 
 def _from_pilothouse(exc: PilothouseError) -> RpcError:
     code, message = _ERRORS[exc.category]
-    return RpcError(code, message, HTTP_STATUS[exc.category], exc.public_message)
+    extra = budget_members(exc) if isinstance(exc, BudgetExceededError) else None
+    return RpcError(code, message, HTTP_STATUS[exc.category], exc.public_message, extra=extra)
 
 
 async def _routed(ph: Pilothouse, route: RpcRoute, params: Any) -> Any:

@@ -104,6 +104,9 @@ _ERRORS: dict[ErrorCategory, tuple[int, str, str]] = {
     ErrorCategory.UNAUTHORIZED: (401, "invalid_request_error", "invalid_api_key"),
     ErrorCategory.FORBIDDEN: (403, "invalid_request_error", "permission_denied"),
     ErrorCategory.RATE_LIMITED: (429, "requests", "rate_limit_exceeded"),
+    # OpenAI's own answer when an account's quota is spent: clients stop
+    # retrying on this code, as they should for a spent budget.
+    ErrorCategory.BUDGET_EXCEEDED: (429, "insufficient_quota", "insufficient_quota"),
     ErrorCategory.UNAVAILABLE: (503, "api_error", "service_unavailable"),
     ErrorCategory.UPSTREAM: (502, "api_error", "upstream_error"),
     ErrorCategory.INTERNAL: (500, "api_error", "internal_error"),

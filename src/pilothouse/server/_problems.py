@@ -32,6 +32,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from pilothouse.errors import (
+    BudgetExceededError,
     CatalogValidationError,
     ErrorCategory,
     InvalidFieldError,
@@ -50,6 +51,7 @@ HTTP_STATUS: Mapping[ErrorCategory, int] = {
     ErrorCategory.UNAUTHORIZED: 401,
     ErrorCategory.FORBIDDEN: 403,
     ErrorCategory.RATE_LIMITED: 429,
+    ErrorCategory.BUDGET_EXCEEDED: 429,
     ErrorCategory.UNAVAILABLE: 503,
     ErrorCategory.UPSTREAM: 502,
     ErrorCategory.INTERNAL: 500,
@@ -104,11 +106,14 @@ def problem_body(
     detail: str,
     *,
     errors: Sequence[Mapping[str, Any]] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return the problem document as a dict.
 
-    ``type`` is ``about:blank``: the status code and title say everything a
-    client branches on, so no per-problem documentation URL is invented.
+    ``type`` is ``about:blank`` unless ``extra`` names one: the status code
+    and title say everything a client branches on, so no per-problem
+    documentation URL is invented. A refused budget says ``budget-exceeded``
+    (a 429 that waiting a minute does not cure) and adds its members.
     """
     body: dict[str, Any] = {
         "type": "about:blank",
@@ -118,6 +123,8 @@ def problem_body(
     }
     if errors is not None:
         body["errors"] = [dict(error) for error in errors]
+    if extra:
+        body.update(extra)
     return body
 
 
@@ -128,6 +135,7 @@ def problem(
     *,
     errors: Sequence[Mapping[str, Any]] | None = None,
     headers: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> JSONResponse:
     """Return a ``application/problem+json`` response.
 
@@ -138,9 +146,10 @@ def problem(
         detail: what went wrong in this request, in words a user can act on.
         errors: one entry per broken rule (``field``/``loc`` and ``rule``/``msg``).
         headers: extra response headers (``Retry-After``, ``Allow``).
+        extra: the problem's ``type`` and extension members, when it has its own.
     """
     return ProblemResponse(
-        problem_body(status, title, detail, errors=errors),
+        problem_body(status, title, detail, errors=errors, extra=extra),
         status_code=status,
         headers=dict(headers) if headers else None,
         media_type=PROBLEM_MEDIA_TYPE,
@@ -171,7 +180,20 @@ def error_headers(exc: PilothouseError) -> dict[str, str]:
         return {"WWW-Authenticate": 'Bearer realm="pilothouse"'}
     if isinstance(exc, TooManyRequestsError | ServiceUnavailableError):
         return {"Retry-After": retry_after_header(exc.retry_after)}
+    if isinstance(exc, BudgetExceededError) and exc.retry_after is not None:
+        return {"Retry-After": retry_after_header(exc.retry_after)}
     return {}
+
+
+def budget_members(exc: BudgetExceededError) -> dict[str, Any]:
+    """The problem members of a refused budget: its type, code, remaining amounts and reset."""
+    return {
+        "type": "budget-exceeded",
+        "budget": exc.budget,
+        "limit": exc.limit,
+        "remaining": dict(exc.remaining),
+        "resets_at": exc.resets_at,
+    }
 
 
 def error_problem(
@@ -205,7 +227,8 @@ def error_problem(
         detail = f"{count} rule{'s' if count != 1 else ''} broken; nothing was written"
     elif isinstance(exc, InvalidFieldError):
         errors = [{"field": exc.field, "rule": exc.rule}]
-    return ProblemError(status, title, detail, errors=errors, headers=headers or None)
+    extra = budget_members(exc) if isinstance(exc, BudgetExceededError) else None
+    return ProblemError(status, title, detail, errors=errors, headers=headers or None, extra=extra)
 
 
 def problem_bytes(status: int, title: str | None, detail: str) -> bytes:
@@ -222,6 +245,7 @@ class ProblemError(Exception):
         detail: what went wrong.
         errors: one entry per broken rule.
         headers: extra response headers.
+        extra: the problem's own ``type`` and extension members.
     """
 
     def __init__(
@@ -231,8 +255,10 @@ class ProblemError(Exception):
         detail: str,
         errors: Sequence[Mapping[str, Any]] | None = None,
         headers: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(detail)
+        self.extra = extra
         self.status = status
         self.title = title
         self.detail = detail
@@ -242,5 +268,10 @@ class ProblemError(Exception):
     def response(self) -> JSONResponse:
         """Return this problem as a response."""
         return problem(
-            self.status, self.title, self.detail, errors=self.errors, headers=self.headers
+            self.status,
+            self.title,
+            self.detail,
+            errors=self.errors,
+            headers=self.headers,
+            extra=self.extra,
         )

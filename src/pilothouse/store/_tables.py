@@ -13,6 +13,7 @@ __all__ = [
     "MEMORY_ID_LENGTH",
     "NAMING",
     "attachment_table",
+    "budget_usage_table",
     "conversation_table",
     "event_outbox_table",
     "event_processed_table",
@@ -31,6 +32,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Column,
     ForeignKey,
@@ -253,3 +255,27 @@ def memory_order() -> tuple[Any, ...]:
     """
     columns = message_table.c
     return (columns.created_at, columns.conversation_id, columns.sequence)
+
+
+# What each budget's scope has spent and holds in the current period. A
+# model call holds its worst case (``held_*``) before it is sent and settles
+# to what it used (``spent_*``); the hold is one conditional UPDATE, so two
+# processes can never both take the last of a limit. ``alerted`` is the
+# highest threshold already announced this period, so each alert fires once.
+budget_usage_table = Table(
+    "budget_usage",
+    metadata,
+    Column("tenant", String(32), primary_key=True),
+    Column("budget", String(12), primary_key=True),
+    Column("subject", String(MEMORY_ID_LENGTH), primary_key=True),
+    Column("period", String(24), primary_key=True),
+    Column("spent_money", Numeric(24, 12), default=Decimal(0), nullable=False),
+    Column("held_money", Numeric(24, 12), default=Decimal(0), nullable=False),
+    Column("spent_input", BigInteger, default=0, nullable=False),
+    Column("held_input", BigInteger, default=0, nullable=False),
+    Column("spent_output", BigInteger, default=0, nullable=False),
+    Column("held_output", BigInteger, default=0, nullable=False),
+    Column("turns", BigInteger, default=0, nullable=False),
+    Column("alerted", BigInteger, default=0, nullable=False),
+    Column("updated_at", UtcDateTime, default=utcnow, onupdate=utcnow, nullable=False),
+)

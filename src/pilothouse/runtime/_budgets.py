@@ -1,0 +1,825 @@
+"""Budgets enforced before a model call: hold the worst case, settle to what was used.
+
+Before each model call the gate finds the tenant's budgets that apply to it
+(scope, match, model and provider filters), works out the call's worst case
+(the prompt's tokens counted offline, the call's ``max_tokens`` as output,
+both priced with the model's prices) and holds it on each budget's ledger row
+for the current period with one conditional ``UPDATE``: the row changes only
+if spent + held + this call stays within every limit. A refused hold rolls
+back every hold of the call and raises :class:`~pilothouse.errors.BudgetExceededError`
+before any request leaves. After the call the hold is settled to the usage
+the turn recorded (a cancelled call at what it consumed), so a limit is
+overshot by at most what one in-flight call used beyond its own estimate.
+
+Because the hold is a single statement on one row, it is atomic on SQLite
+(one writer) and on PostgreSQL (the row lock makes a concurrent ``UPDATE``
+re-check its condition), across workers and replicas alike. A period is a
+key computed from the clock in the budget's time zone (``2026-12`` for a
+month), so every process moves to the next period's row at the same boundary
+and the old row is simply no longer written.
+
+Each threshold crossing is announced once per period: the process whose
+``UPDATE ... WHERE alerted < threshold`` changes the row logs a warning and
+adds a ``budget`` event to the turn's timeline.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetGate",
+    "BudgetHold",
+    "BudgetRule",
+    "BudgetStatus",
+    "budget_status",
+    "period_of",
+]
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from time import monotonic
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import anyio
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models import ModelRequestParameters
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Numeric,
+    String,
+    and_,
+    bindparam,
+    cast,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
+
+from pilothouse.catalog._enums import TimelineKind
+from pilothouse.catalog._tables import budget_table, model_table, provider_table
+from pilothouse.errors import BudgetExceededError
+from pilothouse.memory import counter_for
+from pilothouse.runtime._turn import Turn
+from pilothouse.store import NewEvent
+from pilothouse.store._base import utcnow
+from pilothouse.store._engine import Database
+from pilothouse.store._fastsql import Query, Statement, execute, fetch
+from pilothouse.store._tables import budget_usage_table, conversation_table
+
+logger = logging.getLogger(__name__)
+
+_MILLION = Decimal(1_000_000)
+# Per message, as the usage estimate counts it: role and framing tokens.
+_MESSAGE_OVERHEAD = 4
+_LEDGER = budget_usage_table
+_MONEY = Numeric(24, 12)
+_REFUSING = ("refuse",)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRule:
+    """A stored budget as the gate reads it (see ``BudgetSpec`` for the fields)."""
+
+    code: str
+    scope: str
+    match: str | None
+    model: str | None
+    provider: str | None
+    period: str
+    timezone: str
+    money: Decimal | None
+    input_tokens: int | None
+    output_tokens: int | None
+    turns: int | None
+    on_limit: str
+    thresholds: tuple[int, ...]
+
+    def limits(self) -> dict[str, Decimal | int]:
+        """The limits this budget sets, by name."""
+        values = {
+            "money": self.money,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "turns": self.turns,
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One budget row a call holds: the rule, whose counters, which period."""
+
+    rule: BudgetRule
+    subject: str
+    period: str
+    resets_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetHold:
+    """What one model call holds on its budgets until it settles.
+
+    Attributes:
+        tenant: the tenant whose ledger rows are held.
+        entries: the rows (budget, subject, period).
+        money: the worst-case cost held.
+        input_tokens: the worst-case input tokens held.
+        output_tokens: the worst-case output tokens held.
+    """
+
+    tenant: str
+    entries: tuple[_Entry, ...]
+    money: Decimal
+    input_tokens: int
+    output_tokens: int
+
+
+class _Refused(Exception):
+    """Raised inside the hold's transaction so it rolls back; carries the refusal."""
+
+    def __init__(
+        self, entry: _Entry, limit: str, remaining: dict[str, str], *, in_flight: bool
+    ) -> None:
+        super().__init__(entry.rule.code)
+        self.entry = entry
+        self.limit = limit
+        self.remaining = remaining
+        self.in_flight = in_flight
+        """Only other calls' holds stand in the way: it may fit once they settle."""
+
+
+def period_of(period: str, zone: str, now: datetime) -> tuple[str, datetime | None]:
+    """The period ``now`` falls in, as a ledger key, and when the next one starts.
+
+    Args:
+        period: ``hour``, ``day``, ``month`` or ``total``.
+        zone: the IANA time zone the boundaries are in.
+        now: an aware datetime.
+
+    Returns:
+        The key (the period's local start with its UTC offset, so the
+        repeated hour of a DST change is two periods) and the next period's
+        start in UTC (None for ``total``).
+    """
+    if period == "total":
+        return "total", None
+    tz = ZoneInfo(zone)
+    local = now.astimezone(tz)
+    if period == "hour":
+        start = local.replace(minute=0, second=0, microsecond=0)
+        # Hours are counted in UTC: a wall-clock hour can repeat or vanish.
+        following = (start.astimezone(UTC) + timedelta(hours=1)).astimezone(tz)
+        return start.isoformat(timespec="minutes"), following.astimezone(UTC)
+    if period == "day":
+        key = local.date().isoformat()
+        next_day = local.date() + timedelta(days=1)
+        return key, datetime.combine(next_day, time(0), tzinfo=tz).astimezone(UTC)
+    key = f"{local.year:04d}-{local.month:02d}"
+    first = date(local.year + (local.month == 12), local.month % 12 + 1, 1)
+    return key, datetime.combine(first, time(0), tzinfo=tz).astimezone(UTC)
+
+
+def _load_rules(connection: Connection, tenant: str) -> tuple[BudgetRule, ...]:
+    budget, model, provider = budget_table, model_table.alias("m"), provider_table.alias("p")
+    rows = connection.execute(
+        select(
+            budget.c.code,
+            budget.c.scope,
+            budget.c.match,
+            model.c.code.label("model"),
+            provider.c.code.label("provider"),
+            budget.c.period,
+            budget.c.timezone,
+            budget.c.money,
+            budget.c.input_tokens,
+            budget.c.output_tokens,
+            budget.c.turns,
+            budget.c.on_limit,
+            budget.c.thresholds,
+        )
+        .select_from(
+            budget.outerjoin(model, model.c.id == budget.c.model_id).outerjoin(
+                provider, provider.c.id == budget.c.provider_id
+            )
+        )
+        .where(budget.c.tenant == tenant, budget.c.active.is_(True))
+        .order_by(budget.c.code)
+    ).all()
+    return tuple(
+        BudgetRule(
+            code=row.code,
+            scope=row.scope,
+            match=row.match,
+            model=row.model,
+            provider=row.provider,
+            period=row.period,
+            timezone=row.timezone,
+            money=None if row.money is None else Decimal(row.money),
+            input_tokens=row.input_tokens,
+            output_tokens=row.output_tokens,
+            turns=row.turns,
+            on_limit=row.on_limit,
+            thresholds=tuple(int(t) for t in row.thresholds or ()),
+        )
+        for row in rows
+    )
+
+
+def _key_values(tenant: str, entry: _Entry) -> dict[str, Any]:
+    # updated_at too: statements run on the driver get no Python-side onupdate.
+    return {
+        "k_tenant": tenant,
+        "k_budget": entry.rule.code,
+        "k_subject": entry.subject,
+        "k_period": entry.period,
+        "updated_at": utcnow(),
+    }
+
+
+def _key() -> ColumnElement[bool]:
+    c = _LEDGER.c
+    return and_(
+        c.tenant == bindparam("k_tenant"),
+        c.budget == bindparam("k_budget"),
+        c.subject == bindparam("k_subject"),
+        c.period == bindparam("k_period"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _LedgerRow:
+    """A ledger row, in the table's column order."""
+
+    tenant: str
+    budget: str
+    subject: str
+    period: str
+    spent_money: Decimal
+    held_money: Decimal
+    spent_input: int
+    held_input: int
+    spent_output: int
+    held_output: int
+    turns: int
+    alerted: int
+    updated_at: datetime
+
+
+def _ledger_row(*values: Any) -> _LedgerRow:
+    row = _LedgerRow(*values)
+    return replace(
+        row, spent_money=Decimal(str(row.spent_money)), held_money=Decimal(str(row.held_money))
+    )
+
+
+def _within(used: ColumnElement[Any], amount: BindParameter[Any], limit: str, kind: Any) -> Any:
+    """``used + amount <= limit``, or true when the limit is NULL (the budget sets none)."""
+    bound = bindparam(limit, type_=kind)
+    return or_(bound.is_(None), used + amount <= bound)
+
+
+class _Statements:
+    """The ledger's statements, built and compiled once per gate (run on the driver)."""
+
+    def __init__(self) -> None:
+        c = _LEDGER.c
+        money = bindparam("money", type_=_MONEY)
+        held_in = bindparam("input_tokens", type_=BigInteger())
+        held_out = bindparam("output_tokens", type_=BigInteger())
+        turns = bindparam("turns", type_=BigInteger())
+        self.hold = Statement(
+            update(_LEDGER)
+            .where(
+                _key(),
+                _within(c.spent_money + c.held_money, money, "lim_money", _MONEY),
+                _within(c.spent_input + c.held_input, held_in, "lim_input", BigInteger()),
+                _within(c.spent_output + c.held_output, held_out, "lim_output", BigInteger()),
+                _within(c.turns, turns, "lim_turns", BigInteger()),
+            )
+            .values(
+                held_money=c.held_money + money,
+                held_input=c.held_input + held_in,
+                held_output=c.held_output + held_out,
+                turns=c.turns + turns,
+            )
+        )
+        spent = bindparam("spent_money", type_=_MONEY)
+        spent_in = bindparam("spent_input", type_=BigInteger())
+        spent_out = bindparam("spent_output", type_=BigInteger())
+        self.settle = Statement(
+            update(_LEDGER)
+            .where(_key())
+            .values(
+                held_money=c.held_money - money,
+                held_input=c.held_input - held_in,
+                held_output=c.held_output - held_out,
+                spent_money=c.spent_money + spent,
+                spent_input=c.spent_input + spent_in,
+                spent_output=c.spent_output + spent_out,
+            )
+        )
+        top = bindparam("top", type_=BigInteger())
+        self.claim = Statement(update(_LEDGER).where(_key(), c.alerted < top).values(alerted=top))
+        # Money is read as text: the driver path has no result processor for
+        # NUMERIC on asyncpg, and a decimal string is exact on both stores.
+        columns = [
+            cast(column, String) if column.name in ("spent_money", "held_money") else column
+            for column in _LEDGER.c
+        ]
+        self.row = Query(select(*columns).where(_key()), _ledger_row)
+
+    def read(self, connection: Connection, tenant: str, entry: _Entry) -> _LedgerRow | None:
+        rows = fetch(connection, self.row, _key_values(tenant, entry))
+        return rows[0] if rows else None
+
+
+def _ensure_row(connection: Connection, tenant: str, entry: _Entry) -> None:
+    """Make the period's row if it is not there yet (the first call of a period)."""
+    values = {
+        "tenant": tenant,
+        "budget": entry.rule.code,
+        "subject": entry.subject,
+        "period": entry.period,
+    }
+    dialect = connection.dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        connection.execute(pg_insert(_LEDGER).values(values).on_conflict_do_nothing())
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        connection.execute(sqlite_insert(_LEDGER).values(values).on_conflict_do_nothing())
+    else:  # pragma: no cover - pilothouse stores run on SQLite or PostgreSQL
+        connection.execute(insert(_LEDGER).values(values))
+
+
+def _remaining(row: Any, rule: BudgetRule) -> dict[str, str]:
+    used = {
+        "money": Decimal(row.spent_money) + Decimal(row.held_money),
+        "input_tokens": int(row.spent_input) + int(row.held_input),
+        "output_tokens": int(row.spent_output) + int(row.held_output),
+        "turns": int(row.turns),
+    }
+    return {name: str(max(limit - used[name], 0)) for name, limit in rule.limits().items()}
+
+
+def _hold_rows(
+    connection: Connection,
+    sql: _Statements,
+    tenant: str,
+    entries: Sequence[_Entry],
+    money: Decimal,
+    input_tokens: int,
+    output_tokens: int,
+    turns: int,
+) -> None:
+    amounts = {
+        "money": money,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "turns": turns,
+    }
+    for entry in entries:
+        rule = entry.rule
+        refusing = rule.on_limit in _REFUSING
+        values = {
+            **_key_values(tenant, entry),
+            **amounts,
+            "lim_money": rule.money if refusing else None,
+            "lim_input": rule.input_tokens if refusing else None,
+            "lim_output": rule.output_tokens if refusing else None,
+            "lim_turns": rule.turns if refusing else None,
+        }
+        # One statement in the common case; the period's first call makes the row.
+        if execute(connection, sql.hold, values):
+            continue
+        row = sql.read(connection, tenant, entry)
+        if row is None:
+            _ensure_row(connection, tenant, entry)
+            if execute(connection, sql.hold, values):
+                continue
+            row = sql.read(connection, tenant, entry)
+        assert row is not None, "the row was just made"
+        held = _crossed(row, rule, money, input_tokens, output_tokens, turns, held=True)
+        spent = _crossed(row, rule, money, input_tokens, output_tokens, turns, held=False)
+        raise _Refused(
+            entry, spent or held or "turns", _remaining(row, rule), in_flight=spent is None
+        )
+
+
+def _fits_once_settled(
+    connection: Connection,
+    sql: _Statements,
+    tenant: str,
+    entries: Sequence[_Entry],
+    money: Decimal,
+    input_tokens: int,
+    output_tokens: int,
+    turns: int,
+) -> bool | None:
+    """Read, without locking, whether the call fits now (True), only later (False) or never."""
+    now_fits = True
+    for entry in entries:
+        if entry.rule.on_limit not in _REFUSING:
+            continue
+        row = sql.read(connection, tenant, entry)
+        if row is None:
+            continue
+        amounts = (row, entry.rule, money, input_tokens, output_tokens, turns)
+        if _crossed(*amounts, held=False) is not None:
+            return None
+        if _crossed(*amounts, held=True) is not None:
+            now_fits = False
+    return now_fits
+
+
+def _crossed(
+    row: Any,
+    rule: BudgetRule,
+    money: Decimal,
+    input_tokens: int,
+    output_tokens: int,
+    turns: int,
+    *,
+    held: bool,
+) -> str | None:
+    """Which limit the call would cross (the first listed), counting holds or not; None if none."""
+    money_used = Decimal(row.spent_money) + (Decimal(row.held_money) if held else 0)
+    if rule.money is not None and money_used + money > rule.money:
+        return "money"
+    input_used = row.spent_input + (row.held_input if held else 0)
+    if rule.input_tokens is not None and input_used + input_tokens > rule.input_tokens:
+        return "input_tokens"
+    output_used = row.spent_output + (row.held_output if held else 0)
+    if rule.output_tokens is not None and output_used + output_tokens > rule.output_tokens:
+        return "output_tokens"
+    if rule.turns is not None and row.turns + turns > rule.turns:
+        return "turns"
+    return None
+
+
+def _fraction(row: Any, rule: BudgetRule) -> float:
+    """How much of its tightest limit the row has spent (held amounts not counted)."""
+    shares: list[float] = []
+    if rule.money:
+        shares.append(float(Decimal(row.spent_money) / rule.money))
+    if rule.input_tokens:
+        shares.append(row.spent_input / rule.input_tokens)
+    if rule.output_tokens:
+        shares.append(row.spent_output / rule.output_tokens)
+    if rule.turns:
+        shares.append(row.turns / rule.turns)
+    return max(shares, default=0.0)
+
+
+def _settle_rows(
+    connection: Connection,
+    sql: _Statements,
+    hold: BudgetHold,
+    money: Decimal,
+    input_tokens: int,
+    output_tokens: int,
+) -> list[tuple[_Entry, int, float]]:
+    """Turn the hold into what was spent; return the thresholds this settle crossed first."""
+    crossed: list[tuple[_Entry, int, float]] = []
+    amounts = {
+        "money": hold.money,
+        "input_tokens": hold.input_tokens,
+        "output_tokens": hold.output_tokens,
+        "spent_money": money,
+        "spent_input": input_tokens,
+        "spent_output": output_tokens,
+    }
+    for entry in hold.entries:
+        execute(connection, sql.settle, {**_key_values(hold.tenant, entry), **amounts})
+        if entry.rule.thresholds:
+            crossed.extend(_announce(connection, sql, hold.tenant, entry))
+    return crossed
+
+
+def _announce(
+    connection: Connection, sql: _Statements, tenant: str, entry: _Entry
+) -> list[tuple[_Entry, int, float]]:
+    """Claim the highest threshold the row has reached and not yet announced."""
+    row = sql.read(connection, tenant, entry)
+    assert row is not None, "a settled row exists"
+    share = _fraction(row, entry.rule)
+    reached = [t for t in entry.rule.thresholds if share * 100 >= t and t > row.alerted]
+    if not reached:
+        return []
+    top = max(reached)
+    claimed = execute(connection, sql.claim, {**_key_values(tenant, entry), "top": top})
+    # Another process may have claimed it between the read and the update.
+    return [(entry, top, share)] if claimed else []
+
+
+class BudgetGate:
+    """Holds each model call's worst case on the tenant's budgets, and settles it.
+
+    One per runtime; the budgets are read once per tenant and catalog revision.
+
+    Args:
+        database: the store the ledger is in.
+        clock: the current time (aware); tests move it across a period boundary.
+        wait: seconds a call waits for other calls' holds to settle when only
+            they stand between it and the limit (a burst), before it is refused.
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        wait: float = 30.0,
+    ) -> None:
+        self._database = database
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._wait = wait
+        self._sql = _Statements()
+        self._rules: dict[str, tuple[int, tuple[BudgetRule, ...]]] = {}
+
+    async def rules(self, tenant: str, revision: int) -> tuple[BudgetRule, ...]:
+        """The tenant's active budgets at a catalog revision."""
+        cached = self._rules.get(tenant)
+        if cached is not None and cached[0] == revision:
+            return cached[1]
+        rules = await self._database.transaction(_load_rules, tenant)
+        self._rules[tenant] = (revision, rules)
+        return rules
+
+    async def hold(
+        self,
+        turn: Turn,
+        messages: Sequence[ModelMessage],
+        params: ModelRequestParameters,
+        max_tokens: int,
+    ) -> BudgetHold | None:
+        """Hold the call's worst case on every budget that applies, or refuse it.
+
+        Args:
+            turn: the turn about to call its model.
+            messages: what the call sends.
+            params: the tools the call offers (their schemas are input too).
+            max_tokens: the most the call may generate.
+
+        Returns:
+            The hold to settle after the call; None when no budget applies.
+
+        Raises:
+            BudgetExceededError: a budget that refuses would be crossed.
+        """
+        rules = await self.rules(turn.tenant, turn.handle.catalog_revision)
+        if not rules:
+            return None
+        key_prefix = turn.key_prefix
+        if key_prefix is None and any(r.scope == "api_key" for r in rules):
+            key_prefix = turn.key_prefix = await self._database.transaction(
+                _conversation_key, turn.handle.conversation_id
+            )
+        now = self._clock()
+        entries: list[_Entry] = []
+        for rule in rules:
+            subject = _subject(rule, turn, key_prefix)
+            if subject is not None:
+                entries.append(_Entry(rule, subject, *period_of(rule.period, rule.timezone, now)))
+        if not entries:
+            return None
+        spec = turn.compiled.model
+        input_tokens = _prompt_tokens(turn, messages, params)
+        money = Decimal(0)
+        if spec.input_price is not None:
+            money += Decimal(input_tokens) * spec.input_price / _MILLION
+        if spec.output_price is not None:
+            money += Decimal(max_tokens) * spec.output_price / _MILLION
+        turns = 0 if turn.budget_counted else 1
+        amounts = (self._sql, turn.tenant, entries, money, input_tokens, max_tokens, turns)
+        deadline = monotonic() + self._wait
+        pause = 0.02
+        while True:
+            try:
+                await self._database.transaction(_hold_rows, *amounts)
+                break
+            except _Refused as refused:
+                # A burst: the spent amount leaves room, only calls in flight
+                # hold it. They settle below their holds, so wait for them;
+                # a call that cannot fit on what is spent is refused at once.
+                if not refused.in_flight:
+                    raise _refusal(refused, now) from None
+                last = refused
+            # Wait with plain reads: retrying the UPDATE would queue on the
+            # row's lock behind every settling call.
+            while True:
+                if monotonic() + pause > deadline:
+                    raise _refusal(last, now)
+                await anyio.sleep(pause)
+                pause = min(pause * 2, 0.5)
+                fits = await self._database.transaction(_fits_once_settled, *amounts)
+                if fits is None:
+                    # What was spent meanwhile leaves no room: refuse with fresh figures.
+                    break
+                if fits:
+                    break
+        turn.budget_counted = True
+        return BudgetHold(turn.tenant, tuple(entries), money, input_tokens, max_tokens)
+
+    async def settle(
+        self, turn: Turn, hold: BudgetHold, money: Decimal, input_tokens: int, output_tokens: int
+    ) -> None:
+        """Replace the hold by what the call used; announce thresholds it crossed.
+
+        Args:
+            turn: the turn whose timeline gets the alerts.
+            hold: what :meth:`hold` returned.
+            money: what the call cost.
+            input_tokens: its input tokens.
+            output_tokens: its output tokens.
+        """
+        crossed = await self._database.transaction(
+            _settle_rows, self._sql, hold, money, input_tokens, output_tokens
+        )
+        for entry, threshold, share in crossed:
+            rule = entry.rule
+            logger.warning(
+                "budget %s of tenant %s reached %d%% of its limit for %s (%s: %s)",
+                rule.code,
+                hold.tenant,
+                threshold,
+                entry.period,
+                rule.scope,
+                entry.subject,
+            )
+            turn.pending.append(
+                NewEvent(
+                    TimelineKind.BUDGET,
+                    {
+                        "budget": rule.code,
+                        "threshold": threshold,
+                        "used_percent": round(share * 100, 2),
+                        "period": entry.period,
+                        "scope": rule.scope,
+                        "subject": entry.subject,
+                    },
+                )
+            )
+
+
+def _conversation_key(connection: Connection, conversation_id: int) -> str | None:
+    """The API key prefix the conversation was started with (a resumed turn has no request key)."""
+    return connection.execute(
+        select(conversation_table.c.caller_key_prefix).where(
+            conversation_table.c.id == conversation_id
+        )
+    ).scalar()
+
+
+def _subject(rule: BudgetRule, turn: Turn, key_prefix: str | None) -> str | None:
+    """Whose counters the call is charged to under ``rule``; None when it does not apply."""
+    spec = turn.compiled.model
+    if rule.model is not None and rule.model != spec.code:
+        return None
+    if rule.provider is not None and rule.provider != spec.provider.code:
+        return None
+    match rule.scope:
+        case "tenant":
+            return "*"
+        case "api_key":
+            subject = key_prefix
+        case "agent":
+            subject = turn.compiled.agent_code
+        case "action":
+            subject = turn.compiled.action_code
+        case _:
+            subject = turn.handle.memory_id
+    if subject is None or (rule.match is not None and subject != rule.match):
+        return None
+    return subject
+
+
+def _prompt_tokens(
+    turn: Turn, messages: Sequence[ModelMessage], params: ModelRequestParameters
+) -> int:
+    """The call's input tokens, counted offline with the model's counter."""
+    spec = turn.compiled.model
+    counter = counter_for(spec.provider.kind, spec.model_name)
+    total = 0
+    for message in messages:
+        for part in message.parts:
+            content = getattr(part, "content", None)
+            if isinstance(content, str):
+                total += counter.count(content) + _MESSAGE_OVERHEAD
+            elif content is not None:
+                total += counter.count(json.dumps(content, default=str)) + _MESSAGE_OVERHEAD
+            args = getattr(part, "args", None)
+            if args is not None:
+                total += counter.count(args if isinstance(args, str) else json.dumps(args))
+    for tool in (*params.function_tools, *params.output_tools):
+        total += counter.count(
+            json.dumps({"name": tool.name, "description": tool.description or ""})
+        )
+        total += counter.count(json.dumps(tool.parameters_json_schema))
+    return total
+
+
+def _refusal(refused: _Refused, now: datetime) -> BudgetExceededError:
+    entry = refused.entry
+    rule = entry.rule
+    resets = entry.resets_at
+    when = "it does not reset" if resets is None else f"it resets at {resets.isoformat()}"
+    return BudgetExceededError(
+        f"budget {rule.code} ({rule.scope} {entry.subject}) has too little {refused.limit} left "
+        f"for this call this {rule.period}: {when}",
+        budget=rule.code,
+        limit=refused.limit,
+        remaining=refused.remaining,
+        resets_at=None if resets is None else resets.isoformat(),
+        retry_after=None if resets is None else (resets - now).total_seconds(),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStatus:
+    """Where one budget stands for one scope in the current period.
+
+    Attributes:
+        budget: the budget's code.
+        scope: ``tenant``, ``api_key``, ``agent``, ``action`` or ``user``.
+        subject: whose counters (``*`` for the tenant; None when nothing was
+            spent yet under a per-key, per-agent, per-action or per-user budget).
+        period: the current period's key (``2026-12``, ``total``).
+        resets_at: when the next period starts (ISO 8601, UTC); None for ``total``.
+        limits: the limits, by name (money as a decimal string).
+        spent: what was spent this period, by the same names.
+        held: what calls in flight hold now.
+        remaining: what is left of each limit.
+        used_percent: the tightest limit's share spent, in percent.
+        on_limit: ``refuse`` or ``alert``.
+    """
+
+    budget: str
+    scope: str
+    subject: str | None
+    period: str
+    resets_at: str | None
+    limits: dict[str, str]
+    spent: dict[str, str]
+    held: dict[str, str]
+    remaining: dict[str, str]
+    used_percent: float
+    on_limit: str
+
+
+def budget_status(connection: Connection, tenant: str, now: datetime) -> list[BudgetStatus]:
+    """Every active budget of the tenant, per subject, in its current period."""
+    statuses: list[BudgetStatus] = []
+    for rule in _load_rules(connection, tenant):
+        period, resets = period_of(rule.period, rule.timezone, now)
+        rows = connection.execute(
+            select(_LEDGER)
+            .where(
+                _LEDGER.c.tenant == tenant,
+                _LEDGER.c.budget == rule.code,
+                _LEDGER.c.period == period,
+            )
+            .order_by(_LEDGER.c.subject)
+        ).all()
+        limits = {name: str(value) for name, value in rule.limits().items()}
+        unspent_subject = "*" if rule.scope == "tenant" else None
+        for row in rows or [None]:
+            spent = {
+                "money": Decimal(0) if row is None else Decimal(row.spent_money),
+                "input_tokens": 0 if row is None else int(row.spent_input),
+                "output_tokens": 0 if row is None else int(row.spent_output),
+                "turns": 0 if row is None else int(row.turns),
+            }
+            held = {
+                "money": Decimal(0) if row is None else Decimal(row.held_money),
+                "input_tokens": 0 if row is None else int(row.held_input),
+                "output_tokens": 0 if row is None else int(row.held_output),
+            }
+            statuses.append(
+                BudgetStatus(
+                    budget=rule.code,
+                    scope=rule.scope,
+                    subject=unspent_subject if row is None else row.subject,
+                    period=period,
+                    resets_at=None if resets is None else resets.isoformat(),
+                    limits=limits,
+                    spent={name: str(spent[name]) for name in limits},
+                    held={name: str(held[name]) for name in limits if name in held},
+                    remaining={
+                        name: str(max(Decimal(limits[name]) - spent[name] - held.get(name, 0), 0))
+                        for name in limits
+                    },
+                    used_percent=0.0 if row is None else round(_fraction(row, rule) * 100, 2),
+                    on_limit=rule.on_limit,
+                )
+            )
+    return statuses

@@ -1,0 +1,82 @@
+"""A spent budget is answered the same way on every face, each in its own protocol."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from server_helpers import auth
+
+from pilothouse.testing import Reply, ScriptedModel
+
+pytestmark = pytest.mark.anyio
+
+
+async def one_turn_budget(client: httpx.AsyncClient, admin_key: str) -> None:
+    """The tenant may run one turn a month; the first turn takes it."""
+    created = await client.post(
+        "/v1/catalog/budgets",
+        json={"code": "ONETURN", "scope": "tenant", "period": "month", "turns": 1},
+        headers=auth(admin_key),
+    )
+    assert created.status_code == 201, created.text
+
+
+async def rest_turn(client: httpx.AsyncClient, key: str) -> httpx.Response:
+    started = await client.post("/v1/conversations", json={"action": "ECHO"}, headers=auth(key))
+    uuid = started.json()["uuid"]
+    return await client.post(
+        f"/v1/conversations/{uuid}/messages", json={"text": "Hello"}, headers=auth(key)
+    )
+
+
+async def test_every_face_refuses_a_spent_budget_in_its_own_protocol(
+    client: httpx.AsyncClient, admin_key: str, other_tenant_key: str, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.extend([Reply("hi")] * 3)
+    await one_turn_budget(client, admin_key)
+    first = await rest_turn(client, admin_key)
+    assert first.status_code == 200, first.text
+
+    rest = await rest_turn(client, admin_key)
+    assert rest.status_code == 429
+    problem = rest.json()
+    assert problem["type"] == "budget-exceeded"
+    assert problem["budget"] == "ONETURN" and problem["limit"] == "turns"
+    assert problem["remaining"] == {"turns": "0"}
+    assert problem["resets_at"].endswith("+00:00")
+    assert int(rest.headers["retry-after"]) >= 1
+
+    openai = await client.post(
+        "/v1/chat/completions",
+        json={"model": "action:ECHO", "messages": [{"role": "user", "content": "x"}]},
+        headers=auth(admin_key),
+    )
+    assert openai.status_code == 429
+    assert openai.json()["error"]["code"] == "insufficient_quota"
+    assert openai.json()["error"]["type"] == "insufficient_quota"
+
+    body: dict[str, Any] = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "pilothouse/command/startAndSend/v1",
+        "params": {"action": "ECHO", "text": "x"},
+    }
+    rpc = (await client.post("/jsonrpc", json=body, headers=auth(admin_key))).json()
+    assert rpc["error"]["code"] == -32010
+    assert rpc["error"]["data"]["type"] == "budget-exceeded"
+    assert rpc["error"]["data"]["status"] == 429
+
+    invoke = await client.post(
+        "/v1/invoke",
+        json={"agentName": "Support bot", "model": "SMOLLM2", "message": "Hello"},
+        headers=auth(admin_key),
+    )
+    assert invoke.status_code == 429
+    assert invoke.json()["budget"] == "ONETURN"
+
+    # The refused turns never reached the model, and another tenant is untouched.
+    assert len(scripted.requests) == 1
+    other = await rest_turn(client, other_tenant_key)
+    assert other.status_code == 200, other.text
