@@ -236,6 +236,7 @@ class SyncQueryApi(_SyncHalf):
     find_tool_by_code = _Blocking(QueryApi.find_tool_by_code)
     find_mcp_client_by_name = _Blocking(QueryApi.find_mcp_client_by_name)
     list_gateway_calls = _Blocking(QueryApi.list_gateway_calls)
+    budget_status = _Blocking(QueryApi.budget_status)
     find_conversation = _Blocking(QueryApi.find_conversation)
     get_conversation = _Blocking(QueryApi.get_conversation)
     get_conversation_messages = _Blocking(QueryApi.get_conversation_messages)
@@ -559,6 +560,10 @@ class SyncPilothouse:
     def stop_running_turns(self, *, grace: float) -> int:
         """Let running turns finish for ``grace`` seconds, then stop the rest (``TE``)."""
         return self._portal.call(functools.partial(self.facade.stop_running_turns, grace=grace))
+
+    def script_tools_status(self) -> tuple[bool, str]:
+        """Whether catalog script tools can run in this process, and why (see ``Pilothouse``)."""
+        return self.facade.script_tools_status()
 
     def sweep_orphans(self, *, force: bool = False) -> list[StuckConversation]:
         """Mark ``ST`` every running conversation that no live process owns."""

@@ -511,6 +511,7 @@ RPC: Mapping[str, Callable[[World], list[dict[str, Any]]]] = {
     _rpc("query/getMemoryMessages"): lambda w: [{"memoryId": MEMORY_ID}],
     _rpc("query/findTarget"): lambda w: [{"targetId": t} for t in TARGETS],
     _rpc("query/listTargets"): lambda w: [{}],
+    _rpc("query/budgetStatus"): lambda w: [{}],
     _rpc("query/listGatewayCalls"): lambda w: [
         {},
         {"gateway": "ACMEGW"},

@@ -143,4 +143,4 @@ def test_the_catalog_navigation_groups_every_kind_once() -> None:
     from pilothouse.server._ui._catalog import GROUPS, KINDS
 
     grouped = [kind for _, members in GROUPS for kind in members]
-    assert sorted(grouped) == sorted(KINDS) and len(grouped) == len(set(grouped)) == 23
+    assert sorted(grouped) == sorted(KINDS) and len(grouped) == len(set(grouped)) == len(KINDS)

@@ -641,6 +641,11 @@ METHODS: Mapping[str, Method] = {
         ),
         "the OpenAPI gateway's proxied calls: who, which operation, status, latency",
     ),
+    method_name("query", "budgetStatus"): _m(
+        NoParams,
+        lambda ph, _: ph.query.budget_status(),
+        "where each budget stands this period: limits, spent, held, remaining, reset",
+    ),
     method_name("command", "callableTools"): _m(
         NoParams,
         lambda ph, _: ph.command.callable_tools(),

@@ -63,7 +63,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "memory_strategies",
         ),
     ),  # fmt: skip
-    ("Administration", ("applications",)),
+    ("Administration", ("applications", "budgets")),
 )
 """The catalog's navigation: the kinds grouped by what they are for."""
 
