@@ -198,7 +198,7 @@ if TYPE_CHECKING:
         SearchResult,
         TextDocument,
     )
-    from pilothouse.runtime._budgets import BudgetStatus
+    from pilothouse.runtime._budget_status import BudgetStatus
     from pilothouse.runtime._directcall import CallableTool, DirectToolCall
     from pilothouse.runtime._eventcalls import CompletionApplied, OutboxCommand, ToolRun
     from pilothouse.runtime._events import (
@@ -759,7 +759,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "TurnResult",
         "TurnRetry",
     ),
-    "pilothouse.runtime._budgets": ("BudgetStatus",),
+    "pilothouse.runtime._budget_status": ("BudgetStatus",),
     "pilothouse.runtime._meter": ("Meter",),
     "pilothouse.runtime._prompt": ("PromptContext", "PromptContributor"),
     "pilothouse.catalog._views": (

@@ -56,7 +56,7 @@ class QueryApi(Facet):
         action or user that spent under it this period); a budget nothing was
         spent under yet has one entry with zeros.
         """
-        from pilothouse.runtime._budgets import budget_status
+        from pilothouse.runtime._budget_status import budget_status
 
         db = await self._ready()
         return await db.transaction(budget_status, self.tenant, datetime.now(UTC))

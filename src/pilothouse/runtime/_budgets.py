@@ -25,14 +25,7 @@ adds a ``budget`` event to the turn's timeline.
 
 from __future__ import annotations
 
-__all__ = [
-    "BudgetGate",
-    "BudgetHold",
-    "BudgetRule",
-    "BudgetStatus",
-    "budget_status",
-    "period_of",
-]
+__all__ = ["BudgetGate", "BudgetHold", "BudgetRule", "fraction", "load_rules", "period_of"]
 
 import json
 import logging
@@ -186,7 +179,8 @@ def period_of(period: str, zone: str, now: datetime) -> tuple[str, datetime | No
     return key, datetime.combine(first, time(0), tzinfo=tz).astimezone(UTC)
 
 
-def _load_rules(connection: Connection, tenant: str) -> tuple[BudgetRule, ...]:
+def load_rules(connection: Connection, tenant: str) -> tuple[BudgetRule, ...]:
+    """The tenant's active budgets, with their model and provider filters as codes."""
     budget, model, provider = budget_table, model_table.alias("m"), provider_table.alias("p")
     rows = connection.execute(
         select(
@@ -466,7 +460,7 @@ def _crossed(
     return None
 
 
-def _fraction(row: Any, rule: BudgetRule) -> float:
+def fraction(row: Any, rule: BudgetRule) -> float:
     """How much of its tightest limit the row has spent (held amounts not counted)."""
     shares: list[float] = []
     if rule.money:
@@ -511,7 +505,7 @@ def _announce(
     """Claim the highest threshold the row has reached and not yet announced."""
     row = sql.read(connection, tenant, entry)
     assert row is not None, "a settled row exists"
-    share = _fraction(row, entry.rule)
+    share = fraction(row, entry.rule)
     reached = [t for t in entry.rule.thresholds if share * 100 >= t and t > row.alerted]
     if not reached:
         return []
@@ -551,7 +545,7 @@ class BudgetGate:
         cached = self._rules.get(tenant)
         if cached is not None and cached[0] == revision:
             return cached[1]
-        rules = await self._database.transaction(_load_rules, tenant)
+        rules = await self._database.transaction(load_rules, tenant)
         self._rules[tenant] = (revision, rules)
         return rules
 
@@ -742,84 +736,3 @@ def _refusal(refused: _Refused, now: datetime) -> BudgetExceededError:
         resets_at=None if resets is None else resets.isoformat(),
         retry_after=None if resets is None else (resets - now).total_seconds(),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class BudgetStatus:
-    """Where one budget stands for one scope in the current period.
-
-    Attributes:
-        budget: the budget's code.
-        scope: ``tenant``, ``api_key``, ``agent``, ``action`` or ``user``.
-        subject: whose counters (``*`` for the tenant; None when nothing was
-            spent yet under a per-key, per-agent, per-action or per-user budget).
-        period: the current period's key (``2026-12``, ``total``).
-        resets_at: when the next period starts (ISO 8601, UTC); None for ``total``.
-        limits: the limits, by name (money as a decimal string).
-        spent: what was spent this period, by the same names.
-        held: what calls in flight hold now.
-        remaining: what is left of each limit.
-        used_percent: the tightest limit's share spent, in percent.
-        on_limit: ``refuse`` or ``alert``.
-    """
-
-    budget: str
-    scope: str
-    subject: str | None
-    period: str
-    resets_at: str | None
-    limits: dict[str, str]
-    spent: dict[str, str]
-    held: dict[str, str]
-    remaining: dict[str, str]
-    used_percent: float
-    on_limit: str
-
-
-def budget_status(connection: Connection, tenant: str, now: datetime) -> list[BudgetStatus]:
-    """Every active budget of the tenant, per subject, in its current period."""
-    statuses: list[BudgetStatus] = []
-    for rule in _load_rules(connection, tenant):
-        period, resets = period_of(rule.period, rule.timezone, now)
-        rows = connection.execute(
-            select(_LEDGER)
-            .where(
-                _LEDGER.c.tenant == tenant,
-                _LEDGER.c.budget == rule.code,
-                _LEDGER.c.period == period,
-            )
-            .order_by(_LEDGER.c.subject)
-        ).all()
-        limits = {name: str(value) for name, value in rule.limits().items()}
-        unspent_subject = "*" if rule.scope == "tenant" else None
-        for row in rows or [None]:
-            spent = {
-                "money": Decimal(0) if row is None else Decimal(row.spent_money),
-                "input_tokens": 0 if row is None else int(row.spent_input),
-                "output_tokens": 0 if row is None else int(row.spent_output),
-                "turns": 0 if row is None else int(row.turns),
-            }
-            held = {
-                "money": Decimal(0) if row is None else Decimal(row.held_money),
-                "input_tokens": 0 if row is None else int(row.held_input),
-                "output_tokens": 0 if row is None else int(row.held_output),
-            }
-            statuses.append(
-                BudgetStatus(
-                    budget=rule.code,
-                    scope=rule.scope,
-                    subject=unspent_subject if row is None else row.subject,
-                    period=period,
-                    resets_at=None if resets is None else resets.isoformat(),
-                    limits=limits,
-                    spent={name: str(spent[name]) for name in limits},
-                    held={name: str(held[name]) for name in limits if name in held},
-                    remaining={
-                        name: str(max(Decimal(limits[name]) - spent[name] - held.get(name, 0), 0))
-                        for name in limits
-                    },
-                    used_percent=0.0 if row is None else round(_fraction(row, rule) * 100, 2),
-                    on_limit=rule.on_limit,
-                )
-            )
-    return statuses
