@@ -33,6 +33,7 @@ from pilothouse.errors import (
     ValidationIssue,
 )
 from pilothouse.settings import database_driver_url
+from pilothouse.store._aiosqlite import close_to_the_end
 from pilothouse.store._sqlite import SqliteRunner
 from pilothouse.store.migrations import HEAD_REVISION
 
@@ -326,6 +327,8 @@ class Database:
             event.listen(engine.sync_engine, "checkout", _refuse_closed)
         if self.is_sqlite:
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+            if engine.dialect.driver == "aiosqlite":
+                close_to_the_end(engine.sync_engine.dialect)
         self._engine = engine
         return engine
 
