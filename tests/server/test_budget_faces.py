@@ -80,3 +80,38 @@ async def test_every_face_refuses_a_spent_budget_in_its_own_protocol(
     assert len(scripted.requests) == 1
     other = await rest_turn(client, other_tenant_key)
     assert other.status_code == 200, other.text
+
+
+async def test_usage_is_the_same_on_rest_and_json_rpc_and_stays_in_the_tenant(
+    client: httpx.AsyncClient, admin_key: str, other_tenant_key: str, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.extend([Reply("hi", input_tokens=7, output_tokens=3)] * 3)
+    for _ in range(2):
+        assert (await rest_turn(client, admin_key)).status_code == 200
+    assert (await rest_turn(client, other_tenant_key)).status_code == 200
+
+    rest = await client.get(
+        "/v1/usage", params=[("by", "action"), ("by", "day")], headers=auth(admin_key)
+    )
+    assert rest.status_code == 200, rest.text
+    (row,) = rest.json()
+    assert row["group"]["action"] == "ECHO"
+    assert (row["conversations"], row["input_tokens"], row["output_tokens"]) == (2, 14, 6)
+
+    body: dict[str, Any] = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "pilothouse/query/usage/v1",
+        "params": {"by": ["action", "day"]},
+    }
+    rpc = (await client.post("/jsonrpc", json=body, headers=auth(admin_key))).json()
+    assert rpc["result"] == rest.json()
+
+    other = await client.get("/v1/usage", headers=auth(other_tenant_key))
+    assert [r["conversations"] for r in other.json()] == [1]
+
+    wrong = await client.get("/v1/usage", params={"by": "colour"}, headers=auth(admin_key))
+    assert wrong.status_code == 422
+    assert "write one or more of tenant, key, agent" in wrong.text
+    bad_day = await client.get("/v1/usage", params={"since": "12/01"}, headers=auth(admin_key))
+    assert bad_day.status_code == 422 and "since" in bad_day.text

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 __all__ = ["QueryApi"]
 
-from datetime import UTC, datetime
+from collections.abc import Sequence
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import select
@@ -24,7 +25,13 @@ if TYPE_CHECKING:
     # The catalog's ORM models load on the first catalog read: reading
     # conversations (the CLI's `conversations` commands) needs none of them.
     from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
-    from pilothouse.types import BudgetStatus, GatewayCallRecord, Target, TargetInfo
+    from pilothouse.types import (
+        BudgetStatus,
+        GatewayCallRecord,
+        Target,
+        TargetInfo,
+        UsageRow,
+    )
 
 E = TypeVar("E", bound="CatalogEntity")
 
@@ -60,6 +67,31 @@ class QueryApi(Facet):
 
         db = await self._ready()
         return await db.transaction(budget_status, self.tenant, datetime.now(UTC))
+
+    async def usage(
+        self,
+        *,
+        group_by: Sequence[str] = ("action",),
+        since: date | None = None,
+        until: date | None = None,
+    ) -> list[UsageRow]:
+        """Return the tenant's spend and tokens, grouped, most costly first.
+
+        Args:
+            group_by: any of ``tenant``, ``key`` (the API key's prefix),
+                ``agent``, ``action``, ``user`` (the memory id), ``model``
+                (the model that answered) and ``day`` (UTC).
+            since: the first day counted (UTC), or None for the beginning.
+            until: the last day counted (UTC, included), or None for today.
+
+        Raises:
+            InvalidFieldError: an unknown grouping, or ``until`` before ``since``.
+        """
+        from pilothouse.runtime._usage import check_usage_query, usage_report
+
+        check_usage_query(group_by, since, until)
+        db = await self._ready()
+        return await db.transaction(usage_report, self.tenant, list(group_by), since, until)
 
     def _conversations(self) -> ConversationQueries:
         return ConversationQueries(self._database, self.tenant)

@@ -14,6 +14,7 @@ import typer
 from pydantic import ValidationError
 
 from pilothouse.cli._budgets import app as budgets_app
+from pilothouse.cli._budgets import usage
 from pilothouse.cli._catalog import app as catalog_app
 from pilothouse.cli._context import CliState, fail, settings_problem
 from pilothouse.cli._conversations import app as conversations_app
@@ -46,6 +47,7 @@ app.command(name="chat")(chat)
 app.command(name="serve")(serve)
 app.command(name="worker")(worker)
 app.command(name="events")(events)
+app.command(name="usage")(usage)
 
 
 @app.callback()

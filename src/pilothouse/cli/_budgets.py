@@ -1,16 +1,18 @@
-"""`pilothouse budgets status`: where each of the tenant's budgets stands.
+"""`pilothouse budgets status` and `pilothouse usage`: limits and spend.
 
 Budgets are catalog entities (``budgets:`` in catalog YAML); this command
 reads their ledger for the current period: limits, spent, held by calls in
-flight, remaining, and when the period resets.
+flight, remaining, and when the period resets. ``usage`` reports what the
+tenant's conversations spent, grouped as asked.
 """
 
 from __future__ import annotations
 
-__all__ = ["app"]
+__all__ = ["app", "usage"]
 
 import json
 from dataclasses import asdict
+from datetime import date
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -20,7 +22,7 @@ from rich.table import Table
 from pilothouse.cli._context import CliState, open_facade, run
 
 if TYPE_CHECKING:
-    from pilothouse.types import BudgetStatus
+    from pilothouse.types import BudgetStatus, UsageRow
 
 app = typer.Typer(help="See where the tenant's budgets stand.", no_args_is_help=True)
 
@@ -56,5 +58,56 @@ def status(
             _pairs(entry.spent),
             _pairs(entry.remaining),
             f"{entry.used_percent:g} %",
+        )
+    Console(soft_wrap=True).print(table)
+
+
+def _day(value: str | None, option: str) -> date | None:
+    if value is None:
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is not a day; write YYYY-MM-DD", param_hint=option
+        ) from None
+
+
+def usage(
+    ctx: typer.Context,
+    by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--by",
+            help="Group by tenant, key, agent, action, user, model or day (repeat for several).",
+        ),
+    ] = None,
+    since: Annotated[str | None, typer.Option(help="First day counted, YYYY-MM-DD (UTC).")] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Last day counted, YYYY-MM-DD (UTC, included).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+) -> None:
+    """Show what the tenant's conversations spent: tokens and cost per group."""
+    state: CliState = ctx.obj
+    group_by = by or ["action"]
+    first, last = _day(since, "--since"), _day(until, "--until")
+
+    async def body() -> list[UsageRow]:
+        async with open_facade(state) as ph:
+            return await ph.query.usage(group_by=group_by, since=first, until=last)
+
+    rows = run(body)
+    if as_json:
+        typer.echo(json.dumps([asdict(r) for r in rows], indent=2))
+        return
+    table = Table(*group_by, "conversations", "input tokens", "output tokens", "cost")
+    for row in rows:
+        table.add_row(
+            *(row.group[name] or "-" for name in group_by),
+            str(row.conversations),
+            str(row.input_tokens),
+            str(row.output_tokens),
+            row.cost,
         )
     Console(soft_wrap=True).print(table)
