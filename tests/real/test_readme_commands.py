@@ -74,3 +74,67 @@ def test_the_readme_curl_commands_run_as_written(live_server: LiveServer) -> Non
     assert events, stream
     assert "error" not in events, stream
     print(f"streamed events: {sorted(set(events))}")
+
+
+def readme_cli_commands() -> list[str]:
+    """Each ``$ pilothouse`` command of the README's console blocks, in order."""
+    return [
+        line[2:] for line in README.read_text().splitlines() if line.startswith("$ pilothouse ")
+    ]
+
+
+def test_the_readme_cli_commands_run_as_written(tmp_path: Path) -> None:
+    """Every ``pilothouse`` command of the README, in its order, in a fresh directory.
+
+    The directory holds the repository's ``examples/`` and nothing else, and
+    no ``PILOTHOUSE_*`` variable is set: the commands use the default
+    database (``.pilothouse/pilothouse.db``) and the packaged model. ``$UUID``
+    is a conversation's id, as the README says. What the README shows a
+    command printing is checked where it shows it whole (the bad catalog's
+    errors).
+    """
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama_cpp is not importable: pip install 'pilothouse[local]'")
+    (tmp_path / "examples").symlink_to(README.parent / "examples")
+    bin_dir = Path(shutil.which("pilothouse") or README.parent / ".venv" / "bin" / "pilothouse")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PILOTHOUSE_")}
+    env["PATH"] = f"{bin_dir.parent}{os.pathsep}{env.get('PATH', '')}"
+    commands = readme_cli_commands()
+    assert len(commands) >= 12, commands
+    shown_errors = [
+        line
+        for line in README.read_text().splitlines()
+        if line.startswith("examples/badcat/bad.yaml:")
+    ]
+    for command in commands:
+        if "$UUID" in command:
+            listed = subprocess.run(
+                ["pilothouse", "conversations", "list", "--json"],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=True,
+            )
+            env["UUID"] = json.loads(listed.stdout)["items"][0]["uuid"]
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if "examples/badcat" in command:
+            # A catalog with mistakes: exit 2 and exactly the README's lines.
+            assert done.returncode == 2, (command, done.stdout, done.stderr)
+            assert (done.stdout + done.stderr).strip().splitlines() == shown_errors
+            continue
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        if command.endswith("--json"):
+            json.loads(done.stdout)
+    exported = (tmp_path / "catalog.yaml").read_text()
+    assert "COMPETITORS" in exported and "SUMBRAND" in exported

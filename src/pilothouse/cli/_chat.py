@@ -55,17 +55,24 @@ class _Lines:
     Waiting for input must be cancellable (Ctrl-C at the prompt ends the
     session): a thread blocked in ``readline`` would hold the process open.
     Reading the descriptor directly also sidesteps Python's own buffering,
-    which would hide lines already read from the readiness check.
+    which would hide lines already read from the readiness check. Input
+    redirected from a file or ``/dev/null`` cannot be polled (epoll refuses
+    such descriptors) and never blocks: it is read directly.
     """
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._buffer = b""
         self._eof = False
+        self._pollable = True
 
     async def readline(self) -> str | None:
         while b"\n" not in self._buffer and not self._eof:
-            await anyio.wait_readable(self._fd)
+            if self._pollable:
+                try:
+                    await anyio.wait_readable(self._fd)
+                except PermissionError:
+                    self._pollable = False
             chunk = os.read(self._fd, 4096)
             self._eof = not chunk
             self._buffer += chunk
