@@ -14,6 +14,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,3 +140,34 @@ def test_the_readme_cli_commands_run_as_written(tmp_path: Path) -> None:
             json.loads(done.stdout)
     exported = (tmp_path / "catalog.yaml").read_text()
     assert "COMPETITORS" in exported and "SUMBRAND" in exported
+
+    # Step 4, "From Python", on the catalog and database the commands left.
+    script = tmp_path / "step4.py"
+    script.write_text(
+        "import asyncio\n\nasync def main():\n"
+        + textwrap.indent(readme_python_step(), "    ")
+        + "\n\nasyncio.run(main())\n",
+        encoding="utf-8",
+    )
+    ran = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    printed = ran.stdout.splitlines()
+    assert printed[0].startswith("CO [{'name': 'Globex'"), printed
+    assert "TurnFinished" in printed, printed
+    # The inline agent's turn ends completed, or waiting on a question it asked.
+    assert printed[-1][:3] in ("CO ", "WA "), printed
+
+
+def readme_python_step() -> str:
+    """The README's "From Python" block, as written."""
+    text = README.read_text()
+    start = text.index("```python", text.index("### 4. From Python")) + len("```python\n")
+    return text[start : text.index("```", start)]
