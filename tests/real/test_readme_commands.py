@@ -85,6 +85,8 @@ def readme_cli_commands() -> list[str]:
     ]
 
 
+# About fifteen processes, eight turns on the packaged model: minutes on a loaded machine.
+@pytest.mark.timeout(900)
 def test_the_readme_cli_commands_run_as_written(tmp_path: Path) -> None:
     """Every ``pilothouse`` command of the README, in its order, in a fresh directory.
 
