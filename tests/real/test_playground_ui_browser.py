@@ -471,3 +471,57 @@ def test_each_prompt_has_a_readable_run_trace_and_its_code(
             page.locator(".trace-steps").scroll_into_view_if_needed()
             page.screenshot(path=str(shots / "playground-trace-1280x800.png"))
     page.context.close()
+
+
+MARKDOWN_ANSWER = (
+    "Use **linen**.\n\n```python\ndef pick(fabric):\n    return 'linen'\n```\n\n"
+    '<img src=x onerror="window.__xss = 1"><script>window.__xss = 2</script>'
+    '[click](javascript:window.__xss=3) <a href="#" onclick="window.__xss=4">here</a>'
+)
+
+
+def test_answers_are_markdown_highlighted_sanitised_copyable_and_regenerable(
+    served: tuple[LiveServer, Upstream], browser: Browser
+) -> None:
+    from playwright.sync_api import expect
+
+    base = _base(served)
+    shots = _shots()
+    upstream = served[1]
+    upstream.script(
+        Reply(events=text_stream(MARKDOWN_ANSWER[:40], MARKDOWN_ANSWER[40:])),
+        Reply(events=text_stream("A second ", "answer.")),
+    )
+    page = _page(browser, served, DESKTOP)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
+    page.goto(f"{base}/playground?target=action:SHOP")
+    page.get_by_label("Prompt", exact=True).fill("Which fabric, in code?")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("body")).to_have_attribute("data-turns", "1")
+    answer = page.locator(".bubble.assistant .markdown").last
+    expect(answer.locator("strong")).to_have_text("linen")
+    expect(answer.locator("pre code.hljs .hljs-keyword").first).to_have_text("def")
+    # What a model writes is never run: no handler, script or javascript: link survives.
+    assert answer.locator("script, img, [onerror], [onclick], a[href^='javascript']").count() == 0
+    assert page.evaluate("window.__xss === undefined")
+    uuid = page.url.split("c=")[1]
+    for viewport in (DESKTOP, PHONE):
+        page.set_viewport_size(viewport)
+        page.goto(f"{base}/playground?c={uuid}")
+        answer = page.locator(".bubble.assistant .markdown").last
+        expect(answer.locator("pre code.hljs")).to_contain_text("return 'linen'")
+        assert page.evaluate("window.__xss === undefined")
+        _axe(page)
+        if shots and viewport is DESKTOP:
+            page.screenshot(path=str(shots / "playground-markdown-1280x800.png"))
+    page.get_by_role("button", name="Copy code").click()
+    expect(page.get_by_role("button", name="Copied")).to_be_visible()
+    assert page.evaluate("navigator.clipboard.readText()").startswith("def pick(fabric):")
+    page.locator(".answer-actions").get_by_role("button", name="Copy").click()
+    assert page.evaluate("navigator.clipboard.readText()") == MARKDOWN_ANSWER
+    page.get_by_role("button", name="Regenerate").click()
+    expect(page.locator("body")).to_have_attribute("data-turns", "1")
+    expect(page.locator(".bubble.assistant .markdown").last).to_have_text("A second answer.")
+    expect(page.locator(".bubble.assistant")).to_have_count(1)
+    assert page.url.split("c=")[1] != uuid
+    page.context.close()
