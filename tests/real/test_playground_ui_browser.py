@@ -459,6 +459,7 @@ def test_each_prompt_has_a_readable_run_trace_and_its_code(
         expect(steps).to_contain_text("not started → running")
         expect(steps).to_contain_text("model call")
         expect(steps).to_contain_text("out tokens in")
+        expect(steps).to_contain_text(re.compile(r"first token after [0-9.]+ ms"))
         expect(steps).to_contain_text("running → completed")
         page.get_by_text("View code").click()
         code = page.locator("details.view-code")
