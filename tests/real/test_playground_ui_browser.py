@@ -525,4 +525,14 @@ def test_answers_are_markdown_highlighted_sanitised_copyable_and_regenerable(
     expect(page.locator(".bubble.assistant .markdown").last).to_have_text("A second answer.")
     expect(page.locator(".bubble.assistant")).to_have_count(1)
     assert page.url.split("c=")[1] != uuid
+    # The two answers are two versions of one conversation: one list entry, ‹ 2/2 › in the chat.
+    versions = page.get_by_role("navigation", name="Versions of this conversation")
+    expect(versions).to_contain_text("version 2/2")
+    expect(page.locator("#conversation-list li", has_text="Which fabric, in code?")).to_have_count(1)
+    _axe(page)
+    versions.get_by_role("link", name="Previous version").click()
+    expect(versions).to_contain_text("version 1/2")
+    expect(page.locator(".bubble.assistant .markdown strong")).to_have_text("linen")
+    versions.get_by_role("link", name="Next version").click()
+    expect(page.locator(".bubble.assistant .markdown").last).to_have_text("A second answer.")
     page.context.close()

@@ -26,6 +26,7 @@ from pilothouse.errors import (
 from pilothouse.server._ui._base import UiAdmin, UiFacade, render
 from pilothouse.server._ui._code import code_samples
 from pilothouse.server._ui._trace import attach_traces
+from pilothouse.server._ui._versions import versions_of
 from pilothouse.types import (
     ConversationSummary,
     ConversationView,
@@ -200,12 +201,15 @@ async def _attach_code(
 async def _chat_context(ph: Pilothouse, uuid: str, base_url: str) -> dict[str, Any]:
     view = await ph.query.get_transcript(uuid)
     summary = await ph.history.get(uuid)
+    versions = await versions_of(ph, summary)
     exchanges = _exchanges(view)
     attach_traces(view, exchanges)
     await _attach_code(ph, base_url, target_of(view), exchanges)
     return {
         "view": view,
         "summary": summary,
+        "versions": versions,
+        "version": next(i for i, v in enumerate(versions) if v.uuid == uuid),
         "exchanges": exchanges,
         "returned": _returned(view),
         "target": target_of(view),
