@@ -528,7 +528,8 @@ def test_answers_are_markdown_highlighted_sanitised_copyable_and_regenerable(
     # The two answers are two versions of one conversation: one list entry, ‹ 2/2 › in the chat.
     versions = page.get_by_role("navigation", name="Versions of this conversation")
     expect(versions).to_contain_text("version 2/2")
-    expect(page.locator("#conversation-list li", has_text="Which fabric, in code?")).to_have_count(1)
+    entries = page.locator("#conversation-list li", has_text="Which fabric, in code?")
+    expect(entries).to_have_count(1)
     _axe(page)
     versions.get_by_role("link", name="Previous version").click()
     expect(versions).to_contain_text("version 1/2")
