@@ -536,4 +536,13 @@ def test_answers_are_markdown_highlighted_sanitised_copyable_and_regenerable(
     expect(page.locator(".bubble.assistant .markdown strong")).to_have_text("linen")
     versions.get_by_role("link", name="Next version").click()
     expect(page.locator(".bubble.assistant .markdown").last).to_have_text("A second answer.")
+    # Find: the search box keeps the conversations whose title or text holds the words.
+    page.set_viewport_size(DESKTOP)
+    search = page.get_by_label("Search conversations")
+    search.fill("SECOND ANSWER")
+    expect(page.locator("#conversation-list li")).to_have_count(1)
+    expect(page.locator("#conversation-list li")).to_contain_text("Which fabric, in code?")
+    search.fill("no such words_%")
+    expect(page.locator("#conversation-list li.empty")).to_contain_text("No conversation holds")
+    _axe(page)
     page.context.close()

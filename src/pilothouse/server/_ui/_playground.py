@@ -251,14 +251,18 @@ async def playground(
 
 @router.get("/ui/conversations")
 async def conversation_list(
-    request: Request, user: UiFacade, c: Annotated[str | None, Query(max_length=36)] = None
+    request: Request,
+    user: UiFacade,
+    c: Annotated[str | None, Query(max_length=36)] = None,
+    q: Annotated[str, Query(max_length=200)] = "",
 ) -> HTMLResponse:
-    """The navigation panel's list of conversations (a fragment)."""
+    """The navigation panel's list of conversations (a fragment); ``q`` searches titles and text."""
     return render(
         request,
         "_conversations.html",
-        conversations=await user.ph.history.list_conversations(),
+        conversations=await user.ph.history.list_conversations(search=q or None),
         current=c,
+        search=q,
     )
 
 
