@@ -46,7 +46,7 @@ _ROLES = {role.value: role for role in MessageRole}
 
 
 def _like_escaped(text: str) -> str:
-    """``text`` as a literal inside a LIKE pattern (its ``%``, ``_`` and ``\\`` matched as such)."""
+    """``text`` as a literal inside a LIKE pattern: its percent, underscore and backslash."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
