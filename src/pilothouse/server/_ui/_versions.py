@@ -10,7 +10,7 @@ from __future__ import annotations
 
 __all__ = ["versions_of"]
 
-from pilothouse import Pilothouse
+from pilothouse.api import Pilothouse
 from pilothouse.types import ConversationSummary
 
 # How far the UI looks: the lineage of a conversation is walked up at most this
