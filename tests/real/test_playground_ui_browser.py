@@ -545,4 +545,11 @@ def test_answers_are_markdown_highlighted_sanitised_copyable_and_regenerable(
     search.fill("no such words_%")
     expect(page.locator("#conversation-list li.empty")).to_contain_text("No conversation holds")
     _axe(page)
+    # At phone width the search is in the Conversations drawer.
+    page.set_viewport_size(PHONE)
+    page.reload()
+    page.get_by_role("button", name="Conversations").click()
+    page.get_by_label("Search conversations").fill("linen")
+    expect(page.locator("#conversation-list li")).to_contain_text("Which fabric, in code?")
+    _axe(page)
     page.context.close()
