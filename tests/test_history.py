@@ -228,3 +228,25 @@ async def test_system_prompt_preview(settings: Settings) -> None:
             action="CHAT", input_data={"topic": "hats"}, runtime_config={"instruction": "Be brief."}
         )
         assert "Chat about hats." in prompt and "Be brief." in prompt
+
+
+async def test_search_finds_titles_and_texts_of_this_tenant_only(settings: Settings) -> None:
+    model = ScriptedModel([])
+    async with Pilothouse(settings, model=model) as ph:
+        await ph.catalog.import_documents([CATALOG])
+        uuid = await _three_turns(ph, model)
+        await ph.history.rename(uuid, "Linen shirts 100%")
+        other = await ph.command.start_conversation(action="CHAT")
+
+        async def found(text: str, tenant: Pilothouse = ph) -> list[str]:
+            return [c.uuid for c in await tenant.history.list_conversations(search=text)]
+
+        assert await found("linen SHIRTS") == [uuid]  # the title, case-insensitive
+        assert await found("a-TWO") == [uuid]  # a message's text
+        assert await found("100%") == [uuid]
+        assert await found("1_0") == []  # LIKE's wildcards are taken as written
+        assert await found("%") == [uuid]
+        assert set(await found("")) == {uuid, other.uuid}
+        assert await found("a-two", ph.for_tenant("other")) == []
+        with pytest.raises(InvalidFieldError, match="search"):
+            await ph.history.list_conversations(search="x" * 201)

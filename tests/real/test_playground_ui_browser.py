@@ -459,6 +459,7 @@ def test_each_prompt_has_a_readable_run_trace_and_its_code(
         expect(steps).to_contain_text("not started → running")
         expect(steps).to_contain_text("model call")
         expect(steps).to_contain_text("out tokens in")
+        expect(steps).to_contain_text(re.compile(r"first token after [0-9.]+ ms"))
         expect(steps).to_contain_text("running → completed")
         page.get_by_text("View code").click()
         code = page.locator("details.view-code")
@@ -470,4 +471,85 @@ def test_each_prompt_has_a_readable_run_trace_and_its_code(
         if shots and viewport is DESKTOP:
             page.locator(".trace-steps").scroll_into_view_if_needed()
             page.screenshot(path=str(shots / "playground-trace-1280x800.png"))
+    page.context.close()
+
+
+MARKDOWN_ANSWER = (
+    "Use **linen**.\n\n```python\ndef pick(fabric):\n    return 'linen'\n```\n\n"
+    '<img src=x onerror="window.__xss = 1"><script>window.__xss = 2</script>'
+    '[click](javascript:window.__xss=3) <a href="#" onclick="window.__xss=4">here</a>'
+)
+
+
+def test_answers_are_markdown_highlighted_sanitised_copyable_and_regenerable(
+    served: tuple[LiveServer, Upstream], browser: Browser
+) -> None:
+    from playwright.sync_api import expect
+
+    base = _base(served)
+    shots = _shots()
+    upstream = served[1]
+    upstream.script(
+        Reply(events=text_stream(MARKDOWN_ANSWER[:40], MARKDOWN_ANSWER[40:])),
+        Reply(events=text_stream("A second ", "answer.")),
+    )
+    page = _page(browser, served, DESKTOP)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
+    page.goto(f"{base}/playground?target=action:SHOP")
+    page.get_by_label("Prompt", exact=True).fill("Which fabric, in code?")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("body")).to_have_attribute("data-turns", "1")
+    answer = page.locator(".bubble.assistant .markdown").last
+    expect(answer.locator("strong")).to_have_text("linen")
+    expect(answer.locator("pre code.hljs .hljs-keyword").first).to_have_text("def")
+    # What a model writes is never run: no handler, script or javascript: link survives.
+    assert answer.locator("script, img, [onerror], [onclick], a[href^='javascript']").count() == 0
+    assert page.evaluate("window.__xss === undefined")
+    uuid = page.url.split("c=")[1]
+    for viewport in (DESKTOP, PHONE):
+        page.set_viewport_size(viewport)
+        page.goto(f"{base}/playground?c={uuid}")
+        answer = page.locator(".bubble.assistant .markdown").last
+        expect(answer.locator("pre code.hljs")).to_contain_text("return 'linen'")
+        assert page.evaluate("window.__xss === undefined")
+        _axe(page)
+        if shots and viewport is DESKTOP:
+            page.screenshot(path=str(shots / "playground-markdown-1280x800.png"))
+    page.get_by_role("button", name="Copy code").click()
+    expect(page.get_by_role("button", name="Copied")).to_be_visible()
+    assert page.evaluate("navigator.clipboard.readText()").startswith("def pick(fabric):")
+    page.locator(".answer-actions").get_by_role("button", name="Copy").click()
+    assert page.evaluate("navigator.clipboard.readText()") == MARKDOWN_ANSWER
+    page.get_by_role("button", name="Regenerate").click()
+    expect(page.locator("body")).to_have_attribute("data-turns", "1")
+    expect(page.locator(".bubble.assistant .markdown").last).to_have_text("A second answer.")
+    expect(page.locator(".bubble.assistant")).to_have_count(1)
+    assert page.url.split("c=")[1] != uuid
+    # The two answers are two versions of one conversation: one list entry, ‹ 2/2 › in the chat.
+    versions = page.get_by_role("navigation", name="Versions of this conversation")
+    expect(versions).to_contain_text("version 2/2")
+    entries = page.locator("#conversation-list li", has_text="Which fabric, in code?")
+    expect(entries).to_have_count(1)
+    _axe(page)
+    versions.get_by_role("link", name="Previous version").click()
+    expect(versions).to_contain_text("version 1/2")
+    expect(page.locator(".bubble.assistant .markdown strong")).to_have_text("linen")
+    versions.get_by_role("link", name="Next version").click()
+    expect(page.locator(".bubble.assistant .markdown").last).to_have_text("A second answer.")
+    # Find: the search box keeps the conversations whose title or text holds the words.
+    page.set_viewport_size(DESKTOP)
+    search = page.get_by_label("Search conversations")
+    search.fill("SECOND ANSWER")
+    expect(page.locator("#conversation-list li")).to_have_count(1)
+    expect(page.locator("#conversation-list li")).to_contain_text("Which fabric, in code?")
+    search.fill("no such words_%")
+    expect(page.locator("#conversation-list li.empty")).to_contain_text("No conversation holds")
+    _axe(page)
+    # At phone width the search is in the Conversations drawer.
+    page.set_viewport_size(PHONE)
+    page.reload()
+    page.get_by_role("button", name="Conversations").click()
+    page.get_by_label("Search conversations").fill("linen")
+    expect(page.locator("#conversation-list li")).to_contain_text("Which fabric, in code?")
+    _axe(page)
     page.context.close()

@@ -21,7 +21,14 @@ from pilothouse._facade.facet import Facet
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, TimelineKind
 from pilothouse.catalog._reserved import ADHOC_ACTION
 from pilothouse.errors import InvalidFieldError, InvalidStateError, NotFoundError
-from pilothouse.store import Caller, Conversation, ConversationQueries, Database, NewMessage
+from pilothouse.store import (
+    Caller,
+    Conversation,
+    ConversationQueries,
+    Database,
+    Message,
+    NewMessage,
+)
 from pilothouse.store._lineage import ConversationLink, append_event, link_of
 from pilothouse.types import ConversationSummary
 
@@ -36,6 +43,11 @@ EXPORT_FORMAT = "pilothouse.conversation/1"
 
 _TITLE_LENGTH = 200
 _ROLES = {role.value: role for role in MessageRole}
+
+
+def _like_escaped(text: str) -> str:
+    """``text`` as a literal inside a LIKE pattern: its percent, underscore and backslash."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _title_from(text: str) -> str:
@@ -164,7 +176,12 @@ class HistoryApi(Facet):
         return link
 
     async def list_conversations(
-        self, *, limit: int = 50, offset: int = 0, include_hidden: bool = False
+        self,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        include_hidden: bool = False,
+        search: str | None = None,
     ) -> list[ConversationSummary]:
         """Return conversations newest first, with their titles; hidden ones left out.
 
@@ -172,9 +189,13 @@ class HistoryApi(Facet):
             limit: page size (at least 1).
             offset: conversations to skip.
             include_hidden: also return hidden conversations.
+            search: only conversations whose title or a message's text holds
+                this text (case-insensitive; up to 200 characters).
         """
         if limit < 1:
             raise InvalidFieldError("limit", "must be at least 1")
+        if search is not None and len(search) > _TITLE_LENGTH:
+            raise InvalidFieldError("search", f"must have at most {_TITLE_LENGTH} characters")
         db = await self._ready()
         statement = (
             select(Conversation, ConversationLink)
@@ -187,6 +208,17 @@ class HistoryApi(Facet):
         if not include_hidden:
             statement = statement.where(
                 or_(ConversationLink.id.is_(None), ConversationLink.hidden.is_(False))
+            )
+        if search and search.strip():
+            pattern = "%" + _like_escaped(search.strip()) + "%"
+            in_text = (
+                select(Message.id)
+                .where(Message.conversation_id == Conversation.id)
+                .where(Message.content.ilike(pattern, escape="\\"))
+                .exists()
+            )
+            statement = statement.where(
+                or_(ConversationLink.title.ilike(pattern, escape="\\"), in_text)
             )
         async with db.sessions() as session:
             rows = (await session.execute(statement)).all()

@@ -41,6 +41,11 @@ def options_for_audit(options: Any) -> dict[str, Any]:
     return {name: value for name, value in values if value is not None}
 
 
+def _first_token_ms(first_token: list[float], started: float) -> dict[str, float]:
+    """``{"first_token_ms": ...}`` for a call whose stream sent a token, else nothing."""
+    return {"first_token_ms": round((first_token[0] - started) * 1000, 1)} if first_token else {}
+
+
 @dataclass
 class ModelCaller:
     """Calls the model for a turn.
@@ -174,7 +179,12 @@ class ModelCaller:
                 # provider already read the prompt and wrote the text streamed
                 # so far, which a paid provider bills; the turn counts it.
                 self._count_interrupted(
-                    turn, messages, streams, "".join(turn.partial[partial_from:]), attempt, started
+                    turn,
+                    messages,
+                    streams,
+                    "".join(turn.partial[partial_from:]),
+                    attempt,
+                    (started, first_token),
                 )
                 raise
             except Exception as exc:
@@ -263,6 +273,8 @@ class ModelCaller:
                         "input_tokens": response.usage.input_tokens,
                         "output_tokens": response.usage.output_tokens,
                         "ms": round(seconds * 1000, 1),
+                        # A streamed call's time to its first token.
+                        **_first_token_ms(first_token, started),
                         **({"wire_repairs": notes.repairs} if notes.repairs else {}),
                     },
                 )
@@ -276,7 +288,7 @@ class ModelCaller:
         streams: list[StreamedResponse],
         text: str,
         attempt: int,
-        started: float,
+        timing: tuple[float, list[float]],
     ) -> None:
         """Count the usage of a call stopped before its answer was complete.
 
@@ -286,6 +298,7 @@ class ModelCaller:
         turn's usage. Synchronous on purpose: it runs while the turn is
         being cancelled, where nothing may wait.
         """
+        started, first_token = timing
         spec = turn.compiled.model
         answered_by = streams[0].model_name if streams else None
         turn.answered_by = answered_by or turn.answered_by
@@ -321,6 +334,7 @@ class ModelCaller:
                     "input_tokens": response.usage.input_tokens,
                     "output_tokens": response.usage.output_tokens,
                     "ms": round((time.perf_counter() - started) * 1000, 1),
+                    **_first_token_ms(first_token, started),
                 },
             )
         )

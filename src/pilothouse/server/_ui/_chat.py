@@ -276,7 +276,7 @@ async def stop(user: UiFacade, uuid: str) -> JSONResponse:
     return JSONResponse({"cancelled": await user.ph.command.cancel(uuid)})
 
 
-Operation = Literal["save", "submit", "delete", "delete_following", "resubmit"]
+Operation = Literal["save", "submit", "delete", "delete_following", "resubmit", "regenerate"]
 
 
 @router.post("/ui/conversations/{uuid}/prompts/{sequence}")
@@ -291,6 +291,8 @@ async def edit_prompt(
 
     Answers ``{"conversation": <the fork>, "submit": <text to stream> | null}``.
     "Submit again" appends the same prompt to the conversation as it is: no fork.
+    "Regenerate" forks before the prompt and sends it again: a new answer in
+    the place of the old one.
     """
     ph = user.ph
     messages = await ph.query.get_conversation_messages(uuid)
@@ -301,6 +303,9 @@ async def edit_prompt(
         raise InvalidFieldError("text", "the edited prompt is empty")
     if op == "resubmit":
         return JSONResponse({"conversation": uuid, "submit": prompt.content})
+    if op == "regenerate":
+        fork = await ph.history.fork(uuid, before=sequence, reason="regenerate answer")
+        return JSONResponse({"conversation": fork.uuid, "submit": prompt.content})
     if op == "save":
         fork = await ph.history.fork(uuid, replace={sequence: text}, reason="edit prompt (save)")
         return JSONResponse({"conversation": fork.uuid, "submit": None})

@@ -26,6 +26,7 @@ from pilothouse.errors import (
 from pilothouse.server._ui._base import UiAdmin, UiFacade, render
 from pilothouse.server._ui._code import code_samples
 from pilothouse.server._ui._trace import attach_traces
+from pilothouse.server._ui._versions import versions_of
 from pilothouse.types import (
     ConversationSummary,
     ConversationView,
@@ -200,12 +201,15 @@ async def _attach_code(
 async def _chat_context(ph: Pilothouse, uuid: str, base_url: str) -> dict[str, Any]:
     view = await ph.query.get_transcript(uuid)
     summary = await ph.history.get(uuid)
+    versions = await versions_of(ph, summary)
     exchanges = _exchanges(view)
     attach_traces(view, exchanges)
     await _attach_code(ph, base_url, target_of(view), exchanges)
     return {
         "view": view,
         "summary": summary,
+        "versions": versions,
+        "version": next(i for i, v in enumerate(versions) if v.uuid == uuid),
         "exchanges": exchanges,
         "returned": _returned(view),
         "target": target_of(view),
@@ -247,14 +251,18 @@ async def playground(
 
 @router.get("/ui/conversations")
 async def conversation_list(
-    request: Request, user: UiFacade, c: Annotated[str | None, Query(max_length=36)] = None
+    request: Request,
+    user: UiFacade,
+    c: Annotated[str | None, Query(max_length=36)] = None,
+    q: Annotated[str, Query(max_length=200)] = "",
 ) -> HTMLResponse:
-    """The navigation panel's list of conversations (a fragment)."""
+    """The navigation panel's list of conversations (a fragment); ``q`` searches titles and text."""
     return render(
         request,
         "_conversations.html",
-        conversations=await user.ph.history.list_conversations(),
+        conversations=await user.ph.history.list_conversations(search=q or None),
         current=c,
+        search=q,
     )
 
 

@@ -64,6 +64,8 @@ def _response(data: dict[str, Any], items: list[str]) -> dict[str, Any]:
         f"{data.get('model')}: {data.get('input_tokens')} in / {data.get('output_tokens')} "
         f"out tokens in {data.get('ms')} ms"
     )
+    if data.get("first_token_ms") is not None:
+        text += f", first token after {data['first_token_ms']} ms"
     if data.get("finish_reason"):
         text += f", finished: {data['finish_reason']}"
     if data.get("interrupted"):

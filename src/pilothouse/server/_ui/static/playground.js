@@ -330,9 +330,55 @@ const Playground = (() => {
 
   function useTemplate() { status("The template's values go with your next prompt."); $("#prompt").focus(); }
 
-  return { submit, send, stop, edit, op, post, retarget, useTemplate, load };
+  async function copyText(text, button) {
+    await navigator.clipboard.writeText(text);
+    const label = button.textContent;
+    button.textContent = "Copied";
+    setTimeout(() => { button.textContent = label; }, 1500);
+  }
+
+  // Copy: the answer as the model wrote it (its Markdown source), not the rendered page.
+  function copyAnswer(button) {
+    const text = button.closest(".bubble").querySelector("[data-markdown]");
+    copyText(text.dataset.source || text.textContent, button).catch((e) => status("Could not copy: " + e.message));
+  }
+
+  return { submit, send, stop, edit, op, post, retarget, useTemplate, load, copyAnswer, copyText };
 })();
 window.Playground = Playground;
+
+// Answers are Markdown: rendered by marked, then sanitised by DOMPurify (an answer can hold
+// any text a model or a document put there: no script, handler or javascript: link survives,
+// and no image, which would fetch an address the model chose: a way to leak the chat),
+// then code blocks highlighted by highlight.js, each with its own Copy button.
+const Markdown = (() => {
+  function render(element) {
+    if (element.dataset.rendered || !window.marked || !window.DOMPurify) return;
+    const source = element.textContent;
+    element.dataset.source = source;
+    const html = window.marked.parse(source, { gfm: true, breaks: false, async: false });
+    element.innerHTML = window.DOMPurify.sanitize(html, { USE_PROFILES: { html: true }, FORBID_TAGS: ["style", "form", "input", "textarea", "button", "img", "video", "audio", "iframe"] });
+    element.querySelectorAll("a[href]").forEach((link) => { link.rel = "noopener noreferrer nofollow"; link.target = "_blank"; });
+    element.querySelectorAll("pre > code").forEach((code) => {
+      if (window.hljs) window.hljs.highlightElement(code);
+      const pre = code.parentElement;
+      pre.tabIndex = 0;
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "small copy-code";
+      button.textContent = "Copy code";
+      button.addEventListener("click", () => Playground.copyText(code.textContent, button).catch(() => { button.textContent = "Could not copy"; }));
+      pre.before(button);
+    });
+    element.classList.add("rendered");
+    element.dataset.rendered = "1";
+  }
+  function renderAll(root) { (root || document).querySelectorAll("[data-markdown]").forEach(render); }
+  return { render, renderAll };
+})();
+window.Markdown = Markdown;
+document.addEventListener("DOMContentLoaded", () => Markdown.renderAll(document));
+document.addEventListener("htmx:afterSettle", (event) => Markdown.renderAll(event.target));
 // A fragment the server could not answer (5xx, or no answer at all) is shown, never dropped.
 document.addEventListener("htmx:responseError", (event) => {
   const box = document.getElementById("ui-error");
