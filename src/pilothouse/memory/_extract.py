@@ -102,6 +102,16 @@ SAME_TEXT = 0.97
 """Cosine similarity above which a candidate is the record it resembles: NOOP."""
 RELATED = 0.55
 """Cosine similarity from which an existing record is shown to the model for a decision."""
+NEAR_DUPLICATE = 0.75
+"""Cosine similarity from which a fact the model would ADD updates the record it resembles.
+
+With the packaged MiniLM, a changed value of the same fact scores about
+0.75-0.90 ("The user has two children." / "... three children." 0.90,
+"... window seats." / "... aisle seats." 0.76), while two different facts
+of one subject stay below 0.65 ("... allergic to peanuts." / "... is
+vegetarian." 0.53): a small model answers ADD for the first kind too, and
+the stale value would stay.
+"""
 
 FACTS_PROMPT = """You extract durable memories from a conversation between a user and an assistant.
 Return ONLY a JSON object: {"facts": [{"text": str, "scope": "user" | "agent", "type": str,
@@ -522,6 +532,9 @@ class MemoryExtractor:
             job, DECIDE_PROMPT, f"EXISTING:\n{listing}\n\nNEW: {text}", _Decision, DECISION_SCHEMA
         )
         if decision.event == "ADD":
+            if similar[0].similarity >= NEAR_DUPLICATE:
+                # A near-duplicate is the same fact with a new value: the newer wins.
+                return [op("UPDATE", similar[0].item.id)]
             return [op("ADD")]
         if decision.id is None or not (0 <= decision.id < len(similar)):
             if decision.event == "NOOP":
