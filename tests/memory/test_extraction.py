@@ -143,6 +143,21 @@ async def test_a_near_duplicate_the_model_would_add_updates_the_old_record(
     ]
 
 
+async def test_a_turn_changes_a_record_once_the_first_fact_wins(memory: ScopedMemory) -> None:
+    old, _ = await memory.add("t1", ALICE, "The user has two children.")
+    script = Script(
+        facts("The user has three children now.", "The user does not have two children."),
+        json.dumps({"event": "UPDATE", "id": 0, "text": "The user has three children now."}),
+        json.dumps({"event": "UPDATE", "id": 0, "text": "The user does not have two children."}),
+    )
+    extractor = MemoryExtractor(memory, script)
+    await enqueue(extractor)
+    [outcome] = await extractor.run_pending(tenant="t1")
+    assert [e["event"] for e in outcome.events] == ["UPDATE"]
+    [item] = await memory.list("t1", ALICE)
+    assert item.id == old.id and item.content == "The user has three children now."
+
+
 async def test_a_contradicting_fact_deletes_the_old_and_adds_the_new(memory: ScopedMemory) -> None:
     await memory.add("t1", ALICE, "The user eats meat every day.")
     script = Script(

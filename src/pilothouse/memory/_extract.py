@@ -483,6 +483,7 @@ class MemoryExtractor:
         )
         ops: list[_Op] = []
         seen: set[tuple[str, str]] = set()
+        changed: set[str | None] = set()
         user_said = " ".join(
             str(m.get("content", "")) for m in job.messages if m.get("role") == "user"
         )
@@ -506,7 +507,20 @@ class MemoryExtractor:
                 for hit in await self.memory.similar(job.tenant, scope, text, limit=5)
                 if hit.similarity >= RELATED
             ]
-            ops.extend(await self._decide_one(job, scope, text, kind, fact.importance, similar))
+            for decided in await self._decide_one(job, scope, text, kind, fact.importance, similar):
+                if decided.event in ("UPDATE", "DELETE") and decided.target in changed:
+                    # One turn changes a record once: the first fact about it
+                    # wins, a later one (often its negation) would overwrite it.
+                    logger.info(
+                        "memory job %s: fact %r not applied: memory %s was changed by this turn",
+                        job.id,
+                        text[:200],
+                        decided.target,
+                    )
+                    continue
+                if decided.event in ("UPDATE", "DELETE"):
+                    changed.add(decided.target)
+                ops.append(decided)
         return ops
 
     async def _decide_one(
