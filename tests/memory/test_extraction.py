@@ -115,6 +115,49 @@ async def test_a_related_fact_is_decided_by_the_model_update(memory: ScopedMemor
     assert item.id == old.id and item.content == "The user lives in Lisbon (moved from Porto)."
 
 
+async def test_a_near_duplicate_the_model_would_add_updates_the_old_record(
+    memory: ScopedMemory,
+) -> None:
+    old, _ = await memory.add("t1", ALICE, "The user has two children.")
+    await memory.add("t1", ALICE, "The user is vegetarian.")
+    script = Script(
+        facts("The user has three children.", "The user is allergic to peanuts."),
+        json.dumps({"event": "ADD", "id": None, "text": None}),
+        json.dumps({"event": "ADD", "id": None, "text": None}),
+    )
+    extractor = MemoryExtractor(memory, script)
+    await enqueue(extractor)
+    [outcome] = await extractor.run_pending(tenant="t1")
+    # The changed count replaces the stale one; a different fact of the user is added.
+    assert [e["event"] for e in outcome.events] == ["UPDATE", "ADD"]
+    contents = {i.content for i in await memory.list("t1", ALICE)}
+    assert contents == {
+        "The user has three children.",
+        "The user is vegetarian.",
+        "The user is allergic to peanuts.",
+    }
+    versions = await memory.versions("t1", ALICE, old.id)
+    assert [v.content for v in versions] == [
+        "The user has two children.",
+        "The user has three children.",
+    ]
+
+
+async def test_a_turn_changes_a_record_once_the_first_fact_wins(memory: ScopedMemory) -> None:
+    old, _ = await memory.add("t1", ALICE, "The user has two children.")
+    script = Script(
+        facts("The user has three children now.", "The user does not have two children."),
+        json.dumps({"event": "UPDATE", "id": 0, "text": "The user has three children now."}),
+        json.dumps({"event": "UPDATE", "id": 0, "text": "The user does not have two children."}),
+    )
+    extractor = MemoryExtractor(memory, script)
+    await enqueue(extractor)
+    [outcome] = await extractor.run_pending(tenant="t1")
+    assert [e["event"] for e in outcome.events] == ["UPDATE"]
+    [item] = await memory.list("t1", ALICE)
+    assert item.id == old.id and item.content == "The user has three children now."
+
+
 async def test_a_contradicting_fact_deletes_the_old_and_adds_the_new(memory: ScopedMemory) -> None:
     await memory.add("t1", ALICE, "The user eats meat every day.")
     script = Script(

@@ -419,3 +419,26 @@ async def test_an_actions_turn_calls_a_gateway_operation_of_a_real_service(
     [recorded] = transcript["tool_calls"]
     assert (recorded["name"], recorded["status"]) == ("crm__readCustomer", "succeeded")
     assert '"sawGatewayKey":true' in recorded["result"].replace(" ", "")
+
+
+async def test_memory_tools_over_streamable_http_against_the_live_server(
+    live: LiveServer,
+) -> None:
+    """A memory added over MCP is found by meaning (the packaged MiniLM) and read over REST."""
+    alice = {"scope": "user", "user_id": "mcp-alice"}
+    async with http_client(live, "2026-07-28") as client:
+        added = await client.call_tool(
+            "pilothouse_memory_add", {**alice, "content": "Alice flies only economy class."}
+        )
+        found = await client.call_tool(
+            "pilothouse_memory_search", {**alice, "query": "which cabin does she book?"}
+        )
+        elsewhere = await client.call_tool(
+            "pilothouse_memory_list", {"scope": "user", "user_id": "mcp-bob"}
+        )
+    memory_id = json.loads(answer_text(added))["id"]
+    assert [hit["id"] for hit in json.loads(answer_text(found))["hits"]] == [memory_id]
+    assert json.loads(answer_text(elsewhere)) == {"items": []}
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {live.key}"}) as http:
+        listed = await http.get(f"{live.base_url}/memory", params=alice)
+    assert [item["id"] for item in listed.json()["items"]] == [memory_id]

@@ -7,7 +7,8 @@
   holding a process lease, as a service's does, leaves its job to be taken
   again as soon as a service starts, not after the lease;
 - extraction on the packaged local model (Qwen2.5-Coder-0.5B on llama.cpp):
-  its answer becomes memories, or the job says why not; never silence;
+  its answer becomes memories, or the job says why not; never silence; a
+  changed value leaves no stale memory beside the new one;
 - the same on PostgreSQL: whatever the model extracted, in any scope, is in
   the user's export with its source conversation, and erasing the user
   leaves nothing derived from them.
@@ -244,6 +245,39 @@ async def test_extraction_on_the_packaged_qwen_model(
             assert outcome.status == "pending" and job["error"] and job["attempts"] == 1
         # Whatever the model did, nothing reached another user.
         assert await ph.memory.list(MemoryScope("user", user_id="someone-else")) == []
+
+
+async def test_qwen_extraction_of_a_changed_value_leaves_no_stale_memory(
+    tmp_path: Path, local_model_servers: LocalModelServers, minilm: LocalMiniLM
+) -> None:
+    """A changed value reaches the store as an update, whatever event Qwen answers."""
+    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'u.db'}", secrets_file=None)
+    erin = MemoryScope("user", user_id="erin")
+    async with Pilothouse(settings, local_servers=local_model_servers) as ph:
+        ph._shared._scoped = ScopedMemory(ph._shared.database, minilm)  # one MiniLM per module
+        await ph.catalog.import_text(CATALOG_NO_ASK)
+        old = await ph.memory.add("The user has two children.", erin)
+        turn = await ph.command.start_and_send(
+            "Please remember: I have three children now, not two.",
+            action="CHAT",
+            runtime_config={"user_id": "erin"},
+        )
+        assert turn.status.value == "CO", turn.error
+        [outcome] = await ph.memory.run_jobs()
+        print("qwen update:", outcome.status, outcome.events, outcome.error)
+        facts = [f.content.lower() for f in await ph.memory.list(erin)]
+        print("facts:", facts)
+        if outcome.status != "done":
+            assert outcome.status == "pending" and outcome.error
+            return
+        events = [e["event"] for e in outcome.events]
+        if any("three" in fact for fact in facts):
+            # The new count is stored: the old one is not kept beside it.
+            assert not any("two children" in fact for fact in facts), (events, facts)
+        else:
+            # Qwen extracted no new count: the old record is still there, unchanged.
+            kept = await ph.memory.get(old.id, erin)
+            assert kept.content == "The user has two children.", (events, facts)
 
 
 async def test_qwen_extraction_on_postgresql_is_exported_then_erased_whole(

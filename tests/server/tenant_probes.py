@@ -553,10 +553,27 @@ def mcp_arguments(name: str, w: World) -> list[dict[str, Any]]:
         return [{"message": ASK}]
     if name == "tool_add":
         return [{"a": 1, "b": 2}]
+    if name.startswith("pilothouse_memory_"):
+        return _memory_tool_arguments(name.removeprefix("pilothouse_memory_"), w)
     raise AssertionError(
         f"MCP tool {name} is not classified: say in tenant_probes.mcp_arguments what tenant "
         "B calls it with against tenant A's objects"
     )
+
+
+def _memory_tool_arguments(op: str, w: World) -> list[dict[str, Any]]:
+    """The memory tools: B names A's scopes and A's record ids (as JSON-RPC's memory.*)."""
+    if op == "list":
+        return list(MEMORY_SCOPES)
+    if op == "search":
+        return [{**s, "query": "locker code"} for s in MEMORY_SCOPES]
+    if op == "add":
+        return [{**MEMORY_SCOPES[0], "content": "Alice of bravo."}]
+    if op == "edit":
+        return [{**s, "memory_id": i, "content": "changed"} for i, s in _records(w)]
+    if op in ("get", "versions", "forget"):
+        return [{**s, "memory_id": i} for i, s in _records(w)]
+    raise AssertionError(f"MCP memory tool {op} is not classified in tenant_probes")
 
 
 A_ONLY_TOOLS = ("action_ACMEONLY",)

@@ -221,7 +221,8 @@ async def test_past_max_tools_the_actions_are_disclosed_on_demand(
             "pilothouse_run_action",
             {"tool": "action_ECHO", "arguments": {"message": "hi", "input": "x"}},
         )
-    assert names == ["pilothouse_answer", "pilothouse_find_actions", "pilothouse_run_action"]
+    shown = [name for name in names if not name.startswith("pilothouse_memory_")]
+    assert shown == ["pilothouse_answer", "pilothouse_find_actions", "pilothouse_run_action"]
     assert found.structured_content is not None
     assert [a["tool"] for a in found.structured_content["actions"]] == ["action_ECHO"]
     assert text(ran) == "ran"

@@ -22,7 +22,9 @@ calling one runs :meth:`CommandApi.call_tool`: governed like a call in a
 turn (policy, authorizer, skill access level, sandbox, timeout) and
 recorded as a conversation of its own, named in the result's ``_meta``.
 
-Two pilothouse tools are always there: ``pilothouse_answer`` answers the
+Scoped long-term memory is a set of tools ``pilothouse_memory_*``
+(:mod:`pilothouse._facade.mcpmemory`), always there. Two more pilothouse
+tools: ``pilothouse_answer`` answers the
 questions a conversation asked (it waits, ``WA``), and, when a tenant has
 more actions than a client should see at once (``max_tools``), the action
 tools are not listed but disclosed on demand by ``pilothouse_find_actions``
@@ -44,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import mcp_types as mt
 
 from pilothouse._facade.mcpgateway import GatewayTool
+from pilothouse._facade.mcpmemory import MEMORY_TOOLS, call_memory_tool
 from pilothouse.catalog._enums import Cardinality, ProcessStatus, SchemaDirection, ToolCallStatus
 from pilothouse.errors import PilothouseError
 from pilothouse.runtime._prompt import template_fields
@@ -212,6 +215,9 @@ _RUN_TOOL = mt.Tool(
 )
 
 
+_MEMORY = {tool.name: tool for tool in MEMORY_TOOLS}
+
+
 def _error(text: str) -> mt.CallToolResult:
     return mt.CallToolResult(content=[mt.TextContent(text=text)], is_error=True)
 
@@ -311,7 +317,7 @@ class McpToolbox:
     async def list_tools(self, caller: McpCaller) -> list[mt.Tool]:
         """Return the tools ``caller`` may see; a denied tool is never listed."""
         entries = [e.tool for e in (await self._entries()).values() if caller.allows(e.tool.name)]
-        tools = [_ANSWER_TOOL]
+        tools = [_ANSWER_TOOL, *MEMORY_TOOLS]
         if len(entries) > self._max_tools:
             tools.extend([_FIND_TOOL, _RUN_TOOL])
         else:
@@ -345,6 +351,11 @@ class McpToolbox:
                 answers = cast("dict[str, str]", args["answers"])
                 turn = await self._ph.command.submit_answers(args["conversation_uuid"], answers)
                 return self._result(None, await self._elicited(turn, ask))
+            memory = _MEMORY.get(name)
+            if memory is not None:
+                if (problem := _problems(memory.input_schema, args)) is not None:
+                    return _error(problem)
+                return await call_memory_tool(self._ph, name, args)
             entries = await self._entries()
             if name == FIND:
                 return await self._find(caller, entries, args)

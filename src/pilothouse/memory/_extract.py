@@ -102,6 +102,16 @@ SAME_TEXT = 0.97
 """Cosine similarity above which a candidate is the record it resembles: NOOP."""
 RELATED = 0.55
 """Cosine similarity from which an existing record is shown to the model for a decision."""
+NEAR_DUPLICATE = 0.75
+"""Cosine similarity from which a fact the model would ADD updates the record it resembles.
+
+With the packaged MiniLM, a changed value of the same fact scores about
+0.75-0.90 ("The user has two children." / "... three children." 0.90,
+"... window seats." / "... aisle seats." 0.76), while two different facts
+of one subject stay below 0.65 ("... allergic to peanuts." / "... is
+vegetarian." 0.53): a small model answers ADD for the first kind too, and
+the stale value would stay.
+"""
 
 FACTS_PROMPT = """You extract durable memories from a conversation between a user and an assistant.
 Return ONLY a JSON object: {"facts": [{"text": str, "scope": "user" | "agent", "type": str,
@@ -473,6 +483,7 @@ class MemoryExtractor:
         )
         ops: list[_Op] = []
         seen: set[tuple[str, str]] = set()
+        changed: set[str | None] = set()
         user_said = " ".join(
             str(m.get("content", "")) for m in job.messages if m.get("role") == "user"
         )
@@ -496,7 +507,20 @@ class MemoryExtractor:
                 for hit in await self.memory.similar(job.tenant, scope, text, limit=5)
                 if hit.similarity >= RELATED
             ]
-            ops.extend(await self._decide_one(job, scope, text, kind, fact.importance, similar))
+            for decided in await self._decide_one(job, scope, text, kind, fact.importance, similar):
+                if decided.event in ("UPDATE", "DELETE") and decided.target in changed:
+                    # One turn changes a record once: the first fact about it
+                    # wins, a later one (often its negation) would overwrite it.
+                    logger.info(
+                        "memory job %s: fact %r not applied: memory %s was changed by this turn",
+                        job.id,
+                        text[:200],
+                        decided.target,
+                    )
+                    continue
+                if decided.event in ("UPDATE", "DELETE"):
+                    changed.add(decided.target)
+                ops.append(decided)
         return ops
 
     async def _decide_one(
@@ -522,6 +546,9 @@ class MemoryExtractor:
             job, DECIDE_PROMPT, f"EXISTING:\n{listing}\n\nNEW: {text}", _Decision, DECISION_SCHEMA
         )
         if decision.event == "ADD":
+            if similar[0].similarity >= NEAR_DUPLICATE:
+                # A near-duplicate is the same fact with a new value: the newer wins.
+                return [op("UPDATE", similar[0].item.id)]
             return [op("ADD")]
         if decision.id is None or not (0 <= decision.id < len(similar)):
             if decision.event == "NOOP":
