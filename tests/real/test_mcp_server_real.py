@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import mcp_types as mt
 import pytest
@@ -33,6 +34,7 @@ from live_serve import PILOTHOUSE, LiveServer, cli, live_serve
 from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPDeprecationWarning
 from npm_packages import NpmUnavailable, node_executable, npm_package, skip_without
 from pydantic import BaseModel
 from uvicorn_thread import uvicorn_in_thread
@@ -246,7 +248,9 @@ class User:
 
 
 @asynccontextmanager
-async def stdio_client(live: LiveServer, user: User | None = None) -> AsyncIterator[Client]:
+async def stdio_client(
+    live: LiveServer, user: User | None = None, **options: Any
+) -> AsyncIterator[Client]:
     """The official client over stdio, on the live server's SQLite file."""
     folder = Path(live.database_url.removeprefix("sqlite+aiosqlite:///")).parent
     parameters = StdioServerParameters(
@@ -255,7 +259,7 @@ async def stdio_client(live: LiveServer, user: User | None = None) -> AsyncItera
         env={"PILOTHOUSE_SECRETS_FILE": "", "PILOTHOUSE_EGRESS_ALLOW": "127.0.0.1"},
         cwd=str(folder),
     )
-    async with Client(parameters, mode="legacy", elicitation_callback=user) as client:
+    async with Client(parameters, mode="legacy", elicitation_callback=user, **options) as client:
         yield client
 
 
@@ -295,6 +299,40 @@ async def test_without_elicitation_an_authorized_tool_is_denied_over_stdio(
     async with stdio_client(live) as client:
         result = await client.call_tool("tool_approved", {"id": "3"})
     assert result.is_error
+
+
+async def test_a_subscribed_skill_is_announced_over_stdio_when_it_changes(
+    live: LiveServer,
+) -> None:
+    skill = {
+        "code": "SUBSCRIB",
+        "name": "Subscribed skill",
+        "type": "BRND",
+        "description": "A skill whose prompt changes.",
+        "prompt": "First wording.",
+    }
+    async with Pilothouse(Settings(database_url=live.database_url, secrets_file=None)) as ph:
+        created = await ph.catalog.create("skills", skill)
+        updated: list[str] = []
+        seen = anyio.Event()
+
+        async def on_message(message: Any) -> None:
+            if isinstance(message, mt.ResourceUpdatedNotification):
+                updated.append(str(message.params.uri))
+                seen.set()
+
+        uri = "pilothouse://skills/SUBSCRIB"
+        async with stdio_client(live, message_handler=on_message) as client:
+            # The SDK warns that 2026-07-28 replaced it; stdio speaks the handshake protocol.
+            with pytest.warns(MCPDeprecationWarning):
+                await client.subscribe_resource(uri)
+            changed = {**skill, "prompt": "Second wording."}
+            await ph.catalog.update("skills", "SUBSCRIB", changed, expected_version=created.version)
+            with anyio.fail_after(30):
+                await seen.wait()
+            [content] = (await client.read_resource(uri)).contents
+    assert updated[0] == uri
+    assert isinstance(content, mt.TextResourceContents) and "Second wording." in content.text
 
 
 def _inspector() -> tuple[str, Path]:
