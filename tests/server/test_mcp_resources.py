@@ -165,3 +165,31 @@ async def test_another_tenants_resource_cannot_be_subscribed(
             with pytest.warns(MCPDeprecationWarning):
                 await other.subscribe_resource(f"pilothouse://conversations/{uuid}")
     assert refused.value.error.code == -32002
+
+
+async def test_an_unsubscribed_transcript_is_not_announced_any_more(
+    base_url: str, api_key: str, scripted: ScriptedModel, server_state: ServerState
+) -> None:
+    scripted.script.steps.extend([Reply("one"), Reply("two"), Reply("three"), Reply("four")])
+    updated: list[str] = []
+    seen = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mt.ResourceUpdatedNotification):
+            updated.append(str(message.params.uri))
+            seen.set()
+
+    async with connect(base_url, api_key, message_handler=on_message) as client:
+        first = f"pilothouse://conversations/{await run_echo(client)}"
+        second = f"pilothouse://conversations/{await run_echo(client)}"
+        with pytest.warns(MCPDeprecationWarning):
+            await client.subscribe_resource(first)
+            await client.subscribe_resource(second)
+            await client.unsubscribe_resource(first)
+        # The first changes before the second and is checked first: were it
+        # still subscribed, its notice would come no later than the second's.
+        await server_state.pilothouse.command.send_message(first.rsplit("/", 1)[1], "more")
+        await server_state.pilothouse.command.send_message(second.rsplit("/", 1)[1], "more")
+        with anyio.fail_after(20):
+            await seen.wait()
+    assert updated == [second]
