@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import mcp_types as mt
 import pytest
@@ -33,6 +34,7 @@ from live_serve import PILOTHOUSE, LiveServer, cli, live_serve
 from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPDeprecationWarning
 from npm_packages import NpmUnavailable, node_executable, npm_package, skip_without
 from pydantic import BaseModel
 from uvicorn_thread import uvicorn_in_thread
@@ -60,6 +62,12 @@ tools:
     name: customer
     kind: rest
     description: Read one customer of the CRM.
+    implementation: openapi:{crm_url}/openapi.json#readCustomer
+  - code: APPROVED
+    name: approved
+    kind: rest
+    description: Read one customer of the CRM, with the user's approval.
+    policy: authorized
     implementation: openapi:{crm_url}/openapi.json#readCustomer
 providers:
   - code: UPST
@@ -224,6 +232,107 @@ async def test_official_client_over_stdio(live: LiveServer, tmp_path: Path) -> N
         prompts = {p.name for p in (await client.list_prompts()).prompts}
     assert answer_text(result) == "ACK"
     assert "BRVOICE" in prompts
+
+
+class User:
+    """An MCP client's user: answers each elicitation as scripted."""
+
+    def __init__(self, *replies: mt.ElicitResult) -> None:
+        self.replies = list(replies)
+        self.asked: list[str] = []
+
+    async def __call__(self, context: Any, params: mt.ElicitRequestParams) -> mt.ElicitResult:
+        del context
+        self.asked.append(params.message)
+        return self.replies.pop(0)
+
+
+@asynccontextmanager
+async def stdio_client(
+    live: LiveServer, user: User | None = None, **options: Any
+) -> AsyncIterator[Client]:
+    """The official client over stdio, on the live server's SQLite file."""
+    folder = Path(live.database_url.removeprefix("sqlite+aiosqlite:///")).parent
+    parameters = StdioServerParameters(
+        command=PILOTHOUSE,
+        args=["--database-url", live.database_url, "mcp", "serve", "--stdio"],
+        env={"PILOTHOUSE_SECRETS_FILE": "", "PILOTHOUSE_EGRESS_ALLOW": "127.0.0.1"},
+        cwd=str(folder),
+    )
+    async with Client(parameters, mode="legacy", elicitation_callback=user, **options) as client:
+        yield client
+
+
+@asynccontextmanager
+async def elicited_http_client(live: LiveServer, user: User) -> AsyncIterator[Client]:
+    """The official client over streamable HTTP (a session), declaring elicitation."""
+    async with httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {live.key}"}, timeout=60
+    ) as http:
+        opened = streamable_http_client(f"{root(live)}/mcp", http_client=http)
+        async with Client(opened, mode="legacy", elicitation_callback=user) as client:
+            yield client
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+async def test_an_authorized_tool_asks_the_user_by_elicitation(
+    live: LiveServer, transport: str
+) -> None:
+    user = User(
+        mt.ElicitResult(action="accept", content={"approve": True}),
+        mt.ElicitResult(action="decline"),
+    )
+    opened = elicited_http_client(live, user) if transport == "http" else stdio_client(live, user)
+    async with opened as client:
+        approved = await client.call_tool("tool_approved", {"id": "3"})
+        declined = await client.call_tool("tool_approved", {"id": "4"})
+    assert not approved.is_error, approved
+    assert approved.structured_content is not None
+    assert approved.structured_content["name"] == "Ada"
+    assert declined.is_error
+    assert len(user.asked) == 2 and "'approved'" in user.asked[0]
+
+
+async def test_without_elicitation_an_authorized_tool_is_denied_over_stdio(
+    live: LiveServer,
+) -> None:
+    async with stdio_client(live) as client:
+        result = await client.call_tool("tool_approved", {"id": "3"})
+    assert result.is_error
+
+
+async def test_a_subscribed_skill_is_announced_over_stdio_when_it_changes(
+    live: LiveServer,
+) -> None:
+    skill = {
+        "code": "SUBSCRIB",
+        "name": "Subscribed skill",
+        "type": "BRND",
+        "description": "A skill whose prompt changes.",
+        "prompt": "First wording.",
+    }
+    async with Pilothouse(Settings(database_url=live.database_url, secrets_file=None)) as ph:
+        created = await ph.catalog.create("skills", skill)
+        updated: list[str] = []
+        seen = anyio.Event()
+
+        async def on_message(message: Any) -> None:
+            if isinstance(message, mt.ResourceUpdatedNotification):
+                updated.append(str(message.params.uri))
+                seen.set()
+
+        uri = "pilothouse://skills/SUBSCRIB"
+        async with stdio_client(live, message_handler=on_message) as client:
+            # The SDK warns that 2026-07-28 replaced it; stdio speaks the handshake protocol.
+            with pytest.warns(MCPDeprecationWarning):
+                await client.subscribe_resource(uri)
+            changed = {**skill, "prompt": "Second wording."}
+            await ph.catalog.update("skills", "SUBSCRIB", changed, expected_version=created.version)
+            with anyio.fail_after(30):
+                await seen.wait()
+            [content] = (await client.read_resource(uri)).contents
+    assert updated[0] == uri
+    assert isinstance(content, mt.TextResourceContents) and "Second wording." in content.text
 
 
 def _inspector() -> tuple[str, Path]:

@@ -5,18 +5,20 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
+import anyio
 import httpx2
 import mcp_types as mt
 import pytest
 from fastapi import FastAPI
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from server_helpers import serve_on_loopback
 
 from pilothouse._facade import mcpresources
-from pilothouse.server._state import ServerState
+from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.testing import Reply, ScriptedModel
 
 pytestmark = pytest.mark.anyio
@@ -28,11 +30,16 @@ async def base_url(app: FastAPI) -> AsyncIterator[str]:
         yield url
 
 
+@pytest.fixture
+def server_config() -> ServerSettings:
+    return ServerSettings(host="127.0.0.1", mcp_list_changed_seconds=0.1)
+
+
 @asynccontextmanager
-async def connect(base_url: str, key: str) -> AsyncIterator[Client]:
+async def connect(base_url: str, key: str, **options: Any) -> AsyncIterator[Client]:
     async with httpx2.AsyncClient(headers={"X-API-Key": key}, timeout=30) as http:
         opened = streamable_http_client(f"{base_url}/mcp", http_client=http)
-        async with Client(opened, mode="legacy") as client:
+        async with Client(opened, mode="legacy", **options) as client:
             yield client
 
 
@@ -115,3 +122,74 @@ async def test_a_key_with_an_allow_list_sees_resources_only_when_granted(
         shown = {str(r.uri) for r in (await client.list_resources()).resources}
     assert hidden == []
     assert f"pilothouse://conversations/{uuid}" in shown
+
+
+async def test_a_subscribed_transcript_is_announced_when_the_conversation_gets_a_message(
+    base_url: str, api_key: str, scripted: ScriptedModel, server_state: ServerState
+) -> None:
+    scripted.script.steps.extend([Reply("first"), Reply("second")])
+    updated: list[str] = []
+    seen = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mt.ResourceUpdatedNotification):
+            updated.append(str(message.params.uri))
+            seen.set()
+
+    async with connect(base_url, api_key, message_handler=on_message) as client:
+        uuid = await run_echo(client)
+        uri = f"pilothouse://conversations/{uuid}"
+        # The SDK warns that 2026-07-28 replaced it; the handshake protocols have it.
+        with pytest.warns(MCPDeprecationWarning):
+            await client.subscribe_resource(uri)
+        await server_state.pilothouse.command.send_message(uuid, "and again")
+        with anyio.fail_after(20):
+            await seen.wait()
+        transcript = await client.read_resource(uri)
+    assert updated[0] == uri
+    [content] = transcript.contents
+    assert isinstance(content, mt.TextResourceContents)
+    assert "second" in content.text
+
+
+async def test_another_tenants_resource_cannot_be_subscribed(
+    base_url: str, other_tenant_key: str, api_key: str, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.append(Reply("hi"))
+    async with connect(base_url, api_key) as client:
+        uuid = await run_echo(client)
+        resources = client.server_capabilities.resources
+        assert resources is not None and resources.subscribe
+    async with connect(base_url, other_tenant_key) as other:
+        with pytest.raises(MCPError) as refused:
+            with pytest.warns(MCPDeprecationWarning):
+                await other.subscribe_resource(f"pilothouse://conversations/{uuid}")
+    assert refused.value.error.code == -32002
+
+
+async def test_an_unsubscribed_transcript_is_not_announced_any_more(
+    base_url: str, api_key: str, scripted: ScriptedModel, server_state: ServerState
+) -> None:
+    scripted.script.steps.extend([Reply("one"), Reply("two"), Reply("three"), Reply("four")])
+    updated: list[str] = []
+    seen = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mt.ResourceUpdatedNotification):
+            updated.append(str(message.params.uri))
+            seen.set()
+
+    async with connect(base_url, api_key, message_handler=on_message) as client:
+        first = f"pilothouse://conversations/{await run_echo(client)}"
+        second = f"pilothouse://conversations/{await run_echo(client)}"
+        with pytest.warns(MCPDeprecationWarning):
+            await client.subscribe_resource(first)
+            await client.subscribe_resource(second)
+            await client.unsubscribe_resource(first)
+        # The first changes before the second and is checked first: were it
+        # still subscribed, its notice would come no later than the second's.
+        await server_state.pilothouse.command.send_message(first.rsplit("/", 1)[1], "more")
+        await server_state.pilothouse.command.send_message(second.rsplit("/", 1)[1], "more")
+        with anyio.fail_after(20):
+            await seen.wait()
+    assert updated == [second]

@@ -17,12 +17,20 @@ listen stream every ``list_changed_seconds``; when it moved, each open
 handshake-era session of the tenant gets ``notifications/tools/list_changed``
 and ``notifications/prompts/list_changed``, and each 2026-07-28
 ``subscriptions/listen`` stream of the tenant the same events.
+
+**Resource subscriptions.** A handshake-era session may
+``resources/subscribe`` to any resource it can read (of its own tenant
+only). The same watcher reads each subscribed resource again every
+``list_changed_seconds``; when its content changed (a conversation got a new
+message, a document was re-ingested, a skill's prompt was edited), each
+session subscribed to it gets ``notifications/resources/updated``.
 """
 
 from __future__ import annotations
 
 __all__ = ["McpService"]
 
+import hashlib
 import json
 import logging
 import weakref
@@ -217,6 +225,11 @@ class McpService:
         self._buses: dict[str, InMemorySubscriptionBus] = {}
         self._listeners: dict[str, ListenHandler] = {}
         self._revisions: dict[str, int] = {}
+        # Per (tenant, key prefix, uri): the sessions subscribed to it, the
+        # caller reading it and the fingerprint of its last content.
+        self._subscribed: dict[tuple[str, str, str], weakref.WeakSet[McpConnection]] = {}
+        self._readers: dict[tuple[str, str, str], McpCaller] = {}
+        self._fingerprints: dict[tuple[str, str, str], str] = {}
         self.server: Server[Any] = _Server(
             "pilothouse",
             version=release,
@@ -233,6 +246,8 @@ class McpService:
             on_subscriptions_listen=self._listen,
             on_list_resources=self._list_resources,
             on_read_resource=self._read_resource,
+            on_subscribe_resource=self._subscribe,
+            on_unsubscribe_resource=self._unsubscribe,
         )
 
     def initialization_options(self) -> InitializationOptions:
@@ -334,6 +349,84 @@ class McpService:
             code = -32002 if exc.category is ErrorCategory.NOT_FOUND else mt.INVALID_PARAMS
             raise MCPError(code, exc.public_message) from None
 
+    async def _fingerprint(self, caller: McpCaller, uri: str) -> str:
+        """A digest of the resource's current content, as ``caller`` reads it."""
+        from pilothouse._facade.mcpresources import McpResources
+
+        view = self._ph.for_tenant(
+            caller.tenant, caller=Caller("mcp", caller.key_prefix, caller.key_name)
+        )
+        result = await McpResources(view, caller).read(uri)
+        body = json.dumps([c.model_dump(mode="json") for c in result.contents], sort_keys=True)
+        return hashlib.sha256(body.encode()).hexdigest()
+
+    async def _subscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: mt.SubscribeRequestParams
+    ) -> mt.EmptyResult:
+        from mcp.shared.exceptions import MCPError
+
+        caller = self._caller_of(ctx)
+        connection = getattr(ctx.session, "_connection", None)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or not isinstance(
+            connection, McpConnection
+        ):
+            raise MCPError(
+                mt.INVALID_REQUEST, "resource subscriptions need a session (the handshake protocol)"
+            )
+        uri = str(params.uri)
+        key = (caller.tenant, caller.key_prefix or "", uri)
+        try:
+            fingerprint = await self._fingerprint(caller, uri)
+        except PilothouseError as exc:
+            code = -32002 if exc.category is ErrorCategory.NOT_FOUND else mt.INVALID_PARAMS
+            raise MCPError(code, exc.public_message) from None
+        if key not in self._subscribed:
+            self._fingerprints[key] = fingerprint
+        self._readers[key] = caller
+        self._subscribed.setdefault(key, weakref.WeakSet()).add(connection)
+        return mt.EmptyResult()
+
+    async def _unsubscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: mt.UnsubscribeRequestParams
+    ) -> mt.EmptyResult:
+        caller = self._caller_of(ctx)
+        connection = getattr(ctx.session, "_connection", None)
+        sessions = self._subscribed.get((caller.tenant, caller.key_prefix or "", str(params.uri)))
+        if sessions is not None and isinstance(connection, McpConnection):
+            sessions.discard(connection)
+        return mt.EmptyResult()
+
+    async def check_resources(self) -> list[str]:
+        """Notify the sessions subscribed to a resource whose content changed.
+
+        Returns:
+            The URIs of the resources that changed since the last check.
+        """
+        changed: list[str] = []
+        for key, sessions in list(self._subscribed.items()):
+            if not sessions:
+                # Every subscriber unsubscribed or closed: stop reading it.
+                for table in (self._subscribed, self._readers, self._fingerprints):
+                    table.pop(key, None)
+                continue
+            uri = key[2]
+            try:
+                now = await self._fingerprint(self._readers[key], uri)
+            except PilothouseError as exc:
+                # Deleted (or no longer readable): announced once, then dropped.
+                logger.info("MCP resource %s is no longer readable: %s", uri, exc.public_message)
+                now = ""
+            if now == self._fingerprints.get(key):
+                continue
+            self._fingerprints[key] = now
+            changed.append(uri)
+            for connection in list(sessions):
+                await connection.send_resource_updated(uri)
+            if not now:
+                for table in (self._subscribed, self._readers, self._fingerprints):
+                    table.pop(key, None)
+        return changed
+
     async def _listen(
         self, ctx: ServerRequestContext[Any, Any], params: mt.SubscriptionsListenRequestParams
     ) -> mt.SubscriptionsListenResult:
@@ -394,6 +487,7 @@ class McpService:
             await anyio.sleep(self._interval)
             try:
                 await self.check_changes()
+                await self.check_resources()
             except Exception:
                 # A failed read (the database restarting) must not end the
                 # watcher; the next round tries again.
