@@ -237,6 +237,7 @@ class SyncQueryApi(_SyncHalf):
     find_mcp_client_by_name = _Blocking(QueryApi.find_mcp_client_by_name)
     list_gateway_calls = _Blocking(QueryApi.list_gateway_calls)
     budget_status = _Blocking(QueryApi.budget_status)
+    usage = _Blocking(QueryApi.usage)
     find_conversation = _Blocking(QueryApi.find_conversation)
     get_conversation = _Blocking(QueryApi.get_conversation)
     get_conversation_messages = _Blocking(QueryApi.get_conversation_messages)

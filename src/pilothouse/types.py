@@ -134,6 +134,7 @@ __all__ = [
     "TurnFinished",
     "TurnResult",
     "TurnRetry",
+    "UsageRow",
     "cost_text",
 ]
 
@@ -216,6 +217,7 @@ if TYPE_CHECKING:
     from pilothouse.runtime._meter import Meter
     from pilothouse.runtime._prompt import PromptContext, PromptContributor
     from pilothouse.runtime._toolexec import Authorizer
+    from pilothouse.runtime._usage import UsageRow
     from pilothouse.store._queries import (
         AttachmentView,
         ConversationInfo,
@@ -760,6 +762,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "TurnRetry",
     ),
     "pilothouse.runtime._budget_status": ("BudgetStatus",),
+    "pilothouse.runtime._usage": ("UsageRow",),
     "pilothouse.runtime._meter": ("Meter",),
     "pilothouse.runtime._prompt": ("PromptContext", "PromptContributor"),
     "pilothouse.catalog._views": (

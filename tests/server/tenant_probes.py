@@ -226,6 +226,9 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ],
     # Budgets
     ("GET", "/v1/budgets/status"): lambda w: [Call("GET", "/v1/budgets/status")],
+    ("GET", "/v1/usage"): lambda w: [
+        Call("GET", "/v1/usage", params={"group_by": g}) for g in ("action", "user", "model")
+    ],
     # OpenAI-compatible
     ("POST", "/v1/chat/completions"): lambda w: (
         [
@@ -512,6 +515,7 @@ RPC: Mapping[str, Callable[[World], list[dict[str, Any]]]] = {
     _rpc("query/findTarget"): lambda w: [{"targetId": t} for t in TARGETS],
     _rpc("query/listTargets"): lambda w: [{}],
     _rpc("query/budgetStatus"): lambda w: [{}],
+    _rpc("query/usage"): lambda w: [{"groupBy": g} for g in ("action", "user", "day")],
     _rpc("query/listGatewayCalls"): lambda w: [
         {},
         {"gateway": "ACMEGW"},

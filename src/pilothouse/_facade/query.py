@@ -4,14 +4,14 @@ from __future__ import annotations
 
 __all__ = ["QueryApi"]
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import select
 
 from pilothouse._facade.facet import Facet
 from pilothouse.catalog._enums import ProcessStatus
-from pilothouse.errors import NotFoundError
+from pilothouse.errors import InvalidFieldError, NotFoundError
 from pilothouse.store import (
     Conversation,
     ConversationQueries,
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     # The catalog's ORM models load on the first catalog read: reading
     # conversations (the CLI's `conversations` commands) needs none of them.
     from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
-    from pilothouse.types import BudgetStatus, GatewayCallRecord, Target, TargetInfo
+    from pilothouse.types import BudgetStatus, GatewayCallRecord, Target, TargetInfo, UsageRow
 
 E = TypeVar("E", bound="CatalogEntity")
 
@@ -60,6 +60,33 @@ class QueryApi(Facet):
 
         db = await self._ready()
         return await db.transaction(budget_status, self.tenant, datetime.now(UTC))
+
+    async def usage(
+        self, group_by: str = "action", since: date | None = None, until: date | None = None
+    ) -> list[UsageRow]:
+        """Return the tenant's spend and tokens, grouped.
+
+        Args:
+            group_by: ``tenant``, ``api_key``, ``agent``, ``action``, ``user``
+                (memory id), ``model`` (the one that answered) or ``day`` (UTC).
+            since: the first day (UTC) of conversations counted.
+            until: the last day (UTC) of conversations counted.
+
+        Returns:
+            One row per group: conversations, input and output tokens, cost.
+
+        Raises:
+            InvalidFieldError: an unknown group, or ``until`` before ``since``.
+        """
+        from pilothouse.runtime._usage import usage_report
+
+        db = await self._ready()
+        try:
+            return await db.transaction(usage_report, self.tenant, group_by, since, until)
+        except ValueError as exc:
+            raise InvalidFieldError(
+                "group_by" if "group" in str(exc) else "until", str(exc)
+            ) from None
 
     def _conversations(self) -> ConversationQueries:
         return ConversationQueries(self._database, self.tenant)

@@ -14,6 +14,7 @@ import typer
 from pydantic import ValidationError
 
 from pilothouse.cli._budgets import app as budgets_app
+from pilothouse.cli._budgets import usage as usage_command
 from pilothouse.cli._catalog import app as catalog_app
 from pilothouse.cli._context import CliState, fail, settings_problem
 from pilothouse.cli._conversations import app as conversations_app
@@ -41,6 +42,7 @@ app.add_typer(budgets_app, name="budgets")
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(knowledge_app, name="knowledge")
 app.add_typer(memory_app, name="memory")
+app.command(name="usage")(usage_command)
 app.command(name="run")(run_action)
 app.command(name="chat")(chat)
 app.command(name="serve")(serve)

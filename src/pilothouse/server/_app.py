@@ -77,6 +77,7 @@ def routers() -> list[APIRouter]:
     """
     from pilothouse.server._audit_routes import router as audit
     from pilothouse.server._budget_routes import router as budgets
+    from pilothouse.server._budget_routes import usage_router as usage
     from pilothouse.server._catalog_routes import router as catalog
     from pilothouse.server._conversation_routes import router as conversations
     from pilothouse.server._health import router as health
@@ -93,6 +94,7 @@ def routers() -> list[APIRouter]:
         conversations,
         audit,
         budgets,
+        usage,
         openai,
         invoke,
         jsonrpc,

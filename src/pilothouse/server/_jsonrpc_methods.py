@@ -15,7 +15,7 @@ __all__ = ["METHODS", "Method", "method_name", "to_json"]
 import base64
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
@@ -96,6 +96,14 @@ class ListGatewayCalls(Params):
     gateway: _Text | None = None
     conversation_uuid: _Text | None = None
     limit: StrictInt = Field(default=100, ge=1, le=1000)
+
+
+class Usage(Params):
+    """``usage``: the tenant's spend and tokens, grouped, for conversations started in a range."""
+
+    group_by: _Text = "action"
+    since: date | None = None
+    until: date | None = None
 
 
 class CallTool(Params):
@@ -645,6 +653,11 @@ METHODS: Mapping[str, Method] = {
         NoParams,
         lambda ph, _: ph.query.budget_status(),
         "where each budget stands this period: limits, spent, held, remaining, reset",
+    ),
+    method_name("query", "usage"): _m(
+        Usage,
+        lambda ph, p: ph.query.usage(p.group_by, p.since, p.until),
+        "spend and tokens grouped by tenant, api_key, agent, action, user, model or day",
     ),
     method_name("command", "callableTools"): _m(
         NoParams,
