@@ -135,3 +135,31 @@ async def test_a_downgrade_budget_answers_on_every_face_and_each_record_names_bo
         (event,) = await budget_events(uuid)
         assert event["downgraded"] is True and event["budget"] == "ONETURN"
         assert event["requested_model"] == "SCRIPTEDM" and event["model"] == "SMOLLM2"
+
+
+async def test_usage_on_rest_and_json_rpc_is_the_key_tenant_s_own(
+    client: httpx.AsyncClient, admin_key: str, other_tenant_key: str, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.extend([Reply("hi")] * 2)
+    for _ in range(2):
+        assert (await rest_turn(client, admin_key)).status_code == 200
+    rest = await client.get("/v1/usage", params={"group_by": "action"}, headers=auth(admin_key))
+    assert rest.status_code == 200, rest.text
+    (row,) = rest.json()
+    assert row["group"] == "action" and row["key"] == "ECHO" and row["conversations"] == 2
+    body: dict[str, Any] = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "pilothouse/query/usage/v1",
+        "params": {"groupBy": "action"},
+    }
+    rpc = (await client.post("/jsonrpc", json=body, headers=auth(admin_key))).json()
+    assert rpc["result"] == rest.json()
+    other = await client.get("/v1/usage", headers=auth(other_tenant_key))
+    assert other.status_code == 200 and other.json() == []
+    unknown = await client.get("/v1/usage", params={"group_by": "x"}, headers=auth(admin_key))
+    assert unknown.status_code == 422 and "group" in unknown.text
+    old = await client.get(
+        "/v1/usage", params={"since": "2001-01-01", "until": "2001-01-31"}, headers=auth(admin_key)
+    )
+    assert old.status_code == 200 and old.json() == []
