@@ -4,7 +4,8 @@ The action's model is the packaged Qwen2.5-Coder-0.5B, the budget's
 ``downgrade_to`` the small SmolLM2-135M, each served by its own real
 llama.cpp server (the session's ``local_model_servers``). Once the budget's
 one turn is spent, the next turn runs on SmolLM2: the conversation records
-the model that answered, and the timeline both models.
+the model that answered, the timeline both models, and the usage report
+counts each turn under the model that answered.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ async def test_the_turn_past_the_limit_runs_on_the_downgrade_model(
         second = await ph.command.start_and_send("Say hello.", action="HELLO")
         before = await ph.query.get_transcript(first.conversation_uuid)
         after = await ph.query.get_transcript(second.conversation_uuid)
+        by_model = await ph.query.usage("model")
     assert first.status is ProcessStatus.COMPLETED, first.error
     assert second.status is ProcessStatus.COMPLETED, second.error
     # The servers answer with the GGUF file each loaded.
@@ -93,3 +95,8 @@ async def test_the_turn_past_the_limit_runs_on_the_downgrade_model(
     assert event["budget"] == "ONETURN" and event["limit"] == "turns"
     # Priced at SmolLM2's prices, far below what the same turn costs on Qwen.
     assert 0 < second.cost < first.cost
+    # The usage report counts each turn under the model that answered.
+    assert sorted(row.key for row in by_model) == sorted(
+        [before.response_model, after.response_model]
+    )
+    assert all(row.conversations == 1 for row in by_model)

@@ -67,6 +67,7 @@ from pilothouse.catalog._enums import TimelineKind
 from pilothouse.catalog._tables import budget_table, model_table, provider_table
 from pilothouse.errors import BudgetExceededError
 from pilothouse.memory import counter_for
+from pilothouse.runtime._meter import Meter
 from pilothouse.runtime._turn import Turn
 from pilothouse.store import NewEvent
 from pilothouse.store._base import utcnow
@@ -564,6 +565,7 @@ class BudgetGate:
         clock: the current time (aware); tests move it across a period boundary.
         wait: seconds a call waits for other calls' holds to settle when only
             they stand between it and the limit (a burst), before it is refused.
+        meter: the metrics system's meter, which counts each alert.
     """
 
     def __init__(
@@ -572,7 +574,9 @@ class BudgetGate:
         *,
         clock: Callable[[], datetime] | None = None,
         wait: float = 30.0,
+        meter: Callable[[], Meter | None] = lambda: None,
     ) -> None:
+        self._meter = meter
         self._database = database
         self._clock = clock or (lambda: datetime.now(UTC))
         self._wait = wait
@@ -687,8 +691,11 @@ class BudgetGate:
         crossed = await self._database.transaction(
             _settle_rows, self._sql, hold, money, input_tokens, output_tokens
         )
+        meter = self._meter() if crossed else None
         for entry, threshold, share in crossed:
             rule = entry.rule
+            if meter is not None:
+                meter.budget_alert(budget=rule.code, scope=rule.scope, threshold=threshold)
             logger.warning(
                 "budget %s of tenant %s reached %d%% of its limit for %s (%s: %s)",
                 rule.code,

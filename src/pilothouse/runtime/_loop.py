@@ -188,6 +188,9 @@ class TurnLoop:
         """Switch the turn to the budget's cheaper model; the timeline keeps both."""
         assert self._catalog_model is not None, "checked by the caller"
         requested = turn.compiled.model.code
+        meter = self._telemetry.meter
+        if meter is not None:
+            meter.budget_downgrade(budget=downgrade.budget, model=downgrade.model)
         spec = await self._catalog_model(turn.tenant, downgrade.model)
         turn.compiled = replace(turn.compiled, model=spec)
         turn.calls = replace(

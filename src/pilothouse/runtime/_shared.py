@@ -277,7 +277,7 @@ class Runtime:
             tool_timeout=tool_timeout,
             tool_concurrency=tool_concurrency,
             max_tool_steps=max_tool_steps,
-            budgets=BudgetGate(database),
+            budgets=BudgetGate(database, meter=lambda: self.telemetry.meter),
             catalog_model=self.catalog_model,
         )
 
