@@ -95,6 +95,7 @@ async def test_a_downgrade_budget_answers_on_every_face_and_each_record_names_bo
             "turns": 1,
             "on_limit": "downgrade",
             "downgrade_to": "SMOLLM2",
+            "thresholds": [100],
         },
         headers=auth(admin_key),
     )
@@ -128,13 +129,20 @@ async def test_a_downgrade_budget_answers_on_every_face_and_each_record_names_bo
     async def budget_events(uuid: str) -> list[dict[str, Any]]:
         read = await client.get(f"/v1/conversations/{uuid}", headers=auth(admin_key))
         assert read.status_code == 200, read.text
-        return [e["data"] for e in read.json()["timeline"] if e["kind"] == "budget"]
+        events = [e["data"] for e in read.json()["timeline"] if e["kind"] == "budget"]
+        return [e for e in events if "threshold" not in e]  # the alert is asserted below
 
     assert await budget_events(first.json()["conversation_uuid"]) == []
     for uuid in (rest.json()["conversation_uuid"], rpc["result"]["conversation_uuid"]):
         (event,) = await budget_events(uuid)
         assert event["downgraded"] is True and event["budget"] == "ONETURN"
         assert event["requested_model"] == "SCRIPTEDM" and event["model"] == "SMOLLM2"
+    # /metrics counts the one alert (the first turn spent the one turn) and
+    # the three switched calls.
+    metrics = (await client.get("/metrics")).text
+    alert = 'pilothouse_budget_alerts_total{budget="ONETURN",scope="tenant",threshold="100"} 1.0'
+    assert alert in metrics
+    assert 'pilothouse_budget_downgrades_total{budget="ONETURN",model="SMOLLM2"} 3.0' in metrics
 
 
 async def test_usage_on_rest_and_json_rpc_is_the_key_tenant_s_own(
