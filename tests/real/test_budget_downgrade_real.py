@@ -11,6 +11,7 @@ counts each turn under the model that answered.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,6 +68,21 @@ budgets:
 """
 
 
+class Downgrades:
+    """A meter that keeps only the downgrades it is told of."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def budget_downgrade(self, **labels: Any) -> None:
+        self.seen.append(labels)
+
+    def turn(self, **labels: Any) -> None:
+        del labels
+
+    model_call = retry = tool_call = queue_wait = budget_alert = turn
+
+
 async def test_the_turn_past_the_limit_runs_on_the_downgrade_model(
     tmp_path: Path,
     local_model_servers: LocalModelServers,
@@ -77,7 +93,8 @@ async def test_the_turn_past_the_limit_runs_on_the_downgrade_model(
     catalog = tmp_path / "catalog.yaml"
     catalog.write_text(CATALOG, encoding="utf-8")
     settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'pilothouse.db'}")
-    async with Pilothouse(settings, local_servers=local_model_servers) as ph:
+    meter = Downgrades()
+    async with Pilothouse(settings, local_servers=local_model_servers, meter=meter) as ph:
         await ph.catalog.import_files([catalog])
         first = await ph.command.start_and_send("Say hello.", action="HELLO")
         second = await ph.command.start_and_send("Say hello.", action="HELLO")
@@ -100,3 +117,4 @@ async def test_the_turn_past_the_limit_runs_on_the_downgrade_model(
         [before.response_model, after.response_model]
     )
     assert all(row.conversations == 1 for row in by_model)
+    assert meter.seen == [{"budget": "ONETURN", "model": "SMOL"}]
