@@ -7,7 +7,9 @@ both priced with the model's prices) and holds it on each budget's ledger row
 for the current period with one conditional ``UPDATE``: the row changes only
 if spent + held + this call stays within every limit. A refused hold rolls
 back every hold of the call and raises :class:`~pilothouse.errors.BudgetExceededError`
-before any request leaves. After the call the hold is settled to the usage
+before any request leaves (a ``downgrade`` budget raises :class:`BudgetDowngrade`
+instead, and the turn switches to the budget's cheaper model, on which that
+budget never stops it). After the call the hold is settled to the usage
 the turn recorded (a cancelled call at what it consumed), so a limit is
 overshot by at most what one in-flight call used beyond its own estimate.
 
