@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pilothouse.cli._chat import _Lines  # pyright: ignore[reportPrivateUsage]
+from pilothouse.cli._chat import _Lines
 
 pytestmark = pytest.mark.anyio
 

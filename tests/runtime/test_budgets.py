@@ -165,14 +165,58 @@ async def test_alert_only_budgets_announce_each_threshold_once(database_url: str
     assert row.alerted == 100
 
 
+async def test_a_downgrade_budget_switches_to_its_cheaper_model_at_the_limit(
+    database_url: str,
+) -> None:
+    model = ScriptedModel([Reply("ok", input_tokens=10, output_tokens=10)] * 6)
+    settings = Settings(database_url=database_url, secrets_file=None)
+    async with Pilothouse(settings, model=model) as ph:
+        builder = catalog(
+            code="CAP",
+            period="day",
+            money="0.01",
+            on_limit="downgrade",
+            downgrade_to="CHEAP",
+        ).model("CHEAP", provider="TEST", model_name="cheap", input_price=1, output_price=1)
+        await builder.import_into(ph)
+        results = [await ph.command.start_and_send("Hi", action="ASK") for _ in range(4)]
+        events = [
+            [
+                e.data
+                for e in (await ph.query.get_transcript(r.conversation_uuid)).timeline
+                if e.kind.value == "budget"
+            ]
+            for r in results
+        ]
+    # Nothing is refused: the turns past the limit ran on CHEAP, at its price.
+    assert [r.status for r in results] == [ProcessStatus.COMPLETED] * 4
+    assert len(model.requests) == 4
+    downgraded = [bool(e) for e in events]
+    assert downgraded[0] is False and downgraded[-1] is True
+    first = downgraded.index(True)
+    assert first == 2  # $0.002 spent each, $0.007 held: the third would pass $0.01
+    for turn_events in events[first:]:
+        (event,) = turn_events
+        assert event["requested_model"] == "PRICED" and event["model"] == "CHEAP"
+        assert event["budget"] == "CAP" and event["downgraded"] is True
+    (row,) = await ledger(database_url)
+    # Calls on CHEAP are counted (20 tokens at $1 per million) but never stopped.
+    assert Decimal(row.spent_money) == first * SPENT + (4 - first) * Decimal("0.00002")
+    assert row.turns == 4
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
         ({"code": "NOLIMIT"}, "at least one limit"),
         ({"code": "B", "turns": 1, "match": "X"}, "remove match"),
         ({"code": "B", "turns": 1, "timezone": "Mars/Olympus"}, "IANA"),
-        ({"code": "B", "turns": 1, "on_limit": "downgrade"}, "not available yet"),
-        ({"code": "B", "turns": 1, "downgrade_to": "SCRIPTED"}, "applies only with"),
+        ({"code": "B", "turns": 1, "on_limit": "downgrade"}, "needs downgrade_to"),
+        ({"code": "B", "turns": 1, "downgrade_to": "PRICED"}, "applies only with"),
+        (
+            {"code": "B", "turns": 1, "on_limit": "downgrade", "downgrade_to": "NOPE"},
+            "NOPE",
+        ),
         ({"code": "B", "turns": 0}, "must be at least 1"),
         ({"code": "B", "turns": 1, "period": "week"}, "'hour', 'day', 'month' or 'total'"),
         ({"code": "B", "turns": 1, "scope": "team"}, "'api_key'"),

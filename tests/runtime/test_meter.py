@@ -39,6 +39,12 @@ class RecordingMeter:
     def tool_call(self, **labels: Any) -> None:
         self.calls.append(("tool_call", labels))
 
+    def budget_alert(self, **labels: Any) -> None:
+        self.calls.append(("budget_alert", labels))
+
+    def budget_downgrade(self, **labels: Any) -> None:
+        self.calls.append(("budget_downgrade", labels))
+
     def queue_wait(self, **labels: Any) -> None:
         self.calls.append(("queue_wait", labels))
 
@@ -196,3 +202,33 @@ async def test_a_tool_call_that_waits_for_a_concurrency_slot_reports_its_queue_w
     assert wait["queue"] == "tool_slot" and wait["seconds"] > 0
     assert [t["status"] for t in meter.of("tool_call")] == ["succeeded", "succeeded"]
     assert {t["action"] for t in meter.of("tool_call")} == {"HELD"}
+
+
+async def test_budget_alerts_and_downgrades_reach_the_meter(database_url: str) -> None:
+    model = ScriptedModel([Reply("ok", input_tokens=10, output_tokens=10)] * 3)
+    meter = RecordingMeter()
+    settings = Settings(database_url=database_url, secrets_file=None)
+    async with Pilothouse(settings, model=model, meter=meter) as ph:
+        await (
+            CatalogBuilder()
+            .model("PRICED", provider="TEST", model_name="p", input_price=100, output_price=100)
+            .model("CHEAP", provider="TEST", model_name="c", input_price=1, output_price=1)
+            .configuration("SMAL", max_tokens=10, retry_delay=0)
+            .action("ASK", prompt="Hi.", model="PRICED", configuration="SMAL", ask_user=False)
+            .add("budgets", code="WATCH", turns=4, on_limit="alert", thresholds=[50])
+            .add(
+                "budgets",
+                code="CAP",
+                turns=2,
+                scope="action",
+                on_limit="downgrade",
+                downgrade_to="CHEAP",
+            )
+            .import_into(ph)
+        )
+        for _ in range(3):
+            result = await ph.command.start_and_send("Hi", action="ASK")
+            assert result.status is ProcessStatus.COMPLETED, result.error
+    # The second turn takes WATCH to 50 %; the third runs on CHEAP.
+    assert meter.of("budget_alert") == [{"budget": "WATCH", "scope": "tenant", "threshold": 50}]
+    assert meter.of("budget_downgrade") == [{"budget": "CAP", "model": "CHEAP"}]

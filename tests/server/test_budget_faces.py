@@ -82,6 +82,69 @@ async def test_every_face_refuses_a_spent_budget_in_its_own_protocol(
     assert other.status_code == 200, other.text
 
 
+async def test_a_downgrade_budget_answers_on_every_face_and_each_record_names_both_models(
+    client: httpx.AsyncClient, admin_key: str, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.extend([Reply("hi")] * 4)
+    created = await client.post(
+        "/v1/catalog/budgets",
+        json={
+            "code": "ONETURN",
+            "scope": "tenant",
+            "period": "month",
+            "turns": 1,
+            "on_limit": "downgrade",
+            "downgrade_to": "SMOLLM2",
+            "thresholds": [100],
+        },
+        headers=auth(admin_key),
+    )
+    assert created.status_code == 201, created.text
+    unknown = await client.post(
+        "/v1/catalog/budgets",
+        json={"code": "NOPE", "turns": 1, "on_limit": "downgrade", "downgrade_to": "NOSUCH"},
+        headers=auth(admin_key),
+    )
+    assert unknown.status_code == 422 and "NOSUCH" in unknown.text
+
+    first = await rest_turn(client, admin_key)
+    rest = await rest_turn(client, admin_key)
+    openai = await client.post(
+        "/v1/chat/completions",
+        json={"model": "action:ECHO", "messages": [{"role": "user", "content": "x"}]},
+        headers=auth(admin_key),
+    )
+    body: dict[str, Any] = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "pilothouse/command/startAndSend/v1",
+        "params": {"action": "ECHO", "text": "x"},
+    }
+    rpc = (await client.post("/jsonrpc", json=body, headers=auth(admin_key))).json()
+    # Past the limit nothing is refused: the turns ran on the cheaper model.
+    assert first.status_code == rest.status_code == openai.status_code == 200
+    assert "error" not in rpc, rpc
+    assert len(scripted.requests) == 4
+
+    async def budget_events(uuid: str) -> list[dict[str, Any]]:
+        read = await client.get(f"/v1/conversations/{uuid}", headers=auth(admin_key))
+        assert read.status_code == 200, read.text
+        events = [e["data"] for e in read.json()["timeline"] if e["kind"] == "budget"]
+        return [e for e in events if "threshold" not in e]  # the alert is asserted below
+
+    assert await budget_events(first.json()["conversation_uuid"]) == []
+    for uuid in (rest.json()["conversation_uuid"], rpc["result"]["conversation_uuid"]):
+        (event,) = await budget_events(uuid)
+        assert event["downgraded"] is True and event["budget"] == "ONETURN"
+        assert event["requested_model"] == "SCRIPTEDM" and event["model"] == "SMOLLM2"
+    # /metrics counts the one alert (the first turn spent the one turn) and
+    # the three switched calls.
+    metrics = (await client.get("/metrics")).text
+    alert = 'pilothouse_budget_alerts_total{budget="ONETURN",scope="tenant",threshold="100"} 1.0'
+    assert alert in metrics
+    assert 'pilothouse_budget_downgrades_total{budget="ONETURN",model="SMOLLM2"} 3.0' in metrics
+
+
 async def test_usage_is_the_same_on_rest_and_json_rpc_and_stays_in_the_tenant(
     client: httpx.AsyncClient, admin_key: str, other_tenant_key: str, scripted: ScriptedModel
 ) -> None:

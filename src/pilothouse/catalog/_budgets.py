@@ -94,17 +94,20 @@ class BudgetSpec(CatalogSpec):
             raise ValueError(
                 "a budget needs at least one limit: money, input_tokens, output_tokens or turns"
             )
-        if self.on_limit == "downgrade":
-            # Not accepted until it is honoured: a budget that says downgrade
-            # but refuses would surprise its operator at the limit.
+        if self.on_limit == "downgrade" and self.downgrade_to is None:
             raise ValueError(
-                "on_limit 'downgrade' is not available yet: write on_limit: refuse (calls stop "
-                "at the limit) or on_limit: alert (they go on and an alert is raised)"
+                "on_limit 'downgrade' needs downgrade_to: the code of the cheaper model calls "
+                "switch to at the limit"
             )
-        if self.downgrade_to is not None:
+        if self.on_limit != "downgrade" and self.downgrade_to is not None:
             raise ValueError(
-                f"downgrade_to applies only with on_limit 'downgrade', which is not available "
-                f"yet (this budget has {self.on_limit!r}): remove downgrade_to"
+                f"downgrade_to applies only with on_limit 'downgrade' (this budget has "
+                f"{self.on_limit!r}): remove downgrade_to or write on_limit: downgrade"
+            )
+        if self.downgrade_to is not None and self.downgrade_to == self.model:
+            raise ValueError(
+                "downgrade_to names the model the budget counts: calls would switch to the "
+                "same model; name a cheaper one"
             )
         if self.scope == "tenant" and self.match is not None:
             raise ValueError(

@@ -36,7 +36,7 @@ class BudgetStatus:
         held: what calls in flight hold now.
         remaining: what is left of each limit.
         used_percent: the tightest limit's share spent, in percent.
-        on_limit: ``refuse`` or ``alert``.
+        on_limit: ``refuse``, ``downgrade`` or ``alert``.
     """
 
     budget: str

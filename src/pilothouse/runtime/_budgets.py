@@ -7,7 +7,9 @@ both priced with the model's prices) and holds it on each budget's ledger row
 for the current period with one conditional ``UPDATE``: the row changes only
 if spent + held + this call stays within every limit. A refused hold rolls
 back every hold of the call and raises :class:`~pilothouse.errors.BudgetExceededError`
-before any request leaves. After the call the hold is settled to the usage
+before any request leaves (a ``downgrade`` budget raises :class:`BudgetDowngrade`
+instead, and the turn switches to the budget's cheaper model, on which that
+budget never stops it). After the call the hold is settled to the usage
 the turn recorded (a cancelled call at what it consumed), so a limit is
 overshot by at most what one in-flight call used beyond its own estimate.
 
@@ -25,7 +27,15 @@ adds a ``budget`` event to the turn's timeline.
 
 from __future__ import annotations
 
-__all__ = ["BudgetGate", "BudgetHold", "BudgetRule", "fraction", "load_rules", "period_of"]
+__all__ = [
+    "BudgetDowngrade",
+    "BudgetGate",
+    "BudgetHold",
+    "BudgetRule",
+    "fraction",
+    "load_rules",
+    "period_of",
+]
 
 import json
 import logging
@@ -59,6 +69,7 @@ from pilothouse.catalog._enums import TimelineKind
 from pilothouse.catalog._tables import budget_table, model_table, provider_table
 from pilothouse.errors import BudgetExceededError
 from pilothouse.memory import counter_for
+from pilothouse.runtime._meter import Meter
 from pilothouse.runtime._turn import Turn
 from pilothouse.store import NewEvent
 from pilothouse.store._base import utcnow
@@ -73,7 +84,6 @@ _MILLION = Decimal(1_000_000)
 _MESSAGE_OVERHEAD = 4
 _LEDGER = budget_usage_table
 _MONEY = Numeric(24, 12)
-_REFUSING = ("refuse",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +103,7 @@ class BudgetRule:
     turns: int | None
     on_limit: str
     thresholds: tuple[int, ...]
+    downgrade_to: str | None = None
 
     def limits(self) -> dict[str, Decimal | int]:
         """The limits this budget sets, by name."""
@@ -113,6 +124,8 @@ class _Entry:
     subject: str
     period: str
     resets_at: datetime | None
+    enforced: bool = True
+    """The limits stop the call (refuse; downgrade unless already downgraded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +145,32 @@ class BudgetHold:
     money: Decimal
     input_tokens: int
     output_tokens: int
+
+
+class BudgetDowngrade(Exception):
+    """A ``downgrade`` budget is at its limit: the call goes to ``model`` instead.
+
+    Raised by :meth:`BudgetGate.hold` before anything was held or sent.
+
+    Attributes:
+        budget: the budget's code.
+        model: the code of the model to use instead.
+        scope: the budget's scope.
+        subject: whose counters reached the limit.
+        period: the period key.
+        limit: the limit that would be crossed.
+    """
+
+    def __init__(
+        self, budget: str, model: str, scope: str, subject: str, period: str, limit: str
+    ) -> None:
+        super().__init__(f"budget {budget} reached its {limit} limit: downgrade to {model}")
+        self.budget = budget
+        self.model = model
+        self.scope = scope
+        self.subject = subject
+        self.period = period
+        self.limit = limit
 
 
 class _Refused(Exception):
@@ -182,6 +221,7 @@ def period_of(period: str, zone: str, now: datetime) -> tuple[str, datetime | No
 def load_rules(connection: Connection, tenant: str) -> tuple[BudgetRule, ...]:
     """The tenant's active budgets, with their model and provider filters as codes."""
     budget, model, provider = budget_table, model_table.alias("m"), provider_table.alias("p")
+    target = model_table.alias("d")
     rows = connection.execute(
         select(
             budget.c.code,
@@ -197,11 +237,12 @@ def load_rules(connection: Connection, tenant: str) -> tuple[BudgetRule, ...]:
             budget.c.turns,
             budget.c.on_limit,
             budget.c.thresholds,
+            target.c.code.label("downgrade_to"),
         )
         .select_from(
-            budget.outerjoin(model, model.c.id == budget.c.model_id).outerjoin(
-                provider, provider.c.id == budget.c.provider_id
-            )
+            budget.outerjoin(model, model.c.id == budget.c.model_id)
+            .outerjoin(provider, provider.c.id == budget.c.provider_id)
+            .outerjoin(target, target.c.id == budget.c.downgrade_to_id)
         )
         .where(budget.c.tenant == tenant, budget.c.active.is_(True))
         .order_by(budget.c.code)
@@ -221,6 +262,7 @@ def load_rules(connection: Connection, tenant: str) -> tuple[BudgetRule, ...]:
             turns=row.turns,
             on_limit=row.on_limit,
             thresholds=tuple(int(t) for t in row.thresholds or ()),
+            downgrade_to=row.downgrade_to,
         )
         for row in rows
     )
@@ -383,7 +425,7 @@ def _hold_rows(
     }
     for entry in entries:
         rule = entry.rule
-        refusing = rule.on_limit in _REFUSING
+        refusing = entry.enforced
         values = {
             **_key_values(tenant, entry),
             **amounts,
@@ -422,7 +464,7 @@ def _fits_once_settled(
     """Read, without locking, whether the call fits now (True), only later (False) or never."""
     now_fits = True
     for entry in entries:
-        if entry.rule.on_limit not in _REFUSING:
+        if not entry.enforced:
             continue
         row = sql.read(connection, tenant, entry)
         if row is None:
@@ -525,6 +567,7 @@ class BudgetGate:
         clock: the current time (aware); tests move it across a period boundary.
         wait: seconds a call waits for other calls' holds to settle when only
             they stand between it and the limit (a burst), before it is refused.
+        meter: the metrics system's meter, which counts each alert.
     """
 
     def __init__(
@@ -533,7 +576,9 @@ class BudgetGate:
         *,
         clock: Callable[[], datetime] | None = None,
         wait: float = 30.0,
+        meter: Callable[[], Meter | None] = lambda: None,
     ) -> None:
+        self._meter = meter
         self._database = database
         self._clock = clock or (lambda: datetime.now(UTC))
         self._wait = wait
@@ -579,11 +624,7 @@ class BudgetGate:
                 _conversation_key, turn.handle.conversation_id
             )
         now = self._clock()
-        entries: list[_Entry] = []
-        for rule in rules:
-            subject = _subject(rule, turn, key_prefix)
-            if subject is not None:
-                entries.append(_Entry(rule, subject, *period_of(rule.period, rule.timezone, now)))
+        entries = _entries(rules, turn, key_prefix, now)
         if not entries:
             return None
         spec = turn.compiled.model
@@ -602,6 +643,19 @@ class BudgetGate:
                 await self._database.transaction(_hold_rows, *amounts)
                 break
             except _Refused as refused:
+                rule = refused.entry.rule
+                if rule.on_limit == "downgrade" and rule.downgrade_to is not None:
+                    # At (or, with calls in flight, near) the limit: switch
+                    # now rather than wait for the holds to settle.
+                    entry = refused.entry
+                    raise BudgetDowngrade(
+                        rule.code,
+                        rule.downgrade_to,
+                        rule.scope,
+                        entry.subject,
+                        entry.period,
+                        refused.limit,
+                    ) from None
                 # A burst: the spent amount leaves room, only calls in flight
                 # hold it. They settle below their holds, so wait for them;
                 # a call that cannot fit on what is spent is refused at once.
@@ -639,8 +693,11 @@ class BudgetGate:
         crossed = await self._database.transaction(
             _settle_rows, self._sql, hold, money, input_tokens, output_tokens
         )
+        meter = self._meter() if crossed else None
         for entry, threshold, share in crossed:
             rule = entry.rule
+            if meter is not None:
+                meter.budget_alert(budget=rule.code, scope=rule.scope, threshold=threshold)
             logger.warning(
                 "budget %s of tenant %s reached %d%% of its limit for %s (%s: %s)",
                 rule.code,
@@ -663,6 +720,25 @@ class BudgetGate:
                     },
                 )
             )
+
+
+def _entries(
+    rules: Sequence[BudgetRule], turn: Turn, key_prefix: str | None, now: datetime
+) -> list[_Entry]:
+    """The ledger rows a call of ``turn`` is charged to, now."""
+    entries: list[_Entry] = []
+    running = turn.compiled.model.code
+    for rule in rules:
+        subject = _subject(rule, turn, key_prefix)
+        if subject is not None:
+            # A downgrade budget counts the calls on its cheaper model but
+            # never stops them: they are what it switches to.
+            enforced = rule.on_limit == "refuse" or (
+                rule.on_limit == "downgrade" and rule.downgrade_to != running
+            )
+            key, resets = period_of(rule.period, rule.timezone, now)
+            entries.append(_Entry(rule, subject, key, resets, enforced))
+    return entries
 
 
 def _conversation_key(connection: Connection, conversation_id: int) -> str | None:

@@ -18,16 +18,18 @@ from __future__ import annotations
 __all__ = ["TurnLoop"]
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolReturnPart
 from pydantic_ai.models import Model, ModelRequestParameters
 
-from pilothouse.catalog._enums import ToolCallStatus
+from pilothouse.catalog._enums import TimelineKind, ToolCallStatus
 from pilothouse.errors import ProviderError
-from pilothouse.providers import ModelFactory, to_model_settings
+from pilothouse.providers import ModelFactory, ModelSpec, to_model_settings
 from pilothouse.runtime._advisors import ContentBlocked
+from pilothouse.runtime._budgets import BudgetDowngrade
 from pilothouse.runtime._convert import parse_json_output, parse_response
 from pilothouse.runtime._events import ToolCallFinished, ToolCallRequested
 from pilothouse.runtime._modelcall import ModelCaller
@@ -59,6 +61,7 @@ from pilothouse.runtime._turn import (
     RunTools,
     Turn,
 )
+from pilothouse.store import NewEvent
 from pilothouse.tools._base import ToolDefinition as OfferedTool
 from pilothouse.tools._base import ToolError
 
@@ -66,6 +69,9 @@ _UNSET_MAX_TOKENS = 4096
 
 if TYPE_CHECKING:
     from pilothouse.runtime._budgets import BudgetGate, BudgetHold
+
+ModelLookup = Callable[[str, str], Awaitable[ModelSpec]]
+"""A tenant's catalog model by code, as a spec (secrets resolved)."""
 
 
 class TurnLoop:
@@ -84,6 +90,7 @@ class TurnLoop:
         max_tool_steps: tool rounds one turn may take before it fails.
         budgets: holds each call's worst case on the tenant's budgets before
             it is sent (None: no budgets are enforced).
+        catalog_model: finds the model a ``downgrade`` budget switches to.
     """
 
     def __init__(
@@ -99,8 +106,10 @@ class TurnLoop:
         tool_concurrency: int,
         max_tool_steps: int,
         budgets: BudgetGate | None = None,
+        catalog_model: ModelLookup | None = None,
     ) -> None:
         self._budgets = budgets
+        self._catalog_model = catalog_model
         self._models = models
         self._recorder = recorder
         self._telemetry = telemetry
@@ -175,10 +184,55 @@ class TurnLoop:
                     turn.turn_output - before[2],
                 )
 
+    async def _downgrade(self, turn: Turn, calls: ModelCalls, downgrade: BudgetDowngrade) -> None:
+        """Switch the turn to the budget's cheaper model; the timeline keeps both."""
+        assert self._catalog_model is not None, "checked by the caller"
+        requested = turn.compiled.model.code
+        meter = self._telemetry.meter
+        if meter is not None:
+            meter.budget_downgrade(budget=downgrade.budget, model=downgrade.model)
+        spec = await self._catalog_model(turn.tenant, downgrade.model)
+        turn.compiled = replace(turn.compiled, model=spec)
+        turn.calls = replace(
+            calls,
+            model=self._model_override or await self._models.model(spec, calls.options),
+            settings=to_model_settings(spec, calls.options),
+        )
+        turn.pending.append(
+            NewEvent(
+                TimelineKind.BUDGET,
+                {
+                    "budget": downgrade.budget,
+                    "downgraded": True,
+                    "requested_model": requested,
+                    "model": spec.code,
+                    "limit": downgrade.limit,
+                    "period": downgrade.period,
+                    "scope": downgrade.scope,
+                    "subject": downgrade.subject,
+                },
+            )
+        )
+
     async def call_model(
         self, turn: Turn, step: CallModel, authorizer: Authorizer | None
     ) -> CallModel | RunTools | Answered | Failed | Blocked:
-        """Call the model once; say what its response leads to."""
+        """Call the model once; say what its response leads to.
+
+        A ``downgrade`` budget at its limit switches the turn to its cheaper
+        model first; the call is then worked out again for that model.
+        """
+        try:
+            return await self._call_model(turn, step, authorizer)
+        except BudgetDowngrade as downgrade:
+            if self._catalog_model is None or turn.calls is None:
+                return Failed(f"budget {downgrade.budget} downgrades, and no catalog is at hand")
+            await self._downgrade(turn, turn.calls, downgrade)
+        return await self._call_model(turn, step, authorizer)
+
+    async def _call_model(
+        self, turn: Turn, step: CallModel, authorizer: Authorizer | None
+    ) -> CallModel | RunTools | Answered | Failed | Blocked:
         calls = turn.calls
         if calls is None:
             calls = turn.calls = await self._calls(turn, authorizer)

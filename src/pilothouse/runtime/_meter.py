@@ -103,6 +103,25 @@ class Meter(Protocol):
         """
         ...
 
+    def budget_alert(self, *, budget: str, scope: str, threshold: int) -> None:
+        """A budget's spent share passed one of its thresholds (once per period).
+
+        Args:
+            budget: the budget's catalog code.
+            scope: its scope (``tenant``, ``api_key``, ``agent``, ``action``, ``user``).
+            threshold: the percentage crossed.
+        """
+        ...
+
+    def budget_downgrade(self, *, budget: str, model: str) -> None:
+        """A ``downgrade`` budget at its limit switched a call to its cheaper model.
+
+        Args:
+            budget: the budget's catalog code.
+            model: the catalog code of the model the call switched to.
+        """
+        ...
+
     def queue_wait(self, *, queue: QueueName, seconds: float) -> None:
         """A turn waited for a slot (only waits that actually blocked are reported).
 

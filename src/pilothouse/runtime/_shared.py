@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from pilothouse._coordination import Coordination
     from pilothouse.knowledge import DescriptionMatcher, Knowledge
     from pilothouse.memory import MemoryExtractor, ScopedMemory
+    from pilothouse.providers import ModelSpec
     from pilothouse.providers._egress import EgressPolicy
     from pilothouse.runtime._runner import Runner
     from pilothouse.runtime._toolset import SkillInfo
@@ -276,8 +277,28 @@ class Runtime:
             tool_timeout=tool_timeout,
             tool_concurrency=tool_concurrency,
             max_tool_steps=max_tool_steps,
-            budgets=BudgetGate(database),
+            budgets=BudgetGate(database, meter=lambda: self.telemetry.meter),
+            catalog_model=self.catalog_model,
         )
+
+    async def catalog_model(self, tenant: str, code: str) -> ModelSpec:
+        """A tenant's catalog model by code, as a spec with its secrets resolved.
+
+        Raises:
+            NotFoundError: no active model of the tenant has the code.
+        """
+        from sqlalchemy import select
+
+        from pilothouse.catalog._models import Model as CatalogModel
+        from pilothouse.errors import NotFoundError
+
+        async with self.database.sessions() as session:
+            row = await session.scalar(
+                select(CatalogModel).where(CatalogModel.tenant == tenant, CatalogModel.code == code)
+            )
+        if row is None or not row.active:
+            raise NotFoundError(f"model '{code}' is not an active model of tenant {tenant}")
+        return self.compiler.model_spec(row)
 
     @property
     def scoped_memory(self) -> ScopedMemory:

@@ -153,6 +153,19 @@ class Metrics:
         # From the run loop (``Pilothouse(meter=...)``), with the action too.
         # Labels are catalog codes, coded statuses and error class names:
         # never a conversation id.
+        self.budget_alerts = Counter(
+            "pilothouse_budget_alerts",
+            "Budget thresholds crossed (each once per budget, subject and period), by "
+            "budget, scope and threshold percentage.",
+            ["budget", "scope", "threshold"],
+            registry=self.registry,
+        )
+        self.budget_downgrades = Counter(
+            "pilothouse_budget_downgrades",
+            "Model calls a downgrade budget at its limit switched to its cheaper model.",
+            ["budget", "model"],
+            registry=self.registry,
+        )
         self.action_turns = Counter(
             "pilothouse_action_turns",
             "Finished turns by provider, model, action and final conversation status.",
@@ -261,6 +274,14 @@ class Metrics:
     def tool_call(self, *, tool: str, action: str, status: str, seconds: float) -> None:
         """Time one tool execution (see :class:`~pilothouse.types.Meter`)."""
         self.tool_call_seconds.labels(tool, action, status).observe(seconds)
+
+    def budget_alert(self, *, budget: str, scope: str, threshold: int) -> None:
+        """Count one budget threshold crossed (see :class:`~pilothouse.types.Meter`)."""
+        self.budget_alerts.labels(budget, scope, str(threshold)).inc()
+
+    def budget_downgrade(self, *, budget: str, model: str) -> None:
+        """Count one call switched to a cheaper model (see :class:`~pilothouse.types.Meter`)."""
+        self.budget_downgrades.labels(budget, model).inc()
 
     def queue_wait(self, *, queue: str, seconds: float) -> None:
         """Time one wait for a slot (see :class:`~pilothouse.types.Meter`)."""
