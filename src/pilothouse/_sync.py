@@ -16,6 +16,7 @@ __all__ = [
     "SyncCommandApi",
     "SyncEventApi",
     "SyncHistoryApi",
+    "SyncEvaluationApi",
     "SyncKeyApi",
     "SyncKnowledgeApi",
     "SyncMemoryApi",
@@ -48,6 +49,7 @@ from pilothouse._facade.command import CommandApi
 from pilothouse._facade.events import EventApi
 from pilothouse._facade.facet import Facet
 from pilothouse._facade.history import HistoryApi
+from pilothouse._facade.evaluation import EvaluationApi
 from pilothouse._facade.keys import KeyApi
 from pilothouse._facade.knowledge import KnowledgeApi
 from pilothouse._facade.memory import MemoryApi
@@ -319,6 +321,19 @@ class SyncHistoryApi(_SyncHalf):
     system_prompt = _Blocking(HistoryApi.system_prompt)
 
 
+class SyncEvaluationApi(_SyncHalf):
+    """:class:`~pilothouse.api.EvaluationApi` as blocking calls."""
+
+    create_dataset = _Blocking(EvaluationApi.create_dataset)
+    list_datasets = _Blocking(EvaluationApi.list_datasets)
+    get_dataset = _Blocking(EvaluationApi.get_dataset)
+    cases = _Blocking(EvaluationApi.cases)
+    add_cases = _Blocking(EvaluationApi.add_cases)
+    export_dataset = _Blocking(EvaluationApi.export_dataset)
+    import_dataset = _Blocking(EvaluationApi.import_dataset)
+    delete_dataset = _Blocking(EvaluationApi.delete_dataset)
+
+
 class SyncKeyApi(_SyncHalf):
     """:class:`~pilothouse.api.KeyApi` as blocking calls."""
 
@@ -440,6 +455,7 @@ class SyncPilothouse:
         memory: blocking scoped long-term memory.
         events: blocking event-tool outbox, completions, deadlines and
             worker tool runs (docs/events.md).
+        evaluation: blocking evaluation datasets.
     """
 
     def __init__(
@@ -496,6 +512,7 @@ class SyncPilothouse:
         self.knowledge = SyncKnowledgeApi(facade.knowledge, portal)
         self.memory = SyncMemoryApi(facade.memory, portal)
         self.events = SyncEventApi(facade.events, portal)
+        self.evaluation = SyncEvaluationApi(facade.evaluation, portal)
 
     @property
     def tenant(self) -> str:

@@ -58,6 +58,8 @@ __all__ = [
     "ConversationInfo",
     "ConversationSummary",
     "ConversationView",
+    "DatasetCase",
+    "DatasetInfo",
     "DirectToolCall",
     "DoctorCheck",
     "DocumentInfo",
@@ -108,6 +110,7 @@ __all__ = [
     "ProviderKind",
     "ReasoningEffort",
     "ReasoningSummary",
+    "RecordedCall",
     "SchemaDirection",
     "SchemaRevision",
     "SearchHit",
@@ -225,6 +228,7 @@ if TYPE_CHECKING:
         TimelineEventView,
         ToolCallView,
     )
+    from pilothouse.store._datasets import DatasetCase, DatasetInfo, RecordedCall
     from pilothouse.store._records import Conversation, Message
     from pilothouse.store._turnstore import NewAttachment as AttachmentInput
     from pilothouse.store._turnstore import NewMessage as MessageInput
@@ -782,6 +786,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "ToolCallView",
     ),
     "pilothouse.store._records": ("Conversation", "Message"),
+    "pilothouse.store._datasets": ("DatasetCase", "DatasetInfo", "RecordedCall"),
 }
 """The names imported on first use, by the module that defines them."""
 
