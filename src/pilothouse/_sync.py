@@ -46,10 +46,10 @@ import anyio
 
 from pilothouse._facade.catalog import CatalogApi
 from pilothouse._facade.command import CommandApi
+from pilothouse._facade.evaluation import EvaluationApi
 from pilothouse._facade.events import EventApi
 from pilothouse._facade.facet import Facet
 from pilothouse._facade.history import HistoryApi
-from pilothouse._facade.evaluation import EvaluationApi
 from pilothouse._facade.keys import KeyApi
 from pilothouse._facade.knowledge import KnowledgeApi
 from pilothouse._facade.memory import MemoryApi

@@ -823,7 +823,9 @@ class Pilothouse:
             await self._shared.aclose()
 
 
-_HALVES = frozenset({"catalog", "evaluation", "events", "history", "keys", "knowledge", "memory", "query"})
+_HALVES = frozenset(
+    {"catalog", "evaluation", "events", "history", "keys", "knowledge", "memory", "query"}
+)
 """The halves :class:`Pilothouse` makes on first use (``_make_<name>``)."""
 
 _LAZY = {

@@ -219,6 +219,7 @@ if TYPE_CHECKING:
     from pilothouse.runtime._meter import Meter
     from pilothouse.runtime._prompt import PromptContext, PromptContributor
     from pilothouse.runtime._toolexec import Authorizer
+    from pilothouse.store._datasets import DatasetCase, DatasetInfo, RecordedCall
     from pilothouse.store._queries import (
         AttachmentView,
         ConversationInfo,
@@ -228,7 +229,6 @@ if TYPE_CHECKING:
         TimelineEventView,
         ToolCallView,
     )
-    from pilothouse.store._datasets import DatasetCase, DatasetInfo, RecordedCall
     from pilothouse.store._records import Conversation, Message
     from pilothouse.store._turnstore import NewAttachment as AttachmentInput
     from pilothouse.store._turnstore import NewMessage as MessageInput

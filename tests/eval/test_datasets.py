@@ -8,8 +8,8 @@ import pytest
 
 from pilothouse.api import Pilothouse
 from pilothouse.errors import InvalidFieldError, NotFoundError
-from pilothouse.settings import Settings
 from pilothouse.providers import SecretResolver
+from pilothouse.settings import Settings
 from pilothouse.testing import CatalogBuilder, ScriptedModel, ToolCall
 from pilothouse.tools import ToolRegistry
 from pilothouse.types import DatasetCase, RecordedCall
