@@ -332,6 +332,9 @@ class SyncEvaluationApi(_SyncHalf):
     export_dataset = _Blocking(EvaluationApi.export_dataset)
     import_dataset = _Blocking(EvaluationApi.import_dataset)
     delete_dataset = _Blocking(EvaluationApi.delete_dataset)
+    replay = _Blocking(EvaluationApi.replay)
+    get_run = _Blocking(EvaluationApi.get_run)
+    list_runs = _Blocking(EvaluationApi.list_runs)
 
 
 class SyncKeyApi(_SyncHalf):

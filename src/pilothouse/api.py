@@ -525,9 +525,13 @@ class Pilothouse:
         )
 
     def _make_evaluation(self) -> EvaluationApi:
-        from pilothouse._facade.evaluation import EvaluationApi
+        from pilothouse._facade.evaluation import REPLAY_CALLER, EvaluationApi
 
-        return EvaluationApi(self._database, self.tenant)
+        return EvaluationApi(
+            self._database,
+            self.tenant,
+            lambda: self.for_tenant(self.tenant, caller=REPLAY_CALLER).command,
+        )
 
     def _make_keys(self) -> KeyApi:
         from pilothouse._facade.keys import KeyApi

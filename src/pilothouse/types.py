@@ -48,6 +48,7 @@ __all__ = [
     "Caller",
     "CallableTool",
     "Cardinality",
+    "CaseResult",
     "FACES",
     "CatalogCheck",
     "CatalogEntity",
@@ -111,6 +112,7 @@ __all__ = [
     "ReasoningEffort",
     "ReasoningSummary",
     "RecordedCall",
+    "ReplayRun",
     "SchemaDirection",
     "SchemaRevision",
     "SearchHit",
@@ -230,6 +232,7 @@ if TYPE_CHECKING:
         ToolCallView,
     )
     from pilothouse.store._records import Conversation, Message
+    from pilothouse.store._replays import CaseResult, ReplayRun
     from pilothouse.store._turnstore import NewAttachment as AttachmentInput
     from pilothouse.store._turnstore import NewMessage as MessageInput
 
@@ -787,6 +790,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "pilothouse.store._records": ("Conversation", "Message"),
     "pilothouse.store._datasets": ("DatasetCase", "DatasetInfo", "RecordedCall"),
+    "pilothouse.store._replays": ("CaseResult", "ReplayRun"),
 }
 """The names imported on first use, by the module that defines them."""
 

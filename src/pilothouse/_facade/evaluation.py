@@ -1,29 +1,41 @@
-"""The evaluation half of the facade: datasets of recorded cases, their export and import.
+"""The evaluation half of the facade: datasets of recorded cases, and their replays.
 
 A dataset is built from the tenant's recorded conversations (filtered by
 action, agent, status, dates, tag, uuids, a sample size) or written by hand,
-and moves between deployments as JSONL, one case per line.
+and moves between deployments as JSONL, one case per line. A replay runs
+every case again through the normal run loop against a changed target
+(model, configuration, option settings), answering tool calls from the
+recorded results (``runtime/_replaytape.py``); its conversations are
+recorded with face ``replay``.
 """
 
 from __future__ import annotations
 
 __all__ = ["EvaluationApi"]
 
+import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
+from pilothouse._caller import Caller
 from pilothouse._facade.facet import Facet
 from pilothouse.catalog._enums import ProcessStatus
-from pilothouse.errors import InvalidFieldError, NotFoundError
+from pilothouse.errors import InvalidFieldError, NotFoundError, PilothouseError
 from pilothouse.store import Database
 from pilothouse.store import _datasets as store
+from pilothouse.store import _replays as replays
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
+    from pilothouse._facade.command import CommandApi
     from pilothouse.store._datasets import DatasetCase, DatasetInfo
+    from pilothouse.store._replays import CaseResult, ReplayRun
 
 
 class EvaluationApi(Facet):
@@ -32,10 +44,18 @@ class EvaluationApi(Facet):
     Args:
         database: the store.
         tenant: whose datasets and conversations.
+        command: the command half replays run their turns with (its caller
+            is the ``replay`` face).
     """
 
-    def __init__(self, database: Callable[[], Database], tenant: str) -> None:
+    def __init__(
+        self,
+        database: Callable[[], Database],
+        tenant: str,
+        command: Callable[[], CommandApi],
+    ) -> None:
         super().__init__(database, tenant)
+        self._command_of = command
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[AsyncConnection]:
@@ -189,3 +209,178 @@ class EvaluationApi(Facet):
         """
         async with self._transaction() as connection:
             await store.delete_dataset(connection, self.tenant, name)
+
+    async def replay(
+        self,
+        dataset: str,
+        *,
+        run: str | None = None,
+        model: str | None = None,
+        configuration: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+        live_tools: Collection[str] = (),
+        concurrency: int = 1,
+        count_budgets: bool = False,
+    ) -> ReplayRun:
+        """Run every case of a dataset again through the run loop against a changed target.
+
+        Tool calls are answered from the recorded results when the same tool
+        is called with equal arguments; any other call is a divergence,
+        reported in the case's result and answered with an error, unless the
+        tool is in ``live_tools``. Giving the name of an unfinished run
+        resumes it: only the cases it lacks run.
+
+        Args:
+            dataset: the dataset to replay.
+            run: the run's name (default: ``<dataset>-<UTC time>``); an
+                existing run of the same dataset and target resumes.
+            model: a catalog model code instead of each action's.
+            configuration: a catalog configuration code instead of each action's.
+            settings: model options and switches of the runtime config
+                (``{"temperature": 0.2}``), checked like any runtime config.
+            live_tools: tools that run for real when a call does not match.
+            concurrency: how many cases run at once.
+            count_budgets: hold the replay's model calls on the tenant's
+                budgets (by default a replay spends nothing of them).
+
+        Raises:
+            NotFoundError: no such dataset, model or configuration.
+            InvalidFieldError: ``concurrency`` below 1, or an existing run
+                of another dataset or target.
+        """
+        from pilothouse.runtime._replaytape import ReplayTape, TapeCall, replaying
+
+        if concurrency < 1:
+            raise InvalidFieldError("concurrency", "must be at least 1")
+        target: dict[str, Any] = {
+            "model": model,
+            "configuration": configuration,
+            "settings": dict(settings or {}),
+            "live_tools": sorted(live_tools),
+            "count_budgets": count_budgets,
+        }
+        cases = await self.cases(dataset)
+        await self._check_target(model, configuration)
+        name = run or f"{dataset}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        async with self._transaction() as connection:
+            run_id = await replays.find_run(connection, self.tenant, name)
+            if run_id is None:
+                run_id = await replays.create_run(connection, self.tenant, name, dataset, target)
+                done: set[int] = set()
+            else:
+                earlier = await replays.read_run(connection, self.tenant, name)
+                if earlier.dataset != dataset or dict(earlier.target) != target:
+                    raise InvalidFieldError(
+                        "run", f"run {name!r} replays another dataset or target"
+                    )
+                done = {r.sequence for r in earlier.results}
+        command = self._command_of()
+        limiter = anyio.CapacityLimiter(concurrency)
+
+        async def one(case: DatasetCase) -> None:
+            async with limiter:
+                tape = ReplayTape(
+                    calls=tuple(TapeCall(c.name, c.arguments, c.result) for c in case.tool_calls),
+                    live_tools=frozenset(live_tools),
+                    model=model,
+                    configuration=configuration,
+                    count_budgets=count_budgets,
+                )
+                started = time.perf_counter()
+                with replaying(tape):
+                    try:
+                        turn = await command.start_and_send(
+                            case.input_text,
+                            action=case.action,
+                            agent=case.agent,
+                            input_data=case.input_data,
+                            runtime_config=settings,
+                        )
+                    except PilothouseError as exc:
+                        result = _failed(case, tape, str(exc))
+                    else:
+                        result = replays.CaseResult(
+                            sequence=case.sequence,
+                            status="ok" if turn.error is None else "failed",
+                            output=turn.text,
+                            tool_calls=_calls(tape),
+                            divergences=_divergences(tape),
+                            answered=tape.answered,
+                            input_tokens=turn.input_tokens,
+                            output_tokens=turn.output_tokens,
+                            cost=turn.cost,
+                            latency_ms=int((time.perf_counter() - started) * 1000),
+                            conversation_uuid=turn.conversation_uuid,
+                            error=turn.error,
+                        )
+                async with self._transaction() as connection:
+                    await replays.add_result(connection, run_id, result)
+
+        async with anyio.create_task_group() as group:
+            for case in cases:
+                if case.sequence not in done:
+                    group.start_soon(one, case)
+        async with self._transaction() as connection:
+            await replays.finish_run(connection, run_id)
+            return await replays.read_run(connection, self.tenant, name)
+
+    async def _check_target(self, model: str | None, configuration: str | None) -> None:
+        """Refuse an unknown model or configuration before any case runs."""
+        from pilothouse.catalog._read import CatalogReader
+
+        def read(connection: Any) -> None:
+            reader = CatalogReader(connection, self.tenant)
+            if model is not None and reader.model(model) is None:
+                raise NotFoundError(f"model '{model}' not found")
+            if configuration is not None and reader.configuration(configuration) is None:
+                raise NotFoundError(f"configuration '{configuration}' not found")
+
+        async with self._transaction() as connection:
+            await connection.run_sync(read)
+
+    async def get_run(self, name: str) -> ReplayRun:
+        """Return a replay run with its results.
+
+        Raises:
+            NotFoundError: no such run.
+        """
+        async with self._transaction() as connection:
+            return await replays.read_run(connection, self.tenant, name)
+
+    async def list_runs(self) -> list[ReplayRun]:
+        """Return the tenant's replay runs, newest first, without their results."""
+        async with self._transaction() as connection:
+            return await replays.list_runs(connection, self.tenant)
+
+
+def _calls(tape: Any) -> tuple[dict[str, Any], ...]:
+    return tuple({"name": name, "arguments": arguments} for name, arguments in tape.called)
+
+
+def _divergences(tape: Any) -> tuple[dict[str, Any], ...]:
+    return tuple(
+        {
+            "tool": d.tool,
+            "arguments": dict(d.arguments),
+            "expected": [dict(e) for e in d.expected],
+            "live": d.live,
+        }
+        for d in tape.divergences
+    )
+
+
+def _failed(case: DatasetCase, tape: Any, error: str) -> CaseResult:
+    return replays.CaseResult(
+        sequence=case.sequence,
+        status="failed",
+        output=None,
+        tool_calls=_calls(tape),
+        divergences=_divergences(tape),
+        answered=tape.answered,
+        cost=Decimal(0),
+        error=error,
+    )
+
+
+REPLAY_CALLER = Caller("replay")
+"""Who a replay's conversations were started by."""

@@ -22,6 +22,8 @@ __all__ = [
     "event_reply_table",
     "memory_order",
     "message_table",
+    "replay_result_table",
+    "replay_run_table",
     "metadata",
     "timeline_event_table",
     "tool_call_table",
@@ -314,4 +316,42 @@ dataset_case_table = Table(
     Column("recorded", JSON, default=dict, nullable=False),
     Column("created_at", UtcDateTime, default=utcnow, nullable=False),
     UniqueConstraint("dataset_id", "sequence"),
+)
+
+# A replay run: a dataset run again against a changed target. Each finished
+# case is one row of ``replay_result`` (so an interrupted run resumes with
+# the cases it lacks); the conversation it ran is recorded with face
+# ``replay``.
+replay_run_table = Table(
+    "replay_run",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("tenant", String(32), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("dataset", String(128), nullable=False),
+    Column("target", JSON, default=dict, nullable=False),
+    Column("created_at", UtcDateTime, default=utcnow, nullable=False),
+    Column("finished_at", UtcDateTime),
+    UniqueConstraint("tenant", "name"),
+)
+
+replay_result_table = Table(
+    "replay_result",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", Integer, ForeignKey("replay_run.id"), nullable=False, index=True),
+    Column("case_sequence", Integer, nullable=False),
+    Column("conversation_uuid", String(36)),
+    Column("status", String(16), nullable=False),
+    Column("output", Text),
+    Column("tool_calls", JSON, default=list, nullable=False),
+    Column("divergences", JSON, default=list, nullable=False),
+    Column("answered", Integer, default=0, nullable=False),
+    Column("input_tokens", Integer, default=0, nullable=False),
+    Column("output_tokens", Integer, default=0, nullable=False),
+    Column("cost", Numeric(18, 8), default=Decimal(0), nullable=False),
+    Column("latency_ms", Integer),
+    Column("error", Text),
+    Column("created_at", UtcDateTime, default=utcnow, nullable=False),
+    UniqueConstraint("run_id", "case_sequence"),
 )

@@ -1,4 +1,4 @@
-"""evaluation datasets (eval): named sets of recorded or hand-written cases
+"""evaluation datasets and replay runs (eval): recorded cases and their replays
 
 A dataset holds cases, each an input (text and input data) with the output
 and the tool results a conversation recorded for it; replays answer tool
@@ -64,8 +64,52 @@ def upgrade() -> None:
             batch_op.f("ix_dataset_case_source_conversation"), ["source_conversation"], unique=False
         )
 
+    op.create_table(
+        "replay_run",
+        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("tenant", sa.String(length=32), nullable=False),
+        sa.Column("name", sa.String(length=128), nullable=False),
+        sa.Column("dataset", sa.String(length=128), nullable=False),
+        sa.Column("target", sa.JSON(), nullable=False),
+        sa.Column("created_at", pilothouse.store._types.UtcDateTime(timezone=True), nullable=False),
+        sa.Column("finished_at", pilothouse.store._types.UtcDateTime(timezone=True), nullable=True),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_replay_run")),
+        sa.UniqueConstraint("tenant", "name", name=op.f("uq_replay_run_tenant_name")),
+    )
+    op.create_table(
+        "replay_result",
+        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("run_id", sa.Integer(), nullable=False),
+        sa.Column("case_sequence", sa.Integer(), nullable=False),
+        sa.Column("conversation_uuid", sa.String(length=36), nullable=True),
+        sa.Column("status", sa.String(length=16), nullable=False),
+        sa.Column("output", sa.Text(), nullable=True),
+        sa.Column("tool_calls", sa.JSON(), nullable=False),
+        sa.Column("divergences", sa.JSON(), nullable=False),
+        sa.Column("answered", sa.Integer(), nullable=False),
+        sa.Column("input_tokens", sa.Integer(), nullable=False),
+        sa.Column("output_tokens", sa.Integer(), nullable=False),
+        sa.Column("cost", sa.Numeric(precision=18, scale=8), nullable=False),
+        sa.Column("latency_ms", sa.Integer(), nullable=True),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("created_at", pilothouse.store._types.UtcDateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["run_id"], ["replay_run.id"], name=op.f("fk_replay_result_run_id_replay_run")
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_replay_result")),
+        sa.UniqueConstraint(
+            "run_id", "case_sequence", name=op.f("uq_replay_result_run_id_case_sequence")
+        ),
+    )
+    with op.batch_alter_table("replay_result", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_replay_result_run_id"), ["run_id"], unique=False)
+
 
 def downgrade() -> None:
+    with op.batch_alter_table("replay_result", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_replay_result_run_id"))
+    op.drop_table("replay_result")
+    op.drop_table("replay_run")
     with op.batch_alter_table("dataset_case", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_dataset_case_source_conversation"))
         batch_op.drop_index(batch_op.f("ix_dataset_case_dataset_id"))
