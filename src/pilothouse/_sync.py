@@ -335,6 +335,7 @@ class SyncEvaluationApi(_SyncHalf):
     replay = _Blocking(EvaluationApi.replay)
     get_run = _Blocking(EvaluationApi.get_run)
     list_runs = _Blocking(EvaluationApi.list_runs)
+    evaluate = _Blocking(EvaluationApi.evaluate)
 
 
 class SyncKeyApi(_SyncHalf):

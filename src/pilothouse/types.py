@@ -48,6 +48,7 @@ __all__ = [
     "Caller",
     "CallableTool",
     "Cardinality",
+    "CaseDiff",
     "CaseResult",
     "FACES",
     "CatalogCheck",
@@ -61,6 +62,7 @@ __all__ = [
     "ConversationView",
     "DatasetCase",
     "DatasetInfo",
+    "EvalReport",
     "DirectToolCall",
     "DoctorCheck",
     "DocumentInfo",
@@ -113,6 +115,9 @@ __all__ = [
     "ReasoningSummary",
     "RecordedCall",
     "ReplayRun",
+    "Score",
+    "Scored",
+    "Scorer",
     "SchemaDirection",
     "SchemaRevision",
     "SearchHit",
@@ -181,6 +186,8 @@ from pilothouse.memory._types import (
 from pilothouse.providers._options import ModelOptions, ReasoningEffort, ReasoningSummary
 
 if TYPE_CHECKING:
+    from pilothouse._facade.evalreport import CaseDiff, EvalReport
+    from pilothouse._facade.scorers import Score, Scored, Scorer
     from pilothouse.catalog._importer import ImportSummary, KindCounts
     from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
     from pilothouse.catalog._views import (
@@ -791,6 +798,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "pilothouse.store._records": ("Conversation", "Message"),
     "pilothouse.store._datasets": ("DatasetCase", "DatasetInfo", "RecordedCall"),
     "pilothouse.store._replays": ("CaseResult", "ReplayRun"),
+    "pilothouse._facade.scorers": ("Score", "Scored", "Scorer"),
+    "pilothouse._facade.evalreport": ("CaseDiff", "EvalReport"),
 }
 """The names imported on first use, by the module that defines them."""
 

@@ -93,3 +93,46 @@ async def test_replay_answers_from_the_recording_and_reports_divergences(
         with pytest.raises(NotFoundError, match="model 'NOPE'"):
             await ph.evaluation.replay("stock", run="bad", model="NOPE")
         assert [r.name for r in await ph.evaluation.list_runs()] == ["other", "same"]
+
+
+async def test_evaluate_scores_two_runs_and_fails_on_a_regression(database_url: str) -> None:
+    model = ScriptedModel(['{"n": 1, "w": "a"}', '{"n": 1, "w": "a"}', '{"n": 2, "w": "a"}'])
+    settings = Settings(database_url=database_url, secrets_file=None)
+    async with Pilothouse(settings, model=model) as ph:
+        await CatalogBuilder().action("SAY", prompt="Say it.", ask_user=False).import_into(ph)
+        await ph.command.start_and_send("say", action="SAY")
+        await ph.evaluation.create_dataset("say", from_conversations=True)
+        await ph.evaluation.replay("say", run="base")
+        await ph.evaluation.replay("say", run="new", settings={"temperature": 0.5})
+        good = await ph.evaluation.evaluate("base", scorers=["exact", "json_field:n"])
+        assert good.passed
+        assert good.pass_rates == {"exact": 1.0, "json_field:n": 1.0}
+        report = await ph.evaluation.evaluate(
+            "new",
+            against="base",
+            scorers=[
+                "exact",
+                "normalised",
+                "json_field:w",
+                "json_valid",
+                "regex:n",
+                "tool_sequence",
+            ],
+            thresholds={"exact": 0.5},
+            margin=0.1,
+        )
+        assert not report.passed
+        assert report.pass_rates["exact"] == 0.0
+        assert report.pass_rates["json_field:w"] == 1.0
+        assert report.baseline_rates is not None and report.baseline_rates["exact"] == 1.0
+        assert report.failures[0] == "exact: pass rate 0% is below 50%"
+        assert any("regressed" in f for f in report.failures)
+        assert report.as_json()["cases"][0]["output"] == '{"n": 2, "w": "a"}'
+        assert "| exact | 0% | 100% |" in report.as_markdown()
+        assert "FAILED: exact" in report.as_table()
+        with pytest.raises(InvalidFieldError, match="unknown scorer 'nope'"):
+            await ph.evaluation.evaluate("new", scorers=["nope"])
+        with pytest.raises(InvalidFieldError, match="no such scorer: regex"):
+            await ph.evaluation.evaluate("new", thresholds={"regex": 1})
+        with pytest.raises(InvalidFieldError, match="margin needs a baseline"):
+            await ph.evaluation.evaluate("new", margin=0.1)

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
     from pilothouse._facade.command import CommandApi
+    from pilothouse._facade.evalreport import EvalReport
+    from pilothouse._facade.scorers import Scorer
     from pilothouse.store._datasets import DatasetCase, DatasetInfo
     from pilothouse.store._replays import CaseResult, ReplayRun
 
@@ -337,6 +339,53 @@ class EvaluationApi(Facet):
 
         async with self._transaction() as connection:
             await connection.run_sync(read)
+
+    async def evaluate(
+        self,
+        run: str,
+        *,
+        against: str | None = None,
+        scorers: Sequence[str | Scorer] = ("exact",),
+        thresholds: Mapping[str, float] | None = None,
+        margin: float | None = None,
+        schema: Mapping[str, Any] | None = None,
+    ) -> EvalReport:
+        """Score a replay run case by case against a baseline run or the recording.
+
+        Args:
+            run: the run to score.
+            against: a baseline run of the same dataset (None: the recorded
+                outputs, tool calls, cost and latency).
+            scorers: built-in scorer specs (``exact``, ``normalised``,
+                ``json_field:a,b``, ``json_valid``, ``tool_sequence``,
+                ``regex:...``, ``cost_delta:1.5``, ``latency_delta:2``) or
+                scorer objects.
+            thresholds: the lowest pass rate each scorer may have, by name.
+            margin: the most a pass rate may drop below the baseline run's.
+            schema: the JSON schema ``json_valid`` checks outputs against.
+
+        Raises:
+            NotFoundError: no such run or baseline.
+            InvalidFieldError: an unknown scorer, a threshold of no scorer,
+                a margin without a baseline, or a baseline of another dataset.
+        """
+        from pilothouse._facade.evalreport import build_report
+        from pilothouse._facade.scorers import parse_scorer
+
+        units = [parse_scorer(s, schema) if isinstance(s, str) else s for s in scorers]
+        if not units:
+            raise InvalidFieldError("scorers", "name at least one scorer")
+        async with self._transaction() as connection:
+            scored = await replays.read_run(connection, self.tenant, run)
+            baseline = (
+                await replays.read_run(connection, self.tenant, against)
+                if against is not None
+                else None
+            )
+            if baseline is not None and baseline.dataset != scored.dataset:
+                raise InvalidFieldError("against", f"run {against!r} replays another dataset")
+            cases = await store.dataset_cases(connection, self.tenant, scored.dataset)
+        return build_report(cases, scored, baseline, units, thresholds=thresholds, margin=margin)
 
     async def get_run(self, name: str) -> ReplayRun:
         """Return a replay run with its results.
