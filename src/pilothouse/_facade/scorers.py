@@ -2,7 +2,7 @@
 
 A scorer is named by a spec string (``exact``, ``normalised``,
 ``json_field:name,website``, ``json_valid``, ``tool_sequence``,
-``regex:^\\d+$``, ``cost_delta:1.5``, ``latency_delta:2``); any object with a
+``regex:^[0-9]+$``, ``cost_delta:1.5``, ``latency_delta:2``); any object with a
 ``name`` and a ``score`` method of :class:`Scorer`'s shape plugs in beside
 them. What is expected is the baseline run's result when there is one, else
 the dataset's recorded output and tool calls.
