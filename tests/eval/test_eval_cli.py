@@ -1,4 +1,4 @@
-"""The example catalog's two actions: recorded, made a dataset, replayed on another configuration, scored."""
+"""The example catalog's two actions: recorded, made a dataset, replayed, scored."""
 
 from __future__ import annotations
 
