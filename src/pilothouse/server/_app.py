@@ -79,6 +79,7 @@ def routers() -> list[APIRouter]:
     from pilothouse.server._budget_routes import router as budgets
     from pilothouse.server._catalog_routes import router as catalog
     from pilothouse.server._conversation_routes import router as conversations
+    from pilothouse.server._evaluation_routes import router as evaluation
     from pilothouse.server._health import router as health
     from pilothouse.server._invoke import router as invoke
     from pilothouse.server._jsonrpc import router as jsonrpc
@@ -93,6 +94,7 @@ def routers() -> list[APIRouter]:
         conversations,
         audit,
         budgets,
+        evaluation,
         openai,
         invoke,
         jsonrpc,
