@@ -14,7 +14,7 @@ from __future__ import annotations
 __all__ = ["EvaluationApi"]
 
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from decimal import Decimal
@@ -60,7 +60,7 @@ class EvaluationApi(Facet):
         self._command_of = command
 
     @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[AsyncConnection]:
+    async def _transaction(self) -> AsyncGenerator[AsyncConnection]:
         database = await self._ready()
         async with database.sessions() as session, session.begin():
             yield await session.connection()

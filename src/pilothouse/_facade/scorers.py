@@ -64,7 +64,10 @@ class Scored:
 class Scorer(Protocol):
     """A pluggable scorer: a name for reports and a verdict per case."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The scorer's name in reports and thresholds."""
+        ...
 
     def score(self, scored: Scored) -> Score:
         """Judge one case."""
@@ -136,7 +139,8 @@ class _JsonValid:
             return Score(True, 1.0)
         import jsonschema
 
-        errors = list(jsonschema.Draft202012Validator(self.schema).iter_errors(output))
+        validator = jsonschema.Draft202012Validator(self.schema)
+        errors = list(validator.iter_errors(output))  # pyright: ignore[reportUnknownMemberType]
         return Score(not errors, float(not errors), errors[0].message if errors else "")
 
 

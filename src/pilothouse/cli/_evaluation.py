@@ -14,7 +14,7 @@ __all__ = ["app", "eval_run", "replay"]
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -146,7 +146,7 @@ def import_dataset(
             fail(f"{source}:{number}: not JSON ({exc})")
         if not isinstance(value, dict):
             fail(f"{source}:{number}: a case is a JSON object")
-        lines.append({str(k): v for k, v in value.items()})  # pyright: ignore[reportUnknownVariableType]
+        lines.append(cast(dict[str, Any], value))
 
     async def body() -> DatasetInfo:
         async with open_facade(state) as ph:

@@ -15,7 +15,7 @@ from __future__ import annotations
 __all__ = ["Divergence", "ReplayTape", "TapeCall", "current_tape", "replaying"]
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -108,7 +108,7 @@ def current_tape() -> ReplayTape | None:
 
 
 @contextmanager
-def replaying(tape: ReplayTape) -> Iterator[ReplayTape]:
+def replaying(tape: ReplayTape) -> Generator[ReplayTape]:
     """Run the turns started inside the block as a replay answered from ``tape``."""
     token = _TAPE.set(tape)
     try:

@@ -28,10 +28,10 @@ __all__ = [
 
 import random
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import delete, func, insert, select
 
@@ -193,44 +193,44 @@ def case_from_json(document: Mapping[str, Any], where: str = "case") -> DatasetC
     raw_calls: object = document.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise InvalidFieldError(f"{where}.tool_calls", "must be a list")
-    for index, raw in enumerate(raw_calls):  # pyright: ignore[reportUnknownVariableType]
+    for index, raw in enumerate(cast(list[object], raw_calls)):
         name = f"{where}.tool_calls[{index}]"
         if not isinstance(raw, dict):
             raise InvalidFieldError(name, "must be an object")
-        call: dict[str, Any] = {str(k): v for k, v in raw.items()}  # pyright: ignore[reportUnknownVariableType,reportUnknownArgumentType]
+        call = cast(dict[str, Any], raw)
         extra = sorted(set(call) - _CALL_FIELDS)
         if extra:
             raise InvalidFieldError(name, f"unknown fields {', '.join(extra)}")
-        arguments = call.get("arguments") or {}
+        arguments: object = call.get("arguments") or {}
         if not isinstance(arguments, dict):
             raise InvalidFieldError(f"{name}.arguments", "must be an object")
         calls.append(
             RecordedCall(
                 name=_text(call.get("name"), f"{name}.name") or "",
-                arguments={str(k): v for k, v in arguments.items()},  # pyright: ignore[reportUnknownVariableType,reportUnknownArgumentType]
+                arguments=cast(dict[str, Any], arguments),
                 result=_text(call.get("result"), f"{name}.result", optional=True),
             )
         )
-    input_data = document.get("input_data")
+    input_data: object = document.get("input_data")
     if input_data is not None and not isinstance(input_data, dict):
         raise InvalidFieldError(f"{where}.input_data", "must be an object")
-    tags = document.get("tags") or []
-    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):  # pyright: ignore[reportUnknownVariableType]
+    tags: object = document.get("tags") or []
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in cast(list[object], tags)):
         raise InvalidFieldError(f"{where}.tags", "must be a list of strings")
-    recorded = document.get("recorded") or {}
+    recorded: object = document.get("recorded") or {}
     if not isinstance(recorded, dict):
         raise InvalidFieldError(f"{where}.recorded", "must be an object")
     return DatasetCase(
         action=action,
         agent=_text(document.get("agent"), f"{where}.agent", optional=True),
         input_text=_text(document.get("input_text", ""), f"{where}.input_text") or "",
-        input_data=input_data,  # pyright: ignore[reportUnknownArgumentType]
+        input_data=cast("dict[str, Any] | None", input_data),
         expected_output=_text(
             document.get("expected_output"), f"{where}.expected_output", optional=True
         ),
         tool_calls=tuple(calls),
-        tags=tuple(str(t) for t in tags),  # pyright: ignore[reportUnknownVariableType,reportUnknownArgumentType]
-        recorded=recorded,  # pyright: ignore[reportUnknownArgumentType]
+        tags=tuple(cast(list[str], tags)),
+        recorded=cast(dict[str, Any], recorded),
         source_conversation=_text(
             document.get("source_conversation"), f"{where}.source_conversation", optional=True
         ),
@@ -345,9 +345,7 @@ async def dataset_cases(connection: AsyncConnection, tenant: str, name: str) -> 
                 "source_conversation": row.source_conversation,
             }
         )
-        cases.append(
-            DatasetCase(**{**base.__dict__, "sequence": int(row.sequence)})  # pyright: ignore[reportAny]
-        )
+        cases.append(replace(base, sequence=int(row.sequence)))
     return cases
 
 
@@ -397,10 +395,14 @@ def _tags_of(data: Mapping[str, Any] | None) -> set[str]:
     if not data:
         return set()
     found: set[str] = set()
-    for holder in (data, data.get("input_data") or {}):
-        tags = holder.get("tags") if isinstance(holder, Mapping) else None  # pyright: ignore[reportUnknownMemberType,reportUnnecessaryIsInstance]
+    inner: object = data.get("input_data")
+    holders: list[Mapping[str, Any]] = [data]
+    if isinstance(inner, dict):
+        holders.append(cast(dict[str, Any], inner))
+    for holder in holders:
+        tags: object = holder.get("tags")
         if isinstance(tags, list):
-            found |= {str(t) for t in tags}  # pyright: ignore[reportUnknownVariableType,reportUnknownArgumentType]
+            found |= {str(t) for t in cast(list[object], tags)}
         elif isinstance(tags, str):
             found.add(tags)
     return found
