@@ -101,3 +101,18 @@ async def test_hand_written_cases_and_tool_calls_are_kept(database_url: str) -> 
         written = DatasetCase(action="COUNT", input_text="hello", expected_output="hi", tags=("x",))
         assert (await ph.evaluation.add_cases("hand", [written, written])).cases == 2
         assert [c.sequence for c in await ph.evaluation.cases("hand")] == [1, 2]
+
+
+async def test_erasing_a_user_removes_their_cases_and_keeps_them_out(settings: Settings) -> None:
+    from pilothouse.types import MemoryScope
+
+    async with Pilothouse(settings, model=ScriptedModel(["S", "H", "other"])) as ph:
+        await ph.catalog.import_documents([CATALOG])
+        alice, bob = await _record(ph)
+        await ph.memory.add("Likes shirts.", MemoryScope("session", session_id=alice, user_id="al"))
+        await ph.evaluation.create_dataset("asks", from_conversations=True, action="ASK")
+        report = await ph.memory.erase_user("al", requested_by="test")
+        assert report.conversations == 1
+        assert [c.source_conversation for c in await ph.evaluation.cases("asks")] == [bob]
+        later = await ph.evaluation.create_dataset("later", from_conversations=True, action="ASK")
+        assert later.cases == 1
