@@ -63,11 +63,14 @@ def test_datasets_replay_and_eval_on_the_example_catalog(db_url: str, tmp_path: 
         same = cli.invoke(app, [*base, "replay", "brand", "--run", "base"])
     assert same.exit_code == 0, same.output
     assert "base: 2 cases, 0 failed, 0 diverged" in same.output
-    with override(model=ScriptedModel([Reply("Orca makes fish food."), Json(ACME)])):
+    with override(model=ScriptedModel([Reply("Orca makes fish food."), Json(ACME)])) as prec:
         other = cli.invoke(
             app, [*base, "replay", "brand", "--run", "prec", "--configuration", "PREC"]
         )
     assert other.exit_code == 0, other.output
+    # The summary action's own configuration is DFLT (256 tokens); the replay ran on PREC's 512.
+    settings = prec.requests[0].info.model_settings
+    assert settings is not None and settings.get("max_tokens") == 512
 
     scored = [*base, "eval", "brand", "--run", "prec", "--against", "base"]
     passing = cli.invoke(app, [*scored, "--scorer", "json_valid", "--format", "json"])
