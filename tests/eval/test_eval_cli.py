@@ -15,6 +15,17 @@ from pilothouse.store import Database
 from pilothouse.testing import Json, Reply, ScriptedModel, override
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "catalog"
+# Two summaries a day: the recording takes one; replays hold nothing on it.
+BUDGET = """\
+budgets:
+  - code: TWICE
+    name: Two summaries a day
+    scope: action
+    match: SUMBRAND
+    period: day
+    timezone: Europe/Berlin
+    turns: 2
+"""
 ACME = [{"name": "Kelp Co", "website": "", "reason": "sells seaweed"}]
 
 
@@ -30,6 +41,9 @@ def db_url(tmp_path: Path, sqlite_templates: SqliteTemplates) -> str:
 def test_datasets_replay_and_eval_on_the_example_catalog(db_url: str, tmp_path: Path) -> None:
     cli = CliRunner()
     base = ["--database-url", db_url]
+    budget = tmp_path / "budget.yaml"
+    budget.write_text(BUDGET, encoding="utf-8")
+    assert cli.invoke(app, [*base, "catalog", "import", str(budget)]).exit_code == 0
     with override(model=ScriptedModel([Reply("Orca sells food."), Json(ACME)])):
         summary = cli.invoke(app, [*base, "run", "SUMBRAND", "--input", "document=Orca", "Go."])
         competitors = cli.invoke(
@@ -68,6 +82,13 @@ def test_datasets_replay_and_eval_on_the_example_catalog(db_url: str, tmp_path: 
             app, [*base, "replay", "brand", "--run", "prec", "--configuration", "PREC"]
         )
     assert other.exit_code == 0, other.output
+    assert "prec: 2 cases, 0 failed, 0 diverged" in other.output  # the budget was not spent
+    with override(model=ScriptedModel([Reply("x"), Json(ACME)])):
+        counted = cli.invoke(app, [*base, "replay", "brand", "--run", "counted", "--count-budgets"])
+    assert "counted: 2 cases, 0 failed" in counted.output  # the recording spent 1 of 2
+    with override(model=ScriptedModel([Json(ACME)])):
+        spent = cli.invoke(app, [*base, "replay", "brand", "--run", "spent", "--count-budgets"])
+    assert "spent: 2 cases, 1 failed" in spent.output
     # The summary action's own configuration is DFLT (256 tokens); the replay ran on PREC's 512.
     settings = prec.requests[0].info.model_settings
     assert settings is not None and settings.get("max_tokens") == 512
