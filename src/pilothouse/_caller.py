@@ -22,8 +22,10 @@ FACES = (
     "cli",
     "playground",
     "python",
+    "replay",
 )
-"""The faces a caller can come through (``python``: an application's own code)."""
+"""The faces a caller can come through (``python``: an application's own code;
+``replay``: an evaluation replay, kept out of datasets and budgets)."""
 
 
 @dataclass(frozen=True, slots=True)

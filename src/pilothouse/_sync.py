@@ -16,6 +16,7 @@ __all__ = [
     "SyncCommandApi",
     "SyncEventApi",
     "SyncHistoryApi",
+    "SyncEvaluationApi",
     "SyncKeyApi",
     "SyncKnowledgeApi",
     "SyncMemoryApi",
@@ -45,6 +46,7 @@ import anyio
 
 from pilothouse._facade.catalog import CatalogApi
 from pilothouse._facade.command import CommandApi
+from pilothouse._facade.evaluation import EvaluationApi
 from pilothouse._facade.events import EventApi
 from pilothouse._facade.facet import Facet
 from pilothouse._facade.history import HistoryApi
@@ -320,6 +322,23 @@ class SyncHistoryApi(_SyncHalf):
     system_prompt = _Blocking(HistoryApi.system_prompt)
 
 
+class SyncEvaluationApi(_SyncHalf):
+    """:class:`~pilothouse.api.EvaluationApi` as blocking calls."""
+
+    create_dataset = _Blocking(EvaluationApi.create_dataset)
+    list_datasets = _Blocking(EvaluationApi.list_datasets)
+    get_dataset = _Blocking(EvaluationApi.get_dataset)
+    cases = _Blocking(EvaluationApi.cases)
+    add_cases = _Blocking(EvaluationApi.add_cases)
+    export_dataset = _Blocking(EvaluationApi.export_dataset)
+    import_dataset = _Blocking(EvaluationApi.import_dataset)
+    delete_dataset = _Blocking(EvaluationApi.delete_dataset)
+    replay = _Blocking(EvaluationApi.replay)
+    get_run = _Blocking(EvaluationApi.get_run)
+    list_runs = _Blocking(EvaluationApi.list_runs)
+    evaluate = _Blocking(EvaluationApi.evaluate)
+
+
 class SyncKeyApi(_SyncHalf):
     """:class:`~pilothouse.api.KeyApi` as blocking calls."""
 
@@ -441,6 +460,7 @@ class SyncPilothouse:
         memory: blocking scoped long-term memory.
         events: blocking event-tool outbox, completions, deadlines and
             worker tool runs (docs/events.md).
+        evaluation: blocking evaluation datasets.
     """
 
     def __init__(
@@ -497,6 +517,7 @@ class SyncPilothouse:
         self.knowledge = SyncKnowledgeApi(facade.knowledge, portal)
         self.memory = SyncMemoryApi(facade.memory, portal)
         self.events = SyncEventApi(facade.events, portal)
+        self.evaluation = SyncEvaluationApi(facade.evaluation, portal)
 
     @property
     def tenant(self) -> str:

@@ -46,6 +46,7 @@ __all__ = [
     "logging_config",
     "CatalogApi",
     "CommandApi",
+    "EvaluationApi",
     "EventApi",
     "HistoryApi",
     "KeyApi",
@@ -56,6 +57,7 @@ __all__ = [
     "QueryApi",
     "SyncCatalogApi",
     "SyncCommandApi",
+    "SyncEvaluationApi",
     "SyncEventApi",
     "SyncHistoryApi",
     "SyncKeyApi",
@@ -90,6 +92,7 @@ if TYPE_CHECKING:
 
     from pilothouse._coordination import Coordination
     from pilothouse._facade.catalog import CatalogApi
+    from pilothouse._facade.evaluation import EvaluationApi
     from pilothouse._facade.events import EventApi
     from pilothouse._facade.history import HistoryApi
     from pilothouse._facade.keys import KeyApi
@@ -100,6 +103,7 @@ if TYPE_CHECKING:
     from pilothouse._sync import (
         SyncCatalogApi,
         SyncCommandApi,
+        SyncEvaluationApi,
         SyncEventApi,
         SyncHistoryApi,
         SyncKeyApi,
@@ -418,6 +422,7 @@ class Pilothouse:
         events: event tools' outbox and completions, and worker runs.
         history: conversation titles, forks (edits), hiding, export and import.
         knowledge: document collections (ingest, search, documents, embeddings).
+        evaluation: datasets of recorded cases (build, export, import).
     """
 
     query: QueryApi
@@ -428,6 +433,7 @@ class Pilothouse:
     events: EventApi
     history: HistoryApi
     knowledge: KnowledgeApi
+    evaluation: EvaluationApi
 
     def __init__(
         self,
@@ -516,6 +522,15 @@ class Pilothouse:
             allow_stdio=shared.settings.tenant_mcp_stdio,
             code_policy=shared.code_policy(),
             script_limits=shared.script_limits(),
+        )
+
+    def _make_evaluation(self) -> EvaluationApi:
+        from pilothouse._facade.evaluation import REPLAY_CALLER, EvaluationApi
+
+        return EvaluationApi(
+            self._database,
+            self.tenant,
+            lambda: self.for_tenant(self.tenant, caller=REPLAY_CALLER).command,
         )
 
     def _make_keys(self) -> KeyApi:
@@ -812,11 +827,14 @@ class Pilothouse:
             await self._shared.aclose()
 
 
-_HALVES = frozenset({"catalog", "events", "history", "keys", "knowledge", "memory", "query"})
+_HALVES = frozenset(
+    {"catalog", "evaluation", "events", "history", "keys", "knowledge", "memory", "query"}
+)
 """The halves :class:`Pilothouse` makes on first use (``_make_<name>``)."""
 
 _LAZY = {
     "CatalogApi": "pilothouse._facade.catalog",
+    "EvaluationApi": "pilothouse._facade.evaluation",
     "EventApi": "pilothouse._facade.events",
     "HistoryApi": "pilothouse._facade.history",
     "KeyApi": "pilothouse._facade.keys",
@@ -827,6 +845,7 @@ _LAZY = {
         (
             "SyncCatalogApi",
             "SyncCommandApi",
+            "SyncEvaluationApi",
             "SyncEventApi",
             "SyncHistoryApi",
             "SyncKeyApi",

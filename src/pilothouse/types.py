@@ -48,6 +48,8 @@ __all__ = [
     "Caller",
     "CallableTool",
     "Cardinality",
+    "CaseDiff",
+    "CaseResult",
     "FACES",
     "CatalogCheck",
     "CatalogEntity",
@@ -58,6 +60,9 @@ __all__ = [
     "ConversationInfo",
     "ConversationSummary",
     "ConversationView",
+    "DatasetCase",
+    "DatasetInfo",
+    "EvalReport",
     "DirectToolCall",
     "DoctorCheck",
     "DocumentInfo",
@@ -108,6 +113,11 @@ __all__ = [
     "ProviderKind",
     "ReasoningEffort",
     "ReasoningSummary",
+    "RecordedCall",
+    "ReplayRun",
+    "Score",
+    "Scored",
+    "Scorer",
     "SchemaDirection",
     "SchemaRevision",
     "SearchHit",
@@ -177,6 +187,8 @@ from pilothouse.memory._types import (
 from pilothouse.providers._options import ModelOptions, ReasoningEffort, ReasoningSummary
 
 if TYPE_CHECKING:
+    from pilothouse._facade.evalreport import CaseDiff, EvalReport
+    from pilothouse._facade.scorers import Score, Scored, Scorer
     from pilothouse.catalog._importer import ImportSummary, KindCounts
     from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
     from pilothouse.catalog._views import (
@@ -218,6 +230,7 @@ if TYPE_CHECKING:
     from pilothouse.runtime._prompt import PromptContext, PromptContributor
     from pilothouse.runtime._toolexec import Authorizer
     from pilothouse.runtime._usage import UsageRow
+    from pilothouse.store._datasets import DatasetCase, DatasetInfo, RecordedCall
     from pilothouse.store._queries import (
         AttachmentView,
         ConversationInfo,
@@ -228,6 +241,7 @@ if TYPE_CHECKING:
         ToolCallView,
     )
     from pilothouse.store._records import Conversation, Message
+    from pilothouse.store._replays import CaseResult, ReplayRun
     from pilothouse.store._turnstore import NewAttachment as AttachmentInput
     from pilothouse.store._turnstore import NewMessage as MessageInput
 
@@ -785,6 +799,10 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "ToolCallView",
     ),
     "pilothouse.store._records": ("Conversation", "Message"),
+    "pilothouse.store._datasets": ("DatasetCase", "DatasetInfo", "RecordedCall"),
+    "pilothouse.store._replays": ("CaseResult", "ReplayRun"),
+    "pilothouse._facade.scorers": ("Score", "Scored", "Scorer"),
+    "pilothouse._facade.evalreport": ("CaseDiff", "EvalReport"),
 }
 """The names imported on first use, by the module that defines them."""
 

@@ -229,6 +229,25 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("GET", "/v1/usage"): lambda w: [
         Call("GET", "/v1/usage", params={"by": b}) for b in ("action", "user", "key", "model")
     ],
+    # Evaluation: B builds datasets from its own conversations only; A's names are not found.
+    ("GET", "/v1/evaluation/datasets"): lambda w: [Call("GET", "/v1/evaluation/datasets")],
+    ("POST", "/v1/evaluation/datasets"): lambda w: [
+        Call("POST", "/v1/evaluation/datasets", json={"name": "bset", "from_conversations": True}),
+        Call("GET", "/v1/evaluation/datasets/bset/cases"),
+    ],
+    ("GET", "/v1/evaluation/datasets/{name}/cases"): lambda w: [
+        Call("GET", "/v1/evaluation/datasets/aset/cases")
+    ],
+    ("DELETE", "/v1/evaluation/datasets/{name}"): lambda w: [
+        Call("DELETE", "/v1/evaluation/datasets/aset")
+    ],
+    ("POST", "/v1/evaluation/replays"): lambda w: [
+        Call("POST", "/v1/evaluation/replays", json={"dataset": "aset"})
+    ],
+    ("GET", "/v1/evaluation/replays/{run}"): lambda w: [Call("GET", "/v1/evaluation/replays/arun")],
+    ("POST", "/v1/evaluation/replays/{run}/report"): lambda w: [
+        Call("POST", "/v1/evaluation/replays/arun/report", json={})
+    ],
     # OpenAI-compatible
     ("POST", "/v1/chat/completions"): lambda w: (
         [

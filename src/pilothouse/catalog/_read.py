@@ -131,6 +131,16 @@ class CatalogReader:
         row = self._by_key(agent_table, "code", code)
         return None if row is None else self._remember(agent_table, row, self._agent)
 
+    def model(self, code: str) -> ModelView | None:
+        """The tenant's model ``code`` with its provider, or None."""
+        row = self._by_key(model_table, "code", code)
+        return None if row is None else self._remember(model_table, row, self._model)
+
+    def configuration(self, code: str) -> ConfigurationView | None:
+        """The tenant's configuration ``code``, or None."""
+        row = self._by_key(configuration_table, "code", code)
+        return None if row is None else ConfigurationView(**_fields(configuration_table, row))
+
     def mcp_clients(self, names: Sequence[str]) -> dict[str, McpClientView]:
         """The tenant's MCP clients among ``names``, by name (absent names are left out)."""
         if not names:

@@ -19,6 +19,8 @@ from pilothouse.cli._catalog import app as catalog_app
 from pilothouse.cli._context import CliState, fail, settings_problem
 from pilothouse.cli._conversations import app as conversations_app
 from pilothouse.cli._db import app as db_app
+from pilothouse.cli._evaluation import app as datasets_app
+from pilothouse.cli._evaluation import eval_run, replay
 from pilothouse.cli._events import events, worker
 from pilothouse.cli._keys import app as keys_app
 from pilothouse.cli._knowledge import app as knowledge_app
@@ -48,6 +50,9 @@ app.command(name="serve")(serve)
 app.command(name="worker")(worker)
 app.command(name="events")(events)
 app.command(name="usage")(usage)
+app.add_typer(datasets_app, name="datasets")
+app.command(name="replay")(replay)
+app.command(name="eval")(eval_run)
 
 
 @app.callback()

@@ -143,6 +143,7 @@ async def erase_user(
     See :meth:`pilothouse.memory.ScopedMemory.erase_user`.
     """
     from pilothouse.memory._store import subject_digest
+    from pilothouse.store._datasets import delete_cases_of_conversations
     from pilothouse.store._records import Conversation
 
     async with database.sessions() as session, session.begin():
@@ -169,6 +170,10 @@ async def erase_user(
             for conversation in conversations:
                 conversation.memory_id = f"erased:{uuid_module.uuid4().hex}"
                 cut += 1
+        # Evaluation datasets keep nothing taken from this user's conversations.
+        cases = await delete_cases_of_conversations(
+            await session.connection(), tenant, subject.sessions
+        )
         await session.execute(
             delete(MemorySession).where(
                 MemorySession.tenant == tenant, MemorySession.user_id == user_id
@@ -184,6 +189,7 @@ async def erase_user(
                 "versions": versions,
                 "jobs": int(jobs.rowcount),
                 "conversations": cut,
+                "dataset_cases": cases,
             },
         )
         session.add(erasure)

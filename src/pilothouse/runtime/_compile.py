@@ -12,7 +12,7 @@ from __future__ import annotations
 __all__ = ["ActionCompiler", "CompiledAction"]
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -444,6 +444,47 @@ class ActionCompiler:
                 ]
             ),
         )
+
+    async def retarget(
+        self,
+        tenant: str,
+        compiled: CompiledAction,
+        model: str | None,
+        configuration: str | None,
+    ) -> CompiledAction:
+        """Return ``compiled`` run on another catalog model and/or configuration (replays).
+
+        Raises:
+            NotFoundError: no such model or configuration for the tenant.
+        """
+
+        def read(connection: Connection) -> tuple[Any, Any]:
+            reader = CatalogReader(connection, tenant)
+            found_model = reader.model(model) if model is not None else None
+            if model is not None and found_model is None:
+                raise NotFoundError(f"model '{model}' not found")
+            found = reader.configuration(configuration) if configuration is not None else None
+            if configuration is not None and found is None:
+                raise NotFoundError(f"configuration '{configuration}' not found")
+            return found_model, found
+
+        found_model, found = await self._db.transaction(read)
+        changes: dict[str, Any] = {}
+        if found_model is not None:
+            changes["model"] = self.model_spec(found_model)
+        if found is not None:
+            changes["options"] = ModelOptions(
+                temperature=found.temperature,
+                max_tokens=found.max_tokens,
+                top_p=found.top_p,
+                top_k=found.top_k,
+                stop=[str(s) for s in found.stop] or None,
+                presence_penalty=found.presence_penalty,
+                frequency_penalty=found.frequency_penalty,
+            )
+            changes["retry_count"] = found.retry_count
+            changes["retry_delay"] = found.retry_delay
+        return replace(compiled, **changes)
 
     def model_spec(self, model: ModelRecord) -> ModelSpec:
         """The spec of a catalog model, with its provider's secrets resolved."""

@@ -35,6 +35,7 @@ from pilothouse.runtime._events import ToolCallFinished, ToolCallRequested
 from pilothouse.runtime._modelcall import ModelCaller
 from pilothouse.runtime._record import TurnRecorder
 from pilothouse.runtime._repair import CallProblem, RepairedCall, repair_calls, used_call_ids
+from pilothouse.runtime._replaytape import current_tape
 from pilothouse.runtime._request import (
     feedback,
     forced_choice,
@@ -158,7 +159,8 @@ class TurnLoop:
             BudgetExceededError: a budget would be crossed; nothing was sent.
         """
         hold: BudgetHold | None = None
-        if self._budgets is not None:
+        tape = current_tape()
+        if self._budgets is not None and (tape is None or tape.count_budgets):
             # The configuration always sets max_tokens; a model override in
             # tests may not, and then a conservative output is held.
             max_tokens = calls.options.max_tokens or _UNSET_MAX_TOKENS

@@ -62,6 +62,7 @@ from pilothouse.runtime._events import (
     TurnResult,
 )
 from pilothouse.runtime._record import status_event
+from pilothouse.runtime._replaytape import current_tape
 from pilothouse.runtime._retrieval import retrieve_context
 from pilothouse.runtime._shared import SKILL_OFFER_ABOVE
 from pilothouse.runtime._toolexec import Authorizer
@@ -390,6 +391,11 @@ class Runner:
         config = RuntimeConfig.parse(runtime_config)
         if compiled is None:
             compiled = await self.compiler.compile(self.tenant, action_code, agent_code)
+        tape = current_tape()
+        if tape is not None and (tape.model is not None or tape.configuration is not None):
+            compiled = await self.compiler.retarget(
+                self.tenant, compiled, tape.model, tape.configuration
+            )
         compiled = config.shape(compiled)
         # A local model named for a file its provider does not serve would
         # be recorded as a model that never ran: refused before any write

@@ -30,6 +30,7 @@ import anyio
 from pilothouse.catalog._enums import ExecutionPolicy, ToolCallStatus
 from pilothouse.runtime._config import RuntimeConfigError
 from pilothouse.runtime._repair import RepairedCall
+from pilothouse.runtime._replaytape import current_tape
 from pilothouse.runtime._telemetry import Telemetry
 from pilothouse.tools._base import ExecutableTool, ToolContext, ToolResult
 
@@ -286,6 +287,22 @@ class ToolExecutor:
                 )
             arguments, applied = apply_overrides(call.arguments, self.rules, call.name)
             call.arguments = arguments
+            tape = current_tape()
+            if tape is not None:
+                recorded = tape.answer(call.name, arguments)
+                if recorded is not None:
+                    return Execution(
+                        call, ToolCallStatus.SUCCEEDED, recorded, None, _ms(started), applied
+                    )
+                if call.name not in tape.live_tools:
+                    return Execution(
+                        call,
+                        ToolCallStatus.FAILED,
+                        "replay.divergence: the recording has no such call of this tool",
+                        "replay.divergence",
+                        _ms(started),
+                        applied,
+                    )
             context = ToolContext(tenant, conversation_uuid, call.call_id, timeout)
             try:
                 with anyio.fail_after(timeout):

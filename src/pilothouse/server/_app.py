@@ -80,6 +80,7 @@ def routers() -> list[APIRouter]:
     from pilothouse.server._budget_routes import usage_router as usage
     from pilothouse.server._catalog_routes import router as catalog
     from pilothouse.server._conversation_routes import router as conversations
+    from pilothouse.server._evaluation_routes import router as evaluation
     from pilothouse.server._health import router as health
     from pilothouse.server._invoke import router as invoke
     from pilothouse.server._jsonrpc import router as jsonrpc
@@ -95,6 +96,7 @@ def routers() -> list[APIRouter]:
         audit,
         budgets,
         usage,
+        evaluation,
         openai,
         invoke,
         jsonrpc,

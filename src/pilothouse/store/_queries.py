@@ -95,7 +95,7 @@ class ConversationInfo(_View):
     ``face``, ``caller_key_prefix`` and ``caller_key_name`` say who started
     the conversation: the face it came through (``rest``, ``openai``,
     ``invoke``, ``jsonrpc``, ``mcp``, ``bus``, ``cli``, ``playground``,
-    ``python``) and the API key's prefix and name (None without a key, and
+    ``python``, ``replay``) and the API key's prefix and name (None without a key, and
     on conversations recorded before these were kept).
     """
 

@@ -15,11 +15,15 @@ __all__ = [
     "attachment_table",
     "budget_usage_table",
     "conversation_table",
+    "dataset_case_table",
+    "dataset_table",
     "event_outbox_table",
     "event_processed_table",
     "event_reply_table",
     "memory_order",
     "message_table",
+    "replay_result_table",
+    "replay_run_table",
     "metadata",
     "timeline_event_table",
     "tool_call_table",
@@ -278,4 +282,76 @@ budget_usage_table = Table(
     Column("turns", BigInteger, default=0, nullable=False),
     Column("alerted", BigInteger, default=0, nullable=False),
     Column("updated_at", UtcDateTime, default=utcnow, onupdate=utcnow, nullable=False),
+)
+
+
+# Evaluation datasets: named sets of cases, each a recorded (or hand-written)
+# input with the output and tool results it got. ``source_conversation`` is
+# kept so erasing a user removes the cases taken from their conversations.
+dataset_table = Table(
+    "dataset",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("tenant", String(32), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("description", Text, default="", nullable=False),
+    Column("created_at", UtcDateTime, default=utcnow, nullable=False),
+    UniqueConstraint("tenant", "name"),
+)
+
+dataset_case_table = Table(
+    "dataset_case",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("dataset_id", Integer, ForeignKey("dataset.id"), nullable=False, index=True),
+    Column("sequence", Integer, nullable=False),
+    Column("source_conversation", String(36), index=True),
+    Column("action_code", String(12), nullable=False),
+    Column("agent_code", String(12)),
+    Column("input_text", Text, default="", nullable=False),
+    Column("input_data", JSON),
+    Column("expected_output", Text),
+    Column("tool_calls", JSON, default=list, nullable=False),
+    Column("tags", JSON, default=list, nullable=False),
+    Column("recorded", JSON, default=dict, nullable=False),
+    Column("created_at", UtcDateTime, default=utcnow, nullable=False),
+    UniqueConstraint("dataset_id", "sequence"),
+)
+
+# A replay run: a dataset run again against a changed target. Each finished
+# case is one row of ``replay_result`` (so an interrupted run resumes with
+# the cases it lacks); the conversation it ran is recorded with face
+# ``replay``.
+replay_run_table = Table(
+    "replay_run",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("tenant", String(32), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("dataset", String(128), nullable=False),
+    Column("target", JSON, default=dict, nullable=False),
+    Column("created_at", UtcDateTime, default=utcnow, nullable=False),
+    Column("finished_at", UtcDateTime),
+    UniqueConstraint("tenant", "name"),
+)
+
+replay_result_table = Table(
+    "replay_result",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", Integer, ForeignKey("replay_run.id"), nullable=False, index=True),
+    Column("case_sequence", Integer, nullable=False),
+    Column("conversation_uuid", String(36)),
+    Column("status", String(16), nullable=False),
+    Column("output", Text),
+    Column("tool_calls", JSON, default=list, nullable=False),
+    Column("divergences", JSON, default=list, nullable=False),
+    Column("answered", Integer, default=0, nullable=False),
+    Column("input_tokens", Integer, default=0, nullable=False),
+    Column("output_tokens", Integer, default=0, nullable=False),
+    Column("cost", Numeric(18, 8), default=Decimal(0), nullable=False),
+    Column("latency_ms", Integer),
+    Column("error", Text),
+    Column("created_at", UtcDateTime, default=utcnow, nullable=False),
+    UniqueConstraint("run_id", "case_sequence"),
 )

@@ -1,0 +1,274 @@
+"""Scorers: small typed units that judge one replayed case against what is expected.
+
+A scorer is named by a spec string (``exact``, ``normalised``,
+``json_field:name,website``, ``json_valid``, ``tool_sequence``,
+``regex:^[0-9]+$``, ``cost_delta:1.5``, ``latency_delta:2``); any object with a
+``name`` and a ``score`` method of :class:`Scorer`'s shape plugs in beside
+them. What is expected is the baseline run's result when there is one, else
+the dataset's recorded output and tool calls.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Score", "Scorer", "Scored", "parse_scorer"]
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Protocol, runtime_checkable
+
+from pilothouse.errors import InvalidFieldError
+from pilothouse.store._datasets import DatasetCase
+from pilothouse.store._replays import CaseResult
+
+
+@dataclass(frozen=True)
+class Score:
+    """One scorer's verdict on one case.
+
+    Attributes:
+        passed: whether the case passes.
+        value: a number in [0, 1] for matches, the ratio for deltas.
+        detail: why, in a few words.
+    """
+
+    passed: bool
+    value: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What a scorer sees: the case, its replayed result and the baseline's, if any."""
+
+    case: DatasetCase
+    result: CaseResult
+    baseline: CaseResult | None
+
+    @property
+    def expected_output(self) -> str | None:
+        """The baseline's output, else the recorded one."""
+        return self.baseline.output if self.baseline is not None else self.case.expected_output
+
+    @property
+    def expected_tools(self) -> list[str]:
+        """The baseline's tool names in order, else the recorded ones."""
+        if self.baseline is not None:
+            return [str(c["name"]) for c in self.baseline.tool_calls]
+        return [c.name for c in self.case.tool_calls]
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """A pluggable scorer: a name for reports and a verdict per case."""
+
+    @property
+    def name(self) -> str:
+        """The scorer's name in reports and thresholds."""
+        ...
+
+    def score(self, scored: Scored) -> Score:
+        """Judge one case."""
+        ...
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def _json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class _TextMatch:
+    name: str
+    normalise: bool
+
+    def score(self, scored: Scored) -> Score:
+        expected, output = scored.expected_output, scored.result.output
+        if expected is None or output is None:
+            return Score(False, 0.0, "no output" if output is None else "nothing expected")
+        same = _normalise(expected) == _normalise(output) if self.normalise else expected == output
+        return Score(same, 1.0 if same else 0.0, "" if same else "text differs")
+
+
+@dataclass(frozen=True)
+class _JsonFields:
+    name: str
+    fields: tuple[str, ...]
+
+    def score(self, scored: Scored) -> Score:
+        expected, output = _json(scored.expected_output), _json(scored.result.output)
+        if output is None:
+            return Score(False, 0.0, "output is not JSON")
+        if not self.fields:
+            same = expected == output
+            return Score(same, float(same), "" if same else "JSON differs")
+        if not isinstance(expected, dict) or not isinstance(output, dict):
+            return Score(False, 0.0, "not JSON objects")
+        e: dict[str, Any] = expected  # pyright: ignore[reportUnknownVariableType]
+        o: dict[str, Any] = output  # pyright: ignore[reportUnknownVariableType]
+        equal = [f for f in self.fields if e.get(f) == o.get(f)]
+        missed = [f for f in self.fields if f not in equal]
+        return Score(
+            not missed,
+            len(equal) / len(self.fields),
+            f"differs: {', '.join(missed)}" if missed else "",
+        )
+
+
+@dataclass(frozen=True)
+class _JsonValid:
+    name: str
+    schema: Mapping[str, Any] | None
+
+    def score(self, scored: Scored) -> Score:
+        text = scored.result.output
+        output = _json(text)
+        if output is None and text != "null":
+            return Score(False, 0.0, "output is not JSON")
+        if self.schema is None:
+            return Score(True, 1.0)
+        import jsonschema
+
+        validator = jsonschema.Draft202012Validator(self.schema)
+        errors = list(validator.iter_errors(output))  # pyright: ignore[reportUnknownMemberType]
+        return Score(not errors, float(not errors), errors[0].message if errors else "")
+
+
+@dataclass(frozen=True)
+class _ToolSequence:
+    name: str
+
+    def score(self, scored: Scored) -> Score:
+        expected = scored.expected_tools
+        called = [str(c["name"]) for c in scored.result.tool_calls]
+        same = expected == called and not scored.result.divergences
+        detail = "" if same else f"expected {expected}, called {called}"
+        if scored.result.divergences:
+            detail += f"; {len(scored.result.divergences)} divergence(s)"
+        return Score(same, float(same), detail)
+
+
+@dataclass(frozen=True)
+class _Regex:
+    name: str
+    pattern: re.Pattern[str]
+
+    def score(self, scored: Scored) -> Score:
+        found = scored.result.output is not None and bool(self.pattern.search(scored.result.output))
+        return Score(found, float(found), "" if found else "no match")
+
+
+def _recorded_cost(scored: Scored) -> Decimal | None:
+    if scored.baseline is not None:
+        return scored.baseline.cost
+    cost = scored.case.recorded.get("cost")
+    return Decimal(str(cost)) if cost is not None else None
+
+
+def _recorded_latency(scored: Scored) -> float | None:
+    if scored.baseline is not None:
+        return scored.baseline.latency_ms
+    latency = scored.case.recorded.get("latency_ms")
+    return float(latency) if latency is not None else None
+
+
+@dataclass(frozen=True)
+class _Delta:
+    name: str
+    limit: float
+    of: Callable[[Scored], tuple[float | None, float | None]]
+
+    def score(self, scored: Scored) -> Score:
+        before, after = self.of(scored)
+        if before is None or after is None:
+            return Score(True, 1.0, "nothing to compare")
+        if before == 0:
+            ratio = 1.0 if after == 0 else float("inf")
+        else:
+            ratio = after / before
+        passed = ratio <= self.limit
+        return Score(passed, ratio, f"{before:g} -> {after:g} (x{ratio:.2f})")
+
+
+def _cost_pair(scored: Scored) -> tuple[float | None, float | None]:
+    before = _recorded_cost(scored)
+    return (float(before) if before is not None else None, float(scored.result.cost))
+
+
+def _latency_pair(scored: Scored) -> tuple[float | None, float | None]:
+    after = scored.result.latency_ms
+    return (_recorded_latency(scored), float(after) if after is not None else None)
+
+
+def _number(spec: str, argument: str) -> float:
+    try:
+        value = float(argument)
+    except ValueError:
+        raise InvalidFieldError("scorers", f"{spec}: the limit must be a number") from None
+    if value <= 0:
+        raise InvalidFieldError("scorers", f"{spec}: the limit must be above 0")
+    return value
+
+
+SCORER_KINDS = (
+    "exact",
+    "normalised",
+    "json_field",
+    "json_valid",
+    "tool_sequence",
+    "regex",
+    "cost_delta",
+    "latency_delta",
+)
+"""The built-in scorers' names."""
+
+
+def parse_scorer(spec: str, schema: Mapping[str, Any] | None = None) -> Scorer:
+    """Return the built-in scorer a spec string names.
+
+    Args:
+        spec: ``kind`` or ``kind:argument`` (see the module's description).
+        schema: the JSON schema ``json_valid`` checks outputs against.
+
+    Raises:
+        InvalidFieldError: an unknown kind or a bad argument.
+    """
+    kind, _, argument = spec.partition(":")
+    if kind == "exact" and not argument:
+        return _TextMatch(spec, normalise=False)
+    if kind in {"normalised", "normalized"} and not argument:
+        return _TextMatch(spec, normalise=True)
+    if kind == "json_field":
+        fields = tuple(f.strip() for f in argument.split(",") if f.strip())
+        return _JsonFields(spec, fields)
+    if kind == "json_valid" and not argument:
+        return _JsonValid(spec, schema)
+    if kind == "tool_sequence" and not argument:
+        return _ToolSequence(spec)
+    if kind == "regex" and argument:
+        try:
+            return _Regex(spec, re.compile(argument))
+        except re.error as exc:
+            raise InvalidFieldError("scorers", f"{spec}: {exc}") from None
+    if kind == "cost_delta":
+        return _Delta(spec, _number(spec, argument or "1"), _cost_pair)
+    if kind == "latency_delta":
+        return _Delta(spec, _number(spec, argument or "1"), _latency_pair)
+    raise InvalidFieldError(
+        "scorers", f"unknown scorer {spec!r}; the scorers are {', '.join(SCORER_KINDS)}"
+    )
+
+
+def score_all(scorers: Sequence[Scorer], cases: Sequence[Scored]) -> dict[str, list[Score]]:
+    """Every scorer's verdicts on every case, by scorer name."""
+    return {s.name: [s.score(c) for c in cases] for s in scorers}
