@@ -30,7 +30,9 @@ actions:
     type: SUMM
     model: QWEN05
     configuration: PREC
-    prompt: "You take shirt orders. When you know the size, confirm the order in one sentence naming the size."
+    prompt: >-
+      You take shirt orders. When you know the size, confirm the order in one
+      sentence naming the size.
 """
 
 

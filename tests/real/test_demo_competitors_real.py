@@ -123,7 +123,8 @@ async def test_both_demo_actions_are_right_in_ten_of_ten_runs(ph: Pilothouse) ->
             and text.count(". ") + 1 <= 4  # "at most 3 sentences" (one abbreviation spared)
         )
         if not ok:
-            wrong.append(f"SUMBRAND {agent} {message!r} {document[:20]!r}: {result.status} {text!r}")
+            where = f"{agent} {message!r} {document[:20]!r}"
+            wrong.append(f"SUMBRAND {where}: {result.status} {text!r}")
     assert not wrong, "\n".join(wrong)
 
 
