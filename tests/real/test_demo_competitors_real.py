@@ -68,19 +68,6 @@ async def test_make_demo_and_the_readme_first_command(ph: Pilothouse) -> None:
     assert items[1]["website"].endswith("tech.example")
 
 
-@pytest.mark.parametrize(
-    ("agent", "message"),
-    [(None, "Extract the competitors."), ("ANALYST", "Extract them.")],
-    ids=["readme-run", "readme-python"],
-)
-async def test_the_readme_one_line_examples(
-    ph: Pilothouse, agent: str | None, message: str
-) -> None:
-    items = await competitors(ph, agent, ONE_LINE, message)
-    # The text gives no address: the website is there, empty.
-    assert [(i["name"], i["website"]) for i in items] == [("Globex", "")]
-
-
 COMPETITORS_RUNS = [
     ("ANALYST", BRAND_BOOK, "Extract the competitors."),  # make demo, README's first command
     (None, BRAND_BOOK, "Extract the competitors."),
