@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import contextlib
 import inspect
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from pilothouse.testing import allow_model_requests
 
 ROOT = Path(__file__).parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -79,13 +76,8 @@ def test_every_block_compiles_and_every_skip_says_why(block: Block) -> None:
 
 
 # A block that starts the packaged local model runs llama.cpp: a real component.
-LOCAL_MODEL = ("LocalModelServers", "examples/catalog")
 RUNNABLE = [
-    pytest.param(
-        b,
-        marks=[pytest.mark.real] if any(m in b.source for m in LOCAL_MODEL) else [],
-        id=b.name,
-    )
+    pytest.param(b, marks=[pytest.mark.real] if "LocalModelServers" in b.source else [], id=b.name)
     for b in BLOCKS
     if b.skip is None
 ]
@@ -94,15 +86,11 @@ RUNNABLE = [
 @pytest.mark.parametrize("block", RUNNABLE)
 def test_every_block_runs(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    # Run where the README's commands run: beside the repository's examples.
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
     code = compile(block.source, block.name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     namespace: dict[str, object] = {"__name__": "__doc_block__"}
-    local = any(m in block.source for m in LOCAL_MODEL)
-    with allow_model_requests() if local else contextlib.nullcontext():
-        result = eval(code, namespace)  # the project's own documentation
-        if inspect.iscoroutine(result):
-            asyncio.run(result)
+    result = eval(code, namespace)  # the project's own documentation
+    if inspect.iscoroutine(result):
+        asyncio.run(result)
 
 
 def test_a_returned_call_reads_as_the_tool_loop_page_shows_it() -> None:
