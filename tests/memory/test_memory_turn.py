@@ -198,7 +198,13 @@ async def test_erasing_a_user_cuts_their_chat_memory_and_keeps_the_audit(
     messages = await ph.query.get_conversation_messages(first.conversation_uuid)
     assert any("4242" in m.content for m in messages)
     [event] = await ph.memory.erasures("alice")
-    assert event["counts"] == {"records": 2, "versions": 0, "jobs": 1, "conversations": 1}
+    assert event["counts"] == {
+        "records": 2,
+        "versions": 0,
+        "jobs": 1,
+        "conversations": 1,
+        "dataset_cases": 0,
+    }
     assert "alice" not in json.dumps(event)
 
 

@@ -239,7 +239,13 @@ async def test_erasing_a_user_spans_every_scope_and_spares_others(memory: Scoped
     log = await memory.erasures("t1", "alice")
     assert len(log) == 1
     assert log[0]["subject_digest"] == subject_digest("t1", "alice")
-    assert log[0]["counts"] == {"records": 3, "versions": 0, "jobs": 0, "conversations": 0}
+    assert log[0]["counts"] == {
+        "records": 3,
+        "versions": 0,
+        "jobs": 0,
+        "conversations": 0,
+        "dataset_cases": 0,
+    }
     assert "alice" not in repr(log)
 
 

@@ -550,6 +550,13 @@ def test_answers_are_markdown_highlighted_sanitised_copyable_and_regenerable(
     page.reload()
     page.get_by_role("button", name="Conversations").click()
     page.get_by_label("Search conversations").fill("linen")
-    expect(page.locator("#conversation-list li")).to_contain_text("Which fabric, in code?")
+    # The search event too (Enter): an input event sent before the reloaded
+    # page's htmx listens is not lost.
+    page.get_by_label("Search conversations").press("Enter")
+    listed = page.locator("#conversation-list li")
+    # One entry stands for all versions of a conversation; which version's
+    # title it shows depends on what else the module's server holds.
+    expect(listed.filter(has_text="Name a fruit.")).to_have_count(0)
+    expect(listed.filter(has_text="Which fabric")).not_to_have_count(0)
     _axe(page)
     page.context.close()

@@ -258,7 +258,7 @@ async def _rows(db: Database, after: int) -> list[Any]:
         return out
 
 
-_VARYING = frozenset({"runId", "generatedAt", "ms", "delay"})
+_VARYING = frozenset({"runId", "generatedAt", "ms", "delay", "first_token_ms"})
 
 
 def _clean(value: Any, uuids: Mapping[str, str]) -> Any:
