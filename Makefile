@@ -57,7 +57,7 @@ browser:
 
 # Regenerates the screenshots of docs/playground.md with the browser tests.
 screenshots: install
-	PILOTHOUSE_SCREENSHOTS=docs/playground $(BIN)/python -m pytest tests/real/test_playground_browser.py tests/real/test_playground_ui_browser.py -q -p no:cacheprovider
+	PILOTHOUSE_SCREENSHOTS=docs/playground $(BIN)/python -m pytest tests/real/test_playground_browser.py tests/real/test_playground_ui_browser.py tests/real/test_ui_workbench_browser.py -q -p no:cacheprovider
 
 lint: install
 	$(BIN)/ruff check src tests bench

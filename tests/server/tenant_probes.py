@@ -454,6 +454,22 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("POST", "/ui/conversations/{uuid}/cancel"): _each_uuid(
         lambda u: [_ui_form(f"/ui/conversations/{u}/cancel")]
     ),
+    # Browser UI: compare (A's configuration and A-only action are not found for B)
+    ("GET", "/compare"): lambda w: [
+        Call("GET", "/compare", params={"target": list(TARGETS)}, ui=True)
+    ],
+    ("POST", "/ui/compare"): lambda w: [
+        Call(
+            "POST",
+            "/ui/compare",
+            json={
+                "text": ASK,
+                "columns": [{"target": t, "configuration": c} for t in TARGETS[:2]],
+            },
+            ui=True,
+        )
+        for c in ("ACFG", "DFLT", "")
+    ],
     # Browser UI: the catalog
     ("GET", "/catalog"): lambda w: [Call("GET", "/catalog", ui=True)],
     ("GET", "/catalog/{kind}"): lambda w: [Call("GET", f"/catalog/{k}", ui=True) for k in KINDS],

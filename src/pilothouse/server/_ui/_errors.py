@@ -20,7 +20,7 @@ from fastapi.responses import Response
 
 from pilothouse.server._ui._base import render
 
-_UI_PAGES = frozenset({"/", "/login", "/logout", "/playground", "/catalog"})
+_UI_PAGES = frozenset({"/", "/login", "/logout", "/playground", "/catalog", "/compare"})
 _UI_PREFIXES = ("/catalog/", "/ui/")
 
 

@@ -132,6 +132,11 @@ const Playground = (() => {
     let finished = null;
     let failure = null;
     let deltas = 0;
+    let streamed = "";
+    // The answer is Markdown as it grows, rendered as the finished one will be.
+    answer.body.classList.add("markdown");
+    answer.body.setAttribute("data-markdown", "");
+    answer.body.dataset.streaming = "1";
     try {
       const choice = rag();
       // The collection's own model answers without the panel's settings: none are sent.
@@ -182,7 +187,8 @@ const Playground = (() => {
           }
           else if (name === "delta") {
             deltas += 1;
-            answer.body.textContent += payload.text;
+            streamed += payload.text;
+            Markdown.stream(answer.body, streamed);
             chat.scrollTop = chat.scrollHeight;
           }
           else if (name === "tool_call") {
@@ -343,7 +349,7 @@ const Playground = (() => {
     copyText(text.dataset.source || text.textContent, button).catch((e) => status("Could not copy: " + e.message));
   }
 
-  return { submit, send, stop, edit, op, post, retarget, useTemplate, load, copyAnswer, copyText };
+  return { submit, send, stop, edit, op, post, retarget, useTemplate, load, copyAnswer, copyText, plainDecimal, statusName };
 })();
 window.Playground = Playground;
 
@@ -351,14 +357,28 @@ window.Playground = Playground;
 // any text a model or a document put there: no script, handler or javascript: link survives,
 // and no image, which would fetch an address the model chose: a way to leak the chat),
 // then code blocks highlighted by highlight.js, each with its own Copy button.
+// While an answer streams it is rendered the same way as it grows (sanitised each time),
+// at most once per animation frame; highlighting and the Copy buttons come when it ends.
 const Markdown = (() => {
-  function render(element) {
-    if (element.dataset.rendered || !window.marked || !window.DOMPurify) return;
-    const source = element.textContent;
-    element.dataset.source = source;
-    const html = window.marked.parse(source, { gfm: true, breaks: false, async: false });
-    element.innerHTML = window.DOMPurify.sanitize(html, { USE_PROFILES: { html: true }, FORBID_TAGS: ["style", "form", "input", "textarea", "button", "img", "video", "audio", "iframe"] });
+  const FORBID = ["style", "form", "input", "textarea", "button", "img", "video", "audio", "iframe"];
+  function ready() { return Boolean(window.marked && window.DOMPurify); }
+  function html(source) {
+    const raw = window.marked.parse(source, { gfm: true, breaks: false, async: false });
+    return window.DOMPurify.sanitize(raw, { USE_PROFILES: { html: true }, FORBID_TAGS: FORBID });
+  }
+  function safeLinks(element) {
     element.querySelectorAll("a[href]").forEach((link) => { link.rel = "noopener noreferrer nofollow"; link.target = "_blank"; });
+  }
+  // Render an element's Markdown: its text, or ``source`` when given (a streamed answer's end).
+  function render(element, source) {
+    if (!ready()) return;
+    if (source === undefined) {
+      if (element.dataset.rendered) return;
+      source = element.textContent;
+    }
+    element.dataset.source = source;
+    element.innerHTML = html(source);
+    safeLinks(element);
     element.querySelectorAll("pre > code").forEach((code) => {
       if (window.hljs) window.hljs.highlightElement(code);
       const pre = code.parentElement;
@@ -372,9 +392,28 @@ const Markdown = (() => {
     });
     element.classList.add("rendered");
     element.dataset.rendered = "1";
+    delete element.dataset.streaming;
   }
-  function renderAll(root) { (root || document).querySelectorAll("[data-markdown]").forEach(render); }
-  return { render, renderAll };
+  // A streaming answer so far: ``source`` is all its text yet. Renders on the next frame
+  // (many deltas arrive per frame); a final render() that came first wins.
+  function stream(element, source) {
+    element.dataset.source = source;
+    if (!ready()) { element.textContent = source; return; }
+    element.dataset.streaming = "1";
+    if (element.dataset.pending) return;
+    element.dataset.pending = "1";
+    requestAnimationFrame(() => {
+      delete element.dataset.pending;
+      if (element.dataset.rendered) return;
+      element.innerHTML = html(element.dataset.source);
+      safeLinks(element);
+      element.classList.add("rendered");
+      // How many times the growing answer was rendered (read by the browser test).
+      element.dataset.renders = String(Number(element.dataset.renders || 0) + 1);
+    });
+  }
+  function renderAll(root) { (root || document).querySelectorAll("[data-markdown]:not([data-streaming])").forEach((e) => render(e)); }
+  return { render, stream, renderAll };
 })();
 window.Markdown = Markdown;
 document.addEventListener("DOMContentLoaded", () => Markdown.renderAll(document));
