@@ -360,6 +360,7 @@ class SyncKnowledgeApi(_SyncHalf):
     search = _Blocking(KnowledgeApi.search)
     doctor = _Blocking(KnowledgeApi.doctor)
     documents = _Blocking(KnowledgeApi.documents)
+    chunks = _Blocking(KnowledgeApi.chunks)
     delete_document = _Blocking(KnowledgeApi.delete_document)
     embed = _Blocking(KnowledgeApi.embed)
 

@@ -65,6 +65,7 @@ __all__ = [
     "EvalReport",
     "DirectToolCall",
     "DoctorCheck",
+    "DocumentChunk",
     "DocumentInfo",
     "Embeddings",
     "ExecutionPolicy",
@@ -200,6 +201,7 @@ if TYPE_CHECKING:
     )
     from pilothouse.knowledge._doctor import DoctorCheck
     from pilothouse.knowledge._types import (
+        DocumentChunk,
         DocumentInfo,
         FileDocument,
         IngestedDocument,
@@ -751,6 +753,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "pilothouse.catalog._importer": ("ImportSummary", "KindCounts"),
     "pilothouse.knowledge._doctor": ("DoctorCheck",),
     "pilothouse.knowledge._types": (
+        "DocumentChunk",
         "DocumentInfo",
         "FileDocument",
         "IngestProgress",

@@ -310,3 +310,26 @@ async def test_a_large_document_reports_its_chunks_as_they_are_embedded(
     assert embedding[0].embedded == 2 and embedding[-1].embedded == chunks
     assert all(e.chunks == chunks and e.source == "manual" for e in embedding)
     assert events[-1].event == "done"
+
+
+async def test_a_documents_chunks_are_listed_in_order_and_paged(knowledge: Knowledge) -> None:
+    await knowledge.ingest(
+        "default",
+        "DOCS",
+        [
+            TextDocument("hb", HANDBOOK, format="markdown"),
+            TextDocument("other", "The canteen opens at 11:30."),
+        ],
+    )
+    (info,) = [d for d in await knowledge.documents("default", "DOCS") if d.source == "hb"]
+    chunks = await knowledge.chunks("default", "DOCS", "hb", limit=100, offset=0)
+    assert len(chunks) == info.chunks and len(chunks) >= 3
+    assert [c.position for c in chunks] == list(range(len(chunks)))
+    text = " ".join(c.text for c in chunks)
+    for words in ("Book trains", "Submit receipts", "Lock your laptop"):
+        assert words in text
+    assert "canteen" not in text
+    assert any("Expenses" in c.heading for c in chunks)
+    paged = await knowledge.chunks("default", "DOCS", "hb", limit=2, offset=1)
+    assert [c.chunk_id for c in paged] == [c.chunk_id for c in chunks[1:3]]
+    assert await knowledge.chunks("default", "DOCS", "no-such", limit=10, offset=0) == []

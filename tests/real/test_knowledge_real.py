@@ -114,7 +114,11 @@ async def test_pgvector_ingest_search_replace_delete(service: tuple[Knowledge, s
     )
     hits = (await knowledge.search("default", "MANUALS", "pump seals")).hits
     assert "500 hours" in hits[0].text and all("2000" not in h.text for h in hits)
+    (chunk,) = await knowledge.chunks("default", "MANUALS", "m:pump", limit=10, offset=0)
+    assert (chunk.position, chunk.heading) == (0, "Pump") and "500 hours" in chunk.text
+    assert await knowledge.chunks("default", "MANUALS", "m:pump", limit=10, offset=1) == []
     assert await knowledge.delete_document("default", "MANUALS", "m:fan")
+    assert await knowledge.chunks("default", "MANUALS", "m:fan", limit=10, offset=0) == []
     assert {d.source for d in await knowledge.documents("default", "MANUALS")} == {
         "m:pump",
         "m:belt",
@@ -162,6 +166,9 @@ async def test_an_existing_langchain4j_table_is_searched_unchanged(
     uuid.UUID(best.chunk_id)
     # LangChain4j's own score, (2 - cosine distance) / 2, is the hit's relevance.
     assert 0.5 < best.relevance == pytest.approx((1 + best.similarity) / 2)
+    # A document's chunks are its rows, found by the file name LangChain4j recorded.
+    (chunk,) = await knowledge.chunks("default", "L4J", "travel.pdf", limit=10, offset=0)
+    assert chunk.text == texts["travel.pdf"] and chunk.position == 0
 
 
 async def test_ingesting_into_a_langchain4j_table_is_readable_the_langchain4j_way(

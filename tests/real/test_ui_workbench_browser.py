@@ -275,3 +275,131 @@ def test_a_streaming_answer_is_markdown_while_it_streams(
         assert page.evaluate(FITS)
         page.context.close()
         upstream.script(Reply(events=text_stream(*STREAMED), delay=0.4))
+
+
+OFFICE = "# Office\n\n" + "\n\n".join(
+    f"## Room {i}\n\nRoom {i} has {i + 2} desks, a whiteboard and a window facing the yard."
+    for i in range(8)
+)
+
+
+def test_a_collection_page_uploads_with_progress_shows_chunks_and_searches(
+    served: tuple[LiveServer, Upstream], browser: Browser, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    shots = _shots()
+    (tmp_path / "office.md").write_text(OFFICE)
+    (tmp_path / "cat.txt").write_text("The office cat Pixel sleeps on the printer in room 4.")
+    page = _page(browser, served, DESKTOP)
+    page.get_by_role("link", name="Knowledge", exact=True).click()
+    page.wait_for_url(re.compile(r"/knowledge$"))
+    _axe(page)
+    page.get_by_role("link", name="OFFICE").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Office facts")
+    expect(page.locator("#documents")).to_contain_text("No documents yet.")
+    page.get_by_label("Files").set_input_files([tmp_path / "office.md", tmp_path / "cat.txt"])
+    page.get_by_role("button", name="Upload").click()
+    expect(page.locator("body")).to_have_attribute("data-uploads", "1")
+    # Each document's steps were shown as they came, then the whole.
+    log = page.locator("#upload-log")
+    expect(log).to_contain_text("office.md: reading…")
+    expect(log).to_contain_text(re.compile(r"office\.md: added, \d+ chunks"))
+    expect(log).to_contain_text("cat.txt: added, 1 chunks")
+    expect(page.get_by_role("status").filter(has_text="Done:")).to_have_text(
+        "Done: 2 added, 0 replaced, 0 unchanged, 0 failed."
+    )
+    assert page.locator("#upload-progress").evaluate("bar => bar.value") == 100
+    # The documents list was refreshed; a document's chunks open in document order.
+    documents = page.locator("#documents")
+    expect(documents).to_contain_text("cat.txt")
+    page.get_by_role("button", name="Chunks of office.md").click()
+    chunks = page.locator("#chunks")
+    expect(chunks).to_contain_text("Chunks of office.md")
+    first = chunks.locator(".chunk-list > li").first
+    expect(first).to_contain_text("Chunk 1 · Office > Room 0")
+    expect(first).to_contain_text("Room 0 has 2 desks")
+    expect(chunks.locator(".chunk-list > li").nth(1)).to_contain_text("Room 1 has 3 desks")
+    # A search shows each hit with its similarity and score, best first.
+    page.get_by_label("Query").fill("Where does the cat sleep?")
+    page.get_by_role("button", name="Search").click()
+    best = page.locator("#hits table.hits tbody tr").first
+    expect(best).to_contain_text("cat.txt")
+    similarity = float(best.locator(".similarity").inner_text())
+    assert 0.1 < similarity <= 1.0
+    assert float(best.locator(".score").inner_text()) > 0
+    _axe(page)
+    if shots:
+        page.screenshot(path=str(shots / "knowledge-1280x800.png"), full_page=True)
+    page.set_viewport_size(PHONE)
+    page.reload()
+    page.get_by_role("button", name="Chunks of cat.txt").click()
+    expect(page.locator("#chunks")).to_contain_text("Pixel sleeps")
+    assert page.evaluate(FITS)
+    _axe(page)
+    page.context.close()
+
+
+def test_the_memory_page_browses_edits_forgets_exports_and_erases_a_user(
+    served: tuple[LiveServer, Upstream], browser: Browser, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    base = _base(served)
+    shots = _shots()
+    with _api(served) as api:
+        for text in ("Maya prefers linen shirts.", "Maya wears size M.", "Maya lives in Porto."):
+            added = api.post("/memory", json={"scope": "user", "user_id": "maya", "content": text})
+            assert added.status_code == 201, added.text
+        api.post("/memory", json={"scope": "user", "user_id": "noah", "content": "Noah: XL."})
+    for viewport in (DESKTOP, PHONE):
+        page = _page(browser, served, viewport)
+        page.goto(f"{base}/knowledge")
+        page.get_by_role("link", name="Users' memory").click()
+        page.get_by_label("User id").fill("maya" if viewport is DESKTOP else "noah")
+        page.get_by_role("button", name="Show memory").click()
+        _axe(page)
+        if viewport is PHONE:
+            expect(page.locator(".memory-record")).to_have_count(1)
+            assert page.evaluate(FITS)
+            page.context.close()
+            continue
+        records = page.locator(".memory-record")
+        expect(records).to_have_count(3)
+        expect(page.locator("#memory-records")).not_to_contain_text("Noah")
+        # Edit one record.
+        page.get_by_role("button", name="Edit: Maya wears size M.").click()
+        edit = records.filter(has_text="Maya wears size M.").get_by_label("Content")
+        edit.fill("Maya wears size L.")
+        records.filter(has_text="Maya wears size M.").get_by_role("button", name="Save").click()
+        expect(page.get_by_role("status")).to_contain_text("Saved “Maya wears size L.”")
+        expect(page.locator(".memory-content").filter(has_text="size L")).to_be_visible()
+        if shots:
+            page.screenshot(path=str(shots / "memory-1280x800.png"))
+        # Forget another.
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.get_by_role("button", name="Forget: Maya lives in Porto.").click()
+        expect(page.get_by_role("status")).to_have_text("Forgotten.")
+        expect(records).to_have_count(2)
+        # Export: the user's whole record as JSON.
+        with page.expect_download() as download_info:
+            page.get_by_role("link", name="Export (JSON)").click()
+        exported = tmp_path / "maya.json"
+        download_info.value.save_as(exported)
+        text = exported.read_text()
+        assert "size L" in text and "Porto" not in text and "Noah" not in text
+        # Erase: only once the id is typed again.
+        page.get_by_label("Type the user id to confirm").fill("mya")
+        page.get_by_role("button", name="Erase user").click()
+        expect(page.get_by_role("alert")).to_contain_text("nothing was erased")
+        expect(records).to_have_count(2)
+        page.get_by_label("Type the user id to confirm").fill("maya")
+        page.get_by_label("Reason (kept with the erasure)").fill("asked by Maya")
+        page.get_by_role("button", name="Erase user").click()
+        expect(page.get_by_role("status")).to_contain_text("Erased: 2 memory records")
+        expect(page.locator("#memory-records")).to_contain_text("No memory of maya")
+        _axe(page)
+        page.context.close()
+    with _api(served) as api:
+        left = api.get("/memory", params={"scope": "user", "user_id": "noah"}).json()
+        assert [r["content"] for r in left["items"]] == ["Noah: XL."]

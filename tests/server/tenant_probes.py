@@ -470,6 +470,43 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
         )
         for c in ("ACFG", "DFLT", "")
     ],
+    # Browser UI: knowledge (A's document source, read and overwritten by B's upload)
+    ("GET", "/knowledge"): lambda w: [Call("GET", "/knowledge", ui=True)],
+    ("GET", "/knowledge/{code}"): lambda w: [Call("GET", "/knowledge/HANDBOOK", ui=True)],
+    ("GET", "/ui/knowledge/{code}/documents"): lambda w: [
+        Call("GET", "/ui/knowledge/HANDBOOK/documents", ui=True)
+    ],
+    ("GET", "/ui/knowledge/{code}/chunks"): lambda w: [
+        Call("GET", "/ui/knowledge/HANDBOOK/chunks", params={"source": w.document}, ui=True)
+    ],
+    ("GET", "/ui/knowledge/{code}/search"): lambda w: [
+        Call("GET", "/ui/knowledge/HANDBOOK/search", params={"q": ASK}, ui=True)
+    ],
+    ("POST", "/ui/knowledge/{code}/upload"): lambda w: [
+        Call(
+            "POST",
+            "/ui/knowledge/HANDBOOK/upload",
+            files={"files": (w.document, b"Bravo's own text.", "text/plain")},
+            ui=True,
+        )
+    ],
+    # Browser UI: memory (A's user and A's record ids)
+    ("GET", "/memory"): lambda w: [Call("GET", "/memory", params={"user": "alice"}, ui=True)],
+    ("GET", "/ui/memory/{user_id}/records"): lambda w: [
+        Call("GET", "/ui/memory/alice/records", ui=True)
+    ],
+    ("POST", "/ui/memory/{user_id}/records/{memory_id}"): lambda w: [
+        _ui_form(f"/ui/memory/alice/records/{w.memory_record}", content="Bravo's.")
+    ],
+    ("POST", "/ui/memory/{user_id}/records/{memory_id}/forget"): lambda w: [
+        _ui_form(f"/ui/memory/alice/records/{w.memory_record}/forget")
+    ],
+    ("GET", "/ui/memory/{user_id}/export"): lambda w: [
+        Call("GET", "/ui/memory/alice/export", ui=True)
+    ],
+    ("POST", "/ui/memory/{user_id}/erase"): lambda w: [
+        _ui_form("/ui/memory/alice/erase", confirm="alice", reason="walk", late=True)
+    ],
     # Browser UI: the catalog
     ("GET", "/catalog"): lambda w: [Call("GET", "/catalog", ui=True)],
     ("GET", "/catalog/{kind}"): lambda w: [Call("GET", f"/catalog/{k}", ui=True) for k in KINDS],

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pilothouse.providers._egress import EgressPolicy
     from pilothouse.types import (
         DoctorCheck,
+        DocumentChunk,
         DocumentInfo,
         Embeddings,
         FileDocument,
@@ -198,6 +199,34 @@ class KnowledgeApi(Facet):
         """List a collection's documents (source, title, chunks, content hash, metadata)."""
         await self._ready()
         return await self._service_of().documents(self.tenant, collection)
+
+    async def chunks(
+        self, collection: str, source: str, *, limit: int = 50, offset: int = 0
+    ) -> list[DocumentChunk]:
+        """A document's chunks as ingestion cut them, in document order.
+
+        Args:
+            collection: the collection's code.
+            source: the document's source, as :meth:`documents` lists it.
+            limit: chunks at most (1 to 500).
+            offset: chunks to skip first.
+
+        Returns:
+            The chunks (id, position, heading, text, metadata); empty when
+            the collection has no such document.
+
+        Raises:
+            NotFoundError: no such active collection.
+            InvalidFieldError: ``limit`` outside 1..500 or a negative ``offset``.
+        """
+        if not 1 <= limit <= 500:
+            raise InvalidFieldError("limit", f"must be between 1 and 500, got {limit}")
+        if offset < 0:
+            raise InvalidFieldError("offset", f"must be 0 or more, got {offset}")
+        await self._ready()
+        return await self._service_of().chunks(
+            self.tenant, collection, source, limit=limit, offset=offset
+        )
 
     async def delete_document(self, collection: str, source: str) -> bool:
         """Delete a document and its chunks; False when the collection has no such document.

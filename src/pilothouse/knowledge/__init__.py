@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     )
     from pilothouse.knowledge._service import Knowledge
     from pilothouse.knowledge._types import (
+        DocumentChunk,
         DocumentInfo,
         FileDocument,
         IngestedDocument,
@@ -53,6 +54,7 @@ __all__ = [
     "DescriptionMatch",
     "DescriptionMatcher",
     "DimensionMismatchError",
+    "DocumentChunk",
     "DocumentError",
     "DocumentInfo",
     "Embedder",
@@ -86,6 +88,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "_service": ("Knowledge",),
     "_types": (
+        "DocumentChunk",
         "DocumentInfo",
         "FileDocument",
         "IngestProgress",

@@ -154,6 +154,12 @@ class Backend(ABC):
         """List the collection's documents."""
 
     @abstractmethod
+    async def chunks(
+        self, collection: Collection, source: str, *, limit: int, offset: int
+    ) -> list[ChunkRow]:
+        """A document's chunks in document order (``limit`` of them from ``offset``)."""
+
+    @abstractmethod
     async def vector_candidates(
         self, collection: Collection, query: Vectors, k: int, filters: MetadataFilter
     ) -> list[tuple[str, float]]:

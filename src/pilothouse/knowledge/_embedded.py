@@ -34,6 +34,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
+from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
 
 from pilothouse.catalog._stores import EmbeddedStoreSettings
@@ -340,6 +341,13 @@ class EmbeddedBackend(Backend):
         scores = index.vectors(ids) @ query
         return {str(int(i)): float(s) for i, s in zip(ids, scores, strict=True)}
 
+    async def chunks(
+        self, collection: Collection, source: str, *, limit: int, offset: int
+    ) -> list[ChunkRow]:
+        """See :meth:`Backend.chunks`."""
+        rows = await self._read(_document_chunks, collection.id, source, limit, offset)
+        return cast(list[ChunkRow], rows)
+
     async def fetch(self, collection: Collection, keys: Sequence[str]) -> dict[str, ChunkRow]:
         """See :meth:`Backend.fetch`."""
         if not keys:
@@ -408,8 +416,26 @@ def _fts5_search(
     return list(connection.execute(query, {"match": match}).scalars())
 
 
+def _document_chunks(
+    connection: Connection, collection_id: int, source: str, limit: int, offset: int
+) -> list[ChunkRow]:
+    return _chunk_rows(
+        connection,
+        _chunk_query()
+        .where(_chunks.c.collection_id == collection_id, _documents.c.source == source)
+        .order_by(_chunks.c.position)
+        .limit(limit)
+        .offset(offset),
+    )
+
+
 def _fetch(connection: Connection, collection_id: int, keys: list[int]) -> list[ChunkRow]:
-    query = (
+    query = _chunk_query().where(_chunks.c.collection_id == collection_id, _chunks.c.id.in_(keys))
+    return _chunk_rows(connection, query)
+
+
+def _chunk_query() -> Select[*tuple[Any, ...]]:
+    return (
         select(
             _chunks.c.id,
             _chunks.c.document_id,
@@ -420,9 +446,10 @@ def _fetch(connection: Connection, collection_id: int, keys: list[int]) -> list[
             _documents.c.source,
             _documents.c.title,
         )
-        .join(_documents, _documents.c.id == _chunks.c.document_id)
-        .where(_chunks.c.collection_id == collection_id, _chunks.c.id.in_(keys))
-    )
+    ).join(_documents, _documents.c.id == _chunks.c.document_id)
+
+
+def _chunk_rows(connection: Connection, query: Select[*tuple[Any, ...]]) -> list[ChunkRow]:
     return [
         ChunkRow(
             key=str(row.id),

@@ -571,6 +571,52 @@ class PgVectorBackend(Backend):
             for r in rows
         ]
 
+    async def chunks(
+        self, collection: Collection, source: str, *, limit: int, offset: int
+    ) -> list[ChunkRow]:
+        """See :meth:`Backend.chunks`."""
+        table = await self._ensure(collection)
+        pool = await self.pool()
+        if self.langchain4j:
+            # A LangChain4j row names its document in its metadata, its place as "index".
+            rows = await pool.fetch(
+                f"SELECT embedding_id::text AS key, text, metadata::text AS metadata FROM {table} "
+                "WHERE coalesce(metadata ->> 'source', metadata ->> 'file_name', "
+                f"metadata ->> 'url', '') = $1 AND {_readable(2)} "
+                "ORDER BY CASE WHEN metadata ->> 'index' ~ '^[0-9]+$' "
+                "THEN (metadata ->> 'index')::bigint ELSE 0 END LIMIT $3 OFFSET $4",
+                source,
+                collection.tenant,
+                limit,
+                offset,
+            )
+            return [_langchain4j_row(r, collection.name) for r in rows]
+        rows = await pool.fetch(
+            f"SELECT c.id::text AS key, c.document_id::text AS document_id, c.text, c.heading, "
+            f"c.position, c.metadata::text AS metadata, d.source, d.title FROM {table} c "
+            "JOIN ph_knowledge_document d ON d.id = c.document_id "
+            "WHERE d.source = $1 AND c.tenant = $2 AND c.collection = $3 "
+            "ORDER BY c.position LIMIT $4 OFFSET $5",
+            source,
+            collection.tenant,
+            collection.name,
+            limit,
+            offset,
+        )
+        return [
+            ChunkRow(
+                key=r["key"],
+                document_id=r["document_id"],
+                source=r["source"],
+                title=r["title"],
+                text=r["text"],
+                heading=r["heading"],
+                position=int(r["position"]),
+                metadata=json.loads(r["metadata"]),
+            )
+            for r in rows
+        ]
+
     # -- search -----------------------------------------------------------
 
     def _scope(self, collection: Collection, start: int) -> tuple[str, list[Any]]:

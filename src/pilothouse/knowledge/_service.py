@@ -39,6 +39,7 @@ from pilothouse.knowledge._errors import DocumentError, KnowledgeError, Knowledg
 from pilothouse.knowledge._retrieval import retrieve
 from pilothouse.knowledge._sources import Loaded, Pending, UrlCheck, expand, load
 from pilothouse.knowledge._types import (
+    DocumentChunk,
     DocumentInfo,
     FileDocument,
     IngestedDocument,
@@ -370,6 +371,25 @@ class Knowledge:
         """List a collection's documents."""
         target = await self.collection(tenant, collection)
         return await self.backend(target).documents(target)
+
+    async def chunks(
+        self, tenant: str, collection: str, source: str, *, limit: int, offset: int
+    ) -> list[DocumentChunk]:
+        """A document's chunks in document order; empty when it has none (or no such document)."""
+        target = await self.collection(tenant, collection)
+        rows = await self.backend(target).chunks(
+            target, _canonical(source), limit=limit, offset=offset
+        )
+        return [
+            DocumentChunk(
+                chunk_id=r.key,
+                position=r.position,
+                heading=r.heading,
+                text=r.text,
+                metadata=r.metadata,
+            )
+            for r in rows
+        ]
 
     # -- search ---------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "DocumentChunk",
     "DocumentInfo",
     "FileDocument",
     "IngestProgress",
@@ -168,6 +169,25 @@ class DocumentInfo:
     content_hash: str
     metadata: dict[str, Any]
     updated_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class DocumentChunk:
+    """One stored chunk of a document, as ingestion cut it.
+
+    Attributes:
+        chunk_id: the chunk's id in the store.
+        position: its place in the document, from 0.
+        heading: the headings above it, joined by `` > ``.
+        text: its text.
+        metadata: the document's and the chunk's metadata.
+    """
+
+    chunk_id: str
+    position: int
+    heading: str
+    text: str
+    metadata: dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,10 @@ from fastapi.responses import Response
 
 from pilothouse.server._ui._base import render
 
-_UI_PAGES = frozenset({"/", "/login", "/logout", "/playground", "/catalog", "/compare"})
-_UI_PREFIXES = ("/catalog/", "/ui/")
+_UI_PAGES = frozenset(
+    {"/", "/login", "/logout", "/playground", "/catalog", "/compare", "/knowledge", "/memory"}
+)
+_UI_PREFIXES = ("/catalog/", "/ui/", "/knowledge/")
 
 
 def _is_ui(request: Request) -> bool:
