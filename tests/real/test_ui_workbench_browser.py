@@ -403,3 +403,46 @@ def test_the_memory_page_browses_edits_forgets_exports_and_erases_a_user(
     with _api(served) as api:
         left = api.get("/memory", params={"scope": "user", "user_id": "noah"}).json()
         assert [r["content"] for r in left["items"]] == ["Noah: XL."]
+
+
+def test_catalog_tables_search_and_page(
+    served: tuple[LiveServer, Upstream], browser: Browser
+) -> None:
+    from playwright.sync_api import expect
+
+    base = _base(served)
+    shots = _shots()
+    with _api(served) as api:
+        for i in range(30):
+            name = "Quiet preset" if i % 10 == 3 else f"Preset {i}"
+            made = api.post(
+                "/catalog/configurations",
+                json={"code": f"Y{i:03d}", "name": name, "max_tokens": 64},
+            )
+            assert made.status_code == 201, made.text
+        total = len(api.get("/catalog/configurations").json()["items"])
+    page = _page(browser, served, DESKTOP)
+    page.goto(f"{base}/catalog/configurations")
+    rows = page.locator("table.entities tbody tr")
+    expect(rows).to_have_count(25)
+    expect(page.locator("#catalog-count")).to_have_text(f"{total} in all · page 1 of 2")
+    _axe(page)
+    page.get_by_role("link", name="Next page").click()
+    expect(page.locator("#catalog-count")).to_have_text(f"{total} in all · page 2 of 2")
+    expect(rows).to_have_count(total - 25)
+    page.get_by_label("Search configurations").fill("quiet")
+    page.get_by_role("button", name="Search", exact=True).click()
+    expect(rows).to_have_count(3)
+    expect(page.locator("#catalog-count")).to_have_text(f"3 of {total} match “quiet”")
+    expect(rows.first).to_contain_text("Quiet preset")
+    _axe(page)
+    if shots:
+        page.screenshot(path=str(shots / "catalog-search-1280x800.png"))
+    page.get_by_role("link", name="Show all").click()
+    expect(rows).to_have_count(25)
+    page.set_viewport_size(PHONE)
+    page.goto(f"{base}/catalog/configurations?q=Y01")
+    expect(rows).to_have_count(10)
+    assert page.evaluate(FITS)
+    _axe(page)
+    page.context.close()

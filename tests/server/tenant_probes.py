@@ -509,7 +509,10 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ],
     # Browser UI: the catalog
     ("GET", "/catalog"): lambda w: [Call("GET", "/catalog", ui=True)],
-    ("GET", "/catalog/{kind}"): lambda w: [Call("GET", f"/catalog/{k}", ui=True) for k in KINDS],
+    ("GET", "/catalog/{kind}"): lambda w: [
+        *(Call("GET", f"/catalog/{k}", ui=True) for k in KINDS),
+        Call("GET", "/catalog/configurations", params={"q": "Acme", "page": 2}, ui=True),
+    ],
     ("GET", "/catalog/{kind}/new"): lambda w: [Call("GET", "/catalog/actions/new", ui=True)],
     ("POST", "/catalog/{kind}/new"): lambda w: [
         _ui_form("/catalog/configurations/new", code="ACFG", max_tokens="16", late=True)

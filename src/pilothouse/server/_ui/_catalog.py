@@ -11,9 +11,9 @@ from __future__ import annotations
 
 __all__ = ["router"]
 
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.datastructures import FormData
 
@@ -26,12 +26,15 @@ from pilothouse.errors import (
 )
 from pilothouse.server._catalog_routes import KindName
 from pilothouse.server._ui._base import UiAdmin, UiFacade, UiUser, render
-from pilothouse.types import KindForm
+from pilothouse.types import CatalogEntry, KindForm
 
 router = APIRouter(include_in_schema=False)
 
 KINDS: tuple[str, ...] = get_args(KindName)
 """Every catalog kind, in dependency order (as the importer reads them)."""
+
+PAGE = 25
+"""Entities a table shows at a time."""
 
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -142,10 +145,34 @@ async def catalog_home(user: UiFacade) -> RedirectResponse:
     return RedirectResponse("/catalog/actions", status_code=303)
 
 
+def _found(entries: list[CatalogEntry], q: str) -> list[CatalogEntry]:
+    """The entries whose key, name or description holds ``q`` (case-insensitive)."""
+    words = q.strip().casefold()
+    if not words:
+        return entries
+    return [
+        e
+        for e in entries
+        if any(
+            words in str(v).casefold()
+            for v in (e.key, e.document.get("name") or "", e.document.get("description") or "")
+        )
+    ]
+
+
 @router.get("/catalog/{kind}")
-async def list_kind(request: Request, user: UiFacade, kind: KindName) -> HTMLResponse:
-    """The entities of a kind, in a table."""
+async def list_kind(
+    request: Request,
+    user: UiFacade,
+    kind: KindName,
+    q: Annotated[str, Query(max_length=200)] = "",
+    page: Annotated[int, Query(ge=1, le=100_000)] = 1,
+) -> HTMLResponse:
+    """The entities of a kind, in a table: ``q`` searches keys, names and descriptions."""
     entries = await user.ph.catalog.list_entries(kind)
+    found = _found(entries, q)
+    pages = max(1, -(-len(found) // PAGE))
+    page = min(page, pages)
     form = user.ph.catalog.form(kind)
     return render(
         request,
@@ -156,7 +183,12 @@ async def list_kind(request: Request, user: UiFacade, kind: KindName) -> HTMLRes
         kind=kind,
         label=_label(kind),
         form=form,
-        entries=entries,
+        entries=found[(page - 1) * PAGE : page * PAGE],
+        total=len(entries),
+        matching=len(found),
+        q=q,
+        page=page,
+        pages=pages,
         notice=request.query_params.get("notice"),
     )
 
