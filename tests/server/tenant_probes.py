@@ -332,6 +332,9 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("GET", "/v1/knowledge/collections/{code}/documents"): lambda w: [
         Call("GET", "/v1/knowledge/collections/HANDBOOK/documents")
     ],
+    ("GET", "/v1/knowledge/collections/{code}/chunks"): lambda w: [
+        Call("GET", "/v1/knowledge/collections/HANDBOOK/chunks", params={"source": w.document})
+    ],
     ("DELETE", "/v1/knowledge/collections/{code}/documents"): lambda w: [
         Call(
             "DELETE",

@@ -100,6 +100,16 @@ async def test_ingest_json_and_multipart_search_list_delete(
 
     listed = await client.get(f"{base}/documents", headers=auth(api_key))
     assert {d["source"] for d in listed.json()["items"]} == {"hb:travel", "hb:badges", "parking.md"}
+    (chunk,) = (
+        await client.get(f"{base}/chunks", params={"source": "parking.md"}, headers=auth(api_key))
+    ).json()["items"]
+    assert (chunk["position"], chunk["heading"]) == (0, "Parking")
+    assert "lot B" in chunk["text"] and chunk["metadata"]["site"] == "hq"
+    assert (
+        await client.get(
+            f"{base}/chunks", params={"source": "x", "limit": 0}, headers=auth(api_key)
+        )
+    ).status_code == 422
     deleted = await client.delete(
         f"{base}/documents", params={"source": "hb:travel"}, headers=auth(admin_key)
     )

@@ -326,6 +326,30 @@ async def documents(code: str, ph: Facade) -> dict[str, list[dict[str, Any]]]:
     return {"items": [_document_json(d) for d in await ph.knowledge.documents(code)]}
 
 
+@router.get("/{code}/chunks", summary="A document's chunks, in document order")
+async def chunks(
+    code: str,
+    ph: Facade,
+    source: Annotated[str, Query(min_length=1, description="The source, as listed.")],
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, list[dict[str, Any]]]:
+    """Return ``{"items": [...]}``: each chunk's id, position, heading, text and metadata."""
+    found = await ph.knowledge.chunks(code, source, limit=limit, offset=offset)
+    return {
+        "items": [
+            {
+                "chunk_id": c.chunk_id,
+                "position": c.position,
+                "heading": c.heading,
+                "text": c.text,
+                "metadata": c.metadata,
+            }
+            for c in found
+        ]
+    }
+
+
 @router.delete(
     "/{code}/documents",
     status_code=204,
