@@ -300,6 +300,12 @@ def test_a_collection_page_uploads_with_progress_shows_chunks_and_searches(
     expect(page.locator("#documents")).to_contain_text("No documents yet.")
     page.get_by_label("Files").set_input_files([tmp_path / "office.md", tmp_path / "cat.txt"])
     page.get_by_role("button", name="Upload").click()
+    # The first upload loads the embedding model: on a busy machine that takes a while.
+    page.wait_for_function(
+        "document.body.dataset.uploads || document.querySelector('#upload-log .error')",
+        timeout=240_000,
+    )
+    assert page.locator("#upload-log .error").count() == 0, page.locator("#upload-log").inner_text()
     expect(page.locator("body")).to_have_attribute("data-uploads", "1")
     # Each document's steps were shown as they came, then the whole.
     log = page.locator("#upload-log")
