@@ -67,7 +67,7 @@ from pilothouse.runtime._retrieval import retrieve_context
 from pilothouse.runtime._shared import SKILL_OFFER_ABOVE
 from pilothouse.runtime._toolexec import Authorizer
 from pilothouse.runtime._toolset import ToolSource
-from pilothouse.runtime._toolstep import results_as_text
+from pilothouse.runtime._toolstep import after_replies, results_as_text
 from pilothouse.runtime._turn import (
     CallModel,
     Failed,
@@ -818,4 +818,7 @@ class Runner:
             history, compiled.memory, system_prompt=system_prompt, counter=counter
         )
         turn.active_skills = activated_skills(history)
-        return CallModel(history_messages(system_prompt, kept))
+        messages = history_messages(system_prompt, kept)
+        return after_replies(
+            messages, step.replies, as_text=compiled.model.profile.tool_results_as_text
+        )
