@@ -279,6 +279,27 @@ class McpService:
         if isinstance(connection, McpConnection):
             self._connections.setdefault(tenant, weakref.WeakSet()).add(connection)
 
+    async def virtual_server(self, tenant: str, code: str) -> tuple[str, ...]:
+        """The tool names (and gateway namespaces) ``tenant``'s virtual server ``code`` serves.
+
+        Read at every request, so a change to the bundle applies at once.
+
+        Args:
+            tenant: the caller's tenant (another tenant's server reads as unknown).
+            code: the virtual server's code (the path ``/mcp/<code>``).
+
+        Returns:
+            Patterns for :attr:`McpCaller.bundle`: exact tool names, and
+            ``<prefix>__*`` for a whole gateway.
+
+        Raises:
+            NotFoundError: the tenant has no active virtual server ``code``.
+        """
+        from pilothouse._facade.mcpvirtual import bundle_of
+
+        view = self._ph.for_tenant(tenant)
+        return await bundle_of(view, code, self.gateways)
+
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], _: mt.PaginatedRequestParams | None
     ) -> mt.ListToolsResult:

@@ -40,6 +40,7 @@ from pilothouse.catalog._enums import (
 
 if TYPE_CHECKING:
     from pilothouse.catalog._budgets import BudgetSpec
+    from pilothouse.catalog._virtual import VirtualServer, VirtualServerSpec
     from pilothouse.catalog._exporter import (
         export_catalog,
         export_document,
@@ -233,6 +234,8 @@ __all__ = [
     "VectorStoreSpec",
     "VectorStoreType",
     "VectorStoreTypeSpec",
+    "VirtualServer",
+    "VirtualServerSpec",
     "apply_catalog",
     "catalog_kind",
     "dump_yaml",
@@ -257,6 +260,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "import_documents",
     ),
     "_budgets": ("BudgetSpec",),
+    "_virtual": ("VirtualServer", "VirtualServerSpec"),
     "_kinds": ("KINDS", "CatalogKind", "catalog_kind"),
     "_models": (
         "CODE_LENGTHS",
