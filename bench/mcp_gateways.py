@@ -33,7 +33,7 @@ Per gateway, with the official ``mcp`` client from this interpreter:
   per call, from psutil, the backend's own CPU not counted.
 
 Writes ``bench/results/mcp-gateways.md`` and ``mcp-gateways.json``. Run:
-``python bench/mcp_gateways.py [--calls 200] [--fastmcp-python PATH]
+``python bench/mcp_gateways.py [--calls 100] [--fastmcp-python PATH]
 [--contextforge-python PATH]`` (about a minute).
 """
 
@@ -90,6 +90,10 @@ CONTEXTFORGE_ENV = {
     "CACHE_TYPE": "none",
     "REDIS_URL": "",
     "PLUGINS_ENABLED": "false",
+    # Its default MCP rate limit (100 a minute per user) would refuse the
+    # measured calls (-32603 after the 97th); lifted, like pilothouse's own.
+    "RATE_LIMIT_MEDIUM_RPM": "1000000",
+    "RATE_LIMIT_MEDIUM_BURST": "1000000",
 }
 
 CATALOG = """
@@ -184,7 +188,12 @@ def pilothouse(folder: Path, backend: str) -> Iterator[Target]:
     database = f"sqlite+aiosqlite:///{folder / 'ph.db'}"
     catalog = folder / "mcp.yaml"
     catalog.write_text(CATALOG.format(url=backend))
-    env = {"PILOTHOUSE_EGRESS_ALLOW": "127.0.0.1", "PILOTHOUSE_SECRETS_FILE": ""}
+    env = {
+        "PILOTHOUSE_EGRESS_ALLOW": "127.0.0.1",
+        "PILOTHOUSE_SECRETS_FILE": "",
+        # Its default per-key rate limit (600 a minute) is lifted, as ContextForge's is.
+        "PILOTHOUSE_SERVER_RATE_LIMIT_PER_MINUTE": "1000000",
+    }
     run([PILOTHOUSE, "--database-url", database, "db", "upgrade"], env)
     run([PILOTHOUSE, "--database-url", database, "catalog", "import", str(catalog)], env)
     created = run([PILOTHOUSE, "--database-url", database, "keys", "create", "--name", "b"], env)
@@ -254,11 +263,17 @@ def _cpu(pid: int) -> float:
     return total
 
 
-async def measure(target: Target, calls: int) -> dict[str, float]:
+def _backend_requests(backend: str) -> int:
+    counted = httpx.get(backend.removesuffix("/mcp") + "/requests", timeout=10)
+    return int(counted.json()["requests"])
+
+
+async def measure(target: Target, calls: int, backend: str) -> dict[str, float]:
     async with session(target) as client:
         for _ in range(20):
             await client.call_tool(target.tool, {"a": 2, "b": 3})
         walls: list[float] = []
+        sent = _backend_requests(backend)
         before = _cpu(target.pid)
         for i in range(calls):
             started = time.perf_counter()
@@ -267,19 +282,29 @@ async def measure(target: Target, calls: int) -> dict[str, float]:
             if result.is_error:
                 raise RuntimeError(f"{target.name}: {result.content}")
         spent = _cpu(target.pid) - before
+        sent = _backend_requests(backend) - sent
     walls.sort()
     return {
         "median_ms": statistics.median(walls) * 1000,
         "p95_ms": walls[int(len(walls) * 0.95) - 1] * 1000,
         "cpu_ms_per_call": spent / calls * 1000,
+        "backend_requests_per_call": sent / calls,
     }
 
 
-async def _raw(target: Target, body: bytes, *, credential: bool = True) -> str:
+async def _raw(
+    target: Target,
+    body: bytes,
+    *,
+    credential: bool = True,
+    extra: dict[str, str] | None = None,
+    words: bool = False,
+) -> str:
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
         **(target.headers if credential else {}),
+        **(extra or {}),
     }
     async with httpx2.AsyncClient(timeout=60) as http:
         try:
@@ -294,7 +319,8 @@ async def _raw(target: Target, body: bytes, *, credential: bool = True) -> str:
         error = json.loads(text).get("error")
         if isinstance(error, dict):
             code = f" {error.get('code')}"
-    return f"{response.status_code}{code}"
+    said = f" {response.text[:120]!r}" if words else ""
+    return f"{response.status_code}{code}{said}"
 
 
 INITIALIZE = {
@@ -309,6 +335,14 @@ INITIALIZE = {
 }
 
 
+def _leaf(exc: BaseException) -> str:
+    """The innermost error of an exception group, with its JSON-RPC code when it has one."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    code = getattr(exc, "code", None)
+    return f"{code} {exc}"[:90] if code is not None else f"{type(exc).__name__}: {exc}"[:90]
+
+
 async def features(target: Target) -> dict[str, str]:
     found: dict[str, str] = {}
     for label, mode in (("session", "legacy"), ("stateless", "2026-07-28")):
@@ -318,13 +352,27 @@ async def features(target: Target) -> dict[str, str]:
                 result = await client.call_tool(target.tool, {"a": 2, "b": 3})
             found[label] = "yes" if target.tool in names and not result.is_error else "no"
         except Exception as exc:  # recorded: what the client saw is the finding
-            found[label] = f"no ({type(exc).__name__}: {str(exc)[:80]})"
+            found[label] = f"no ({_leaf(exc)})"
+    if found["stateless"] != "yes":
+        # What the server said to a 2026-07-28 request, in its own words.
+        modern = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/list",
+            "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}},
+        }
+        found["stateless"] += "; raw: " + await _raw(
+            target,
+            json.dumps(modern).encode(),
+            extra={"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"},
+            words=True,
+        )
     try:
         async with session(target) as client:
             listed = await client.list_resources()
         found["resources"] = f"answered ({len(listed.resources)} resources)"
     except Exception as exc:  # recorded, as above
-        found["resources"] = f"error ({str(exc)[:60]})"
+        found["resources"] = f"error ({_leaf(exc)})"
     found["no_credential"] = await _raw(target, json.dumps(INITIALIZE).encode(), credential=False)
     found["bad_envelope"] = await _raw(target, b'{"jsonrpc": "2.0", "id": 1, "method": 5}')
     big = {**INITIALIZE, "params": {**INITIALIZE["params"], "pad": "x" * (5 * 1024 * 1024)}}
@@ -347,13 +395,15 @@ def write(results: dict[str, Any], skipped: dict[str, str], calls: int) -> None:
         f"Machine: {platform.machine()}, Python {platform.python_version()}, "
         f"{os.cpu_count()} cores shared with other work.",
         "",
-        "| gateway | median (ms) | p95 (ms) | gateway CPU per call (ms) |",
-        "|---|---:|---:|---:|",
+        "| gateway | median (ms) | p95 (ms) | gateway CPU per call (ms) "
+        "| HTTP requests to the backend per call |",
+        "|---|---:|---:|---:|---:|",
     ]
     for name, row in results.items():
         m = row["measure"]
         lines.append(
-            f"| {name} | {m['median_ms']:.2f} | {m['p95_ms']:.2f} | {m['cpu_ms_per_call']:.2f} |"
+            f"| {name} | {m['median_ms']:.2f} | {m['p95_ms']:.2f} | {m['cpu_ms_per_call']:.2f} "
+            f"| {m['backend_requests_per_call']:.2f} |"
         )
     lines += [
         "",
@@ -365,7 +415,7 @@ def write(results: dict[str, Any], skipped: dict[str, str], calls: int) -> None:
         "|---|---|---|---|---|---|---|",
     ]
     for name, row in results.items():
-        f = row["features"]
+        f = {k: str(v).replace("|", "\\|") for k, v in row["features"].items()}
         lines.append(
             f"| {name} | {f['session']} | {f['stateless']} | {f['resources']} | "
             f"{f['no_credential']} | {f['bad_envelope']} | {f['five_mib']} |"
@@ -410,7 +460,7 @@ async def bench(args: argparse.Namespace) -> None:
             for name, opened in gateways:
                 with opened as target:
                     print(f"{name}: measuring", flush=True)
-                    measured = await measure(target, args.calls)
+                    measured = await measure(target, args.calls, backend)
                     results[name] = {"measure": measured, "features": await features(target)}
                     print(f"{name}: {results[name]}", flush=True)
     write(results, skipped, args.calls)
@@ -418,7 +468,7 @@ async def bench(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--fastmcp-python", default=sys.executable)
     parser.add_argument("--contextforge-python", default=sys.executable)
     anyio.run(bench, parser.parse_args())
