@@ -9,7 +9,6 @@ gateway makes per call it forwards. Run: ``python bench/mcp_backend.py PORT``.
 from __future__ import annotations
 
 import sys
-
 from typing import Any
 
 import uvicorn

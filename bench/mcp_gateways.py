@@ -18,8 +18,8 @@ ContextForge run from the interpreters given by ``--fastmcp-python`` and
 ``--contextforge-python``; each may be its own virtual environment:
 ``python -m venv /tmp/fmcp && /tmp/fmcp/bin/pip install fastmcp``, and
 likewise ``mcp-contextforge-gateway``). Kong's MCP proxy is not measured:
-it is a plugin of the Kong gateway, which is installed as its own binary or
-container image, neither of which this machine can fetch.
+it is a plugin of Kong Gateway, which none of the registries this machine
+reaches carries.
 
 Per gateway, with the official ``mcp`` client from this interpreter:
 
@@ -34,7 +34,8 @@ Per gateway, with the official ``mcp`` client from this interpreter:
 
 Writes ``bench/results/mcp-gateways.md`` and ``mcp-gateways.json``. Run:
 ``python bench/mcp_gateways.py [--calls 100] [--fastmcp-python PATH]
-[--contextforge-python PATH]`` (about a minute).
+[--contextforge-python PATH]`` (about two minutes, most of it ContextForge's
+first start on a fresh database).
 """
 
 from __future__ import annotations
@@ -167,6 +168,17 @@ def has_module(python: str, module: str) -> bool:
         [python, "-c", f"import {module}"], capture_output=True, timeout=120, check=False
     )
     return found.returncode == 0
+
+
+def version(python: str, distribution: str) -> str:
+    """The installed version of ``distribution`` as ``python`` sees it."""
+    return subprocess.run(
+        [python, "-c", f"import importlib.metadata as m; print(m.version({distribution!r}))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.strip()
 
 
 def run(args: list[str], env: dict[str, str] | None = None) -> str:
@@ -402,7 +414,8 @@ def write(results: dict[str, Any], skipped: dict[str, str], calls: int) -> None:
     for name, row in results.items():
         m = row["measure"]
         lines.append(
-            f"| {name} | {m['median_ms']:.2f} | {m['p95_ms']:.2f} | {m['cpu_ms_per_call']:.2f} "
+            f"| {name} ({row['version']}) | {m['median_ms']:.2f} | {m['p95_ms']:.2f} "
+            f"| {m['cpu_ms_per_call']:.2f} "
             f"| {m['backend_requests_per_call']:.2f} |"
         )
     lines += [
@@ -428,8 +441,9 @@ def write(results: dict[str, Any], skipped: dict[str, str], calls: int) -> None:
 async def bench(args: argparse.Namespace) -> None:
     results: dict[str, Any] = {}
     skipped: dict[str, str] = {
-        "kong": "Kong's MCP proxy is a plugin of the Kong gateway, installed as its own binary "
-        "or container image, which this machine cannot fetch"
+        "kong": "Kong's MCP proxy is a plugin of Kong Gateway, which none of the registries "
+        "this machine reaches carries (PyPI and npm hold only clients and UI components of "
+        "it, Debian nothing)"
     }
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -438,6 +452,8 @@ async def bench(args: argparse.Namespace) -> None:
         with process(backend_args, folder / "backend.log") as backend_pid:
             backend = f"http://127.0.0.1:{port}/mcp"
             wait_until(lambda: _answers(backend), "the backend")
+            versions = {"direct": f"mcp {version(sys.executable, 'mcp')}"}
+            versions["pilothouse"] = f"pilothouse {version(sys.executable, 'pilothouse')}"
             gateways: list[tuple[str, Any]] = [
                 (
                     "direct",
@@ -447,11 +463,15 @@ async def bench(args: argparse.Namespace) -> None:
             ]
             if has_module(args.fastmcp_python, "fastmcp"):
                 gateways.append(("fastmcp", fastmcp(folder, backend, args.fastmcp_python)))
+                versions["fastmcp"] = f"fastmcp {version(args.fastmcp_python, 'fastmcp')}"
             else:
                 skipped["fastmcp"] = f"fastmcp is not importable by {args.fastmcp_python}"
             if has_module(args.contextforge_python, "mcpgateway"):
                 gateways.append(
                     ("contextforge", contextforge(folder, backend, args.contextforge_python))
+                )
+                versions["contextforge"] = "mcp-contextforge-gateway " + version(
+                    args.contextforge_python, "mcp-contextforge-gateway"
                 )
             else:
                 skipped["contextforge"] = (
@@ -461,7 +481,11 @@ async def bench(args: argparse.Namespace) -> None:
                 with opened as target:
                     print(f"{name}: measuring", flush=True)
                     measured = await measure(target, args.calls, backend)
-                    results[name] = {"measure": measured, "features": await features(target)}
+                    results[name] = {
+                        "version": versions[name],
+                        "measure": measured,
+                        "features": await features(target),
+                    }
                     print(f"{name}: {results[name]}", flush=True)
     write(results, skipped, args.calls)
 

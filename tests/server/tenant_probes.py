@@ -133,9 +133,7 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("POST", "/mcp"): Global("the MCP transport; its tools are walked one by one (MCP below)"),
     ("DELETE", "/mcp"): Global("ends the caller's own MCP session (bound to its key)"),
     ("HEAD", "/mcp"): Global("the MCP transport, no body"),
-    ("POST", "/mcp/{server}"): lambda w: [
-        _virtual_call("POST", code) for code in VIRTUAL_SERVERS
-    ],
+    ("POST", "/mcp/{server}"): lambda w: [_virtual_call("POST", code) for code in VIRTUAL_SERVERS],
     ("GET", "/mcp/{server}"): lambda w: [_virtual_call("GET", code) for code in VIRTUAL_SERVERS],
     ("HEAD", "/mcp/{server}"): lambda w: [_virtual_call("HEAD", code) for code in VIRTUAL_SERVERS],
     ("DELETE", "/mcp/{server}"): lambda w: [

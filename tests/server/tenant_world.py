@@ -71,7 +71,9 @@ def catalog(mark: str) -> str:
         )
         # A virtual MCP server of the same code in both tenants: B's path
         # must serve B's bundle of B's tools.
-        .add("virtual_servers", code="DESK", name=f"Desk of {mark}", actions=["ECHO"], tools=["ADD"])
+        .add(
+            "virtual_servers", code="DESK", name=f"Desk of {mark}", actions=["ECHO"], tools=["ADD"]
+        )
     )
     if mark == MARK:
         # Codes B does not have at all: a lookup must not fall through to A's.

@@ -137,9 +137,7 @@ class Walk:
         response = await self.api.post("/jsonrpc", json=body, headers=_bearer(key))
         self._look(f"JSON-RPC {method} {params}", response.status_code, response.text)
 
-    async def mcp(
-        self, method: str, params: dict[str, Any], key: str, path: str = "/mcp"
-    ) -> Any:
+    async def mcp(self, method: str, params: dict[str, Any], key: str, path: str = "/mcp") -> Any:
         meta = {
             "io.modelcontextprotocol/protocolVersion": MODERN,
             "io.modelcontextprotocol/clientCapabilities": {},

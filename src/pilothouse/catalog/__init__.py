@@ -40,7 +40,6 @@ from pilothouse.catalog._enums import (
 
 if TYPE_CHECKING:
     from pilothouse.catalog._budgets import BudgetSpec
-    from pilothouse.catalog._virtual import VirtualServer, VirtualServerSpec
     from pilothouse.catalog._exporter import (
         export_catalog,
         export_document,
@@ -139,6 +138,7 @@ if TYPE_CHECKING:
         parse_spec,
         validate_paths,
     )
+    from pilothouse.catalog._virtual import VirtualServer, VirtualServerSpec
     from pilothouse.catalog._yaml import dump_yaml
 
 __all__ = [

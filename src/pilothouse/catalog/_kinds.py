@@ -461,9 +461,17 @@ _KIND_LIST: Sequence[CatalogKind] = (
                 "action_id",
             ),
             Link(
-                "agents", "agents", "agents", VirtualServerAgent, "agent", "virtual_server_id", "agent_id"
+                "agents",
+                "agents",
+                "agents",
+                VirtualServerAgent,
+                "agent",
+                "virtual_server_id",
+                "agent_id",
             ),
-            Link("tools", "tools", "tools", VirtualServerTool, "tool", "virtual_server_id", "tool_id"),
+            Link(
+                "tools", "tools", "tools", VirtualServerTool, "tool", "virtual_server_id", "tool_id"
+            ),
         ),
     ),
 )

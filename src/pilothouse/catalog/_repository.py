@@ -24,12 +24,12 @@ from pilothouse.catalog._spec import CatalogSpec
 from pilothouse.catalog._validate import (
     Entry,
     gateway_namespace_issues,
-    virtual_server_issues,
     is_embedding_only,
     load_existing,
     parse_spec,
     qa_model_rule,
     skill_cycle_issues,
+    virtual_server_issues,
 )
 from pilothouse.errors import (
     CatalogValidationError,

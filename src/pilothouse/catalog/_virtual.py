@@ -34,7 +34,7 @@ from pydantic import Field, StringConstraints, field_validator, model_validator
 from sqlalchemy.orm import Mapped, relationship
 
 from pilothouse.catalog._models import Action, Agent, CatalogEntity, Tool
-from pilothouse.catalog._spec import Code, Name, CatalogSpec
+from pilothouse.catalog._spec import CatalogSpec, Code, Name
 from pilothouse.catalog._tables import (
     virtual_server_action_table,
     virtual_server_agent_table,
@@ -58,9 +58,7 @@ BUILTIN_TOOLS = (
 )
 """The MCP server's own tools a bundle may name (``pilothouse_resources``: the resources)."""
 
-Operation = Annotated[
-    str, StringConstraints(max_length=300, pattern=r"^[A-Za-z0-9_.-]+:\S.*$")
-]
+Operation = Annotated[str, StringConstraints(max_length=300, pattern=r"^[A-Za-z0-9_.-]+:\S.*$")]
 
 
 def split_operation(member: str) -> tuple[str, str]:
@@ -153,7 +151,9 @@ def operation_member_rules(
                 )
             )
             continue
-        include = [str(i) for i in cast("list[Any]", cast(dict[str, Any], block).get("include", []))]
+        include = [
+            str(i) for i in cast("list[Any]", cast(dict[str, Any], block).get("include", []))
+        ]
         if operation not in include:
             listed = ", ".join(repr(i) for i in include) or "nothing"
             found.append(

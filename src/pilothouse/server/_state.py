@@ -23,7 +23,6 @@ import asyncio
 import ipaddress
 import logging
 import os
-import re
 import signal
 import threading
 from collections.abc import Callable
