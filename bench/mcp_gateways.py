@@ -491,7 +491,7 @@ async def bench(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="MCP gateways side by side on loopback.")
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--fastmcp-python", default=sys.executable)
     parser.add_argument("--contextforge-python", default=sys.executable)
