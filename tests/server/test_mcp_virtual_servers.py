@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
+import anyio
 import httpx2
+import mcp_types as mt
 import pytest
 from fastapi import FastAPI
 from mcp import Client
@@ -38,9 +41,12 @@ async def base_url(app: FastAPI) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def connect(url: str, key: str, mode: str = "legacy") -> AsyncIterator[Client]:
+async def connect(
+    url: str, key: str, mode: str = "legacy", **options: Any
+) -> AsyncIterator[Client]:
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+        opened = streamable_http_client(url, http_client=http)
+        async with Client(opened, mode=mode, **options) as client:
             yield client
 
 
@@ -76,7 +82,13 @@ async def test_a_change_to_the_bundle_applies_to_the_next_request(
     base_url: str, admin_key: str, api_key: str
 ) -> None:
     assert (await _write(base_url, admin_key, DESK)).status_code == 201
-    async with connect(f"{base_url}/mcp/DESK", api_key) as client:
+    told = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mt.ToolListChangedNotification):
+            told.set()
+
+    async with connect(f"{base_url}/mcp/DESK", api_key, message_handler=on_message) as client:
         before = {tool.name for tool in (await client.list_tools()).tools}
         async with httpx2.AsyncClient(timeout=30) as http:
             changed = await http.put(
@@ -86,6 +98,9 @@ async def test_a_change_to_the_bundle_applies_to_the_next_request(
             )
         assert changed.status_code == 200, changed.text
         after = {tool.name for tool in (await client.list_tools()).tools}
+        # The session at the virtual server's path is told, like one at /mcp.
+        with anyio.fail_after(20):
+            await told.wait()
     assert after - before == {"action_SUMBRAND"}
 
 
