@@ -28,12 +28,12 @@ Per gateway, with the official ``mcp`` client from this interpreter:
   client does; ``resources/list`` is answered; a request without a
   credential; a body that is not a JSON-RPC request; a 5 MiB call;
 - **the figure**: ``--calls`` sequential ``tools/call`` of ``add`` in one
-  session after 20 warm-up calls, the client's wall time per call (median,
+  session after 10 warm-up calls, the client's wall time per call (median,
   p95) and the CPU time the gateway's process (with its children) spent
   per call, from psutil, the backend's own CPU not counted.
 
 Writes ``bench/results/mcp-gateways.md`` and ``mcp-gateways.json``. Run:
-``python bench/mcp_gateways.py [--calls 100] [--fastmcp-python PATH]
+``python bench/mcp_gateways.py [--calls 60] [--fastmcp-python PATH]
 [--contextforge-python PATH]`` (about two minutes, most of it ContextForge's
 first start on a fresh database).
 """
@@ -65,6 +65,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
+WARM_UP = 10
+"""Calls before the measured ones (sessions opened, code paths warm)."""
 PILOTHOUSE = str(Path(sys.executable).with_name("pilothouse"))
 
 FASTMCP_PROXY = """
@@ -282,7 +284,7 @@ def _backend_requests(backend: str) -> int:
 
 async def measure(target: Target, calls: int, backend: str) -> dict[str, float]:
     async with session(target) as client:
-        for _ in range(20):
+        for _ in range(WARM_UP):
             await client.call_tool(target.tool, {"a": 2, "b": 3})
         walls: list[float] = []
         sent = _backend_requests(backend)
@@ -401,7 +403,7 @@ def write(results: dict[str, Any], skipped: dict[str, str], calls: int) -> None:
         "",
         f"Method: `bench/mcp_gateways.py`, one backend MCP server (the official SDK's "
         f"`MCPServer`, tool `add`) on loopback behind each gateway in its own process; "
-        f"the official `mcp` client in one session, 20 warm-up calls, then {calls} "
+        f"the official `mcp` client in one session, {WARM_UP} warm-up calls, then {calls} "
         "sequential `tools/call`. Wall time per call at the client; CPU time of the "
         "gateway's process (and its children) per call, the backend's not counted. "
         f"Machine: {platform.machine()}, Python {platform.python_version()}, "
@@ -492,7 +494,7 @@ async def bench(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="MCP gateways side by side on loopback.")
-    parser.add_argument("--calls", type=int, default=100)
+    parser.add_argument("--calls", type=int, default=60)
     parser.add_argument("--fastmcp-python", default=sys.executable)
     parser.add_argument("--contextforge-python", default=sys.executable)
     anyio.run(bench, parser.parse_args())
