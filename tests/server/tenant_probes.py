@@ -49,7 +49,12 @@ class Global:
 Probes = Callable[[World], Sequence[Call]]
 
 ASK = "What do you remember about me?"
-A_ONLY = (("actions", "ACMEONLY"), ("configurations", "ACFG"), ("budgets", "ACMEBDGT"))
+A_ONLY = (
+    ("actions", "ACMEONLY"),
+    ("configurations", "ACFG"),
+    ("budgets", "ACMEBDGT"),
+    ("virtual_servers", "ACMEVS"),
+)
 """Catalog rows only A has."""
 SHARED = (
     ("actions", "ECHO"),
@@ -61,6 +66,7 @@ SHARED = (
     ("models", "MINILM"),
     ("skills", "GREET"),
     ("tools", "ADD"),
+    ("virtual_servers", "DESK"),
 )
 """Catalog codes both tenants have, each with its own texts."""
 TARGETS = ("action:ACMEONLY", "action:ECHO", "agent:HELPER")
@@ -80,6 +86,22 @@ def _records(w: World) -> list[tuple[str, dict[str, str]]]:
 
 def _catalog_keys() -> list[tuple[str, str]]:
     return [*A_ONLY, *SHARED]
+
+
+VIRTUAL_SERVERS = ("ACMEVS", "DESK")
+"""A's own virtual server (unknown to B) and the code both tenants use."""
+
+
+def _virtual_call(method: str, code: str) -> Call:
+    """B at a virtual server's path (the tools are walked in test_tenant_walk)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    # The MCP transport on a loopback bind accepts loopback Host headers only.
+    url = f"http://127.0.0.1:8000/mcp/{code}"
+    return Call(method, url, json=body if method == "POST" else None, headers=headers)
 
 
 def _ui_form(path: str, *, late: bool = False, **data: Any) -> Call:
@@ -111,6 +133,12 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("POST", "/mcp"): Global("the MCP transport; its tools are walked one by one (MCP below)"),
     ("DELETE", "/mcp"): Global("ends the caller's own MCP session (bound to its key)"),
     ("HEAD", "/mcp"): Global("the MCP transport, no body"),
+    ("POST", "/mcp/{server}"): lambda w: [_virtual_call("POST", code) for code in VIRTUAL_SERVERS],
+    ("GET", "/mcp/{server}"): lambda w: [_virtual_call("GET", code) for code in VIRTUAL_SERVERS],
+    ("HEAD", "/mcp/{server}"): lambda w: [_virtual_call("HEAD", code) for code in VIRTUAL_SERVERS],
+    ("DELETE", "/mcp/{server}"): lambda w: [
+        _virtual_call("DELETE", code) for code in VIRTUAL_SERVERS
+    ],
     ("GET", "/sse"): Global("the legacy MCP transport's stream: the same server as /mcp"),
     ("HEAD", "/sse"): Global("the legacy MCP transport, no body"),
     ("POST", "/messages/"): Global(
