@@ -303,9 +303,9 @@ async def verdict(scorer: Scorer, scored: Scored) -> Score:
     Raises:
         TypeError: the scorer gave something other than a :class:`Score`.
     """
-    given: object = scorer.score(scored)
-    result: object = await given if inspect.isawaitable(given) else given
-    if not isinstance(result, Score):
+    given = scorer.score(scored)
+    result: Score = await given if inspect.isawaitable(given) else given
+    if not isinstance(result, Score):  # pyright: ignore[reportUnnecessaryIsInstance]
         # A plug-in scorer is user code: a wrong return is named, not averaged.
         raise TypeError(f"scorer {scorer.name!r} returned {type(result).__name__}, not a Score")
     return result
