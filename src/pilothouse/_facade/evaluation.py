@@ -247,15 +247,18 @@ class EvaluationApi(Facet):
             configuration: a catalog configuration code instead of each action's.
             settings: model options and switches of the runtime config
                 (``{"temperature": 0.2}``), checked like any runtime config.
-            live_tools: tools that run for real when a call does not match.
+            live_tools: tools that run for real when a call does not match;
+                each must be a catalog tool marked read-only
+                (``settings.read_only: true``).
             concurrency: how many cases run at once.
             count_budgets: hold the replay's model calls on the tenant's
                 budgets (by default a replay spends nothing of them).
 
         Raises:
             NotFoundError: no such dataset, model or configuration.
-            InvalidFieldError: ``concurrency`` below 1, or an existing run
-                of another dataset or target.
+            InvalidFieldError: ``concurrency`` below 1, a live tool that is
+                not a read-only catalog tool, or an existing run of another
+                dataset or target.
         """
         from pilothouse.runtime._replaytape import ReplayTape, TapeCall, replaying
 
@@ -270,6 +273,7 @@ class EvaluationApi(Facet):
         }
         cases = await self.cases(dataset)
         await self._check_target(model, configuration)
+        await self._check_live_tools(live_tools)
         name = run or f"{dataset}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
         async with self._transaction() as connection:
             run_id = await replays.find_run(connection, self.tenant, name)
@@ -346,6 +350,36 @@ class EvaluationApi(Facet):
 
         async with self._transaction() as connection:
             await connection.run_sync(read)
+
+    async def _check_live_tools(self, names: Collection[str]) -> None:
+        """Refuse a live tool that is not in the catalog or not marked read-only."""
+        from sqlalchemy import select
+
+        from pilothouse.catalog._tables import tool_table
+
+        if not names:
+            return
+        c = tool_table.c
+        async with self._transaction() as connection:
+            rows = await connection.execute(
+                select(c.name, c.settings).where(
+                    c.tenant == self.tenant, c.active.is_(True), c.name.in_(sorted(names))
+                )
+            )
+            marked: dict[str, bool] = {}
+            for row in rows:
+                settings: Mapping[str, Any] = row.settings or {}
+                marked[row.name] = marked.get(row.name, False) or settings.get("read_only") is True
+        for name in sorted(names):
+            if name not in marked:
+                raise InvalidFieldError("live_tools", f"no active catalog tool named {name!r}")
+            if not marked[name]:
+                raise InvalidFieldError(
+                    "live_tools",
+                    f"tool {name!r} is not marked read-only; a replay runs only read-only tools "
+                    "live (set settings.read_only: true in its catalog entry if calling it "
+                    "changes nothing)",
+                )
 
     async def evaluate(
         self,
