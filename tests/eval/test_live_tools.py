@@ -1,4 +1,4 @@
-"""``live_tools``: only tools marked read-only run live in a replay; any other call is a divergence."""
+"""``live_tools``: only read-only tools run live in a replay; any other call is a divergence."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scorers that call a model: the LLM judge (scripted here), embedding similarity, async plug-ins."""
+"""Scorers that call a model: an LLM judge (scripted), embedding similarity, async plug-ins."""
 
 from __future__ import annotations
 

@@ -83,7 +83,6 @@ class EvalReport:
         """True when no threshold or margin check failed."""
         return not self.failures
 
-
     def as_json(self) -> dict[str, Any]:
         """The report as one JSON-ready object."""
         return {

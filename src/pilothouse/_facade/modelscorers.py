@@ -91,7 +91,8 @@ class EmbeddingSimilarity:
             return Score(False, 0.0, "no output" if output is None else "nothing expected")
         left, right = await self.embed([expected, output])
         # Unit vectors: the dot product is the cosine similarity.
-        similarity = max(-1.0, min(1.0, float(sum(a * b for a, b in zip(left, right, strict=True)))))
+        dot = float(sum(a * b for a, b in zip(left, right, strict=True)))
+        similarity = max(-1.0, min(1.0, dot))
         passed = similarity >= self.minimum
         return Score(passed, similarity, f"similarity {similarity:.3f} (minimum {self.minimum:g})")
 
@@ -151,9 +152,7 @@ class LlmJudge:
             return Score(False, 0.0, f"judge failed: {turn.error}", cost, answer.conversation_uuid)
         output: Any = turn.output
         if not isinstance(output, dict):
-            return Score(
-                False, 0.0, "judge gave no verdict object", cost, answer.conversation_uuid
-            )
+            return Score(False, 0.0, "judge gave no verdict object", cost, answer.conversation_uuid)
         fields = cast(dict[str, Any], output)
         value = fields.get("score")
         passed = fields.get("passed")

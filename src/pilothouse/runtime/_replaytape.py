@@ -84,7 +84,7 @@ class ReplayTape:
     _used: set[int] = field(default_factory=lambda: set())
 
     def runs_live(self, tool: str, *, read_only: bool) -> bool:
-        """Whether a call of ``tool`` the recording lacks runs for real: named live, and read-only."""
+        """Whether a call the recording lacks runs for real: named live, and read-only."""
         return read_only and tool in self.live_tools
 
     def answer(
