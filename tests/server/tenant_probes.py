@@ -556,6 +556,26 @@ RPC: Mapping[str, Callable[[World], list[dict[str, Any]]]] = {
         {**s, "memoryId": i, "content": "changed"} for i, s in _records(w)
     ],
     _rpc("memory/forget"): lambda w: [{**s, "memoryId": i} for i, s in _records(w)],
+    # B's own dataset from B's conversations, then A's dataset and run by name.
+    _rpc("evaluation/listDatasets"): lambda w: [{}],
+    _rpc("evaluation/createDataset"): lambda w: [
+        {"name": "brpc", "fromConversations": True},
+        {"name": "brpc-cases", "cases": [{"action": "ECHO", "inputText": ASK}]},
+    ],
+    _rpc("evaluation/getDatasetCases"): lambda w: [{"name": "brpc"}, {"name": "aset"}],
+    _rpc("evaluation/replay"): lambda w: [
+        {"dataset": "brpc-cases", "run": "brun"},
+        {"dataset": "aset"},
+        {"dataset": "brpc-cases", "run": "arun"},
+    ],
+    _rpc("evaluation/getRun"): lambda w: [{"run": "brun"}, {"run": "arun"}],
+    _rpc("evaluation/listRuns"): lambda w: [{}],
+    _rpc("evaluation/report"): lambda w: [
+        {"run": "brun", "scorers": ["exact", "judge:SCRIPTED"]},
+        {"run": "arun"},
+        {"run": "brun", "against": "arun"},
+    ],
+    _rpc("evaluation/deleteDataset"): lambda w: [{"name": "aset"}, {"name": "brpc"}],
 }
 """Every built-in JSON-RPC method: the params B sends against A's objects."""
 
