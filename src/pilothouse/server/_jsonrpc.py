@@ -356,9 +356,7 @@ def _is_legacy(body: dict[str, Any]) -> bool:
     },
     response_model=None,
 )
-async def jsonrpc(
-    request: Request, ph: Facade, state: State, principal: Authenticated
-) -> Response:
+async def jsonrpc(request: Request, ph: Facade, state: State, principal: Authenticated) -> Response:
     """Dispatch a request, a batch or a legacy envelope."""
     admin = principal.is_admin
     try:
