@@ -415,6 +415,12 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("POST", "/ui/configurations/{code}/duplicate"): lambda w: [
         _ui_form("/ui/configurations/ACFG/duplicate", target="action:ECHO", new_code="BCPY")
     ],
+    # Browser UI: replay runs side by side (A's run and dataset by name).
+    ("GET", "/ui/evaluation"): lambda w: [Call("GET", "/ui/evaluation", ui=True)],
+    ("GET", "/ui/evaluation/compare"): lambda w: [
+        Call("GET", "/ui/evaluation/compare", params={"run": "arun"}, ui=True),
+        Call("GET", "/ui/evaluation/compare", params={"run": "brun", "against": "arun"}, ui=True),
+    ],
     ("GET", "/ui/system-prompt"): lambda w: [
         Call("GET", "/ui/system-prompt", params={"target": t}, ui=True) for t in TARGETS
     ],
