@@ -81,9 +81,7 @@ def word_diff(left: str, right: str) -> tuple[list[tuple[str, str]], list[tuple[
     return ours, theirs
 
 
-def _result_side(
-    title: str, result: CaseResult | None, segments: list[tuple[str, str]]
-) -> Side:
+def _result_side(title: str, result: CaseResult | None, segments: list[tuple[str, str]]) -> Side:
     if result is None:
         return Side(title, [], [], None, None, None, "missing")
     return Side(
