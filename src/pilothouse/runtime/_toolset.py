@@ -178,6 +178,19 @@ class ArgumentValidators(Mapping[str, Any]):
             validator = self._compiled[name] = validator_for(schema)(schema)
         return validator
 
+    def without(self, names: frozenset[str]) -> ArgumentValidators:
+        """These validators but for ``names``: tools a model call does not offer.
+
+        A call the model writes as text to a tool it was not offered is then
+        text, not a call. Compiled validators are shared.
+        """
+        if not names:
+            return self
+        view = ArgumentValidators()
+        view._schemas = {k: v for k, v in self._schemas.items() if k not in names}
+        view._compiled = self._compiled
+        return view
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._schemas)
 
