@@ -32,7 +32,7 @@ CASES = 8
 
 
 class _Upstream:
-    """A chat-completions server that takes 0.3 s per answer and notes each request."""
+    """A chat-completions server that takes 0.5 s per answer and notes each request."""
 
     def __init__(self) -> None:
         self.asked: list[str] = []
@@ -48,7 +48,7 @@ class _Upstream:
                 question = str(body["messages"][-1]["content"])
                 with upstream.lock:
                     upstream.asked.append(question)
-                time.sleep(0.3)
+                time.sleep(0.5)
                 answer = f"answer to {question}"
                 if body.get("stream"):
                     self._stream(answer)
