@@ -277,10 +277,12 @@ class Pilothouse:
     def _make_evaluation(self) -> EvaluationApi:
         from pilothouse._facade.evaluation import REPLAY_CALLER, EvaluationApi
 
+        shared = self._shared
         return EvaluationApi(
             self._database,
             self.tenant,
             lambda: self.for_tenant(self.tenant, caller=REPLAY_CALLER).command,
+            lambda: shared.knowledge().local_model(),
         )
 
     def _make_keys(self) -> KeyApi:

@@ -443,6 +443,12 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("POST", "/ui/configurations/{code}/duplicate"): lambda w: [
         _ui_form("/ui/configurations/ACFG/duplicate", target="action:ECHO", new_code="BCPY")
     ],
+    # Browser UI: replay runs side by side (A's run and dataset by name).
+    ("GET", "/ui/evaluation"): lambda w: [Call("GET", "/ui/evaluation", ui=True)],
+    ("GET", "/ui/evaluation/compare"): lambda w: [
+        Call("GET", "/ui/evaluation/compare", params={"run": "arun"}, ui=True),
+        Call("GET", "/ui/evaluation/compare", params={"run": "brun", "against": "arun"}, ui=True),
+    ],
     ("GET", "/ui/system-prompt"): lambda w: [
         Call("GET", "/ui/system-prompt", params={"target": t}, ui=True) for t in TARGETS
     ],
@@ -584,6 +590,26 @@ RPC: Mapping[str, Callable[[World], list[dict[str, Any]]]] = {
         {**s, "memoryId": i, "content": "changed"} for i, s in _records(w)
     ],
     _rpc("memory/forget"): lambda w: [{**s, "memoryId": i} for i, s in _records(w)],
+    # B's own dataset from B's conversations, then A's dataset and run by name.
+    _rpc("evaluation/listDatasets"): lambda w: [{}],
+    _rpc("evaluation/createDataset"): lambda w: [
+        {"name": "brpc", "fromConversations": True},
+        {"name": "brpc-cases", "cases": [{"action": "ECHO", "inputText": ASK}]},
+    ],
+    _rpc("evaluation/getDatasetCases"): lambda w: [{"name": "brpc"}, {"name": "aset"}],
+    _rpc("evaluation/replay"): lambda w: [
+        {"dataset": "brpc-cases", "run": "brun"},
+        {"dataset": "aset"},
+        {"dataset": "brpc-cases", "run": "arun"},
+    ],
+    _rpc("evaluation/getRun"): lambda w: [{"run": "brun"}, {"run": "arun"}],
+    _rpc("evaluation/listRuns"): lambda w: [{}],
+    _rpc("evaluation/report"): lambda w: [
+        {"run": "brun", "scorers": ["exact", "judge:SCRIPTED"]},
+        {"run": "arun"},
+        {"run": "brun", "against": "arun"},
+    ],
+    _rpc("evaluation/deleteDataset"): lambda w: [{"name": "aset"}, {"name": "brpc"}],
 }
 """Every built-in JSON-RPC method: the params B sends against A's objects."""
 

@@ -178,6 +178,10 @@ async def build_world(state: ServerState, scripted: ScriptedModel, database: Dat
             latency_ms=1.0,
         ),
     )
+    # A's dataset of its recorded turn, and a replay run of it: B names both.
+    scripted.script.steps.append(Reply(f"Replayed, {MARK}."))
+    await a.evaluation.create_dataset("aset", from_conversations=True, action="ECHO")
+    await a.evaluation.replay("aset", run="arun")
     a_key, _ = await state.pilothouse.keys.create(tenant=A, name=f"ops {MARK}", admin=True)
     exported = json.dumps(await a.history.export(done.conversation_uuid), default=str)
     b_key, b_info = await state.pilothouse.keys.create(tenant=B, name="bravo admin", admin=True)

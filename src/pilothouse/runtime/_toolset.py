@@ -220,6 +220,8 @@ class ToolSet:
     releases: dict[str, str] = field(default_factory=lambda: {})
     """Catalog tools' semantic versions by name, recorded with each call (audit)."""
     events: dict[str, EventRoute] = field(default_factory=lambda: {})
+    read_only: set[str] = field(default_factory=lambda: set[str]())
+    """Tools whose catalog entry says ``settings.read_only: true`` (a replay may run them live)."""
 
     def add(self, definition: ToolDefinition, *, tool: ExecutableTool | None = None) -> None:
         """Offer a tool; ``tool`` None means returned to the caller."""
@@ -549,6 +551,10 @@ def _offer(
         toolset.timeouts[name] = tool_timeout(row, default_timeout)
         if row.release:
             toolset.releases[name] = row.release
+        # A write or execute skill link says the tool changes things here,
+        # whatever its own entry claims.
+        if (row.settings or {}).get("read_only") is True and row.name not in guarded:
+            toolset.read_only.add(name)
 
 
 async def _executable(

@@ -169,6 +169,7 @@ async def run_tool_step(
             tenant=tenant,
             conversation_uuid=conversation_uuid,
             timeouts=toolset.timeouts,
+            read_only=toolset.read_only,
         )
     }
     listed = [

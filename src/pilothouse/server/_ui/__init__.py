@@ -16,13 +16,14 @@ if TYPE_CHECKING:
 
 
 def routers() -> list[APIRouter]:
-    """The UI's routers: login and docs, the playground, its chat, the catalog."""
+    """The UI's routers: login and docs, the playground, its chat, the catalog, evaluation."""
     from pilothouse.server._ui._catalog import router as catalog
     from pilothouse.server._ui._chat import router as chat
+    from pilothouse.server._ui._evaluation import router as evaluation
     from pilothouse.server._ui._login import router as login
     from pilothouse.server._ui._playground import router as playground
 
-    return [login, playground, chat, catalog]
+    return [login, playground, chat, catalog, evaluation]
 
 
 def mount_static(app: FastAPI) -> None:
