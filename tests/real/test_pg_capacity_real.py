@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 
-import asyncpg  # pyright: ignore[reportMissingTypeStubs]
+import asyncpg
 import httpx
 import pytest
 from sqlalchemy.engine import make_url
