@@ -231,7 +231,10 @@ class BudgetExceededError(PilothouseError):
 
 
 class ServiceUnavailableError(PilothouseError):
-    """The service is stopping: the request's turn was stopped and recorded ``TE``.
+    """The service cannot take the request now; it may later.
+
+    It is stopping (the request's turn was stopped and recorded ``TE``), or
+    its PostgreSQL server refused a new connection (``max_connections``).
 
     Attributes:
         retry_after: seconds after which a retry may find a running service.

@@ -107,6 +107,19 @@ def test_datasets_replay_and_eval_on_the_example_catalog(db_url: str, tmp_path: 
     assert unknown.exit_code == 2 and "unknown scorer 'nope'" in unknown.output
     bad_format = cli.invoke(app, [*scored, "--format", "xml"])
     assert bad_format.exit_code == 2
+    # A judge on the example catalog's model, with a rubric; its verdicts are priced turns.
+    verdicts = [Json({"reason": "on topic", "score": 1, "passed": True})] * 4
+    with override(model=ScriptedModel(verdicts)):
+        judged = cli.invoke(
+            app,
+            [*scored, "--scorer", "judge:QWEN05", "--rubric", "On topic.", "--format", "json"],
+        )
+    assert judged.exit_code == 0, judged.output
+    verdict = json.loads(judged.output)
+    assert verdict["pass_rates"] == {"judge:QWEN05": 1.0}
+    assert verdict["cases"][0]["scores"]["judge:QWEN05"]["detail"] == "on topic"
+    lonely = cli.invoke(app, [*scored, "--rubric", "On topic."])
+    assert lonely.exit_code == 2 and "a rubric is for judge" in lonely.output
 
     # Replays never enter datasets built afterwards.
     again = cli.invoke(app, [*base, "datasets", "create", "again", "--from-conversations"])

@@ -4,9 +4,9 @@ The question is scripted (a 0.5B model does not reliably choose to ask); the
 turn after the answers is the real model's, on the llama.cpp server the rest
 of ``tests/real`` shares. Sent as a JSON object, the answers came back as the
 model's reply verbatim; sent as the question's tool result in words, the
-model should go on with the order. The packaged 0.5B model does not yet: it
-asks the same question again (marked as an expected failure, strict, so the
-suite says when it starts to pass).
+model should go on with the order. Offered the question tool again in that
+call, the packaged 0.5B model asked the same question once more; the call
+after the answers therefore does not offer it.
 """
 
 from __future__ import annotations
@@ -55,13 +55,6 @@ async def ph(
         yield facade
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="given the answers as the question's tool result, the 0.5B model asks the same "
-    "question again (the turn waits with the same questions) instead of confirming the order; "
-    "lifts when the runtime stops the model re-asking after answers (strict: the suite then "
-    "fails until this mark is removed)",
-)
 async def test_the_real_model_goes_on_from_the_answers(ph: Pilothouse) -> None:
     ask = ToolCall(
         "AskUserQuestion",

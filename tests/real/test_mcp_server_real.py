@@ -551,3 +551,44 @@ async def test_memory_tools_over_streamable_http_against_the_live_server(
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {live.key}"}) as http:
         listed = await http.get(f"{live.base_url}/memory", params=alice)
     assert [item["id"] for item in listed.json()["items"]] == [memory_id]
+
+
+SUPPORT = {
+    "code": "SUPPORT",
+    "name": "Support desk",
+    "actions": ["ASK"],
+    "tools": ["CUSTOMER"],
+    "operations": ["CRM:createOrder"],
+}
+
+
+async def test_a_tenant_virtual_server_written_over_rest_serves_its_bundle(
+    live: LiveServer,
+) -> None:
+    created = cli(live.database_url, "keys", "create", "--name", "desk admin", "--admin")
+    admin = next(word for word in created.split() if word.startswith("ph_"))
+    headers = {"Authorization": f"Bearer {admin}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+        # An operation the gateway does not include is refused, naming it.
+        refused = await http.post(
+            f"{live.base_url}/catalog/virtual_servers",
+            json={**SUPPORT, "operations": ["CRM:readCustomer"]},
+        )
+        written = await http.post(f"{live.base_url}/catalog/virtual_servers", json=SUPPORT)
+    assert refused.status_code == 422, refused.text
+    assert "gateway 'CRM' does not include 'readCustomer'" in refused.text
+    assert written.status_code == 201, written.text
+    for mode in ("legacy", "2026-07-28"):
+        async with httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {live.key}"}, timeout=60
+        ) as http:
+            opened = streamable_http_client(f"{root(live)}/mcp/SUPPORT", http_client=http)
+            async with Client(opened, mode=mode) as client:
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                order = await client.call_tool("crm__createOrder", {"item": "kite"})
+                outside = await client.call_tool("crm__readCustomer", {"id": "7"})
+                asked = await ask(client)
+        assert names == {"action_ASK", "tool_customer", "crm__createOrder", "pilothouse_answer"}
+        assert order.structured_content == {"item": "kite", "status": "placed"}, mode
+        assert outside.is_error and "unknown tool" in str(outside.content), mode
+        assert answer_text(asked) == "ACK"

@@ -55,3 +55,42 @@ async def test_replay_on_the_packaged_model_with_another_configuration(ph: Pilot
     # The competitor list is JSON under its schema; the summary is prose.
     assert report.cases[1].scores["json_valid"].passed
     assert "json_valid" in report.as_markdown()
+
+
+# The packaged model again, priced, as a judge: its verdicts have a cost.
+JUDGE = """\
+models:
+  - code: QJUDGE
+    provider: LOCL
+    model_name: Qwen2.5-Coder-0.5B-Instruct
+    capabilities: [FC, SR]
+    input_price: 1
+    output_price: 4
+    context_window: 4096
+"""
+
+
+async def test_a_judge_on_the_packaged_model_grades_replayed_cases(ph: Pilothouse) -> None:
+    await ph.catalog.import_text(JUDGE)
+    await ph.command.start_and_send(
+        "Summarize.", action="SUMBRAND", input_data={"document": DOCUMENT}
+    )
+    await ph.evaluation.create_dataset("one", from_conversations=True)
+    await ph.evaluation.replay("one", run="again")
+    report = await ph.evaluation.evaluate(
+        "again",
+        scorers=["judge:QJUDGE"],
+        rubric="The answer is a short summary about a bike maker.",
+    )
+    (case,) = report.cases
+    verdict = case.scores["judge:QJUDGE"]
+    # The small model's opinion may go either way; that it gave one, under
+    # the verdict's schema, in a priced and recorded turn, may not.
+    assert 0.0 <= verdict.value <= 1.0
+    assert not verdict.detail.startswith("judge"), verdict.detail
+    assert verdict.cost > 0
+    assert report.scoring_cost == verdict.cost
+    conversation = await ph.query.get_conversation(verdict.conversation_uuid or "")
+    assert conversation.face == "replay"
+    assert conversation.audit
+    assert conversation.response_model is not None

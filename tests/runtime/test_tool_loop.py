@@ -395,7 +395,8 @@ async def test_question_pauses_and_answers_resume_even_in_a_new_runner(
         {"questions": [{"id": "size", "question": "Which size?", "choices": ["S", "M"]}]},
         call_id="q1",
     )
-    first = make_runner(ScriptedModel([ask]), tool_source=FakeSource({}))
+    asking = ScriptedModel([ask])
+    first = make_runner(asking, tool_source=FakeSource({}))
     uuid = await start(catalog, "TOOLS")
     paused = await first.send_message(uuid, "Order a shirt")
     assert paused.status is ProcessStatus.WAITING
@@ -426,6 +427,10 @@ async def test_question_pauses_and_answers_resume_even_in_a_new_runner(
         'User has answered your questions: "Which size?"="M". '
         "You can now continue with the user's answers in mind."
     )
+    # The call right after the answers does not offer the question tool
+    # again: a small model given the answers otherwise asked once more.
+    assert "AskUserQuestion" in {t.name for t in asking.requests[0].info.function_tools}
+    assert "AskUserQuestion" not in {t.name for t in model.requests[0].info.function_tools}
     kinds = [e.kind for e in await events(catalog, uuid)]
     assert TimelineKind.HUMAN_ANSWER in kinds
     with pytest.raises(InvalidStateError, match="is not waiting for answers"):

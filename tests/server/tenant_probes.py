@@ -49,7 +49,12 @@ class Global:
 Probes = Callable[[World], Sequence[Call]]
 
 ASK = "What do you remember about me?"
-A_ONLY = (("actions", "ACMEONLY"), ("configurations", "ACFG"), ("budgets", "ACMEBDGT"))
+A_ONLY = (
+    ("actions", "ACMEONLY"),
+    ("configurations", "ACFG"),
+    ("budgets", "ACMEBDGT"),
+    ("virtual_servers", "ACMEVS"),
+)
 """Catalog rows only A has."""
 SHARED = (
     ("actions", "ECHO"),
@@ -61,6 +66,7 @@ SHARED = (
     ("models", "MINILM"),
     ("skills", "GREET"),
     ("tools", "ADD"),
+    ("virtual_servers", "DESK"),
 )
 """Catalog codes both tenants have, each with its own texts."""
 TARGETS = ("action:ACMEONLY", "action:ECHO", "agent:HELPER")
@@ -80,6 +86,22 @@ def _records(w: World) -> list[tuple[str, dict[str, str]]]:
 
 def _catalog_keys() -> list[tuple[str, str]]:
     return [*A_ONLY, *SHARED]
+
+
+VIRTUAL_SERVERS = ("ACMEVS", "DESK")
+"""A's own virtual server (unknown to B) and the code both tenants use."""
+
+
+def _virtual_call(method: str, code: str) -> Call:
+    """B at a virtual server's path (the tools are walked in test_tenant_walk)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    # The MCP transport on a loopback bind accepts loopback Host headers only.
+    url = f"http://127.0.0.1:8000/mcp/{code}"
+    return Call(method, url, json=body if method == "POST" else None, headers=headers)
 
 
 def _ui_form(path: str, *, late: bool = False, **data: Any) -> Call:
@@ -111,6 +133,12 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("POST", "/mcp"): Global("the MCP transport; its tools are walked one by one (MCP below)"),
     ("DELETE", "/mcp"): Global("ends the caller's own MCP session (bound to its key)"),
     ("HEAD", "/mcp"): Global("the MCP transport, no body"),
+    ("POST", "/mcp/{server}"): lambda w: [_virtual_call("POST", code) for code in VIRTUAL_SERVERS],
+    ("GET", "/mcp/{server}"): lambda w: [_virtual_call("GET", code) for code in VIRTUAL_SERVERS],
+    ("HEAD", "/mcp/{server}"): lambda w: [_virtual_call("HEAD", code) for code in VIRTUAL_SERVERS],
+    ("DELETE", "/mcp/{server}"): lambda w: [
+        _virtual_call("DELETE", code) for code in VIRTUAL_SERVERS
+    ],
     ("GET", "/sse"): Global("the legacy MCP transport's stream: the same server as /mcp"),
     ("HEAD", "/sse"): Global("the legacy MCP transport, no body"),
     ("POST", "/messages/"): Global(
@@ -418,6 +446,12 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("POST", "/ui/configurations/{code}/duplicate"): lambda w: [
         _ui_form("/ui/configurations/ACFG/duplicate", target="action:ECHO", new_code="BCPY")
     ],
+    # Browser UI: replay runs side by side (A's run and dataset by name).
+    ("GET", "/ui/evaluation"): lambda w: [Call("GET", "/ui/evaluation", ui=True)],
+    ("GET", "/ui/evaluation/compare"): lambda w: [
+        Call("GET", "/ui/evaluation/compare", params={"run": "arun"}, ui=True),
+        Call("GET", "/ui/evaluation/compare", params={"run": "brun", "against": "arun"}, ui=True),
+    ],
     ("GET", "/ui/system-prompt"): lambda w: [
         Call("GET", "/ui/system-prompt", params={"target": t}, ui=True) for t in TARGETS
     ],
@@ -615,6 +649,26 @@ RPC: Mapping[str, Callable[[World], list[dict[str, Any]]]] = {
         {**s, "memoryId": i, "content": "changed"} for i, s in _records(w)
     ],
     _rpc("memory/forget"): lambda w: [{**s, "memoryId": i} for i, s in _records(w)],
+    # B's own dataset from B's conversations, then A's dataset and run by name.
+    _rpc("evaluation/listDatasets"): lambda w: [{}],
+    _rpc("evaluation/createDataset"): lambda w: [
+        {"name": "brpc", "fromConversations": True},
+        {"name": "brpc-cases", "cases": [{"action": "ECHO", "inputText": ASK}]},
+    ],
+    _rpc("evaluation/getDatasetCases"): lambda w: [{"name": "brpc"}, {"name": "aset"}],
+    _rpc("evaluation/replay"): lambda w: [
+        {"dataset": "brpc-cases", "run": "brun"},
+        {"dataset": "aset"},
+        {"dataset": "brpc-cases", "run": "arun"},
+    ],
+    _rpc("evaluation/getRun"): lambda w: [{"run": "brun"}, {"run": "arun"}],
+    _rpc("evaluation/listRuns"): lambda w: [{}],
+    _rpc("evaluation/report"): lambda w: [
+        {"run": "brun", "scorers": ["exact", "judge:SCRIPTED"]},
+        {"run": "arun"},
+        {"run": "brun", "against": "arun"},
+    ],
+    _rpc("evaluation/deleteDataset"): lambda w: [{"name": "aset"}, {"name": "brpc"}],
 }
 """Every built-in JSON-RPC method: the params B sends against A's objects."""
 

@@ -69,6 +69,11 @@ def catalog(mark: str) -> str:
             implementation="mcp_tool_helpers:add",
             description=f"Add two numbers for {mark}.",
         )
+        # A virtual MCP server of the same code in both tenants: B's path
+        # must serve B's bundle of B's tools.
+        .add(
+            "virtual_servers", code="DESK", name=f"Desk of {mark}", actions=["ECHO"], tools=["ADD"]
+        )
     )
     if mark == MARK:
         # Codes B does not have at all: a lookup must not fall through to A's.
@@ -77,6 +82,10 @@ def catalog(mark: str) -> str:
         ).configuration("ACFG", max_tokens=64, name=f"Acme configuration {mark}")
         # A budget whose name and ledger row B must never see.
         builder = builder.add("budgets", code="ACMEBDGT", name=f"Budget of {mark}", turns=1_000_000)
+        # A virtual server only A has: B's key at its path reads it as unknown.
+        builder = builder.add(
+            "virtual_servers", code="ACMEVS", name=f"Servers of {mark}", actions=["ACMEONLY"]
+        )
     return builder.yaml()
 
 
@@ -169,6 +178,10 @@ async def build_world(state: ServerState, scripted: ScriptedModel, database: Dat
             latency_ms=1.0,
         ),
     )
+    # A's dataset of its recorded turn, and a replay run of it: B names both.
+    scripted.script.steps.append(Reply(f"Replayed, {MARK}."))
+    await a.evaluation.create_dataset("aset", from_conversations=True, action="ECHO")
+    await a.evaluation.replay("aset", run="arun")
     a_key, _ = await state.pilothouse.keys.create(tenant=A, name=f"ops {MARK}", admin=True)
     exported = json.dumps(await a.history.export(done.conversation_uuid), default=str)
     b_key, b_info = await state.pilothouse.keys.create(tenant=B, name="bravo admin", admin=True)

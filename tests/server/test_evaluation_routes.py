@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from server_helpers import auth
@@ -57,3 +59,59 @@ async def test_dataset_replay_and_report(
     assert plain.status_code == 403
     gone = await client.delete("/v1/evaluation/datasets/echo", headers=headers)
     assert gone.status_code == 204
+
+
+async def _rpc(client: httpx.AsyncClient, key: str, action: str, params: dict[str, Any]) -> Any:
+    body = {"jsonrpc": "2.0", "id": 1, "method": f"pilothouse/evaluation/{action}/v1"}
+    response = await client.post("/jsonrpc", json={**body, "params": params}, headers=auth(key))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def test_the_same_over_json_rpc_for_admin_keys_only(
+    client: httpx.AsyncClient, admin_key: str, api_key: str, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.extend(
+        [Reply("changed"), Reply('{"reason": "no", "score": 0, "passed": false}')]
+    )
+    created = await _rpc(
+        client,
+        admin_key,
+        "createDataset",
+        {
+            "name": "hand",
+            "cases": [{"action": "ECHO", "input_text": "hi", "expected_output": "hi"}],
+        },
+    )
+    assert created["result"]["cases"] == 1, created
+    listed = await _rpc(client, admin_key, "listDatasets", {})
+    assert [d["name"] for d in listed["result"]] == ["hand"]
+    cases = await _rpc(client, admin_key, "getDatasetCases", {"name": "hand"})
+    assert cases["result"][0]["expected_output"] == "hi"
+    run = await _rpc(client, admin_key, "replay", {"dataset": "hand", "run": "r1"})
+    assert run["result"]["results"][0]["output"] == "changed"
+    again = await _rpc(client, admin_key, "getRun", {"run": "r1"})
+    assert again["result"] == run["result"]
+    runs = await _rpc(client, admin_key, "listRuns", {})
+    assert [r["name"] for r in runs["result"]] == ["r1"]
+    report = await _rpc(
+        client,
+        admin_key,
+        "report",
+        {"run": "r1", "scorers": ["exact", "judge:SCRIPTEDM"], "rubric": "Says hi."},
+    )
+    assert "result" in report, report
+    result = report["result"]
+    assert result["pass_rates"] == {"exact": 0.0, "judge:SCRIPTEDM": 0.0}, result
+    judged = result["cases"][0]["scores"]["judge:SCRIPTEDM"]
+    assert judged["detail"] == "no" and judged["conversation_uuid"]
+    # Bad params name the field; plain keys are refused as over REST.
+    bad = await _rpc(client, admin_key, "replay", {"dataset": "hand", "speed": 2})
+    assert bad["error"]["code"] == -32602
+    for action, params in (("listDatasets", {}), ("deleteDataset", {"name": "hand"})):
+        refused = await _rpc(client, api_key, action, params)
+        assert refused["error"]["code"] == -32007, refused
+    deleted = await _rpc(client, admin_key, "deleteDataset", {"name": "hand"})
+    assert deleted["result"] == {"deleted": "hand"}
+    missing = await _rpc(client, admin_key, "getDatasetCases", {"name": "hand"})
+    assert missing["error"]["data"]["status"] == 404

@@ -151,33 +151,3 @@ def test_the_idle_time_and_the_bound_are_settings(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("PILOTHOUSE_SERVER_MCP_MAX_SESSIONS_PER_KEY", "0")
     with pytest.raises(ValidationError, match="mcp_max_sessions_per_key"):
         ServerSettings()
-
-
-@pytest.mark.parametrize(
-    "server_config",
-    [ServerSettings(host="127.0.0.1", mcp_servers={"echo-desk": ["action_ECHO", "pilothouse_*"]})],
-)
-async def test_a_virtual_server_serves_its_bundle_at_its_own_path(
-    base_url: str, api_key: str
-) -> None:
-    headers = {"Authorization": f"Bearer {api_key}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
-        opened = streamable_http_client(f"{base_url}/mcp/echo-desk", http_client=http)
-        async with Client(opened, mode="legacy") as client:
-            names = {tool.name for tool in (await client.list_tools()).tools}
-            outside = await client.call_tool("action_SUMBRAND", {"message": "hi", "document": "d"})
-    memory = {name for name in names if name.startswith("pilothouse_memory_")}
-    assert names - memory == {"action_ECHO", "pilothouse_answer"}
-    assert len(memory) == 7
-    assert outside.is_error
-    # The whole server is still at /mcp.
-    async with connect(base_url, api_key) as client:
-        everything = {tool.name for tool in (await client.list_tools()).tools}
-    assert {"action_ECHO", "action_SUMBRAND"} <= everything
-
-
-def test_a_virtual_servers_name_must_be_a_path() -> None:
-    with pytest.raises(ValidationError, match="cannot be a path"):
-        ServerSettings(mcp_servers={"Sales Desk": ["action_*"]})
-    with pytest.raises(ValidationError, match="at least one tool pattern"):
-        ServerSettings(mcp_servers={"sales": []})

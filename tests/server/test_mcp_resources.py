@@ -193,3 +193,46 @@ async def test_an_unsubscribed_transcript_is_not_announced_any_more(
         with anyio.fail_after(20):
             await seen.wait()
     assert updated == [second]
+
+
+@asynccontextmanager
+async def connect_modern(base_url: str, key: str) -> AsyncIterator[Client]:
+    """A 2026-07-28 client: stateless, no session."""
+    async with httpx2.AsyncClient(headers={"X-API-Key": key}, timeout=30) as http:
+        opened = streamable_http_client(f"{base_url}/mcp", http_client=http)
+        async with Client(opened, mode="2026-07-28") as client:
+            yield client
+
+
+async def test_a_resource_named_in_a_listen_stream_is_announced_on_the_stateless_protocol(
+    base_url: str, api_key: str, scripted: ScriptedModel, server_state: ServerState
+) -> None:
+    scripted.script.steps.extend([Reply("one"), Reply("two"), Reply("three"), Reply("four")])
+    async with connect_modern(base_url, api_key) as client:
+        watched = f"pilothouse://conversations/{await run_echo(client)}"
+        quiet = f"pilothouse://conversations/{await run_echo(client)}"
+        async with client.listen(resource_subscriptions=[watched]) as stream:
+            assert stream.honored.resource_subscriptions == [watched]
+            # The unwatched conversation changes first: were it announced, it
+            # would come before the watched one.
+            await server_state.pilothouse.command.send_message(quiet.rsplit("/", 1)[1], "more")
+            await server_state.pilothouse.command.send_message(watched.rsplit("/", 1)[1], "more")
+            with anyio.fail_after(20):
+                event = await anext(aiter(stream))
+        transcript = await client.read_resource(watched)
+    assert getattr(event, "uri", None) == watched
+    [content] = transcript.contents
+    assert isinstance(content, mt.TextResourceContents) and "four" in content.text
+
+
+async def test_another_tenants_resource_cannot_be_named_in_a_listen_stream(
+    base_url: str, api_key: str, other_tenant_key: str, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.append(Reply("hi"))
+    async with connect_modern(base_url, api_key) as client:
+        uri = f"pilothouse://conversations/{await run_echo(client)}"
+    async with connect_modern(base_url, other_tenant_key) as other:
+        with pytest.raises(MCPError) as refused:
+            async with other.listen(resource_subscriptions=[uri]):
+                pass
+    assert refused.value.error.code == -32002

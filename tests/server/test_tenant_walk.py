@@ -137,7 +137,7 @@ class Walk:
         response = await self.api.post("/jsonrpc", json=body, headers=_bearer(key))
         self._look(f"JSON-RPC {method} {params}", response.status_code, response.text)
 
-    async def mcp(self, method: str, params: dict[str, Any], key: str) -> Any:
+    async def mcp(self, method: str, params: dict[str, Any], key: str, path: str = "/mcp") -> Any:
         meta = {
             "io.modelcontextprotocol/protocolVersion": MODERN,
             "io.modelcontextprotocol/clientCapabilities": {},
@@ -152,7 +152,7 @@ class Walk:
         if "name" in params:
             headers["Mcp-Name"] = str(params["name"])
         # The MCP transport on a loopback bind accepts loopback Host headers only.
-        response = await self.api.post("http://127.0.0.1:8000/mcp", json=body, headers=headers)
+        response = await self.api.post(f"http://127.0.0.1:8000{path}", json=body, headers=headers)
         self._look(f"MCP {method} {params}", response.status_code, response.text)
         return _mcp_result(response)
 
@@ -251,6 +251,17 @@ async def _walk_all(walk: Walk, world: World) -> None:
         arguments = mcp_arguments(name, world) if name in names else [{"message": "hi"}]
         for args in arguments:
             await walk.mcp("tools/call", {"name": name, "arguments": args}, key)
+    # B's virtual server of the code A uses too serves B's bundle; A's own
+    # virtual server is unknown at its path, listing and calling alike.
+    desk = await walk.mcp("tools/list", {}, key, path="/mcp/DESK")
+    assert {t["name"] for t in desk["result"]["tools"]} == {
+        "action_ECHO",
+        "tool_add",
+        "pilothouse_answer",
+    }, desk
+    for method, params in (("tools/list", {}), ("tools/call", {"name": "action_ACMEONLY"})):
+        theirs = await walk.mcp(method, params, key, path="/mcp/ACMEVS")
+        assert theirs["status"] == 404, theirs
     prompts = await walk.mcp("prompts/list", {}, key)
     for prompt in prompts["result"]["prompts"]:
         await walk.mcp("prompts/get", {"name": prompt["name"]}, key)

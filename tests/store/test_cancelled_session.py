@@ -9,6 +9,7 @@ down: an event worker stopped mid-turn hung at exit.
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import anyio
@@ -35,6 +36,7 @@ def anyio_backend() -> str:
 async def test_a_cancelled_query_s_connection_is_closed_to_the_end(tmp_path: Path) -> None:
     database = Database(f"sqlite+aiosqlite:///{tmp_path / 'slow.db'}")
     before = asyncio.all_tasks()
+    threads_before = set(threading.enumerate())
     for _ in range(3):
         with anyio.move_on_after(0.05) as scope:
             async with database.sessions() as session:
@@ -48,3 +50,18 @@ async def test_a_cancelled_query_s_connection_is_closed_to_the_end(tmp_path: Pat
             await anyio.sleep(0.05)
             pending = [t for t in asyncio.all_tasks() - before if t is not this and not t.done()]
     assert not pending, f"left pending after dispose: {pending}"
+    # aiosqlite's worker threads end once their queues are done; one still
+    # running when the loop closes would report into the next test.
+    with anyio.move_on_after(10):
+        while _sqlite_workers(threads_before):
+            await anyio.sleep(0.05)
+    assert not _sqlite_workers(threads_before)
+
+
+def _sqlite_workers(before: set[threading.Thread]) -> list[threading.Thread]:
+    """aiosqlite's worker threads started since ``before`` and still running."""
+    return [
+        t
+        for t in set(threading.enumerate()) - before
+        if "_connection_worker_thread" in t.name and t.is_alive()
+    ]

@@ -12,9 +12,10 @@ __all__ = ["CaseDiff", "EvalReport", "build_report"]
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
-from pilothouse._facade.scorers import Score, Scored, Scorer
+from pilothouse._facade.scorers import Score, Scored, Scorer, score_all
 from pilothouse.errors import InvalidFieldError
 from pilothouse.store._datasets import DatasetCase
 from pilothouse.store._replays import CaseResult, ReplayRun
@@ -64,6 +65,8 @@ class EvalReport:
             recording (None without a baseline run).
         cases: per-case differences.
         failures: the checks that failed (empty: the report passes).
+        scoring_cost: what scoring cost (judges' model calls on the run's
+            cases and, with a baseline run, on its cases too).
     """
 
     dataset: str
@@ -73,6 +76,7 @@ class EvalReport:
     baseline_rates: Mapping[str, float] | None
     cases: tuple[CaseDiff, ...]
     failures: tuple[str, ...] = field(default=())
+    scoring_cost: Decimal = Decimal(0)
 
     @property
     def passed(self) -> bool:
@@ -89,6 +93,7 @@ class EvalReport:
             "pass_rates": dict(self.pass_rates),
             "baseline_rates": dict(self.baseline_rates) if self.baseline_rates else None,
             "failures": list(self.failures),
+            "scoring_cost": _decimal(self.scoring_cost),
             "cases": [
                 {
                     "sequence": c.sequence,
@@ -103,7 +108,13 @@ class EvalReport:
                     "cost": c.cost,
                     "latency_ms": c.latency_ms,
                     "scores": {
-                        name: {"passed": s.passed, "value": s.value, "detail": s.detail}
+                        name: {
+                            "passed": s.passed,
+                            "value": s.value,
+                            "detail": s.detail,
+                            "cost": _decimal(s.cost),
+                            "conversation_uuid": s.conversation_uuid,
+                        }
                         for name, s in c.scores.items()
                     },
                 }
@@ -156,7 +167,17 @@ class EvalReport:
         ]
         text += [f"FAILED: {f}" for f in self.failures]
         text.append(f"{len(self.cases)} cases: {'passed' if self.passed else 'failed'}")
+        if self.scoring_cost:
+            text.append(f"scoring cost: {_decimal(self.scoring_cost)}")
         return "\n".join(text) + "\n"
+
+
+def _decimal(value: Decimal) -> str:
+    return str(value.normalize()) if value else "0"
+
+
+def _spent(scores: Mapping[str, Sequence[Score]]) -> Decimal:
+    return sum((v.cost for verdicts in scores.values() for v in verdicts), Decimal(0))
 
 
 def _rates(scores: Mapping[str, Sequence[Score]]) -> dict[str, float]:
@@ -166,7 +187,7 @@ def _rates(scores: Mapping[str, Sequence[Score]]) -> dict[str, float]:
     }
 
 
-def build_report(
+async def build_report(
     cases: Sequence[DatasetCase],
     run: ReplayRun,
     baseline: ReplayRun | None,
@@ -174,6 +195,7 @@ def build_report(
     *,
     thresholds: Mapping[str, float] | None = None,
     margin: float | None = None,
+    concurrency: int = 4,
 ) -> EvalReport:
     """Score a run's cases and check the thresholds and the margin.
 
@@ -185,12 +207,15 @@ def build_report(
         thresholds: the lowest pass rate each scorer may have, by name.
         margin: the most a scorer's pass rate may drop below the baseline
             run's (needs a baseline run).
+        concurrency: how many verdicts of async scorers are awaited at once.
 
     Raises:
-        InvalidFieldError: a threshold names no scorer of the report, or a
-            margin is given without a baseline run.
+        InvalidFieldError: two scorers of one name, a threshold that names
+            no scorer of the report, or a margin without a baseline run.
     """
     names = {s.name for s in scorers}
+    if len(names) != len(scorers):
+        raise InvalidFieldError("scorers", "each scorer may be named once")
     unknown = sorted(set(thresholds or {}) - names)
     if unknown:
         raise InvalidFieldError("thresholds", f"no such scorer: {', '.join(unknown)}")
@@ -205,8 +230,9 @@ def build_report(
         for r in run.results
         if r.sequence in by_sequence
     ]
-    scores = {s.name: [s.score(x) for x in scored] for s in scorers}
+    scores = await score_all(scorers, scored, concurrency=concurrency)
     rates = _rates(scores)
+    spent = _spent(scores)
     baseline_rates: dict[str, float] | None = None
     if baseline is not None:
         recorded = [
@@ -214,7 +240,9 @@ def build_report(
             for r in baseline.results
             if r.sequence in by_sequence
         ]
-        baseline_rates = _rates({s.name: [s.score(x) for x in recorded] for s in scorers})
+        baseline_scores = await score_all(scorers, recorded, concurrency=concurrency)
+        baseline_rates = _rates(baseline_scores)
+        spent += _spent(baseline_scores)
     failures: list[str] = []
     for name, limit in (thresholds or {}).items():
         if rates[name] < limit:
@@ -250,4 +278,5 @@ def build_report(
         baseline_rates=baseline_rates,
         cases=diffs,
         failures=tuple(failures),
+        scoring_cost=spent,
     )

@@ -35,9 +35,12 @@ if TYPE_CHECKING:
 
     from pilothouse._facade.command import CommandApi
     from pilothouse._facade.evalreport import EvalReport
+    from pilothouse._facade.modelscorers import ModelTools
     from pilothouse._facade.scorers import Scorer
+    from pilothouse.knowledge import Embedder
     from pilothouse.store._datasets import DatasetCase, DatasetInfo
     from pilothouse.store._replays import CaseResult, ReplayRun
+    from pilothouse.types import AdHocResult, AdHocRun
 
 
 class EvaluationApi(Facet):
@@ -47,7 +50,9 @@ class EvaluationApi(Facet):
         database: the store.
         tenant: whose datasets and conversations.
         command: the command half replays run their turns with (its caller
-            is the ``replay`` face).
+            is the ``replay`` face); judges' turns run there too.
+        embedder: the packaged embedder of the ``embedding`` scorer, made on
+            first use (None: that scorer is refused).
     """
 
     def __init__(
@@ -55,9 +60,11 @@ class EvaluationApi(Facet):
         database: Callable[[], Database],
         tenant: str,
         command: Callable[[], CommandApi],
+        embedder: Callable[[], Embedder] | None = None,
     ) -> None:
         super().__init__(database, tenant)
         self._command_of = command
+        self._embedder_of = embedder
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncGenerator[AsyncConnection]:
@@ -240,15 +247,18 @@ class EvaluationApi(Facet):
             configuration: a catalog configuration code instead of each action's.
             settings: model options and switches of the runtime config
                 (``{"temperature": 0.2}``), checked like any runtime config.
-            live_tools: tools that run for real when a call does not match.
+            live_tools: tools that run for real when a call does not match;
+                each must be a catalog tool marked read-only
+                (``settings.read_only: true``).
             concurrency: how many cases run at once.
             count_budgets: hold the replay's model calls on the tenant's
                 budgets (by default a replay spends nothing of them).
 
         Raises:
             NotFoundError: no such dataset, model or configuration.
-            InvalidFieldError: ``concurrency`` below 1, or an existing run
-                of another dataset or target.
+            InvalidFieldError: ``concurrency`` below 1, a live tool that is
+                not a read-only catalog tool, or an existing run of another
+                dataset or target.
         """
         from pilothouse.runtime._replaytape import ReplayTape, TapeCall, replaying
 
@@ -263,6 +273,7 @@ class EvaluationApi(Facet):
         }
         cases = await self.cases(dataset)
         await self._check_target(model, configuration)
+        await self._check_live_tools(live_tools)
         name = run or f"{dataset}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
         async with self._transaction() as connection:
             run_id = await replays.find_run(connection, self.tenant, name)
@@ -340,6 +351,36 @@ class EvaluationApi(Facet):
         async with self._transaction() as connection:
             await connection.run_sync(read)
 
+    async def _check_live_tools(self, names: Collection[str]) -> None:
+        """Refuse a live tool that is not in the catalog or not marked read-only."""
+        from sqlalchemy import select
+
+        from pilothouse.catalog._tables import tool_table
+
+        if not names:
+            return
+        c = tool_table.c
+        async with self._transaction() as connection:
+            rows = await connection.execute(
+                select(c.name, c.settings).where(
+                    c.tenant == self.tenant, c.active.is_(True), c.name.in_(sorted(names))
+                )
+            )
+            marked: dict[str, bool] = {}
+            for row in rows:
+                settings: Mapping[str, Any] = row.settings or {}
+                marked[row.name] = marked.get(row.name, False) or settings.get("read_only") is True
+        for name in sorted(names):
+            if name not in marked:
+                raise InvalidFieldError("live_tools", f"no active catalog tool named {name!r}")
+            if not marked[name]:
+                raise InvalidFieldError(
+                    "live_tools",
+                    f"tool {name!r} is not marked read-only; a replay runs only read-only tools "
+                    "live (set settings.read_only: true in its catalog entry if calling it "
+                    "changes nothing)",
+                )
+
     async def evaluate(
         self,
         run: str,
@@ -349,6 +390,8 @@ class EvaluationApi(Facet):
         thresholds: Mapping[str, float] | None = None,
         margin: float | None = None,
         schema: Mapping[str, Any] | None = None,
+        rubric: str | None = None,
+        concurrency: int = 4,
     ) -> EvalReport:
         """Score a replay run case by case against a baseline run or the recording.
 
@@ -358,23 +401,38 @@ class EvaluationApi(Facet):
                 outputs, tool calls, cost and latency).
             scorers: built-in scorer specs (``exact``, ``normalised``,
                 ``json_field:a,b``, ``json_valid``, ``tool_sequence``,
-                ``regex:...``, ``cost_delta:1.5``, ``latency_delta:2``) or
-                scorer objects.
+                ``regex:...``, ``cost_delta:1.5``, ``latency_delta:2``,
+                ``embedding:0.8``, ``judge:MODEL``) or scorer objects, plain
+                or async.
             thresholds: the lowest pass rate each scorer may have, by name.
             margin: the most a pass rate may drop below the baseline run's.
             schema: the JSON schema ``json_valid`` checks outputs against.
+            rubric: what ``judge:MODEL`` scorers grade by (a default rubric
+                otherwise); each verdict is a recorded, audited, priced turn.
+            concurrency: how many verdicts of async scorers (judges,
+                embeddings) are awaited at once.
 
         Raises:
-            NotFoundError: no such run or baseline.
+            NotFoundError: no such run, baseline or judge model.
             InvalidFieldError: an unknown scorer, a threshold of no scorer,
-                a margin without a baseline, or a baseline of another dataset.
+                a margin without a baseline, a rubric without a judge, or a
+                baseline of another dataset.
         """
         from pilothouse._facade.evalreport import build_report
+        from pilothouse._facade.modelscorers import LlmJudge
         from pilothouse._facade.scorers import parse_scorer
 
-        units = [parse_scorer(s, schema) if isinstance(s, str) else s for s in scorers]
+        if concurrency < 1:
+            raise InvalidFieldError("concurrency", "must be at least 1")
+        tools = self._model_tools(rubric)
+        units = [parse_scorer(s, schema, tools) if isinstance(s, str) else s for s in scorers]
         if not units:
             raise InvalidFieldError("scorers", "name at least one scorer")
+        judges = [u for u in units if isinstance(u, LlmJudge)]
+        if rubric is not None and not judges:
+            raise InvalidFieldError("rubric", "a rubric is for judge:MODEL scorers; name one")
+        for judge in judges:
+            await self._check_target(judge.model, None)
         async with self._transaction() as connection:
             scored = await replays.read_run(connection, self.tenant, run)
             baseline = (
@@ -385,7 +443,33 @@ class EvaluationApi(Facet):
             if baseline is not None and baseline.dataset != scored.dataset:
                 raise InvalidFieldError("against", f"run {against!r} replays another dataset")
             cases = await store.dataset_cases(connection, self.tenant, scored.dataset)
-        return build_report(cases, scored, baseline, units, thresholds=thresholds, margin=margin)
+        return await build_report(
+            cases,
+            scored,
+            baseline,
+            units,
+            thresholds=thresholds,
+            margin=margin,
+            concurrency=concurrency,
+        )
+
+    def _model_tools(self, rubric: str | None) -> ModelTools:
+        """The embedder and the judges' runner the model-backed scorers call."""
+        from pilothouse._facade.modelscorers import ModelTools
+
+        if rubric is not None and not rubric.strip():
+            raise InvalidFieldError("rubric", "the rubric is empty")
+        embedder_of = self._embedder_of
+
+        async def embed(texts: Sequence[str]) -> list[list[float]]:
+            assert embedder_of is not None
+            vectors = await embedder_of().embed(texts)
+            return [[float(x) for x in row] for row in vectors]
+
+        async def ask(run: AdHocRun) -> AdHocResult:
+            return await self._command_of().run_adhoc(run)
+
+        return ModelTools(embed if embedder_of is not None else None, ask, rubric)
 
     async def get_run(self, name: str) -> ReplayRun:
         """Return a replay run with its results.

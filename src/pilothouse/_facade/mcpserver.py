@@ -20,10 +20,13 @@ and ``notifications/prompts/list_changed``, and each 2026-07-28
 
 **Resource subscriptions.** A handshake-era session may
 ``resources/subscribe`` to any resource it can read (of its own tenant
-only). The same watcher reads each subscribed resource again every
-``list_changed_seconds``; when its content changed (a conversation got a new
-message, a document was re-ingested, a skill's prompt was edited), each
-session subscribed to it gets ``notifications/resources/updated``.
+only); a 2026-07-28 client names the resources in ``subscriptions/listen``
+(``notifications.resourceSubscriptions``), refused before the
+acknowledgement when one cannot be read. The same watcher reads each
+subscribed resource again every ``list_changed_seconds``; when its content
+changed (a conversation got a new message, a document was re-ingested, a
+skill's prompt was edited), each session subscribed to it gets
+``notifications/resources/updated``, and so does each listen stream naming it.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
     PromptsListChanged,
+    ResourceUpdated,
     ToolsListChanged,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -229,6 +233,8 @@ class McpService:
         # caller reading it and the fingerprint of its last content.
         self._subscribed: dict[tuple[str, str, str], weakref.WeakSet[McpConnection]] = {}
         self._readers: dict[tuple[str, str, str], McpCaller] = {}
+        # Per (tenant, key prefix, uri): the 2026-07-28 listen streams naming it.
+        self._listening: dict[tuple[str, str, str], int] = {}
         self._fingerprints: dict[tuple[str, str, str], str] = {}
         self.server: Server[Any] = _Server(
             "pilothouse",
@@ -278,6 +284,27 @@ class McpService:
         connection = getattr(ctx.session, "_connection", None)
         if isinstance(connection, McpConnection):
             self._connections.setdefault(tenant, weakref.WeakSet()).add(connection)
+
+    async def virtual_server(self, tenant: str, code: str) -> tuple[str, ...]:
+        """The tool names (and gateway namespaces) ``tenant``'s virtual server ``code`` serves.
+
+        Read at every request, so a change to the bundle applies at once.
+
+        Args:
+            tenant: the caller's tenant (another tenant's server reads as unknown).
+            code: the virtual server's code (the path ``/mcp/<code>``).
+
+        Returns:
+            Patterns for :attr:`McpCaller.bundle`: exact tool names, and
+            ``<prefix>__*`` for a whole gateway.
+
+        Raises:
+            NotFoundError: the tenant has no active virtual server ``code``.
+        """
+        from pilothouse._facade.mcpvirtual import bundle_of
+
+        view = self._ph.for_tenant(tenant)
+        return await bundle_of(view, code, self.gateways)
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], _: mt.PaginatedRequestParams | None
@@ -371,20 +398,29 @@ class McpService:
             connection, McpConnection
         ):
             raise MCPError(
-                mt.INVALID_REQUEST, "resource subscriptions need a session (the handshake protocol)"
+                mt.INVALID_REQUEST,
+                "resources/subscribe needs a session (the handshake protocol); on the "
+                "2026-07-28 protocol, name the resources in subscriptions/listen "
+                "(notifications.resourceSubscriptions)",
             )
-        uri = str(params.uri)
+        key = await self._watch_resource(caller, str(params.uri))
+        self._subscribed.setdefault(key, weakref.WeakSet()).add(connection)
+        return mt.EmptyResult()
+
+    async def _watch_resource(self, caller: McpCaller, uri: str) -> tuple[str, str, str]:
+        """Start watching ``uri`` for ``caller`` (it must be able to read it); its key."""
+        from mcp.shared.exceptions import MCPError
+
         key = (caller.tenant, caller.key_prefix or "", uri)
         try:
             fingerprint = await self._fingerprint(caller, uri)
         except PilothouseError as exc:
             code = -32002 if exc.category is ErrorCategory.NOT_FOUND else mt.INVALID_PARAMS
             raise MCPError(code, exc.public_message) from None
-        if key not in self._subscribed:
+        if key not in self._subscribed and key not in self._listening:
             self._fingerprints[key] = fingerprint
         self._readers[key] = caller
-        self._subscribed.setdefault(key, weakref.WeakSet()).add(connection)
-        return mt.EmptyResult()
+        return key
 
     async def _unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: mt.UnsubscribeRequestParams
@@ -403,11 +439,13 @@ class McpService:
             The URIs of the resources that changed since the last check.
         """
         changed: list[str] = []
-        for key, sessions in list(self._subscribed.items()):
-            if not sessions:
+        published: set[tuple[str, str]] = set()
+        for key in list({*self._subscribed, *self._listening}):
+            sessions = list(self._subscribed.get(key, ()))
+            listening = self._listening.get(key, 0)
+            if not sessions and not listening:
                 # Every subscriber unsubscribed or closed: stop reading it.
-                for table in (self._subscribed, self._readers, self._fingerprints):
-                    table.pop(key, None)
+                self._forget(key)
                 continue
             uri = key[2]
             try:
@@ -420,12 +458,21 @@ class McpService:
                 continue
             self._fingerprints[key] = now
             changed.append(uri)
-            for connection in list(sessions):
+            for connection in sessions:
                 await connection.send_resource_updated(uri)
+            bus = self._buses.get(key[0])
+            if listening and bus is not None and (key[0], uri) not in published:
+                # Once per tenant and resource: the bus hands it to every
+                # listen stream of the tenant that named the resource.
+                published.add((key[0], uri))
+                await bus.publish(ResourceUpdated(uri))
             if not now:
-                for table in (self._subscribed, self._readers, self._fingerprints):
-                    table.pop(key, None)
+                self._forget(key)
         return changed
+
+    def _forget(self, key: tuple[str, str, str]) -> None:
+        for table in (self._subscribed, self._listening, self._readers, self._fingerprints):
+            table.pop(key, None)
 
     async def _listen(
         self, ctx: ServerRequestContext[Any, Any], params: mt.SubscriptionsListenRequestParams
@@ -434,11 +481,26 @@ class McpService:
         tenant = caller.tenant
         if tenant not in self._revisions:
             self._revisions[tenant] = await self.revision(tenant)
+        # Each resource named must be one the caller can read, of its own
+        # tenant (another tenant's reads as unknown): refused before the ack.
+        uris = list(dict.fromkeys(params.notifications.resource_subscriptions or ()))
+        keys = [await self._watch_resource(caller, uri) for uri in uris]
         if tenant not in self._listeners:
             bus = InMemorySubscriptionBus()
             self._buses[tenant] = bus
             self._listeners[tenant] = ListenHandler(bus)
-        return await self._listeners[tenant](ctx, params)
+        for key in keys:
+            self._listening[key] = self._listening.get(key, 0) + 1
+        try:
+            return await self._listeners[tenant](ctx, params)
+        finally:
+            # The stream ended (the client went away or the server closed it).
+            for key in keys:
+                left = self._listening.get(key, 0) - 1
+                if left > 0:
+                    self._listening[key] = left
+                else:
+                    self._listening.pop(key, None)
 
     async def revision(self, tenant: str) -> int:
         """Return the catalog revision of ``tenant`` (0 before its first write)."""

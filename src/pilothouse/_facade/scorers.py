@@ -2,26 +2,34 @@
 
 A scorer is named by a spec string (``exact``, ``normalised``,
 ``json_field:name,website``, ``json_valid``, ``tool_sequence``,
-``regex:^[0-9]+$``, ``cost_delta:1.5``, ``latency_delta:2``); any object with a
-``name`` and a ``score`` method of :class:`Scorer`'s shape plugs in beside
-them. What is expected is the baseline run's result when there is one, else
-the dataset's recorded output and tool calls.
+``regex:^[0-9]+$``, ``cost_delta:1.5``, ``latency_delta:2``, and the two that
+call a model: ``embedding:0.8`` and ``judge:MODEL``, in ``modelscorers.py``);
+any object with a ``name`` and a ``score`` method of :class:`Scorer`'s shape,
+plain or ``async``, plugs in beside them. What is expected is the baseline
+run's result when there is one, else the dataset's recorded output and tool
+calls.
 """
 
 from __future__ import annotations
 
 __all__ = ["Score", "Scorer", "Scored", "parse_scorer"]
 
+import inspect
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import anyio
 
 from pilothouse.errors import InvalidFieldError
 from pilothouse.store._datasets import DatasetCase
 from pilothouse.store._replays import CaseResult
+
+if TYPE_CHECKING:
+    from pilothouse._facade.modelscorers import ModelTools
 
 
 @dataclass(frozen=True)
@@ -32,11 +40,16 @@ class Score:
         passed: whether the case passes.
         value: a number in [0, 1] for matches, the ratio for deltas.
         detail: why, in a few words.
+        cost: what scoring this case cost (a judge's model call); zero for
+            scorers that call no model.
+        conversation_uuid: the conversation a judge's call was recorded in.
     """
 
     passed: bool
     value: float
     detail: str = ""
+    cost: Decimal = Decimal(0)
+    conversation_uuid: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,14 +75,19 @@ class Scored:
 
 @runtime_checkable
 class Scorer(Protocol):
-    """A pluggable scorer: a name for reports and a verdict per case."""
+    """A pluggable scorer: a name for reports and a verdict per case.
+
+    ``score`` is a plain method or a coroutine (``async def``): a scorer that
+    calls a model or an embedder awaits it, and the report awaits such
+    scorers' verdicts a few cases at a time.
+    """
 
     @property
     def name(self) -> str:
         """The scorer's name in reports and thresholds."""
         ...
 
-    def score(self, scored: Scored) -> Score:
+    def score(self, scored: Scored) -> Score | Awaitable[Score]:
         """Judge one case."""
         ...
 
@@ -229,21 +247,31 @@ SCORER_KINDS = (
     "regex",
     "cost_delta",
     "latency_delta",
+    "embedding",
+    "judge",
 )
 """The built-in scorers' names."""
 
 
-def parse_scorer(spec: str, schema: Mapping[str, Any] | None = None) -> Scorer:
+def parse_scorer(
+    spec: str, schema: Mapping[str, Any] | None = None, models: ModelTools | None = None
+) -> Scorer:
     """Return the built-in scorer a spec string names.
 
     Args:
         spec: ``kind`` or ``kind:argument`` (see the module's description).
         schema: the JSON schema ``json_valid`` checks outputs against.
+        models: the embedder and the judge's runner (``embedding``, ``judge``).
 
     Raises:
         InvalidFieldError: an unknown kind or a bad argument.
     """
+    from pilothouse._facade.modelscorers import model_scorer
+
     kind, _, argument = spec.partition(":")
+    backed = model_scorer(kind, argument, spec, models)
+    if backed is not None:
+        return backed
     if kind == "exact" and not argument:
         return _TextMatch(spec, normalise=False)
     if kind in {"normalised", "normalized"} and not argument:
@@ -269,6 +297,45 @@ def parse_scorer(spec: str, schema: Mapping[str, Any] | None = None) -> Scorer:
     )
 
 
-def score_all(scorers: Sequence[Scorer], cases: Sequence[Scored]) -> dict[str, list[Score]]:
-    """Every scorer's verdicts on every case, by scorer name."""
-    return {s.name: [s.score(c) for c in cases] for s in scorers}
+async def verdict(scorer: Scorer, scored: Scored) -> Score:
+    """One scorer's verdict on one case, awaited when the scorer is async.
+
+    Raises:
+        TypeError: the scorer gave something other than a :class:`Score`.
+    """
+    given = scorer.score(scored)
+    result: Score = await given if inspect.isawaitable(given) else given
+    if not isinstance(result, Score):  # pyright: ignore[reportUnnecessaryIsInstance]
+        # A plug-in scorer is user code: a wrong return is named, not averaged.
+        raise TypeError(f"scorer {scorer.name!r} returned {type(result).__name__}, not a Score")
+    return result
+
+
+async def score_all(
+    scorers: Sequence[Scorer], cases: Sequence[Scored], *, concurrency: int = 4
+) -> dict[str, list[Score]]:
+    """Every scorer's verdicts on every case, by scorer name, in case order.
+
+    Args:
+        scorers: the scorers.
+        cases: what they judge.
+        concurrency: how many verdicts are awaited at once (async scorers:
+            judges' model calls, embeddings).
+    """
+    out: dict[str, list[Score | None]] = {s.name: [None] * len(cases) for s in scorers}
+    limiter = anyio.CapacityLimiter(max(1, concurrency))
+
+    async def one(scorer: Scorer, index: int) -> None:
+        async with limiter:
+            out[scorer.name][index] = await verdict(scorer, cases[index])
+
+    try:
+        async with anyio.create_task_group() as group:
+            for scorer in scorers:
+                for index in range(len(cases)):
+                    group.start_soon(one, scorer, index)
+    except* Exception as group_error:
+        # A scorer's failure is raised as itself, as a plain loop would; the
+        # group (every failed verdict) stays attached as its cause.
+        raise group_error.exceptions[0] from group_error
+    return {name: [v for v in verdicts if v is not None] for name, verdicts in out.items()}

@@ -138,6 +138,7 @@ if TYPE_CHECKING:
         parse_spec,
         validate_paths,
     )
+    from pilothouse.catalog._virtual import VirtualServer, VirtualServerSpec
     from pilothouse.catalog._yaml import dump_yaml
 
 __all__ = [
@@ -233,6 +234,8 @@ __all__ = [
     "VectorStoreSpec",
     "VectorStoreType",
     "VectorStoreTypeSpec",
+    "VirtualServer",
+    "VirtualServerSpec",
     "apply_catalog",
     "catalog_kind",
     "dump_yaml",
@@ -257,6 +260,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "import_documents",
     ),
     "_budgets": ("BudgetSpec",),
+    "_virtual": ("VirtualServer", "VirtualServerSpec"),
     "_kinds": ("KINDS", "CatalogKind", "catalog_kind"),
     "_models": (
         "CODE_LENGTHS",

@@ -121,6 +121,8 @@ class ExistingCatalog:
             model: a collection's ``qa_model`` may not be one).
         tools: each stored tool's name and settings by code (gateway
             namespaces may not clash).
+        virtual_operations: each stored virtual server's single gateway
+            operations (a gateway's include may not drop one).
     """
 
     keys: dict[str, set[str]] = field(default_factory=dict[str, set[str]])
@@ -130,6 +132,7 @@ class ExistingCatalog:
     tools: dict[str, tuple[str, dict[str, Any]]] = field(
         default_factory=dict[str, tuple[str, dict[str, Any]]]
     )
+    virtual_operations: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
 
 
 async def load_existing(
@@ -179,6 +182,14 @@ async def load_existing(
             select(Tool.code, Tool.name, Tool.settings).where(Tool.tenant == tenant)
         )
         existing.tools = {code: (name, dict(settings or {})) for code, name, settings in tools}
+        from pilothouse.catalog._virtual import VirtualServer
+
+        servers = await session.execute(
+            select(VirtualServer.code, VirtualServer.operations).where(
+                VirtualServer.tenant == tenant
+            )
+        )
+        existing.virtual_operations = {code: list(ops or []) for code, ops in servers}
     return existing
 
 

@@ -82,6 +82,14 @@ from pilothouse.catalog._spec import (
     VectorStoreSpec,
     VectorStoreTypeSpec,
 )
+from pilothouse.catalog._virtual import (
+    VirtualServer,
+    VirtualServerAction,
+    VirtualServerAgent,
+    VirtualServerSpec,
+    VirtualServerTool,
+    split_operation,
+)
 from pilothouse.store._base import Base
 
 Resolve = Callable[[str, str], CatalogEntity]
@@ -187,6 +195,10 @@ class CatalogKind:
                 found.append(((link.field, index), link.target, key))
         if self.name == "memory_strategies":
             found += _memory_references(cast(dict[str, Any], getattr(spec, "settings", {})))
+        if isinstance(spec, VirtualServerSpec):
+            # A single operation names its gateway row: a tool like any other.
+            for index, member in enumerate(spec.operations):
+                found.append((("operations", index), "tools", split_operation(member)[0]))
         return found
 
     def to_spec(self, row: CatalogEntity, keys: Callable[[str], str] = str) -> CatalogSpec:
@@ -432,6 +444,34 @@ _KIND_LIST: Sequence[CatalogKind] = (
             Ref("model", "models"),
             Ref("provider", "providers"),
             Ref("downgrade_to", "models"),
+        ),
+    ),
+    CatalogKind(
+        "virtual_servers",
+        VirtualServer,
+        VirtualServerSpec,
+        links=(
+            Link(
+                "actions",
+                "actions",
+                "actions",
+                VirtualServerAction,
+                "action",
+                "virtual_server_id",
+                "action_id",
+            ),
+            Link(
+                "agents",
+                "agents",
+                "agents",
+                VirtualServerAgent,
+                "agent",
+                "virtual_server_id",
+                "agent_id",
+            ),
+            Link(
+                "tools", "tools", "tools", VirtualServerTool, "tool", "virtual_server_id", "tool_id"
+            ),
         ),
     ),
 )

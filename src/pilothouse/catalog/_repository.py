@@ -29,6 +29,7 @@ from pilothouse.catalog._validate import (
     parse_spec,
     qa_model_rule,
     skill_cycle_issues,
+    virtual_server_issues,
 )
 from pilothouse.errors import (
     CatalogValidationError,
@@ -159,6 +160,10 @@ class CatalogRepository:
         if kind.name == "tools":
             existing = await load_existing(self.session, self.tenant, ["tools"])
             issues += gateway_namespace_issues([entry], existing)
+            issues += virtual_server_issues([], [entry], existing)
+        if kind.name == "virtual_servers":
+            existing = await load_existing(self.session, self.tenant, ["tools"])
+            issues += virtual_server_issues([entry], [], existing)
         if issues:
             raise CatalogValidationError(issues)
         kind.apply(row, spec, lambda target, key: targets[target, key])
@@ -282,6 +287,20 @@ class CatalogRepository:
                 found += [
                     f"{other.entity_name} '{k}' ({link.field})" for k in await self._keys(query)
                 ]
+        if kind.name == "tools":
+            # A virtual server's single operations name their gateway in JSON.
+            from pilothouse.catalog._virtual import VirtualServer, split_operation
+
+            servers = await self.session.execute(
+                select(VirtualServer.code, VirtualServer.operations).where(
+                    VirtualServer.tenant == self.tenant
+                )
+            )
+            found += [
+                f"virtual server '{code}' (operations)"
+                for code, operations in servers
+                if any(split_operation(str(m))[0] == row.key for m in operations or [])
+            ]
         return sorted(set(found))
 
     async def _keys(self, query: Any) -> list[str]:

@@ -438,6 +438,14 @@ class ToolSpec(CatalogSpec):
         return self
 
     @model_validator(mode="after")
+    def _read_only(self) -> ToolSpec:
+        # A replay runs only tools marked read-only live (--live-tools).
+        flag = self.settings.get("read_only")
+        if flag is not None and not isinstance(flag, bool):
+            raise ValueError("settings.read_only must be true or false")
+        return self
+
+    @model_validator(mode="after")
     def _script_language(self) -> ToolSpec:
         language = self.settings.get("language")
         if language is None:

@@ -47,6 +47,10 @@ __all__ = [
     "tool_type_table",
     "vector_store_table",
     "vector_store_type_table",
+    "virtual_server_action_table",
+    "virtual_server_agent_table",
+    "virtual_server_table",
+    "virtual_server_tool_table",
 ]
 
 from typing import Any
@@ -460,3 +464,36 @@ budget_table = _entity_table(
     Column("downgrade_to_id", Integer, ForeignKey("model.id")),
     Column("thresholds", JSON, nullable=False),
 )
+
+# A virtual MCP server: a tenant's named bundle of tools served at
+# /mcp/<code>. Actions, agents and tools are links (a member cannot be
+# deleted while a bundle names it); single gateway operations are
+# "<gateway code>:<operation>" strings checked against the gateway's include.
+virtual_server_table = _entity_table(
+    "virtual_server",
+    Column("code", String(CODE), nullable=False),
+    Column("name", String(128), default="", nullable=False),
+    Column("description", Text),
+    Column("operations", JSON, nullable=False),
+    Column("builtins", JSON, nullable=False),
+)
+
+
+def _member_table(name: str, target: str) -> Table:
+    return Table(
+        f"virtual_server_{name}",
+        metadata,
+        Column(
+            "virtual_server_id",
+            Integer,
+            ForeignKey("virtual_server.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
+        Column(f"{name}_id", Integer, ForeignKey(f"{target}.id"), primary_key=True),
+        Column("position", Integer, default=0, nullable=False),
+    )
+
+
+virtual_server_action_table = _member_table("action", "action")
+virtual_server_agent_table = _member_table("agent", "agent")
+virtual_server_tool_table = _member_table("tool", "tool")

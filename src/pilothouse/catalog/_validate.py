@@ -38,6 +38,7 @@ __all__ = [
     "structure_rules",
     "validate_documents",
     "validate_paths",
+    "virtual_server_issues",
 ]
 
 from collections.abc import Mapping, Sequence
@@ -340,6 +341,52 @@ def check_catalog(
     issues += skill_cycle_issues(parsed.entries.get("skills", []), existing)
     issues += _collection_model_issues(parsed, existing)
     issues += gateway_namespace_issues(parsed.entries.get("tools", []), existing)
+    issues += virtual_server_issues(
+        parsed.entries.get("virtual_servers", []), parsed.entries.get("tools", []), existing
+    )
+    return issues
+
+
+def virtual_server_issues(
+    servers: list[Entry], tools: list[Entry], existing: ExistingCatalog
+) -> list[ValidationIssue]:
+    """Single operations their gateway does not include, on either side of the write.
+
+    Args:
+        servers: the virtual servers being written.
+        tools: the tools being written (a gateway's include may shrink).
+        existing: the tenant's stored catalog (tools, and the stored
+            virtual servers' operations).
+
+    Returns:
+        One issue per operation a virtual server names that its gateway
+        does not include: on the virtual server when it is written, else on
+        the gateway whose new include drops it.
+    """
+    from pilothouse.catalog._virtual import VirtualServerSpec, operation_member_rules
+
+    written = {
+        e.spec.key: (cast(ToolSpec, e.spec).name, cast(ToolSpec, e.spec).settings) for e in tools
+    }
+    catalog_tools = {**existing.tools, **written}
+    issues: list[ValidationIssue] = []
+    for entry in servers:
+        spec = cast(VirtualServerSpec, entry.spec)
+        for location, rule in operation_member_rules(spec.operations, catalog_tools):
+            issues.append(entry.issue(location, rule))
+    rewritten = {e.spec.key for e in servers}
+    for entry in tools:
+        for server, operations in sorted(existing.virtual_operations.items()):
+            if server in rewritten:
+                continue
+            mine = [m for m in operations if m.partition(":")[0] == entry.spec.key]
+            for _, rule in operation_member_rules(mine, catalog_tools):
+                issues.append(
+                    entry.issue(
+                        ("settings", "gateway", "include"),
+                        f"virtual server '{server}' serves one of its operations: {rule}",
+                    )
+                )
     return issues
 
 

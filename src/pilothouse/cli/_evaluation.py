@@ -179,7 +179,11 @@ def replay(
     ] = None,
     live_tools: Annotated[
         list[str] | None,
-        typer.Option("--live-tools", help="A tool that runs live when a call does not match."),
+        typer.Option(
+            "--live-tools",
+            help="A read-only tool (settings.read_only: true) that runs live when a call does "
+            "not match.",
+        ),
     ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Cases at once.")] = 1,
     run_name: Annotated[
@@ -243,6 +247,12 @@ def eval_run(
     output_format: Annotated[
         str, typer.Option("--format", help="table, markdown or json.")
     ] = "table",
+    rubric: Annotated[
+        str | None, typer.Option("--rubric", help="What judge:MODEL scorers grade by.")
+    ] = None,
+    scoring_concurrency: Annotated[
+        int, typer.Option("--scoring-concurrency", help="Verdicts of judges awaited at once.")
+    ] = 4,
 ) -> None:
     """Score a dataset's replay run; exit 1 when a threshold or the margin fails."""
     state: CliState = ctx.obj
@@ -276,6 +286,8 @@ def eval_run(
                 scorers=scorer or ["exact"],
                 thresholds=limits,
                 margin=margin,
+                rubric=rubric,
+                concurrency=scoring_concurrency,
             )
 
     report = run(body)

@@ -72,6 +72,12 @@ def attachment_content(attachment: NewAttachment) -> UserContent:
 def _history_message(message: MemoryMessage) -> ModelMessage | None:
     if message.role is MessageRole.USER:
         return ModelRequest(parts=[UserPromptPart(message.content)])
+    if message.role is MessageRole.QUESTION and message.tool_call_id:
+        # The question is recorded for people (the UI, the audit); the model
+        # asked it as its call's arguments. Sent again as its text, it stood
+        # between the call and its result: a small model repeated it as its
+        # answer, and OpenAI refuses a tool result that does not follow its call.
+        return None
     if message.role in (MessageRole.ASSISTANT, MessageRole.QUESTION):
         parts: list[Any] = []
         if message.content:

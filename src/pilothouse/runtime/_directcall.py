@@ -326,6 +326,7 @@ async def _run_catalog_tool(
                 tenant=runner.tenant,
                 conversation_uuid=conversation_uuid,
                 timeouts=toolset.timeouts,
+                read_only=toolset.read_only,
             )
         # The last write is shielded: a caller cancelled as it starts must
         # not leave the conversation RU.

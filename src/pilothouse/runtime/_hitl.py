@@ -23,7 +23,7 @@ from pilothouse.runtime._eventcalls import EventCalls
 from pilothouse.runtime._events import Listener, ReturnedCall, TurnResult
 from pilothouse.runtime._runner import Runner
 from pilothouse.runtime._toolset import ASK_USER
-from pilothouse.runtime._toolstep import answers_reply
+from pilothouse.runtime._toolstep import answers_reply, answers_words
 from pilothouse.runtime._turn import ToolReply
 from pilothouse.store import Conversation, ConversationQueries, Database, Message, NewEvent
 from pilothouse.store._base import utcnow
@@ -87,8 +87,10 @@ class Resumption:
             asked = [
                 (qid, q.content) for qid, q in by_id.items() if (q.tool_call_id or "") == call_id
             ]
-            content = answers_reply(asked, {k: str(v) for k, v in answers.items()})
-            replies.append(ToolReply(call_id, ASK_USER, content))
+            given = {k: str(v) for k, v in answers.items()}
+            content = answers_reply(asked, given)
+            words = answers_words(asked, given)
+            replies.append(ToolReply(call_id, ASK_USER, content, words=words))
         event = NewEvent(TimelineKind.HUMAN_ANSWER, {"answers": dict(answers)})
         return await self._runner.resume(
             uuid,

@@ -248,7 +248,11 @@ class TurnLoop:
         # Offering no tools (rather than tool_choice "none", which small
         # local models read as a cue to write calls as text) makes the
         # model answer from the results it has.
-        offered = [] if step.force_text else toolset.definitions()
+        offered = (
+            []
+            if step.force_text
+            else [d for d in toolset.definitions() if d.name not in step.withhold]
+        )
         params, wrapped_list = request_parameters(compiled, offered)
         settings = calls.settings
         if compiled.output_schema is not None and compiled.model.profile.grammar_output:
@@ -267,11 +271,12 @@ class TurnLoop:
         except ContentBlocked as blocked:
             return Blocked(blocked)
         parsed = parse_response(response)
+        validators = toolset.validators.without(step.withhold)
         repaired, problems = repair_calls(
             parsed.tool_calls,
             parsed.text,
-            toolset.validators,
-            look_in_text=compiled.output_schema is None and bool(toolset.validators),
+            validators,
+            look_in_text=compiled.output_schema is None and bool(validators),
             wire_repairs=turn.wire_repairs,
             used_ids=used_call_ids(step.messages, turn.handle.memory)
             | {record.id for record in turn.records},

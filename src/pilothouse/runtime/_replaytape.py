@@ -6,8 +6,10 @@ the turn's tasks and no other request), the tool executor answers each tool
 call from the first unused recorded call with the same tool and equal
 arguments, and never runs the tool. A call that matches nothing is a
 divergence: it is reported, and answered with an error unless the tool is
-one the replay lets run live. A replay's model calls hold nothing on the
-tenant's budgets unless the replay asks for it.
+one the replay lets run live and its catalog entry marks it read-only
+(``settings.read_only: true``): a tool that may change something never runs
+in a replay. A replay's model calls hold nothing on the tenant's budgets
+unless the replay asks for it.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class Divergence:
         arguments: the arguments it gave.
         expected: the recorded arguments of the same tool not yet used
             (empty when the recording never called this tool).
-        live: whether the tool then ran live (``live_tools``).
+        live: whether the tool then ran live (in ``live_tools`` and read-only).
     """
 
     tool: str
@@ -81,8 +83,21 @@ class ReplayTape:
     called: list[tuple[str, dict[str, Any]]] = field(default_factory=lambda: [])
     _used: set[int] = field(default_factory=lambda: set())
 
-    def answer(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
-        """Return the recorded result for this call, or None (a divergence, recorded)."""
+    def runs_live(self, tool: str, *, read_only: bool) -> bool:
+        """Whether a call the recording lacks runs for real: named live, and read-only."""
+        return read_only and tool in self.live_tools
+
+    def answer(
+        self, tool: str, arguments: Mapping[str, Any], *, read_only: bool = False
+    ) -> str | None:
+        """Return the recorded result for this call, or None (a divergence, recorded).
+
+        Args:
+            tool: the tool called.
+            arguments: its arguments.
+            read_only: whether the tool is marked read-only (then, named in
+                ``live_tools``, a divergent call runs live).
+        """
         self.called.append((tool, dict(arguments)))
         for index, call in enumerate(self.calls):
             if index in self._used or call.name != tool or not _same(call.arguments, arguments):
@@ -94,7 +109,9 @@ class ReplayTape:
             c.arguments for i, c in enumerate(self.calls) if i not in self._used and c.name == tool
         )
         self.divergences.append(
-            Divergence(tool, dict(arguments), expected, live=tool in self.live_tools)
+            Divergence(
+                tool, dict(arguments), expected, live=self.runs_live(tool, read_only=read_only)
+            )
         )
         return None
 

@@ -38,7 +38,6 @@ from pilothouse._caller import Caller
 from pilothouse._collector import freeze_once
 from pilothouse._logs import bind_conversation
 from pilothouse.catalog._enums import (
-    InstructionMode,
     MessageRole,
     ProcessStatus,
     TimelineKind,
@@ -53,7 +52,7 @@ from pilothouse.errors import (
 from pilothouse.memory import MemoryMessage, counter_for, select_history
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
 from pilothouse.runtime._config import RuntimeConfig
-from pilothouse.runtime._convert import build_messages, history_messages
+from pilothouse.runtime._convert import build_messages
 from pilothouse.runtime._events import (
     EventHub,
     Listener,
@@ -63,6 +62,7 @@ from pilothouse.runtime._events import (
 )
 from pilothouse.runtime._record import status_event
 from pilothouse.runtime._replaytape import current_tape
+from pilothouse.runtime._resumed import resumed_call
 from pilothouse.runtime._retrieval import retrieve_context
 from pilothouse.runtime._shared import SKILL_OFFER_ABOVE
 from pilothouse.runtime._toolexec import Authorizer
@@ -790,32 +790,4 @@ class Runner:
 
     async def _resume(self, turn: Turn, step: Resume) -> CallModel | Returned | Failed:
         """Go on from the stored history (the take wrote the replies), unless calls still wait."""
-        self._runtime.recorder.taken(turn, [step.event])
-        if step.still_pending:
-            return Returned(None, TurnBatch(), step.still_pending, waiting=step.waiting)
-        compiled = turn.compiled
-        history = memory_messages(await self.store.memory(self.tenant, turn.handle.memory_id))
-        last = next((m for m in reversed(history) if m.role is MessageRole.USER), None)
-        stored = dict((last.data or {}).get("input_data") or {}) if last else {}
-        data = {"input": last.content if last else "", **stored}
-        system_prompt = compiled.system_prompt(None, InstructionMode.APPEND, data)
-        counter = counter_for(compiled.model.provider.kind, compiled.model.model_name)
-        if compiled.memory.scoped is not None and last is not None:
-            from pilothouse.runtime._memory import recall, resumed_user
-
-            # A resumed turn is told its memories as a fresh one is, for the
-            # user's last message, and they are recorded in its timeline.
-            turn.resumed = True
-            turn.memory_text = last.content
-            await resumed_user(self._runtime, turn)
-            try:
-                system_prompt = await recall(
-                    self._runtime, turn, last.content, system_prompt, counter
-                )
-            except PilothouseError as exc:
-                return Failed(str(exc))
-        kept = select_history(
-            history, compiled.memory, system_prompt=system_prompt, counter=counter
-        )
-        turn.active_skills = activated_skills(history)
-        return CallModel(history_messages(system_prompt, kept))
+        return await resumed_call(self._runtime, self.tenant, turn, step)

@@ -21,7 +21,7 @@ __all__ = [
 import inspect
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -209,8 +209,13 @@ class ToolExecutor:
         tenant: str,
         conversation_uuid: str,
         timeouts: Mapping[str, float] | None = None,
+        read_only: Collection[str] = frozenset(),
     ) -> list[Execution]:
-        """Run every call; results in call order."""
+        """Run every call; results in call order.
+
+        ``read_only`` names the tools a replay may run live (see
+        :mod:`pilothouse.runtime._replaytape`).
+        """
         results: list[Execution | None] = [None] * len(calls)
         limiter = anyio.CapacityLimiter(max(1, self.concurrency))
 
@@ -233,7 +238,9 @@ class ToolExecutor:
                     meter.queue_wait(queue="tool_slot", seconds=time.perf_counter() - waited)
             try:
                 timeout = (timeouts or {}).get(call.name, self.timeout)
-                result = await self._one(call, tool, tenant, conversation_uuid, timeout)
+                result = await self._one(
+                    call, tool, tenant, conversation_uuid, timeout, call.name in read_only
+                )
                 if meter is not None:
                     meter.tool_call(
                         tool=call.name,
@@ -270,6 +277,7 @@ class ToolExecutor:
         tenant: str,
         conversation_uuid: str,
         timeout: float,
+        read_only: bool = False,
     ) -> Execution:
         started = time.perf_counter()
         with self.telemetry.tool_call(call.name, call.call_id):
@@ -289,16 +297,21 @@ class ToolExecutor:
             call.arguments = arguments
             tape = current_tape()
             if tape is not None:
-                recorded = tape.answer(call.name, arguments)
+                recorded = tape.answer(call.name, arguments, read_only=read_only)
                 if recorded is not None:
                     return Execution(
                         call, ToolCallStatus.SUCCEEDED, recorded, None, _ms(started), applied
                     )
-                if call.name not in tape.live_tools:
+                if not tape.runs_live(call.name, read_only=read_only):
                     return Execution(
                         call,
                         ToolCallStatus.FAILED,
-                        "replay.divergence: the recording has no such call of this tool",
+                        "replay.divergence: the recording has no such call of this tool"
+                        + (
+                            ", and only read-only tools run live in a replay"
+                            if call.name in tape.live_tools
+                            else ""
+                        ),
                         "replay.divergence",
                         _ms(started),
                         applied,

@@ -178,6 +178,19 @@ class ArgumentValidators(Mapping[str, Any]):
             validator = self._compiled[name] = validator_for(schema)(schema)
         return validator
 
+    def without(self, names: frozenset[str]) -> ArgumentValidators:
+        """These validators but for ``names``: tools a model call does not offer.
+
+        A call the model writes as text to a tool it was not offered is then
+        text, not a call. Compiled validators are shared.
+        """
+        if not names:
+            return self
+        view = ArgumentValidators()
+        view._schemas = {k: v for k, v in self._schemas.items() if k not in names}
+        view._compiled = self._compiled
+        return view
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._schemas)
 
@@ -207,6 +220,8 @@ class ToolSet:
     releases: dict[str, str] = field(default_factory=lambda: {})
     """Catalog tools' semantic versions by name, recorded with each call (audit)."""
     events: dict[str, EventRoute] = field(default_factory=lambda: {})
+    read_only: set[str] = field(default_factory=lambda: set[str]())
+    """Tools whose catalog entry says ``settings.read_only: true`` (a replay may run them live)."""
 
     def add(self, definition: ToolDefinition, *, tool: ExecutableTool | None = None) -> None:
         """Offer a tool; ``tool`` None means returned to the caller."""
@@ -536,6 +551,10 @@ def _offer(
         toolset.timeouts[name] = tool_timeout(row, default_timeout)
         if row.release:
             toolset.releases[name] = row.release
+        # A write or execute skill link says the tool changes things here,
+        # whatever its own entry claims.
+        if (row.settings or {}).get("read_only") is True and row.name not in guarded:
+            toolset.read_only.add(name)
 
 
 async def _executable(

@@ -29,6 +29,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 from pydantic_ai.messages import (
+    ModelMessage,
     ModelRequest,
     ModelRequestPart,
     ModelResponse,
@@ -52,7 +53,7 @@ from pilothouse.runtime._toolset import (
     activate,
 )
 from pilothouse.runtime._toolset import skill_reply as _skill_reply
-from pilothouse.runtime._turn import Paused, Returned
+from pilothouse.runtime._turn import CallModel, Paused, Returned, ToolReply
 from pilothouse.store import (
     NewEvent,
     NewMessage,
@@ -168,6 +169,7 @@ async def run_tool_step(
             tenant=tenant,
             conversation_uuid=conversation_uuid,
             timeouts=toolset.timeouts,
+            read_only=toolset.read_only,
         )
     }
     listed = [
@@ -411,3 +413,74 @@ def results_as_text(request: ModelRequest) -> ModelRequest:
     ]
     lines.append("Answer my question using this result.")
     return ModelRequest(parts=[UserPromptPart("\n".join(lines))])
+
+
+def answers_words(questions: Sequence[tuple[str, str]], answers: Mapping[str, str]) -> str:
+    """The answers as the user would type them: the answer alone to one question.
+
+    Args:
+        questions: ``(question id, question text)`` of one call's questions.
+        answers: the answers by question id.
+    """
+    if len(questions) == 1:
+        return answers[questions[0][0]]
+    return "\n".join(f"{text} {answers[qid]}" for qid, text in questions)
+
+
+def after_replies(
+    messages: list[ModelMessage], replies: Sequence[ToolReply], *, as_text: bool
+) -> CallModel:
+    """The model call that goes on from replies to pending calls.
+
+    After the user's answers the question tool is not offered: the packaged
+    0.5B model, offered it again, asked the same question once more. A model
+    that reads tool results best as text (``as_text``) gets the exchange as
+    a plain conversation (its questions as its words, the answers as the
+    user's) and no tools: given its own question call it wrote the same call
+    again as text.
+
+    Args:
+        messages: the history to go on from; its last request holds the replies.
+        replies: the replies just recorded.
+        as_text: the model's profile says tool results go as text.
+    """
+    if not any(reply.tool_name == ASK_USER for reply in replies):
+        return CallModel(messages)
+    withhold = frozenset({ASK_USER})
+    start = len(messages)
+    while start > 0 and _only_results(messages[start - 1]):
+        start -= 1
+    asked = messages[start - 1] if as_text and 0 < start < len(messages) else None
+    if isinstance(asked, ModelResponse):
+        calls = [p for p in asked.parts if isinstance(p, ToolCallPart)]
+        questions = "\n".join(_question_texts(calls))
+        if questions and all(call.tool_name == ASK_USER for call in calls):
+            answers = "\n".join(reply.words or reply.content for reply in replies)
+            spoken = [
+                ModelResponse(parts=[TextPart(questions)]),
+                ModelRequest(parts=[UserPromptPart(answers)]),
+            ]
+            return CallModel([*messages[: start - 1], *spoken], True, withhold)
+    return CallModel(messages, withhold=withhold)
+
+
+def _only_results(message: ModelMessage) -> bool:
+    return isinstance(message, ModelRequest) and all(
+        isinstance(part, ToolReturnPart) for part in message.parts
+    )
+
+
+def _question_texts(calls: Sequence[ToolCallPart]) -> list[str]:
+    """The questions of AskUserQuestion calls, as the model would say them."""
+    texts: list[str] = []
+    for call in calls:
+        args = call.args_as_dict()
+        listed = args.get("questions")
+        items = cast("list[Any]", listed) if isinstance(listed, list) else [args]
+        for item in items:
+            question = (
+                cast("dict[str, Any]", item).get("question") if isinstance(item, dict) else None
+            )
+            if question:
+                texts.append(str(question))
+    return texts

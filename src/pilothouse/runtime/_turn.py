@@ -329,6 +329,9 @@ class ToolReply:
     tool_name: str
     content: str
     status: ToolCallStatus = ToolCallStatus.SUCCEEDED
+    words: str = ""
+    """The reply as the user would say it (a person's answers), for models
+    that read tool results best as text; empty for a caller's result."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,10 +367,16 @@ class Resume:
 
 @dataclass(frozen=True, slots=True)
 class CallModel:
-    """Call the model with ``messages``; ``force_text`` offers no tools."""
+    """Call the model with ``messages``; ``force_text`` offers no tools.
+
+    ``withhold`` names tools not offered in this one call: the call right
+    after the user's answers does not offer ``AskUserQuestion``, because a
+    small model given the answers otherwise asks the same question again.
+    """
 
     messages: list[ModelMessage]
     force_text: bool = False
+    withhold: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,9 +72,9 @@ def usage_report(
     """The tenant's spend and tokens per group, most costly first.
 
     ``since`` and ``until`` are days in UTC, both included; a conversation
-    counts on the day it was created.
+    counts on the day it was created. The caller checks the query first
+    (:func:`check_usage_query`), before a connection is taken.
     """
-    check_usage_query(group_by, since, until)
     c = _CONVERSATION.c
     columns: dict[str, Any] = {
         "tenant": c.tenant,

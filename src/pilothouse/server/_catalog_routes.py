@@ -61,6 +61,7 @@ KindName = Literal[
     "agent_types",
     "agents",
     "budgets",
+    "virtual_servers",
 ]
 """Every catalog kind (kept equal to ``KINDS`` by a test), so OpenAPI lists them."""
 

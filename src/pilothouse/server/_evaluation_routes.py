@@ -76,6 +76,8 @@ class EvaluateBody(BaseModel):
     thresholds: dict[str, float] | None = None
     margin: float | None = None
     schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
+    rubric: str | None = None
+    concurrency: Annotated[int, Field(ge=1, le=16)] = 4
 
 
 @router.get("/datasets", summary="The tenant's datasets")
@@ -156,5 +158,7 @@ async def report(ph: AdminFacade, run: str, body: EvaluateBody) -> dict[str, Any
         thresholds=body.thresholds,
         margin=body.margin,
         schema=body.schema_,
+        rubric=body.rubric,
+        concurrency=body.concurrency,
     )
     return result.as_json()

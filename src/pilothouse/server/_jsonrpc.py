@@ -57,8 +57,8 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import to_jsonable_python
 
 from pilothouse.api import Pilothouse, loads_json
-from pilothouse.errors import BudgetExceededError, ErrorCategory, PilothouseError
-from pilothouse.server._deps import Facade, State, charge_batch
+from pilothouse.errors import BudgetExceededError, ErrorCategory, ForbiddenError, PilothouseError
+from pilothouse.server._deps import Authenticated, Facade, State, charge_batch
 from pilothouse.server._jsonrpc_methods import METHODS, to_json
 from pilothouse.server._problems import (
     HTTP_STATUS,
@@ -185,11 +185,15 @@ async def _call(
     params: Any,
     rpc: RpcRouter | None = None,
     sent: str | None = None,
+    *,
+    admin: bool = False,
 ) -> Any:
     """Run one method and return its JSON result.
 
     ``sent`` names the method as the caller wrote it, when that is not
     ``method`` (a legacy envelope's ``host/service/action/version``).
+    ``admin`` says the caller's key has the admin scope, which a method
+    marked ``admin`` needs.
 
     Raises:
         RpcError: anything that went wrong, as a JSON-RPC error.
@@ -209,6 +213,8 @@ async def _call(
             404,
             f"no method '{sent or method}' (rpc.discover lists the methods)",
         )
+    if entry.admin and not admin:
+        raise _from_pilothouse(ForbiddenError("this method needs an API key with admin scope"))
     if params is _MISSING or params is None:
         params = {}
     if not isinstance(params, dict):
@@ -245,10 +251,12 @@ def _invalid(detail: str) -> RpcError:
     return RpcError(INVALID_REQUEST, "Invalid Request", 400, detail)
 
 
-async def _one(ph: Pilothouse, item: Any, rpc: RpcRouter) -> dict[str, Any] | None:
+async def _one(
+    ph: Pilothouse, item: Any, rpc: RpcRouter, *, admin: bool = False
+) -> dict[str, Any] | None:
     """Answer one request object or legacy envelope; None for a notification."""
     if isinstance(item, dict) and _is_legacy(cast("dict[str, Any]", item)):
-        return await _legacy(ph, cast("dict[str, Any]", item), rpc)
+        return await _legacy(ph, cast("dict[str, Any]", item), rpc, admin=admin)
     if not isinstance(item, dict):
         return _error(None, _invalid("a request must be a JSON object"))
     request = cast("dict[str, Any]", item)
@@ -265,7 +273,7 @@ async def _one(ph: Pilothouse, item: Any, rpc: RpcRouter) -> dict[str, Any] | No
     if unknown:
         return _error(answer_id, _invalid(f"unknown member(s): {', '.join(unknown)}"))
     try:
-        result = await _call(ph, method, request.get("params", _MISSING), rpc)
+        result = await _call(ph, method, request.get("params", _MISSING), rpc, admin=admin)
     except RpcError as error:
         return None if request_id is _MISSING else _error(answer_id, error)
     if request_id is _MISSING:
@@ -273,7 +281,9 @@ async def _one(ph: Pilothouse, item: Any, rpc: RpcRouter) -> dict[str, Any] | No
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 
-async def _legacy(ph: Pilothouse, envelope: dict[str, Any], rpc: RpcRouter) -> dict[str, Any]:
+async def _legacy(
+    ph: Pilothouse, envelope: dict[str, Any], rpc: RpcRouter, *, admin: bool = False
+) -> dict[str, Any]:
     """Answer a legacy envelope: in its own shape, or as JSON-RPC when it carries an ``id``."""
     head = {key: envelope.get(key) for key in _LEGACY_KEYS}
     request_id = envelope.get("id", _MISSING)
@@ -310,7 +320,9 @@ async def _legacy(ph: Pilothouse, envelope: dict[str, Any], rpc: RpcRouter) -> d
             version = f"v{version}"
         method = f"pilothouse/{head['service']}/{head['action']}/{version}"
     try:
-        result = await _call(ph, method, envelope.get("data", _MISSING), rpc, sent=routed)
+        result = await _call(
+            ph, method, envelope.get("data", _MISSING), rpc, sent=routed, admin=admin
+        )
     except RpcError as error:
         return answer(error=error)
     return answer(result)
@@ -344,8 +356,9 @@ def _is_legacy(body: dict[str, Any]) -> bool:
     },
     response_model=None,
 )
-async def jsonrpc(request: Request, ph: Facade, state: State) -> Response:
+async def jsonrpc(request: Request, ph: Facade, state: State, principal: Authenticated) -> Response:
     """Dispatch a request, a batch or a legacy envelope."""
+    admin = principal.is_admin
     try:
         # Every call's params are held to the input rules by their model and the facade.
         body: Any = loads_json(await request.body(), check=False, constants=False)
@@ -367,13 +380,15 @@ async def jsonrpc(request: Request, ph: Facade, state: State) -> Response:
         # The request itself took one token of the key's rate limit; each
         # further call of the batch takes one more, all before any runs.
         await charge_batch(request, len(items) - 1)
-        answers = await _batch(ph, items, state.rpc)
+        answers = await _batch(ph, items, state.rpc, admin=admin)
         return JSONResponse(answers) if answers else Response(status_code=204)
-    answer = await _one(ph, body, state.rpc)
+    answer = await _one(ph, body, state.rpc, admin=admin)
     return JSONResponse(answer) if answer is not None else Response(status_code=204)
 
 
-async def _batch(ph: Pilothouse, items: list[Any], rpc: RpcRouter) -> list[dict[str, Any]]:
+async def _batch(
+    ph: Pilothouse, items: list[Any], rpc: RpcRouter, *, admin: bool = False
+) -> list[dict[str, Any]]:
     """Answer a batch's calls concurrently; the answers keep the request order.
 
     The calls of a batch are independent by the specification (a server may
@@ -383,7 +398,7 @@ async def _batch(ph: Pilothouse, items: list[Any], rpc: RpcRouter) -> list[dict[
     answers: list[dict[str, Any] | None] = [None] * len(items)
 
     async def answer(index: int, item: Any) -> None:
-        answers[index] = await _one(ph, item, rpc)
+        answers[index] = await _one(ph, item, rpc, admin=admin)
 
     async with anyio.create_task_group() as group:
         for index, item in enumerate(items):

@@ -1,4 +1,4 @@
-"""The JSON-RPC methods: one per QueryApi and CommandApi operation.
+"""The JSON-RPC methods: one per QueryApi and CommandApi operation, and more.
 
 Methods are named ``pilothouse/<service>/<action>/<version>``, e.g.
 ``pilothouse/command/sendMessage/v1``. Params are by name (a JSON object),
@@ -14,15 +14,16 @@ __all__ = ["METHODS", "Method", "method_name", "to_json"]
 
 import base64
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import Field, StrictBool, StrictInt, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import to_jsonable_python
 
 from pilothouse.api import Pilothouse
+from pilothouse.server._jsonrpc_evaluation import EVALUATION_METHODS
+from pilothouse.server._jsonrpc_params import Method, NoParams, Params, method_name
 from pilothouse.types import (
     AdHocResult,
     AdHocRun,
@@ -48,22 +49,7 @@ from pilothouse.types import (
 _CONFIDENTIAL = "***"
 
 
-def method_name(service: str, action: str, version: str = "v1") -> str:
-    """Return the JSON-RPC method name of one operation."""
-    return f"pilothouse/{service}/{action}/{version}"
-
-
-class Params(BaseModel):
-    """Base of every method's params: camelCase names, unknown names refused."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
-
-
 _Text = Annotated[str, Field(min_length=1)]
-
-
-class NoParams(Params):
-    """A method without params."""
 
 
 class AllActions(Params):
@@ -368,18 +354,6 @@ def to_json(ph: Pilothouse, value: Any) -> Any:
     if isinstance(value, list):
         return [to_json(ph, item) for item in cast("list[Any]", value)]
     return to_jsonable_python(value)
-
-
-Handler = Callable[[Pilothouse, Any], Awaitable[Any]]
-
-
-@dataclass(frozen=True)
-class Method:
-    """One JSON-RPC method: its params model and what it calls."""
-
-    params: type[Params]
-    call: Handler
-    summary: str
 
 
 async def _list(ph: Pilothouse, p: ListConversations) -> Any:
@@ -721,5 +695,7 @@ METHODS: Mapping[str, Method] = {
         lambda ph, p: _versions(ph.memory.versions(p.memory_id, p.to_scope())),
         "a memory's values, oldest first",
     ),
+    # Datasets, replays and reports, admin keys only (as REST's /v1/evaluation).
+    **EVALUATION_METHODS,
 }
 """Every method, by name."""

@@ -34,11 +34,13 @@ __all__ = ["McpHttp", "mcp_routes"]
 
 import hashlib
 import json
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
+import anyio
+import anyio.abc
 import mcp_types as mt
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
@@ -56,6 +58,7 @@ from pilothouse.server._problems import error_problem
 from pilothouse.types import McpCaller
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
     from mcp.server import ServerRequestContext
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -64,6 +67,9 @@ if TYPE_CHECKING:
 
 _CALLER = "pilothouse.mcp_caller"
 """The ASGI scope key the authentication leaves the caller under."""
+
+BundleOf = Callable[[McpCaller, "Scope"], Awaitable[tuple[str, ...]]]
+"""The tool patterns of the virtual server a request names, for its caller."""
 
 
 def _caller(ctx: ServerRequestContext[Any, Any]) -> McpCaller:
@@ -84,6 +90,8 @@ class _Authenticated:
         app: the MCP transport.
         oauth: verifies access tokens, when the operator configured an
             authorization server.
+        bundle: for a virtual server's path: the tools its caller may use
+            there (raises NotFoundError for a server the tenant lacks).
     """
 
     def __init__(
@@ -91,7 +99,7 @@ class _Authenticated:
         state: ServerState,
         app: ASGIApp,
         oauth: OAuthVerifier | None = None,
-        bundle: tuple[str, ...] | None = None,
+        bundle: BundleOf | None = None,
     ) -> None:
         self._state = state
         self._app = app
@@ -164,11 +172,11 @@ class _Authenticated:
                     headers,
                     key_name=principal.key_name,
                 )
+            if self._bundle is not None:
+                caller = replace(caller, bundle=await self._bundle(caller, scope))
         except PilothouseError as exc:
             await self._refuse(exc, scope, receive, send)
             return
-        if self._bundle is not None:
-            caller = replace(caller, bundle=self._bundle)
         scope[_CALLER] = caller
         # The SDK binds a session to the credential that opened it: another
         # key (or token subject) presenting the session id is answered as if
@@ -232,9 +240,13 @@ class McpHttp:
             )
 
         self.sessions = manager()
-        # Virtual servers: one session manager each (a session belongs to
-        # the path it was opened at), over the one MCP server.
-        self.virtual = {name: manager() for name in settings.mcp_servers}
+        self._manager = manager
+        # Virtual servers: one session manager per code (a session belongs
+        # to the path it was opened at), over the one MCP server; made on
+        # the first request a tenant's catalog answers for that code.
+        self.virtual: dict[str, _Checked] = {}
+        self._virtual_lock = anyio.Lock()
+        self._group: TaskGroup | None = None
         self.sse = SseServerTransport("/messages/", security_settings=security)
         self._state = state
         self.oauth: OAuthVerifier | None = None
@@ -293,38 +305,65 @@ class McpHttp:
                 ),
                 methods=["POST"],
             ),
-            *(
-                Route(
-                    f"/mcp/{name}",
-                    endpoint=_Authenticated(
-                        state,
-                        _Checked(
-                            sessions.handle_request,
-                            settings.max_body_bytes,
-                            sessions,
-                            settings.mcp_max_sessions_per_key,
-                            settings.mcp_session_idle_seconds,
-                        ),
-                        self.oauth,
-                        tuple(settings.mcp_servers[name]),
-                    ),
-                    methods=["GET", "POST", "DELETE"],
-                )
-                for name, sessions in self.virtual.items()
+            Route(
+                "/mcp/{server}",
+                endpoint=_Authenticated(state, self._virtual, self.oauth, self._bundle),
+                methods=["GET", "POST", "DELETE"],
             ),
             Route(METADATA_PATH, endpoint=self._metadata, methods=["GET"]),
             Route(f"{METADATA_PATH}/mcp", endpoint=self._metadata, methods=["GET"]),
         ]
+
+    async def _bundle(self, caller: McpCaller, scope: Scope) -> tuple[str, ...]:
+        code = str(scope.get("path_params", {}).get("server", ""))
+        return await self.service.virtual_server(caller.tenant, code)
+
+    async def _virtual(self, scope: Scope, receive: Receive, send: Send) -> None:
+        code = str(scope.get("path_params", {}).get("server", ""))
+        async with self._virtual_lock:
+            checked = self.virtual.get(code)
+            if checked is None:
+                # Only a code the caller's catalog holds gets here (the
+                # bundle was read first), so the managers stay as many as
+                # the codes the catalogs use.
+                assert self._group is not None, "the MCP transports are not running"
+                sessions = self._manager()
+                await self._group.start(_run_sessions, sessions)
+                settings = self._state.server
+                checked = _Checked(
+                    sessions.handle_request,
+                    settings.max_body_bytes,
+                    sessions,
+                    settings.mcp_max_sessions_per_key,
+                    settings.mcp_session_idle_seconds,
+                )
+                self.virtual[code] = checked
+        await checked(scope, receive, send)
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[None]:
         """Run the session managers and the list_changed watcher for the app's lifetime."""
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(self.sessions.run())
-            for sessions in self.virtual.values():
-                await stack.enter_async_context(sessions.run())
             await stack.enter_async_context(self.service.running())
-            yield
+            group = await stack.enter_async_context(anyio.create_task_group())
+            self._group = group
+            try:
+                yield
+            finally:
+                self._group = None
+                group.cancel_scope.cancel()
+
+
+async def _run_sessions(
+    sessions: StreamableHTTPSessionManager,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run one virtual server's session manager until the transports stop."""
+    async with sessions.run():
+        task_status.started()
+        await anyio.sleep_forever()
 
 
 # An oversize body is read to its end (so the client, still sending, can

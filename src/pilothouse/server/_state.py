@@ -23,7 +23,6 @@ import asyncio
 import ipaddress
 import logging
 import os
-import re
 import signal
 import threading
 from collections.abc import Callable
@@ -109,10 +108,8 @@ class ServerSettings(BaseSettings):
         mcp_max_sessions_per_key: the most MCP sessions one API key may hold
             open at once; opening another is refused (429) until one is
             closed or expires.
-        mcp_servers: virtual MCP servers: a name to the tool patterns it
-            serves (``{"sales": ["action_SUM*", "crm__*"]}``), each at
-            ``/mcp/<name>`` (streamable HTTP) for every tenant; a caller sees
-            there the tools matching both these and its key's allow-list.
+        mcp_servers: refused when set: virtual MCP servers are entries of
+            each tenant's catalog (``virtual_servers``), checked when written.
         oauth_issuer: the OAuth 2.1 authorization server whose access tokens
             the MCP endpoint accepts beside API keys (its ``iss``); with
             ``oauth_jwks_url`` and ``oauth_audience``, or none of the three.
@@ -185,14 +182,16 @@ class ServerSettings(BaseSettings):
 
     @field_validator("mcp_servers")
     @classmethod
-    def _server_names(cls, servers: dict[str, list[str]]) -> dict[str, list[str]]:
-        for name, patterns in servers.items():
-            if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,63}", name):
-                raise ValueError(
-                    f"'{name}' cannot be a path: write lower-case letters, digits and '-'"
-                )
-            if not patterns or not all(p.strip() for p in patterns):
-                raise ValueError(f"'{name}' needs at least one tool pattern, e.g. 'action_*'")
+    def _servers_in_the_catalog(cls, servers: dict[str, list[str]]) -> dict[str, list[str]]:
+        if servers:
+            example = next(iter(servers))
+            raise ValueError(
+                "virtual MCP servers are written in each tenant's catalog, where their "
+                "members are checked: unset PILOTHOUSE_SERVER_MCP_SERVERS and write each bundle "
+                f"as a virtual_servers entry (code: {example.upper()[:12]}, actions: [...], "
+                "agents: [...], tools: [...], operations: [...]), served at /mcp/<code>; "
+                "see docs/mcp.md#virtual-servers"
+            )
         return servers
 
     @model_validator(mode="after")

@@ -30,6 +30,7 @@ from pilothouse.errors import (
     CatalogValidationError,
     InvalidFieldError,
     InvalidStateError,
+    ServiceUnavailableError,
     ValidationIssue,
 )
 from pilothouse.settings import database_driver_url
@@ -39,6 +40,7 @@ from pilothouse.store.migrations import HEAD_REVISION
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from sqlalchemy.engine import ExceptionContext
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 P = ParamSpec("P")
@@ -155,6 +157,26 @@ def _refuse_closed(_dbapi_connection: Any, record: Any, _proxy: Any) -> None:
     # pre-ping's guard without its round trips.
     if record.driver_connection.is_closed():
         raise DisconnectionError("the pooled asyncpg connection is closed")
+
+
+_NO_CONNECTION_STATES = frozenset({"53300", "53400", "57P03"})
+"""PostgreSQL's too_many_connections, configuration_limit_exceeded and
+cannot_connect_now: the server refused a new connection for now."""
+
+
+def _out_of_connections(context: ExceptionContext) -> None:
+    # A server at max_connections (or a role at its CONNECTION LIMIT) is the
+    # deployment's capacity, not a defect of the request: the client is told
+    # to come back (503 with Retry-After on HTTP) instead of an internal
+    # error. Raised here, it replaces SQLAlchemy's wrapper on every face.
+    state = getattr(context.original_exception, "sqlstate", None)
+    if state in _NO_CONNECTION_STATES:
+        raise ServiceUnavailableError(
+            "the database has no free connection for now (PostgreSQL refused a new one: "
+            f"SQLSTATE {state}); retry in a moment. Operators: keep the pools' sum below "
+            "max_connections (docs/operations.md, connection budget per replica)",
+            retry_after=1,
+        ) from context.original_exception
 
 
 def _asyncpg_transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
@@ -325,6 +347,7 @@ class Database:
         engine = create_async_engine(self.url, **self._engine_options)
         if self._asyncpg:
             event.listen(engine.sync_engine, "checkout", _refuse_closed)
+            event.listen(engine.sync_engine, "handle_error", _out_of_connections)
         if self.is_sqlite:
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
             if engine.dialect.driver == "aiosqlite":

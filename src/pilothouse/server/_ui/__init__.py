@@ -16,16 +16,17 @@ if TYPE_CHECKING:
 
 
 def routers() -> list[APIRouter]:
-    """The UI's routers: login, the playground and its chat, compare, memory, knowledge, catalog."""
+    """The UI's routers: login, playground, chat, compare, memory, knowledge, catalog, evals."""
     from pilothouse.server._ui._catalog import router as catalog
     from pilothouse.server._ui._chat import router as chat
     from pilothouse.server._ui._compare import router as compare
+    from pilothouse.server._ui._evaluation import router as evaluation
     from pilothouse.server._ui._knowledge import router as knowledge
     from pilothouse.server._ui._login import router as login
     from pilothouse.server._ui._memory import router as memory
     from pilothouse.server._ui._playground import router as playground
 
-    return [login, playground, chat, compare, memory, knowledge, catalog]
+    return [login, playground, chat, compare, memory, knowledge, catalog, evaluation]
 
 
 def mount_static(app: FastAPI) -> None:

@@ -54,7 +54,15 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),  # fmt: skip
     (
         "Tools",
-        ("tool_types", "tools", "mcp_client_types", "mcp_clients", "advisor_types", "advisors"),
+        (
+            "tool_types",
+            "tools",
+            "mcp_client_types",
+            "mcp_clients",
+            "advisor_types",
+            "advisors",
+            "virtual_servers",
+        ),
     ),
     (
         "Knowledge and memory",
