@@ -535,7 +535,10 @@ def test_answers_are_markdown_highlighted_sanitised_copyable_and_regenerable(
     expect(versions).to_contain_text("version 1/2")
     expect(page.locator(".bubble.assistant .markdown strong")).to_have_text("linen")
     versions.get_by_role("link", name="Next version").click()
-    expect(page.locator(".bubble.assistant .markdown").last).to_have_text("A second answer.")
+    # Rendered: the page's scripts ran, so htmx listens to the search box typed in next.
+    expect(page.locator(".bubble.assistant .markdown.rendered").last).to_have_text(
+        "A second answer."
+    )
     # Find: the search box keeps the conversations whose title or text holds the words.
     page.set_viewport_size(DESKTOP)
     search = page.get_by_label("Search conversations")
