@@ -40,7 +40,7 @@ __all__ = [
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from time import monotonic
@@ -84,6 +84,8 @@ _MILLION = Decimal(1_000_000)
 _MESSAGE_OVERHEAD = 4
 _LEDGER = budget_usage_table
 _MONEY = Numeric(24, 12)
+# How many callers' charged rows the gate keeps worked out.
+_CHARGED_KEPT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,8 @@ class _Entry:
     resets_at: datetime | None
     enforced: bool = True
     """The limits stop the call (refuse; downgrade unless already downgraded)."""
+    fixed: dict[str, Any] = field(default_factory=lambda: {})
+    """The hold statement's values that stay the same call after call (key, limits)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +283,22 @@ def _key_values(tenant: str, entry: _Entry) -> dict[str, Any]:
     }
 
 
+def _fixed_values(
+    tenant: str, rule: BudgetRule, subject: str, period: str, enforced: bool
+) -> dict[str, Any]:
+    """The hold's key and limits for one ledger row (a limit is NULL where it does not stop)."""
+    return {
+        "k_tenant": tenant,
+        "k_budget": rule.code,
+        "k_subject": subject,
+        "k_period": period,
+        "lim_money": rule.money if enforced else None,
+        "lim_input": rule.input_tokens if enforced else None,
+        "lim_output": rule.output_tokens if enforced else None,
+        "lim_turns": rule.turns if enforced else None,
+    }
+
+
 def _key() -> ColumnElement[bool]:
     c = _LEDGER.c
     return and_(
@@ -422,18 +442,11 @@ def _hold_rows(
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
         "turns": turns,
+        "updated_at": utcnow(),
     }
     for entry in entries:
         rule = entry.rule
-        refusing = entry.enforced
-        values = {
-            **_key_values(tenant, entry),
-            **amounts,
-            "lim_money": rule.money if refusing else None,
-            "lim_input": rule.input_tokens if refusing else None,
-            "lim_output": rule.output_tokens if refusing else None,
-            "lim_turns": rule.turns if refusing else None,
-        }
+        values = {**entry.fixed, **amounts}
         # One statement in the common case; the period's first call makes the row.
         if execute(connection, sql.hold, values):
             continue
@@ -584,6 +597,36 @@ class BudgetGate:
         self._wait = wait
         self._sql = _Statements()
         self._rules: dict[str, tuple[int, tuple[BudgetRule, ...]]] = {}
+        self._charged: dict[tuple[Any, ...], tuple[datetime, datetime | None, list[_Entry]]] = {}
+        """The rows calls are charged to, by who calls, until the first period ends."""
+
+    def _entries(
+        self, rules: Sequence[BudgetRule], turn: Turn, key_prefix: str | None, now: datetime
+    ) -> list[_Entry]:
+        """The ledger rows a call of ``turn`` is charged to, now (worked out once per period)."""
+        compiled = turn.compiled
+        who = (
+            turn.tenant,
+            turn.handle.catalog_revision,
+            compiled.model.code,
+            compiled.model.provider.code,
+            key_prefix,
+            compiled.agent_code,
+            compiled.action_code,
+            turn.handle.memory_id,
+        )
+        cached = self._charged.get(who)
+        if cached is not None:
+            since, ends, entries = cached
+            if since <= now and (ends is None or now < ends):
+                return entries
+        entries = _entries(rules, turn, key_prefix, now)
+        ends = min((e.resets_at for e in entries if e.resets_at is not None), default=None)
+        if len(self._charged) >= _CHARGED_KEPT:
+            # Many callers (users, keys): start again rather than grow without bound.
+            self._charged.clear()
+        self._charged[who] = (now, ends, entries)
+        return entries
 
     async def rules(self, tenant: str, revision: int) -> tuple[BudgetRule, ...]:
         """The tenant's active budgets at a catalog revision."""
@@ -624,7 +667,7 @@ class BudgetGate:
                 _conversation_key, turn.handle.conversation_id
             )
         now = self._clock()
-        entries = _entries(rules, turn, key_prefix, now)
+        entries = self._entries(rules, turn, key_prefix, now)
         if not entries:
             return None
         spec = turn.compiled.model
@@ -678,21 +721,35 @@ class BudgetGate:
         turn.budget_counted = True
         return BudgetHold(turn.tenant, tuple(entries), money, input_tokens, max_tokens)
 
-    async def settle(
+    def settle(
         self, turn: Turn, hold: BudgetHold, money: Decimal, input_tokens: int, output_tokens: int
     ) -> None:
-        """Replace the hold by what the call used; announce thresholds it crossed.
+        """Replace the hold by what the call used, with the turn's next write.
+
+        The settle runs in the transaction of the write that records the
+        call's usage (the next step, or the turn's end), not in one of its
+        own; thresholds it crosses are announced once that write commits.
+        Until then the hold stays on the ledger, which can only refuse more.
 
         Args:
-            turn: the turn whose timeline gets the alerts.
+            turn: the turn whose next write settles, and whose timeline gets the alerts.
             hold: what :meth:`hold` returned.
             money: what the call cost.
             input_tokens: its input tokens.
             output_tokens: its output tokens.
         """
-        crossed = await self._database.transaction(
-            _settle_rows, self._sql, hold, money, input_tokens, output_tokens
-        )
+        crossed: list[tuple[_Entry, int, float]] = []
+        sql = self._sql
+
+        def work(connection: Connection) -> None:
+            crossed[:] = _settle_rows(connection, sql, hold, money, input_tokens, output_tokens)
+
+        turn.settles.append(work)
+        if any(entry.rule.thresholds for entry in hold.entries):
+            turn.after_write.append(lambda: self._announce(turn, hold.tenant, crossed))
+
+    def _announce(self, turn: Turn, tenant: str, crossed: list[tuple[_Entry, int, float]]) -> None:
+        """Log, count and record each threshold a committed settle crossed first."""
         meter = self._meter() if crossed else None
         for entry, threshold, share in crossed:
             rule = entry.rule
@@ -701,7 +758,7 @@ class BudgetGate:
             logger.warning(
                 "budget %s of tenant %s reached %d%% of its limit for %s (%s: %s)",
                 rule.code,
-                hold.tenant,
+                tenant,
                 threshold,
                 entry.period,
                 rule.scope,
@@ -737,7 +794,8 @@ def _entries(
                 rule.on_limit == "downgrade" and rule.downgrade_to != running
             )
             key, resets = period_of(rule.period, rule.timezone, now)
-            entries.append(_Entry(rule, subject, key, resets, enforced))
+            fixed = _fixed_values(turn.tenant, rule, subject, key, enforced)
+            entries.append(_Entry(rule, subject, key, resets, enforced, fixed))
     return entries
 
 

@@ -328,6 +328,10 @@ async def _memory(session: AsyncSession, tenant: str, memory_id: str) -> list[St
 
 async def _write(session: AsyncSession, handle: TurnHandle, batch: TurnBatch) -> list[int]:
     batch = storable_batch(batch)
+    if batch.ledger:
+        connection = await session.connection()
+        for work in batch.ledger:
+            await connection.run_sync(work)
     now = utcnow()
     sequences: list[int] = []
     for message in batch.messages:
