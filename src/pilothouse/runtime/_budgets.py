@@ -58,6 +58,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     cast,
+    func,
     insert,
     or_,
     select,
@@ -299,13 +300,13 @@ def _fixed_values(
     }
 
 
-def _key() -> ColumnElement[bool]:
-    c = _LEDGER.c
+def _key(suffix: str = "", table: Any = _LEDGER) -> ColumnElement[bool]:
+    c = table.c
     return and_(
         c.tenant == bindparam("k_tenant"),
-        c.budget == bindparam("k_budget"),
-        c.subject == bindparam("k_subject"),
-        c.period == bindparam("k_period"),
+        c.budget == bindparam(f"k_budget{suffix}"),
+        c.subject == bindparam(f"k_subject{suffix}"),
+        c.period == bindparam(f"k_period{suffix}"),
     )
 
 
@@ -391,9 +392,80 @@ class _Statements:
         ]
         self.row = Query(select(*columns).where(_key()), _ledger_row)
 
+        self._together: dict[int, tuple[Statement, Statement]] = {}
+
+    def together(self, count: int) -> tuple[Statement, Statement]:
+        """The hold and the settle of ``count`` rows as one statement each (SQLite).
+
+        Each row's key and limits are bound with its index as a suffix
+        (``k_budget_0``, ``lim_money_0``); the amounts are the same for all.
+        """
+        found = self._together.get(count)
+        if found is not None:
+            return found
+        c = _LEDGER.c
+        money = bindparam("money", type_=_MONEY)
+        held_in = bindparam("input_tokens", type_=BigInteger())
+        held_out = bindparam("output_tokens", type_=BigInteger())
+        turns = bindparam("turns", type_=BigInteger())
+        keys = [_key(f"_{index}") for index in range(count)]
+        seen = _LEDGER.alias("seen")
+        s = seen.c
+        fits = [
+            and_(
+                _key(f"_{index}", seen),
+                _within(s.spent_money + s.held_money, money, f"lim_money_{index}", _MONEY),
+                _within(s.spent_input + s.held_input, held_in, f"lim_input_{index}", BigInteger()),
+                _within(
+                    s.spent_output + s.held_output, held_out, f"lim_output_{index}", BigInteger()
+                ),
+                _within(s.turns, turns, f"lim_turns_{index}", BigInteger()),
+            )
+            for index in range(count)
+        ]
+        # All rows or none: the rows that fit are counted before any changes
+        # (an uncorrelated subquery runs once), and the UPDATE applies only
+        # when every one does. One statement, so it commits on its own.
+        fitting = select(func.count()).select_from(seen).where(or_(*fits)).scalar_subquery()
+        hold = Statement(
+            update(_LEDGER)
+            .where(or_(*keys), fitting == count)
+            .values(
+                held_money=c.held_money + money,
+                held_input=c.held_input + held_in,
+                held_output=c.held_output + held_out,
+                turns=c.turns + turns,
+            )
+        )
+        settle = Statement(
+            update(_LEDGER)
+            .where(or_(*keys))
+            .values(
+                held_money=c.held_money - money,
+                held_input=c.held_input - held_in,
+                held_output=c.held_output - held_out,
+                spent_money=c.spent_money + bindparam("spent_money", type_=_MONEY),
+                spent_input=c.spent_input + bindparam("spent_input", type_=BigInteger()),
+                spent_output=c.spent_output + bindparam("spent_output", type_=BigInteger()),
+            )
+        )
+        self._together[count] = (hold, settle)
+        return hold, settle
+
     def read(self, connection: Connection, tenant: str, entry: _Entry) -> _LedgerRow | None:
         rows = fetch(connection, self.row, _key_values(tenant, entry))
         return rows[0] if rows else None
+
+
+def _indexed(entries: Sequence[_Entry], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with each entry's key and limits, suffixed with its index (see ``together``)."""
+    for index, entry in enumerate(entries):
+        for name, value in entry.fixed.items():
+            if name == "k_tenant":
+                values[name] = value
+            else:
+                values[f"{name}_{index}"] = value
+    return values
 
 
 def _ensure_row(connection: Connection, tenant: str, entry: _Entry) -> None:
@@ -462,6 +534,35 @@ def _hold_rows(
         raise _Refused(
             entry, spent or held or "turns", _remaining(row, rule), in_flight=spent is None
         )
+
+
+def _hold_at_once(
+    connection: Connection,
+    sql: _Statements,
+    tenant: str,
+    entries: Sequence[_Entry],
+    money: Decimal,
+    input_tokens: int,
+    output_tokens: int,
+    turns: int,
+) -> bool:
+    """Hold on every row with one statement, all rows or none; say whether it held.
+
+    It does not hold when a row is missing (a period's first call) or a
+    limit stands in the way; :func:`_hold_rows` then goes row by row.
+    """
+    values = {
+        "money": money,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "turns": turns,
+        "updated_at": utcnow(),
+    }
+    if len(entries) == 1:
+        values.update(entries[0].fixed)
+        return execute(connection, sql.hold, values) == 1
+    hold, _ = sql.together(len(entries))
+    return execute(connection, hold, _indexed(entries, values)) == len(entries)
 
 
 def _fits_once_settled(
@@ -547,8 +648,16 @@ def _settle_rows(
         "spent_input": input_tokens,
         "spent_output": output_tokens,
     }
-    for entry in hold.entries:
-        execute(connection, sql.settle, {**_key_values(hold.tenant, entry), **amounts})
+    entries = hold.entries
+    if len(entries) > 1 and connection.dialect.name == "sqlite":
+        # One statement for all rows: SQLite has a single writer, so the
+        # order rows are locked in cannot deadlock (PostgreSQL goes row by row).
+        _, settle = sql.together(len(entries))
+        execute(connection, settle, _indexed(entries, {**amounts, "updated_at": utcnow()}))
+    else:
+        for entry in entries:
+            execute(connection, sql.settle, {**_key_values(hold.tenant, entry), **amounts})
+    for entry in entries:
         if entry.rule.thresholds:
             crossed.extend(_announce(connection, sql, hold.tenant, entry))
     return crossed
@@ -637,6 +746,26 @@ class BudgetGate:
         self._rules[tenant] = (revision, rules)
         return rules
 
+    async def _hold(
+        self,
+        sql: _Statements,
+        tenant: str,
+        entries: Sequence[_Entry],
+        money: Decimal,
+        input_tokens: int,
+        output_tokens: int,
+        turns: int,
+    ) -> None:
+        """Hold on every row in one transaction, or raise :class:`_Refused`."""
+        amounts = (sql, tenant, entries, money, input_tokens, output_tokens, turns)
+        # One statement, committed on its own, in the common case. Several
+        # rows at once on SQLite only (see _settle_rows on why).
+        if (len(entries) == 1 or self._database.is_sqlite) and await self._database.statement(
+            _hold_at_once, *amounts
+        ):
+            return
+        await self._database.transaction(_hold_rows, *amounts)
+
     async def hold(
         self,
         turn: Turn,
@@ -683,7 +812,7 @@ class BudgetGate:
         pause = 0.02
         while True:
             try:
-                await self._database.transaction(_hold_rows, *amounts)
+                await self._hold(*amounts)
                 break
             except _Refused as refused:
                 rule = refused.entry.rule

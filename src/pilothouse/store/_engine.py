@@ -466,6 +466,25 @@ class Database:
         """
         return await self._run(work, args, kwargs, single=self._asyncpg)
 
+    async def statement(
+        self, work: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """Run ``work(connection, ...)``, which sends exactly one statement, committed on its own.
+
+        For a single conditional write on a hot path: on a file SQLite
+        database and on asyncpg no transaction is begun around it (the
+        statement is atomic by itself), which saves the transaction's
+        bookkeeping and, on PostgreSQL, two round trips. ``work`` must send
+        one statement only: on SQLite a busy database runs it again. On
+        other databases it is :meth:`transaction`.
+        """
+        if self._sqlite is not None:
+            result: list[T] = []
+            with anyio.CancelScope(shield=True):
+                result.append(await self._sqlite.run_statement(partial(work, **kwargs), *args))
+            return result[0]
+        return await self._run(work, args, kwargs, single=self._asyncpg)
+
     async def _run(
         self,
         work: Callable[..., T],

@@ -145,6 +145,29 @@ class SqliteRunner:
             self._drainer = loop.create_task(self._drain())
         return await future
 
+    async def run_statement(self, work: Callable[..., T], *args: Any) -> T:
+        """Run ``work(connection, *args)``, which sends one statement, committed on its own.
+
+        No ``BEGIN IMMEDIATE`` nor commit of SQLAlchemy's: the driver runs
+        without implicit transactions, so the statement is its own
+        transaction (atomic as one). When the write lock is held elsewhere
+        (SQLite answers busy at once, having done nothing) or transactions
+        wait for it, it queues as :meth:`run` does.
+        """
+        if not self._waiting:
+            connection = self._connection
+            if connection is None or connection.closed or connection.invalidated:
+                connection = self._connection = self._engine.connect()
+            try:
+                result = work(connection, *args)
+            except (sqlite3.OperationalError, OperationalError) as error:
+                if not _is_busy(error):
+                    raise
+            else:
+                self._committed()
+                return result
+        return await self.run(work, *args)
+
     async def _drain(self) -> None:
         """Run the waiting transactions in order, sleeping while the write lock is held.
 
