@@ -189,6 +189,8 @@ class TurnLoop:
         """Switch the turn to the budget's cheaper model; the timeline keeps both."""
         assert self._catalog_model is not None, "checked by the caller"
         requested = turn.compiled.model.code
+        if turn.requested_model is None:
+            turn.requested_model = requested
         meter = self._telemetry.meter
         if meter is not None:
             meter.budget_downgrade(budget=downgrade.budget, model=downgrade.model)

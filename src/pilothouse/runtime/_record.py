@@ -326,6 +326,8 @@ class TurnRecorder:
             call_records=tuple(turn.records),
             usage_estimated=turn.usage_estimated,
             sources=answer_sources(text, turn.sources),
+            model=turn.compiled.model.code,
+            requested_model=turn.requested_model,
         )
         await self.write(turn, batch)
         if turn.pending:

@@ -216,6 +216,8 @@ class Turn:
         sources: the numbered chunks retrieval gave the model (``[1]`` first).
         skill_offer: the skills ``use_skill`` offers this turn, best match
             first (None: all of them; an action with few skills).
+        requested_model: the model the turn asked for, once a ``downgrade``
+            budget switched it to a cheaper one.
         settles: budget settles not yet written; the next write runs them in
             its own transaction.
         after_write: what to do once that write has committed (announce the
@@ -241,6 +243,7 @@ class Turn:
     wire_repairs: dict[str, list[str]] = field(default_factory=lambda: {})
     sources: tuple[AnswerSource, ...] = ()
     skill_offer: tuple[str, ...] | None = None
+    requested_model: str | None = None
     settles: list[Callable[[Connection], None]] = field(default_factory=lambda: [])
     after_write: list[Callable[[], None]] = field(default_factory=lambda: [])
     # Usage not yet written (reset by every write) ...
