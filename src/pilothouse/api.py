@@ -313,6 +313,7 @@ class _Shared:
                 scoped_memory=self._scoped,
                 knowledge=self.knowledge,
                 lease_seconds=settings.lease_seconds,
+                budget_alert_webhook=settings.budget_alert_webhook,
                 freeze_heap=settings.freeze_heap,
                 memory_index=settings.memory_index,
                 coordination=self.coordination(),

@@ -70,6 +70,7 @@ from pilothouse.catalog._enums import TimelineKind
 from pilothouse.catalog._tables import budget_table, model_table, provider_table
 from pilothouse.errors import BudgetExceededError
 from pilothouse.memory import counter_for
+from pilothouse.runtime._budgetalerts import AlertWebhook
 from pilothouse.runtime._meter import Meter
 from pilothouse.runtime._turn import Turn
 from pilothouse.store import NewEvent
@@ -690,6 +691,7 @@ class BudgetGate:
         wait: seconds a call waits for other calls' holds to settle when only
             they stand between it and the limit (a burst), before it is refused.
         meter: the metrics system's meter, which counts each alert.
+        webhook: where each alert is also POSTed (None: nowhere).
     """
 
     def __init__(
@@ -699,8 +701,10 @@ class BudgetGate:
         clock: Callable[[], datetime] | None = None,
         wait: float = 30.0,
         meter: Callable[[], Meter | None] = lambda: None,
+        webhook: AlertWebhook | None = None,
     ) -> None:
         self._meter = meter
+        self._webhook = webhook
         self._database = database
         self._clock = clock or (lambda: datetime.now(UTC))
         self._wait = wait
@@ -877,8 +881,10 @@ class BudgetGate:
         if any(entry.rule.thresholds for entry in hold.entries):
             turn.after_write.append(lambda: self._announce(turn, hold.tenant, crossed))
 
-    def _announce(self, turn: Turn, tenant: str, crossed: list[tuple[_Entry, int, float]]) -> None:
-        """Log, count and record each threshold a committed settle crossed first."""
+    async def _announce(
+        self, turn: Turn, tenant: str, crossed: list[tuple[_Entry, int, float]]
+    ) -> None:
+        """Log, count, record and send each threshold a committed settle crossed first."""
         meter = self._meter() if crossed else None
         for entry, threshold, share in crossed:
             rule = entry.rule
@@ -893,19 +899,24 @@ class BudgetGate:
                 rule.scope,
                 entry.subject,
             )
-            turn.pending.append(
-                NewEvent(
-                    TimelineKind.BUDGET,
+            alert = {
+                "budget": rule.code,
+                "threshold": threshold,
+                "used_percent": round(share * 100, 2),
+                "period": entry.period,
+                "scope": rule.scope,
+                "subject": entry.subject,
+            }
+            turn.pending.append(NewEvent(TimelineKind.BUDGET, alert))
+            if self._webhook is not None:
+                await self._webhook.send(
                     {
-                        "budget": rule.code,
-                        "threshold": threshold,
-                        "used_percent": round(share * 100, 2),
-                        "period": entry.period,
-                        "scope": rule.scope,
-                        "subject": entry.subject,
-                    },
+                        "type": "budget.threshold",
+                        "tenant": tenant,
+                        **alert,
+                        "conversation_uuid": turn.uuid,
+                    }
                 )
-            )
 
 
 def _entries(

@@ -102,7 +102,7 @@ class TurnRecorder:
                 turn.after_write[:0] = after
                 raise
             for announce in after:
-                announce()
+                await announce()
             return
         await self.store.write(turn.handle, batch)
 

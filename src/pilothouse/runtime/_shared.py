@@ -23,6 +23,7 @@ from pydantic_ai.models import Model
 
 from pilothouse.errors import InvalidStateError
 from pilothouse.providers import ModelFactory
+from pilothouse.runtime._budgetalerts import AlertWebhook
 from pilothouse.runtime._budgets import BudgetGate
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
 from pilothouse.runtime._events import EventHub
@@ -209,6 +210,7 @@ class Runtime:
             at call time (the HTTP service): each runner runs its turns under
             its tenant's policy (``current_egress``), which the pinned
             transports of the model factory and tool source apply.
+        budget_alert_webhook: where budget alerts are also POSTed (None: nowhere).
     """
 
     def __init__(
@@ -230,6 +232,7 @@ class Runtime:
         scoped_memory: ScopedMemory | None = None,
         knowledge: Callable[[], Knowledge] | None = None,
         lease_seconds: float = 30.0,
+        budget_alert_webhook: str | None = None,
         freeze_heap: bool = False,
         memory_index: str = "auto",
         coordination: Coordination | None = None,
@@ -267,6 +270,9 @@ class Runtime:
         self._prompts: dict[tuple[str, str], int] = {}
         self._adhoc: dict[tuple[str, str], CompiledAction] = {}
         self.recorder = TurnRecorder(self.store, self.hub)
+        self._alert_webhook = (
+            None if budget_alert_webhook is None else AlertWebhook(budget_alert_webhook, egress)
+        )
         self.loop = TurnLoop(
             models=models,
             recorder=self.recorder,
@@ -277,7 +283,9 @@ class Runtime:
             tool_timeout=tool_timeout,
             tool_concurrency=tool_concurrency,
             max_tool_steps=max_tool_steps,
-            budgets=BudgetGate(database, meter=lambda: self.telemetry.meter),
+            budgets=BudgetGate(
+                database, meter=lambda: self.telemetry.meter, webhook=self._alert_webhook
+            ),
             catalog_model=self.catalog_model,
         )
 
@@ -460,3 +468,5 @@ class Runtime:
         if self._knowledge is not None:
             await self._knowledge.aclose()
             self._knowledge = None
+        if self._alert_webhook is not None:
+            await self._alert_webhook.aclose()

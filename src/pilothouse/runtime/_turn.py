@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 import uuid as uuid_module
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
@@ -245,7 +245,7 @@ class Turn:
     skill_offer: tuple[str, ...] | None = None
     requested_model: str | None = None
     settles: list[Callable[[Connection], None]] = field(default_factory=lambda: [])
-    after_write: list[Callable[[], None]] = field(default_factory=lambda: [])
+    after_write: list[Callable[[], Awaitable[None]]] = field(default_factory=lambda: [])
     # Usage not yet written (reset by every write) ...
     input_tokens: int = 0
     output_tokens: int = 0
