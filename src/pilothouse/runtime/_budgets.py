@@ -71,6 +71,7 @@ from pilothouse.catalog._tables import budget_table, model_table, provider_table
 from pilothouse.errors import BudgetExceededError
 from pilothouse.memory import counter_for
 from pilothouse.runtime._budgetalerts import AlertWebhook
+from pilothouse.runtime._budgetredis import RedisLedger
 from pilothouse.runtime._meter import Meter
 from pilothouse.runtime._turn import Turn
 from pilothouse.store import NewEvent
@@ -518,7 +519,6 @@ def _hold_rows(
         "updated_at": utcnow(),
     }
     for entry in entries:
-        rule = entry.rule
         values = {**entry.fixed, **amounts}
         # One statement in the common case; the period's first call makes the row.
         if execute(connection, sql.hold, values):
@@ -530,11 +530,22 @@ def _hold_rows(
                 continue
             row = sql.read(connection, tenant, entry)
         assert row is not None, "the row was just made"
-        held = _crossed(row, rule, money, input_tokens, output_tokens, turns, held=True)
-        spent = _crossed(row, rule, money, input_tokens, output_tokens, turns, held=False)
-        raise _Refused(
-            entry, spent or held or "turns", _remaining(row, rule), in_flight=spent is None
-        )
+        raise _refused(entry, row, money, input_tokens, output_tokens, turns)
+
+
+def _refused(
+    entry: _Entry,
+    row: Any,
+    money: Decimal,
+    input_tokens: int,
+    output_tokens: int,
+    turns: int,
+) -> _Refused:
+    """The refusal of a hold ``row`` did not take, with which limit and what remains."""
+    rule = entry.rule
+    held = _crossed(row, rule, money, input_tokens, output_tokens, turns, held=True)
+    spent = _crossed(row, rule, money, input_tokens, output_tokens, turns, held=False)
+    return _Refused(entry, spent or held or "turns", _remaining(row, rule), in_flight=spent is None)
 
 
 def _hold_at_once(
@@ -692,6 +703,8 @@ class BudgetGate:
             they stand between it and the limit (a burst), before it is refused.
         meter: the metrics system's meter, which counts each alert.
         webhook: where each alert is also POSTed (None: nowhere).
+        redis: the deployment's Redis ledger, which then holds and settles
+            instead of the database (see :mod:`pilothouse.runtime._budgetredis`).
     """
 
     def __init__(
@@ -702,7 +715,9 @@ class BudgetGate:
         wait: float = 30.0,
         meter: Callable[[], Meter | None] = lambda: None,
         webhook: AlertWebhook | None = None,
+        redis: RedisLedger | None = None,
     ) -> None:
+        self._redis = redis
         self._meter = meter
         self._webhook = webhook
         self._database = database
@@ -762,6 +777,21 @@ class BudgetGate:
     ) -> None:
         """Hold on every row in one transaction, or raise :class:`_Refused`."""
         amounts = (sql, tenant, entries, money, input_tokens, output_tokens, turns)
+        if self._redis is not None:
+            refused = await self._redis.hold(
+                tenant,
+                [(e.rule, e.subject, e.period, e.resets_at, e.enforced) for e in entries],
+                money,
+                input_tokens,
+                output_tokens,
+                turns,
+                self._clock(),
+            )
+            if refused is not None:
+                index, row = refused
+                entry = entries[index]
+                raise _refused(entry, row, money, input_tokens, output_tokens, turns)
+            return
         # One statement, committed on its own, in the common case. Several
         # rows at once on SQLite only (see _settle_rows on why).
         if (len(entries) == 1 or self._database.is_sqlite) and await self._database.statement(
@@ -769,6 +799,35 @@ class BudgetGate:
         ):
             return
         await self._database.transaction(_hold_rows, *amounts)
+
+    async def _fits_once_settled(
+        self,
+        sql: _Statements,
+        tenant: str,
+        entries: Sequence[_Entry],
+        money: Decimal,
+        input_tokens: int,
+        output_tokens: int,
+        turns: int,
+    ) -> bool | None:
+        """Whether the call fits now (True), only once holds settle (False), or never (None)."""
+        if self._redis is None:
+            return await self._database.transaction(
+                _fits_once_settled, sql, tenant, entries, money, input_tokens, output_tokens, turns
+            )
+        now_fits = True
+        for entry in entries:
+            if not entry.enforced:
+                continue
+            row = await self._redis.read(tenant, entry.rule.code, entry.period, entry.subject)
+            if row is None:
+                continue
+            amounts = (row, entry.rule, money, input_tokens, output_tokens, turns)
+            if _crossed(*amounts, held=False) is not None:
+                return None
+            if _crossed(*amounts, held=True) is not None:
+                now_fits = False
+        return now_fits
 
     async def hold(
         self,
@@ -845,7 +904,7 @@ class BudgetGate:
                     raise _refusal(last, now)
                 await anyio.sleep(pause)
                 pause = min(pause * 2, 0.5)
-                fits = await self._database.transaction(_fits_once_settled, *amounts)
+                fits = await self._fits_once_settled(*amounts)
                 if fits is None:
                     # What was spent meanwhile leaves no room: refuse with fresh figures.
                     break
@@ -854,7 +913,7 @@ class BudgetGate:
         turn.budget_counted = True
         return BudgetHold(turn.tenant, tuple(entries), money, input_tokens, max_tokens)
 
-    def settle(
+    async def settle(
         self, turn: Turn, hold: BudgetHold, money: Decimal, input_tokens: int, output_tokens: int
     ) -> None:
         """Replace the hold by what the call used, with the turn's next write.
@@ -863,6 +922,8 @@ class BudgetGate:
         call's usage (the next step, or the turn's end), not in one of its
         own; thresholds it crosses are announced once that write commits.
         Until then the hold stays on the ledger, which can only refuse more.
+        With a Redis ledger it is one script, at once (not interrupted by
+        cancellation).
 
         Args:
             turn: the turn whose next write settles, and whose timeline gets the alerts.
@@ -872,6 +933,19 @@ class BudgetGate:
             output_tokens: its output tokens.
         """
         crossed: list[tuple[_Entry, int, float]] = []
+        if self._redis is not None:
+            entries = hold.entries
+            with anyio.CancelScope(shield=True):
+                claimed = await self._redis.settle(
+                    hold.tenant,
+                    [(entry.rule, entry.subject, entry.period) for entry in entries],
+                    (hold.money, hold.input_tokens, hold.output_tokens),
+                    (money, input_tokens, output_tokens),
+                )
+                crossed = [(entries[index], top, share) for index, top, share in claimed]
+                if crossed:
+                    await self._announce(turn, hold.tenant, crossed)
+            return
         sql = self._sql
 
         def work(connection: Connection) -> None:

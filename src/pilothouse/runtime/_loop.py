@@ -177,7 +177,7 @@ class TurnLoop:
             # Settled even when the call was cancelled: what it consumed
             # (counted by the caller) is spent, the rest of the hold freed,
             # with the write that records it (the cancelled turn's too).
-            self._budgets.settle(
+            await self._budgets.settle(
                 turn,
                 hold,
                 turn.turn_cost - before[0],

@@ -24,6 +24,7 @@ from pydantic_ai.models import Model
 from pilothouse.errors import InvalidStateError
 from pilothouse.providers import ModelFactory
 from pilothouse.runtime._budgetalerts import AlertWebhook
+from pilothouse.runtime._budgetredis import RedisLedger
 from pilothouse.runtime._budgets import BudgetGate
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
 from pilothouse.runtime._events import EventHub
@@ -284,7 +285,12 @@ class Runtime:
             tool_concurrency=tool_concurrency,
             max_tool_steps=max_tool_steps,
             budgets=BudgetGate(
-                database, meter=lambda: self.telemetry.meter, webhook=self._alert_webhook
+                database,
+                meter=lambda: self.telemetry.meter,
+                webhook=self._alert_webhook,
+                redis=None
+                if coordination is None
+                else RedisLedger(coordination.client, coordination.prefix),
             ),
             catalog_model=self.catalog_model,
         )
