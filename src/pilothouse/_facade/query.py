@@ -82,8 +82,8 @@ class QueryApi(Facet):
         spent under yet has one entry with zeros.
         """
         from pilothouse.runtime._budget_status import budget_status, statuses_of
+        from pilothouse.runtime._budgetledger import load_rules, period_of
         from pilothouse.runtime._budgetredis import RedisLedger
-        from pilothouse.runtime._budgets import load_rules, period_of
 
         db = await self._ready()
         now = datetime.now(UTC)

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from pilothouse.runtime._budgets import BudgetRule, fraction, load_rules, period_of
+from pilothouse.runtime._budgetledger import BudgetRule, fraction, load_rules, period_of
 from pilothouse.store._tables import budget_usage_table as _LEDGER
 
 

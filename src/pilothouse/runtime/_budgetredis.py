@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from pilothouse.runtime._budgets import BudgetRule
+    from pilothouse.runtime._budgetledger import BudgetRule
 
 _UNIT: Final = Decimal("1e9")
 _NANO: Final = Decimal("1e-9")
