@@ -21,8 +21,9 @@ def routers() -> list[APIRouter]:
     from pilothouse.server._ui._chat import router as chat
     from pilothouse.server._ui._login import router as login
     from pilothouse.server._ui._playground import router as playground
+    from pilothouse.server._ui._spend import router as spend
 
-    return [login, playground, chat, catalog]
+    return [login, playground, chat, catalog, spend]
 
 
 def mount_static(app: FastAPI) -> None:
