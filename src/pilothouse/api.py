@@ -314,6 +314,8 @@ class _Shared:
                 knowledge=self.knowledge,
                 lease_seconds=settings.lease_seconds,
                 budget_alert_webhook=settings.budget_alert_webhook,
+                budget_alert_bus=settings.budget_alert_bus,
+                budget_alert_topic=settings.budget_alert_topic,
                 freeze_heap=settings.freeze_heap,
                 memory_index=settings.memory_index,
                 coordination=self.coordination(),

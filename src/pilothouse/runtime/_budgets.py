@@ -56,7 +56,7 @@ from sqlalchemy import (
 from pilothouse.catalog._enums import TimelineKind
 from pilothouse.errors import BudgetExceededError
 from pilothouse.memory import counter_for
-from pilothouse.runtime._budgetalerts import AlertWebhook
+from pilothouse.runtime._budgetalerts import AlertNotifier
 from pilothouse.runtime._budgetledger import (
     BudgetHold,
     BudgetRule,
@@ -127,7 +127,7 @@ class BudgetGate:
         wait: seconds a call waits for other calls' holds to settle when only
             they stand between it and the limit (a burst), before it is refused.
         meter: the metrics system's meter, which counts each alert.
-        webhook: where each alert is also POSTed (None: nowhere).
+        notifiers: where each alert also goes (a webhook, a bus).
         redis: the deployment's Redis ledger, which then holds and settles
             instead of the database (see :mod:`pilothouse.runtime._budgetredis`).
     """
@@ -139,12 +139,12 @@ class BudgetGate:
         clock: Callable[[], datetime] | None = None,
         wait: float = 30.0,
         meter: Callable[[], Meter | None] = lambda: None,
-        webhook: AlertWebhook | None = None,
+        notifiers: Sequence[AlertNotifier] = (),
         redis: RedisLedger | None = None,
     ) -> None:
         self._redis = redis
         self._meter = meter
-        self._webhook = webhook
+        self._notifiers = tuple(notifiers)
         self._database = database
         self._clock = clock or (lambda: datetime.now(UTC))
         self._wait = wait
@@ -409,8 +409,8 @@ class BudgetGate:
                 "subject": entry.subject,
             }
             turn.pending.append(NewEvent(TimelineKind.BUDGET, alert))
-            if self._webhook is not None:
-                await self._webhook.send(
+            for notifier in self._notifiers:
+                await notifier.send(
                     {
                         "type": "budget.threshold",
                         "tenant": tenant,

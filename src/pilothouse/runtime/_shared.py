@@ -23,7 +23,7 @@ from pydantic_ai.models import Model
 
 from pilothouse.errors import InvalidStateError
 from pilothouse.providers import ModelFactory
-from pilothouse.runtime._budgetalerts import AlertWebhook
+from pilothouse.runtime._budgetalerts import AlertBus, AlertNotifier, AlertWebhook
 from pilothouse.runtime._budgetredis import RedisLedger
 from pilothouse.runtime._budgets import BudgetGate
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
@@ -212,6 +212,8 @@ class Runtime:
             its tenant's policy (``current_egress``), which the pinned
             transports of the model factory and tool source apply.
         budget_alert_webhook: where budget alerts are also POSTed (None: nowhere).
+        budget_alert_bus: the bus budget alerts are also published on (None: none).
+        budget_alert_topic: their topic there.
     """
 
     def __init__(
@@ -234,6 +236,8 @@ class Runtime:
         knowledge: Callable[[], Knowledge] | None = None,
         lease_seconds: float = 30.0,
         budget_alert_webhook: str | None = None,
+        budget_alert_bus: str | None = None,
+        budget_alert_topic: str = "pilothouse.budget-alerts",
         freeze_heap: bool = False,
         memory_index: str = "auto",
         coordination: Coordination | None = None,
@@ -271,9 +275,11 @@ class Runtime:
         self._prompts: dict[tuple[str, str], int] = {}
         self._adhoc: dict[tuple[str, str], CompiledAction] = {}
         self.recorder = TurnRecorder(self.store, self.hub)
-        self._alert_webhook = (
-            None if budget_alert_webhook is None else AlertWebhook(budget_alert_webhook, egress)
-        )
+        self._alert_notifiers: list[AlertNotifier] = []
+        if budget_alert_webhook is not None:
+            self._alert_notifiers.append(AlertWebhook(budget_alert_webhook, egress))
+        if budget_alert_bus is not None:
+            self._alert_notifiers.append(AlertBus(budget_alert_bus, budget_alert_topic))
         self.loop = TurnLoop(
             models=models,
             recorder=self.recorder,
@@ -287,7 +293,7 @@ class Runtime:
             budgets=BudgetGate(
                 database,
                 meter=lambda: self.telemetry.meter,
-                webhook=self._alert_webhook,
+                notifiers=self._alert_notifiers,
                 redis=None
                 if coordination is None
                 else RedisLedger(coordination.client, coordination.prefix),
@@ -474,5 +480,5 @@ class Runtime:
         if self._knowledge is not None:
             await self._knowledge.aclose()
             self._knowledge = None
-        if self._alert_webhook is not None:
-            await self._alert_webhook.aclose()
+        for notifier in self._alert_notifiers:
+            await notifier.aclose()
