@@ -477,23 +477,21 @@ def _prompt_tokens(
 ) -> int:
     """The call's input tokens, counted offline with the model's counter."""
     spec = turn.compiled.model
-    counter = counter_for(spec.provider.kind, spec.model_name)
+    count = counter_for(spec.provider.kind, spec.model_name).count
     total = 0
     for message in messages:
         for part in message.parts:
             content = getattr(part, "content", None)
             if isinstance(content, str):
-                total += counter.count(content) + _MESSAGE_OVERHEAD
+                total += count(content) + _MESSAGE_OVERHEAD
             elif content is not None:
-                total += counter.count(json.dumps(content, default=str)) + _MESSAGE_OVERHEAD
+                total += count(json.dumps(content, default=str)) + _MESSAGE_OVERHEAD
             args = getattr(part, "args", None)
             if args is not None:
-                total += counter.count(args if isinstance(args, str) else json.dumps(args))
+                total += count(args if isinstance(args, str) else json.dumps(args))
     for tool in (*params.function_tools, *params.output_tools):
-        total += counter.count(
-            json.dumps({"name": tool.name, "description": tool.description or ""})
-        )
-        total += counter.count(json.dumps(tool.parameters_json_schema))
+        total += count(json.dumps({"name": tool.name, "description": tool.description or ""}))
+        total += count(json.dumps(tool.parameters_json_schema))
     return total
 
 

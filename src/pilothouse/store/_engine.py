@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 import anyio
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
@@ -479,10 +479,10 @@ class Database:
         other databases it is :meth:`transaction`.
         """
         if self._sqlite is not None:
-            result: list[T] = []
-            with anyio.CancelScope(shield=True):
-                result.append(await self._sqlite.run_statement(partial(work, **kwargs), *args))
-            return result[0]
+            # Run at once when it can (nothing to shield: it does not wait).
+            done, value = self._sqlite.statement_now(partial(work, **kwargs), *args)
+            if done:
+                return cast("T", value)
         return await self._run(work, args, kwargs, single=self._asyncpg)
 
     async def _run(
