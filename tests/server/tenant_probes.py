@@ -402,6 +402,8 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("DELETE", "/v1/memory/{memory_id}"): lambda w: [
         Call("DELETE", f"/v1/memory/{i}", params=s) for i, s in _records(w)
     ],
+    # Browser UI: the spend page (the tenant's budgets and usage)
+    ("GET", "/spend"): lambda w: [Call("GET", "/spend", ui=True)],
     # Browser UI: the playground
     ("GET", "/playground"): lambda w: [
         Call("GET", "/playground", ui=True),

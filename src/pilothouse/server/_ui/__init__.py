@@ -22,8 +22,9 @@ def routers() -> list[APIRouter]:
     from pilothouse.server._ui._evaluation import router as evaluation
     from pilothouse.server._ui._login import router as login
     from pilothouse.server._ui._playground import router as playground
+    from pilothouse.server._ui._spend import router as spend
 
-    return [login, playground, chat, catalog, evaluation]
+    return [login, playground, chat, catalog, evaluation, spend]
 
 
 def mount_static(app: FastAPI) -> None:
