@@ -341,6 +341,7 @@ class _Shared:
                 secrets=runtime.compiler.secrets,
                 models=runtime.models,
                 egress=self.egress if self.catalog_egress else None,
+                model_override=runtime.loop.model_override,
             )
         return self._knowledge
 

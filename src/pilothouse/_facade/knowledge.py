@@ -148,8 +148,12 @@ class KnowledgeApi(Facet):
         threshold: float | None = None,
         filters: MetadataFilter | None = None,
         mode: Literal["hybrid", "vector", "text"] | None = None,
+        rerank: bool | None = None,
     ) -> SearchResult:
         """Find the chunks that answer a query (no model is called but the embedding model).
+
+        A collection with ``rerank: true`` also calls its ``qa_model``, which
+        scores the fused candidates and reorders them.
 
         Args:
             collection: the collection's code.
@@ -158,6 +162,9 @@ class KnowledgeApi(Facet):
             threshold: least cosine similarity (the collection's by default).
             filters: metadata every hit must match, ``{key: value or [values]}``.
             mode: ``hybrid``, ``vector`` or ``text`` (the collection's by default).
+            rerank: False skips the collection's reranking; True requires it
+                (refused when the collection does not rerank); None: as the
+                collection says.
 
         Returns:
             The hits, best first, with a status saying when nothing passed the threshold.
@@ -176,6 +183,7 @@ class KnowledgeApi(Facet):
                 threshold=threshold,
                 filters=filters,
                 mode=mode,
+                rerank=rerank,
             )
 
     async def doctor(self, collection: str) -> list[DoctorCheck]:

@@ -18,7 +18,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +99,8 @@ class Knowledge:
             each request only to an address this policy (the calling
             tenant's, ``current_egress``) checked: URL fetches, redirects
             and embedding calls, pinned against DNS rebinding.
+        model_override: a pydantic-ai model that answers for every chat
+            model this service calls (reranking), as the run loop's ``model=``.
     """
 
     def __init__(
@@ -110,8 +112,10 @@ class Knowledge:
         http: httpx.AsyncClient | None = None,
         local_model: LocalMiniLM | None = None,
         egress: EgressPolicy | None = None,
+        model_override: Any = None,
     ) -> None:
         self.database = database
+        self.model_override = model_override
         if secrets is None:
             from pilothouse.providers import SecretResolver
 
@@ -205,6 +209,14 @@ class Knowledge:
                 query_prefix=model.query_prefix or "",
                 document_prefix=model.document_prefix or "",
             )
+        rerank_spec = None
+        if row.rerank:
+            if row.qa_model is None:
+                raise KnowledgeSetupError(
+                    f"collection {row.code}: rerank is on but it names no qa_model (the chat "
+                    "model that scores the candidates)"
+                )
+            rerank_spec = compile_model_spec(row.qa_model, self._secrets)
         return Collection(
             id=row.id,
             code=row.code,
@@ -222,6 +234,8 @@ class Knowledge:
             chunk_overlap=row.chunk_overlap,
             model=info,
             model_spec=spec,
+            rerank_spec=rerank_spec,
+            rerank_candidates=row.rerank_candidates,
         )
 
     def local_model(self) -> LocalMiniLM:
@@ -383,6 +397,7 @@ class Knowledge:
         threshold: float | None = None,
         filters: MetadataFilter | None = None,
         mode: SearchMode | str | None = None,
+        rerank: bool | None = None,
     ) -> SearchResult:
         """Find the chunks that answer a query.
 
@@ -394,6 +409,9 @@ class Knowledge:
             threshold: least cosine similarity (the collection's by default).
             filters: metadata every hit must match (a pre-filter).
             mode: ``hybrid``, ``vector`` or ``text`` (the collection's by default).
+            rerank: False skips the collection's reranking for this search;
+                True requires it (refused when the collection has none);
+                None: as the collection says.
 
         Returns:
             The hits, and a status that says when nothing passed the threshold.
@@ -403,7 +421,13 @@ class Knowledge:
         """
         target = await self.collection(tenant, collection)
         return await self.search_in(
-            target, query, top_k=top_k, threshold=threshold, filters=filters, mode=mode
+            target,
+            query,
+            top_k=top_k,
+            threshold=threshold,
+            filters=filters,
+            mode=mode,
+            rerank=rerank,
         )
 
     async def search_in(
@@ -415,6 +439,7 @@ class Knowledge:
         threshold: float | None = None,
         filters: MetadataFilter | None = None,
         mode: SearchMode | str | None = None,
+        rerank: bool | None = None,
     ) -> SearchResult:
         """Search a resolved collection (a catalog one, or an ad-hoc one of ``/v1/invoke``).
 
@@ -431,16 +456,44 @@ class Knowledge:
             chosen = SearchMode(mode) if mode is not None else target.mode
         except ValueError as exc:
             raise KnowledgeError(f"mode must be hybrid, vector or text, not {mode!r}") from exc
+        if rerank and target.rerank_spec is None:
+            raise KnowledgeError(
+                f"collection {target.code} does not rerank: set rerank: true and a qa_model "
+                "in its catalog entry, or leave rerank out"
+            )
         embedder = await self.embedder(target)
-        return await retrieve(
+        wanted = top_k or target.top_k
+        spec = target.rerank_spec if rerank is not False else None
+        result = await retrieve(
             target,
             self.backend(target),
             embedder,
             query,
-            top_k=top_k or target.top_k,
+            top_k=max(wanted, target.rerank_candidates) if spec is not None else wanted,
             threshold=target.threshold if threshold is None else threshold,
             filters=filters or {},
             mode=chosen,
+        )
+        if spec is None or not result.hits:
+            return result
+        if self._models is None:
+            raise KnowledgeSetupError(
+                f"collection {target.code} reranks with model {spec.code}, but this knowledge "
+                "service was made without a model factory (pass models=)"
+            )
+        from pilothouse.knowledge._rerank import rerank as rerank_hits
+
+        reranked = await rerank_hits(
+            self._models, spec, query, result.hits, override=self.model_override
+        )
+        return replace(
+            result,
+            hits=reranked.hits[:wanted],
+            top_k=wanted,
+            reranked_by=reranked.model,
+            rerank_candidates=len(result.hits),
+            rerank_ms=reranked.ms,
+            rerank_tokens=(reranked.input_tokens, reranked.output_tokens),
         )
 
     async def embed(

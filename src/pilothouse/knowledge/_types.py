@@ -185,6 +185,7 @@ class SearchHit:
         similarity: cosine similarity to the query (what the threshold tests).
         score: the fused rank score the hits are ordered by.
         metadata: the document's and the chunk's metadata (``pages`` for PDFs).
+        rerank_score: the reranking model's score, 0 to 3 (None: not reranked).
     """
 
     chunk_id: str
@@ -197,6 +198,7 @@ class SearchHit:
     similarity: float
     score: float
     metadata: dict[str, Any]
+    rerank_score: float | None = None
 
     @property
     def relevance(self) -> float:
@@ -226,6 +228,10 @@ class SearchResult:
         best_similarity: the highest similarity seen, kept or dropped (None
             when there was no candidate).
         query_truncated: the query was longer than the model reads and was cut.
+        reranked_by: the model that reordered the hits (None: fused order).
+        rerank_candidates: the candidates that model scored.
+        rerank_ms: the time its call took.
+        rerank_tokens: the tokens it read and wrote.
     """
 
     collection: str
@@ -238,3 +244,7 @@ class SearchResult:
     below_threshold: int = 0
     best_similarity: float | None = None
     query_truncated: bool = False
+    reranked_by: str | None = None
+    rerank_candidates: int = 0
+    rerank_ms: float = 0.0
+    rerank_tokens: tuple[int, int] = (0, 0)

@@ -350,7 +350,10 @@ class Runtime:
             from pilothouse.knowledge import Knowledge
 
             self._knowledge = Knowledge(
-                self.database, secrets=self.compiler.secrets, models=self.models
+                self.database,
+                secrets=self.compiler.secrets,
+                models=self.models,
+                model_override=self.loop.model_override,
             )
         return self._knowledge
 

@@ -9,8 +9,9 @@ Under ``/v1/knowledge/collections/{code}``, scoped to the API key's tenant
   ``added``, ``replaced``, ``unchanged``, ``skipped`` or ``failed`` (with
   the reason; nothing of it written); the others go on. URLs (and their
   redirects) are checked against the egress policy. Admin scope: it writes.
-- ``POST .../search`` runs retrieval without a model ``{query, top_k,
-  threshold, filters, mode}``.
+- ``POST .../search`` runs retrieval ``{query, top_k, threshold, filters,
+  mode, rerank}``; no model is called but the embedding model, and the
+  collection's ``qa_model`` when the collection reranks.
 - ``GET .../documents`` lists the documents; ``DELETE
   .../documents?source=...`` deletes one (admin; 404 when there is none).
 
@@ -89,6 +90,11 @@ class SearchRequest(_Body):
     threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
     filters: dict[str, Any] = Field(default_factory=dict[str, Any])
     mode: Literal["hybrid", "vector", "text"] | None = None
+    rerank: bool | None = Field(
+        default=None,
+        description="false skips the collection's reranking; true requires it; "
+        "absent: as the collection says.",
+    )
 
 
 def _invalid(field: str, rule: str) -> ProblemError:
@@ -148,6 +154,15 @@ def search_json(result: SearchResult) -> dict[str, Any]:
         "best_similarity": result.best_similarity,
         "below_threshold": result.below_threshold,
         "query_truncated": result.query_truncated,
+        "rerank": None
+        if result.reranked_by is None
+        else {
+            "model": result.reranked_by,
+            "candidates": result.rerank_candidates,
+            "ms": round(result.rerank_ms, 1),
+            "input_tokens": result.rerank_tokens[0],
+            "output_tokens": result.rerank_tokens[1],
+        },
         "hits": [
             {
                 "chunk_id": h.chunk_id,
@@ -159,6 +174,7 @@ def search_json(result: SearchResult) -> dict[str, Any]:
                 "similarity": h.similarity,
                 "relevance": h.relevance,
                 "score": h.score,
+                "rerank_score": h.rerank_score,
                 "text": h.text,
                 "metadata": h.metadata,
             }
@@ -316,6 +332,7 @@ async def search(code: str, request: Request, ph: Facade) -> dict[str, Any]:
         threshold=body.threshold,
         filters=body.filters,
         mode=body.mode,
+        rerank=body.rerank,
     )
     return search_json(result)
 
