@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pilothouse.providers import ModelFactory, ModelSpec
 
 PASSAGE_CHARS = 600
-"""Characters of each candidate the model reads: enough for the answer, short enough for a small model."""
+"""Characters of each candidate the model reads: enough for an answer, few for a small model."""
 
 RERANK_PROMPT = """You judge search results for a question. Rate every numbered passage:
 3 = it answers the question directly; 2 = it holds part of the answer;

@@ -225,7 +225,7 @@ def _hit_record(number: int, hit: SearchHit) -> dict[str, Any]:
 
 
 def _search_record(result: SearchResult, first: int) -> dict[str, Any]:
-    record = {
+    record: dict[str, Any] = {
         "collection": result.collection,
         "status": result.status,
         "top_k": result.top_k,
