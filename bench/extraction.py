@@ -117,9 +117,7 @@ async def _run(model: str) -> dict[str, Any]:
                 started = time.perf_counter()
                 [outcome] = await extractor.run_pending(limit=1, tenant="default")
                 seconds.append(time.perf_counter() - started)
-                written = [
-                    e["text"] for e in outcome.events if e["event"] in ("ADD", "UPDATE")
-                ]
+                written = [e["text"] for e in outcome.events if e["event"] in ("ADD", "UPDATE")]
                 after = [i.content.lower() for i in await memory.list("default", scope)]
                 expect = case.get("expect") or []
                 stale = case.get("stale") or []

@@ -342,6 +342,7 @@ class _Shared:
                 models=runtime.models,
                 egress=self.egress if self.catalog_egress else None,
                 model_override=runtime.loop.model_override,
+                leases=runtime.leases,
             )
         return self._knowledge
 

@@ -74,6 +74,7 @@ __all__ = [
     "FormHint",
     "GatewayCallRecord",
     "ImportSummary",
+    "IngestJobStatus",
     "IngestProgress",
     "IngestResult",
     "IngestedDocument",
@@ -203,6 +204,7 @@ if TYPE_CHECKING:
         DocumentInfo,
         FileDocument,
         IngestedDocument,
+        IngestJobStatus,
         IngestProgress,
         IngestResult,
         MetadataFilter,
@@ -753,6 +755,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "pilothouse.knowledge._types": (
         "DocumentInfo",
         "FileDocument",
+        "IngestJobStatus",
         "IngestProgress",
         "IngestResult",
         "IngestedDocument",

@@ -53,9 +53,11 @@ from pilothouse.store._text import check_input
 
 if TYPE_CHECKING:
     from pilothouse.knowledge._embedders import Purpose, Vectors
+    from pilothouse.knowledge._jobs import IngestJobs
     from pilothouse.providers import ModelFactory, ModelSpec, SecretSource
     from pilothouse.providers._egress import EgressPolicy
     from pilothouse.store import Database
+    from pilothouse.store._leases import Leases
 
 logger = logging.getLogger("pilothouse.knowledge")
 
@@ -101,6 +103,8 @@ class Knowledge:
             and embedding calls, pinned against DNS rebinding.
         model_override: a pydantic-ai model that answers for every chat
             model this service calls (reranking), as the run loop's ``model=``.
+        leases: this process's lease, which background ingestion jobs name
+            (one of its own is made otherwise).
     """
 
     def __init__(
@@ -113,9 +117,12 @@ class Knowledge:
         local_model: LocalMiniLM | None = None,
         egress: EgressPolicy | None = None,
         model_override: Any = None,
+        leases: Leases | None = None,
     ) -> None:
         self.database = database
         self.model_override = model_override
+        self._leases = leases
+        self._jobs: IngestJobs | None = None
         if secrets is None:
             from pilothouse.providers import SecretResolver
 
@@ -643,8 +650,24 @@ class Knowledge:
             model_spec=model,
         )
 
+    @property
+    def jobs(self) -> IngestJobs:
+        """This process's background ingestions."""
+        if self._jobs is None:
+            from pilothouse.knowledge._jobs import IngestJobs
+
+            leases = self._leases
+            if leases is None:
+                from pilothouse.store._leases import Leases, OwnerIdentity
+
+                leases = Leases(self.database, OwnerIdentity.of_this_process())
+            self._jobs = IngestJobs(self.database, leases)
+        return self._jobs
+
     async def aclose(self) -> None:
-        """Close stores, embedders and the HTTP client this service made."""
+        """Stop background ingestions; close stores, embedders and the HTTP client made here."""
+        if self._jobs is not None:
+            await self._jobs.aclose()
         for backend in (*self._backends.values(), *self._adhoc.values()):
             await backend.aclose()
         self._backends.clear()

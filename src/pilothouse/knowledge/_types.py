@@ -248,3 +248,43 @@ class SearchResult:
     rerank_candidates: int = 0
     rerank_ms: float = 0.0
     rerank_tokens: tuple[int, int] = (0, 0)
+
+
+IngestJobState = Literal["running", "done", "failed"]
+
+
+@dataclass(frozen=True)
+class IngestJobStatus:
+    """An ingestion running in the background, as far as it got.
+
+    Attributes:
+        job_id: the job's id.
+        collection: the collection's code.
+        status: ``running``, ``done`` or ``failed`` (``error`` says why; a
+            job whose process stopped before it finished is ``failed``: the
+            documents it wrote stay, the others were never read).
+        documents_total: documents named (a folder counts as its files once
+            walked).
+        documents_done: documents finished (written, unchanged, skipped or failed).
+        chunks_total: chunks cut so far from the documents begun.
+        chunks_embedded: chunks embedded so far.
+        result: on ``done``: what happened to each document (as the
+            synchronous ingestion answers).
+        error: on ``failed``: why.
+        created_at: when it was asked for.
+        updated_at: its last progress.
+        finished_at: when it ended.
+    """
+
+    job_id: str
+    collection: str
+    status: IngestJobState
+    documents_total: int
+    documents_done: int
+    chunks_total: int
+    chunks_embedded: int
+    result: dict[str, Any] | None
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None

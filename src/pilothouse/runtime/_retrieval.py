@@ -128,8 +128,7 @@ def parse_override(value: Any) -> RetrievalOverride:
     """
     if not isinstance(value, Mapping):
         raise ValueError(
-            "must be an object {top_k, similarity_threshold, filters, enabled, collections, "
-            "rerank}"
+            "must be an object {top_k, similarity_threshold, filters, enabled, collections, rerank}"
         )
     raw = cast(Mapping[str, Any], value)
     given: dict[str, Any] = {}

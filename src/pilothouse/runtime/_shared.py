@@ -354,6 +354,7 @@ class Runtime:
                 secrets=self.compiler.secrets,
                 models=self.models,
                 model_override=self.loop.model_override,
+                leases=self.leases,
             )
         return self._knowledge
 

@@ -46,9 +46,7 @@ def upgrade() -> None:
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("created_at", pilothouse.store._types.UtcDateTime(timezone=True), nullable=False),
         sa.Column("updated_at", pilothouse.store._types.UtcDateTime(timezone=True), nullable=False),
-        sa.Column(
-            "finished_at", pilothouse.store._types.UtcDateTime(timezone=True), nullable=True
-        ),
+        sa.Column("finished_at", pilothouse.store._types.UtcDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_knowledge_ingest_job")),
         sa.UniqueConstraint("job_id", name=op.f("uq_knowledge_ingest_job_job_id")),
     )
