@@ -13,7 +13,6 @@ before/after comparison.
 from __future__ import annotations
 
 import asyncio
-
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
