@@ -74,7 +74,7 @@ async def _run(candidates: int) -> dict[str, Any]:
             ingested = await ph.knowledge.ingest("GUIDES", sorted(CORPUS.glob("*.md")))
             out["chunks"] = sum(d.chunks for d in ingested.documents)
             # The first call starts llama.cpp and loads the model: not a search's cost.
-            await ph.knowledge.search("GUIDES", "warm up", threshold=-1.0)
+            await ph.knowledge.search("GUIDES", "warm up", threshold=-1.0, top_k=2)
             for name, rerank in (("fused", False), ("reranked", True)):
                 ranks: list[int | None] = []
                 ms: list[float] = []
@@ -87,6 +87,7 @@ async def _run(candidates: int) -> dict[str, Any]:
                     ms.append(1000 * (time.perf_counter() - started))
                     tokens.append(sum(result.rerank_tokens))
                     ranks.append(_rank(list(result.hits), item))
+                    print(name, len(ranks), ranks[-1], f"{ms[-1]:.0f} ms", flush=True)
                 n = len(questions)
                 out[name] = {
                     "hit1": sum(r == 1 for r in ranks) / n,

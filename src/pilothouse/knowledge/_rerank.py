@@ -35,7 +35,7 @@ from pilothouse.knowledge._types import SearchHit
 if TYPE_CHECKING:
     from pilothouse.providers import ModelFactory, ModelSpec
 
-PASSAGE_CHARS = 600
+PASSAGE_CHARS = 400
 """Characters of each candidate the model reads: enough for an answer, few for a small model."""
 
 RERANK_PROMPT = """You judge search results for a question. Rate every numbered passage:
