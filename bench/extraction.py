@@ -134,7 +134,7 @@ async def _run(model: str) -> dict[str, Any]:
                         "after": after,
                     }
                 )
-                print(rows[-1], flush=True)
+                print(rows[-1], f"{seconds[-1]:.1f} s", flush=True)
     writes = [c for r in rows for c in r["correct"]]
     found = [f for r in rows for f in r["found"]]
     updates = [r for r in rows if r["update_case"]]
