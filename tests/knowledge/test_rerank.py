@@ -208,3 +208,21 @@ def test_a_good_rerank_entry_validates(tmp_path: Path) -> None:
 async def test_the_rerank_settings_round_trip_through_export(ph: Pilothouse) -> None:
     exported: Any = await ph.catalog.export()
     assert "rerank: true" in str(exported) and "rerank_candidates: 12" in str(exported)
+
+
+async def test_a_turn_may_skip_the_rerank_and_a_bad_switch_is_refused(
+    database: Database, calls: list[str]
+) -> None:
+    async with Pilothouse(Settings(), database=database, model=judge("lot B", calls)) as run:
+        await _catalog().import_into(run)
+        await run.knowledge.ingest("NOTES", NOTES)
+        result = await run.command.start_and_send(
+            QUESTION, action="ASK", runtime_config={"retrieval": {"rerank": False}}
+        )
+        transcript = await run.query.get_transcript(result.conversation_uuid)
+        with pytest.raises(PilothouseError, match="'rerank' must be true or false"):
+            await run.command.start_and_send(
+                QUESTION, action="ASK", runtime_config={"retrieval": {"rerank": "no"}}
+            )
+    (searched, *_) = [e.data for e in transcript.timeline if e.kind is TimelineKind.RETRIEVAL]
+    assert "rerank" not in searched["searches"][0] and not calls
