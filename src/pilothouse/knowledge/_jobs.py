@@ -43,6 +43,11 @@ logger = logging.getLogger("pilothouse.knowledge")
 PROGRESS_SECONDS = 0.5
 """Least time between two progress writes of one job (a document's end is always written)."""
 
+_STOPPED = (
+    "the service stopped before the job finished: ingest the same sources again "
+    "(documents already written are skipped as unchanged)"
+)
+
 Ingestion = Callable[[Callable[[IngestProgress], Awaitable[None]]], Awaitable[IngestResult]]
 """Runs the ingestion, reporting each step to the callback it is given."""
 
@@ -178,13 +183,7 @@ class IngestJobs:
         try:
             result = await ingestion(progress)
         except asyncio.CancelledError:
-            await self.write(
-                job_id,
-                status="failed",
-                error="the service stopped before the job finished: ingest the same sources "
-                "again (documents already written are skipped as unchanged)",
-                finished_at=utcnow(),
-            )
+            await self.write(job_id, status="failed", error=_STOPPED, finished_at=utcnow())
             raise
         except Exception as exc:  # a failed job must say why, whatever the error
             logger.exception("ingestion job %s failed", job_id)
@@ -249,8 +248,11 @@ class IngestJobs:
 
     async def aclose(self) -> None:
         """Stop this process's jobs; each is marked ``failed`` with why."""
-        tasks = list(self._tasks.values())
-        for task in tasks:
+        running = dict(self._tasks)
+        for task in running.values():
             task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if running:
+            await asyncio.gather(*running.values(), return_exceptions=True)
+        # A task cancelled before it first ran never reached its own handler.
+        for job_id in running:
+            await self.write(job_id, status="failed", error=_STOPPED, finished_at=utcnow())
