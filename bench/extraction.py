@@ -86,6 +86,7 @@ async def _run(model: str) -> dict[str, Any]:
             async def complete(job: Any, system: str, user: str, schema: Any) -> str:
                 answer = await asked(job, system, user, schema)
                 if system == FACTS_PROMPT:
+                    print("proposed:", answer[:500], flush=True)
                     try:
                         facts = parse_json_object(answer).get("facts") or []
                     except ValueError:
