@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml  # pyright: ignore[reportMissingModuleSource]
+import yaml
 
 HERE = Path(__file__).parent
 CASES = HERE / "extraction_cases.yaml"

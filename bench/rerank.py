@@ -58,7 +58,7 @@ def _rank(hits: list[Any], item: dict[str, str]) -> int | None:
 
 
 async def _run(candidates: int, limit: int) -> dict[str, Any]:
-    import yaml  # pyright: ignore[reportMissingModuleSource]
+    import yaml
 
     from pilothouse.api import Pilothouse
     from pilothouse.settings import Settings
