@@ -12,8 +12,8 @@ module is its public address:
   ``McpClient``), ``KeyInfo``, ``Target``, ``CatalogEntry``,
   ``ImportSummary``;
 - **knowledge**: ``TextDocument``, ``FileDocument``, ``IngestResult``
-  (``IngestedDocument``, ``IngestProgress``), ``SearchResult`` (``SearchHit``),
-  ``DocumentInfo``, ``Embeddings``;
+  (``IngestedDocument``, ``IngestProgress``), ``IngestJobStatus``,
+  ``SearchResult`` (``SearchHit``), ``DocumentInfo``, ``Embeddings``;
 - **events**: ``TurnEvent`` and its kinds (``TextDelta``, ``TurnFinished``, ...);
 - **requests**: ``AttachmentInput``, ``MessageInput``, ``ModelOptions`` and the
   ad-hoc run (``AdHocRun`` with ``ModelEndpoint``, ``McpServer``,
