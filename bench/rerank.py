@@ -6,10 +6,12 @@
 ``run`` ingests the checked-in corpus of the retrieval-quality bench
 (``tests/knowledge/recall_corpus``: eight frozen guides, 23 questions in
 other words than the guides use) into a SQLite file with the packaged
-MiniLM, and asks every question in hybrid mode with no threshold twice:
-once in the fused order, once reranked by the packaged
-Qwen2.5-Coder-0.5B (llama.cpp, the collection's ``qa_model``), which scores
-the ``--candidates`` best fused chunks 0-3 in one call. A question is
+MiniLM, and asks the first ``--questions`` questions in hybrid mode with no
+threshold and ``top_k`` 5 twice: once in the fused order, once reranked by
+the packaged Qwen2.5-Coder-0.5B (llama.cpp with one thread, the
+collection's ``qa_model``), which scores the ``--candidates`` best fused
+chunks 0-3 in one call. A reranked search takes minutes on a busy two-core
+machine, hence the subset. A question is
 answered at rank *k* when the *k*-th hit comes from the labelled file and
 holds the labelled phrase (as in ``bench/retrieval_stores.py``). ``ms`` is
 the wall time of one ``search()``, the model call included; the tokens are
