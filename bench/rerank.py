@@ -115,8 +115,7 @@ def report() -> None:
         f"packaged Qwen2.5-Coder-0.5B scores the {data['candidates']} best fused chunks in "
         "one call. Method in `bench/rerank.py`.",
         "",
-        "| order | hit@1 | recall@5 | ms per search (p50) | ms (max) "
-        "| model tokens per search |",
+        "| order | hit@1 | recall@5 | ms per search (p50) | ms (max) | model tokens per search |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for name, label in (("fused", "fused (no rerank)"), ("reranked", "reranked by Qwen 0.5B")):
