@@ -4,7 +4,7 @@ A document collection may rerank its fused candidates with its ``qa_model``
 (``rerank``, ``rerank_candidates``); a REST ingestion may run in the
 background as a job whose progress is read back (``knowledge_ingest_job``).
 
-Revision ID: 0018e
+Revision ID: 0018e_rag
 Revises: 0018c
 Create Date: 2026-12-06 18:00:00
 """
@@ -16,7 +16,7 @@ from alembic import op
 
 import pilothouse.store._types
 
-revision: str = "0018e"
+revision: str = "0018e_rag"
 down_revision: str | None = "0018c"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
