@@ -110,7 +110,7 @@ def report() -> None:
         "### Reranking by the collection's model",
         "",
         f"Corpus: `tests/knowledge/recall_corpus` ({data['chunks']} chunks), "
-        f"the first {data['questions']} of its questions; SQLite, hybrid, no threshold, "
+        f"{data['questions']} of its 23 questions; SQLite, hybrid, no threshold, "
         "`top_k` 5; the "
         f"packaged Qwen2.5-Coder-0.5B scores the {data['candidates']} best fused chunks in "
         "one call. Method in `bench/rerank.py`.",
