@@ -18,7 +18,7 @@ on the packaged MiniLM and a SQLite file. Two models answer the prompts:
   JSON schema), as a deployment without a hosted model has it.
 
 Figures: **proposed precision**, the share of the model's proposed facts
-that are correct (hold a word of the case's ``accept``); **stored
+that are correct (a user fact holding a word of the case's ``accept``); **stored
 precision**, the same for the memories written (ADD and UPDATE); **recall**,
 the share of ``expect`` words found in the user's memories after the turn;
 **update accuracy**, the share of cases with a prior memory after which
@@ -94,7 +94,9 @@ async def _run(model: str) -> dict[str, Any]:
                     case = by_user[job.user_id]
                     for fact in facts:
                         text = str(fact.get("text", "")) if isinstance(fact, dict) else str(fact)
-                        proposed.append((text, _correct(text, case)))
+                        scope = fact.get("scope", "user") if isinstance(fact, dict) else "user"
+                        # Every labelled fact is about the user: an "agent" one is chatter.
+                        proposed.append((text, scope == "user" and _correct(text, case)))
                 return answer
 
             extractor.complete = complete
