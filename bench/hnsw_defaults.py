@@ -1,6 +1,6 @@
 """The embedded store's HNSW defaults, measured again: recall@10 and queries per core by ef_search.
 
-    flock /tmp/ph-heavy.lock .venv/bin/python bench/hnsw_defaults.py run --size 30000
+    flock /tmp/ph-heavy.lock .venv/bin/python bench/hnsw_defaults.py run --size 100000
     .venv/bin/python bench/hnsw_defaults.py report
 
 The vectors are ``bench/knowledge.py``'s clustered set (unit vectors around
@@ -9,7 +9,7 @@ graph is built with the store's defaults (m 16, ef_construction 128) through
 pilothouse's own ``VectorIndex``. Recall@10 is against exact search; speed
 is this process's CPU per query, one query at a time on one thread (so
 "per core", whatever else the machine runs). The build is timed in CPU and
-wall seconds. The size is an argument: 100k vectors take minutes to build
+wall seconds. The size is an argument: 100k vectors take one to several minutes to build
 on a loaded two-core machine, so the committed figures say which size they
 are. ``report`` writes ``bench/results/hnsw-defaults.md``.
 """
@@ -74,7 +74,7 @@ def report() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("step", choices=["run", "report"])
-    parser.add_argument("--size", type=int, default=30_000)
+    parser.add_argument("--size", type=int, default=100_000)
     args = parser.parse_args()
     if args.step == "run":
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
