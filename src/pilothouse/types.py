@@ -12,8 +12,8 @@ module is its public address:
   ``McpClient``), ``KeyInfo``, ``Target``, ``CatalogEntry``,
   ``ImportSummary``;
 - **knowledge**: ``TextDocument``, ``FileDocument``, ``IngestResult``
-  (``IngestedDocument``, ``IngestProgress``), ``SearchResult`` (``SearchHit``),
-  ``DocumentInfo``, ``Embeddings``;
+  (``IngestedDocument``, ``IngestProgress``), ``IngestJobStatus``,
+  ``SearchResult`` (``SearchHit``), ``DocumentInfo``, ``Embeddings``;
 - **events**: ``TurnEvent`` and its kinds (``TextDelta``, ``TurnFinished``, ...);
 - **requests**: ``AttachmentInput``, ``MessageInput``, ``ModelOptions`` and the
   ad-hoc run (``AdHocRun`` with ``ModelEndpoint``, ``McpServer``,
@@ -74,6 +74,7 @@ __all__ = [
     "FormHint",
     "GatewayCallRecord",
     "ImportSummary",
+    "IngestJobStatus",
     "IngestProgress",
     "IngestResult",
     "IngestedDocument",
@@ -212,6 +213,7 @@ if TYPE_CHECKING:
         DocumentInfo,
         FileDocument,
         IngestedDocument,
+        IngestJobStatus,
         IngestProgress,
         IngestResult,
         MetadataFilter,
@@ -580,6 +582,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "pilothouse.knowledge._types": (
         "DocumentInfo",
         "FileDocument",
+        "IngestJobStatus",
         "IngestProgress",
         "IngestResult",
         "IngestedDocument",

@@ -349,6 +349,16 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
             json={"texts": [{"source": w.document, "text": "Again."}], "reingest": True},
         ),
     ],
+    ("POST", "/v1/knowledge/collections/{code}/jobs"): lambda w: [
+        Call(
+            "POST",
+            "/v1/knowledge/collections/HANDBOOK/jobs",
+            json={"texts": [{"source": w.document, "text": "Bravo's job page."}]},
+        )
+    ],
+    ("GET", "/v1/knowledge/collections/{code}/jobs/{job_id}"): lambda w: [
+        Call("GET", f"/v1/knowledge/collections/HANDBOOK/jobs/{w.ingest_job}")
+    ],
     ("POST", "/v1/knowledge/collections/{code}/search"): lambda w: [
         Call(
             "POST",

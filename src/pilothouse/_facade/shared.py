@@ -244,6 +244,8 @@ class Shared:
                 secrets=runtime.compiler.secrets,
                 models=runtime.models,
                 egress=self.egress if self.catalog_egress else None,
+                model_override=runtime.loop.model_override,
+                leases=runtime.leases,
             )
         return self._knowledge
 

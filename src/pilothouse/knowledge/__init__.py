@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         DocumentInfo,
         FileDocument,
         IngestedDocument,
+        IngestJobStatus,
         IngestProgress,
         IngestResult,
         MetadataFilter,
@@ -58,6 +59,7 @@ __all__ = [
     "Embedder",
     "EmbeddingModelInfo",
     "FileDocument",
+    "IngestJobStatus",
     "IngestProgress",
     "IngestResult",
     "IngestedDocument",
@@ -88,6 +90,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "_types": (
         "DocumentInfo",
         "FileDocument",
+        "IngestJobStatus",
         "IngestProgress",
         "IngestResult",
         "IngestedDocument",

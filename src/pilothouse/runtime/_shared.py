@@ -370,7 +370,11 @@ class Runtime:
             from pilothouse.knowledge import Knowledge
 
             self._knowledge = Knowledge(
-                self.database, secrets=self.compiler.secrets, models=self.models
+                self.database,
+                secrets=self.compiler.secrets,
+                models=self.models,
+                model_override=self.loop.model_override,
+                leases=self.leases,
             )
         return self._knowledge
 
