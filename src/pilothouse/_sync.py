@@ -357,6 +357,8 @@ class SyncKnowledgeApi(_SyncHalf):
 
     ingest = _Blocking(KnowledgeApi.ingest)
     reingest = _Blocking(KnowledgeApi.reingest)
+    start_ingest = _Blocking(KnowledgeApi.start_ingest)
+    ingest_job = _Blocking(KnowledgeApi.ingest_job)
     search = _Blocking(KnowledgeApi.search)
     doctor = _Blocking(KnowledgeApi.doctor)
     documents = _Blocking(KnowledgeApi.documents)

@@ -247,7 +247,7 @@ class Pilothouse:
     def _make_query(self) -> QueryApi:
         from pilothouse._facade.query import QueryApi
 
-        return QueryApi(self._database, self.tenant)
+        return QueryApi(self._database, self.tenant, coordination=self._shared.coordination)
 
     def _make_catalog(self) -> CatalogApi:
         from pilothouse._facade.catalog import CatalogApi

@@ -250,6 +250,15 @@ class Settings(BaseSettings):
             (see docs/operations.md).
         redis_prefix: put before every Redis key and channel name, so
             deployments can share one Redis server.
+        budget_alert_webhook: an ``http(s)`` URL each budget alert is also
+            POSTed to as JSON, once per threshold per period (see
+            docs/budgets.md). The egress policy applies to it as to every
+            address the service calls. ``PILOTHOUSE_BUDGET_ALERT_WEBHOOK``.
+        budget_alert_bus: a bus (``kafka://host:port`` or ``nats://host:port``)
+            each budget alert is also published on, as JSON keyed by tenant,
+            once per threshold per period. ``PILOTHOUSE_BUDGET_ALERT_BUS``.
+        budget_alert_topic: the topic those alerts go to
+            (``pilothouse.budget-alerts``). ``PILOTHOUSE_BUDGET_ALERT_TOPIC``.
         lease_seconds: how long another host's serving process may go
             without a heartbeat before the turns it runs are presumed
             orphaned and marked ``ST`` (processes on this host are checked
@@ -313,6 +322,14 @@ class Settings(BaseSettings):
     egress_allow: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list[str]())
     egress_tenants: dict[str, list[str]] = Field(default_factory=lambda: dict[str, list[str]]())
     lease_seconds: float = Field(default=30.0, gt=0)
+    budget_alert_webhook: str | None = Field(default=None, max_length=2048)
+    budget_alert_bus: str | None = Field(default=None, max_length=2048)
+    budget_alert_topic: str = Field(
+        default="pilothouse.budget-alerts",
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9._-]+$",
+    )
     invoke_tool_classes: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list[str]())
     invoke_default_model: str = Field(default="gpt-5.4-nano", min_length=1, max_length=256)
     catalog_code: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list[str]())
@@ -336,6 +353,20 @@ class Settings(BaseSettings):
     @classmethod
     def _database_driver(cls, value: str) -> str:
         return database_driver_url(value)
+
+    @field_validator("budget_alert_bus")
+    @classmethod
+    def _bus_scheme(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("kafka://", "nats://")):
+            raise ValueError("must be a kafka:// or nats:// URL, e.g. nats://127.0.0.1:4222")
+        return value or None
+
+    @field_validator("budget_alert_webhook")
+    @classmethod
+    def _webhook_scheme(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL, e.g. https://alerts.example/hook")
+        return value or None
 
     @field_validator("redis_url")
     @classmethod

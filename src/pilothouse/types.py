@@ -12,8 +12,8 @@ module is its public address:
   ``McpClient``), ``KeyInfo``, ``Target``, ``CatalogEntry``,
   ``ImportSummary``;
 - **knowledge**: ``TextDocument``, ``FileDocument``, ``IngestResult``
-  (``IngestedDocument``, ``IngestProgress``), ``SearchResult`` (``SearchHit``),
-  ``DocumentInfo``, ``Embeddings``;
+  (``IngestedDocument``, ``IngestProgress``), ``IngestJobStatus``,
+  ``SearchResult`` (``SearchHit``), ``DocumentInfo``, ``Embeddings``;
 - **events**: ``TurnEvent`` and its kinds (``TextDelta``, ``TurnFinished``, ...);
 - **requests**: ``AttachmentInput``, ``MessageInput``, ``ModelOptions`` and the
   ad-hoc run (``AdHocRun`` with ``ModelEndpoint``, ``McpServer``,
@@ -75,6 +75,7 @@ __all__ = [
     "FormHint",
     "GatewayCallRecord",
     "ImportSummary",
+    "IngestJobStatus",
     "IngestProgress",
     "IngestResult",
     "IngestedDocument",
@@ -214,6 +215,7 @@ if TYPE_CHECKING:
         DocumentInfo,
         FileDocument,
         IngestedDocument,
+        IngestJobStatus,
         IngestProgress,
         IngestResult,
         MetadataFilter,
@@ -583,6 +585,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "DocumentChunk",
         "DocumentInfo",
         "FileDocument",
+        "IngestJobStatus",
         "IngestProgress",
         "IngestResult",
         "IngestedDocument",

@@ -287,10 +287,10 @@ async def test_the_same_file_at_two_paths_is_indexed_once(
 async def test_a_large_document_reports_its_chunks_as_they_are_embedded(
     knowledge: Knowledge, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pilothouse.knowledge import TextDocument, _service
+    from pilothouse.knowledge import TextDocument, _ingestrun
 
     # Slices of 2 chunks stand in for the 256 of a real run.
-    monkeypatch.setattr(_service, "_EMBED_BATCH_CHUNKS", 2)
+    monkeypatch.setattr(_ingestrun, "EMBED_BATCH_CHUNKS", 2)
     paragraphs = [
         f"Section {n} of the safety manual explains how forklifts are inspected before "
         f"every shift, who may drive them, and where they are parked overnight ({n})."

@@ -307,3 +307,66 @@ async def test_the_prompts_example_is_kept_when_the_user_said_it(memory: ScopedM
     await enqueue(extractor, turn)
     await extractor.run_pending(tenant="t1")
     assert [i.content for i in await memory.list("t1", ALICE)] == ["The user's name is Tom."]
+
+
+async def test_a_changed_value_the_user_announced_replaces_the_old_one(
+    memory: ScopedMemory,
+) -> None:
+    # "Berlin" and "Lisbon" score 0.61, below the near-duplicate line: only the
+    # same sentence with another value, and the user saying it changed, tell it.
+    old, _ = await memory.add("t1", ALICE, "The user lives in Berlin.")
+    await memory.add("t1", ALICE, "The user is allergic to penicillin.")
+    script = Script(
+        facts("The user lives in Lisbon.", "The user is allergic to peanuts."),
+        json.dumps({"event": "ADD", "id": None, "text": None}),
+        json.dumps({"event": "ADD", "id": None, "text": None}),
+    )
+    extractor = MemoryExtractor(memory, script)
+    await enqueue(extractor)  # "I moved to Lisbon last month ..."
+    [outcome] = await extractor.run_pending(tenant="t1")
+    assert [e["event"] for e in outcome.events] == ["UPDATE", "ADD"]
+    contents = {i.content for i in await memory.list("t1", ALICE)}
+    # A second allergy is a second fact, not a replaced one.
+    assert contents == {
+        "The user lives in Lisbon.",
+        "The user is allergic to penicillin.",
+        "The user is allergic to peanuts.",
+    }
+    assert (await memory.get("t1", ALICE, old.id)).content == "The user lives in Lisbon."
+
+
+async def test_without_a_word_of_change_a_similar_sentence_is_a_second_fact(
+    memory: ScopedMemory,
+) -> None:
+    await memory.add("t1", ALICE, "The user has a cat.")
+    script = Script(
+        facts("The user has a dog."), json.dumps({"event": "ADD", "id": None, "text": None})
+    )
+    extractor = MemoryExtractor(memory, script)
+    await enqueue(
+        extractor,
+        [
+            {"role": "user", "content": "Our family also has a dog."},
+            {"role": "assistant", "content": "Lovely!"},
+        ],
+    )
+    [outcome] = await extractor.run_pending(tenant="t1")
+    assert [e["event"] for e in outcome.events] == ["ADD"]
+    assert len(await memory.list("t1", ALICE)) == 2
+
+
+async def test_what_the_user_asked_is_not_stored_as_a_fact(memory: ScopedMemory) -> None:
+    script = Script(facts("The user asked for dinner ideas.", "The user is vegetarian."))
+    extractor = MemoryExtractor(memory, script)
+    await enqueue(extractor)
+    [outcome] = await extractor.run_pending(tenant="t1")
+    assert [e["text"] for e in outcome.events] == ["The user is vegetarian."]
+
+
+def test_replaces_is_one_changed_span_in_the_same_sentence() -> None:
+    from pilothouse.memory._extract import replaces
+
+    assert replaces("The user's manager is called Dana.", "The user's manager is called Priya.")
+    assert replaces("The user prefers window seats.", "The user prefers aisle seats.")
+    assert not replaces("The user lives in Berlin.", "The user likes jazz music a lot more.")
+    assert not replaces("The user is vegetarian.", "The user is vegetarian.")

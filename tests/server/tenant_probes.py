@@ -349,6 +349,16 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
             json={"texts": [{"source": w.document, "text": "Again."}], "reingest": True},
         ),
     ],
+    ("POST", "/v1/knowledge/collections/{code}/jobs"): lambda w: [
+        Call(
+            "POST",
+            "/v1/knowledge/collections/HANDBOOK/jobs",
+            json={"texts": [{"source": w.document, "text": "Bravo's job page."}]},
+        )
+    ],
+    ("GET", "/v1/knowledge/collections/{code}/jobs/{job_id}"): lambda w: [
+        Call("GET", f"/v1/knowledge/collections/HANDBOOK/jobs/{w.ingest_job}")
+    ],
     ("POST", "/v1/knowledge/collections/{code}/search"): lambda w: [
         Call(
             "POST",
@@ -405,6 +415,8 @@ REST: Mapping[tuple[str, str], Probes | Global] = {
     ("DELETE", "/v1/memory/{memory_id}"): lambda w: [
         Call("DELETE", f"/v1/memory/{i}", params=s) for i, s in _records(w)
     ],
+    # Browser UI: the spend page (the tenant's budgets and usage)
+    ("GET", "/spend"): lambda w: [Call("GET", "/spend", ui=True)],
     # Browser UI: the playground
     ("GET", "/playground"): lambda w: [
         Call("GET", "/playground", ui=True),

@@ -12,6 +12,7 @@ before/after comparison.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -117,6 +118,8 @@ class World:
     """A's organization-scope memory record id."""
     document: str
     """The source of A's document in ``HANDBOOK``."""
+    ingest_job: str
+    """A's finished background ingestion job (its result names a source holding MARK)."""
     export_copy: str
     """A's completed conversation exported, A's texts taken out: what B might upload."""
 
@@ -161,6 +164,14 @@ async def build_world(state: ServerState, scripted: ScriptedModel, database: Dat
         "HANDBOOK", [TextDocument(source=source, text=f"The vault of {MARK} opens at nine.")]
     )
     assert result.count("added") == 1, result
+    job = await a.knowledge.start_ingest(
+        "HANDBOOK", [TextDocument(source=f"acme:{MARK}", text="The lift is on the left.")]
+    )
+    for _ in range(400):
+        if (await a.knowledge.ingest_job(job.job_id)).status != "running":
+            break
+        await asyncio.sleep(0.05)
+    assert (await a.knowledge.ingest_job(job.job_id)).status == "done"
     await a.memory.erase_user("zed", reason=f"asked by {MARK}")
     await record_gateway_call(
         database,
@@ -198,6 +209,7 @@ async def build_world(state: ServerState, scripted: ScriptedModel, database: Dat
         memory_record=record.id,
         org_record=org.id,
         document=source,
+        ingest_job=job.job_id,
         export_copy=exported.replace(MARK, "copied"),
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -85,7 +86,7 @@ async def test_every_face_refuses_a_spent_budget_in_its_own_protocol(
 async def test_a_downgrade_budget_answers_on_every_face_and_each_record_names_both_models(
     client: httpx.AsyncClient, admin_key: str, scripted: ScriptedModel
 ) -> None:
-    scripted.script.steps.extend([Reply("hi")] * 4)
+    scripted.script.steps.extend([Reply("hi")] * 6)
     created = await client.post(
         "/v1/catalog/budgets",
         json={
@@ -121,10 +122,42 @@ async def test_a_downgrade_budget_answers_on_every_face_and_each_record_names_bo
         "params": {"action": "ECHO", "text": "x"},
     }
     rpc = (await client.post("/jsonrpc", json=body, headers=auth(admin_key))).json()
+    invoke = await client.post(
+        "/v1/invoke",
+        json={"agentName": "Support bot", "model": "SCRIPTEDM", "message": "Hello"},
+        headers=auth(admin_key),
+    )
     # Past the limit nothing is refused: the turns ran on the cheaper model.
     assert first.status_code == rest.status_code == openai.status_code == 200
+    assert invoke.status_code == 200, invoke.text
     assert "error" not in rpc, rpc
-    assert len(scripted.requests) == 4
+    assert len(scripted.requests) == 5
+    # The OpenAI face and /v1/invoke name the model that ran, and the one asked for.
+    completion = openai.json()
+    assert completion["model"] == "SMOLLM2"
+    assert completion["pilothouse"]["model"] == "SMOLLM2"
+    assert completion["pilothouse"]["requested_model"] == "SCRIPTEDM"
+    assert invoke.json()["model"] == "SMOLLM2"
+    assert invoke.json()["requestedModel"] == "SCRIPTEDM"
+    assert rest.json()["model"] == "SMOLLM2" and rest.json()["requested_model"] == "SCRIPTEDM"
+    # Streamed, the chunks after the turn's end name the model that ran.
+    streamed = await client.post(
+        "/v1/chat/completions",
+        json={
+            "model": "action:ECHO",
+            "stream": True,
+            "messages": [{"role": "user", "content": "x"}],
+        },
+        headers=auth(admin_key),
+    )
+    chunks = [
+        json.loads(line.removeprefix("data: "))
+        for line in streamed.text.splitlines()
+        if line.startswith("data: {")
+    ]
+    (last,) = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert last["model"] == "SMOLLM2"
+    assert last["pilothouse"] == {"model": "SMOLLM2", "requested_model": "SCRIPTEDM"}
 
     async def budget_events(uuid: str) -> list[dict[str, Any]]:
         read = await client.get(f"/v1/conversations/{uuid}", headers=auth(admin_key))
@@ -138,11 +171,11 @@ async def test_a_downgrade_budget_answers_on_every_face_and_each_record_names_bo
         assert event["downgraded"] is True and event["budget"] == "ONETURN"
         assert event["requested_model"] == "SCRIPTEDM" and event["model"] == "SMOLLM2"
     # /metrics counts the one alert (the first turn spent the one turn) and
-    # the three switched calls.
+    # the five switched calls.
     metrics = (await client.get("/metrics")).text
     alert = 'pilothouse_budget_alerts_total{budget="ONETURN",scope="tenant",threshold="100"} 1.0'
     assert alert in metrics
-    assert 'pilothouse_budget_downgrades_total{budget="ONETURN",model="SMOLLM2"} 3.0' in metrics
+    assert 'pilothouse_budget_downgrades_total{budget="ONETURN",model="SMOLLM2"} 5.0' in metrics
 
 
 async def test_usage_is_the_same_on_rest_and_json_rpc_and_stays_in_the_tenant(

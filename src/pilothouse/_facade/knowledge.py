@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         DocumentInfo,
         Embeddings,
         FileDocument,
+        IngestJobStatus,
         IngestResult,
         MetadataFilter,
         ProgressCallback,
@@ -140,6 +141,60 @@ class KnowledgeApi(Facet):
             collection, sources, metadata=metadata, progress=progress, check_urls=check_urls
         )
 
+    @checks_own_input("sources")
+    async def start_ingest(
+        self,
+        collection: str,
+        sources: Sequence[str | Path | TextDocument | FileDocument],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        reingest: bool = False,
+        check_urls: bool = True,
+    ) -> IngestJobStatus:
+        """Start an ingestion in the background; read its progress with :meth:`ingest_job`.
+
+        The collection is checked before the job starts. The job runs in this
+        process (the sources are held in memory until it ends); should the
+        process stop first, the job reads ``failed`` with why.
+
+        Args:
+            collection: the collection's code.
+            sources: as :meth:`ingest`.
+            metadata: added to every document's metadata and its chunks'.
+            reingest: delete each named document first (as :meth:`reingest`).
+            check_urls: as :meth:`ingest`.
+
+        Returns:
+            The job as it starts (``running``).
+
+        Raises:
+            NotFoundError: no such active collection.
+            KnowledgeSetupError: the collection cannot be used as configured.
+        """
+        await self._ready()
+        service = self._service_of()
+        target = await service.collection(self.tenant, collection)
+        service.plan(target, await service.embedder(target))
+        call = self.reingest if reingest else self.ingest
+        given = list(sources)
+
+        async def ingestion(progress: ProgressCallback) -> IngestResult:
+            return await call(
+                collection, given, metadata=metadata, progress=progress, check_urls=check_urls
+            )
+
+        with self._tenant_egress():
+            return await service.jobs.start(self.tenant, collection, len(given), ingestion)
+
+    async def ingest_job(self, job_id: str) -> IngestJobStatus:
+        """A background ingestion of this tenant, as far as it got.
+
+        Raises:
+            NotFoundError: no such job of this tenant.
+        """
+        await self._ready()
+        return await self._service_of().jobs.status(self.tenant, job_id)
+
     async def search(
         self,
         collection: str,
@@ -149,8 +204,12 @@ class KnowledgeApi(Facet):
         threshold: float | None = None,
         filters: MetadataFilter | None = None,
         mode: Literal["hybrid", "vector", "text"] | None = None,
+        rerank: bool | None = None,
     ) -> SearchResult:
         """Find the chunks that answer a query (no model is called but the embedding model).
+
+        A collection with ``rerank: true`` also calls its ``qa_model``, which
+        scores the fused candidates and reorders them.
 
         Args:
             collection: the collection's code.
@@ -159,6 +218,9 @@ class KnowledgeApi(Facet):
             threshold: least cosine similarity (the collection's by default).
             filters: metadata every hit must match, ``{key: value or [values]}``.
             mode: ``hybrid``, ``vector`` or ``text`` (the collection's by default).
+            rerank: False skips the collection's reranking; True requires it
+                (refused when the collection does not rerank); None: as the
+                collection says.
 
         Returns:
             The hits, best first, with a status saying when nothing passed the threshold.
@@ -177,6 +239,7 @@ class KnowledgeApi(Facet):
                 threshold=threshold,
                 filters=filters,
                 mode=mode,
+                rerank=rerank,
             )
 
     async def doctor(self, collection: str) -> list[DoctorCheck]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __all__ = ["QueryApi"]
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, TypeVar
 
@@ -22,9 +22,12 @@ from pilothouse.store import (
 )
 
 if TYPE_CHECKING:
+    from pilothouse._coordination import Coordination
+
     # The catalog's ORM models load on the first catalog read: reading
     # conversations (the CLI's `conversations` commands) needs none of them.
     from pilothouse.catalog._models import Action, Agent, CatalogEntity, McpClient, Tool
+    from pilothouse.store import Database
     from pilothouse.types import (
         BudgetStatus,
         GatewayCallRecord,
@@ -44,7 +47,22 @@ class QueryApi(Facet):
     their ``active`` flag, inactive ones included, so a caller can tell
     "disabled" from "missing". Returned rows are detached from the database
     session and safe to keep.
+
+    Args:
+        database: the store, when it is first needed.
+        tenant: whose catalog and conversations.
+        coordination: the deployment's Redis, where budgets are held when it
+            is configured (None: in the database).
     """
+
+    def __init__(
+        self,
+        database: Callable[[], Database],
+        tenant: str,
+        coordination: Callable[[], Coordination | None] = lambda: None,
+    ) -> None:
+        super().__init__(database, tenant)
+        self._coordination = coordination
 
     async def _find(self, entity: type[E], key: str) -> E | None:
         """Return the tenant's catalog row with this business key, active or not."""
@@ -63,10 +81,23 @@ class QueryApi(Facet):
         action or user that spent under it this period); a budget nothing was
         spent under yet has one entry with zeros.
         """
-        from pilothouse.runtime._budget_status import budget_status
+        from pilothouse.runtime._budget_status import budget_status, statuses_of
+        from pilothouse.runtime._budgetledger import load_rules, period_of
+        from pilothouse.runtime._budgetredis import RedisLedger
 
         db = await self._ready()
-        return await db.transaction(budget_status, self.tenant, datetime.now(UTC))
+        now = datetime.now(UTC)
+        coordination = self._coordination()
+        if coordination is None:
+            return await db.transaction(budget_status, self.tenant, now)
+        # Held in Redis: the rules from the catalog, the counters from Redis.
+        ledger = RedisLedger(coordination.client, coordination.prefix)
+        statuses: list[BudgetStatus] = []
+        for rule in await db.transaction(load_rules, self.tenant):
+            period, resets = period_of(rule.period, rule.timezone, now)
+            rows = await ledger.rows(self.tenant, rule.code, period)
+            statuses += statuses_of(rule, period, resets, rows)
+        return statuses
 
     async def usage(
         self,

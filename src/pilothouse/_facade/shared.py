@@ -213,6 +213,9 @@ class Shared:
                 scoped_memory=self._scoped,
                 knowledge=self.knowledge,
                 lease_seconds=settings.lease_seconds,
+                budget_alert_webhook=settings.budget_alert_webhook,
+                budget_alert_bus=settings.budget_alert_bus,
+                budget_alert_topic=settings.budget_alert_topic,
                 freeze_heap=settings.freeze_heap,
                 memory_index=settings.memory_index,
                 coordination=self.coordination(),
@@ -241,6 +244,8 @@ class Shared:
                 secrets=runtime.compiler.secrets,
                 models=runtime.models,
                 egress=self.egress if self.catalog_egress else None,
+                model_override=runtime.loop.model_override,
+                leases=runtime.leases,
             )
         return self._knowledge
 

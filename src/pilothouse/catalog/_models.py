@@ -464,6 +464,10 @@ class DocumentCollection(CatalogEntity):
     search_mode: Mapped[SearchMode]
     qa_model_id: Mapped[int | None]
     """The chat model that answers from this collection by default (Vantiq's Q&A LLM)."""
+    rerank: Mapped[bool]
+    """Reorder the fused candidates by the ``qa_model``'s relevance scores."""
+    rerank_candidates: Mapped[int]
+    """How many fused candidates the reranking model scores."""
 
     store: Mapped[VectorStore] = relationship(lazy="joined")
     embedding_model: Mapped[Model | None] = relationship(

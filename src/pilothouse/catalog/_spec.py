@@ -532,6 +532,8 @@ class DocumentCollectionSpec(CatalogSpec):
     chunk_overlap: Annotated[int, Field(ge=0)] = 50
     search_mode: SearchModeField = SearchMode.HYBRID
     qa_model: str | None = None
+    rerank: bool = False
+    rerank_candidates: Annotated[int, Field(ge=2, le=50)] = 10
 
 
 class MemoryStrategySpec(CatalogSpec):

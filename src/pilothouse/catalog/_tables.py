@@ -325,6 +325,8 @@ document_collection_table = _entity_table(
         nullable=False,
     ),
     Column("qa_model_id", Integer, ForeignKey("model.id")),
+    Column("rerank", Boolean, default=False, nullable=False),
+    Column("rerank_candidates", Integer, default=10, nullable=False),
 )
 
 memory_strategy_type_table = _type_table(

@@ -420,12 +420,29 @@ def _collection_model_issues(
 
     Checked against the models in the same input; a model already stored is
     checked when the collection is first used (see ``pilothouse.knowledge``).
-    Its ``qa_model`` must be a chat model, in the input or stored.
+    Its ``qa_model`` must be a chat model, in the input or stored; reranking
+    needs one, and at least ``top_k`` candidates.
     """
     models = {e.spec.key: cast(ModelSpec, e.spec) for e in parsed.entries.get("models", [])}
     issues: list[ValidationIssue] = []
     for entry in parsed.entries.get("document_collections", []):
         spec = cast(DocumentCollectionSpec, entry.spec)
+        if spec.rerank and spec.qa_model is None:
+            issues.append(
+                entry.issue(
+                    ("rerank",),
+                    "reranking scores the candidates with the collection's qa_model: name a "
+                    "chat model in qa_model, or set rerank: false",
+                )
+            )
+        if spec.rerank and spec.rerank_candidates < spec.top_k:
+            issues.append(
+                entry.issue(
+                    ("rerank_candidates",),
+                    f"must be at least top_k ({spec.top_k}): the reranked hits are taken "
+                    "from the candidates",
+                )
+            )
         if spec.qa_model is not None:
             given = models.get(spec.qa_model)
             embeds = (

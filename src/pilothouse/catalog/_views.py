@@ -291,6 +291,8 @@ class DocumentCollectionView(EntityView):
     chunk_overlap: int
     search_mode: SearchMode
     qa_model_id: int | None
+    rerank: bool
+    rerank_candidates: int
     store: VectorStoreView
     embedding_model: ModelView | None
     qa_model: ModelView | None

@@ -42,6 +42,8 @@ class Collection:
         chunk_overlap: tokens of overlap.
         model: the embedding model's facts.
         model_spec: the embedding model's spec (None: the packaged MiniLM).
+        rerank_spec: the chat model that reranks (None: no reranking).
+        rerank_candidates: the fused candidates it scores.
     """
 
     id: int
@@ -60,6 +62,8 @@ class Collection:
     chunk_overlap: int
     model: EmbeddingModelInfo
     model_spec: ModelSpec | None = field(default=None, repr=False)
+    rerank_spec: ModelSpec | None = field(default=None, repr=False)
+    rerank_candidates: int = 10
 
 
 @dataclass(frozen=True)

@@ -13,74 +13,57 @@ __all__ = ["Knowledge"]
 
 import asyncio
 import hashlib
-import inspect
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import numpy as np
 from sqlalchemy import select
 
 from pilothouse.catalog._enums import ModelCapability, SearchMode, VectorStoreKind
 from pilothouse.catalog._models import DocumentCollection
 from pilothouse.catalog._stores import store_settings
-from pilothouse.errors import NotFoundError, PilothouseError
-from pilothouse.knowledge._backend import Backend, Collection, NewDocument
-from pilothouse.knowledge._chunking import Chunk, ChunkPlan, chunk_document
-from pilothouse.knowledge._documents import parse_document
+from pilothouse.errors import NotFoundError
+from pilothouse.knowledge._backend import Backend, Collection
+from pilothouse.knowledge._chunking import ChunkPlan
 from pilothouse.knowledge._embedded import EmbeddedBackend
 from pilothouse.knowledge._embedders import MINILM, Embedder, EmbeddingModelInfo, LocalMiniLM
-from pilothouse.knowledge._errors import DocumentError, KnowledgeError, KnowledgeSetupError
+from pilothouse.knowledge._errors import KnowledgeError, KnowledgeSetupError
+from pilothouse.knowledge._ingestrun import Run
 from pilothouse.knowledge._retrieval import retrieve
-from pilothouse.knowledge._sources import Loaded, Pending, UrlCheck, expand, load
+from pilothouse.knowledge._sources import UrlCheck, expand
 from pilothouse.knowledge._types import (
     DocumentChunk,
     DocumentInfo,
     FileDocument,
-    IngestedDocument,
-    IngestProgress,
     IngestResult,
     MetadataFilter,
     ProgressCallback,
     SearchResult,
     TextDocument,
 )
-from pilothouse.store._text import check_input
 
 if TYPE_CHECKING:
     from pilothouse.knowledge._embedders import Purpose, Vectors
+    from pilothouse.knowledge._jobs import IngestJobs
     from pilothouse.providers import ModelFactory, ModelSpec, SecretSource
     from pilothouse.providers._egress import EgressPolicy
     from pilothouse.store import Database
+    from pilothouse.store._leases import Leases
 
 logger = logging.getLogger("pilothouse.knowledge")
 
 DEFAULT_CHUNK_SIZE = 512
 """Tokens per chunk when a collection names none (genai-4j's default), bounded by the model."""
 
-_EMBED_BATCH_CHUNKS = 256
-"""Chunks gathered over several small documents before the model runs (one call, less padding)."""
-
 ADHOC_STORE = "INVOKE"
 """The store code of a pgvector table named in a call rather than the catalog."""
 
 ADHOC_POOLS = 8
 """Connection pools to stores named in calls kept open at once, per process."""
-
-
-@dataclass
-class _Prepared:
-    pending: Pending
-    index: int
-    document: NewDocument
-    chunks: list[Chunk]
-    texts: list[str]
-    replaced: bool
 
 
 class Knowledge:
@@ -100,6 +83,10 @@ class Knowledge:
             each request only to an address this policy (the calling
             tenant's, ``current_egress``) checked: URL fetches, redirects
             and embedding calls, pinned against DNS rebinding.
+        model_override: a pydantic-ai model that answers for every chat
+            model this service calls (reranking), as the run loop's ``model=``.
+        leases: this process's lease, which background ingestion jobs name
+            (one of its own is made otherwise).
     """
 
     def __init__(
@@ -111,8 +98,13 @@ class Knowledge:
         http: httpx.AsyncClient | None = None,
         local_model: LocalMiniLM | None = None,
         egress: EgressPolicy | None = None,
+        model_override: Any = None,
+        leases: Leases | None = None,
     ) -> None:
         self.database = database
+        self.model_override = model_override
+        self._leases = leases
+        self._jobs: IngestJobs | None = None
         if secrets is None:
             from pilothouse.providers import SecretResolver
 
@@ -206,6 +198,14 @@ class Knowledge:
                 query_prefix=model.query_prefix or "",
                 document_prefix=model.document_prefix or "",
             )
+        rerank_spec = None
+        if row.rerank:
+            if row.qa_model is None:
+                raise KnowledgeSetupError(
+                    f"collection {row.code}: rerank is on but it names no qa_model (the chat "
+                    "model that scores the candidates)"
+                )
+            rerank_spec = compile_model_spec(row.qa_model, self._secrets)
         return Collection(
             id=row.id,
             code=row.code,
@@ -223,6 +223,8 @@ class Knowledge:
             chunk_overlap=row.chunk_overlap,
             model=info,
             model_spec=spec,
+            rerank_spec=rerank_spec,
+            rerank_candidates=row.rerank_candidates,
         )
 
     def local_model(self) -> LocalMiniLM:
@@ -339,7 +341,7 @@ class Knowledge:
         plan = self.plan(target, embedder)
         backend = self.backend(target)
         await backend.check_model(target)
-        run = _Run(self._http, target, embedder, plan, backend, dict(metadata or {}), progress)
+        run = Run(self._http, target, embedder, plan, backend, dict(metadata or {}), progress)
         run.url_check = url_check
         pending = list(expand(sources))
         for index, item in enumerate(pending, start=1):
@@ -403,6 +405,7 @@ class Knowledge:
         threshold: float | None = None,
         filters: MetadataFilter | None = None,
         mode: SearchMode | str | None = None,
+        rerank: bool | None = None,
     ) -> SearchResult:
         """Find the chunks that answer a query.
 
@@ -414,6 +417,9 @@ class Knowledge:
             threshold: least cosine similarity (the collection's by default).
             filters: metadata every hit must match (a pre-filter).
             mode: ``hybrid``, ``vector`` or ``text`` (the collection's by default).
+            rerank: False skips the collection's reranking for this search;
+                True requires it (refused when the collection has none);
+                None: as the collection says.
 
         Returns:
             The hits, and a status that says when nothing passed the threshold.
@@ -423,7 +429,13 @@ class Knowledge:
         """
         target = await self.collection(tenant, collection)
         return await self.search_in(
-            target, query, top_k=top_k, threshold=threshold, filters=filters, mode=mode
+            target,
+            query,
+            top_k=top_k,
+            threshold=threshold,
+            filters=filters,
+            mode=mode,
+            rerank=rerank,
         )
 
     async def search_in(
@@ -435,6 +447,7 @@ class Knowledge:
         threshold: float | None = None,
         filters: MetadataFilter | None = None,
         mode: SearchMode | str | None = None,
+        rerank: bool | None = None,
     ) -> SearchResult:
         """Search a resolved collection (a catalog one, or an ad-hoc one of ``/v1/invoke``).
 
@@ -451,16 +464,44 @@ class Knowledge:
             chosen = SearchMode(mode) if mode is not None else target.mode
         except ValueError as exc:
             raise KnowledgeError(f"mode must be hybrid, vector or text, not {mode!r}") from exc
+        if rerank and target.rerank_spec is None:
+            raise KnowledgeError(
+                f"collection {target.code} does not rerank: set rerank: true and a qa_model "
+                "in its catalog entry, or leave rerank out"
+            )
         embedder = await self.embedder(target)
-        return await retrieve(
+        wanted = top_k or target.top_k
+        spec = target.rerank_spec if rerank is not False else None
+        result = await retrieve(
             target,
             self.backend(target),
             embedder,
             query,
-            top_k=top_k or target.top_k,
+            top_k=max(wanted, target.rerank_candidates) if spec is not None else wanted,
             threshold=target.threshold if threshold is None else threshold,
             filters=filters or {},
             mode=chosen,
+        )
+        if spec is None or not result.hits:
+            return result
+        if self._models is None:
+            raise KnowledgeSetupError(
+                f"collection {target.code} reranks with model {spec.code}, but this knowledge "
+                "service was made without a model factory (pass models=)"
+            )
+        from pilothouse.knowledge._rerank import rerank as rerank_hits
+
+        reranked = await rerank_hits(
+            self._models, spec, query, result.hits, override=self.model_override
+        )
+        return replace(
+            result,
+            hits=reranked.hits[:wanted],
+            top_k=wanted,
+            reranked_by=reranked.model,
+            rerank_candidates=len(result.hits),
+            rerank_ms=reranked.ms,
+            rerank_tokens=(reranked.input_tokens, reranked.output_tokens),
         )
 
     async def embed(
@@ -610,8 +651,24 @@ class Knowledge:
             model_spec=model,
         )
 
+    @property
+    def jobs(self) -> IngestJobs:
+        """This process's background ingestions."""
+        if self._jobs is None:
+            from pilothouse.knowledge._jobs import IngestJobs
+
+            leases = self._leases
+            if leases is None:
+                from pilothouse.store._leases import Leases, OwnerIdentity
+
+                leases = Leases(self.database, OwnerIdentity.of_this_process())
+            self._jobs = IngestJobs(self.database, leases)
+        return self._jobs
+
     async def aclose(self) -> None:
-        """Close stores, embedders and the HTTP client this service made."""
+        """Stop background ingestions; close stores, embedders and the HTTP client made here."""
+        if self._jobs is not None:
+            await self._jobs.aclose()
         for backend in (*self._backends.values(), *self._adhoc.values()):
             await backend.aclose()
         self._backends.clear()
@@ -631,181 +688,3 @@ def _canonical(source: str) -> str:
         return source
     path = Path(source).expanduser()
     return str(path.resolve()) if path.exists() else source
-
-
-def content_hash(plan: ChunkPlan, model: str, loaded: Loaded, text: str, title: str) -> str:
-    """The hash that tells an unchanged document: its text, title, metadata and chunking."""
-    digest = hashlib.sha256()
-    header = {"model": model, "size": plan.size, "overlap": plan.overlap, "title": title}
-    digest.update(json.dumps([header, loaded.metadata], sort_keys=True, default=str).encode())
-    digest.update(text.encode("utf-8"))
-    return digest.hexdigest()
-
-
-class _Run:
-    """One ingestion call: documents prepared, embedded in shared batches, written one by one."""
-
-    def __init__(
-        self,
-        http: httpx.AsyncClient,
-        collection: Collection,
-        embedder: Embedder,
-        plan: ChunkPlan,
-        backend: Backend,
-        metadata: dict[str, Any],
-        progress: ProgressCallback | None,
-    ) -> None:
-        self.http = http
-        self.collection = collection
-        self.embedder = embedder
-        self.plan = plan
-        self.backend = backend
-        self.metadata = metadata
-        self.progress = progress
-        self.results: dict[int, IngestedDocument] = {}
-        self.waiting: list[_Prepared] = []
-        self.total = 0
-        self.url_check: UrlCheck | None = None
-        # Content hashes of this run's documents: a second copy in the same
-        # run is found before the first is written.
-        self.seen: dict[str, str] = {}
-
-    async def report(self, event: IngestProgress) -> None:
-        if self.progress is None:
-            return
-        outcome = self.progress(event)
-        if inspect.isawaitable(outcome):
-            await outcome
-
-    async def finish(self, index: int, result: IngestedDocument) -> None:
-        self.results[index] = result
-        event = "failed" if result.status == "failed" else "done"
-        await self.report(
-            IngestProgress(
-                event, result.source, index, self.total, result.chunks, result.status, result.error
-            )
-        )
-
-    def results_in_order(self) -> list[IngestedDocument]:
-        return [self.results[i] for i in sorted(self.results)]
-
-    async def step(self, pending: Pending, index: int, total: int) -> None:
-        self.total = total
-        await self.report(IngestProgress("started", pending.source, index, total))
-        if pending.skip is not None:
-            await self.finish(
-                index, IngestedDocument(pending.source, "skipped", error=pending.skip)
-            )
-            return
-        try:
-            prepared = await self.prepare(pending, index)
-        except (PilothouseError, OSError) as exc:
-            await self.finish(index, IngestedDocument(pending.source, "failed", error=str(exc)))
-            return
-        if prepared is None:
-            return
-        self.waiting.append(prepared)
-        if sum(len(p.texts) for p in self.waiting) >= _EMBED_BATCH_CHUNKS:
-            await self.flush()
-
-    async def prepare(self, pending: Pending, index: int) -> _Prepared | None:
-        # A given document's name, title and metadata follow the input rules
-        # (its text is read below); a bad one fails alone, the others go on.
-        check_input(pending.source, "source")
-        if pending.document is not None:
-            check_input(pending.document.title, "title")
-            check_input(pending.document.metadata, "metadata")
-            if isinstance(pending.document, TextDocument):
-                check_input(pending.document.text, "text")
-        loaded = await load(pending, self.http, self.url_check)
-        parsed = parse_document(loaded.data, loaded.format, loaded.source)
-        title = loaded.title or parsed.title
-        loaded.metadata.update(parsed.metadata)
-        loaded.metadata.update(self.metadata)
-        if pending.document is not None:
-            loaded.metadata.update(pending.document.metadata)
-        text = parsed.text
-        digest = content_hash(self.plan, self.collection.model.name, loaded, text, title)
-        stored = await self.backend.content_hash(self.collection, loaded.source)
-        if stored == digest:
-            await self.finish(index, IngestedDocument(loaded.source, "unchanged"))
-            return None
-        twin = self.seen.get(digest) or await self.backend.source_with_hash(
-            self.collection, digest, loaded.source
-        )
-        if twin is not None and twin != loaded.source:
-            # The same file under another path (or the same text given twice):
-            # indexing it again would only double its hits.
-            why = f"the same content as {twin}, already in the collection"
-            await self.finish(index, IngestedDocument(loaded.source, "skipped", error=why))
-            return None
-        self.seen[digest] = loaded.source
-        chunks = chunk_document(parsed, self.embedder.tokenizer, self.plan)
-        if not chunks:
-            why = " (a scanned PDF has no text layer to read)" if loaded.format == "pdf" else ""
-            raise DocumentError(f"{loaded.source}: the document has no text{why}")
-        texts, _ = self.embedder.prepare([c.embed_text for c in chunks], "document")
-        document = NewDocument(loaded.source, title, digest, dict(loaded.metadata), len(text))
-        return _Prepared(pending, index, document, chunks, texts, stored is not None)
-
-    async def flush(self) -> None:
-        if not self.waiting:
-            return
-        batch, self.waiting = self.waiting, []
-        texts = [t for p in batch for t in p.texts]
-        try:
-            vectors = await self._embed(batch, texts)
-        except PilothouseError as exc:
-            for item in batch:
-                failed = IngestedDocument(item.document.source, "failed", error=str(exc))
-                await self.finish(item.index, failed)
-            return
-        offset = 0
-        for item in batch:
-            rows = vectors[offset : offset + len(item.texts)]
-            offset += len(item.texts)
-            await self.write(item, rows)
-
-    async def _embed(self, batch: list[_Prepared], texts: list[str]) -> Vectors:
-        """Embed a batch's chunks a slice at a time, reporting each document's progress.
-
-        A large document is thousands of chunks: its progress shows chunks
-        embedded (``embedding`` events), not only its start and end.
-        """
-        if len(texts) <= _EMBED_BATCH_CHUNKS:
-            return await self.embedder.embed_prepared(texts, "document")
-        ends: list[int] = []
-        for item in batch:
-            ends.append((ends[-1] if ends else 0) + len(item.texts))
-        parts: list[Vectors] = []
-        for start in range(0, len(texts), _EMBED_BATCH_CHUNKS):
-            stop = min(start + _EMBED_BATCH_CHUNKS, len(texts))
-            parts.append(await self.embedder.embed_prepared(texts[start:stop], "document"))
-            for item, end in zip(batch, ends, strict=True):
-                begin = end - len(item.texts)
-                if begin < stop and end > start:
-                    await self.report(
-                        IngestProgress(
-                            "embedding",
-                            item.document.source,
-                            item.index,
-                            self.total,
-                            len(item.texts),
-                            embedded=min(stop, end) - begin,
-                        )
-                    )
-        return np.concatenate(parts)
-
-    async def write(self, item: _Prepared, vectors: Vectors) -> None:
-        source = item.document.source
-        try:
-            document_id, replaced = await self.backend.write(
-                self.collection, item.document, item.chunks, vectors
-            )
-        except PilothouseError as exc:
-            await self.finish(item.index, IngestedDocument(source, "failed", error=str(exc)))
-            return
-        status = "replaced" if replaced else "added"
-        await self.finish(
-            item.index, IngestedDocument(source, status, len(item.chunks), document_id)
-        )

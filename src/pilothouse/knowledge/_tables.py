@@ -10,7 +10,7 @@ index over ``to_tsvector('english', text)``. Both are created by migration
 
 from __future__ import annotations
 
-__all__ = ["CollectionState", "KnowledgeChunk", "KnowledgeDocument"]
+__all__ = ["CollectionState", "IngestJob", "KnowledgeChunk", "KnowledgeDocument"]
 
 from datetime import datetime
 from typing import Any
@@ -82,3 +82,33 @@ class KnowledgeChunk(Base):
     token_count: Mapped[int] = mapped_column(Integer)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
     embedding: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class IngestJob(Base):
+    """An ingestion run in the background for a REST call, with its progress.
+
+    The documents of a job are held by the process that runs it, never
+    stored: a job whose process is gone cannot go on, and is marked
+    ``failed`` (with that reason) when a service starts or its status is read.
+    """
+
+    __tablename__ = "knowledge_ingest_job"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(36), unique=True)
+    """The id callers see (random, so one job's id tells nothing of another's)."""
+    tenant: Mapped[str] = mapped_column(String(32), index=True)
+    collection: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    """``pending``, ``running``, ``done`` or ``failed``."""
+    owner: Mapped[str | None] = mapped_column(String(64))
+    """The lease owner of the process that runs it."""
+    documents_total: Mapped[int] = mapped_column(Integer, default=0)
+    documents_done: Mapped[int] = mapped_column(Integer, default=0)
+    chunks_total: Mapped[int] = mapped_column(Integer, default=0)
+    chunks_embedded: Mapped[int] = mapped_column(Integer, default=0)
+    result: Mapped[dict[str, Any] | None] = mapped_column()
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

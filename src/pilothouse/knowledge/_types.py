@@ -205,6 +205,7 @@ class SearchHit:
         similarity: cosine similarity to the query (what the threshold tests).
         score: the fused rank score the hits are ordered by.
         metadata: the document's and the chunk's metadata (``pages`` for PDFs).
+        rerank_score: the reranking model's score, 0 to 3 (None: not reranked).
     """
 
     chunk_id: str
@@ -217,6 +218,7 @@ class SearchHit:
     similarity: float
     score: float
     metadata: dict[str, Any]
+    rerank_score: float | None = None
 
     @property
     def relevance(self) -> float:
@@ -246,6 +248,10 @@ class SearchResult:
         best_similarity: the highest similarity seen, kept or dropped (None
             when there was no candidate).
         query_truncated: the query was longer than the model reads and was cut.
+        reranked_by: the model that reordered the hits (None: fused order).
+        rerank_candidates: the candidates that model scored.
+        rerank_ms: the time its call took.
+        rerank_tokens: the tokens it read and wrote.
     """
 
     collection: str
@@ -258,3 +264,47 @@ class SearchResult:
     below_threshold: int = 0
     best_similarity: float | None = None
     query_truncated: bool = False
+    reranked_by: str | None = None
+    rerank_candidates: int = 0
+    rerank_ms: float = 0.0
+    rerank_tokens: tuple[int, int] = (0, 0)
+
+
+IngestJobState = Literal["running", "done", "failed"]
+
+
+@dataclass(frozen=True)
+class IngestJobStatus:
+    """An ingestion running in the background, as far as it got.
+
+    Attributes:
+        job_id: the job's id.
+        collection: the collection's code.
+        status: ``running``, ``done`` or ``failed`` (``error`` says why; a
+            job whose process stopped before it finished is ``failed``: the
+            documents it wrote stay, the others were never read).
+        documents_total: documents named (a folder counts as its files once
+            walked).
+        documents_done: documents finished (written, unchanged, skipped or failed).
+        chunks_total: chunks cut so far from the documents begun.
+        chunks_embedded: chunks embedded so far.
+        result: on ``done``: what happened to each document (as the
+            synchronous ingestion answers).
+        error: on ``failed``: why.
+        created_at: when it was asked for.
+        updated_at: its last progress.
+        finished_at: when it ended.
+    """
+
+    job_id: str
+    collection: str
+    status: IngestJobState
+    documents_total: int
+    documents_done: int
+    chunks_total: int
+    chunks_embedded: int
+    result: dict[str, Any] | None
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None

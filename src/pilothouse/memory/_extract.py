@@ -142,6 +142,38 @@ _PROMPT_EXAMPLES = {
 }
 """The facts of the prompt's own example, with the word the user must have said for them."""
 _ABOUT_USER = re.compile(r"\buser(?:'s|s)?\b", re.IGNORECASE)
+_QUESTION = re.compile(
+    r"\b(?:asked|asks|is asking|wants to know|wanted to know|inquired|enquired)\b",
+    re.IGNORECASE,
+)
+_CHANGE = re.compile(
+    r"\b(?:now|any ?more|no longer|moved|changed|switched|instead|actually|new|left|"
+    r"used to)\b",
+    re.IGNORECASE,
+)
+"""Words by which a user says a value changed ("I moved to Lisbon", "my manager is Priya now")."""
+_WORD = re.compile(r"[\w']+")
+
+
+def replaces(old: str, new: str) -> bool:
+    """Tell whether ``new`` is ``old`` with one value changed.
+
+    Both say the same words before and after a short span that differs
+    ("The user lives in Berlin." / "... in Lisbon."): the same fact with
+    another value. Embedding similarity cannot tell this from a second value
+    of a many-valued fact ("... allergic to penicillin." / "... to peanuts."
+    score alike), so it counts only when the user also said the value changed.
+    """
+    a = _WORD.findall(old.lower())
+    b = _WORD.findall(new.lower())
+    prefix = 0
+    while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < min(len(a), len(b)) - prefix and a[-1 - suffix] == b[-1 - suffix]:
+        suffix += 1
+    changed_a, changed_b = len(a) - prefix - suffix, len(b) - prefix - suffix
+    return prefix + suffix >= 3 and 1 <= changed_a <= 3 and 1 <= changed_b <= 3
 
 
 def rejected(text: str, scope: str, user_said: str) -> str | None:
@@ -164,6 +196,8 @@ def rejected(text: str, scope: str, user_said: str) -> str | None:
         return "too short to be a fact (an acknowledgement, not a memory)"
     if scope == "user" and not _ABOUT_USER.search(text):
         return "not about the user (a user fact says 'The user ...'; general knowledge is not)"
+    if _QUESTION.search(text):
+        return "what the user asked in this turn, not a durable fact about them"
     return None
 
 
@@ -507,7 +541,15 @@ class MemoryExtractor:
                 for hit in await self.memory.similar(job.tenant, scope, text, limit=5)
                 if hit.similarity >= RELATED
             ]
-            for decided in await self._decide_one(job, scope, text, kind, fact.importance, similar):
+            for decided in await self._decide_one(
+                job,
+                scope,
+                text,
+                kind,
+                fact.importance,
+                similar,
+                changing=bool(_CHANGE.search(user_said)),
+            ):
                 if decided.event in ("UPDATE", "DELETE") and decided.target in changed:
                     # One turn changes a record once: the first fact about it
                     # wins, a later one (often its negation) would overwrite it.
@@ -531,6 +573,8 @@ class MemoryExtractor:
         kind: str,
         importance: float,
         similar: list[MemoryHit],
+        *,
+        changing: bool = False,
     ) -> list[_Op]:
         def op(event: str, target: str | None = None, new_text: str | None = None) -> _Op:
             return _Op(event, scope, new_text or text, kind, importance, target)
@@ -549,6 +593,12 @@ class MemoryExtractor:
             if similar[0].similarity >= NEAR_DUPLICATE:
                 # A near-duplicate is the same fact with a new value: the newer wins.
                 return [op("UPDATE", similar[0].item.id)]
+            if changing:
+                # The user said a value changed, and a memory says the same
+                # with another value: that memory is stale.
+                for hit in similar:
+                    if replaces(hit.item.content, text):
+                        return [op("UPDATE", hit.item.id)]
             return [op("ADD")]
         if decision.id is None or not (0 <= decision.id < len(similar)):
             if decision.event == "NOOP":

@@ -8,15 +8,17 @@ the gate enforces.
 
 from __future__ import annotations
 
-__all__ = ["BudgetStatus", "budget_status"]
+__all__ = ["BudgetStatus", "budget_status", "statuses_of"]
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy import Connection, select
 
-from pilothouse.runtime._budgets import fraction, load_rules, period_of
+from pilothouse.runtime._budgetledger import BudgetRule, fraction, load_rules, period_of
 from pilothouse.store._tables import budget_usage_table as _LEDGER
 
 
@@ -66,36 +68,45 @@ def budget_status(connection: Connection, tenant: str, now: datetime) -> list[Bu
             )
             .order_by(_LEDGER.c.subject)
         ).all()
-        limits = {name: str(value) for name, value in rule.limits().items()}
-        unspent_subject = "*" if rule.scope == "tenant" else None
-        for row in rows or [None]:
-            spent = {
-                "money": Decimal(0) if row is None else Decimal(row.spent_money),
-                "input_tokens": 0 if row is None else int(row.spent_input),
-                "output_tokens": 0 if row is None else int(row.spent_output),
-                "turns": 0 if row is None else int(row.turns),
-            }
-            held = {
-                "money": Decimal(0) if row is None else Decimal(row.held_money),
-                "input_tokens": 0 if row is None else int(row.held_input),
-                "output_tokens": 0 if row is None else int(row.held_output),
-            }
-            statuses.append(
-                BudgetStatus(
-                    budget=rule.code,
-                    scope=rule.scope,
-                    subject=unspent_subject if row is None else row.subject,
-                    period=period,
-                    resets_at=None if resets is None else resets.isoformat(),
-                    limits=limits,
-                    spent={name: str(spent[name]) for name in limits},
-                    held={name: str(held[name]) for name in limits if name in held},
-                    remaining={
-                        name: str(max(Decimal(limits[name]) - spent[name] - held.get(name, 0), 0))
-                        for name in limits
-                    },
-                    used_percent=0.0 if row is None else round(fraction(row, rule) * 100, 2),
-                    on_limit=rule.on_limit,
-                )
+        statuses += statuses_of(rule, period, resets, rows)
+    return statuses
+
+
+def statuses_of(
+    rule: BudgetRule, period: str, resets: datetime | None, rows: Sequence[Any]
+) -> list[BudgetStatus]:
+    """One budget's statuses in ``period``, one per ledger row (database or Redis)."""
+    statuses: list[BudgetStatus] = []
+    limits = {name: str(value) for name, value in rule.limits().items()}
+    unspent_subject = "*" if rule.scope == "tenant" else None
+    for row in rows or [None]:
+        spent = {
+            "money": Decimal(0) if row is None else Decimal(row.spent_money),
+            "input_tokens": 0 if row is None else int(row.spent_input),
+            "output_tokens": 0 if row is None else int(row.spent_output),
+            "turns": 0 if row is None else int(row.turns),
+        }
+        held = {
+            "money": Decimal(0) if row is None else Decimal(row.held_money),
+            "input_tokens": 0 if row is None else int(row.held_input),
+            "output_tokens": 0 if row is None else int(row.held_output),
+        }
+        statuses.append(
+            BudgetStatus(
+                budget=rule.code,
+                scope=rule.scope,
+                subject=unspent_subject if row is None else row.subject,
+                period=period,
+                resets_at=None if resets is None else resets.isoformat(),
+                limits=limits,
+                spent={name: str(spent[name]) for name in limits},
+                held={name: str(held[name]) for name in limits if name in held},
+                remaining={
+                    name: str(max(Decimal(limits[name]) - spent[name] - held.get(name, 0), 0))
+                    for name in limits
+                },
+                used_percent=0.0 if row is None else round(fraction(row, rule) * 100, 2),
+                on_limit=rule.on_limit,
             )
+        )
     return statuses

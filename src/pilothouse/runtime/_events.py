@@ -235,6 +235,9 @@ class TurnResult:
         usage_estimated: some of the tokens were counted by pilothouse, not
             reported by the provider: a server that reports no usage, or a
             call stopped mid-answer (the prompt and the text streamed so far).
+        model: the catalog code of the model that made the turn's last call.
+        requested_model: the model the turn asked for, when a ``downgrade``
+            budget switched it to ``model`` (None: no switch).
         sources: the chunks retrieval gave the model for this turn, numbered
             as in the prompt, each marked ``cited`` when the answer cites it
             as ``[n]`` (empty: the turn retrieved nothing).
@@ -255,6 +258,8 @@ class TurnResult:
     call_records: tuple[ToolCallRecord, ...] = ()
     usage_estimated: bool = False
     sources: tuple[AnswerSource, ...] = ()
+    model: str | None = None
+    requested_model: str | None = None
 
     @property
     def cited(self) -> tuple[AnswerSource, ...]:
@@ -281,6 +286,8 @@ class TurnResult:
             "error": self.error,
             "tool_calls": [call.to_dict() for call in self.tool_calls],
             "sources": [source.to_dict() for source in self.sources],
+            "model": self.model,
+            "requested_model": self.requested_model,
         }
 
 

@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import anyio
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolReturnPart
 from pydantic_ai.models import Model, ModelRequestParameters
 
@@ -176,20 +175,22 @@ class TurnLoop:
             )
         finally:
             # Settled even when the call was cancelled: what it consumed
-            # (counted by the caller) is spent, the rest of the hold freed.
-            with anyio.CancelScope(shield=True):
-                await self._budgets.settle(
-                    turn,
-                    hold,
-                    turn.turn_cost - before[0],
-                    turn.turn_input - before[1],
-                    turn.turn_output - before[2],
-                )
+            # (counted by the caller) is spent, the rest of the hold freed,
+            # with the write that records it (the cancelled turn's too).
+            await self._budgets.settle(
+                turn,
+                hold,
+                turn.turn_cost - before[0],
+                turn.turn_input - before[1],
+                turn.turn_output - before[2],
+            )
 
     async def _downgrade(self, turn: Turn, calls: ModelCalls, downgrade: BudgetDowngrade) -> None:
         """Switch the turn to the budget's cheaper model; the timeline keeps both."""
         assert self._catalog_model is not None, "checked by the caller"
         requested = turn.compiled.model.code
+        if turn.requested_model is None:
+            turn.requested_model = requested
         meter = self._telemetry.meter
         if meter is not None:
             meter.budget_downgrade(budget=downgrade.budget, model=downgrade.model)

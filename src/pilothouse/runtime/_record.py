@@ -87,8 +87,23 @@ class TurnRecorder:
         self._log_events(turn, events)
 
     async def write(self, turn: Turn, batch: TurnBatch) -> None:
-        """Write ``batch`` as it is."""
+        """Write ``batch`` with the turn's budget settles not yet written."""
         self._log_events(turn, batch.events)
+        if turn.settles:
+            # The settles ride on this write: no transaction of their own.
+            settles, turn.settles = turn.settles, []
+            after, turn.after_write = turn.after_write, []
+            batch.ledger = [*batch.ledger, *settles]
+            try:
+                await self.store.write(turn.handle, batch)
+            except BaseException:
+                # Not written: they go with the next write, or the turn's last.
+                turn.settles[:0] = settles
+                turn.after_write[:0] = after
+                raise
+            for announce in after:
+                await announce()
+            return
         await self.store.write(turn.handle, batch)
 
     async def invalid_output(
@@ -311,8 +326,13 @@ class TurnRecorder:
             call_records=tuple(turn.records),
             usage_estimated=turn.usage_estimated,
             sources=answer_sources(text, turn.sources),
+            model=turn.compiled.model.code,
+            requested_model=turn.requested_model,
         )
         await self.write(turn, batch)
+        if turn.pending:
+            # Budget alerts the last settle raised (rare): written after the end.
+            await self.write(turn, TurnBatch(events=turn.take_pending()))
         await self.emit(turn, StatusChanged(handle.uuid, ProcessStatus.RUNNING, status))
         await self.emit(turn, TurnFinished(handle.uuid, result))
         return result

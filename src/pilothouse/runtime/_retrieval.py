@@ -73,6 +73,8 @@ class RetrievalOverride:
         enabled: False skips retrieval for this turn (recorded in the timeline).
         collections: search these active collections of the tenant instead
             of the action's linked ones (empty: the action's own).
+        rerank: False skips the collections' reranking for this turn; None:
+            as each collection says.
     """
 
     top_k: int | None = None
@@ -80,6 +82,7 @@ class RetrievalOverride:
     filters: Mapping[str, Any] = field(default_factory=dict[str, Any])
     enabled: bool = True
     collections: tuple[str, ...] = ()
+    rerank: bool | None = None
 
 
 _OVERRIDE_KEYS = {
@@ -90,6 +93,7 @@ _OVERRIDE_KEYS = {
     "filters": "filters",
     "enabled": "enabled",
     "collections": "collections",
+    "rerank": "rerank",
 }
 
 # A collection's code is a short catalog code; anything longer cannot name one.
@@ -124,7 +128,7 @@ def parse_override(value: Any) -> RetrievalOverride:
     """
     if not isinstance(value, Mapping):
         raise ValueError(
-            "must be an object {top_k, similarity_threshold, filters, enabled, collections}"
+            "must be an object {top_k, similarity_threshold, filters, enabled, collections, rerank}"
         )
     raw = cast(Mapping[str, Any], value)
     given: dict[str, Any] = {}
@@ -150,12 +154,16 @@ def parse_override(value: Any) -> RetrievalOverride:
     enabled = given.get("enabled", True)
     if not isinstance(enabled, bool):
         raise ValueError("'enabled' must be true or false")
+    rerank = given.get("rerank")
+    if rerank is not None and not isinstance(rerank, bool):
+        raise ValueError("'rerank' must be true or false")
     return RetrievalOverride(
         top_k=top_k,
         threshold=threshold,
         filters=dict(cast(Mapping[str, Any], filters)),
         enabled=enabled,
         collections=_collections(given.get("collections")),
+        rerank=rerank,
     )
 
 
@@ -208,13 +216,15 @@ def _hit_record(number: int, hit: SearchHit) -> dict[str, Any]:
         "similarity": round(hit.similarity, 6),
         "score": round(hit.score, 6),
     }
+    if hit.rerank_score is not None:
+        record["rerank_score"] = hit.rerank_score
     if hit.metadata.get("pages"):
         record["pages"] = hit.metadata["pages"]
     return record
 
 
 def _search_record(result: SearchResult, first: int) -> dict[str, Any]:
-    return {
+    record: dict[str, Any] = {
         "collection": result.collection,
         "status": result.status,
         "top_k": result.top_k,
@@ -227,6 +237,17 @@ def _search_record(result: SearchResult, first: int) -> dict[str, Any]:
         "query_truncated": result.query_truncated,
         "hits": [_hit_record(first + i, hit) for i, hit in enumerate(result.hits)],
     }
+    if result.reranked_by is not None:
+        # The reranking model's call is part of the turn's audit: which model,
+        # how many candidates it read, its time and its tokens.
+        record["rerank"] = {
+            "model": result.reranked_by,
+            "candidates": result.rerank_candidates,
+            "ms": round(result.rerank_ms, 1),
+            "input_tokens": result.rerank_tokens[0],
+            "output_tokens": result.rerank_tokens[1],
+        }
+    return record
 
 
 def _why(results: Sequence[SearchResult]) -> str:
@@ -276,6 +297,7 @@ async def retrieve_context(
                     top_k=top_k,
                     threshold=threshold,
                     filters=override.filters,
+                    rerank=override.rerank,
                 )
             else:
                 result = await knowledge.search(
@@ -285,6 +307,7 @@ async def retrieve_context(
                     top_k=top_k,
                     threshold=threshold,
                     filters=override.filters,
+                    rerank=override.rerank,
                 )
         except PilothouseError as exc:
             raise PilothouseError(f"retrieval from collection {source.code} failed: {exc}") from exc

@@ -677,6 +677,11 @@ class Runner:
                 # it keeps (models, mappings, price table, compiled actions).
                 runtime.freeze_pending = False
                 freeze_once()
+            if turn.settles:
+                # A settle no write took (the turn's end could not be
+                # written): the hold must not outlive the turn.
+                with anyio.CancelScope(shield=True):
+                    await recorder.write(turn, TurnBatch())
 
     def _measured(self, turn: Turn, started: float, result: TurnResult) -> TurnResult:
         """Give the turn's measurements to the meter, if any; return ``result``."""

@@ -23,6 +23,8 @@ from pydantic_ai.models import Model
 
 from pilothouse.errors import InvalidStateError
 from pilothouse.providers import ModelFactory
+from pilothouse.runtime._budgetalerts import AlertBus, AlertNotifier, AlertWebhook
+from pilothouse.runtime._budgetredis import RedisLedger
 from pilothouse.runtime._budgets import BudgetGate
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
 from pilothouse.runtime._events import EventHub
@@ -209,6 +211,9 @@ class Runtime:
             at call time (the HTTP service): each runner runs its turns under
             its tenant's policy (``current_egress``), which the pinned
             transports of the model factory and tool source apply.
+        budget_alert_webhook: where budget alerts are also POSTed (None: nowhere).
+        budget_alert_bus: the bus budget alerts are also published on (None: none).
+        budget_alert_topic: their topic there.
     """
 
     def __init__(
@@ -230,6 +235,9 @@ class Runtime:
         scoped_memory: ScopedMemory | None = None,
         knowledge: Callable[[], Knowledge] | None = None,
         lease_seconds: float = 30.0,
+        budget_alert_webhook: str | None = None,
+        budget_alert_bus: str | None = None,
+        budget_alert_topic: str = "pilothouse.budget-alerts",
         freeze_heap: bool = False,
         memory_index: str = "auto",
         coordination: Coordination | None = None,
@@ -267,6 +275,11 @@ class Runtime:
         self._prompts: dict[tuple[str, str], int] = {}
         self._adhoc: dict[tuple[str, str], CompiledAction] = {}
         self.recorder = TurnRecorder(self.store, self.hub)
+        self._alert_notifiers: list[AlertNotifier] = []
+        if budget_alert_webhook is not None:
+            self._alert_notifiers.append(AlertWebhook(budget_alert_webhook, egress))
+        if budget_alert_bus is not None:
+            self._alert_notifiers.append(AlertBus(budget_alert_bus, budget_alert_topic))
         self.loop = TurnLoop(
             models=models,
             recorder=self.recorder,
@@ -277,7 +290,14 @@ class Runtime:
             tool_timeout=tool_timeout,
             tool_concurrency=tool_concurrency,
             max_tool_steps=max_tool_steps,
-            budgets=BudgetGate(database, meter=lambda: self.telemetry.meter),
+            budgets=BudgetGate(
+                database,
+                meter=lambda: self.telemetry.meter,
+                notifiers=self._alert_notifiers,
+                redis=None
+                if coordination is None
+                else RedisLedger(coordination.client, coordination.prefix),
+            ),
             catalog_model=self.catalog_model,
         )
 
@@ -350,7 +370,11 @@ class Runtime:
             from pilothouse.knowledge import Knowledge
 
             self._knowledge = Knowledge(
-                self.database, secrets=self.compiler.secrets, models=self.models
+                self.database,
+                secrets=self.compiler.secrets,
+                models=self.models,
+                model_override=self.loop.model_override,
+                leases=self.leases,
             )
         return self._knowledge
 
@@ -460,3 +484,5 @@ class Runtime:
         if self._knowledge is not None:
             await self._knowledge.aclose()
             self._knowledge = None
+        for notifier in self._alert_notifiers:
+            await notifier.aclose()

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 import uuid as uuid_module
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
@@ -75,6 +75,7 @@ from pilothouse.store import (
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
+    from sqlalchemy import Connection
 
     from pilothouse.providers import ModelOptions
     from pilothouse.runtime._toolexec import ToolExecutor
@@ -215,6 +216,12 @@ class Turn:
         sources: the numbered chunks retrieval gave the model (``[1]`` first).
         skill_offer: the skills ``use_skill`` offers this turn, best match
             first (None: all of them; an action with few skills).
+        requested_model: the model the turn asked for, once a ``downgrade``
+            budget switched it to a cheaper one.
+        settles: budget settles not yet written; the next write runs them in
+            its own transaction.
+        after_write: what to do once that write has committed (announce the
+            budget thresholds its settles crossed).
     """
 
     handle: TurnHandle
@@ -236,6 +243,9 @@ class Turn:
     wire_repairs: dict[str, list[str]] = field(default_factory=lambda: {})
     sources: tuple[AnswerSource, ...] = ()
     skill_offer: tuple[str, ...] | None = None
+    requested_model: str | None = None
+    settles: list[Callable[[Connection], None]] = field(default_factory=lambda: [])
+    after_write: list[Callable[[], Awaitable[None]]] = field(default_factory=lambda: [])
     # Usage not yet written (reset by every write) ...
     input_tokens: int = 0
     output_tokens: int = 0

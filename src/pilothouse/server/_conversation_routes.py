@@ -184,6 +184,13 @@ class TurnResultBody(BaseModel):
     ai_meta: dict[str, Any] | None
     error: str | None
     tool_calls: list[dict[str, Any]]
+    model: str | None = Field(
+        default=None, description="The catalog code of the model that made the last call."
+    )
+    requested_model: str | None = Field(
+        default=None,
+        description="The model the turn asked for, when a downgrade budget switched it.",
+    )
     sources: list[dict[str, Any]] = Field(
         default_factory=lambda: list[dict[str, Any]](),
         description=(

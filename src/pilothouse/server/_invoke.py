@@ -448,6 +448,11 @@ def _response(body: InvokeRequest, run: AdHocResult, warnings: list[str]) -> dic
         "toolCalls": [call.to_dict() for call in result.tool_calls],
         "sources": [_camel(source.to_dict()) for source in result.sources],
         "warnings": warnings,
+        # The catalog model that answered: a downgrade budget may have
+        # switched from the requested one, which is then named too. A model
+        # at baseUrl is named as the server was asked for it.
+        "model": result.model if body.base_url is None else (result.ai_meta or {}).get("model"),
+        "requestedModel": result.requested_model,
     }
 
 

@@ -9,8 +9,14 @@ Under ``/v1/knowledge/collections/{code}``, scoped to the API key's tenant
   ``added``, ``replaced``, ``unchanged``, ``skipped`` or ``failed`` (with
   the reason; nothing of it written); the others go on. URLs (and their
   redirects) are checked against the egress policy. Admin scope: it writes.
-- ``POST .../search`` runs retrieval without a model ``{query, top_k,
-  threshold, filters, mode}``.
+- ``POST .../search`` runs retrieval ``{query, top_k, threshold, filters,
+  mode, rerank}``; no model is called but the embedding model, and the
+  collection's ``qa_model`` when the collection reranks.
+- ``POST .../jobs`` starts the same ingestion in the background and answers
+  202 with a job id at once; ``GET .../jobs/{job_id}`` reads its status and
+  progress (documents done, chunks cut and embedded so far) and, when it is
+  ``done``, the per-document result; a job whose process stopped reads
+  ``failed`` with why. Another tenant's job is a 404.
 - ``GET .../documents`` lists the documents; ``DELETE
   .../documents?source=...`` deletes one (admin; 404 when there is none).
 
@@ -34,6 +40,7 @@ from pilothouse.server._problems import PROBLEM_RESPONSES, ProblemError, problem
 from pilothouse.types import (
     DocumentInfo,
     FileDocument,
+    IngestJobStatus,
     IngestResult,
     SearchResult,
     TextDocument,
@@ -89,6 +96,11 @@ class SearchRequest(_Body):
     threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
     filters: dict[str, Any] = Field(default_factory=dict[str, Any])
     mode: Literal["hybrid", "vector", "text"] | None = None
+    rerank: bool | None = Field(
+        default=None,
+        description="false skips the collection's reranking; true requires it; "
+        "absent: as the collection says.",
+    )
 
 
 def _invalid(field: str, rule: str) -> ProblemError:
@@ -148,6 +160,15 @@ def search_json(result: SearchResult) -> dict[str, Any]:
         "best_similarity": result.best_similarity,
         "below_threshold": result.below_threshold,
         "query_truncated": result.query_truncated,
+        "rerank": None
+        if result.reranked_by is None
+        else {
+            "model": result.reranked_by,
+            "candidates": result.rerank_candidates,
+            "ms": round(result.rerank_ms, 1),
+            "input_tokens": result.rerank_tokens[0],
+            "output_tokens": result.rerank_tokens[1],
+        },
         "hits": [
             {
                 "chunk_id": h.chunk_id,
@@ -159,6 +180,7 @@ def search_json(result: SearchResult) -> dict[str, Any]:
                 "similarity": h.similarity,
                 "relevance": h.relevance,
                 "score": h.score,
+                "rerank_score": h.rerank_score,
                 "text": h.text,
                 "metadata": h.metadata,
             }
@@ -281,6 +303,60 @@ _INGEST_BODY = {
 )
 async def ingest(code: str, request: Request, ph: AdminFacade) -> dict[str, Any]:
     """Read, chunk, embed and store; one entry per document with its status."""
+    sources, metadata, again = await _sources_of(request)
+    call = ph.knowledge.reingest if again else ph.knowledge.ingest
+    return _ingest_json(await call(code, sources, metadata=metadata))
+
+
+def _job_json(job: IngestJobStatus) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "collection": job.collection,
+        "status": job.status,
+        "progress": {
+            "documents_total": job.documents_total,
+            "documents_done": job.documents_done,
+            "chunks_total": job.chunks_total,
+            "chunks_embedded": job.chunks_embedded,
+        },
+        "result": job.result,
+        "error": job.error,
+        "created_at": job.created_at.isoformat(),
+        "updated_at": job.updated_at.isoformat(),
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+    }
+
+
+@router.post(
+    "/{code}/jobs",
+    status_code=202,
+    summary="Start an ingestion in the background: files, URLs or texts as for documents (admin)",
+    openapi_extra={"requestBody": _INGEST_BODY},
+    responses=problem_responses(415),
+)
+async def start_ingest_job(
+    code: str, request: Request, response: Response, ph: AdminFacade
+) -> dict[str, Any]:
+    """202 with the job; ``GET .../jobs/{job_id}`` reads its progress, then its result."""
+    sources, metadata, again = await _sources_of(request)
+    job = await ph.knowledge.start_ingest(code, sources, metadata=metadata, reingest=again)
+    response.headers["Location"] = f"/v1/knowledge/collections/{code}/jobs/{job.job_id}"
+    return _job_json(job)
+
+
+@router.get("/{code}/jobs/{job_id}", summary="An ingestion job's status and progress")
+async def ingest_job(code: str, job_id: str, ph: Facade) -> dict[str, Any]:
+    """``running`` with chunks embedded of those cut so far, then ``done`` or ``failed``."""
+    job = await ph.knowledge.ingest_job(job_id)
+    if job.collection != code:
+        raise NotFoundError(f"collection {code} has no ingestion job '{job_id}'")
+    return _job_json(job)
+
+
+async def _sources_of(
+    request: Request,
+) -> tuple[list[str | TextDocument | FileDocument], dict[str, Any], bool]:
+    """The documents of an ingestion request (JSON or multipart), its metadata and reingest."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     sources: list[str | TextDocument | FileDocument]
     if content_type == "multipart/form-data":
@@ -295,8 +371,7 @@ async def ingest(code: str, request: Request, ph: AdminFacade) -> dict[str, Any]
             "Unsupported Media Type",
             f"send application/json or multipart/form-data, not '{content_type}'",
         )
-    call = ph.knowledge.reingest if again else ph.knowledge.ingest
-    return _ingest_json(await call(code, sources, metadata=metadata))
+    return sources, metadata, again
 
 
 @router.post("/{code}/search", summary="Search a collection without a model")
@@ -316,6 +391,7 @@ async def search(code: str, request: Request, ph: Facade) -> dict[str, Any]:
         threshold=body.threshold,
         filters=body.filters,
         mode=body.mode,
+        rerank=body.rerank,
     )
     return search_json(result)
 

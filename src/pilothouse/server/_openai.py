@@ -58,6 +58,7 @@ from pilothouse.server._openai_models import (
     inline_schema,
     load_body,
     map_messages,
+    model_that_ran,
     parse_request,
     runtime_config,
     tool_calls,
@@ -417,10 +418,13 @@ def _sse(data: dict[str, Any]) -> bytes:
 
 async def _stream(turn: _Turn, include_usage: bool) -> AsyncIterator[bytes]:
     """Yield the turn as ``chat.completion.chunk`` events, then ``[DONE]``."""
+    # The chunks after the turn's end name the model that ran (a budget may
+    # have switched it); the earlier ones could only echo the request.
+    shown = [turn.model]
 
     def make(delta: dict[str, Any] | None, **kwargs: Any) -> bytes:
         return _sse(
-            chunk(turn.uuid, turn.model, turn.created, delta, with_usage=include_usage, **kwargs)
+            chunk(turn.uuid, shown[0], turn.created, delta, with_usage=include_usage, **kwargs)
         )
 
     yield make({"role": "assistant", "content": ""})
@@ -445,6 +449,7 @@ async def _stream(turn: _Turn, include_usage: bool) -> AsyncIterator[bytes]:
                     yield make({"reasoning_content": event.text})
                 elif isinstance(event, TurnFinished):
                     finished = event.result
+                    shown[0] = model_that_ran(finished, turn.model)
     except PilothouseError as error:
         # A new conversation's catalog check runs as its turn starts, so a
         # target deactivated since the request was checked is refused here,
@@ -533,9 +538,15 @@ def _finish(result: TurnResult, streamed_text: bool, make: Any, include_usage: b
     if cited:
         out.append(make({"annotations": cited}))
     # The sources ride on the last content chunk, in the member clients ignore.
-    extension = (
+    extension: dict[str, Any] | None = (
         {"sources": [source.to_dict() for source in result.sources]} if result.sources else None
     )
+    if result.requested_model is not None:
+        extension = {
+            **(extension or {}),
+            "model": result.model,
+            "requested_model": result.requested_model,
+        }
     out.append(make({}, finish=finish_reason(result.finish_reason), extension=extension))
     if include_usage:
         out.append(make(None, usage_value=usage(result)))

@@ -688,7 +688,7 @@ def completion(
         "id": f"chatcmpl-{result.conversation_uuid}",
         "object": "chat.completion",
         "created": created,
-        "model": model,
+        "model": model_that_ran(result, model),
         "choices": [
             {
                 "index": 0,
@@ -706,8 +706,22 @@ def completion(
             "cost": cost_text(result.cost),
             "usage_estimated": result.usage_estimated,
             "sources": [source.to_dict() for source in result.sources],
+            "model": result.model,
+            "requested_model": result.requested_model,
         },
     }
+
+
+def model_that_ran(result: TurnResult, requested: str) -> str:
+    """The ``model`` member: the id the client asked for, unless a budget switched models.
+
+    A ``downgrade`` budget's turn names the catalog model that answered, as
+    OpenAI names the model version that served a request; the ``pilothouse``
+    member keeps the model the turn asked for.
+    """
+    if result.requested_model is None or result.model is None:
+        return requested
+    return result.model
 
 
 def chunk(

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 import anyio
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
@@ -487,6 +487,25 @@ class Database:
         READ COMMITTED as in a transaction. On every other database it is
         :meth:`transaction`. Like it, it is not interrupted by cancellation.
         """
+        return await self._run(work, args, kwargs, single=self._asyncpg)
+
+    async def statement(
+        self, work: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """Run ``work(connection, ...)``, which sends exactly one statement, committed on its own.
+
+        For a single conditional write on a hot path: on a file SQLite
+        database and on asyncpg no transaction is begun around it (the
+        statement is atomic by itself), which saves the transaction's
+        bookkeeping and, on PostgreSQL, two round trips. ``work`` must send
+        one statement only: on SQLite a busy database runs it again. On
+        other databases it is :meth:`transaction`.
+        """
+        if self._sqlite is not None:
+            # Run at once when it can (nothing to shield: it does not wait).
+            done, value = self._sqlite.statement_now(partial(work, **kwargs), *args)
+            if done:
+                return cast("T", value)
         return await self._run(work, args, kwargs, single=self._asyncpg)
 
     async def _run(

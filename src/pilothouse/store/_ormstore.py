@@ -14,6 +14,7 @@ __all__ = ["OrmTurnStore"]
 
 import uuid as uuid_module
 from collections.abc import Iterable
+from dataclasses import replace
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -177,11 +178,20 @@ class OrmTurnStore:
             return await _memory(session, tenant, memory_id)
 
     async def write(self, handle: TurnHandle, batch: TurnBatch) -> list[int]:
-        """Write one step of a turn in one transaction."""
-        if not batch:
-            return []
-        async with self._db.sessions.begin() as session:
-            return await _write(session, handle, batch)
+        """Write one step of a turn in one transaction (its ledger work in one after it).
+
+        The ledger's statements run on the store's own driver path, which
+        the ORM's session does not offer: after the step, so a step that
+        fails leaves them to the next write, never runs them twice.
+        """
+        ledger, batch = batch.ledger, replace(batch, ledger=[])
+        sequences: list[int] = []
+        if batch:
+            async with self._db.sessions.begin() as session:
+                sequences = await _write(session, handle, batch)
+        for work in ledger:
+            await self._db.transaction(work)
+        return sequences
 
     async def codes(self, tenant: str, conversation_uuid: str) -> tuple[str, str | None]:
         """The conversation's action and agent codes."""

@@ -145,6 +145,31 @@ class SqliteRunner:
             self._drainer = loop.create_task(self._drain())
         return await future
 
+    def statement_now(self, work: Callable[..., T], *args: Any) -> tuple[bool, T | None]:
+        """Run ``work(connection, *args)``, one statement committed on its own, if it can be now.
+
+        No ``BEGIN IMMEDIATE`` nor commit of SQLAlchemy's: the driver runs
+        without implicit transactions, so the statement is its own
+        transaction (atomic as one). Returns ``(True, result)``; or
+        ``(False, None)``, having done nothing, when the write lock is held
+        elsewhere (SQLite answers busy at once) or transactions wait for it:
+        the caller then queues it with :meth:`run`. Synchronous, so nothing
+        can interrupt it.
+        """
+        if self._waiting:
+            return False, None
+        connection = self._connection
+        if connection is None or connection.closed or connection.invalidated:
+            connection = self._connection = self._engine.connect()
+        try:
+            result = work(connection, *args)
+        except (sqlite3.OperationalError, OperationalError) as error:
+            if not _is_busy(error):
+                raise
+            return False, None
+        self._committed()
+        return True, result
+
     async def _drain(self) -> None:
         """Run the waiting transactions in order, sleeping while the write lock is held.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 __all__ = ["SqlTurnStore"]
 
 import uuid as uuid_module
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -345,6 +345,9 @@ class SqlTurnStore:
         if not batch:
             return []
         step = step_rows(handle, storable_batch(batch), utcnow())
+        if batch.ledger:
+            await self._db.transaction(self._write_ledger, handle, step, batch.ledger)
+            return step.sequences
         if step.is_empty():
             return step.sequences
         if self._one is not None and step.fits(first=False):
@@ -608,6 +611,19 @@ class SqlTurnStore:
         step = step_rows(handle, storable_batch(batch), utcnow())
         self._write_rows(connection, handle, step)
         return step.sequences
+
+    def _write_ledger(
+        self,
+        connection: Connection,
+        handle: TurnHandle,
+        step: StepRows,
+        ledger: list[Callable[[Connection], None]],
+    ) -> None:
+        """Run the batch's ledger work, then write ``step``, in one transaction."""
+        for work in ledger:
+            work(connection)
+        if not step.is_empty():
+            self._write_rows(connection, handle, step)
 
     def _write_one(self, connection: Connection, step: StepRows) -> None:
         """Write ``step`` as one statement (PostgreSQL)."""

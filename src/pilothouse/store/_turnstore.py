@@ -39,7 +39,7 @@ __all__ = [
     "processed_row",
 ]
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
@@ -58,6 +58,8 @@ from pilothouse.store._base import utcnow
 from pilothouse.store._text import storable
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from pilothouse.store._records import Conversation
 
 #: Statuses from which a new user message may start a turn. ``CO`` is here
@@ -185,6 +187,9 @@ class TurnBatch:
             (written in the same transaction; see ``store/_outbox.py``).
         processed: event completions this step applies (their correlation
             ids enter ``event_processed`` with the result, never apart from it).
+        ledger: work run on the same connection, in the same transaction,
+            before the rows are written (a budget's settle rides on the write
+            that records the call's usage instead of a transaction of its own).
     """
 
     messages: list[NewMessage] = field(default_factory=lambda: [])
@@ -199,6 +204,7 @@ class TurnBatch:
     usage: Usage | None = None
     outbox: list[NewOutboxMessage] = field(default_factory=lambda: [])
     processed: list[NewProcessed] = field(default_factory=lambda: [])
+    ledger: list[Callable[[Connection], None]] = field(default_factory=lambda: [])
 
     def changes(self) -> dict[str, Any]:
         """The conversation columns this batch sets, by column name."""
@@ -232,6 +238,7 @@ class TurnBatch:
             or self.events
             or self.outbox
             or self.processed
+            or self.ledger
             or self.touches_conversation()
         )
 

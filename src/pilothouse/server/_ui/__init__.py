@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def routers() -> list[APIRouter]:
-    """The UI's routers: login, playground, chat, compare, memory, knowledge, catalog, evals."""
+    """The UI's routers: login, playground, chat, compare, memory, knowledge, catalog, more."""
     from pilothouse.server._ui._catalog import router as catalog
     from pilothouse.server._ui._chat import router as chat
     from pilothouse.server._ui._compare import router as compare
@@ -25,8 +25,9 @@ def routers() -> list[APIRouter]:
     from pilothouse.server._ui._login import router as login
     from pilothouse.server._ui._memory import router as memory
     from pilothouse.server._ui._playground import router as playground
+    from pilothouse.server._ui._spend import router as spend
 
-    return [login, playground, chat, compare, memory, knowledge, catalog, evaluation]
+    return [login, playground, chat, compare, memory, knowledge, catalog, evaluation, spend]
 
 
 def mount_static(app: FastAPI) -> None:

@@ -13,7 +13,7 @@ conversations list`` work on it (the way out: export, shorten, import into a
 fresh database; or rename in SQL and upgrade again).
 
 Revision ID: 0019
-Revises: 0018e_mcp
+Revises: 0018e_rag
 Create Date: 2026-12-06 08:00:00.000000
 """
 
@@ -26,7 +26,7 @@ from pilothouse.errors import ValidationIssue
 from pilothouse.store._engine import READING_COMMANDS, KeyLengthRefusal
 
 revision: str = "0019"
-down_revision: str | None = "0018e_mcp"
+down_revision: str | None = "0018e_rag"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
