@@ -37,6 +37,8 @@ fi
 .venv/bin/python events_actions.py --out results
 # What enforcing budgets costs a governed turn (none, one, three budgets).
 .venv/bin/python budgets.py
+# Peak memory of an ingestion on the packaged embedder (about four minutes).
+.venv/bin/python ingest_rss.py
 # Replay throughput on a scripted model, and an LLM judge's tokens and cost per case.
 .venv/bin/python replay.py --cases 40 --rounds 2 --judge-cases 3
 .venv/bin/python report.py --results results --docs ../docs

@@ -217,11 +217,14 @@ class LocalMiniLM(Embedder):
             server's concurrent requests each get a core rather than fight
             over both.
         batch_size: texts per run; texts are sorted by length first, so a
-            batch pads little.
+            batch pads little. Four by default: onnxruntime keeps the arena
+            its largest run needed, which for 32 texts of 256 word pieces
+            was 700 MB more (measured), and on one thread small runs took
+            less CPU too (20 s against 26 s for 1,024 chunks).
     """
 
     def __init__(
-        self, *, model_path: Path | None = None, threads: int = 1, batch_size: int = 32
+        self, *, model_path: Path | None = None, threads: int = 1, batch_size: int = 4
     ) -> None:
         super().__init__(MINILM, WordPieceTokenizer(), batch_size)
         self._model_path = model_path
@@ -244,6 +247,10 @@ class LocalMiniLM(Embedder):
                 options = onnxruntime.SessionOptions()
                 options.intra_op_num_threads = self._threads
                 options.inter_op_num_threads = 1
+                # Planned buffers for the largest shape seen stay allocated;
+                # without the plan an ingestion's peak RSS fell by 50 MB at
+                # no measurable CPU cost (bench/ingest_rss.py).
+                options.enable_mem_pattern = False
                 self._session = onnxruntime.InferenceSession(
                     str(path), options, providers=["CPUExecutionProvider"]
                 )
