@@ -72,3 +72,13 @@ async def test_the_spend_page_shows_the_budgets_and_a_chart_per_period(
         assert bar is not None, label
         assert bar.group(1) == "100.00" and Decimal(bar.group(2)) == Decimal("0.0002")
     assert html.count('<rect class="bar"') == 31 + 12
+
+
+async def test_a_browser_asking_the_spend_page_wrongly_gets_an_html_error_page(
+    client: httpx.AsyncClient, admin_key: str
+) -> None:
+    await _login(client, admin_key)
+    refused = await client.post("/spend", headers={"Accept": "text/html"})
+    assert refused.status_code == 405
+    assert "text/html" in refused.headers["content-type"], refused.text
+    assert "problem" not in refused.headers["content-type"]

@@ -21,7 +21,17 @@ from fastapi.responses import Response
 from pilothouse.server._ui._base import render
 
 _UI_PAGES = frozenset(
-    {"/", "/login", "/logout", "/playground", "/catalog", "/compare", "/knowledge", "/memory"}
+    {
+        "/",
+        "/login",
+        "/logout",
+        "/playground",
+        "/catalog",
+        "/compare",
+        "/knowledge",
+        "/memory",
+        "/spend",
+    }
 )
 _UI_PREFIXES = ("/catalog/", "/ui/", "/knowledge/")
 
