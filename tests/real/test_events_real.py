@@ -259,6 +259,9 @@ async def test_kill_9_while_100_conversations_wait_loses_nothing_and_applies_not
                 )
                 try:
                     after = await wait_processed(ph, count, timeout=240)
+                    # A processed completion is applied; the turn it resumes
+                    # still runs its model call before it is CO.
+                    await wait_all_completed(ph, count, timeout=120)
                 except TimeoutError:
                     pytest.fail(await stalled(ph, second, broker, log))
                 group.cancel_scope.cancel()
@@ -313,6 +316,7 @@ async def test_a_broker_restart_with_conversations_waiting_loses_nothing(
             await anyio.sleep(3.0)
             broker.start()
             after = await wait_processed(ph, count, timeout=180)
+            await wait_all_completed(ph, count, timeout=120)
             print(
                 f"\n{kind}: {at_stop['processed']} of {count} processed at the stop; "
                 f"all {time.monotonic() - restarted_at:.1f} s after the restart"

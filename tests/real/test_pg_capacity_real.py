@@ -84,13 +84,18 @@ async def test_a_full_server_is_a_503_with_retry_after_then_recovers(
             assert (await http.get("/v1/conversations", headers=headers)).status_code == 200
 
             await _refuse(admin_url, role, 0)
-            refused = await http.get("/v1/conversations", headers=headers)
-            assert refused.status_code == 503, refused.text
-            assert refused.headers["Retry-After"] == "1"
-            assert refused.headers["content-type"].startswith("application/problem+json")
+            # The pooled connection was ended by the server: the first request
+            # may find it so (a 503 of its own, tested in the module below) or
+            # may already need a new connection. Either way it is told to come
+            # back, and the next one meets the refused new connection.
+            for _ in range(2):
+                refused = await http.get("/v1/conversations", headers=headers)
+                assert refused.status_code == 503, refused.text
+                assert refused.headers["Retry-After"] == "1"
+                assert refused.headers["content-type"].startswith("application/problem+json")
+                assert "Traceback" not in refused.text
             detail = refused.json()["detail"]
             assert "no free connection" in detail and "53300" in detail, detail
-            assert "Traceback" not in refused.text
 
             # The library says the same, as a typed error a caller can retry on.
             with pytest.raises(ServiceUnavailableError, match="no free connection") as raised:

@@ -164,19 +164,50 @@ _NO_CONNECTION_STATES = frozenset({"53300", "53400", "57P03"})
 cannot_connect_now: the server refused a new connection for now."""
 
 
+def _ended_by_server(error: BaseException | None) -> bool:
+    """Whether asyncpg failed because the server ended the connection under it.
+
+    PostgreSQL says goodbye to a connection it ends (``pg_terminate_backend``,
+    a restart, an idle timeout) with an error message, then closes the socket.
+    asyncpg reads the two in different event loop turns: a statement sent in
+    between finds the protocol still consuming that unsolicited error and
+    fails with an ``InternalClientError`` while ``is_closed()`` is still
+    false, so the checkout guard sees no dead connection.
+    """
+    from asyncpg.exceptions import (  # pyright: ignore[reportMissingTypeStubs]
+        InternalClientError,
+    )
+
+    # The exact class: its subclasses (a stale type cache, an unsupported
+    # feature) are no goodbye.
+    cause = error.__cause__ if error is not None else None
+    return type(error) is InternalClientError or type(cause) is InternalClientError
+
+
 def _out_of_connections(context: ExceptionContext) -> None:
     # A server at max_connections (or a role at its CONNECTION LIMIT) is the
     # deployment's capacity, not a defect of the request: the client is told
     # to come back (503 with Retry-After on HTTP) instead of an internal
     # error. Raised here, it replaces SQLAlchemy's wrapper on every face.
-    state = getattr(context.original_exception, "sqlstate", None)
+    original = context.original_exception
+    state = getattr(original, "sqlstate", None)
     if state in _NO_CONNECTION_STATES:
         raise ServiceUnavailableError(
             "the database has no free connection for now (PostgreSQL refused a new one: "
             f"SQLSTATE {state}); retry in a moment. Operators: keep the pools' sum below "
             "max_connections (docs/operations.md, connection budget per replica)",
             retry_after=1,
-        ) from context.original_exception
+        ) from original
+    if _ended_by_server(original):
+        # The pooled connection is gone: marked a disconnect, the pool
+        # replaces it (and the rest of its generation, which a restart ended
+        # too), so the request's retry gets a live one.
+        context.is_disconnect = True
+        raise ServiceUnavailableError(
+            "the database ended this connection (a restart, or an operator ended the "
+            "session); retry in a moment",
+            retry_after=1,
+        ) from original
 
 
 def _asyncpg_transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
