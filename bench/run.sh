@@ -37,6 +37,8 @@ fi
 .venv/bin/python events_actions.py --out results
 # What enforcing budgets costs a governed turn (none, one, three budgets).
 .venv/bin/python budgets.py
+# The same burst against a money limit through pilothouse and LiteLLM's budgets.
+.venv/bin/python budget_gateways.py
 # Peak memory of an ingestion on the packaged embedder (about four minutes).
 .venv/bin/python ingest_rss.py
 # Replay throughput on a scripted model, and an LLM judge's tokens and cost per case.
