@@ -15,13 +15,12 @@ import asyncio
 import struct
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
+from asgi_service import asgi_client
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import make_url
 
 from pilothouse.api import Pilothouse
-from pilothouse.server._app import create_app
 from pilothouse.server._state import ServerSettings, ServerState
 from pilothouse.settings import Settings
 from pilothouse.store._engine import Database
@@ -111,29 +110,19 @@ async def test_an_ended_pooled_connection_is_a_503_then_a_new_connection(
         Settings(database_url=url, secrets_file=None),
         server=ServerSettings(host="127.0.0.1", question_sweep_seconds=0, memory_worker_seconds=0),
     )
-    await state.open()
-    app = create_app(state.settings, state=state)
-    try:
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://testserver"
-            ) as http,
-        ):
-            headers = {"Authorization": f"Bearer {key}"}
-            assert (await http.get("/v1/conversations", headers=headers)).status_code == 200
-            proxy.say_goodbye()
-            await _seen()
-            # Every pooled connection was ended; the request is told to retry,
-            # and the pool replaces the connections.
-            ended = await http.get("/v1/conversations", headers=headers)
-            assert ended.status_code == 503, ended.text
-            assert ended.headers["Retry-After"] == "1"
-            assert "ended this connection" in ended.json()["detail"]
-            again = await http.get("/v1/conversations", headers=headers)
-            assert again.status_code == 200, again.text
-    finally:
-        await state.aclose()
+    async with asgi_client(state) as http:
+        headers = {"Authorization": f"Bearer {key}"}
+        assert (await http.get("/v1/conversations", headers=headers)).status_code == 200
+        proxy.say_goodbye()
+        await _seen()
+        # Every pooled connection was ended; the request is told to retry,
+        # and the pool replaces the connections.
+        ended = await http.get("/v1/conversations", headers=headers)
+        assert ended.status_code == 503, ended.text
+        assert ended.headers["Retry-After"] == "1"
+        assert "ended this connection" in ended.json()["detail"]
+        again = await http.get("/v1/conversations", headers=headers)
+        assert again.status_code == 200, again.text
 
 
 async def test_a_transaction_on_an_ended_connection_runs_on_a_new_one(
