@@ -16,28 +16,31 @@ of ``docs/playground.md``.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import httpx
 import pytest
-from fault_upstream import Reply, Upstream, running_upstream, text_stream
-from live_serve import LiveServer, live_serve
+from browser_ui import (
+    DESKTOP,
+    PHONE,
+    Served,
+    chromium,
+    serve_catalog,
+)
+from browser_ui import api as _api
+from browser_ui import axe as _axe
+from browser_ui import base as _base
+from browser_ui import logged_in_page as _page
+from browser_ui import shots as _shots
+from fault_upstream import Reply, text_stream
 
 pytestmark = pytest.mark.real
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page, ViewportSize
+    from playwright.sync_api import Browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
-WAIT = 60_000
-DESKTOP: ViewportSize = {"width": 1280, "height": 800}
-PHONE: ViewportSize = {"width": 390, "height": 844}
 FITS = "document.documentElement.scrollWidth <= window.innerWidth"
 
 CATALOG = """
@@ -79,93 +82,20 @@ actions:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Upstream]]:
-    if importlib.util.find_spec("playwright") is None:
-        pytest.skip("playwright is not installed: pip install 'pilothouse[test]'")
-    if importlib.util.find_spec("axe_playwright_python") is None:
-        pytest.skip("axe-playwright-python is not installed: pip install 'pilothouse[test]'")
-    if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed: make install (apt-get install chromium)")
-    os.environ["WB_UP_KEY"] = "sk-test"
-    os.environ["PILOTHOUSE_SECRETS_ENV"] = '{"default": ["WB_UP_KEY"]}'
-    try:
-        with running_upstream() as upstream:
-            folder = tmp_path_factory.mktemp("workbench")
-            with live_serve(
-                folder, CATALOG.format(upstream=upstream.base_url), admin=True
-            ) as server:
-                yield server, upstream
-    finally:
-        del os.environ["WB_UP_KEY"]
-        del os.environ["PILOTHOUSE_SECRETS_ENV"]
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serve_catalog(tmp_path_factory.mktemp("workbench"), CATALOG, "WB_UP_KEY") as both:
+        yield both
 
 
 @pytest.fixture(scope="module")
-def browser(served: tuple[LiveServer, Upstream]) -> Iterator[Browser]:
-    del served
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=WAIT)
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=ARGS
-        )
+def browser(served: Served) -> Iterator[Browser]:
+    del served  # the server first: Chromium is launched only when serving worked
+    with chromium() as launched:
         yield launched
-        launched.close()
-
-
-def _base(served: tuple[LiveServer, Upstream]) -> str:
-    return served[0].base_url.removesuffix("/v1")
-
-
-def _page(browser: Browser, served: tuple[LiveServer, Upstream], viewport: ViewportSize) -> Page:
-    """A logged-in page; every request off loopback fails (the UI must need none)."""
-    base = _base(served)
-    context = browser.new_context(viewport=viewport, accept_downloads=True)
-    context.route(re.compile(r"^(?!http://127\.0\.0\.1[:/]).*"), lambda route: route.abort())
-    page = context.new_page()
-    page.set_default_timeout(WAIT)
-    page.goto(f"{base}/login")
-    page.get_by_label("API key").fill(served[0].key)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(re.compile(r"/playground$"))
-    return page
-
-
-def _axe(page: Page) -> None:
-    """No critical or serious axe-core violation on the page as it is now."""
-    import axe_playwright_python
-
-    script = Path(axe_playwright_python.__file__).parent / "axe.min.js"
-    page.add_script_tag(content=script.read_text())
-    result: dict[str, Any] = page.evaluate("async () => await axe.run(document)")
-    bad = [
-        f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']]}"
-        for v in result["violations"]
-        if v["impact"] in ("critical", "serious")
-    ]
-    assert not bad, f"{page.url}: {bad}"
-
-
-def _api(served: tuple[LiveServer, Upstream]) -> httpx.Client:
-    return httpx.Client(
-        base_url=served[0].base_url,
-        headers={"Authorization": f"Bearer {served[0].key}"},
-        timeout=60,
-    )
-
-
-def _shots() -> Path | None:
-    folder = os.environ.get("PILOTHOUSE_SCREENSHOTS")
-    if not folder:
-        return None
-    path = Path(folder)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def test_compare_sends_one_prompt_to_each_column_with_tokens_cost_and_latency(
-    served: tuple[LiveServer, Upstream], browser: Browser
+    served: Served, browser: Browser
 ) -> None:
     from playwright.sync_api import expect
 
@@ -245,9 +175,7 @@ STREAMED = [
 ]
 
 
-def test_a_streaming_answer_is_markdown_while_it_streams(
-    served: tuple[LiveServer, Upstream], browser: Browser
-) -> None:
+def test_a_streaming_answer_is_markdown_while_it_streams(served: Served, browser: Browser) -> None:
     from playwright.sync_api import expect
 
     base = _base(served)
@@ -284,7 +212,7 @@ OFFICE = "# Office\n\n" + "\n\n".join(
 
 
 def test_a_collection_page_uploads_with_progress_shows_chunks_and_searches(
-    served: tuple[LiveServer, Upstream], browser: Browser, tmp_path: Path
+    served: Served, browser: Browser, tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect
 
@@ -347,7 +275,7 @@ def test_a_collection_page_uploads_with_progress_shows_chunks_and_searches(
 
 
 def test_the_memory_page_browses_edits_forgets_exports_and_erases_a_user(
-    served: tuple[LiveServer, Upstream], browser: Browser, tmp_path: Path
+    served: Served, browser: Browser, tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect
 
@@ -411,9 +339,7 @@ def test_the_memory_page_browses_edits_forgets_exports_and_erases_a_user(
         assert [r["content"] for r in left["items"]] == ["Noah: XL."]
 
 
-def test_catalog_tables_search_and_page(
-    served: tuple[LiveServer, Upstream], browser: Browser
-) -> None:
+def test_catalog_tables_search_and_page(served: Served, browser: Browser) -> None:
     from playwright.sync_api import expect
 
     base = _base(served)
