@@ -115,3 +115,26 @@ async def test_the_same_over_json_rpc_for_admin_keys_only(
     assert deleted["result"] == {"deleted": "hand"}
     missing = await _rpc(client, admin_key, "getDatasetCases", {"name": "hand"})
     assert missing["error"]["data"]["status"] == 404
+
+
+async def test_cases_and_recorded_conversations_together_are_refused_on_both_faces(
+    client: httpx.AsyncClient, admin_key: str
+) -> None:
+    # Each face names the flag the way its caller wrote it.
+    cases = [{"action": "ECHO", "input_text": "hi", "expected_output": "hi"}]
+    rest = await client.post(
+        "/v1/evaluation/datasets",
+        json={"name": "both", "from_conversations": True, "cases": cases},
+        headers=auth(admin_key),
+    )
+    assert rest.status_code == 422, rest.text
+    assert "give cases or from_conversations, not both" in rest.json()["detail"]
+    rpc = await _rpc(
+        client,
+        admin_key,
+        "createDataset",
+        {"name": "both", "fromConversations": True, "cases": cases},
+    )
+    assert "give cases or fromConversations, not both" in rpc["error"]["data"]["detail"], rpc
+    listed = await _rpc(client, admin_key, "listDatasets", {})
+    assert listed["result"] == []

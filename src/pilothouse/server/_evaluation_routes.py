@@ -19,6 +19,7 @@ from fastapi import APIRouter, Response
 from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel, ConfigDict, Field
 
+from pilothouse.server import _evaluation_calls as calls
 from pilothouse.server._deps import AdminFacade, CheckedJsonRoute
 from pilothouse.server._problems import PROBLEM_RESPONSES
 from pilothouse.types import DatasetInfo, ProcessStatus
@@ -89,28 +90,7 @@ async def list_datasets(ph: AdminFacade) -> list[DatasetInfo]:
 @router.post("/datasets", status_code=201, summary="Create a dataset")
 async def create_dataset(ph: AdminFacade, body: DatasetBody) -> DatasetInfo:
     """Create a dataset from recorded conversations (filters) or from the given cases."""
-    if body.cases is not None:
-        if body.from_conversations:
-            from pilothouse.errors import InvalidFieldError
-
-            raise InvalidFieldError("cases", "give cases or from_conversations, not both")
-        return await ph.evaluation.import_dataset(
-            body.name, body.cases, description=body.description
-        )
-    return await ph.evaluation.create_dataset(
-        body.name,
-        description=body.description,
-        from_conversations=body.from_conversations,
-        action=body.action,
-        agent=body.agent,
-        status=body.status,
-        since=body.since,
-        until=body.until,
-        uuids=body.uuids,
-        tag=body.tag,
-        sample=body.sample,
-        seed=body.seed,
-    )
+    return await calls.create_dataset(ph, body, flag="from_conversations")
 
 
 @router.get("/datasets/{name}/cases", summary="A dataset's cases (the JSONL export's lines)")
@@ -129,17 +109,7 @@ async def delete_dataset(ph: AdminFacade, name: str) -> Response:
 @router.post("/replays", summary="Replay a dataset (resumes an unfinished run of that name)")
 async def replay(ph: AdminFacade, body: ReplayBody) -> dict[str, Any]:
     """Run the dataset's cases again and return the run with its results."""
-    run = await ph.evaluation.replay(
-        body.dataset,
-        run=body.run,
-        model=body.model,
-        configuration=body.configuration,
-        settings=body.settings,
-        live_tools=body.live_tools,
-        concurrency=body.concurrency,
-        count_budgets=body.count_budgets,
-    )
-    return jsonable_encoder(asdict(run))
+    return jsonable_encoder(asdict(await calls.replay(ph, body)))
 
 
 @router.get("/replays/{run}", summary="A replay run and its results")
@@ -151,14 +121,4 @@ async def get_run(ph: AdminFacade, run: str) -> dict[str, Any]:
 @router.post("/replays/{run}/report", summary="Score a run against a baseline or the recording")
 async def report(ph: AdminFacade, run: str, body: EvaluateBody) -> dict[str, Any]:
     """Return pass rates, per-case diffs and the failed checks (``passed`` false when any)."""
-    result = await ph.evaluation.evaluate(
-        run,
-        against=body.against,
-        scorers=body.scorers,
-        thresholds=body.thresholds,
-        margin=body.margin,
-        schema=body.schema_,
-        rubric=body.rubric,
-        concurrency=body.concurrency,
-    )
-    return result.as_json()
+    return await calls.evaluate(ph, run, body)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field, StrictBool, StrictInt
 from pydantic_core import to_jsonable_python
 
-from pilothouse.errors import InvalidFieldError
+from pilothouse.server import _evaluation_calls as calls
 from pilothouse.server._jsonrpc_params import Handler, Method, NoParams, Params, method_name
 from pilothouse.types import ProcessStatus
 
@@ -80,30 +80,13 @@ class Report(Params):
     scorers: list[str] = Field(default_factory=lambda: ["exact"])
     thresholds: dict[str, float] | None = None
     margin: float | None = None
-    json_schema: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
+    schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
     rubric: str | None = None
     concurrency: Annotated[StrictInt, Field(ge=1, le=16)] = 4
 
 
 async def _create(ph: Pilothouse, p: CreateDataset) -> Any:
-    if p.cases is not None:
-        if p.from_conversations:
-            raise InvalidFieldError("cases", "give cases or fromConversations, not both")
-        return await ph.evaluation.import_dataset(p.name, p.cases, description=p.description)
-    return await ph.evaluation.create_dataset(
-        p.name,
-        description=p.description,
-        from_conversations=p.from_conversations,
-        action=p.action,
-        agent=p.agent,
-        status=p.status,
-        since=p.since,
-        until=p.until,
-        uuids=p.uuids,
-        tag=p.tag,
-        sample=p.sample,
-        seed=p.seed,
-    )
+    return await calls.create_dataset(ph, p, flag="fromConversations")
 
 
 async def _delete(ph: Pilothouse, p: ByDataset) -> Any:
@@ -112,17 +95,7 @@ async def _delete(ph: Pilothouse, p: ByDataset) -> Any:
 
 
 async def _replay(ph: Pilothouse, p: Replay) -> Any:
-    run = await ph.evaluation.replay(
-        p.dataset,
-        run=p.run,
-        model=p.model,
-        configuration=p.configuration,
-        settings=p.settings,
-        live_tools=p.live_tools,
-        concurrency=p.concurrency,
-        count_budgets=p.count_budgets,
-    )
-    return to_jsonable_python(asdict(run))
+    return to_jsonable_python(asdict(await calls.replay(ph, p)))
 
 
 async def _get_run(ph: Pilothouse, p: ByRun) -> Any:
@@ -135,17 +108,7 @@ async def _list_runs(ph: Pilothouse, p: NoParams) -> Any:
 
 
 async def _report(ph: Pilothouse, p: Report) -> Any:
-    report = await ph.evaluation.evaluate(
-        p.run,
-        against=p.against,
-        scorers=p.scorers,
-        thresholds=p.thresholds,
-        margin=p.margin,
-        schema=p.json_schema,
-        rubric=p.rubric,
-        concurrency=p.concurrency,
-    )
-    return report.as_json()
+    return await calls.evaluate(ph, p.run, p)
 
 
 def _admin(params: type[Params], call: Handler, summary: str) -> Method:
