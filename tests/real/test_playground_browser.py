@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,12 +27,12 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from fault_upstream import Reply, Upstream, chunk, completion, running_upstream, text_stream
-from live_serve import LiveServer, live_serve
+from browser_ui import CHROMIUM, Served, serve_catalog
+from browser_ui import shots as _shots
+from fault_upstream import Reply, chunk, completion, text_stream
 
 pytestmark = pytest.mark.real
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -55,9 +54,8 @@ DESKTOP: ViewportSize = {"width": 1280, "height": 800}
 PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
-def _catalog(upstream: str) -> str:
-    # The question-asking action runs on the scripted upstream.
-    return f"""
+# The question-asking action runs on the scripted upstream.
+CATALOG = """
 providers:
   - code: UP
     kind: openai
@@ -89,39 +87,17 @@ actions:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Upstream]]:
-    if importlib.util.find_spec("playwright") is None:
-        pytest.skip("playwright is not installed: pip install 'pilothouse[test]'")
-    if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed: make install (apt-get install chromium)")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("llama_cpp is not importable: pip install 'pilothouse[local]'")
-    # The served process reads the scripted upstream's key from its environment.
-    os.environ["PLAYGROUND_UP_KEY"] = "sk-test"
-    # ...where the operator maps it to the tenant (docs/security.md#secrets).
-    os.environ["PILOTHOUSE_SECRETS_ENV"] = '{"default": ["PLAYGROUND_UP_KEY"]}'
-    try:
-        with running_upstream() as upstream:
-            folder = tmp_path_factory.mktemp("browser")
-            with live_serve(folder, _catalog(upstream.base_url), admin=True) as server:
-                yield server, upstream
-    finally:
-        del os.environ["PLAYGROUND_UP_KEY"]
-        del os.environ["PILOTHOUSE_SECRETS_ENV"]
+    # The served process reads the scripted upstream's key from its environment,
+    # where the operator maps it to the tenant (docs/security.md#secrets).
+    folder = tmp_path_factory.mktemp("browser")
+    with serve_catalog(folder, CATALOG, "PLAYGROUND_UP_KEY") as both:
+        yield both
 
 
-def _shots() -> Path | None:
-    folder = os.environ.get("PILOTHOUSE_SCREENSHOTS")
-    if not folder:
-        return None
-    path = Path(folder)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def test_a_whole_playground_session_in_chromium(
-    served: tuple[LiveServer, Upstream], tmp_path: Path
-) -> None:
+def test_a_whole_playground_session_in_chromium(served: Served, tmp_path: Path) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     server, upstream = served
