@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from pilothouse.api import Pilothouse
 from pilothouse.catalog import Action, Configuration, Model, Provider
 from pilothouse.catalog._enums import MessageRole, ProviderKind, TimelineKind
+from pilothouse.providers import SecretResolver
 from pilothouse.settings import Settings
 from pilothouse.store import (
     Database,
@@ -31,7 +32,8 @@ from pilothouse.store import (
     TurnBatch,
 )
 from pilothouse.store._steps import MAX_ROWS
-from pilothouse.testing import ScriptedModel, override
+from pilothouse.testing import CatalogBuilder, Reply, ScriptedModel, ToolCall, override
+from pilothouse.tools import ToolRegistry
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -241,3 +243,32 @@ async def test_a_turn_nobody_watches_commits_its_start_without_waiting_for_the_d
             assert not [sql for sql in proxy.executed[before:] if relaxed in sql]
             transcript = await ph.query.get_conversation_messages(plain.conversation_uuid)
             assert [m.content for m in transcript][-4:] == ["hello", "two", "again", "three"]
+
+
+def lookup(city: str) -> str:
+    """Say the weather of ``city``."""
+    return f"sunny in {city}"
+
+
+async def test_a_turn_that_may_run_a_tool_waits_for_the_disk_at_its_start(
+    counted: tuple[WireCounter, str],
+) -> None:
+    """A tool may act on the world before the turn's next write: its start must be durable first."""
+    proxy, url = counted
+    registry = ToolRegistry(SecretResolver({}))
+    registry.register(lookup)
+    model = ScriptedModel([Reply("warm"), ToolCall("lookup", {"city": "Oslo"}), Reply("Sunny.")])
+    async with Pilothouse(Settings(database_url=url), model=model, tools=registry) as ph:
+        await (
+            CatalogBuilder()
+            .tool("LOOKUP", name="lookup", kind="python", implementation="lookup")
+            .action("WEATHER", prompt="Answer about weather.", tools=["LOOKUP"], ask_user=False)
+            .import_into(ph)
+        )
+        await ph.command.start_and_send("warm up", action="WEATHER")
+        before = len(proxy.executed)
+        result = await ph.command.start_and_send("Weather in Oslo?", action="WEATHER")
+        assert result.text == "Sunny."
+        executed = proxy.executed[before:]
+        assert "INSERT INTO conversation" in executed[0]
+        assert not [sql for sql in executed if "set_config" in sql]

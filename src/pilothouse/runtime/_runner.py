@@ -84,6 +84,7 @@ from pilothouse.runtime._turn import (
     Turn,
     activated_skills,
     memory_messages,
+    unseen_until_second_write,
 )
 from pilothouse.store import (
     STARTABLE,
@@ -624,7 +625,9 @@ class Runner:
         scope = runtime.running.register(self.tenant, uuid)
         # Every log line of the turn names its conversation.
         bind_conversation(uuid)
-        if opening.first is not None and self._shows_nothing_first(uuid, compiled, listener, first):
+        if opening.first is not None and unseen_until_second_write(
+            first, compiled, listener is not None or self.hub.wants_deltas(uuid, self.tenant)
+        ):
             # The turn's next write waits for the log's flush, this one's with it.
             opening.first.durable_with_next = True
         try:
@@ -685,22 +688,6 @@ class Runner:
                 # written): the hold must not outlive the turn.
                 with anyio.CancelScope(shield=True):
                     await recorder.write(turn, TurnBatch())
-
-    def _shows_nothing_first(
-        self, uuid: str, compiled: CompiledAction, listener: Listener | None, first: Step
-    ) -> bool:
-        """Whether only the model call happens before the turn's second write, unseen.
-
-        A new message (not a resumed call) to an action that runs no tool,
-        which nobody streams: nothing of the turn reaches anyone before its
-        next write (the answer, a pause, a call returned, a failure, a cancel).
-        """
-        return (
-            isinstance(first, Prompt)
-            and listener is None
-            and not compiled.runs_tools
-            and not self.hub.wants_deltas(uuid, self.tenant)
-        )
 
     def _measured(self, turn: Turn, started: float, result: TurnResult) -> TurnResult:
         """Give the turn's measurements to the meter, if any; return ``result``."""
