@@ -173,9 +173,11 @@ async def test_a_crash_mid_turn_leaves_the_start_or_nothing_and_no_answer(server
     turns = [rest for _, *rest in await stored(server.url)]
     question = [t for t in turns if t[1][:1] == ["the question"]]
     if answered is not None:
-        # Delivered: then every record of the turn is on disk.
+        # Delivered: then every record of the turn is on disk, its cost too.
         assert answered == "the answer"
-        assert [t[1] for t in question] == [["the question", "the answer"]]
+        ((status, contents, output_tokens),) = question
+        assert (status, contents) == ("CO", ["the question", "the answer"])
+        assert output_tokens > 0
     else:
         # Not delivered: the start record (taken, the user's message) or nothing.
         assert question in ([], [["RU", ["the question"], 0]]), question
