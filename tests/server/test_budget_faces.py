@@ -211,3 +211,44 @@ async def test_usage_is_the_same_on_rest_and_json_rpc_and_stays_in_the_tenant(
     assert "write one or more of tenant, key, agent" in wrong.text
     bad_day = await client.get("/v1/usage", params={"since": "12/01"}, headers=auth(admin_key))
     assert bad_day.status_code == 422 and "since" in bad_day.text
+
+
+async def test_a_downgraded_stream_names_the_model_that_ran_in_every_chunk(
+    client: httpx.AsyncClient, admin_key: str, scripted: ScriptedModel
+) -> None:
+    scripted.script.steps.extend([Reply("hi there, said in a few words")] * 2)
+    created = await client.post(
+        "/v1/catalog/budgets",
+        json={
+            "code": "ONETURN",
+            "scope": "tenant",
+            "period": "month",
+            "turns": 1,
+            "on_limit": "downgrade",
+            "downgrade_to": "SMOLLM2",
+        },
+        headers=auth(admin_key),
+    )
+    assert created.status_code == 201, created.text
+    assert (await rest_turn(client, admin_key)).status_code == 200
+    streamed = await client.post(
+        "/v1/chat/completions",
+        json={
+            "model": "action:ECHO",
+            "stream": True,
+            "messages": [{"role": "user", "content": "x"}],
+        },
+        headers=auth(admin_key),
+    )
+    chunks = [
+        json.loads(line.removeprefix("data: "))
+        for line in streamed.text.splitlines()
+        if line.startswith("data: {")
+    ]
+    texts = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+    assert texts, chunks
+    # The role chunk, every text chunk and the last: each names the model that wrote them.
+    assert {c["model"] for c in chunks} == {"SMOLLM2"}
+    assert "".join(c["choices"][0]["delta"]["content"] for c in texts) == (
+        "hi there, said in a few words"
+    )

@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from pilothouse.api import Pilothouse
 from pilothouse.catalog import Action, Configuration, Model, Provider
 from pilothouse.catalog._enums import MessageRole, ProviderKind, TimelineKind
+from pilothouse.providers import SecretResolver
 from pilothouse.settings import Settings
 from pilothouse.store import (
     Database,
@@ -31,7 +32,8 @@ from pilothouse.store import (
     TurnBatch,
 )
 from pilothouse.store._steps import MAX_ROWS
-from pilothouse.testing import ScriptedModel, override
+from pilothouse.testing import CatalogBuilder, Reply, ScriptedModel, ToolCall, override
+from pilothouse.tools import ToolRegistry
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -57,6 +59,9 @@ class WireCounter:
         self.ready = 0
         self.port = 0
         self._server: asyncio.Server | None = None
+        self.executed: list[str] = []
+        """The SQL of each statement the client ran, in order (prepared once, bound each time)."""
+        self._prepared: dict[bytes, str] = {}
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._client, "127.0.0.1", 0)
@@ -77,16 +82,42 @@ class WireCounter:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, count: bool
     ) -> None:
         pending = b""
+        # The client's first message (startup or SSL request) has no type byte.
+        started = count
         try:
             while data := await reader.read(65536):
                 writer.write(data)
                 await writer.drain()
                 if count:
                     pending = self._count(pending + data)
+                elif started:
+                    pending = self._statements(pending + data)
+                else:
+                    started = True
+                    pending = self._statements(data[int.from_bytes(data[:4], "big") :])
         except ConnectionError:
             pass  # either side hung up: the other is closed below
         finally:
             writer.close()
+
+    def _statements(self, buffer: bytes) -> bytes:
+        # Client messages: Parse names a statement and gives its SQL, Bind
+        # runs a named one, Query runs SQL at once.
+        while len(buffer) >= 5:
+            length = int.from_bytes(buffer[1:5], "big")
+            if len(buffer) < 1 + length:
+                break
+            kind, body = buffer[0:1], buffer[5 : 1 + length]
+            if kind == b"P":
+                name, sql = body.split(b"\0")[:2]
+                self._prepared[name] = sql.decode()
+            elif kind == b"B":
+                name = body.split(b"\0")[1]
+                self.executed.append(self._prepared.get(name, ""))
+            elif kind == b"Q":
+                self.executed.append(body.rstrip(b"\0").decode())
+            buffer = buffer[1 + length :]
+        return buffer
 
     def _count(self, buffer: bytes) -> bytes:
         # Server messages: one type byte, then a length that counts itself.
@@ -180,3 +211,64 @@ async def test_a_step_too_large_for_one_statement_is_written_statement_by_statem
     assert stored == [f"m{i}" for i in range(size)]
     # The turn's start event, then the step's.
     assert kinds[1:] == [{"i": i} for i in range(size)]
+
+
+async def test_a_turn_nobody_watches_commits_its_start_without_waiting_for_the_disk(
+    counted: tuple[WireCounter, str],
+) -> None:
+    """The start's commit does not wait for the log's flush; the ending's, which flushes both, does.
+
+    A streamed turn's start waits: its text reaches the caller before the ending is written.
+    """
+    proxy, url = counted
+    model = ScriptedModel(["one", "two", "three", "four"])
+    relaxed = "set_config"
+    with override(model=model):
+        async with Pilothouse(Settings(database_url=url)) as ph:
+            await ph.command.start_and_send("warm up", action="SAY")
+            before = len(proxy.executed)
+            plain = await ph.command.start_and_send("hello", action="SAY")
+            assert plain.text == "two"
+            start, end = proxy.executed[before:]
+            assert relaxed in start and "INSERT INTO conversation" in start
+            assert relaxed not in end and "UPDATE conversation" in end
+            before = len(proxy.executed)
+            later = await ph.command.send_message(plain.conversation_uuid, "again")
+            assert later.text == "three"
+            *_, take, end = proxy.executed[before:]
+            assert relaxed in take and relaxed not in end
+            before = len(proxy.executed)
+            events = [e async for e in ph.command.start_and_stream("streamed", action="SAY")]
+            assert events
+            assert not [sql for sql in proxy.executed[before:] if relaxed in sql]
+            transcript = await ph.query.get_conversation_messages(plain.conversation_uuid)
+            assert [m.content for m in transcript][-4:] == ["hello", "two", "again", "three"]
+
+
+def lookup(city: str) -> str:
+    """Say the weather of ``city``."""
+    return f"sunny in {city}"
+
+
+async def test_a_turn_that_may_run_a_tool_waits_for_the_disk_at_its_start(
+    counted: tuple[WireCounter, str],
+) -> None:
+    """A tool may act on the world before the turn's next write: its start must be durable first."""
+    proxy, url = counted
+    registry = ToolRegistry(SecretResolver({}))
+    registry.register(lookup)
+    model = ScriptedModel([Reply("warm"), ToolCall("lookup", {"city": "Oslo"}), Reply("Sunny.")])
+    async with Pilothouse(Settings(database_url=url), model=model, tools=registry) as ph:
+        await (
+            CatalogBuilder()
+            .tool("LOOKUP", name="lookup", kind="python", implementation="lookup")
+            .action("WEATHER", prompt="Answer about weather.", tools=["LOOKUP"], ask_user=False)
+            .import_into(ph)
+        )
+        await ph.command.start_and_send("warm up", action="WEATHER")
+        before = len(proxy.executed)
+        result = await ph.command.start_and_send("Weather in Oslo?", action="WEATHER")
+        assert result.text == "Sunny."
+        executed = proxy.executed[before:]
+        assert "INSERT INTO conversation" in executed[0]
+        assert not [sql for sql in executed if "set_config" in sql]

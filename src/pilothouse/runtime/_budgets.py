@@ -490,9 +490,34 @@ def _prompt_tokens(
             if args is not None:
                 total += count(args if isinstance(args, str) else json.dumps(args))
     for tool in (*params.function_tools, *params.output_tools):
-        total += count(json.dumps({"name": tool.name, "description": tool.description or ""}))
-        total += count(json.dumps(tool.parameters_json_schema))
+        total += _tool_tokens(count, tool.name, tool.description, tool.parameters_json_schema)
     return total
+
+
+_TOOL_TOKENS: dict[tuple[Any, ...], tuple[tuple[Any, ...], int]] = {}
+"""Tool definitions' token counts, by counter, name, description and schema parts."""
+
+
+def _tool_tokens(
+    count: Callable[[str], int], name: str, description: str | None, schema: dict[str, Any]
+) -> int:
+    """A tool definition's tokens, counted once per definition rather than once per call.
+
+    Each call gets a fresh copy of the definition's schema, whose parts are
+    the definition's own objects: they key the count, and the cache keeps
+    them, so an id is never another object's.
+    """
+    parts = tuple(schema.values())
+    key = (count, name, description, tuple(schema), tuple(map(id, parts)))
+    found = _TOOL_TOKENS.get(key)
+    if found is not None:
+        return found[1]
+    tokens = count(json.dumps({"name": name, "description": description or ""}))
+    tokens += count(json.dumps(schema))
+    if len(_TOOL_TOKENS) >= _CHARGED_KEPT:
+        _TOOL_TOKENS.clear()
+    _TOOL_TOKENS[key] = (parts, tokens)
+    return tokens
 
 
 def _refusal(refused: Refused, now: datetime) -> BudgetExceededError:

@@ -123,6 +123,21 @@ class CompiledAction:
     retrieval: tuple[RetrievalSource, ...] = ()
     local_tools: tuple[ExecutableTool, ...] = ()
 
+    @property
+    def runs_tools(self) -> bool:
+        """Whether a turn may run a tool here (catalog, skill, MCP, local or bus tools).
+
+        AskUserQuestion and the calls returned to the caller are not run.
+        """
+        return bool(
+            self.tool_rows
+            or self.skills
+            or self.mcp_clients
+            or self.local_tools
+            or self.bus_tools
+            or self.guarded_tools
+        )
+
     def system_prompt(
         self,
         instruction: str | None = None,

@@ -293,20 +293,32 @@ class TurnResult:
 
 @dataclass(frozen=True)
 class TextDelta:
-    """A piece of the answer's text, as it arrives."""
+    """A piece of the answer's text, as it arrives.
+
+    Attributes:
+        model: the catalog model writing it, when a ``downgrade`` budget
+            switched the turn away from the model its action names; None
+            when the action's own model writes it.
+    """
 
     conversation_uuid: str
     text: str
     type: Literal["text_delta"] = "text_delta"
+    model: str | None = None
 
 
 @dataclass(frozen=True)
 class ThinkingDelta:
-    """A piece of the model's reasoning text, as it arrives."""
+    """A piece of the model's reasoning text, as it arrives.
+
+    Attributes:
+        model: as :attr:`TextDelta.model`.
+    """
 
     conversation_uuid: str
     text: str
     type: Literal["thinking_delta"] = "thinking_delta"
+    model: str | None = None
 
 
 @dataclass(frozen=True)

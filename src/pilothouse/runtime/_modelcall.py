@@ -41,6 +41,11 @@ def options_for_audit(options: Any) -> dict[str, Any]:
     return {name: value for name, value in values if value is not None}
 
 
+def switched_model(turn: Turn) -> str | None:
+    """The model a budget switched ``turn`` to, named on its deltas; None when it did not."""
+    return turn.compiled.model.code if turn.requested_model is not None else None
+
+
 def _first_token_ms(first_token: list[float], started: float) -> dict[str, float]:
     """``{"first_token_ms": ...}`` for a call whose stream sent a token, else nothing."""
     return {"first_token_ms": round((first_token[0] - started) * 1000, 1)} if first_token else {}
@@ -108,7 +113,7 @@ class ModelCaller:
             )
             if advised.streaming and text:
                 turn.partial.append(text)
-                await self.emit(turn, TextDelta(turn.handle.uuid, text))
+                await self.emit(turn, TextDelta(turn.handle.uuid, text, model=switched_model(turn)))
         elif advised.notes:
             turn.pending.append(NewEvent(TimelineKind.RESPONSE, {"advisors": advised.notes}))
         return response
@@ -364,7 +369,7 @@ class ModelCaller:
         ``first_token`` gets the first token's time, ``streams`` the stream
         once it is open (its usage so far counts if the call is stopped).
         """
-        uuid = turn.handle.uuid
+        uuid, switched = turn.handle.uuid, switched_model(turn)
         async with model_request_stream(
             model, messages, model_settings=settings, model_request_parameters=params
         ) as stream:
@@ -375,7 +380,7 @@ class ModelCaller:
                     first_token.append(time.perf_counter())
                 if text:
                     turn.partial.append(text)
-                    await self.emit(turn, TextDelta(uuid, text))
+                    await self.emit(turn, TextDelta(uuid, text, model=switched))
                 elif thinking:
-                    await self.emit(turn, ThinkingDelta(uuid, thinking))
+                    await self.emit(turn, ThinkingDelta(uuid, thinking, model=switched))
             return stream.get()

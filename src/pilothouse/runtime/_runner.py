@@ -84,6 +84,7 @@ from pilothouse.runtime._turn import (
     Turn,
     activated_skills,
     memory_messages,
+    unseen_until_second_write,
 )
 from pilothouse.store import (
     STARTABLE,
@@ -624,6 +625,11 @@ class Runner:
         scope = runtime.running.register(self.tenant, uuid)
         # Every log line of the turn names its conversation.
         bind_conversation(uuid)
+        if opening.first is not None and unseen_until_second_write(
+            first, compiled, listener is not None or self.hub.wants_deltas(uuid, self.tenant)
+        ):
+            # The turn's next write waits for the log's flush, this one's with it.
+            opening.first.durable_with_next = True
         try:
             handle = await self._take(opening)
         except BaseException:

@@ -35,6 +35,7 @@ __all__ = [
     "Turn",
     "activated_skills",
     "memory_messages",
+    "unseen_until_second_write",
 ]
 
 import uuid as uuid_module
@@ -493,3 +494,13 @@ def activated_skills(history: Sequence[MemoryMessage]) -> set[str]:
         if message.role is MessageRole.TOOL and isinstance(codes, list):
             active.update(str(code) for code in cast("list[Any]", codes))
     return active
+
+
+def unseen_until_second_write(first: Step, compiled: CompiledAction, watched: bool) -> bool:
+    """Whether nothing of a turn reaches anyone, nor runs a tool, before its second write.
+
+    A new message (not a resumed call) to an action that runs no tool, which
+    nobody streams (``watched``): its model call is all that happens before
+    the next write (the answer, a pause, a call returned, a failure, a cancel).
+    """
+    return isinstance(first, Prompt) and not watched and not compiled.runs_tools

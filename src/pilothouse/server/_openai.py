@@ -418,16 +418,25 @@ def _sse(data: dict[str, Any]) -> bytes:
 
 async def _stream(turn: _Turn, include_usage: bool) -> AsyncIterator[bytes]:
     """Yield the turn as ``chat.completion.chunk`` events, then ``[DONE]``."""
-    # The chunks after the turn's end name the model that ran (a budget may
-    # have switched it); the earlier ones could only echo the request.
+    # Every chunk names the model that ran: a downgrade budget switches it
+    # before the call, and the deltas say so. The role chunk waits for the
+    # first one, so it names that model too.
     shown = [turn.model]
+    opened = [False]
+
+    def opening() -> bytes:
+        """The role chunk, once, before whatever the stream sends first."""
+        if opened[0]:
+            return b""
+        opened[0] = True
+        role = {"role": "assistant", "content": ""}
+        return _sse(chunk(turn.uuid, shown[0], turn.created, role, with_usage=include_usage))
 
     def make(delta: dict[str, Any] | None, **kwargs: Any) -> bytes:
-        return _sse(
+        return opening() + _sse(
             chunk(turn.uuid, shown[0], turn.created, delta, with_usage=include_usage, **kwargs)
         )
 
-    yield make({"role": "assistant", "content": ""})
     streamed_text = False
     finished: TurnResult | None = None
     events = _turn_events(turn)
@@ -437,6 +446,8 @@ async def _stream(turn: _Turn, include_usage: bool) -> AsyncIterator[bytes]:
         # by the garbage collector in another one.
         async with aclosing(events):
             async for event in events:
+                if isinstance(event, TextDelta | ThinkingDelta) and event.model is not None:
+                    shown[0] = event.model
                 if isinstance(event, TextDelta):
                     streamed_text = True
                     fresh = text.fresh(event.text)
@@ -455,7 +466,8 @@ async def _stream(turn: _Turn, include_usage: bool) -> AsyncIterator[bytes]:
         # target deactivated since the request was checked is refused here,
         # in the stream, rather than with an error status.
         failure = _from_pilothouse(error)
-        yield _sse(error_body(failure.message, failure.type, failure.param, failure.code))
+        body = error_body(failure.message, failure.type, failure.param, failure.code)
+        yield opening() + _sse(body)
     if finished is not None and text.diverged is not None:
         # The retried attempt wrote something else than the client already
         # has: say so instead of ending "stop" (after the turn, never
@@ -471,7 +483,7 @@ async def _stream(turn: _Turn, include_usage: bool) -> AsyncIterator[bytes]:
     elif finished is not None:
         for data in _finish(finished, streamed_text, make, include_usage):
             yield data
-    yield b"data: [DONE]\n\n"
+    yield opening() + b"data: [DONE]\n\n"
 
 
 class _SentText:

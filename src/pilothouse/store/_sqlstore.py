@@ -538,7 +538,8 @@ class SqlTurnStore:
         )
         assert self._one is not None
         values = {**step.parameters(), **self._take_values(found, now)}
-        if not fetch(connection, self._one.take(step), values):
+        lazy = first is not None and first.durable_with_next
+        if not fetch(connection, self._one.take(step, lazy=lazy), values):
             raise InvalidStateError(refusal(conversation_uuid, ProcessStatus.RUNNING))
         return handle
 
@@ -574,8 +575,10 @@ class SqlTurnStore:
         step = step_rows(handle, storable_batch(with_start_event(handle, first, now)), now)
         assert self._one is not None
         parameters = {**step.parameters(), **{f"c_{k}": v for k, v in values.items()}}
+        lazy = first.durable_with_next
         if not check_catalog:
-            handle.conversation_id = fetch(connection, self._one.start(step, values), parameters)[0]
+            start = self._one.start(step, values, lazy=lazy)
+            handle.conversation_id = fetch(connection, start, parameters)[0]
             return handle
         parameters.update(
             b_tenant=tenant,
@@ -584,7 +587,9 @@ class SqlTurnStore:
             b_default_audit=default_audit,
         )
         check = self._statements.action_check.statement
-        rows = fetch(connection, self._one.checked_start(step, values, check), parameters)
+        rows = fetch(
+            connection, self._one.checked_start(step, values, check, lazy=lazy), parameters
+        )
         found = rows[0] if rows else None
         if found is None or found.id is None:
             # Refused: nothing was written; say why as the separate check does.

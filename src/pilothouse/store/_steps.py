@@ -26,6 +26,7 @@ __all__ = [
     "StepRows",
     "change_update",
     "first_fits",
+    "lazy_commit",
     "step_rows",
     "take_update",
 ]
@@ -33,12 +34,13 @@ __all__ = [
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import (
     CTE,
     ColumnElement,
     Insert,
+    Select,
     Table,
     Update,
     and_,
@@ -347,6 +349,9 @@ def _outcome_update(index: int) -> Update:
     )
 
 
+_Query = TypeVar("_Query", bound="Select[*tuple[Any, ...]]")
+
+
 class OneStatement:
     """The one-statement form of each step shape, built once per shape.
 
@@ -399,12 +404,20 @@ class OneStatement:
         self._writes[key] = statement
         return statement
 
-    def start(self, step: StepRows, conversation: Mapping[str, Any]) -> Query[int]:
+    def start(
+        self, step: StepRows, conversation: Mapping[str, Any], *, lazy: bool = False
+    ) -> Query[int]:
         """The statement that inserts a conversation (``c_...``) with its first step.
 
-        It returns the new conversation's id.
+        It returns the new conversation's id. ``lazy``: its commit does not
+        wait for the log's flush (see :func:`lazy_commit`).
         """
-        key = (tuple(conversation), step.shape(), tuple(tuple(r[0]) for r in step.rows.values()))
+        key = (
+            tuple(conversation),
+            step.shape(),
+            tuple(tuple(r[0]) for r in step.rows.values()),
+            lazy,
+        )
         found = self._starts.get(key)
         if found is not None:
             return found
@@ -417,12 +430,12 @@ class OneStatement:
         )
         parts = self._parts(step, new.c.id, new)
         ctes = [part.cte(f"w_part{index}") for index, part in enumerate(parts)]
-        query = Query(select(new.c.id).add_cte(*ctes), _first)
+        query = Query(lazy_commit(select(new.c.id).add_cte(*ctes), lazy), _first)
         self._starts[key] = query
         return query
 
     def checked_start(
-        self, step: StepRows, conversation: Mapping[str, Any], check: Any
+        self, step: StepRows, conversation: Mapping[str, Any], check: Any, *, lazy: bool = False
     ) -> Query[CheckedStart]:
         """:meth:`start` behind the catalog check, in the same statement.
 
@@ -432,9 +445,15 @@ class OneStatement:
         (``c_audit``), else the action's, else ``b_default_audit``; the
         timeline rows are written only when it is on. The statement returns
         the check's columns with the new id and audit switch (NULL when
-        refused), and no row when the action does not exist.
+        refused), and no row when the action does not exist. ``lazy`` as
+        for :meth:`start`.
         """
-        key = (tuple(conversation), step.shape(), tuple(tuple(r[0]) for r in step.rows.values()))
+        key = (
+            tuple(conversation),
+            step.shape(),
+            tuple(tuple(r[0]) for r in step.rows.values()),
+            lazy,
+        )
         found = self._checked.get(key)
         if found is not None:
             return found
@@ -461,37 +480,56 @@ class OneStatement:
         parts = self._parts(step, new.c.id, new, new.c.audit)
         ctes = [part.cte(f"w_part{index}") for index, part in enumerate(parts)]
         query = Query(
-            select(
-                checked.c.active,
-                checked.c.audit,
-                checked.c.catalog_revision,
-                checked.c.agent_active,
-                new.c.id,
-                new.c.audit,
-            )
-            .select_from(checked.outerjoin(new, true()))
-            .add_cte(*ctes),
+            lazy_commit(
+                select(
+                    checked.c.active,
+                    checked.c.audit,
+                    checked.c.catalog_revision,
+                    checked.c.agent_active,
+                    new.c.id,
+                    new.c.audit,
+                )
+                .select_from(checked.outerjoin(new, true()))
+                .add_cte(*ctes),
+                lazy,
+            ),
             CheckedStart,
         )
         self._checked[key] = query
         return query
 
-    def take(self, step: StepRows) -> Query[int]:
+    def take(self, step: StepRows, *, lazy: bool = False) -> Query[int]:
         """The statement that takes a conversation (``b_id``, ``b_status``) with a first step.
 
         It returns the conversation's id when it took it, no row when the
         status had changed; the step's rows are written only with the take.
+        ``lazy`` as for :meth:`start`.
         """
-        key = (step.shape(), tuple(tuple(rows[0]) for rows in step.rows.values()))
+        key = (step.shape(), tuple(tuple(rows[0]) for rows in step.rows.values()), lazy)
         found = self._takes.get(key)
         if found is not None:
             return found
         taken = take_update().returning(conversation_table.c.id).cte("w_take")
         parts = self._parts(step, taken.c.id, taken)
         ctes = [part.cte(f"w_part{index}") for index, part in enumerate(parts)]
-        query = Query(select(taken.c.id).add_cte(*ctes), _first)
+        query = Query(lazy_commit(select(taken.c.id).add_cte(*ctes), lazy), _first)
         self._takes[key] = query
         return query
+
+
+def lazy_commit(query: _Query, lazy: bool) -> _Query:
+    """``query``, whose commit does not wait for the log's flush when ``lazy``.
+
+    The statement runs on its own (no BEGIN), so its transaction is the
+    statement's: ``set_config(..., true)`` turns ``synchronous_commit`` off
+    until its commit, which reads it, and then it reverts. The commit is
+    visible at once; the next synchronous commit of any session flushes the
+    log up to its own record, this one's included.
+    """
+    if not lazy:
+        return query
+    relaxed = func.set_config("synchronous_commit", "off", true())
+    return query.where(relaxed.is_not(None))
 
 
 def _first(value: Any) -> Any:

@@ -190,6 +190,13 @@ class TurnBatch:
         ledger: work run on the same connection, in the same transaction,
             before the rows are written (a budget's settle rides on the write
             that records the call's usage instead of a transaction of its own).
+        durable_with_next: the turn's next write makes this one durable: on
+            PostgreSQL its commit does not wait for the write-ahead log to
+            reach the disk, and the next write's commit, which waits, flushes
+            this one's with it (the log is written in order). Set by the
+            runtime on a turn's first step only when nothing of the turn
+            reaches anyone, nor runs a tool, before its next write; a
+            database crash in between loses the step and fails that write.
     """
 
     messages: list[NewMessage] = field(default_factory=lambda: [])
@@ -205,6 +212,7 @@ class TurnBatch:
     outbox: list[NewOutboxMessage] = field(default_factory=lambda: [])
     processed: list[NewProcessed] = field(default_factory=lambda: [])
     ledger: list[Callable[[Connection], None]] = field(default_factory=lambda: [])
+    durable_with_next: bool = False
 
     def changes(self) -> dict[str, Any]:
         """The conversation columns this batch sets, by column name."""
