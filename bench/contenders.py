@@ -497,8 +497,12 @@ async def _pilothouse(base_url: str, scenario: str, options: dict[str, Any]) -> 
     from pilothouse.api import Pilothouse
     from pilothouse.settings import Settings
 
+    # Named only when asked for: an older tree (pgturn's --before) lacks it.
+    lazy: dict[str, Any] = {"database_lazy_start": True} if options.get("lazy_start") else {}
     settings = Settings(
-        database_url=options["database_url"], freeze_heap=bool(options.get("freeze_heap", False))
+        database_url=options["database_url"],
+        freeze_heap=bool(options.get("freeze_heap", False)),
+        **lazy,
     )
     ph = Pilothouse(settings, tenant="bench")
     await ph.__aenter__()

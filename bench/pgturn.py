@@ -34,11 +34,17 @@ HERE = str(BENCH.parent / "src")
 
 
 def _contenders(before: str | None) -> dict[str, tuple[str, str]]:
-    """Label -> (bench contender, source tree)."""
+    """Label -> (bench contender, source tree).
+
+    ``postgres-lazy-start`` is the same contender with the operator's
+    ``database_lazy_start`` on (the turn's first write does not wait for the
+    log's flush).
+    """
     found = {
         "model_request": ("pydantic-ai-model_request", HERE),
         "sqlite": ("pilothouse-sqlite", HERE),
         "postgres": ("pilothouse-postgres", HERE),
+        "postgres-lazy-start": ("pilothouse-postgres", HERE),
     }
     if before:
         found["postgres-before"] = ("pilothouse-postgres", str(Path(before).resolve()))
@@ -79,6 +85,7 @@ def main() -> None:
                 "scenario": "plain-d0",
                 "base_url": mock.base_url,
                 "bench_dir": str(BENCH),
+                "lazy_start": label == "postgres-lazy-start",
             }
             if contender.startswith("pilothouse"):
                 (work / label).mkdir()

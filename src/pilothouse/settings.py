@@ -176,6 +176,13 @@ class Settings(BaseSettings):
         database_max_overflow: further connections opened under load.
         database_pool_timeout: seconds a transaction waits for a connection
             before it fails.
+        database_lazy_start: on PostgreSQL, let the first write of a turn
+            that nobody streams and that runs no tool commit without waiting
+            for the log's flush; the turn's next write, which waits, makes it
+            durable too. Off by default: a database server crash between the
+            two writes loses that start record although the model call may
+            have gone out (docs/operations.md). No answer is ever delivered
+            before its record is durable either way.
         provider_max_connections: connections to one provider kept open and
             in flight at once; more concurrent model calls wait for one.
         provider_connect_timeout: seconds to open a connection to a provider.
@@ -307,6 +314,7 @@ class Settings(BaseSettings):
     database_pool_size: int = Field(default=20, ge=1)
     database_max_overflow: int = Field(default=40, ge=0)
     database_pool_timeout: float = Field(default=30.0, gt=0)
+    database_lazy_start: bool = False
     # httpx's default (100 connections, 20 kept alive) capped in-flight model
     # calls per provider at 100 and reconnected the rest.
     provider_max_connections: int = Field(default=1000, ge=1)

@@ -1,7 +1,7 @@
 """A turn's first write that does not wait for the disk, against a PostgreSQL that crashes.
 
-On PostgreSQL the first write of a turn nobody streams commits with
-``synchronous_commit`` off; the turn's next write waits for the log's flush
+With ``database_lazy_start`` on PostgreSQL, the first write of a turn nobody
+streams commits with ``synchronous_commit`` off; the turn's next write waits for the log's flush
 and so makes both durable. These tests crash a PostgreSQL server of their
 own (``pg_ctl stop -m immediate``: no checkpoint, the write-ahead log
 buffers lost, as on a power cut of the server) and start it again:
@@ -132,7 +132,9 @@ CATALOG = CatalogBuilder().action("SAY", prompt="Say it.", ask_user=False)
 
 async def test_an_answer_returned_has_every_record_of_its_turn_on_disk(server: Server) -> None:
     model = ScriptedModel([Reply("warm"), Reply("the answer", output_tokens=7)])
-    async with Pilothouse(Settings(database_url=server.url), model=model) as ph:
+    async with Pilothouse(
+        Settings(database_url=server.url, database_lazy_start=True), model=model
+    ) as ph:
         await CATALOG.import_into(ph)
         await ph.command.start_and_send("warm up", action="SAY")
         result = await ph.command.start_and_send("the question", action="SAY")
@@ -157,7 +159,9 @@ async def test_a_crash_mid_turn_leaves_the_start_or_nothing_and_no_answer(server
             crashed.append(True)
         return ModelResponse(parts=[TextPart("the answer")])
 
-    async with Pilothouse(Settings(database_url=server.url), model=FunctionModel(answer)) as ph:
+    async with Pilothouse(
+        Settings(database_url=server.url, database_lazy_start=True), model=FunctionModel(answer)
+    ) as ph:
         await CATALOG.import_into(ph)
         warm = await ph.command.start_and_send("warm up", action="SAY")
         assert warm.text == "the answer"

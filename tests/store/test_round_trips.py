@@ -216,7 +216,9 @@ async def test_a_step_too_large_for_one_statement_is_written_statement_by_statem
 async def test_a_turn_nobody_watches_commits_its_start_without_waiting_for_the_disk(
     counted: tuple[WireCounter, str],
 ) -> None:
-    """The start's commit does not wait for the log's flush; the ending's, which flushes both, does.
+    """With the operator's lazy start, the start's commit does not wait for the log's flush.
+
+    The ending's commit, which flushes both, does.
 
     A streamed turn's start waits: its text reaches the caller before the ending is written.
     """
@@ -224,7 +226,7 @@ async def test_a_turn_nobody_watches_commits_its_start_without_waiting_for_the_d
     model = ScriptedModel(["one", "two", "three", "four"])
     relaxed = "set_config"
     with override(model=model):
-        async with Pilothouse(Settings(database_url=url)) as ph:
+        async with Pilothouse(Settings(database_url=url, database_lazy_start=True)) as ph:
             await ph.command.start_and_send("warm up", action="SAY")
             before = len(proxy.executed)
             plain = await ph.command.start_and_send("hello", action="SAY")
@@ -258,7 +260,8 @@ async def test_a_turn_that_may_run_a_tool_waits_for_the_disk_at_its_start(
     registry = ToolRegistry(SecretResolver({}))
     registry.register(lookup)
     model = ScriptedModel([Reply("warm"), ToolCall("lookup", {"city": "Oslo"}), Reply("Sunny.")])
-    async with Pilothouse(Settings(database_url=url), model=model, tools=registry) as ph:
+    settings = Settings(database_url=url, database_lazy_start=True)
+    async with Pilothouse(settings, model=model, tools=registry) as ph:
         await (
             CatalogBuilder()
             .tool("LOOKUP", name="lookup", kind="python", implementation="lookup")
@@ -272,3 +275,19 @@ async def test_a_turn_that_may_run_a_tool_waits_for_the_disk_at_its_start(
         executed = proxy.executed[before:]
         assert "INSERT INTO conversation" in executed[0]
         assert not [sql for sql in executed if "set_config" in sql]
+
+
+async def test_by_default_every_write_of_a_turn_waits_for_the_disk(
+    counted: tuple[WireCounter, str],
+) -> None:
+    """Without ``database_lazy_start`` a turn nobody watches commits its start durably too."""
+    proxy, url = counted
+    with override(model=ScriptedModel(["one", "two"])):
+        async with Pilothouse(Settings(database_url=url)) as ph:
+            await ph.command.start_and_send("warm up", action="SAY")
+            before = len(proxy.executed)
+            answered = await ph.command.start_and_send("hello", action="SAY")
+            assert answered.text == "two"
+            start, end = proxy.executed[before:]
+            assert "INSERT INTO conversation" in start and "UPDATE conversation" in end
+            assert not [sql for sql in (start, end) if "set_config" in sql]

@@ -217,6 +217,7 @@ class Shared:
                 budget_alert_bus=settings.budget_alert_bus,
                 budget_alert_topic=settings.budget_alert_topic,
                 freeze_heap=settings.freeze_heap,
+                lazy_start=settings.database_lazy_start,
                 memory_index=settings.memory_index,
                 coordination=self.coordination(),
                 egress=egress,

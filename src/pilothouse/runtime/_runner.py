@@ -625,10 +625,15 @@ class Runner:
         scope = runtime.running.register(self.tenant, uuid)
         # Every log line of the turn names its conversation.
         bind_conversation(uuid)
-        if opening.first is not None and unseen_until_second_write(
-            first, compiled, listener is not None or self.hub.wants_deltas(uuid, self.tenant)
+        if (
+            runtime.lazy_start
+            and opening.first is not None
+            and unseen_until_second_write(
+                first, compiled, listener is not None or self.hub.wants_deltas(uuid, self.tenant)
+            )
         ):
-            # The turn's next write waits for the log's flush, this one's with it.
+            # The operator chose it (Settings.database_lazy_start): the turn's
+            # next write waits for the log's flush, this one's with it.
             opening.first.durable_with_next = True
         try:
             handle = await self._take(opening)

@@ -214,6 +214,8 @@ class Runtime:
         budget_alert_webhook: where budget alerts are also POSTed (None: nowhere).
         budget_alert_bus: the bus budget alerts are also published on (None: none).
         budget_alert_topic: their topic there.
+        lazy_start: whether an unseen turn's first write may commit without
+            waiting for the log's flush (``Settings.database_lazy_start``).
     """
 
     def __init__(
@@ -242,10 +244,12 @@ class Runtime:
         memory_index: str = "auto",
         coordination: Coordination | None = None,
         egress: EgressPolicy | None = None,
+        lazy_start: bool = False,
     ) -> None:
         from pilothouse.store import SqlTurnStore
 
         self.egress = egress
+        self.lazy_start = lazy_start
         self.freeze_pending = freeze_heap
         """True until a turn has ended in a runtime asked to freeze the heap."""
         self._scoped_memory = scoped_memory
