@@ -22,6 +22,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 from fault_upstream import Reply, completion, running_upstream, text_stream
 from local_fixtures import PARIS, WEATHER_PARAMETERS
@@ -51,15 +52,21 @@ pytestmark = pytest.mark.anyio
 
 # Greedy and seeded, and room for a whole tool call: at 24 tokens the call
 # sometimes ended one token short ("length") on one client and not the other.
-# llama.cpp's prompt cache is off, so the second client's identical request is
-# evaluated as the first was (a cached prompt takes another arithmetic path,
-# and a near tie between two tokens can then go the other way).
-_SETTINGS: ModelSettings = {
+_SETTINGS: ModelSettings = {"temperature": 0.0, "max_tokens": 64, "seed": 7}
+_PRIMER = {
+    "model": "local-model",
+    "messages": [{"role": "user", "content": "Count to three."}],
+    "max_tokens": 1,
     "temperature": 0.0,
-    "max_tokens": 64,
-    "seed": 7,
-    "extra_body": {"cache_prompt": False},
 }
+"""A request each client's request follows, so both meet the same cache.
+
+llama-cpp-python reuses the longest prefix its previous prompt shares with the
+next one and evaluates only the rest: a prompt evaluated in other batches takes
+another arithmetic path, and a near tie between two tokens can then go the
+other way. Without the primer, the first client followed whatever request the
+server answered last (another test's, in the suite) and the second followed
+the first's identical prompt, and their answers differed."""
 _WEATHER = ToolDefinition(
     name="get_weather",
     description="Get the current weather for a city",
@@ -109,9 +116,13 @@ async def _both(
     parameters: ModelRequestParameters,
     *,
     stream: bool,
+    base_url: str,
 ) -> list[ModelResponse]:
     answers: list[ModelResponse] = []
     for model in models:
+        async with httpx.AsyncClient(base_url=base_url, timeout=120) as http:
+            primed = await http.post("/chat/completions", json=_PRIMER)
+            assert primed.status_code == 200, primed.text
         if stream:
             async with model_request_stream(
                 model, messages, model_settings=_SETTINGS, model_request_parameters=parameters
@@ -142,7 +153,9 @@ async def test_a_text_answer_is_the_same_from_both_clients(
                 ]
             )
         ]
-        lean, sdk = await _both(models, messages, ModelRequestParameters(), stream=stream)
+        lean, sdk = await _both(
+            models, messages, ModelRequestParameters(), stream=stream, base_url=local_llm_base_url
+        )
         assert lean == sdk
         assert isinstance(lean.parts[0], TextPart) and lean.parts[0].content.strip()
         assert lean.usage.input_tokens > 0 and lean.usage.output_tokens > 0
@@ -158,7 +171,7 @@ async def test_a_tool_round_is_the_same_from_both_clients(qwen_base_url: str, st
         models = await _models(factory, qwen_base_url)
         parameters = ModelRequestParameters(function_tools=[_WEATHER], allow_text_output=True)
         first: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart(PARIS)])]
-        lean, sdk = await _both(models, first, parameters, stream=stream)
+        lean, sdk = await _both(models, first, parameters, stream=stream, base_url=qwen_base_url)
         calls = [part for part in lean.parts if isinstance(part, ToolCallPart)]
         assert calls and calls[0].tool_name == "get_weather"
         assert "paris" in calls[0].args_as_json_str().lower()
@@ -177,7 +190,9 @@ async def test_a_tool_round_is_the_same_from_both_clients(qwen_base_url: str, st
                 ]
             ),
         ]
-        final_lean, final_sdk = await _both(models, second, parameters, stream=stream)
+        final_lean, final_sdk = await _both(
+            models, second, parameters, stream=stream, base_url=qwen_base_url
+        )
         assert final_lean == final_sdk
         assert final_lean.parts and final_lean.usage.input_tokens > lean.usage.input_tokens
     finally:
