@@ -458,7 +458,9 @@ class McpService:
                 continue
             self._fingerprints[key] = now
             changed.append(uri)
-            for connection in sessions:
+            # Read again: a session may have unsubscribed while the content
+            # was read, and must hear nothing after its unsubscribe returned.
+            for connection in list(self._subscribed.get(key, ())):
                 await connection.send_resource_updated(uri)
             bus = self._buses.get(key[0])
             if listening and bus is not None and (key[0], uri) not in published:
