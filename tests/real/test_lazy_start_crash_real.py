@@ -174,7 +174,7 @@ async def test_a_crash_mid_turn_leaves_the_start_or_nothing_and_no_answer(server
             # what matters is that no answer came, and the rows below.
             answered = None
     assert crashed == [True]
-    turns = [rest for _, *rest in await stored(server.url)]
+    turns = [(status, contents, tokens) for _, status, contents, tokens in await stored(server.url)]
     question = [t for t in turns if t[1][:1] == ["the question"]]
     if answered is not None:
         # Delivered: then every record of the turn is on disk, its cost too.
@@ -184,4 +184,4 @@ async def test_a_crash_mid_turn_leaves_the_start_or_nothing_and_no_answer(server
         assert output_tokens > 0
     else:
         # Not delivered: the start record (taken, the user's message) or nothing.
-        assert question in ([], [["RU", ["the question"], 0]]), question
+        assert question in ([], [("RU", ["the question"], 0)]), question
