@@ -83,8 +83,8 @@ from pilothouse.runtime._turn import (
     ToolReply,
     Turn,
     activated_skills,
+    mark_lazy_start,
     memory_messages,
-    unseen_until_second_write,
 )
 from pilothouse.store import (
     STARTABLE,
@@ -625,16 +625,8 @@ class Runner:
         scope = runtime.running.register(self.tenant, uuid)
         # Every log line of the turn names its conversation.
         bind_conversation(uuid)
-        if (
-            runtime.lazy_start
-            and opening.first is not None
-            and unseen_until_second_write(
-                first, compiled, listener is not None or self.hub.wants_deltas(uuid, self.tenant)
-            )
-        ):
-            # The operator chose it (Settings.database_lazy_start): the turn's
-            # next write waits for the log's flush, this one's with it.
-            opening.first.durable_with_next = True
+        if runtime.lazy_start and opening.first is not None:
+            mark_lazy_start(opening.first, first, compiled, listener, self.hub, self.tenant, uuid)
         try:
             handle = await self._take(opening)
         except BaseException:

@@ -34,6 +34,7 @@ __all__ = [
     "ToolReply",
     "Turn",
     "activated_skills",
+    "mark_lazy_start",
     "memory_messages",
     "unseen_until_second_write",
 ]
@@ -55,6 +56,7 @@ from pilothouse.runtime._config import RuntimeConfig
 from pilothouse.runtime._convert import ParsedResponse
 from pilothouse.runtime._events import (
     AnswerSource,
+    EventHub,
     Listener,
     Question,
     ReturnedCall,
@@ -504,3 +506,22 @@ def unseen_until_second_write(first: Step, compiled: CompiledAction, watched: bo
     the next write (the answer, a pause, a call returned, a failure, a cancel).
     """
     return isinstance(first, Prompt) and not watched and not compiled.runs_tools
+
+
+def mark_lazy_start(
+    batch: TurnBatch,
+    first: Step,
+    compiled: CompiledAction,
+    listener: Listener | None,
+    hub: EventHub,
+    tenant: str,
+    conversation_uuid: str,
+) -> None:
+    """Let a turn's first write commit without waiting for the disk, when nothing depends on it.
+
+    Called only when the operator chose it (``Settings.database_lazy_start``):
+    the turn's next write waits for the log's flush, this one's with it.
+    """
+    watched = listener is not None or hub.wants_deltas(conversation_uuid, tenant)
+    if unseen_until_second_write(first, compiled, watched):
+        batch.durable_with_next = True
