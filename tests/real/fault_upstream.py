@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +51,9 @@ class Upstream:
     replies: list[Reply] = field(default_factory=lambda: [])
     requests: list[dict[str, Any]] = field(default_factory=lambda: [])
     paths: list[str] = field(default_factory=lambda: [])
+
+    on_request: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+    """Awaited with each request's body as it arrives, before the answer (on the server's loop)."""
 
     def script(self, *replies: Reply) -> None:
         """Replace the script and forget earlier requests."""
@@ -114,6 +117,8 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up:
         up.paths.append(lines[0].split(" ")[1])
         raw = await reader.readexactly(int(headers.get("content-length", "0")))
         up.requests.append(json.loads(raw) if raw else {})
+        if up.on_request is not None:
+            await up.on_request(up.requests[-1])
         reply = up.next_reply()
         if reply.events is None:
             body = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()

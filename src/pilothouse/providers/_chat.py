@@ -74,6 +74,7 @@ from pydantic_ai.profiles.openai import (
 )
 
 from pilothouse import __version__
+from pilothouse._sendgate import before_send
 from pilothouse.providers._chat_wire import (
     FINISH_REASONS,
     chat_usage,
@@ -174,6 +175,8 @@ class ChatCompletionsModel(Model):
             client, for requests this model does not build itself.
     """
 
+    waits_at_send_gate = True
+    """It waits for the turn's start record itself, after building the request."""
     # As OpenAIChatModel: no video part; a tool's files travel on the user channel.
     _unsupported_file_inputs = frozenset({"video"})
     _relocates_tool_files = True
@@ -262,8 +265,11 @@ class ChatCompletionsModel(Model):
     ) -> ModelResponse:
         """Send one request and return the answer."""
         if not self._builds(messages, model_settings, model_request_parameters):
+            await before_send()
             return await self.fallback().request(messages, model_settings, model_request_parameters)
         request, _ = self._request(messages, model_settings, model_request_parameters, False)
+        # Built while the turn's start record was being written; sent once it is.
+        await before_send()
         response = await sent(self._client, request, self._model_name, stream=False)
         await raise_for_status(response, self._model_name, self._provider_name)
         try:
@@ -284,6 +290,7 @@ class ChatCompletionsModel(Model):
     ) -> AsyncGenerator[StreamedResponse]:
         """Send one request and stream the answer."""
         if not self._builds(messages, model_settings, model_request_parameters):
+            await before_send()
             async with self.fallback().request_stream(
                 messages, model_settings, model_request_parameters, run_context
             ) as streamed:
@@ -292,6 +299,7 @@ class ChatCompletionsModel(Model):
         request, parameters = self._request(
             messages, model_settings, model_request_parameters, True
         )
+        await before_send()
         response = await sent(self._client, request, self._model_name, stream=True)
         try:
             await raise_for_status(response, self._model_name, self._provider_name)

@@ -20,6 +20,7 @@ from pydantic_ai.direct import model_request, model_request_stream
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
 
+from pilothouse._sendgate import before_send
 from pilothouse.catalog._enums import ModelCapability, TimelineKind
 from pilothouse.errors import ContentFilterError
 from pilothouse.memory import counter_for
@@ -154,6 +155,10 @@ class ModelCaller:
                     },
                 )
             )
+            if not getattr(model, "waits_at_send_gate", False):
+                # A model that does not wait itself, right before its bytes
+                # leave, waits here for the turn's start record.
+                await before_send()
             try:
                 with (
                     wire_notes() as notes,

@@ -88,6 +88,9 @@ class TurnRecorder:
 
     async def write(self, turn: Turn, batch: TurnBatch) -> None:
         """Write ``batch`` with the turn's budget settles not yet written."""
+        if turn.started is not None:
+            # The conversation's own statement is still in flight: after it.
+            await turn.started()
         self._log_events(turn, batch.events)
         if turn.settles:
             # The settles ride on this write: no transaction of their own.
@@ -283,6 +286,8 @@ class TurnRecorder:
         questions: tuple[Question, ...] = (),
     ) -> TurnResult:
         """Write the turn's last step (pending events, status, usage) and report it."""
+        if turn.started is not None:
+            await turn.started()
         handle = turn.handle
         batch.events = [
             *turn.take_pending(),

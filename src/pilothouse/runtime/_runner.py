@@ -60,6 +60,7 @@ from pilothouse.runtime._events import (
     StatusChanged,
     TurnResult,
 )
+from pilothouse.runtime._opening import StartNotWritten, start_ahead, take
 from pilothouse.runtime._record import status_event
 from pilothouse.runtime._replaytape import current_tape
 from pilothouse.runtime._resumed import resumed_call
@@ -92,7 +93,6 @@ from pilothouse.store import (
     NewEvent,
     NewProcessed,
     TurnBatch,
-    TurnHandle,
     TurnStore,
 )
 from pilothouse.store._base import utcnow
@@ -568,31 +568,6 @@ class Runner:
             caller=caller,
         )
 
-    async def _take(self, opening: Opening) -> TurnHandle:
-        """Take the conversation for the turn, with its first step."""
-        match opening:
-            case NewConversation():
-                return await self.store.start_turn(
-                    self.tenant,
-                    opening.uuid,
-                    action_code=opening.action_code,
-                    agent_code=opening.agent_code,
-                    first=opening.first,
-                    memory_id=opening.memory_id,
-                    audit=opening.audit,
-                    default_audit=opening.default_audit,
-                    check_catalog=True,
-                    caller=opening.caller,
-                )
-            case TakeConversation():
-                return await self.store.begin_turn(
-                    self.tenant,
-                    opening.uuid,
-                    allowed=opening.allowed,
-                    first=opening.first,
-                    read_memory=opening.read_memory,
-                )
-
     async def _drive(
         self,
         opening: Opening,
@@ -628,13 +603,18 @@ class Runner:
         if runtime.lazy_start and opening.first is not None:
             mark_lazy_start(opening.first, first, compiled, listener, self.hub, self.tenant, uuid)
         try:
-            handle = await self._take(opening)
+            ahead = await start_ahead(
+                runtime, opening, first, compiled, listener, self.hub, self.tenant
+            )
+            handle = ahead.provisional if ahead else await take(self.store, self.tenant, opening)
         except BaseException:
             runtime.running.unregister(self.tenant, uuid)
             raise
         if config.audit is not None:
             handle.audit = config.audit
         turn = Turn(handle=handle, compiled=compiled, config=config, listener=listener)
+        if ahead:
+            ahead.attach(turn, config.audit)
         recorder = runtime.recorder
         started = time.perf_counter()
         try:
@@ -643,7 +623,12 @@ class Runner:
                     await recorder.emit(
                         turn, StatusChanged(uuid, handle.previous_status, ProcessStatus.RUNNING)
                     )
-                    return self._measured(turn, started, await self._steps(turn, first))
+                    ran = (
+                        self._steps(turn, first)
+                        if ahead is None
+                        else ahead.steps(self._steps, turn, first)
+                    )
+                    return self._measured(turn, started, await ran)
                 why = runtime.running.why(self.tenant, uuid)
                 result = self._measured(turn, started, await recorder.cancelled(turn, why))
                 if why == SHUTDOWN:
@@ -664,6 +649,9 @@ class Runner:
                 self._measured(turn, started, await recorder.end(turn, Failed(str(refused))))
             raise
         except BaseException as exc:
+            if ahead and await ahead.failure():
+                # The conversation was never written: nothing to record.
+                raise exc.cause if isinstance(exc, StartNotWritten) else exc from None
             with anyio.CancelScope(shield=True):
                 if isinstance(exc, anyio.get_cancelled_exc_class()):
                     ended = await recorder.cancelled(turn, runtime.running.why(self.tenant, uuid))

@@ -284,6 +284,15 @@ class Runtime:
             self._alert_notifiers.append(AlertWebhook(budget_alert_webhook, egress))
         if budget_alert_bus is not None:
             self._alert_notifiers.append(AlertBus(budget_alert_bus, budget_alert_topic))
+        self.budgets = BudgetGate(
+            database,
+            meter=lambda: self.telemetry.meter,
+            notifiers=self._alert_notifiers,
+            redis=None
+            if coordination is None
+            else RedisLedger(coordination.client, coordination.prefix),
+        )
+        """Holds each model call's worst case on the tenant's budgets."""
         self.loop = TurnLoop(
             models=models,
             recorder=self.recorder,
@@ -294,14 +303,7 @@ class Runtime:
             tool_timeout=tool_timeout,
             tool_concurrency=tool_concurrency,
             max_tool_steps=max_tool_steps,
-            budgets=BudgetGate(
-                database,
-                meter=lambda: self.telemetry.meter,
-                notifiers=self._alert_notifiers,
-                redis=None
-                if coordination is None
-                else RedisLedger(coordination.client, coordination.prefix),
-            ),
+            budgets=self.budgets,
             catalog_model=self.catalog_model,
         )
 

@@ -225,6 +225,9 @@ class Turn:
             its own transaction.
         after_write: what to do once that write has committed (announce the
             budget thresholds its settles crossed).
+        started: set while the turn's start statement is still in flight
+            (a new conversation on PostgreSQL, see ``_startahead``): every
+            write waits for it first, and it puts the real handle in place.
     """
 
     handle: TurnHandle
@@ -249,6 +252,7 @@ class Turn:
     requested_model: str | None = None
     settles: list[Callable[[Connection], None]] = field(default_factory=lambda: [])
     after_write: list[Callable[[], Awaitable[None]]] = field(default_factory=lambda: [])
+    started: Callable[[], Awaitable[object]] | None = None
     # Usage not yet written (reset by every write) ...
     input_tokens: int = 0
     output_tokens: int = 0
