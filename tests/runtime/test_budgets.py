@@ -18,6 +18,7 @@ from pilothouse.runtime._budgetledger import (
     LedgerEntry,
     LedgerStatements,
     fixed_values,
+    sqlite_time,
 )
 from pilothouse.settings import Settings
 from pilothouse.store import Database
@@ -303,12 +304,12 @@ def test_the_sqlite_ledger_statements_store_what_sqlalchemy_would(tmp_path: Path
             assert connection.execute(statement.statement, values).rowcount == 1
         raw = connection.connection.driver_connection
         assert raw is not None
-        values = {**driver.fixed, **held, "updated_at": moment}
+        values = {**driver.fixed, **held, "updated_at": sqlite_time(moment)}
         assert sql.hold_sqlite.run(connection, dict(values)) == 1
         assert sql.settle_sqlite.run(connection, {**values, **spent}) == 1
         # The same on two rows at once, as a call charged to two budgets holds and settles.
         hold_both, settle_both = sql.together(2)
-        pair: dict[str, Any] = {"k_tenant": "t", "updated_at": moment}
+        pair: dict[str, Any] = {"k_tenant": "t", "updated_at": sqlite_time(moment)}
         for index, entry in enumerate(pair_entries):
             pair.update({f"{k}_{index}": v for k, v in entry.fixed.items() if k != "k_tenant"})
         assert hold_both.run(connection, {**pair, **held}) == 2
@@ -319,3 +320,5 @@ def test_the_sqlite_ledger_statements_store_what_sqlalchemy_would(tmp_path: Path
         }
     assert rows["driver"] == rows["first"] == rows["second"] == rows["core"]
     assert rows["core"][2:] == (20, 0, 5, 0, 1, 0, "2026-12-07 01:02:03.456789")
+    # On the hour too: the text keeps its six digits of microseconds, as Core's does.
+    assert sqlite_time(datetime(2026, 1, 2, 3, 0, tzinfo=UTC)) == "2026-01-02 03:00:00.000000"

@@ -302,6 +302,18 @@ def _within(used: ColumnElement[Any], amount: BindParameter[Any], limit: str, ki
 _NAMED = SQLiteDialect_pysqlite(paramstyle="named")
 """Compiles the ledger's statements for pysqlite with named parameters."""
 
+_AS_TEXT = "updated_at"
+"""The parameter :class:`_OnSqlite` takes as text already (see :func:`sqlite_time`)."""
+
+
+def sqlite_time(moment: datetime) -> str:
+    """``moment`` (aware, UTC) as SQLAlchemy stores a ``DateTime`` on SQLite.
+
+    One C call: through the column type's bind processor (its UTC check, then
+    SQLite's formatting) the timestamp cost more than the rest of the bind.
+    """
+    return moment.isoformat(" ", "microseconds")[:26]
+
 
 class _OnSqlite:
     """A ledger statement as pysqlite runs it: its values go to the driver as one dict.
@@ -312,8 +324,9 @@ class _OnSqlite:
     the statement. Compiled with named parameters, the driver binds each from
     the dict in C, a name used twice (an amount in the update and in the
     limit's check) once; only the values whose type has a bind processor on
-    SQLite (money as a float, the timestamp as text) go through it, in Python,
-    exactly as SQLAlchemy would store them.
+    SQLite (money, as a float) go through it, in Python, so what is stored is
+    what SQLAlchemy would store. ``updated_at`` is given as its text already
+    (:func:`sqlite_time`).
 
     Args:
         statement: the SQLAlchemy statement (the same the other stores run).
@@ -335,6 +348,8 @@ class _OnSqlite:
         dialect = connection.dialect
         processed: list[tuple[str, Callable[[Any], Any]]] = []
         for name, bind in compiled.binds.items():
+            if name == _AS_TEXT:
+                continue
             process = bind.type.dialect_impl(dialect).bind_processor(dialect)
             if process is not None:
                 processed.append((name, process))
@@ -581,18 +596,21 @@ def hold_at_once(
     It does not hold when a row is missing (a period's first call) or a
     limit stands in the way; :func:`hold_rows` then goes row by row.
     """
-    values = {
+    values: dict[str, Any] = {
         "money": money,
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
         "turns": turns,
-        "updated_at": utcnow(),
     }
+    if connection.dialect.name != "sqlite":
+        if len(entries) > 1:
+            return False  # several rows in one statement on SQLite only (see settle_rows)
+        values.update(entries[0].fixed, updated_at=utcnow())
+        return execute(connection, sql.hold, values) == 1
+    values[_AS_TEXT] = sqlite_time(datetime.now(UTC))
     if len(entries) == 1:
         values.update(entries[0].fixed)
-        if connection.dialect.name == "sqlite":
-            return sql.hold_sqlite.run(connection, values) == 1
-        return execute(connection, sql.hold, values) == 1
+        return sql.hold_sqlite.run(connection, values) == 1
     hold, _ = sql.together(len(entries))
     return hold.run(connection, _indexed(entries, values)) == len(entries)
 
@@ -684,7 +702,7 @@ def settle_rows(
     if connection.dialect.name == "sqlite":
         # One statement for all rows: SQLite has a single writer, so the
         # order rows are locked in cannot deadlock (PostgreSQL goes row by row).
-        amounts["updated_at"] = utcnow()
+        amounts[_AS_TEXT] = sqlite_time(datetime.now(UTC))
         if len(entries) == 1:
             sql.settle_sqlite.run(connection, {**entries[0].fixed, **amounts})
         else:
