@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from sqlalchemy import select
+from sqlalchemy import create_engine, insert, select
 
 from pilothouse.api import Pilothouse
 from pilothouse.errors import BudgetExceededError, CatalogValidationError
+from pilothouse.runtime._budgetledger import (
+    BudgetRule,
+    LedgerEntry,
+    LedgerStatements,
+    fixed_values,
+    sqlite_time,
+)
 from pilothouse.settings import Settings
 from pilothouse.store import Database
 from pilothouse.store._tables import budget_usage_table
@@ -252,3 +260,65 @@ def test_periods_roll_over_at_the_boundary_in_the_budget_time_zone() -> None:
     key1, next1 = period_of("hour", "Europe/Berlin", first)
     key2, _ = period_of("hour", "Europe/Berlin", second)
     assert key1 != key2 and next1 == datetime(2026, 10, 25, 1, 0, tzinfo=UTC)
+
+
+def test_the_sqlite_ledger_statements_store_what_sqlalchemy_would(tmp_path: Path) -> None:
+    """Bound by name on the driver, a hold and a settle write the bytes Core writes."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    budget_usage_table.create(engine)
+    rule = BudgetRule(
+        "T",
+        "tenant",
+        None,
+        None,
+        None,
+        "month",
+        "UTC",
+        Decimal("5"),
+        None,
+        10**6,
+        None,
+        "refuse",
+        (),
+    )
+    entries = [
+        LedgerEntry(
+            rule, subject, "2026-12", None, True, fixed_values("t", rule, subject, "2026-12", True)
+        )
+        for subject in ("core", "driver", "first", "second")
+    ]
+    sql = LedgerStatements()
+    moment = datetime(2026, 12, 7, 1, 2, 3, 456789, tzinfo=UTC)
+    held = {"money": Decimal("0.000148"), "input_tokens": 61, "output_tokens": 64, "turns": 1}
+    spent = {"spent_money": Decimal("0.00004"), "spent_input": 20, "spent_output": 5}
+    with engine.begin() as connection:
+        for entry in entries:
+            connection.execute(
+                insert(budget_usage_table).values(
+                    tenant="t", budget="T", subject=entry.subject, period="2026-12"
+                )
+            )
+        core, driver, *pair_entries = entries
+        for statement, extra in ((sql.hold, {}), (sql.settle, spent)):
+            values = {**core.fixed, **held, **extra, "updated_at": moment}
+            assert connection.execute(statement.statement, values).rowcount == 1
+        raw = connection.connection.driver_connection
+        assert raw is not None
+        values = {**driver.fixed, **held, "updated_at": sqlite_time(moment)}
+        assert sql.hold_sqlite.run(connection, dict(values)) == 1
+        assert sql.settle_sqlite.run(connection, {**values, **spent}) == 1
+        # The same on two rows at once, as a call charged to two budgets holds and settles.
+        hold_both, settle_both = sql.together(2)
+        pair: dict[str, Any] = {"k_tenant": "t", "updated_at": sqlite_time(moment)}
+        for index, entry in enumerate(pair_entries):
+            pair.update({f"{k}_{index}": v for k, v in entry.fixed.items() if k != "k_tenant"})
+        assert hold_both.run(connection, {**pair, **held}) == 2
+        assert settle_both.run(connection, {**pair, **held, **spent}) == 2
+        rows = {
+            row[2]: row[4:]
+            for row in raw.execute("SELECT * FROM budget_usage ORDER BY subject").fetchall()
+        }
+    assert rows["driver"] == rows["first"] == rows["second"] == rows["core"]
+    assert rows["core"][2:] == (20, 0, 5, 0, 1, 0, "2026-12-07 01:02:03.456789")
+    # On the hour too: the text keeps its six digits of microseconds, as Core's does.
+    assert sqlite_time(datetime(2026, 1, 2, 3, 0, tzinfo=UTC)) == "2026-01-02 03:00:00.000000"

@@ -24,6 +24,44 @@ async def one_turn_budget(client: httpx.AsyncClient, admin_key: str) -> None:
     assert created.status_code == 201, created.text
 
 
+async def downgrade_budget(
+    client: httpx.AsyncClient, admin_key: str, thresholds: list[int] | None = None
+) -> None:
+    """The tenant's turns past the first of the month run on SMOLLM2 instead."""
+    created = await client.post(
+        "/v1/catalog/budgets",
+        json={
+            "code": "ONETURN",
+            "scope": "tenant",
+            "period": "month",
+            "turns": 1,
+            "on_limit": "downgrade",
+            "downgrade_to": "SMOLLM2",
+            "thresholds": thresholds or [],
+        },
+        headers=auth(admin_key),
+    )
+    assert created.status_code == 201, created.text
+
+
+async def streamed_chunks(client: httpx.AsyncClient, admin_key: str) -> list[dict[str, Any]]:
+    """The chunks of a streamed OpenAI-face completion of ECHO, parsed."""
+    streamed = await client.post(
+        "/v1/chat/completions",
+        json={
+            "model": "action:ECHO",
+            "stream": True,
+            "messages": [{"role": "user", "content": "x"}],
+        },
+        headers=auth(admin_key),
+    )
+    return [
+        json.loads(line.removeprefix("data: "))
+        for line in streamed.text.splitlines()
+        if line.startswith("data: {")
+    ]
+
+
 async def rest_turn(client: httpx.AsyncClient, key: str) -> httpx.Response:
     started = await client.post("/v1/conversations", json={"action": "ECHO"}, headers=auth(key))
     uuid = started.json()["uuid"]
@@ -87,20 +125,7 @@ async def test_a_downgrade_budget_answers_on_every_face_and_each_record_names_bo
     client: httpx.AsyncClient, admin_key: str, scripted: ScriptedModel
 ) -> None:
     scripted.script.steps.extend([Reply("hi")] * 6)
-    created = await client.post(
-        "/v1/catalog/budgets",
-        json={
-            "code": "ONETURN",
-            "scope": "tenant",
-            "period": "month",
-            "turns": 1,
-            "on_limit": "downgrade",
-            "downgrade_to": "SMOLLM2",
-            "thresholds": [100],
-        },
-        headers=auth(admin_key),
-    )
-    assert created.status_code == 201, created.text
+    await downgrade_budget(client, admin_key, thresholds=[100])
     unknown = await client.post(
         "/v1/catalog/budgets",
         json={"code": "NOPE", "turns": 1, "on_limit": "downgrade", "downgrade_to": "NOSUCH"},
@@ -141,20 +166,7 @@ async def test_a_downgrade_budget_answers_on_every_face_and_each_record_names_bo
     assert invoke.json()["requestedModel"] == "SCRIPTEDM"
     assert rest.json()["model"] == "SMOLLM2" and rest.json()["requested_model"] == "SCRIPTEDM"
     # Streamed, the chunks after the turn's end name the model that ran.
-    streamed = await client.post(
-        "/v1/chat/completions",
-        json={
-            "model": "action:ECHO",
-            "stream": True,
-            "messages": [{"role": "user", "content": "x"}],
-        },
-        headers=auth(admin_key),
-    )
-    chunks = [
-        json.loads(line.removeprefix("data: "))
-        for line in streamed.text.splitlines()
-        if line.startswith("data: {")
-    ]
+    chunks = await streamed_chunks(client, admin_key)
     (last,) = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
     assert last["model"] == "SMOLLM2"
     assert last["pilothouse"] == {"model": "SMOLLM2", "requested_model": "SCRIPTEDM"}
@@ -217,34 +229,9 @@ async def test_a_downgraded_stream_names_the_model_that_ran_in_every_chunk(
     client: httpx.AsyncClient, admin_key: str, scripted: ScriptedModel
 ) -> None:
     scripted.script.steps.extend([Reply("hi there, said in a few words")] * 2)
-    created = await client.post(
-        "/v1/catalog/budgets",
-        json={
-            "code": "ONETURN",
-            "scope": "tenant",
-            "period": "month",
-            "turns": 1,
-            "on_limit": "downgrade",
-            "downgrade_to": "SMOLLM2",
-        },
-        headers=auth(admin_key),
-    )
-    assert created.status_code == 201, created.text
+    await downgrade_budget(client, admin_key)
     assert (await rest_turn(client, admin_key)).status_code == 200
-    streamed = await client.post(
-        "/v1/chat/completions",
-        json={
-            "model": "action:ECHO",
-            "stream": True,
-            "messages": [{"role": "user", "content": "x"}],
-        },
-        headers=auth(admin_key),
-    )
-    chunks = [
-        json.loads(line.removeprefix("data: "))
-        for line in streamed.text.splitlines()
-        if line.startswith("data: {")
-    ]
+    chunks = await streamed_chunks(client, admin_key)
     texts = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
     assert texts, chunks
     # The role chunk, every text chunk and the last: each names the model that wrote them.

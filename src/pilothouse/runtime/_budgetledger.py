@@ -31,7 +31,8 @@ __all__ = [
     "settle_rows",
 ]
 
-from collections.abc import Sequence
+import typing
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
@@ -41,6 +42,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import (
     BigInteger,
     Connection,
+    Executable,
     Numeric,
     String,
     and_,
@@ -52,6 +54,8 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from pilothouse.catalog._tables import budget_table, model_table, provider_table
@@ -295,6 +299,80 @@ def _within(used: ColumnElement[Any], amount: BindParameter[Any], limit: str, ki
     return or_(bound.is_(None), used + amount <= bound)
 
 
+_NAMED = SQLiteDialect_pysqlite(paramstyle="named")
+"""Compiles the ledger's statements for pysqlite with named parameters."""
+
+_AS_TEXT = "updated_at"
+"""The parameter :class:`_OnSqlite` takes as text already (see :func:`sqlite_time`)."""
+
+
+def sqlite_time(moment: datetime) -> str:
+    """``moment`` (aware, UTC) as SQLAlchemy stores a ``DateTime`` on SQLite.
+
+    One C call: through the column type's bind processor (its UTC check, then
+    SQLite's formatting) the timestamp cost more than the rest of the bind.
+    """
+    return moment.isoformat(" ", "microseconds")[:26]
+
+
+class _OnSqlite:
+    """A ledger statement as pysqlite runs it: its values go to the driver as one dict.
+
+    The generic plans of :mod:`pilothouse.store._fastsql` bind positionally,
+    each value looked up and processed in a Python loop: the hold names 21
+    parameters, and that loop cost about as much CPU as SQLite's own work on
+    the statement. Compiled with named parameters, the driver binds each from
+    the dict in C, a name used twice (an amount in the update and in the
+    limit's check) once; only the values whose type has a bind processor on
+    SQLite (money, as a float) go through it, in Python, so what is stored is
+    what SQLAlchemy would store. ``updated_at`` is given as its text already
+    (:func:`sqlite_time`).
+
+    Args:
+        statement: the SQLAlchemy statement (the same the other stores run).
+    """
+
+    __slots__ = ("_literals", "_processed", "_sql", "_statement")
+
+    def __init__(self, statement: Executable) -> None:
+        self._statement = statement
+        self._sql = ""
+        self._processed: tuple[tuple[str, Callable[[Any], Any]], ...] = ()
+        self._literals: dict[str, Any] = {}
+
+    def _compile(self, connection: Connection) -> None:
+        compiled = typing.cast(
+            SQLCompiler,
+            self._statement.compile(dialect=_NAMED),  # type: ignore[attr-defined]
+        )
+        dialect = connection.dialect
+        processed: list[tuple[str, Callable[[Any], Any]]] = []
+        for name, bind in compiled.binds.items():
+            if name == _AS_TEXT:
+                continue
+            process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            if process is not None:
+                processed.append((name, process))
+            if not bind.required:
+                # A value of the statement's own (the row count of a hold on
+                # several rows), bound when the caller names none, as the
+                # generic plans do: before processing, like a caller's value.
+                self._literals[name] = bind.effective_value
+        self._processed = tuple(processed)
+        self._sql = compiled.string
+
+    def run(self, connection: Connection, values: dict[str, Any]) -> int:
+        """Run it with ``values`` (processed in place); return the rows it matched."""
+        if not self._sql:
+            self._compile(connection)
+        for name, value in self._literals.items():
+            values.setdefault(name, value)
+        for name, process in self._processed:
+            values[name] = process(values[name])
+        driver = connection.connection.driver_connection
+        return int(driver.execute(self._sql, values).rowcount)  # type: ignore[union-attr]
+
+
 class LedgerStatements:
     """The ledger's statements, built and compiled once per gate (run on the driver)."""
 
@@ -344,11 +422,13 @@ class LedgerStatements:
             for column in _LEDGER.c
         ]
         self.row = Query(select(*columns).where(_key()), _ledger_row)
+        self.hold_sqlite = _OnSqlite(self.hold.statement)
+        self.settle_sqlite = _OnSqlite(self.settle.statement)
 
-        self._together: dict[int, tuple[Statement, Statement]] = {}
+        self._together: dict[int, tuple[_OnSqlite, _OnSqlite]] = {}
 
-    def together(self, count: int) -> tuple[Statement, Statement]:
-        """The hold and the settle of ``count`` rows as one statement each (SQLite).
+    def together(self, count: int) -> tuple[_OnSqlite, _OnSqlite]:
+        """The hold and the settle of ``count`` rows as one statement each (SQLite only).
 
         Each row's key and limits are bound with its index as a suffix
         (``k_budget_0``, ``lim_money_0``); the amounts are the same for all.
@@ -380,7 +460,7 @@ class LedgerStatements:
         # (an uncorrelated subquery runs once), and the UPDATE applies only
         # when every one does. One statement, so it commits on its own.
         fitting = select(func.count()).select_from(seen).where(or_(*fits)).scalar_subquery()
-        hold = Statement(
+        hold = _OnSqlite(
             update(_LEDGER)
             .where(or_(*keys), fitting == count)
             .values(
@@ -390,7 +470,7 @@ class LedgerStatements:
                 turns=c.turns + turns,
             )
         )
-        settle = Statement(
+        settle = _OnSqlite(
             update(_LEDGER)
             .where(or_(*keys))
             .values(
@@ -516,18 +596,23 @@ def hold_at_once(
     It does not hold when a row is missing (a period's first call) or a
     limit stands in the way; :func:`hold_rows` then goes row by row.
     """
-    values = {
+    values: dict[str, Any] = {
         "money": money,
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
         "turns": turns,
-        "updated_at": utcnow(),
     }
+    if connection.dialect.name != "sqlite":
+        if len(entries) > 1:
+            return False  # several rows in one statement on SQLite only (see settle_rows)
+        values.update(entries[0].fixed, updated_at=utcnow())
+        return execute(connection, sql.hold, values) == 1
+    values[_AS_TEXT] = sqlite_time(datetime.now(UTC))
     if len(entries) == 1:
         values.update(entries[0].fixed)
-        return execute(connection, sql.hold, values) == 1
+        return sql.hold_sqlite.run(connection, values) == 1
     hold, _ = sql.together(len(entries))
-    return execute(connection, hold, _indexed(entries, values)) == len(entries)
+    return hold.run(connection, _indexed(entries, values)) == len(entries)
 
 
 def fits_once_settled(
@@ -605,7 +690,7 @@ def settle_rows(
 ) -> list[tuple[LedgerEntry, int, float]]:
     """Turn the hold into what was spent; return the thresholds this settle crossed first."""
     crossed: list[tuple[LedgerEntry, int, float]] = []
-    amounts = {
+    amounts: dict[str, Any] = {
         "money": hold.money,
         "input_tokens": hold.input_tokens,
         "output_tokens": hold.output_tokens,
@@ -614,11 +699,15 @@ def settle_rows(
         "spent_output": output_tokens,
     }
     entries = hold.entries
-    if len(entries) > 1 and connection.dialect.name == "sqlite":
+    if connection.dialect.name == "sqlite":
         # One statement for all rows: SQLite has a single writer, so the
         # order rows are locked in cannot deadlock (PostgreSQL goes row by row).
-        _, settle = sql.together(len(entries))
-        execute(connection, settle, _indexed(entries, {**amounts, "updated_at": utcnow()}))
+        amounts[_AS_TEXT] = sqlite_time(datetime.now(UTC))
+        if len(entries) == 1:
+            sql.settle_sqlite.run(connection, {**entries[0].fixed, **amounts})
+        else:
+            _, settle = sql.together(len(entries))
+            settle.run(connection, _indexed(entries, amounts))
     else:
         for entry in entries:
             execute(connection, sql.settle, {**_key_values(hold.tenant, entry), **amounts})

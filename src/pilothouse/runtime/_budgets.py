@@ -149,15 +149,16 @@ class BudgetGate:
         self._clock = clock or (lambda: datetime.now(UTC))
         self._wait = wait
         self._sql = LedgerStatements()
-        self._rules: dict[str, tuple[int, tuple[BudgetRule, ...]]] = {}
+        self._rules: dict[str, tuple[int, tuple[BudgetRule, ...], bool]] = {}
+        """Each tenant's budgets at a catalog revision, and whether one is per API key."""
         self._charged: dict[
-            tuple[Any, ...], tuple[datetime, datetime | None, list[LedgerEntry]]
+            tuple[Any, ...], tuple[datetime, datetime | None, tuple[LedgerEntry, ...]]
         ] = {}
         """The rows calls are charged to, by who calls, until the first period ends."""
 
     def _entries(
         self, rules: Sequence[BudgetRule], turn: Turn, key_prefix: str | None, now: datetime
-    ) -> list[LedgerEntry]:
+    ) -> tuple[LedgerEntry, ...]:
         """The ledger rows a call of ``turn`` is charged to, now (worked out once per period)."""
         compiled = turn.compiled
         who = (
@@ -175,7 +176,7 @@ class BudgetGate:
             since, ends, entries = cached
             if since <= now and (ends is None or now < ends):
                 return entries
-        entries = _entries(rules, turn, key_prefix, now)
+        entries = tuple(_entries(rules, turn, key_prefix, now))
         ends = min((e.resets_at for e in entries if e.resets_at is not None), default=None)
         if len(self._charged) >= _CHARGED_KEPT:
             # Many callers (users, keys): start again rather than grow without bound.
@@ -189,7 +190,7 @@ class BudgetGate:
         if cached is not None and cached[0] == revision:
             return cached[1]
         rules = await self._database.transaction(load_rules, tenant)
-        self._rules[tenant] = (revision, rules)
+        self._rules[tenant] = (revision, rules, any(r.scope == "api_key" for r in rules))
         return rules
 
     async def _hold(
@@ -277,11 +278,16 @@ class BudgetGate:
         Raises:
             BudgetExceededError: a budget that refuses would be crossed.
         """
-        rules = await self.rules(turn.tenant, turn.handle.catalog_revision)
+        # Once a tenant's budgets are read, each call finds them with no await.
+        cached = self._rules.get(turn.tenant)
+        if cached is None or cached[0] != turn.handle.catalog_revision:
+            await self.rules(turn.tenant, turn.handle.catalog_revision)
+            cached = self._rules[turn.tenant]
+        _, rules, keyed = cached
         if not rules:
             return None
         key_prefix = turn.key_prefix
-        if key_prefix is None and any(r.scope == "api_key" for r in rules):
+        if key_prefix is None and keyed:
             key_prefix = turn.key_prefix = await self._database.transaction(
                 _conversation_key, turn.handle.conversation_id
             )
@@ -338,7 +344,7 @@ class BudgetGate:
                 if fits:
                     break
         turn.budget_counted = True
-        return BudgetHold(turn.tenant, tuple(entries), money, input_tokens, max_tokens)
+        return BudgetHold(turn.tenant, entries, money, input_tokens, max_tokens)
 
     async def settle(
         self, turn: Turn, hold: BudgetHold, money: Decimal, input_tokens: int, output_tokens: int
