@@ -210,10 +210,10 @@ class StartAhead:
         Raises:
             StartNotWritten: the statement failed.
         """
-        if not self._task.done():
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait([self._task])
         try:
+            if not self._task.done():
+                with anyio.CancelScope(shield=True):
+                    await self._task
             handle = self._task.result()
         except Exception as exc:
             raise StartNotWritten(exc) from exc
