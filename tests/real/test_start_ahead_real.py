@@ -9,6 +9,7 @@ each request arrives, reads the database on a connection of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -68,6 +69,35 @@ def watch_commits(upstream: Upstream, url: str) -> list[tuple[str, int]]:
     return seen
 
 
+async def one_turn_while_held(
+    ph: Pilothouse, url: str, count: Callable[[], int]
+) -> tuple[int, list[TurnResult]]:
+    """Run one turn while another session holds the messages table against inserts.
+
+    Returns what ``count`` said a second into the hold (the turn's start
+    statement still waiting for the lock), and the turn's result.
+    """
+    blocker = await asyncpg.connect(asyncpg_dsn(url))
+    held = blocker.transaction()
+    await held.start()
+    await blocker.execute("LOCK TABLE message IN SHARE MODE")
+    results: list[TurnResult] = []
+    during = -1
+    try:
+        async with anyio.create_task_group() as tasks:
+
+            async def turn() -> None:
+                results.append(await ph.command.start_and_send("the question", action="ASK"))
+
+            tasks.start_soon(turn)
+            await anyio.sleep(1.0)
+            during = count()
+            await held.commit()
+    finally:
+        await blocker.close()
+    return during, results
+
+
 async def test_every_request_arrives_after_its_conversation_is_committed(
     postgres_database_url: str,
 ) -> None:
@@ -77,24 +107,10 @@ async def test_every_request_arrives_after_its_conversation_is_committed(
         async with Pilothouse(settings(postgres_database_url)) as ph:
             await catalog(upstream.base_url).import_into(ph)
             await ph.command.start_and_send("warm up", action="ASK")
-            # Another session holds the messages table against inserts: the
-            # turn's start statement waits for it, its request built meanwhile.
-            blocker = await asyncpg.connect(asyncpg_dsn(postgres_database_url))
-            held = blocker.transaction()
-            await held.start()
-            await blocker.execute("LOCK TABLE message IN SHARE MODE")
-            results: list[TurnResult] = []
-            sent_while_held = -1
-            async with anyio.create_task_group() as tasks:
-
-                async def turn() -> None:
-                    results.append(await ph.command.start_and_send("the question", action="ASK"))
-
-                tasks.start_soon(turn)
-                await anyio.sleep(1.0)
-                sent_while_held = len(upstream.requests)
-                await held.commit()
-            await blocker.close()
+            # The turn's start statement waits for the lock, its request built meanwhile.
+            sent_while_held, results = await one_turn_while_held(
+                ph, postgres_database_url, lambda: len(upstream.requests)
+            )
     assert sent_while_held == 1  # the warm-up only
     assert [(r.error, r.text) for r in results] == [(None, "ok")]
     assert seen == [("warm up", 1), ("the question", 1)]
@@ -156,21 +172,8 @@ async def test_a_model_that_does_not_wait_itself_is_called_after_the_commit(
     async with Pilothouse(settings(postgres_database_url), model=FunctionModel(answer)) as ph:
         await catalog("http://127.0.0.1:9/v1").import_into(ph)
         await ph.command.start_and_send("warm up", action="ASK")
-        blocker = await asyncpg.connect(asyncpg_dsn(postgres_database_url))
-        held = blocker.transaction()
-        await held.start()
-        await blocker.execute("LOCK TABLE message IN SHARE MODE")
-        results: list[TurnResult] = []
-        called_while_held = -1
-        async with anyio.create_task_group() as tasks:
-
-            async def turn() -> None:
-                results.append(await ph.command.start_and_send("the question", action="ASK"))
-
-            tasks.start_soon(turn)
-            await anyio.sleep(1.0)
-            called_while_held = len(calls)
-            await held.commit()
-        await blocker.close()
+        called_while_held, results = await one_turn_while_held(
+            ph, postgres_database_url, lambda: len(calls)
+        )
     assert called_while_held == 1
     assert [(r.error, r.text) for r in results] == [(None, "ok")]
