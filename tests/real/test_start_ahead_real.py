@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from uuid import uuid4
 
 import anyio
 import asyncpg
@@ -21,7 +22,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy.engine import make_url
 
 from pilothouse.api import Pilothouse
-from pilothouse.catalog import TimelineKind
+from pilothouse.catalog import ProcessStatus, TimelineKind
 from pilothouse.errors import PilothouseError
 from pilothouse.runtime import TurnResult
 from pilothouse.settings import Settings
@@ -177,3 +178,48 @@ async def test_a_model_that_does_not_wait_itself_is_called_after_the_commit(
         )
     assert called_while_held == 1
     assert [(r.error, r.text) for r in results] == [(None, "ok")]
+
+
+async def test_a_turn_cancelled_while_its_start_waits_sends_nothing_and_is_recorded(
+    postgres_database_url: str,
+) -> None:
+    with running_upstream() as upstream:
+        upstream.script(Reply(body=completion("ok")))
+        async with Pilothouse(settings(postgres_database_url)) as ph:
+            await catalog(upstream.base_url).import_into(ph)
+            await ph.command.start_and_send("warm up", action="ASK")
+            uuid = str(uuid4())
+            blocker = await asyncpg.connect(asyncpg_dsn(postgres_database_url))
+            held = blocker.transaction()
+            await held.start()
+            await blocker.execute("LOCK TABLE message IN SHARE MODE")
+            outcome: list[object] = []
+            try:
+                async with anyio.create_task_group() as tasks:
+
+                    async def turn() -> None:
+                        try:
+                            outcome.append(
+                                await ph.command.start_and_send(
+                                    "the question", action="ASK", conversation_uuid=uuid
+                                )
+                            )
+                        except PilothouseError as exc:
+                            outcome.append(exc)
+
+                    tasks.start_soon(turn)
+                    await anyio.sleep(0.5)
+                    # The start statement waits for the lock, the request built.
+                    tasks.start_soon(ph.command.cancel, uuid)
+                    await anyio.sleep(0.5)
+                    await held.commit()
+            finally:
+                await blocker.close()
+            conversation = await ph.query.get_conversation(uuid)
+            view = await ph.query.get_transcript(uuid)
+        # Only the warm-up reached the model; the cancelled turn is on record,
+        # with no call and no usage, since none was made.
+        assert [r["messages"][-1]["content"] for r in upstream.requests] == ["warm up"]
+        assert conversation.status == ProcessStatus.TERMINATED, outcome
+        assert (conversation.input_tokens, conversation.output_tokens) == (0, 0)
+        assert TimelineKind.REQUEST not in [e.kind for e in view.timeline]

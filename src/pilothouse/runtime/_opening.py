@@ -22,9 +22,18 @@ the runner).
 
 from __future__ import annotations
 
-__all__ = ["CatalogMoved", "StartAhead", "StartNotWritten", "start_ahead", "take"]
+__all__ = [
+    "CancelledAtGate",
+    "CatalogMoved",
+    "NotSent",
+    "StartAhead",
+    "StartNotWritten",
+    "start_ahead",
+    "take",
+]
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
@@ -87,8 +96,16 @@ class StartNotWritten(Exception):
         self.cause = cause
 
 
-class CatalogMoved(Exception):
-    """The catalog changed since the action was compiled: the built request is not sent."""
+class NotSent(Exception):
+    """The request built while the start was in flight is not sent."""
+
+
+class CatalogMoved(NotSent):
+    """The catalog changed since the action was compiled."""
+
+
+class CancelledAtGate(NotSent):
+    """The turn was cancelled while its start was in flight: no call was made."""
 
 
 async def start_ahead(
@@ -182,15 +199,17 @@ class StartAhead:
     ) -> TurnResult:
         """Run the turn's steps with the send gate open.
 
-        If the catalog moved, the request built on the old compilation was
-        not sent: the turn starts over on the real handle, as a turn that
-        took its conversation first does (it compiles again).
+        If the request was not sent, nothing of the attempt is kept (no
+        request event, no usage): a cancelled turn is then cancelled as
+        before its model call; if the catalog moved, the turn starts over
+        on the real handle, as a turn that took its conversation first does
+        (it compiles again).
         """
         token = SEND_GATE.set(self)
         try:
             return await run(turn, first)
-        except CatalogMoved:
-            pass
+        except NotSent as unsent:
+            cancelled = isinstance(unsent, CancelledAtGate)
         finally:
             SEND_GATE.reset(token)
         fresh = Turn(
@@ -199,6 +218,9 @@ class StartAhead:
         for name in (f.name for f in fields(Turn)):
             # The same object: the runner records the turn it holds.
             setattr(turn, name, getattr(fresh, name))
+        if cancelled:
+            # Raises the cancellation here, where the runner records it.
+            await anyio.lowlevel.checkpoint()
         return await run(turn, first)
 
     async def settled(self) -> TurnHandle:
@@ -231,12 +253,17 @@ class StartAhead:
         Raises:
             StartNotWritten: the statement failed; nothing may be sent.
             CatalogMoved: the catalog changed since the request was built.
+            CancelledAtGate: the turn was cancelled while it waited here
+                (raised instead of the cancellation, which the model call
+                would count as a call the provider had read).
         """
         handle = await self.settled()
         if not self._checked:
             self._checked = True
             if handle.catalog_revision != self._revision:
                 raise CatalogMoved
+            if anyio.current_effective_deadline() == -math.inf:
+                raise CancelledAtGate
 
     async def failure(self) -> BaseException | None:
         """The statement's error once it has ended, None if it wrote the start.
