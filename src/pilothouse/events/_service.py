@@ -267,52 +267,45 @@ class EventService:
         sent, after, unsent = 0, 0, 0
         seen: set[int] = set()
         failures: dict[tuple[str, str], list[tuple[int, float]]] = {}
-        while True:
-            commands = await self._ph.events.unpublished(100, tenants=self.tenants, after=after)
-            if not commands:
-                break
-            after = commands[-1].id
-            seen.update(c.id for c in commands)
-            done: list[int] = []
-            try:
-                for command in commands:
-                    if not self._backoff.due(command.id):
-                        unsent += 1
-                        continue
-                    try:
-                        await self._bus.publish(
-                            command.topic,
-                            json.dumps(command.payload).encode(),
-                            key=command.correlation_id,
-                        )
-                    except BusError as exc:
-                        unsent += 1
-                        self.metrics.publish_failures.labels(command.topic).inc()
-                        failures.setdefault((command.topic, str(exc)), []).append(
-                            self._backoff.failed(command.id)
-                        )
-                        continue
-                    self._backoff.published(command.id)
-                    done.append(command.id)
-                    self.metrics.published.labels(command.topic).inc()
-            finally:
-                # What the bus took is marked even when something else failed.
-                await self._ph.events.mark_published(done)
-            sent += len(done)
-        self._backoff.keep(seen)
-        self.metrics.unsent.set(unsent)
-        for (topic, error), steps in failures.items():
-            count = max(c for c, _ in steps)
-            delay = max(d for _, d in steps)
-            logger.warning(
-                "event relay: %d command(s) on '%s' not published (attempt %d; next try in "
-                "%g s; the other commands go on): %s",
-                len(steps),
-                topic,
-                count,
-                delay,
-                error,
-            )
+        try:
+            while True:
+                commands = await self._ph.events.unpublished(100, tenants=self.tenants, after=after)
+                if not commands:
+                    break
+                after = commands[-1].id
+                seen.update(c.id for c in commands)
+                done: list[int] = []
+                try:
+                    for command in commands:
+                        if not self._backoff.due(command.id):
+                            unsent += 1
+                            continue
+                        try:
+                            await self._bus.publish(
+                                command.topic,
+                                json.dumps(command.payload).encode(),
+                                key=command.correlation_id,
+                            )
+                        except BusError as exc:
+                            unsent += 1
+                            self.metrics.publish_failures.labels(command.topic).inc()
+                            failures.setdefault((command.topic, str(exc)), []).append(
+                                self._backoff.failed(command.id)
+                            )
+                            continue
+                        self._backoff.published(command.id)
+                        done.append(command.id)
+                        self.metrics.published.labels(command.topic).inc()
+                finally:
+                    # What the bus took is marked even when something else failed.
+                    await self._ph.events.mark_published(done)
+                sent += len(done)
+            self._backoff.keep(seen)
+            self.metrics.unsent.set(unsent)
+        finally:
+            # Logged even when the round is cancelled (a shutdown): every failure
+            # the metric counts has its line.
+            _log_failures(failures)
         return sent
 
     async def replies_once(self) -> int:
@@ -784,3 +777,19 @@ def turn_finished(correlation_id: str, result: TurnResult) -> TurnFinishedEvent:
         error=result.error,
         final=result.settled,
     )
+
+
+def _log_failures(failures: dict[tuple[str, str], list[tuple[int, float]]]) -> None:
+    """One WARNING line per topic and error for a relay round's refused commands."""
+    for (topic, error), steps in failures.items():
+        count = max(c for c, _ in steps)
+        delay = max(d for _, d in steps)
+        logger.warning(
+            "event relay: %d command(s) on '%s' not published (attempt %d; next try in "
+            "%g s; the other commands go on): %s",
+            len(steps),
+            topic,
+            count,
+            delay,
+            error,
+        )
