@@ -45,10 +45,10 @@ from pilothouse.runtime._replaytape import current_tape
 from pilothouse.runtime._turn import (
     NewConversation,
     Opening,
-    Prompt,
     Step,
     TakeConversation,
     Turn,
+    unseen_until_second_write,
 )
 from pilothouse.store import TurnHandle, TurnStore
 
@@ -129,15 +129,14 @@ async def start_ahead(
     if not (
         runtime.database.is_asyncpg
         and isinstance(opening, NewConversation)
-        and isinstance(first, Prompt)
         and opening.memory_id in (None, opening.uuid)
-        and listener is None
-        and not compiled.runs_tools
         and not compiled.advisors
         and not compiled.retrieval
         and compiled.memory.scoped is None
         and current_tape() is None
-        and not hub.wants_deltas(opening.uuid, tenant)
+        and unseen_until_second_write(
+            first, compiled, listener is not None or hub.wants_deltas(opening.uuid, tenant)
+        )
     ):
         return None
     # Cached per catalog revision: a statement only the first time.

@@ -226,7 +226,7 @@ class Turn:
         after_write: what to do once that write has committed (announce the
             budget thresholds its settles crossed).
         started: set while the turn's start statement is still in flight
-            (a new conversation on PostgreSQL, see ``_startahead``): every
+            (a new conversation on PostgreSQL, see ``_opening``): every
             write waits for it first, and it puts the real handle in place.
     """
 
