@@ -229,3 +229,43 @@ async def test_the_turn_path_stores_what_core_stores(database: Database) -> None
     assert [tuple(row)[1:] for row in fast] == [tuple(row)[1:] for row in orm]
     assert fast[1][5] == "null"
     assert len(events) == 2 and tuple(events[0]) == tuple(events[1])
+
+
+def test_a_plan_binds_in_parameter_order_through_the_types_processors() -> None:
+    """Values are picked in one call, processed where the type has a processor, checked."""
+    from sqlalchemy import (
+        JSON,
+        Column,
+        Integer,
+        MetaData,
+        String,
+        Table,
+        bindparam,
+        create_engine,
+        update,
+    )
+
+    from pilothouse.store._fastsql import Statement
+
+    table = Table(
+        "t", MetaData(), Column("id", Integer), Column("name", String), Column("data", JSON)
+    )
+    several = Statement(
+        update(table)
+        .where(table.c.id == bindparam("k"))
+        .values(name=bindparam("n"), data=bindparam("d", type_=JSON()))
+    )
+    one = Statement(update(table).where(table.c.id == bindparam("k")).values(id=table.c.id + 1))
+    engine = create_engine("sqlite://")
+    with engine.connect() as connection:
+        plan = several.plan(connection, ())
+        # Parameter order is the SQL's, not the caller's; JSON goes through its processor.
+        assert plan.parameters({"d": {"a": 1}, "k": 7, "n": "x"}) == ("x", '{"a": 1}', 7)
+        # None through the processor too: JSON stores the text 'null'.
+        assert plan.parameters({"d": None, "k": 7, "n": None}) == (None, "null", 7)
+        with pytest.raises(KeyError, match=r"no value for parameter 'k' of: UPDATE t"):
+            plan.parameters({"d": 1, "n": "x"})
+        single = one.plan(connection, ())
+        # A literal of the statement's own (the 1 of id + 1) is bound as well.
+        assert single.parameters({"k": 3}) == (1, 3)
+    engine.dispose()

@@ -22,10 +22,11 @@ latter only inside a transaction the driver already runs, which is what
 
 from __future__ import annotations
 
-__all__ = ["Query", "Statement", "execute", "executemany", "fetch", "insert_one"]
+__all__ = ["BoundUpdate", "Query", "Statement", "execute", "executemany", "fetch", "insert_one"]
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Generic, TypeVar, cast
 
 from sqlalchemy import ColumnElement, Connection, CursorResult, Executable, Select
@@ -48,15 +49,35 @@ class _Plan:
     defaults: tuple[Any, ...]
     """The value of a bind no caller names (literals such as ``version + 1``)."""
     results: tuple[Processor | None, ...]
+    picked: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
+    """The values in parameter order, in one C call, when every bind is the caller's."""
+    processed: tuple[tuple[int, Processor], ...] = ()
+    """The positions whose type has a bind processor, with it."""
 
     def parameters(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        picked = self.picked
+        if picked is not None:
+            try:
+                raw = picked(values)
+            except KeyError as missing:
+                raise KeyError(f"no value for parameter {missing} of: {self.sql}") from None
+            if not self.processed:
+                return raw
+            # None goes through the processor too, as in SQLAlchemy: a JSON
+            # column stores None as the JSON text 'null', not as SQL NULL.
+            out = list(raw)
+            for index, process in self.processed:
+                out[index] = process(out[index])
+            return tuple(out)
+        return self._looked_up(values)
+
+    def _looked_up(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        """:meth:`parameters` when some bind has a value of the statement's own."""
         out: list[Any] = []
         for name, process, default in zip(self.names, self.binds, self.defaults, strict=True):
             value = values.get(name, default)
             if value is _MISSING:
                 raise KeyError(f"no value for parameter {name!r} of: {self.sql}")
-            # None goes through the processor too, as in SQLAlchemy: a JSON
-            # column stores None as the JSON text 'null', not as SQL NULL.
             out.append(process(value) if process is not None else value)
         return tuple(out)
 
@@ -113,7 +134,22 @@ class Statement:
                 column.type.dialect_impl(dialect).result_processor(dialect, None)
                 for column in selected
             )
-        plan = _Plan(compiled.string, names, binds, defaults, results)
+        picked: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
+        if all(default is _MISSING for default in defaults):
+            # One value per name in order, built in C rather than a Python
+            # loop: the loop cost as much CPU as SQLite's own work on a short
+            # statement. (itemgetter of one name returns the value, not a tuple.)
+            if len(names) > 1:
+                picked = itemgetter(*names)
+            elif names:
+                only = names[0]
+                picked = lambda values: (values[only],)  # noqa: E731
+            else:
+                picked = lambda values: ()  # noqa: E731
+        processed = tuple(
+            (index, process) for index, process in enumerate(binds) if process is not None
+        )
+        plan = _Plan(compiled.string, names, binds, defaults, results, picked, processed)
         self._plans[key] = plan
         return plan
 
@@ -199,6 +235,31 @@ def execute(connection: Connection, statement: Statement, values: Mapping[str, A
         return int(cursor.execute(plan.sql, plan.parameters(values)).rowcount)
     finally:
         cursor.close()
+
+
+@dataclass(frozen=True)
+class BoundUpdate:
+    """An UPDATE with its values: run on its own, or folded into another statement.
+
+    Called with a connection it runs as :func:`execute` would. A store that
+    writes a step as one statement (PostgreSQL) may instead put
+    :attr:`statement` in that statement's ``WITH`` clause, saving the round
+    trips of a transaction around the two; its parameter names must then
+    differ from the step's (``b_...``, ``<part><n>_...``).
+
+    Attributes:
+        statement: the UPDATE.
+        values: its parameters by name.
+        matched: the rows it matched, once it ran (left empty when the
+            statement carrying it wrote nothing).
+    """
+
+    statement: Statement
+    values: Mapping[str, Any]
+    matched: list[int] = field(default_factory=lambda: [])
+
+    def __call__(self, connection: Connection) -> None:
+        self.matched.append(execute(connection, self.statement, self.values))
 
 
 def insert_one(connection: Connection, statement: Statement, values: Mapping[str, Any]) -> int:

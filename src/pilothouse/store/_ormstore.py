@@ -104,6 +104,7 @@ class OrmTurnStore:
         default_audit: bool = True,
         check_catalog: bool = False,
         caller: Caller | None = None,
+        read_memory: bool = True,
     ) -> TurnHandle:
         """Record a new conversation already taken by its first turn (see :class:`TurnStore`)."""
         try:
@@ -134,7 +135,7 @@ class OrmTurnStore:
                     next_event=1,
                     catalog_revision=revision,
                 )
-                if handle.memory_id != handle.uuid:
+                if read_memory and handle.memory_id != handle.uuid:
                     handle.memory = await _memory(session, tenant, handle.memory_id)
                 assert conversation.started_at is not None
                 await _write(
@@ -145,6 +146,9 @@ class OrmTurnStore:
             if conflict is None:
                 raise
             raise conflict from exc
+        for work in first.ledger:
+            # On the store's own driver path, as for a step (see write).
+            await self._db.transaction(work)
         return handle
 
     async def begin_turn(
@@ -159,7 +163,7 @@ class OrmTurnStore:
         """Take the conversation for one turn, flipping it to ``RU`` (see :class:`TurnStore`)."""
         try:
             async with self._db.sessions.begin() as session:
-                return await _begin(
+                handle = await _begin(
                     session,
                     tenant,
                     conversation_uuid,
@@ -171,6 +175,9 @@ class OrmTurnStore:
         except StaleDataError as exc:
             # The version check of the ORM's UPDATE: another turn took it first.
             raise InvalidStateError(refusal(conversation_uuid, ProcessStatus.RUNNING)) from exc
+        for work in first.ledger if first is not None else ():
+            await self._db.transaction(work)
+        return handle
 
     async def memory(self, tenant: str, memory_id: str) -> list[StoredMessage]:
         """Every message sharing ``memory_id``, oldest first."""

@@ -38,6 +38,7 @@ from pilothouse.errors import InvalidStateError, NotFoundError
 from pilothouse.store._base import utcnow
 from pilothouse.store._engine import Database
 from pilothouse.store._fastsql import (
+    BoundUpdate,
     Query,
     Statement,
     execute,
@@ -295,6 +296,7 @@ class SqlTurnStore:
         default_audit: bool = True,
         check_catalog: bool = False,
         caller: Caller | None = None,
+        read_memory: bool = True,
     ) -> TurnHandle:
         """Record a new conversation already taken by its first turn (see :class:`TurnStore`)."""
         now = utcnow()
@@ -305,12 +307,12 @@ class SqlTurnStore:
         values["started_at"] = now
         values["owner"] = self.owner
         try:
-            if self._one is not None and first_fits(first):
+            if self._one is not None and first_fits(first, carries=check_catalog):
                 return await self._db.statements(
-                    self._start_one, values, default_audit, check_catalog, first
+                    self._start_one, values, default_audit, check_catalog, first, read_memory
                 )
             return await self._db.transaction(
-                self._start_turn, values, default_audit, check_catalog, first
+                self._start_turn, values, default_audit, check_catalog, first, read_memory
             )
         except Exception as exc:
             conflict = uuid_in_use(conversation_uuid, exc)
@@ -338,7 +340,8 @@ class SqlTurnStore:
 
     async def memory(self, tenant: str, memory_id: str) -> list[StoredMessage]:
         """Every message sharing ``memory_id``, oldest first."""
-        return await self._db.statements(self._memory, tenant, memory_id)
+        # One read: on SQLite it takes no write lock (no BEGIN IMMEDIATE).
+        return await self._db.statement(self._memory, tenant, memory_id)
 
     async def write(self, handle: TurnHandle, batch: TurnBatch) -> list[int]:
         """Write one step of a turn in one transaction."""
@@ -346,6 +349,16 @@ class SqlTurnStore:
             return []
         step = step_rows(handle, storable_batch(batch), utcnow())
         if batch.ledger:
+            (also,) = batch.ledger if len(batch.ledger) == 1 else (None,)
+            if (
+                self._one is not None
+                and isinstance(also, BoundUpdate)
+                and not step.is_empty()
+                and step.fits(first=False)
+            ):
+                # One UPDATE (a budget's settle) rides in the step's statement.
+                await self._db.statements(self._write_one, step, also)
+                return step.sequences
             await self._db.transaction(self._write_ledger, handle, step, batch.ledger)
             return step.sequences
         if step.is_empty():
@@ -392,6 +405,7 @@ class SqlTurnStore:
         default_audit: bool,
         check_catalog: bool,
         first: TurnBatch,
+        read_memory: bool,
     ) -> TurnHandle:
         tenant = values["tenant"]
         action_audit, revision = None, 0
@@ -413,7 +427,7 @@ class SqlTurnStore:
             next_event=1,
             catalog_revision=revision,
         )
-        if handle.memory_id != handle.uuid:
+        if read_memory and handle.memory_id != handle.uuid:
             # Shared memory: earlier conversations' messages; a conversation of
             # its own has none yet.
             handle.memory = self._memory(connection, tenant, handle.memory_id)
@@ -550,6 +564,7 @@ class SqlTurnStore:
         default_audit: bool,
         check_catalog: bool,
         first: TurnBatch,
+        read_memory: bool,
     ) -> TurnHandle:
         """:meth:`_start_turn` on PostgreSQL: check, conversation and first step, one statement."""
         tenant = values["tenant"]
@@ -569,7 +584,7 @@ class SqlTurnStore:
             next_message=1,
             next_event=1,
         )
-        if handle.memory_id != handle.uuid:
+        if read_memory and handle.memory_id != handle.uuid:
             handle.memory = self._memory(connection, tenant, handle.memory_id)
         now = values["started_at"]
         step = step_rows(handle, storable_batch(with_start_event(handle, first, now)), now)
@@ -587,10 +602,18 @@ class SqlTurnStore:
             b_default_audit=default_audit,
         )
         check = self._statements.action_check.statement
-        rows = fetch(
-            connection, self._one.checked_start(step, values, check, lazy=lazy), parameters
+        # The step's ledger work (a budget's hold), made in the same statement.
+        also = first.ledger[0] if first.ledger else None
+        assert also is None or isinstance(also, BoundUpdate), "checked by first_fits"
+        if also is not None:
+            parameters.update(also.values)
+        query = self._one.checked_start(
+            step, values, check, lazy=lazy, also=None if also is None else also.statement
         )
+        rows = fetch(connection, query, parameters)
         found = rows[0] if rows else None
+        if also is not None and found is not None and found.id is not None:
+            also.matched.append(int(found.held or 0))
         if found is None or found.id is None:
             # Refused: nothing was written; say why as the separate check does.
             action = values["action_code"]
@@ -612,7 +635,13 @@ class SqlTurnStore:
         )
 
     def _write(self, connection: Connection, handle: TurnHandle, batch: TurnBatch) -> list[int]:
-        """Write ``batch`` on ``connection``, inside the caller's transaction."""
+        """Write ``batch`` on ``connection``, inside the caller's transaction.
+
+        Its ledger work runs first, in the same transaction: a turn's first
+        step can carry the turn's first budget hold.
+        """
+        for work in batch.ledger:
+            work(connection)
         step = step_rows(handle, storable_batch(batch), utcnow())
         self._write_rows(connection, handle, step)
         return step.sequences
@@ -630,10 +659,16 @@ class SqlTurnStore:
         if not step.is_empty():
             self._write_rows(connection, handle, step)
 
-    def _write_one(self, connection: Connection, step: StepRows) -> None:
-        """Write ``step`` as one statement (PostgreSQL)."""
+    def _write_one(
+        self, connection: Connection, step: StepRows, also: BoundUpdate | None = None
+    ) -> None:
+        """Write ``step`` as one statement (PostgreSQL), with ``also`` in it when given."""
         assert self._one is not None
-        execute(connection, self._one.write(step), step.parameters())
+        if also is None:
+            execute(connection, self._one.write(step), step.parameters())
+            return
+        parameters = {**step.parameters(), **also.values}
+        execute(connection, self._one.write(step, also.statement), parameters)
 
     def _write_rows(self, connection: Connection, handle: TurnHandle, step: StepRows) -> None:
         """Write ``step`` statement by statement, inside the caller's transaction."""

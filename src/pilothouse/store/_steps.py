@@ -34,7 +34,7 @@ __all__ = [
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 from sqlalchemy import (
     CTE,
@@ -45,8 +45,10 @@ from sqlalchemy import (
     Update,
     and_,
     bindparam,
+    exists,
     func,
     insert,
+    null,
     or_,
     select,
     true,
@@ -56,7 +58,7 @@ from sqlalchemy import (
 
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, ToolCallStatus
 from pilothouse.errors import InvalidStateError
-from pilothouse.store._fastsql import Query, Statement
+from pilothouse.store._fastsql import BoundUpdate, Query, Statement
 from pilothouse.store._tables import (
     attachment_table,
     conversation_table,
@@ -254,11 +256,18 @@ def step_rows(handle: TurnHandle, batch: TurnBatch, now: datetime) -> StepRows:
     return step
 
 
-def first_fits(batch: TurnBatch | None) -> bool:
-    """Whether a turn's first step, with its start event, fits one statement with the take."""
+def first_fits(batch: TurnBatch | None, *, carries: bool = False) -> bool:
+    """Whether a turn's first step, with its start event, fits one statement with the take.
+
+    ``carries``: the statement can carry one :class:`BoundUpdate` of the
+    step's ledger work (a new conversation's checked start).
+    """
     if batch is None:
         return True
     if batch.outcomes or batch.touches_conversation():
+        return False
+    ledger = batch.ledger
+    if ledger and not (carries and len(ledger) == 1 and isinstance(ledger[0], BoundUpdate)):
         return False
     counts = (
         len(batch.messages),
@@ -389,13 +398,20 @@ class OneStatement:
         parts.extend(_outcome_update(index) for index in range(len(step.outcomes)))
         return parts
 
-    def write(self, step: StepRows) -> Statement:
-        """The statement that writes ``step`` on a conversation its turn holds (``b_id``)."""
-        key = (step.shape(), tuple(tuple(rows[0]) for rows in step.rows.values()))
+    def write(self, step: StepRows, also: Statement | None = None) -> Statement:
+        """The statement that writes ``step`` on a conversation its turn holds (``b_id``).
+
+        ``also``: an UPDATE of another table made in the same statement (a
+        budget's settle), its parameters named apart from the step's.
+        """
+        key = (step.shape(), tuple(tuple(rows[0]) for rows in step.rows.values()), also)
         found = self._writes.get(key)
         if found is not None:
             return found
-        parts = self._parts(step, bindparam("b_id", type_=conversation_table.c.id.type), None)
+        parts: list[Any] = []
+        if also is not None:
+            parts.append(also.statement)
+        parts += self._parts(step, bindparam("b_id", type_=conversation_table.c.id.type), None)
         if step.changes is not None:
             parts.append(change_update(step.changes))
         main = parts.pop()
@@ -435,7 +451,13 @@ class OneStatement:
         return query
 
     def checked_start(
-        self, step: StepRows, conversation: Mapping[str, Any], check: Any, *, lazy: bool = False
+        self,
+        step: StepRows,
+        conversation: Mapping[str, Any],
+        check: Any,
+        *,
+        lazy: bool = False,
+        also: Statement | None = None,
     ) -> Query[CheckedStart]:
         """:meth:`start` behind the catalog check, in the same statement.
 
@@ -446,13 +468,16 @@ class OneStatement:
         timeline rows are written only when it is on. The statement returns
         the check's columns with the new id and audit switch (NULL when
         refused), and no row when the action does not exist. ``lazy`` as
-        for :meth:`start`.
+        for :meth:`start`. ``also``: an UPDATE of another table (a budget's
+        hold) made only when the conversation is inserted; the statement
+        then returns the rows it matched (``held``).
         """
         key = (
             tuple(conversation),
             step.shape(),
             tuple(tuple(r[0]) for r in step.rows.values()),
             lazy,
+            also,
         )
         found = self._checked.get(key)
         if found is not None:
@@ -479,6 +504,13 @@ class OneStatement:
         )
         parts = self._parts(step, new.c.id, new, new.c.audit)
         ctes = [part.cte(f"w_part{index}") for index, part in enumerate(parts)]
+        held: Any = null()
+        if also is not None:
+            update_ = cast(Update, also.statement)
+            # Only with the conversation: a refused start holds nothing.
+            alongside: CTE = update_.where(exists(select(new.c.id))).returning(true()).cte("w_also")
+            ctes.append(alongside)
+            held = select(func.count()).select_from(alongside).scalar_subquery()
         query = Query(
             lazy_commit(
                 select(
@@ -488,6 +520,7 @@ class OneStatement:
                     checked.c.agent_active,
                     new.c.id,
                     new.c.audit,
+                    held.label("held"),
                 )
                 .select_from(checked.outerjoin(new, true()))
                 .add_cte(*ctes),
@@ -546,3 +579,5 @@ class CheckedStart(NamedTuple):
     id: int | None
     """The new conversation's id; None when the check refused it."""
     conversation_audit: bool | None
+    held: int | None = None
+    """The rows the statement's other UPDATE matched (None: it carried none)."""

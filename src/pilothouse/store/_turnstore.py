@@ -189,7 +189,8 @@ class TurnBatch:
             ids enter ``event_processed`` with the result, never apart from it).
         ledger: work run on the same connection, in the same transaction,
             before the rows are written (a budget's settle rides on the write
-            that records the call's usage instead of a transaction of its own).
+            that records the call's usage instead of a transaction of its own;
+            a turn's first step can carry its first model call's hold).
         durable_with_next: the turn's next write makes this one durable: on
             PostgreSQL its commit does not wait for the write-ahead log to
             reach the disk, and the next write's commit, which waits, flushes
@@ -335,6 +336,7 @@ class TurnStore(Protocol):
         default_audit: bool = True,
         check_catalog: bool = False,
         caller: Caller | None = None,
+        read_memory: bool = True,
     ) -> TurnHandle:
         """Record a new conversation already taken by its first turn, in one transaction.
 
@@ -356,6 +358,8 @@ class TurnStore(Protocol):
             check_catalog: check the action and agent, and read the catalog
                 revision.
             caller: who started it (face and API key), kept on the row.
+            read_memory: read the messages of a shared ``memory_id`` (False:
+                the caller read them already, and the handle has none).
 
         Raises:
             NotFoundError: the action or the agent does not exist.
