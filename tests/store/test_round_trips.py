@@ -181,6 +181,28 @@ async def _turns(ph: Pilothouse, proxy: WireCounter) -> None:
     assert [m.content for m in transcript][-4:] == ["one more", "three", "and again", "five"]
 
 
+async def test_a_budgeted_turn_costs_the_round_trips_of_one_without(
+    counted: tuple[WireCounter, str],
+) -> None:
+    """The hold rides in the start's statement, the settle in the ending's."""
+    proxy, url = counted
+    model = ScriptedModel(["one", "two"])
+    with override(model=model):
+        async with Pilothouse(Settings(database_url=url)) as ph:
+            await CatalogBuilder().add("budgets", code="TURNS", turns=1000).import_into(ph)
+            # The period's first call makes the ledger row, on its own.
+            await ph.command.start_and_send("warm up", action="SAY")
+            before, executed = proxy.ready, len(proxy.executed)
+            result = await ph.command.start_and_send("hello", action="SAY")
+            assert result.text == "two"
+            assert proxy.ready - before == TURN_ROUND_TRIPS
+            start, end = proxy.executed[executed:]
+            assert "INSERT INTO conversation" in start and "UPDATE budget_usage" in start
+            assert "UPDATE conversation" in end and "UPDATE budget_usage" in end
+            (status,) = await ph.query.budget_status()
+    assert (status.budget, status.spent["turns"]) == ("TURNS", "2"), status
+
+
 @pytest.mark.parametrize("size", [MAX_ROWS, MAX_ROWS + 1])
 async def test_a_step_too_large_for_one_statement_is_written_statement_by_statement(
     database: Database, size: int

@@ -23,12 +23,14 @@ __all__ = [
     "fraction",
     "hold_at_once",
     "hold_rows",
+    "hold_update",
     "limit_crossed",
     "load_rules",
     "period_of",
     "refused_by",
     "remaining_of",
     "settle_rows",
+    "settle_update",
 ]
 
 import typing
@@ -36,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from operator import itemgetter
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -60,7 +63,7 @@ from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from pilothouse.catalog._tables import budget_table, model_table, provider_table
 from pilothouse.store._base import utcnow
-from pilothouse.store._fastsql import Query, Statement, execute, fetch
+from pilothouse.store._fastsql import BoundUpdate, Query, Statement, execute, fetch
 from pilothouse.store._tables import budget_usage_table
 
 _MILLION = Decimal(1_000_000)
@@ -299,8 +302,8 @@ def _within(used: ColumnElement[Any], amount: BindParameter[Any], limit: str, ki
     return or_(bound.is_(None), used + amount <= bound)
 
 
-_NAMED = SQLiteDialect_pysqlite(paramstyle="named")
-"""Compiles the ledger's statements for pysqlite with named parameters."""
+_POSITIONAL = SQLiteDialect_pysqlite(paramstyle="qmark")
+"""Compiles the ledger's statements for pysqlite with positional parameters."""
 
 _AS_TEXT = "updated_at"
 """The parameter :class:`_OnSqlite` takes as text already (see :func:`sqlite_time`)."""
@@ -316,34 +319,36 @@ def sqlite_time(moment: datetime) -> str:
 
 
 class _OnSqlite:
-    """A ledger statement as pysqlite runs it: its values go to the driver as one dict.
+    """A ledger statement as pysqlite runs it: its values go to the driver as one tuple.
 
     The generic plans of :mod:`pilothouse.store._fastsql` bind positionally,
     each value looked up and processed in a Python loop: the hold names 21
     parameters, and that loop cost about as much CPU as SQLite's own work on
-    the statement. Compiled with named parameters, the driver binds each from
-    the dict in C, a name used twice (an amount in the update and in the
-    limit's check) once; only the values whose type has a bind processor on
-    SQLite (money, as a float) go through it, in Python, so what is stored is
-    what SQLAlchemy would store. ``updated_at`` is given as its text already
+    the statement. Here the tuple is built from the values' dict by one
+    ``operator.itemgetter`` call (in C), and the driver binds it by position
+    (a named bind costs the driver a new string and a hash per parameter);
+    only the values whose type has a bind processor on SQLite (money, as a
+    float) go through it, in Python, so what is stored is what SQLAlchemy
+    would store. ``updated_at`` is given as its text already
     (:func:`sqlite_time`).
 
     Args:
         statement: the SQLAlchemy statement (the same the other stores run).
     """
 
-    __slots__ = ("_literals", "_processed", "_sql", "_statement")
+    __slots__ = ("_literals", "_processed", "_sql", "_statement", "_values")
 
     def __init__(self, statement: Executable) -> None:
         self._statement = statement
         self._sql = ""
         self._processed: tuple[tuple[str, Callable[[Any], Any]], ...] = ()
         self._literals: dict[str, Any] = {}
+        self._values: Callable[[dict[str, Any]], tuple[Any, ...]] = tuple
 
     def _compile(self, connection: Connection) -> None:
         compiled = typing.cast(
             SQLCompiler,
-            self._statement.compile(dialect=_NAMED),  # type: ignore[attr-defined]
+            self._statement.compile(dialect=_POSITIONAL),  # type: ignore[attr-defined]
         )
         dialect = connection.dialect
         processed: list[tuple[str, Callable[[Any], Any]]] = []
@@ -359,6 +364,11 @@ class _OnSqlite:
                 # generic plans do: before processing, like a caller's value.
                 self._literals[name] = bind.effective_value
         self._processed = tuple(processed)
+        # Each parameter's name in the statement's order, a name used twice
+        # (an amount in the update and in the limit's check) twice.
+        names = tuple(compiled.positiontup or ())
+        assert len(names) > 1, "every ledger statement binds a key and amounts"
+        self._values = itemgetter(*names)
         self._sql = compiled.string
 
     def run(self, connection: Connection, values: dict[str, Any]) -> int:
@@ -370,7 +380,7 @@ class _OnSqlite:
         for name, process in self._processed:
             values[name] = process(values[name])
         driver = connection.connection.driver_connection
-        return int(driver.execute(self._sql, values).rowcount)  # type: ignore[union-attr]
+        return int(driver.execute(self._sql, self._values(values)).rowcount)  # type: ignore[union-attr]
 
 
 class LedgerStatements:
@@ -615,6 +625,32 @@ def hold_at_once(
     return hold.run(connection, _indexed(entries, values)) == len(entries)
 
 
+def hold_update(
+    sql: LedgerStatements,
+    tenant: str,
+    entries: Sequence[LedgerEntry],
+    money: Decimal,
+    input_tokens: int,
+    output_tokens: int,
+    turns: int,
+) -> BoundUpdate:
+    """The hold on one row as an UPDATE another statement can carry (PostgreSQL).
+
+    It matches the row only if the call fits (see :func:`hold_at_once`);
+    ``matched`` says whether it did once the carrying statement ran.
+    """
+    (entry,) = entries
+    values = {
+        **entry.fixed,
+        "money": money,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "turns": turns,
+        "updated_at": utcnow(),
+    }
+    return BoundUpdate(sql.hold, values)
+
+
 def fits_once_settled(
     connection: Connection,
     sql: LedgerStatements,
@@ -715,6 +751,30 @@ def settle_rows(
         if entry.rule.thresholds:
             crossed.extend(_announce(connection, sql, hold.tenant, entry))
     return crossed
+
+
+def settle_update(
+    sql: LedgerStatements,
+    hold: BudgetHold,
+    money: Decimal,
+    input_tokens: int,
+    output_tokens: int,
+) -> BoundUpdate:
+    """The settle of a hold on one row, as an UPDATE a step's statement can carry (PostgreSQL).
+
+    For a row whose budget announces no thresholds: nothing is read back.
+    """
+    (entry,) = hold.entries
+    values = {
+        **_key_values(hold.tenant, entry),
+        "money": hold.money,
+        "input_tokens": hold.input_tokens,
+        "output_tokens": hold.output_tokens,
+        "spent_money": money,
+        "spent_input": input_tokens,
+        "spent_output": output_tokens,
+    }
+    return BoundUpdate(sql.settle, values)
 
 
 def _announce(

@@ -46,7 +46,7 @@ from time import monotonic
 from typing import Any
 
 import anyio
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import BaseToolCallPart, ModelMessage
 from pydantic_ai.models import ModelRequestParameters
 from sqlalchemy import (
     Connection,
@@ -68,11 +68,13 @@ from pilothouse.runtime._budgetledger import (
     fraction,
     hold_at_once,
     hold_rows,
+    hold_update,
     limit_crossed,
     load_rules,
     period_of,
     refused_by,
     settle_rows,
+    settle_update,
 )
 from pilothouse.runtime._budgetredis import RedisLedger
 from pilothouse.runtime._meter import Meter
@@ -156,20 +158,28 @@ class BudgetGate:
         ] = {}
         """The rows calls are charged to, by who calls, until the first period ends."""
 
+    @property
+    def in_redis(self) -> bool:
+        """Whether holds and settles go to the deployment's Redis, not the database."""
+        return self._redis is not None
+
     def _entries(
         self, rules: Sequence[BudgetRule], turn: Turn, key_prefix: str | None, now: datetime
     ) -> tuple[LedgerEntry, ...]:
         """The ledger rows a call of ``turn`` is charged to, now (worked out once per period)."""
         compiled = turn.compiled
+        scopes = {rule.scope for rule in rules}
+        # Only what some budget is scoped to tells callers apart: a user's
+        # conversation of its own is a new caller per conversation otherwise.
         who = (
             turn.tenant,
             turn.handle.catalog_revision,
             compiled.model.code,
             compiled.model.provider.code,
-            key_prefix,
-            compiled.agent_code,
-            compiled.action_code,
-            turn.handle.memory_id,
+            key_prefix if "api_key" in scopes else None,
+            compiled.agent_code if "agent" in scopes else None,
+            compiled.action_code if "action" in scopes else None,
+            turn.handle.memory_id if "user" in scopes else None,
         )
         cached = self._charged.get(who)
         if cached is not None:
@@ -228,6 +238,30 @@ class BudgetGate:
             return
         await self._database.transaction(hold_rows, *amounts)
 
+    async def _hold_with_start(self, turn: Turn, amounts: tuple[Any, ...]) -> bool:
+        """Hold in the transaction of the turn's held-back start; say whether it held.
+
+        The start commits either way: when the hold does not take (a
+        period's first call, a limit in the way), the gate holds as for any
+        call, on a conversation already recorded.
+        """
+        assert turn.start_with is not None, "checked by the caller"
+        entries: Sequence[LedgerEntry] = amounts[2]
+        if self._redis is not None or not (len(entries) == 1 or self._database.is_sqlite):
+            # Nothing to carry (a Redis script; row by row on PostgreSQL).
+            await turn.start_with(None)
+            return False
+        if not self._database.is_sqlite:
+            # One UPDATE the start's own statement carries (PostgreSQL).
+            update = hold_update(*amounts)
+            return await turn.start_with(update) and update.matched == [1]
+        held: list[bool] = []
+
+        def work(connection: Connection) -> None:
+            held.append(hold_at_once(connection, *amounts))
+
+        return await turn.start_with(work) and held == [True]
+
     async def _fits_later(
         self,
         sql: LedgerStatements,
@@ -257,6 +291,23 @@ class BudgetGate:
                 now_fits = False
         return now_fits
 
+    async def _applying(self, turn: Turn, now: datetime) -> tuple[LedgerEntry, ...]:
+        """The ledger rows a call of ``turn`` is charged to now (none: no budget applies)."""
+        # Once a tenant's budgets are read, each call finds them with no await.
+        cached = self._rules.get(turn.tenant)
+        if cached is None or cached[0] != turn.handle.catalog_revision:
+            await self.rules(turn.tenant, turn.handle.catalog_revision)
+            cached = self._rules[turn.tenant]
+        _, rules, keyed = cached
+        if not rules:
+            return ()
+        key_prefix = turn.key_prefix
+        if key_prefix is None and keyed:
+            key_prefix = turn.key_prefix = await self._database.transaction(
+                _conversation_key, turn.handle.conversation_id
+            )
+        return self._entries(rules, turn, key_prefix, now)
+
     async def hold(
         self,
         turn: Turn,
@@ -278,21 +329,8 @@ class BudgetGate:
         Raises:
             BudgetExceededError: a budget that refuses would be crossed.
         """
-        # Once a tenant's budgets are read, each call finds them with no await.
-        cached = self._rules.get(turn.tenant)
-        if cached is None or cached[0] != turn.handle.catalog_revision:
-            await self.rules(turn.tenant, turn.handle.catalog_revision)
-            cached = self._rules[turn.tenant]
-        _, rules, keyed = cached
-        if not rules:
-            return None
-        key_prefix = turn.key_prefix
-        if key_prefix is None and keyed:
-            key_prefix = turn.key_prefix = await self._database.transaction(
-                _conversation_key, turn.handle.conversation_id
-            )
         now = self._clock()
-        entries = self._entries(rules, turn, key_prefix, now)
+        entries = await self._applying(turn, now)
         if not entries:
             return None
         spec = turn.compiled.model
@@ -304,6 +342,9 @@ class BudgetGate:
             money += Decimal(max_tokens) * spec.output_price / _MILLION
         turns = 0 if turn.budget_counted else 1
         amounts = (self._sql, turn.tenant, entries, money, input_tokens, max_tokens, turns)
+        if turn.start_with is not None and await self._hold_with_start(turn, amounts):
+            turn.budget_counted = True
+            return BudgetHold(turn.tenant, entries, money, input_tokens, max_tokens)
         deadline = monotonic() + self._wait
         pause = 0.02
         while True:
@@ -380,6 +421,13 @@ class BudgetGate:
                     await self._announce(turn, hold.tenant, crossed)
             return
         sql = self._sql
+        entries = hold.entries
+        if not self._database.is_sqlite and len(entries) == 1 and not entries[0].rule.thresholds:
+            # One UPDATE, nothing to read back: on PostgreSQL it rides in the
+            # statement that writes the step.
+            spent = (money, input_tokens, output_tokens)
+            turn.settles.append(settle_update(sql, hold, *spent))
+            return
 
         def work(connection: Connection) -> None:
             crossed[:] = settle_rows(connection, sql, hold, money, input_tokens, output_tokens)
@@ -487,14 +535,18 @@ def _prompt_tokens(
     total = 0
     for message in messages:
         for part in message.parts:
+            if isinstance(part, BaseToolCallPart):
+                # A call's arguments are its input; it has no content. (Asked
+                # of every part, a missing attribute costs an exception.)
+                args = part.args
+                if args is not None:
+                    total += count(args if isinstance(args, str) else json.dumps(args))
+                continue
             content = getattr(part, "content", None)
             if isinstance(content, str):
                 total += count(content) + _MESSAGE_OVERHEAD
             elif content is not None:
                 total += count(json.dumps(content, default=str)) + _MESSAGE_OVERHEAD
-            args = getattr(part, "args", None)
-            if args is not None:
-                total += count(args if isinstance(args, str) else json.dumps(args))
     for tool in (*params.function_tools, *params.output_tools):
         total += _tool_tokens(count, tool.name, tool.description, tool.parameters_json_schema)
     return total

@@ -18,6 +18,14 @@ starts over on the real handle, as a turn that took its conversation first
 does. If the statement failed, nothing was written and nothing is sent: the
 turn raises the statement's error (:class:`StartNotWritten` carries it to
 the runner).
+
+A turn whose model calls are held on budgets in the database's ledger
+holds its start statement back instead: the first hold rides in the
+statement's transaction (SQLite) or in the statement itself (PostgreSQL,
+as one more ``WITH`` clause), so the turn commits once before its call
+rather than twice. If that hold does not take (a period's first call, a
+limit in the way) the start commits alone and the gate holds as for any
+call.
 """
 
 from __future__ import annotations
@@ -35,10 +43,12 @@ __all__ = [
 import asyncio
 import math
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import fields
+from dataclasses import fields, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from sqlalchemy import Connection
 
 from pilothouse._sendgate import SEND_GATE
 from pilothouse.runtime._replaytape import current_tape
@@ -50,11 +60,11 @@ from pilothouse.runtime._turn import (
     Turn,
     unseen_until_second_write,
 )
-from pilothouse.store import TurnHandle, TurnStore
+from pilothouse.store import StoredMessage, TurnHandle, TurnStore
 
 if TYPE_CHECKING:
     from pilothouse.runtime._compile import CompiledAction
-    from pilothouse.runtime._events import EventHub, Listener, TurnResult
+    from pilothouse.runtime._events import TurnResult
     from pilothouse.runtime._shared import Runtime
 
 
@@ -73,6 +83,7 @@ async def take(store: TurnStore, tenant: str, opening: Opening) -> TurnHandle:
                 default_audit=opening.default_audit,
                 check_catalog=True,
                 caller=opening.caller,
+                read_memory=opening.read_memory,
             )
         case TakeConversation():
             return await store.begin_turn(
@@ -113,36 +124,61 @@ async def start_ahead(
     opening: Opening,
     first: Step,
     compiled: CompiledAction,
-    listener: Listener | None,
-    hub: EventHub,
+    watched: bool,
     tenant: str,
 ) -> StartAhead | None:
-    """Send the turn's start statement and go on, when the turn allows it; else None.
+    """Send the turn's start statement and go on, or hold it back, when the turn allows; else None.
 
-    Only on PostgreSQL (where the statement waits for the server's disk),
-    for a new conversation's new message (not a resumed call) of an action
+    For a new conversation's new message (not a resumed call) of an action
     that runs nothing before its model call and its next write: no tools,
-    advisors, retrieval, scoped memory, shared memory to read, budgets or
-    replay; and nobody watches the turn (no listener sees it running before
-    its record exists).
+    advisors, retrieval, scoped memory or replay; and nobody watches the
+    turn (``watched``: no listener or stream sees it running before its
+    record exists). Then:
+
+    - with budgets held in the database's ledger, the statement waits for
+      the first model call's hold and carries it (in its transaction on
+      SQLite, in the statement itself on PostgreSQL): one commit instead of
+      two (:meth:`StartAhead.start_with`); a shared memory's messages are
+      read first, for the request;
+    - otherwise, on PostgreSQL (where the statement waits for the server's
+      disk) and for a conversation with a memory of its own, it is sent now
+      and the request is built meanwhile.
     """
     if not (
-        runtime.database.is_asyncpg
-        and isinstance(opening, NewConversation)
-        and opening.memory_id in (None, opening.uuid)
+        isinstance(opening, NewConversation)
         and not compiled.advisors
         and not compiled.retrieval
         and compiled.memory.scoped is None
         and current_tape() is None
-        and unseen_until_second_write(
-            first, compiled, listener is not None or hub.wants_deltas(opening.uuid, tenant)
-        )
+        and unseen_until_second_write(first, compiled, watched)
     ):
         return None
+    shared = opening.memory_id not in (None, opening.uuid)
     # Cached per catalog revision: a statement only the first time.
     if await runtime.budgets.rules(tenant, compiled.revision):
+        if runtime.budgets.in_redis:
+            return None  # the hold is a Redis script: nothing to carry
+        memory: list[StoredMessage] = []
+        if shared:
+            # The request is built on the shared memory before the start is
+            # sent: read it now rather than in the start's transaction.
+            assert opening.memory_id is not None, "shared"
+            memory = await runtime.store.memory(tenant, opening.memory_id)
+            opening = replace(opening, read_memory=False)
+        ahead = StartAhead(
+            partial(take, runtime.store, tenant, opening),
+            opening,
+            tenant,
+            compiled.revision,
+            deferred=True,
+        )
+        ahead.provisional.memory = memory
+        return ahead
+    if shared or not runtime.database.is_asyncpg:
         return None
-    ahead = StartAhead(take(runtime.store, tenant, opening), opening, tenant, compiled.revision)
+    ahead = StartAhead(
+        partial(take, runtime.store, tenant, opening), opening, tenant, compiled.revision
+    )
     # The statement's turn on the event loop: it leaves before the build.
     # Not cancelled here: the statement is on its way, and the turn's
     # handlers (which wait for it) are not yet in place.
@@ -152,23 +188,35 @@ async def start_ahead(
 
 
 class StartAhead:
-    """The start statement of a new conversation, running while the turn goes on.
+    """The start statement of a new conversation, running (or held back) while the turn goes on.
 
     Args:
-        take: the statement that takes the conversation, not yet awaited.
+        take: makes the statement that takes the conversation.
         opening: what it writes.
         tenant: whose conversation it is.
         revision: the catalog revision the action was compiled at.
+        deferred: hold the statement back until the first model call's
+            budget hold rides on it (:meth:`start_with`), or the turn needs
+            its record (a write, the send gate), whichever comes first.
     """
 
     def __init__(
         self,
-        take: Coroutine[Any, Any, TurnHandle],
+        take: Callable[[], Coroutine[Any, Any, TurnHandle]],
         opening: NewConversation,
         tenant: str,
         revision: int,
+        *,
+        deferred: bool = False,
     ) -> None:
-        self._task: asyncio.Task[TurnHandle] = asyncio.ensure_future(take)
+        self._take = take
+        self._first = opening.first
+        self._memory_read = opening.read_memory
+        # Sent now on a task of its own; or, held back, written inline when
+        # first needed (a task there would cost more than it saves).
+        self._task = None if deferred else asyncio.ensure_future(take())
+        self._outcome: TurnHandle | Exception | None = None
+        """The held-back start's handle once written, or its error."""
         self._revision = revision
         self.turn: Turn | None = None
         """The turn whose handle the real one replaces (set once the turn exists)."""
@@ -192,6 +240,43 @@ class StartAhead:
         """Name the turn whose handle the real one replaces, and its audit switch."""
         self.turn, self.audit = turn, audit
         turn.started = self.settled
+        if self._task is None:
+            turn.start_with = self.start_with
+
+    async def _start_now(self, work: Callable[[Connection], None] | None) -> None:
+        """Write the held-back start now, ``work`` in its transaction; keep the outcome."""
+        ledger = self._first.ledger
+        if work is not None:
+            ledger.append(work)
+        try:
+            self._outcome = await self._take()
+        except Exception as exc:
+            self._outcome = exc
+        except BaseException:
+            # Cancelled before the statement began (waiting for a connection):
+            # nothing was written, and whoever writes it next holds nothing.
+            if work is not None:
+                ledger.remove(work)
+            raise
+
+    async def start_with(self, work: Callable[[Connection], None] | None) -> bool:
+        """Write the held-back start now, with ``work`` in its transaction.
+
+        Args:
+            work: ledger work (the first model call's budget hold) to commit
+                with the start, or None to write the start alone.
+
+        Returns:
+            Whether the start carried ``work`` (False: it was written already).
+
+        Raises:
+            StartNotWritten: the statement failed (``work`` is not committed).
+        """
+        carried = self._task is None and self._outcome is None and work is not None
+        if carried:
+            await self._start_now(work)
+        await self.settled()
+        return carried
 
     async def steps(
         self, run: Callable[[Turn, Step], Awaitable[TurnResult]], turn: Turn, first: Step
@@ -212,7 +297,15 @@ class StartAhead:
         finally:
             SEND_GATE.reset(token)
         fresh = Turn(
-            handle=turn.handle, compiled=turn.compiled, config=turn.config, listener=turn.listener
+            handle=turn.handle,
+            compiled=turn.compiled,
+            config=turn.config,
+            listener=turn.listener,
+            # A hold already made stays held until its settle is written,
+            # and the turn is counted against turn limits once.
+            settles=turn.settles,
+            after_write=turn.after_write,
+            budget_counted=turn.budget_counted,
         )
         for name in (f.name for f in fields(Turn)):
             # The same object: the runner records the turn it holds.
@@ -231,17 +324,30 @@ class StartAhead:
         Raises:
             StartNotWritten: the statement failed.
         """
-        try:
-            if not self._task.done():
-                with anyio.CancelScope(shield=True):
-                    await self._task
-            handle = self._task.result()
-        except Exception as exc:
-            raise StartNotWritten(exc) from exc
+        task = self._task
+        if task is None:
+            if self._outcome is None:
+                await self._start_now(None)
+            outcome = self._outcome
+            if isinstance(outcome, Exception):
+                raise StartNotWritten(outcome) from outcome
+            assert outcome is not None, "written"
+            handle = outcome
+        else:
+            try:
+                if not task.done():
+                    with anyio.CancelScope(shield=True):
+                        await task
+                handle = task.result()
+            except Exception as exc:
+                raise StartNotWritten(exc) from exc
         turn = self.turn
         if turn is not None and turn.handle is not handle:
+            if not self._memory_read:
+                # Read before the start: what the request was built on.
+                handle.memory = self.provisional.memory
             turn.handle = handle
-            turn.started = None
+            turn.started = turn.start_with = None
             if self.audit is not None:
                 handle.audit = self.audit
         return handle
@@ -270,6 +376,12 @@ class StartAhead:
         For a turn that is failing: when the start was not written there is
         nothing to record, and the turn raises the statement's error.
         """
+        task = self._task
+        if task is None:
+            if self._outcome is None:
+                with anyio.CancelScope(shield=True):
+                    await self._start_now(None)
+            return self._outcome if isinstance(self._outcome, Exception) else None
         with anyio.CancelScope(shield=True):
-            await asyncio.wait([self._task])
-        return None if self._task.cancelled() else self._task.exception()
+            await asyncio.wait([task])
+        return None if task.cancelled() else task.exception()

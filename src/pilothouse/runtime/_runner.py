@@ -600,12 +600,12 @@ class Runner:
         scope = runtime.running.register(self.tenant, uuid)
         # Every log line of the turn names its conversation.
         bind_conversation(uuid)
+        # Whether anyone sees the turn running before its record exists.
+        watched = listener is not None or self.hub.wants_deltas(uuid, self.tenant)
         if runtime.lazy_start and opening.first is not None:
-            mark_lazy_start(opening.first, first, compiled, listener, self.hub, self.tenant, uuid)
+            mark_lazy_start(opening.first, first, compiled, watched)
         try:
-            ahead = await start_ahead(
-                runtime, opening, first, compiled, listener, self.hub, self.tenant
-            )
+            ahead = await start_ahead(runtime, opening, first, compiled, watched, self.tenant)
             handle = ahead.provisional if ahead else await take(self.store, self.tenant, opening)
         except BaseException:
             runtime.running.unregister(self.tenant, uuid)

@@ -56,7 +56,6 @@ from pilothouse.runtime._config import RuntimeConfig
 from pilothouse.runtime._convert import ParsedResponse
 from pilothouse.runtime._events import (
     AnswerSource,
-    EventHub,
     Listener,
     Question,
     ReturnedCall,
@@ -166,6 +165,8 @@ class NewConversation:
     audit: bool | None
     default_audit: bool
     caller: Caller | None = None
+    read_memory: bool = True
+    """Read the messages of a shared memory with the start (False: read already)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +229,9 @@ class Turn:
         started: set while the turn's start statement is still in flight
             (a new conversation on PostgreSQL, see ``_opening``): every
             write waits for it first, and it puts the real handle in place.
+        start_with: set while that statement is held back for the first
+            model call's budget hold to ride on: sends it with the given
+            ledger work in its transaction and says whether it carried it.
     """
 
     handle: TurnHandle
@@ -253,6 +257,7 @@ class Turn:
     settles: list[Callable[[Connection], None]] = field(default_factory=lambda: [])
     after_write: list[Callable[[], Awaitable[None]]] = field(default_factory=lambda: [])
     started: Callable[[], Awaitable[object]] | None = None
+    start_with: Callable[[Callable[[Connection], None] | None], Awaitable[bool]] | None = None
     # Usage not yet written (reset by every write) ...
     input_tokens: int = 0
     output_tokens: int = 0
@@ -512,20 +517,12 @@ def unseen_until_second_write(first: Step, compiled: CompiledAction, watched: bo
     return isinstance(first, Prompt) and not watched and not compiled.runs_tools
 
 
-def mark_lazy_start(
-    batch: TurnBatch,
-    first: Step,
-    compiled: CompiledAction,
-    listener: Listener | None,
-    hub: EventHub,
-    tenant: str,
-    conversation_uuid: str,
-) -> None:
+def mark_lazy_start(batch: TurnBatch, first: Step, compiled: CompiledAction, watched: bool) -> None:
     """Let a turn's first write commit without waiting for the disk, when nothing depends on it.
 
     Called only when the operator chose it (``Settings.database_lazy_start``):
     the turn's next write waits for the log's flush, this one's with it.
+    ``watched``: a listener or a stream sees the turn while it runs.
     """
-    watched = listener is not None or hub.wants_deltas(conversation_uuid, tenant)
     if unseen_until_second_write(first, compiled, watched):
         batch.durable_with_next = True
