@@ -156,3 +156,39 @@ async def test_a_final_answer_the_bus_refuses_does_not_hold_up_the_next(ph: Pilo
     assert (final["correlationId"], final["final"]) == ("second", True)
     # The refused one stays claimed, for another try after the lease.
     assert await service.replies_once() == 0
+
+
+class StallingBus(RefusingBus):
+    """Refuses the bad topic; on any other, waits until the relay is cancelled (a shutdown)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stalled = anyio.Event()
+
+    async def publish(self, topic: str, value: bytes, *, key: str | None = None) -> None:
+        if topic not in self.refused:
+            self.stalled.set()
+            await anyio.sleep_forever()
+        await super().publish(topic, value, key=key)
+
+
+async def test_a_round_cancelled_midway_logs_every_failure_it_counted(
+    ph: Pilothouse, database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    # acme's command is older: refused first, then the round stalls on the next.
+    await ph.for_tenant("acme").command.start_and_send("A-1", action="ORDERS")
+    async with database.sessions.begin() as session:
+        await session.execute(update(EventOutbox).values(topic=BAD))
+    await ph.command.start_and_send("D-1", action="ORDERS")
+    bus = StallingBus()
+    service = EventService(ph, bus, tenants=["default", "acme"])
+
+    with caplog.at_level(logging.WARNING, logger="pilothouse.events"):
+        async with anyio.create_task_group() as group:
+            group.start_soon(service.relay_once)
+            await bus.stalled.wait()
+            group.cancel_scope.cancel()
+
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert service.metrics.publish_failures.labels(BAD)._value.get() == 1
+    assert len(warnings) == 1 and f"on '{BAD}' not published" in warnings[0], warnings
