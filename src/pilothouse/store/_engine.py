@@ -525,10 +525,11 @@ class Database:
     ) -> T:
         """Run ``work(connection, ...)``, which sends exactly one statement, committed on its own.
 
-        For a single conditional write on a hot path: on a file SQLite
-        database and on asyncpg no transaction is begun around it (the
-        statement is atomic by itself), which saves the transaction's
-        bookkeeping and, on PostgreSQL, two round trips. ``work`` must send
+        For a single conditional write, or a single read, on a hot path: on
+        a file SQLite database and on asyncpg no transaction is begun around
+        it (the statement is atomic by itself, and a read on SQLite takes no
+        write lock), which saves the transaction's bookkeeping and, on
+        PostgreSQL, two round trips. ``work`` must send
         one statement only: on SQLite a busy database runs it again. On
         other databases it is :meth:`transaction`.
         """
