@@ -3,7 +3,9 @@
 Four ``pilothouse serve`` worker processes answer 200 concurrent OpenAI-face
 requests against a priced model served by a loopback upstream. Each model
 call holds its worst case on the tenant's money budget in PostgreSQL before
-it is sent; the test shows that what was spent never passes the limit, that
+it is sent (and, in the second run, on a tighter budget of the action's too,
+both rows in one statement); the test shows that what was spent never passes
+the limit, that
 every answered turn reached the upstream exactly once and every refused one
 never did, and that no hold is left behind.
 """
@@ -58,19 +60,29 @@ budgets:
     money: 0.5
     thresholds: [50, 100]
 """
+# A second budget, tighter, on the action: each call holds on both rows in
+# one statement, which locks them in the budgets' order first.
+SECOND = """\
+  - code: PERACT
+    name: The action's spend
+    scope: action
+    match: BDGTALK
+    period: day
+    money: 0.3
+"""
 LIMIT = Decimal("0.5")
 PER_CALL = Decimal("0.008")
 TURNS = 200
 
 
+@pytest.mark.parametrize("budgets", [1, 2])
 def test_two_hundred_turns_on_two_replicas_never_pass_the_limit(
-    tmp_path: Path, postgres_database_url: str
+    tmp_path: Path, postgres_database_url: str, budgets: int
 ) -> None:
     with running_upstream() as upstream:
         upstream.script(Reply(body=completion("ok")))
-        key = prepare_database(
-            postgres_database_url, tmp_path, CATALOG.format(base_url=upstream.base_url)
-        )
+        catalog = CATALOG.format(base_url=upstream.base_url) + (SECOND if budgets == 2 else "")
+        key = prepare_database(postgres_database_url, tmp_path, catalog)
         # Four processes on a server that allows 100 connections in all.
         env = {
             "PILOTHOUSE_EGRESS_ALLOW": "127.0.0.1",
@@ -95,19 +107,23 @@ def test_two_hundred_turns_on_two_replicas_never_pass_the_limit(
             for replica in replicas:
                 replica.stop()
         answered_upstream = len(upstream.requests)
-    (row,) = anyio.run(_ledger, postgres_database_url)
+    rows = {row.budget: row for row in anyio.run(_ledger, postgres_database_url)}
     answered, refused = statuses.count(200), statuses.count(429)
     assert answered + refused == TURNS, statuses
     assert refused > 0 and answered > 0
-    # Every answered turn reached the model once; no refused one reached it.
-    assert answered == answered_upstream == row.turns
-    spent = Decimal(row.spent_money)
-    assert spent == answered * PER_CALL
-    assert spent <= LIMIT
-    assert Decimal(row.held_money) == 0 and row.held_input == 0 and row.held_output == 0
+    assert sorted(rows) == (["PERACT", "SHARED"] if budgets == 2 else ["SHARED"])
+    for row in rows.values():
+        # Every answered turn reached the model once; no refused one reached it.
+        assert answered == answered_upstream == row.turns
+        assert Decimal(row.spent_money) == answered * PER_CALL
+        assert Decimal(row.held_money) == 0 and row.held_input == 0 and row.held_output == 0
+    limit = Decimal("0.3") if budgets == 2 else LIMIT
+    spent = Decimal(rows["SHARED"].spent_money)
+    assert spent <= limit
     # Waiting out the burst, the calls spent up to the limit: the 50 % alert fired.
-    assert row.alerted >= 50
-    assert spent > LIMIT / 2
+    assert spent > limit / 2
+    if budgets == 1:
+        assert rows["SHARED"].alerted >= 50
 
 
 async def _drive(replicas: list[ServeProcess], key: str) -> list[int]:

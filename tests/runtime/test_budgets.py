@@ -18,8 +18,8 @@ from pilothouse.runtime._budgetledger import (
     LedgerEntry,
     LedgerStatements,
     fixed_values,
-    sqlite_time,
 )
+from pilothouse.runtime._budgetsql import sqlite_time
 from pilothouse.settings import Settings
 from pilothouse.store import Database
 from pilothouse.store._tables import budget_usage_table

@@ -181,15 +181,20 @@ async def _turns(ph: Pilothouse, proxy: WireCounter) -> None:
     assert [m.content for m in transcript][-4:] == ["one more", "three", "and again", "five"]
 
 
+@pytest.mark.parametrize("budgets", [1, 3])
 async def test_a_budgeted_turn_costs_the_round_trips_of_one_without(
-    counted: tuple[WireCounter, str],
+    counted: tuple[WireCounter, str], budgets: int
 ) -> None:
-    """The hold rides in the start's statement, the settle in the ending's."""
+    """The hold rides in the start's statement, the settle in the ending's, for every budget."""
     proxy, url = counted
     model = ScriptedModel(["one", "two"])
+    builder = CatalogBuilder().add("budgets", code="TURNS", turns=1000)
+    if budgets == 3:
+        builder.add("budgets", code="DAY", period="day", turns=1000, money="5")
+        builder.add("budgets", code="SAYS", scope="action", match="SAY", turns=1000)
     with override(model=model):
         async with Pilothouse(Settings(database_url=url)) as ph:
-            await CatalogBuilder().add("budgets", code="TURNS", turns=1000).import_into(ph)
+            await builder.import_into(ph)
             # The period's first call makes the ledger row, on its own.
             await ph.command.start_and_send("warm up", action="SAY")
             before, executed = proxy.ready, len(proxy.executed)
@@ -199,8 +204,10 @@ async def test_a_budgeted_turn_costs_the_round_trips_of_one_without(
             start, end = proxy.executed[executed:]
             assert "INSERT INTO conversation" in start and "UPDATE budget_usage" in start
             assert "UPDATE conversation" in end and "UPDATE budget_usage" in end
-            (status,) = await ph.query.budget_status()
-    assert (status.budget, status.spent["turns"]) == ("TURNS", "2"), status
+            statuses = await ph.query.budget_status()
+    spent = sorted((status.budget, status.spent["turns"]) for status in statuses)
+    codes = ["DAY", "SAYS", "TURNS"] if budgets == 3 else ["TURNS"]
+    assert spent == [(code, "2") for code in codes], statuses
 
 
 @pytest.mark.parametrize("size", [MAX_ROWS, MAX_ROWS + 1])

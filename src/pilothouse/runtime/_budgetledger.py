@@ -1,13 +1,15 @@
-"""The budget ledger in the database: the rules as the gate reads them, and the SQL.
+"""The budget ledger in the database: the rules as the gate reads them, and the hold and settle.
 
-A hold is one conditional ``UPDATE`` per ledger row (or, on SQLite, one for
-all of a call's rows): the row changes only if spent + held + the call stays
-within every limit. It is atomic on SQLite (one writer) and on PostgreSQL
-(the row lock makes a concurrent ``UPDATE`` re-check its condition). A
-settle turns the hold into what was spent and claims the highest threshold
-the row has newly reached (``UPDATE ... WHERE alerted < threshold``), so
-each is announced once per period. :mod:`pilothouse.runtime._budgets` runs
-them; :mod:`pilothouse.runtime._budgetredis` is the same ledger in Redis.
+A hold is one conditional ``UPDATE`` of all of a call's ledger rows: the
+rows change only if spent + held + the call stays within every limit of
+every row. It is atomic on SQLite (one writer) and on PostgreSQL (the rows
+are locked first, in one order, and their room worked out on the versions
+locked). A settle turns the hold into what was spent and claims the
+highest threshold the row has newly reached (``UPDATE ... WHERE alerted <
+threshold``), so each is announced once per period. The statements are in
+:mod:`pilothouse.runtime._budgetsql`; :mod:`pilothouse.runtime._budgets`
+runs them; :mod:`pilothouse.runtime._budgetredis` is the same ledger in
+Redis.
 """
 
 from __future__ import annotations
@@ -33,46 +35,22 @@ __all__ = [
     "settle_update",
 ]
 
-import typing
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
-from operator import itemgetter
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import (
-    BigInteger,
-    Connection,
-    Executable,
-    Numeric,
-    String,
-    and_,
-    bindparam,
-    cast,
-    func,
-    insert,
-    or_,
-    select,
-    update,
-)
-from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
-from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.elements import BindParameter, ColumnElement
+from sqlalchemy import Connection, insert, select
 
 from pilothouse.catalog._tables import budget_table, model_table, provider_table
+from pilothouse.runtime._budgetsql import AS_TEXT, LedgerStatements, key_values, sqlite_time
 from pilothouse.store._base import utcnow
-from pilothouse.store._fastsql import BoundUpdate, Query, Statement, execute, fetch
+from pilothouse.store._fastsql import BoundUpdate, execute
 from pilothouse.store._tables import budget_usage_table
 
-_MILLION = Decimal(1_000_000)
-# Per message, as the usage estimate counts it: role and framing tokens.
-_MESSAGE_OVERHEAD = 4
 _LEDGER = budget_usage_table
-_MONEY = Numeric(24, 12)
-# How many callers' charged rows the gate keeps worked out.
-_CHARGED_KEPT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,17 +211,6 @@ def load_rules(connection: Connection, tenant: str) -> tuple[BudgetRule, ...]:
     )
 
 
-def _key_values(tenant: str, entry: LedgerEntry) -> dict[str, Any]:
-    # updated_at too: statements run on the driver get no Python-side onupdate.
-    return {
-        "k_tenant": tenant,
-        "k_budget": entry.rule.code,
-        "k_subject": entry.subject,
-        "k_period": entry.period,
-        "updated_at": utcnow(),
-    }
-
-
 def fixed_values(
     tenant: str, rule: BudgetRule, subject: str, period: str, enforced: bool
 ) -> dict[str, Any]:
@@ -258,246 +225,6 @@ def fixed_values(
         "lim_output": rule.output_tokens if enforced else None,
         "lim_turns": rule.turns if enforced else None,
     }
-
-
-def _key(suffix: str = "", table: Any = _LEDGER) -> ColumnElement[bool]:
-    c = table.c
-    return and_(
-        c.tenant == bindparam("k_tenant"),
-        c.budget == bindparam(f"k_budget{suffix}"),
-        c.subject == bindparam(f"k_subject{suffix}"),
-        c.period == bindparam(f"k_period{suffix}"),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _LedgerRow:
-    """A ledger row, in the table's column order."""
-
-    tenant: str
-    budget: str
-    subject: str
-    period: str
-    spent_money: Decimal
-    held_money: Decimal
-    spent_input: int
-    held_input: int
-    spent_output: int
-    held_output: int
-    turns: int
-    alerted: int
-    updated_at: datetime
-
-
-def _ledger_row(*values: Any) -> _LedgerRow:
-    row = _LedgerRow(*values)
-    return replace(
-        row, spent_money=Decimal(str(row.spent_money)), held_money=Decimal(str(row.held_money))
-    )
-
-
-def _within(used: ColumnElement[Any], amount: BindParameter[Any], limit: str, kind: Any) -> Any:
-    """``used + amount <= limit``, or true when the limit is NULL (the budget sets none)."""
-    bound = bindparam(limit, type_=kind)
-    return or_(bound.is_(None), used + amount <= bound)
-
-
-_POSITIONAL = SQLiteDialect_pysqlite(paramstyle="qmark")
-"""Compiles the ledger's statements for pysqlite with positional parameters."""
-
-_AS_TEXT = "updated_at"
-"""The parameter :class:`_OnSqlite` takes as text already (see :func:`sqlite_time`)."""
-
-
-def sqlite_time(moment: datetime) -> str:
-    """``moment`` (aware, UTC) as SQLAlchemy stores a ``DateTime`` on SQLite.
-
-    One C call: through the column type's bind processor (its UTC check, then
-    SQLite's formatting) the timestamp cost more than the rest of the bind.
-    """
-    return moment.isoformat(" ", "microseconds")[:26]
-
-
-class _OnSqlite:
-    """A ledger statement as pysqlite runs it: its values go to the driver as one tuple.
-
-    The generic plans of :mod:`pilothouse.store._fastsql` bind positionally,
-    each value looked up and processed in a Python loop: the hold names 21
-    parameters, and that loop cost about as much CPU as SQLite's own work on
-    the statement. Here the tuple is built from the values' dict by one
-    ``operator.itemgetter`` call (in C), and the driver binds it by position
-    (a named bind costs the driver a new string and a hash per parameter);
-    only the values whose type has a bind processor on SQLite (money, as a
-    float) go through it, in Python, so what is stored is what SQLAlchemy
-    would store. ``updated_at`` is given as its text already
-    (:func:`sqlite_time`).
-
-    Args:
-        statement: the SQLAlchemy statement (the same the other stores run).
-    """
-
-    __slots__ = ("_literals", "_processed", "_sql", "_statement", "_values")
-
-    def __init__(self, statement: Executable) -> None:
-        self._statement = statement
-        self._sql = ""
-        self._processed: tuple[tuple[str, Callable[[Any], Any]], ...] = ()
-        self._literals: dict[str, Any] = {}
-        self._values: Callable[[dict[str, Any]], tuple[Any, ...]] = tuple
-
-    def _compile(self, connection: Connection) -> None:
-        compiled = typing.cast(
-            SQLCompiler,
-            self._statement.compile(dialect=_POSITIONAL),  # type: ignore[attr-defined]
-        )
-        dialect = connection.dialect
-        processed: list[tuple[str, Callable[[Any], Any]]] = []
-        for name, bind in compiled.binds.items():
-            if name == _AS_TEXT:
-                continue
-            process = bind.type.dialect_impl(dialect).bind_processor(dialect)
-            if process is not None:
-                processed.append((name, process))
-            if not bind.required:
-                # A value of the statement's own (the row count of a hold on
-                # several rows), bound when the caller names none, as the
-                # generic plans do: before processing, like a caller's value.
-                self._literals[name] = bind.effective_value
-        self._processed = tuple(processed)
-        # Each parameter's name in the statement's order, a name used twice
-        # (an amount in the update and in the limit's check) twice.
-        names = tuple(compiled.positiontup or ())
-        assert len(names) > 1, "every ledger statement binds a key and amounts"
-        self._values = itemgetter(*names)
-        self._sql = compiled.string
-
-    def run(self, connection: Connection, values: dict[str, Any]) -> int:
-        """Run it with ``values`` (processed in place); return the rows it matched."""
-        if not self._sql:
-            self._compile(connection)
-        for name, value in self._literals.items():
-            values.setdefault(name, value)
-        for name, process in self._processed:
-            values[name] = process(values[name])
-        driver = connection.connection.driver_connection
-        return int(driver.execute(self._sql, self._values(values)).rowcount)  # type: ignore[union-attr]
-
-
-class LedgerStatements:
-    """The ledger's statements, built and compiled once per gate (run on the driver)."""
-
-    def __init__(self) -> None:
-        c = _LEDGER.c
-        money = bindparam("money", type_=_MONEY)
-        held_in = bindparam("input_tokens", type_=BigInteger())
-        held_out = bindparam("output_tokens", type_=BigInteger())
-        turns = bindparam("turns", type_=BigInteger())
-        self.hold = Statement(
-            update(_LEDGER)
-            .where(
-                _key(),
-                _within(c.spent_money + c.held_money, money, "lim_money", _MONEY),
-                _within(c.spent_input + c.held_input, held_in, "lim_input", BigInteger()),
-                _within(c.spent_output + c.held_output, held_out, "lim_output", BigInteger()),
-                _within(c.turns, turns, "lim_turns", BigInteger()),
-            )
-            .values(
-                held_money=c.held_money + money,
-                held_input=c.held_input + held_in,
-                held_output=c.held_output + held_out,
-                turns=c.turns + turns,
-            )
-        )
-        spent = bindparam("spent_money", type_=_MONEY)
-        spent_in = bindparam("spent_input", type_=BigInteger())
-        spent_out = bindparam("spent_output", type_=BigInteger())
-        self.settle = Statement(
-            update(_LEDGER)
-            .where(_key())
-            .values(
-                held_money=c.held_money - money,
-                held_input=c.held_input - held_in,
-                held_output=c.held_output - held_out,
-                spent_money=c.spent_money + spent,
-                spent_input=c.spent_input + spent_in,
-                spent_output=c.spent_output + spent_out,
-            )
-        )
-        top = bindparam("top", type_=BigInteger())
-        self.claim = Statement(update(_LEDGER).where(_key(), c.alerted < top).values(alerted=top))
-        # Money is read as text: the driver path has no result processor for
-        # NUMERIC on asyncpg, and a decimal string is exact on both stores.
-        columns = [
-            cast(column, String) if column.name in ("spent_money", "held_money") else column
-            for column in _LEDGER.c
-        ]
-        self.row = Query(select(*columns).where(_key()), _ledger_row)
-        self.hold_sqlite = _OnSqlite(self.hold.statement)
-        self.settle_sqlite = _OnSqlite(self.settle.statement)
-
-        self._together: dict[int, tuple[_OnSqlite, _OnSqlite]] = {}
-
-    def together(self, count: int) -> tuple[_OnSqlite, _OnSqlite]:
-        """The hold and the settle of ``count`` rows as one statement each (SQLite only).
-
-        Each row's key and limits are bound with its index as a suffix
-        (``k_budget_0``, ``lim_money_0``); the amounts are the same for all.
-        """
-        found = self._together.get(count)
-        if found is not None:
-            return found
-        c = _LEDGER.c
-        money = bindparam("money", type_=_MONEY)
-        held_in = bindparam("input_tokens", type_=BigInteger())
-        held_out = bindparam("output_tokens", type_=BigInteger())
-        turns = bindparam("turns", type_=BigInteger())
-        keys = [_key(f"_{index}") for index in range(count)]
-        seen = _LEDGER.alias("seen")
-        s = seen.c
-        fits = [
-            and_(
-                _key(f"_{index}", seen),
-                _within(s.spent_money + s.held_money, money, f"lim_money_{index}", _MONEY),
-                _within(s.spent_input + s.held_input, held_in, f"lim_input_{index}", BigInteger()),
-                _within(
-                    s.spent_output + s.held_output, held_out, f"lim_output_{index}", BigInteger()
-                ),
-                _within(s.turns, turns, f"lim_turns_{index}", BigInteger()),
-            )
-            for index in range(count)
-        ]
-        # All rows or none: the rows that fit are counted before any changes
-        # (an uncorrelated subquery runs once), and the UPDATE applies only
-        # when every one does. One statement, so it commits on its own.
-        fitting = select(func.count()).select_from(seen).where(or_(*fits)).scalar_subquery()
-        hold = _OnSqlite(
-            update(_LEDGER)
-            .where(or_(*keys), fitting == count)
-            .values(
-                held_money=c.held_money + money,
-                held_input=c.held_input + held_in,
-                held_output=c.held_output + held_out,
-                turns=c.turns + turns,
-            )
-        )
-        settle = _OnSqlite(
-            update(_LEDGER)
-            .where(or_(*keys))
-            .values(
-                held_money=c.held_money - money,
-                held_input=c.held_input - held_in,
-                held_output=c.held_output - held_out,
-                spent_money=c.spent_money + bindparam("spent_money", type_=_MONEY),
-                spent_input=c.spent_input + bindparam("spent_input", type_=BigInteger()),
-                spent_output=c.spent_output + bindparam("spent_output", type_=BigInteger()),
-            )
-        )
-        self._together[count] = (hold, settle)
-        return hold, settle
-
-    def read(self, connection: Connection, tenant: str, entry: LedgerEntry) -> _LedgerRow | None:
-        rows = fetch(connection, self.row, _key_values(tenant, entry))
-        return rows[0] if rows else None
 
 
 def _indexed(entries: Sequence[LedgerEntry], values: dict[str, Any]) -> dict[str, Any]:
@@ -613,11 +340,13 @@ def hold_at_once(
         "turns": turns,
     }
     if connection.dialect.name != "sqlite":
-        if len(entries) > 1:
-            return False  # several rows in one statement on SQLite only (see settle_rows)
-        values.update(entries[0].fixed, updated_at=utcnow())
-        return execute(connection, sql.hold, values) == 1
-    values[_AS_TEXT] = sqlite_time(datetime.now(UTC))
+        values["updated_at"] = utcnow()
+        if len(entries) == 1:
+            values.update(entries[0].fixed)
+            return execute(connection, sql.hold, values) == 1
+        hold, _ = sql.together_pg(len(entries))
+        return execute(connection, hold, _indexed(entries, values)) == len(entries)
+    values[AS_TEXT] = sqlite_time(datetime.now(UTC))
     if len(entries) == 1:
         values.update(entries[0].fixed)
         return sql.hold_sqlite.run(connection, values) == 1
@@ -634,21 +363,23 @@ def hold_update(
     output_tokens: int,
     turns: int,
 ) -> BoundUpdate:
-    """The hold on one row as an UPDATE another statement can carry (PostgreSQL).
+    """The hold as one UPDATE another statement can carry (PostgreSQL).
 
-    It matches the row only if the call fits (see :func:`hold_at_once`);
-    ``matched`` says whether it did once the carrying statement ran.
+    It matches the rows only if the call fits on every one (see
+    :func:`hold_at_once`); ``matched`` says how many it matched once the
+    carrying statement ran: all of them, or none.
     """
-    (entry,) = entries
-    values = {
-        **entry.fixed,
+    values: dict[str, Any] = {
         "money": money,
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
         "turns": turns,
         "updated_at": utcnow(),
     }
-    return BoundUpdate(sql.hold, values)
+    if len(entries) == 1:
+        return BoundUpdate(sql.hold, {**entries[0].fixed, **values})
+    hold, _ = sql.together_pg(len(entries))
+    return BoundUpdate(hold, _indexed(entries, values))
 
 
 def fits_once_settled(
@@ -737,16 +468,19 @@ def settle_rows(
     entries = hold.entries
     if connection.dialect.name == "sqlite":
         # One statement for all rows: SQLite has a single writer, so the
-        # order rows are locked in cannot deadlock (PostgreSQL goes row by row).
-        amounts[_AS_TEXT] = sqlite_time(datetime.now(UTC))
+        # order rows are locked in cannot deadlock (PostgreSQL's statement
+        # locks them in order first; see LedgerStatements.together_pg).
+        amounts[AS_TEXT] = sqlite_time(datetime.now(UTC))
         if len(entries) == 1:
             sql.settle_sqlite.run(connection, {**entries[0].fixed, **amounts})
         else:
             _, settle = sql.together(len(entries))
             settle.run(connection, _indexed(entries, amounts))
+    elif len(entries) == 1:
+        execute(connection, sql.settle, {**key_values(hold.tenant, entries[0]), **amounts})
     else:
-        for entry in entries:
-            execute(connection, sql.settle, {**_key_values(hold.tenant, entry), **amounts})
+        _, settle = sql.together_pg(len(entries))
+        execute(connection, settle, _indexed(entries, {**amounts, "updated_at": utcnow()}))
     for entry in entries:
         if entry.rule.thresholds:
             crossed.extend(_announce(connection, sql, hold.tenant, entry))
@@ -760,13 +494,11 @@ def settle_update(
     input_tokens: int,
     output_tokens: int,
 ) -> BoundUpdate:
-    """The settle of a hold on one row, as an UPDATE a step's statement can carry (PostgreSQL).
+    """The settle of a hold as one UPDATE a step's statement can carry (PostgreSQL).
 
-    For a row whose budget announces no thresholds: nothing is read back.
+    For rows whose budgets announce no thresholds: nothing is read back.
     """
-    (entry,) = hold.entries
-    values = {
-        **_key_values(hold.tenant, entry),
+    values: dict[str, Any] = {
         "money": hold.money,
         "input_tokens": hold.input_tokens,
         "output_tokens": hold.output_tokens,
@@ -774,7 +506,11 @@ def settle_update(
         "spent_input": input_tokens,
         "spent_output": output_tokens,
     }
-    return BoundUpdate(sql.settle, values)
+    entries = hold.entries
+    if len(entries) == 1:
+        return BoundUpdate(sql.settle, {**key_values(hold.tenant, entries[0]), **values})
+    _, settle = sql.together_pg(len(entries))
+    return BoundUpdate(settle, _indexed(entries, {**values, "updated_at": utcnow()}))
 
 
 def _announce(
@@ -788,6 +524,6 @@ def _announce(
     if not reached:
         return []
     top = max(reached)
-    claimed = execute(connection, sql.claim, {**_key_values(tenant, entry), "top": top})
+    claimed = execute(connection, sql.claim, {**key_values(tenant, entry), "top": top})
     # Another process may have claimed it between the read and the update.
     return [(entry, top, share)] if claimed else []

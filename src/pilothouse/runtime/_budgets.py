@@ -13,9 +13,9 @@ budget never stops it). After the call the hold is settled to the usage
 the turn recorded (a cancelled call at what it consumed), so a limit is
 overshot by at most what one in-flight call used beyond its own estimate.
 
-Because the hold is a single statement on one row, it is atomic on SQLite
-(one writer) and on PostgreSQL (the row lock makes a concurrent ``UPDATE``
-re-check its condition), across workers and replicas alike. A period is a
+Because the hold is a single statement, it is atomic on SQLite (one writer)
+and on PostgreSQL (it locks its rows, in the budgets' order, before it
+works out their room), across workers and replicas alike. A period is a
 key computed from the clock in the budget's time zone (``2026-12`` for a
 month), so every process moves to the next period's row at the same boundary
 and the old row is simply no longer written.
@@ -230,11 +230,9 @@ class BudgetGate:
                 entry = entries[index]
                 raise refused_by(entry, row, money, input_tokens, output_tokens, turns)
             return
-        # One statement, committed on its own, in the common case. Several
-        # rows at once on SQLite only (see settle_rows on why).
-        if (len(entries) == 1 or self._database.is_sqlite) and await self._database.statement(
-            hold_at_once, *amounts
-        ):
+        # One statement for all rows, committed on its own, in the common
+        # case; row by row when a row is missing or a limit is in the way.
+        if await self._database.statement(hold_at_once, *amounts):
             return
         await self._database.transaction(hold_rows, *amounts)
 
@@ -247,14 +245,14 @@ class BudgetGate:
         """
         assert turn.start_with is not None, "checked by the caller"
         entries: Sequence[LedgerEntry] = amounts[2]
-        if self._redis is not None or not (len(entries) == 1 or self._database.is_sqlite):
-            # Nothing to carry (a Redis script; row by row on PostgreSQL).
+        if self._redis is not None:
+            # Nothing to carry: the hold is a Redis script.
             await turn.start_with(None)
             return False
         if not self._database.is_sqlite:
             # One UPDATE the start's own statement carries (PostgreSQL).
             update = hold_update(*amounts)
-            return await turn.start_with(update) and update.matched == [1]
+            return await turn.start_with(update) and update.matched == [len(entries)]
         held: list[bool] = []
 
         def work(connection: Connection) -> None:
@@ -422,7 +420,7 @@ class BudgetGate:
             return
         sql = self._sql
         entries = hold.entries
-        if not self._database.is_sqlite and len(entries) == 1 and not entries[0].rule.thresholds:
+        if not self._database.is_sqlite and not any(entry.rule.thresholds for entry in entries):
             # One UPDATE, nothing to read back: on PostgreSQL it rides in the
             # statement that writes the step.
             spent = (money, input_tokens, output_tokens)
