@@ -24,7 +24,9 @@ from sqlalchemy import (
     BigInteger,
     Connection,
     Executable,
+    Integer,
     Numeric,
+    Select,
     String,
     and_,
     bindparam,
@@ -184,46 +186,88 @@ class _OnSqlite:
         return int(driver.execute(self._sql, self._values(values)).rowcount)  # type: ignore[union-attr]
 
 
+def _fits(table: Any, suffix: str = "") -> ColumnElement[bool]:
+    """The call fits on ``table``'s row: spent + held + the call within each limit it has."""
+    c = table.c
+    return and_(
+        _within(c.spent_money + c.held_money, _held_money(), f"lim_money{suffix}", _MONEY),
+        _within(c.spent_input + c.held_input, _held_input(), f"lim_input{suffix}", BigInteger()),
+        _within(
+            c.spent_output + c.held_output, _held_output(), f"lim_output{suffix}", BigInteger()
+        ),
+        _within(c.turns, _turns(), f"lim_turns{suffix}", BigInteger()),
+    )
+
+
+def _held_money() -> BindParameter[Any]:
+    return bindparam("money", type_=_MONEY)
+
+
+def _held_input() -> BindParameter[Any]:
+    return bindparam("input_tokens", type_=BigInteger())
+
+
+def _held_output() -> BindParameter[Any]:
+    return bindparam("output_tokens", type_=BigInteger())
+
+
+def _turns() -> BindParameter[Any]:
+    return bindparam("turns", type_=BigInteger())
+
+
+def _hold_values() -> dict[str, Any]:
+    """What a hold adds to a row: the call's worst case, and its turn."""
+    c = _LEDGER.c
+    return {
+        "held_money": c.held_money + _held_money(),
+        "held_input": c.held_input + _held_input(),
+        "held_output": c.held_output + _held_output(),
+        "turns": c.turns + _turns(),
+    }
+
+
+def _settle_values() -> dict[str, Any]:
+    """What a settle changes on a row: the hold taken off, what was spent added."""
+    c = _LEDGER.c
+    return {
+        "held_money": c.held_money - _held_money(),
+        "held_input": c.held_input - _held_input(),
+        "held_output": c.held_output - _held_output(),
+        "spent_money": c.spent_money + bindparam("spent_money", type_=_MONEY),
+        "spent_input": c.spent_input + bindparam("spent_input", type_=BigInteger()),
+        "spent_output": c.spent_output + bindparam("spent_output", type_=BigInteger()),
+    }
+
+
+def _locked(keys: list[ColumnElement[bool]], seen: Any, *columns: Any) -> Select[*tuple[Any, ...]]:
+    """The rows of ``keys``, locked in the budgets' order (see ``together_pg``)."""
+    s = seen.c
+    return (
+        select(s.budget, s.subject, s.period, *columns)
+        .where(or_(*keys))
+        .order_by(s.budget, s.subject, s.period)
+        .with_for_update(of=seen)
+    )
+
+
+def _matching(table: Any) -> list[ColumnElement[bool]]:
+    """The ledger's row of the tenant (``k_tenant``) with ``table``'s budget, subject and period."""
+    c = _LEDGER.c
+    return [
+        c.tenant == bindparam("k_tenant"),
+        c.budget == table.c.budget,
+        c.subject == table.c.subject,
+        c.period == table.c.period,
+    ]
+
+
 class LedgerStatements:
     """The ledger's statements, built and compiled once per gate (run on the driver)."""
 
     def __init__(self) -> None:
         c = _LEDGER.c
-        money = bindparam("money", type_=_MONEY)
-        held_in = bindparam("input_tokens", type_=BigInteger())
-        held_out = bindparam("output_tokens", type_=BigInteger())
-        turns = bindparam("turns", type_=BigInteger())
-        self.hold = Statement(
-            update(_LEDGER)
-            .where(
-                _key(),
-                _within(c.spent_money + c.held_money, money, "lim_money", _MONEY),
-                _within(c.spent_input + c.held_input, held_in, "lim_input", BigInteger()),
-                _within(c.spent_output + c.held_output, held_out, "lim_output", BigInteger()),
-                _within(c.turns, turns, "lim_turns", BigInteger()),
-            )
-            .values(
-                held_money=c.held_money + money,
-                held_input=c.held_input + held_in,
-                held_output=c.held_output + held_out,
-                turns=c.turns + turns,
-            )
-        )
-        spent = bindparam("spent_money", type_=_MONEY)
-        spent_in = bindparam("spent_input", type_=BigInteger())
-        spent_out = bindparam("spent_output", type_=BigInteger())
-        self.settle = Statement(
-            update(_LEDGER)
-            .where(_key())
-            .values(
-                held_money=c.held_money - money,
-                held_input=c.held_input - held_in,
-                held_output=c.held_output - held_out,
-                spent_money=c.spent_money + spent,
-                spent_input=c.spent_input + spent_in,
-                spent_output=c.spent_output + spent_out,
-            )
-        )
+        self.hold = Statement(update(_LEDGER).where(_key(), _fits(_LEDGER)).values(_hold_values()))
+        self.settle = Statement(update(_LEDGER).where(_key()).values(_settle_values()))
         top = bindparam("top", type_=BigInteger())
         self.claim = Statement(update(_LEDGER).where(_key(), c.alerted < top).values(alerted=top))
         # Money is read as text: the driver path has no result processor for
@@ -248,52 +292,15 @@ class LedgerStatements:
         found = self._together.get(count)
         if found is not None:
             return found
-        c = _LEDGER.c
-        money = bindparam("money", type_=_MONEY)
-        held_in = bindparam("input_tokens", type_=BigInteger())
-        held_out = bindparam("output_tokens", type_=BigInteger())
-        turns = bindparam("turns", type_=BigInteger())
         keys = [_key(f"_{index}") for index in range(count)]
         seen = _LEDGER.alias("seen")
-        s = seen.c
-        fits = [
-            and_(
-                _key(f"_{index}", seen),
-                _within(s.spent_money + s.held_money, money, f"lim_money_{index}", _MONEY),
-                _within(s.spent_input + s.held_input, held_in, f"lim_input_{index}", BigInteger()),
-                _within(
-                    s.spent_output + s.held_output, held_out, f"lim_output_{index}", BigInteger()
-                ),
-                _within(s.turns, turns, f"lim_turns_{index}", BigInteger()),
-            )
-            for index in range(count)
-        ]
+        fits = [and_(_key(f"_{i}", seen), _fits(seen, f"_{i}")) for i in range(count)]
         # All rows or none: the rows that fit are counted before any changes
         # (an uncorrelated subquery runs once), and the UPDATE applies only
         # when every one does. One statement, so it commits on its own.
         fitting = select(func.count()).select_from(seen).where(or_(*fits)).scalar_subquery()
-        hold = _OnSqlite(
-            update(_LEDGER)
-            .where(or_(*keys), fitting == count)
-            .values(
-                held_money=c.held_money + money,
-                held_input=c.held_input + held_in,
-                held_output=c.held_output + held_out,
-                turns=c.turns + turns,
-            )
-        )
-        settle = _OnSqlite(
-            update(_LEDGER)
-            .where(or_(*keys))
-            .values(
-                held_money=c.held_money - money,
-                held_input=c.held_input - held_in,
-                held_output=c.held_output - held_out,
-                spent_money=c.spent_money + bindparam("spent_money", type_=_MONEY),
-                spent_input=c.spent_input + bindparam("spent_input", type_=BigInteger()),
-                spent_output=c.spent_output + bindparam("spent_output", type_=BigInteger()),
-            )
-        )
+        hold = _OnSqlite(update(_LEDGER).where(or_(*keys), fitting == count).values(_hold_values()))
+        settle = _OnSqlite(update(_LEDGER).where(or_(*keys)).values(_settle_values()))
         self._together[count] = (hold, settle)
         return hold, settle
 
@@ -313,39 +320,10 @@ class LedgerStatements:
         found = self._together_pg.get(count)
         if found is not None:
             return found
-        c, seen = _LEDGER.c, _LEDGER.alias("seen")
-        s = seen.c
-        money = bindparam("money", type_=_MONEY)
-        held_in = bindparam("input_tokens", type_=BigInteger())
-        held_out = bindparam("output_tokens", type_=BigInteger())
-        turns = bindparam("turns", type_=BigInteger())
+        seen = _LEDGER.alias("seen")
         keys = [_key(f"_{index}", seen) for index in range(count)]
-        fits = or_(
-            *(
-                and_(
-                    keys[index],
-                    _within(s.spent_money + s.held_money, money, f"lim_money_{index}", _MONEY),
-                    _within(
-                        s.spent_input + s.held_input, held_in, f"lim_input_{index}", BigInteger()
-                    ),
-                    _within(
-                        s.spent_output + s.held_output,
-                        held_out,
-                        f"lim_output_{index}",
-                        BigInteger(),
-                    ),
-                    _within(s.turns, turns, f"lim_turns_{index}", BigInteger()),
-                )
-                for index in range(count)
-            )
-        )
-        locked = (
-            select(s.budget, s.subject, s.period, fits.label("fits"))
-            .where(or_(*keys))
-            .order_by(s.budget, s.subject, s.period)
-            .with_for_update(of=seen)
-            .subquery("locked")
-        )
+        fits = or_(*(and_(keys[i], _fits(seen, f"_{i}")) for i in range(count)))
+        locked = _locked(keys, seen, fits.label("fits")).subquery("locked")
         # Materialized: a join may scan its inner side again, and a second
         # scan would skip the rows this statement has already changed.
         counted = (
@@ -359,50 +337,18 @@ class LedgerStatements:
             .cte("w_ledger_held")
             .prefix_with("MATERIALIZED")
         )
+        # Inlined: a value of the statement's own costs every run a lookup.
+        every = literal_column(str(count), type_=Integer())
         hold = Statement(
             update(_LEDGER)
-            .where(
-                c.tenant == bindparam("k_tenant"),
-                c.budget == counted.c.budget,
-                c.subject == counted.c.subject,
-                c.period == counted.c.period,
-                # Inlined: a value of the statement's own costs every run a lookup.
-                counted.c.found == literal_column(str(count)),
-                counted.c.fitting == literal_column(str(count)),
-            )
-            .values(
-                held_money=c.held_money + money,
-                held_input=c.held_input + held_in,
-                held_output=c.held_output + held_out,
-                turns=c.turns + turns,
-                updated_at=bindparam("updated_at"),
-            )
+            .where(*_matching(counted), counted.c.found == every, counted.c.fitting == every)
+            .values({**_hold_values(), "updated_at": bindparam("updated_at")})
         )
-        rows = (
-            select(s.budget, s.subject, s.period)
-            .where(or_(*keys))
-            .order_by(s.budget, s.subject, s.period)
-            .with_for_update(of=seen)
-            .cte("w_ledger_settled")
-            .prefix_with("MATERIALIZED")
-        )
+        rows = _locked(keys, seen).cte("w_ledger_settled").prefix_with("MATERIALIZED")
         settle = Statement(
             update(_LEDGER)
-            .where(
-                c.tenant == bindparam("k_tenant"),
-                c.budget == rows.c.budget,
-                c.subject == rows.c.subject,
-                c.period == rows.c.period,
-            )
-            .values(
-                held_money=c.held_money - money,
-                held_input=c.held_input - held_in,
-                held_output=c.held_output - held_out,
-                spent_money=c.spent_money + bindparam("spent_money", type_=_MONEY),
-                spent_input=c.spent_input + bindparam("spent_input", type_=BigInteger()),
-                spent_output=c.spent_output + bindparam("spent_output", type_=BigInteger()),
-                updated_at=bindparam("updated_at"),
-            )
+            .where(*_matching(rows))
+            .values({**_settle_values(), "updated_at": bindparam("updated_at")})
         )
         self._together_pg[count] = (hold, settle)
         return hold, settle
