@@ -268,4 +268,6 @@ def test_a_plan_binds_in_parameter_order_through_the_types_processors() -> None:
         single = one.plan(connection, ())
         # A literal of the statement's own (the 1 of id + 1) is bound as well.
         assert single.parameters({"k": 3}) == (1, 3)
+        with pytest.raises(KeyError, match=r"no value for parameter 'k' of: UPDATE t"):
+            single.parameters({"n": 3})
     engine.dispose()

@@ -45,40 +45,24 @@ class _Plan:
 
     sql: str
     names: tuple[str, ...]
-    binds: tuple[Processor | None, ...]
-    defaults: tuple[Any, ...]
-    """The value of a bind no caller names (literals such as ``version + 1``)."""
     results: tuple[Processor | None, ...]
-    picked: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
-    """The values in parameter order, in one C call, when every bind is the caller's."""
+    picked: Callable[[Mapping[str, Any]], tuple[Any, ...]]
+    """The values in parameter order, in one C call (see :meth:`Statement.plan`)."""
     processed: tuple[tuple[int, Processor], ...] = ()
     """The positions whose type has a bind processor, with it."""
 
     def parameters(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
-        picked = self.picked
-        if picked is not None:
-            try:
-                raw = picked(values)
-            except KeyError as missing:
-                raise KeyError(f"no value for parameter {missing} of: {self.sql}") from None
-            if not self.processed:
-                return raw
-            # None goes through the processor too, as in SQLAlchemy: a JSON
-            # column stores None as the JSON text 'null', not as SQL NULL.
-            out = list(raw)
-            for index, process in self.processed:
-                out[index] = process(out[index])
-            return tuple(out)
-        return self._looked_up(values)
-
-    def _looked_up(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
-        """:meth:`parameters` when some bind has a value of the statement's own."""
-        out: list[Any] = []
-        for name, process, default in zip(self.names, self.binds, self.defaults, strict=True):
-            value = values.get(name, default)
-            if value is _MISSING:
-                raise KeyError(f"no value for parameter {name!r} of: {self.sql}")
-            out.append(process(value) if process is not None else value)
+        try:
+            raw = self.picked(values)
+        except KeyError as missing:
+            raise KeyError(f"no value for parameter {missing} of: {self.sql}") from None
+        if not self.processed:
+            return raw
+        # None goes through the processor too, as in SQLAlchemy: a JSON
+        # column stores None as the JSON text 'null', not as SQL NULL.
+        out = list(raw)
+        for index, process in self.processed:
+            out[index] = process(out[index])
         return tuple(out)
 
     def values(self, raw: Sequence[Any]) -> tuple[Any, ...]:
@@ -134,22 +118,31 @@ class Statement:
                 column.type.dialect_impl(dialect).result_processor(dialect, None)
                 for column in selected
             )
-        picked: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
-        if all(default is _MISSING for default in defaults):
-            # One value per name in order, built in C rather than a Python
-            # loop: the loop cost as much CPU as SQLite's own work on a short
-            # statement. (itemgetter of one name returns the value, not a tuple.)
-            if len(names) > 1:
-                picked = itemgetter(*names)
-            elif names:
-                only = names[0]
-                picked = lambda values: (values[only],)  # noqa: E731
-            else:
-                picked = lambda values: ()  # noqa: E731
+        # One value per name in order, built in C rather than a Python loop:
+        # the loop cost as much CPU as SQLite's own work on a short
+        # statement. (itemgetter of one name returns the value, not a tuple.)
+        picked: Callable[[Mapping[str, Any]], tuple[Any, ...]]
+        if len(names) > 1:
+            picked = itemgetter(*names)
+        elif names:
+            only = names[0]
+            picked = lambda values: (values[only],)  # noqa: E731
+        else:
+            picked = lambda values: ()  # noqa: E731
+        own = {
+            name: default
+            for name, default in zip(names, defaults, strict=True)
+            if default is not _MISSING
+        }
+        if own:
+            # Values of the statement's own (``version + 1``, a fixed status)
+            # under the caller's: one merge in C, then the same pick.
+            pick = picked
+            picked = lambda values: pick({**own, **values})  # noqa: E731
         processed = tuple(
             (index, process) for index, process in enumerate(binds) if process is not None
         )
-        plan = _Plan(compiled.string, names, binds, defaults, results, picked, processed)
+        plan = _Plan(compiled.string, names, results, picked, processed)
         self._plans[key] = plan
         return plan
 
