@@ -15,7 +15,8 @@ from __future__ import annotations
 __all__ = ["Database", "KeyLengthRefusal", "current_revision", "head_revision"]
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
@@ -213,8 +214,8 @@ def _out_of_connections(context: ExceptionContext) -> None:
 def _asyncpg_transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
     """Run ``work`` in one transaction of asyncpg's own, inside SQLAlchemy's greenlet.
 
-    The connection is in SQLAlchemy's AUTOCOMMIT mode, so its adapter sends no
-    BEGIN or COMMIT of its own, and the transaction is the driver's: begun
+    The connection's adapter is in autocommit mode (see :func:`_autocommit`),
+    so it sends no BEGIN or COMMIT of its own, and the transaction is the driver's: begun
     here, before ``work`` runs, which lets ``_fastsql`` send statements
     straight to the driver, and lets a connection found dead by the BEGIN be
     replaced once. Nothing has run yet then, so the retry is safe; a
@@ -224,8 +225,7 @@ def _asyncpg_transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
     connection goes back, so sessions get a transactional connection.
     """
     for attempt in range(2):
-        with engine.connect() as connection:
-            connection.execution_options(isolation_level="AUTOCOMMIT")
+        with engine.connect() as connection, _autocommit(connection):
             driver: Any = connection.connection.driver_connection
             try:
                 transaction = driver.transaction()
@@ -253,6 +253,24 @@ def _asyncpg_transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
     raise AssertionError("unreachable: the second attempt returns or raises")
 
 
+@contextmanager
+def _autocommit(connection: Connection) -> Generator[None]:
+    """Switch the connection's asyncpg adapter to autocommit for this checkout, then back.
+
+    Set on the adapter itself, not through ``execution_options``: SQLAlchemy's
+    isolation-level bookkeeping (set at checkout, reset and rolled back at
+    check-in) cost more CPU than the statement it ran. Sessions check the
+    connection out again with the adapter's own isolation level, so they
+    still get a transaction.
+    """
+    adapted: Any = connection.connection.dbapi_connection
+    adapted.autocommit = True
+    try:
+        yield
+    finally:
+        adapted.autocommit = False
+
+
 def _asyncpg_autocommit(engine: Engine, work: Callable[[Connection], T]) -> T:
     """Run ``work`` on a connection in AUTOCOMMIT mode, inside SQLAlchemy's greenlet.
 
@@ -260,8 +278,7 @@ def _asyncpg_autocommit(engine: Engine, work: Callable[[Connection], T]) -> T:
     own, which ``_fastsql`` sends straight to the driver as well (see
     :meth:`Database.statements`).
     """
-    with engine.connect() as connection:
-        connection.execution_options(isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection, _autocommit(connection):
         return work(connection)
 
 

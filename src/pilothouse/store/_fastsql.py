@@ -186,7 +186,8 @@ def _asyncpg(connection: Connection) -> Any | None:
         return None
     if driver.is_in_transaction():
         return driver
-    autocommit = connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+    # SQLAlchemy's AUTOCOMMIT isolation level sets the adapter's flag too.
+    autocommit = connection.connection.dbapi_connection.autocommit  # type: ignore[union-attr]
     return driver if autocommit else None
 
 
