@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import insert, select, update
 from test_budgets import SPENT, catalog, ledger
 
-from pilothouse.api import Pilothouse
+from pilothouse.api import Caller, Pilothouse
 from pilothouse.errors import BudgetExceededError
 from pilothouse.runtime._budgetledger import (
     BudgetRule,
@@ -142,3 +142,20 @@ async def test_concurrent_turns_on_three_budgets_stay_within_each(
     # The tightest limit is never passed: holds are worst cases.
     assert Decimal(rows["CCC"].spent_money) <= Decimal("0.04")
     assert sorted(rows) == ["AAA", "BBB", "CCC"]
+
+
+async def test_a_later_turn_without_a_key_is_charged_to_the_key_that_started_it(
+    database_url: str,
+) -> None:
+    """A budget per API key: a turn sent with no key reads the conversation's own."""
+    model = ScriptedModel([Reply("ok", input_tokens=10, output_tokens=10)] * 3)
+    settings = Settings(database_url=database_url, secrets_file=None)
+    async with Pilothouse(settings, model=model) as ph:
+        builder = catalog(code="PERKEY", scope="api_key", turns=100)
+        await builder.import_into(ph)
+        keyed = ph.for_tenant("default", caller=Caller("rest", "abc12345"))
+        first = await keyed.command.start_and_send("Hi", action="ASK")
+        # Sent by the library with no key: charged to the key that started it.
+        await ph.command.send_message(first.conversation_uuid, "Again")
+    (row,) = await ledger(database_url)
+    assert (row.budget, row.subject, row.turns) == ("PERKEY", "abc12345", 2)

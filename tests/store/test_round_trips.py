@@ -210,6 +210,29 @@ async def test_a_budgeted_turn_costs_the_round_trips_of_one_without(
     assert spent == [(code, "2") for code in codes], statuses
 
 
+async def test_a_new_conversation_without_a_key_reads_no_key_for_its_budgets(
+    counted: tuple[WireCounter, str],
+) -> None:
+    """A budget per API key does not send a new conversation's turn to read its key."""
+    proxy, url = counted
+    model = ScriptedModel(["one", "two"])
+    builder = CatalogBuilder().add("budgets", code="TURNS", turns=1000)
+    builder.add("budgets", code="PERKEY", scope="api_key", turns=1000)
+    with override(model=model):
+        async with Pilothouse(Settings(database_url=url)) as ph:
+            await builder.import_into(ph)
+            await ph.command.start_and_send("warm up", action="SAY")
+            before = proxy.ready
+            result = await ph.command.start_and_send("hello", action="SAY")
+            assert result.text == "two"
+            # The start (carrying the hold) and the ending: no read of the
+            # conversation's key, which a keyless new conversation has not.
+            assert proxy.ready - before == TURN_ROUND_TRIPS
+            statuses = await ph.query.budget_status()
+    spent = {status.budget: status.spent["turns"] for status in statuses}
+    assert spent == {"TURNS": "2", "PERKEY": "0"}, statuses
+
+
 @pytest.mark.parametrize("size", [MAX_ROWS, MAX_ROWS + 1])
 async def test_a_step_too_large_for_one_statement_is_written_statement_by_statement(
     database: Database, size: int

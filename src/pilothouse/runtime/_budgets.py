@@ -300,7 +300,9 @@ class BudgetGate:
         if not rules:
             return ()
         key_prefix = turn.key_prefix
-        if key_prefix is None and keyed:
+        # A conversation not yet written (its start held back: id 0) is new,
+        # and a new conversation's key is the request's: nothing to read.
+        if key_prefix is None and keyed and turn.handle.conversation_id:
             key_prefix = turn.key_prefix = await self._database.transaction(
                 _conversation_key, turn.handle.conversation_id
             )
