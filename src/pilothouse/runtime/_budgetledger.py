@@ -51,6 +51,8 @@ from pilothouse.store._fastsql import BoundUpdate, execute
 from pilothouse.store._tables import budget_usage_table
 
 _LEDGER = budget_usage_table
+# How many tuples of entries a gate keeps suffixed (see _indexed).
+_INDEXED_KEPT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,15 +229,35 @@ def fixed_values(
     }
 
 
-def _indexed(entries: Sequence[LedgerEntry], values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` with each entry's key and limits, suffixed with its index (see ``together``)."""
+def _indexed(
+    sql: LedgerStatements, entries: Sequence[LedgerEntry], values: dict[str, Any]
+) -> dict[str, Any]:
+    """``values`` with each entry's key and limits, suffixed with its index (see ``together``).
+
+    Worked out once per tuple of entries: the gate keeps one per caller and
+    period, so a call charged to several budgets only copies it.
+    """
+    if not isinstance(entries, tuple):
+        values.update(_suffixed(entries))
+        return values
+    kept = sql.indexed.get(id(entries))
+    if kept is None or kept[0] is not entries:
+        if len(sql.indexed) >= _INDEXED_KEPT:
+            sql.indexed.clear()
+        kept = sql.indexed[id(entries)] = (entries, _suffixed(entries))
+    values.update(kept[1])
+    return values
+
+
+def _suffixed(entries: Sequence[LedgerEntry]) -> dict[str, Any]:
+    suffixed: dict[str, Any] = {}
     for index, entry in enumerate(entries):
         for name, value in entry.fixed.items():
             if name == "k_tenant":
-                values[name] = value
+                suffixed[name] = value
             else:
-                values[f"{name}_{index}"] = value
-    return values
+                suffixed[f"{name}_{index}"] = value
+    return suffixed
 
 
 def _ensure_row(connection: Connection, tenant: str, entry: LedgerEntry) -> None:
@@ -345,13 +367,13 @@ def hold_at_once(
             values.update(entries[0].fixed)
             return execute(connection, sql.hold, values) == 1
         hold, _ = sql.together_pg(len(entries))
-        return execute(connection, hold, _indexed(entries, values)) == len(entries)
+        return execute(connection, hold, _indexed(sql, entries, values)) == len(entries)
     values[AS_TEXT] = sqlite_time(datetime.now(UTC))
     if len(entries) == 1:
         values.update(entries[0].fixed)
         return sql.hold_sqlite.run(connection, values) == 1
     hold, _ = sql.together(len(entries))
-    return hold.run(connection, _indexed(entries, values)) == len(entries)
+    return hold.run(connection, _indexed(sql, entries, values)) == len(entries)
 
 
 def hold_update(
@@ -379,7 +401,7 @@ def hold_update(
     if len(entries) == 1:
         return BoundUpdate(sql.hold, {**entries[0].fixed, **values})
     hold, _ = sql.together_pg(len(entries))
-    return BoundUpdate(hold, _indexed(entries, values))
+    return BoundUpdate(hold, _indexed(sql, entries, values))
 
 
 def fits_once_settled(
@@ -475,12 +497,12 @@ def settle_rows(
             sql.settle_sqlite.run(connection, {**entries[0].fixed, **amounts})
         else:
             _, settle = sql.together(len(entries))
-            settle.run(connection, _indexed(entries, amounts))
+            settle.run(connection, _indexed(sql, entries, amounts))
     elif len(entries) == 1:
         execute(connection, sql.settle, {**key_values(hold.tenant, entries[0]), **amounts})
     else:
         _, settle = sql.together_pg(len(entries))
-        execute(connection, settle, _indexed(entries, {**amounts, "updated_at": utcnow()}))
+        execute(connection, settle, _indexed(sql, entries, {**amounts, "updated_at": utcnow()}))
     for entry in entries:
         if entry.rule.thresholds:
             crossed.extend(_announce(connection, sql, hold.tenant, entry))
@@ -510,7 +532,7 @@ def settle_update(
     if len(entries) == 1:
         return BoundUpdate(sql.settle, {**key_values(hold.tenant, entries[0]), **values})
     _, settle = sql.together_pg(len(entries))
-    return BoundUpdate(settle, _indexed(entries, {**values, "updated_at": utcnow()}))
+    return BoundUpdate(settle, _indexed(sql, entries, {**values, "updated_at": utcnow()}))
 
 
 def _announce(

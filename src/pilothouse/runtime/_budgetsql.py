@@ -281,6 +281,8 @@ class LedgerStatements:
         self.settle_sqlite = _OnSqlite(self.settle.statement)
 
         self._together: dict[int, tuple[_OnSqlite, _OnSqlite]] = {}
+        self.indexed: dict[int, tuple[tuple[LedgerEntry, ...], dict[str, Any]]] = {}
+        """Each tuple of entries' suffixed keys and limits, by the tuple's id (kept with it)."""
         self._together_pg: dict[int, tuple[Statement, Statement]] = {}
 
     def together(self, count: int) -> tuple[_OnSqlite, _OnSqlite]:
