@@ -63,11 +63,26 @@ def replies(count: int) -> list[Reply]:
 async def test_on_sqlite_a_budgeted_turn_commits_as_often_as_one_without(tmp_path: Any) -> None:
     """The hold rides on the start's commit; the settle rides on the ending's."""
     commits: dict[str, int] = {}
-    for name, budget in (("none", {}), ("one", {"code": "TENANT", "money": "100"})):
+    variants: tuple[tuple[str, list[dict[str, Any]]], ...] = (
+        ("none", []),
+        ("one", [{"code": "TENANT", "money": "100", "turns": 1000}]),
+        (
+            "three",
+            [
+                {"code": "TENANT", "money": "100", "turns": 1000},
+                {"code": "ASKS", "scope": "action", "turns": 1000},
+                {"code": "DAY", "period": "day", "money": "100", "turns": 1000},
+            ],
+        ),
+    )
+    for name, budgets in variants:
         url = f"sqlite+aiosqlite:///{tmp_path / name}.db"
         settings = Settings(database_url=url, secrets_file=None)
         async with Pilothouse(settings, model=ScriptedModel(replies(3))) as ph:
-            await catalog(**budget).import_into(ph)
+            builder = catalog()
+            for budget in budgets:
+                builder.add("budgets", **budget)
+            await builder.import_into(ph)
             # The period's first call makes the ledger row: not counted.
             await ph.command.start_and_send("warm up", action="ASK")
             runner = ph._shared.database._sqlite
@@ -76,7 +91,12 @@ async def test_on_sqlite_a_budgeted_turn_commits_as_often_as_one_without(tmp_pat
             result = await ph.command.start_and_send("Hi", action="ASK")
             assert result.status is ProcessStatus.COMPLETED, result.error
             commits[name] = runner._commits - before
-    assert commits == {"none": 2, "one": 2}
+            # Every budget held and settled both turns.
+            statuses = await ph.query.budget_status()
+            assert sorted((st.budget, st.spent["turns"]) for st in statuses) == sorted(
+                (budget["code"], "2") for budget in budgets
+            ), statuses
+    assert commits == {"none": 2, "one": 2, "three": 2}
 
 
 async def test_the_hold_is_on_the_ledger_before_the_call_is_made(database_url: str) -> None:
