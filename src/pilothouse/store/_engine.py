@@ -215,14 +215,15 @@ def _asyncpg_transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
     """Run ``work`` in one transaction of asyncpg's own, inside SQLAlchemy's greenlet.
 
     The connection's adapter is in autocommit mode (see :func:`_autocommit`),
-    so it sends no BEGIN or COMMIT of its own, and the transaction is the driver's: begun
-    here, before ``work`` runs, which lets ``_fastsql`` send statements
-    straight to the driver, and lets a connection found dead by the BEGIN be
-    replaced once. Nothing has run yet then, so the retry is safe; a
-    connection that dies later fails the transaction, as it would have with
-    the pool's pre-ping (which also cost three round trips per checkout:
-    BEGIN, a ping, ROLLBACK). The pool resets the isolation level when the
-    connection goes back, so sessions get a transactional connection.
+    so it sends no BEGIN or COMMIT of its own, and the transaction is the
+    driver's: begun here, before ``work`` runs, which lets ``_fastsql`` send
+    statements straight to the driver, and lets a connection found dead by
+    the BEGIN be replaced once. Nothing has run yet then, so the retry is
+    safe; a connection that dies later fails the transaction, as it would
+    have with the pool's pre-ping (which also cost three round trips per
+    checkout: BEGIN, a ping, ROLLBACK). :func:`_autocommit` clears the
+    adapter's flag before the connection goes back, so sessions get a
+    transactional connection.
     """
     for attempt in range(2):
         with engine.connect() as connection, _autocommit(connection):
@@ -272,7 +273,7 @@ def _autocommit(connection: Connection) -> Generator[None]:
 
 
 def _asyncpg_autocommit(engine: Engine, work: Callable[[Connection], T]) -> T:
-    """Run ``work`` on a connection in AUTOCOMMIT mode, inside SQLAlchemy's greenlet.
+    """Run ``work`` on a connection in autocommit mode, inside SQLAlchemy's greenlet.
 
     No BEGIN or COMMIT is sent: each statement of ``work`` commits on its
     own, which ``_fastsql`` sends straight to the driver as well (see
