@@ -168,3 +168,40 @@ def test_the_built_vocabulary_encodes_as_an_independent_encoder_does(
     assert built.n_vocab == reference.n_vocab
     text = "Grüße aus Köln! 東京 🚀 def f(x): return x**2  \n\n  tabs\tand 12345 " * 3
     assert built.encode_ordinary(text) == reference.encode(text)
+
+
+class _CountingEncoding:
+    """An encoding stand-in that counts how often it encodes."""
+
+    name = "spy"
+
+    def __init__(self) -> None:
+        self.encoded: list[str] = []
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        self.encoded.append(text)
+        return [0] * len(text.split())
+
+
+def test_tiktoken_counts_of_recent_short_texts_are_kept() -> None:
+    spy = _CountingEncoding()
+    counter = TiktokenCounter(spy)  # pyright: ignore[reportArgumentType]
+    history = [f"message number {index}" for index in range(3)]
+    for _ in range(4):  # history window, budget worst case, next turns
+        assert [counter.count(text) for text in history] == [3, 3, 3]
+    assert spy.encoded == history
+    long_text = "word " * 1000  # over 4,096 characters: encoded each time
+    assert counter.count(long_text) == counter.count(long_text) == 1000
+    assert spy.encoded[3:] == [long_text, long_text]
+
+
+def test_tiktoken_count_cache_is_bounded_and_keeps_the_most_recent() -> None:
+    spy = _CountingEncoding()
+    counter = TiktokenCounter(spy)  # pyright: ignore[reportArgumentType]
+    texts = [f"text {index}" for index in range(_tokens._CACHED_TEXTS + 1)]
+    for text in texts:
+        counter.count(text)
+    counter.count(texts[-1])  # still kept
+    counter.count(texts[0])  # evicted by the 1,025th: encoded again
+    assert len(spy.encoded) == len(texts) + 1
+    assert spy.encoded[-1] == texts[0]

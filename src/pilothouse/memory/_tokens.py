@@ -81,13 +81,30 @@ class EstimateCounter:
         return -(-len(text) // self.chars_per_token)
 
 
-class TiktokenCounter:
-    """Exact counts with a tiktoken encoding."""
+_CACHED_TEXTS: Final = 1024
+"""How many recent texts a :class:`TiktokenCounter` keeps the counts of."""
+_CACHED_CHARS: Final = 4096
+"""The longest text whose count is kept; longer ones are encoded each time."""
 
-    __slots__ = ("_encoding",)
+
+class TiktokenCounter:
+    """Exact counts with a tiktoken encoding.
+
+    A turn counts the same texts several times: the history window counts
+    each earlier message, a budget counts the whole prompt for its worst
+    case, and the next turn counts the same history again. So the counter
+    keeps the counts of its last 1,024 texts of up to 4,096 characters
+    (a few hundred kilobytes at most); longer texts are rare per turn and
+    encoded each time.
+    """
+
+    __slots__ = ("_encoding", "_cached")
 
     def __init__(self, encoding: tiktoken.Encoding) -> None:
         self._encoding = encoding
+        # lru_cache is thread-safe and keeps its table in C, so a hit costs
+        # one dictionary probe; the encoding is the counter's, so is the cache.
+        self._cached = functools.lru_cache(maxsize=_CACHED_TEXTS)(self._encoded_length)
 
     @property
     def encoding_name(self) -> str:
@@ -105,6 +122,11 @@ class TiktokenCounter:
         Special-token markers in user text (``<|endoftext|>``) are counted
         as ordinary text: they are not special when a chat API receives them.
         """
+        if len(text) > _CACHED_CHARS:
+            return self._encoded_length(text)
+        return self._cached(text)
+
+    def _encoded_length(self, text: str) -> int:
         return len(self._encoding.encode_ordinary(text))
 
 
