@@ -101,7 +101,14 @@ async def test_a_call_that_would_cross_the_limit_is_refused_before_it_is_sent(
 
 async def test_concurrent_turns_never_overshoot_by_more_than_one_hold(database_url: str) -> None:
     model = ScriptedModel([Reply("ok", input_tokens=10, output_tokens=10)] * 200)
-    settings = Settings(database_url=database_url, secrets_file=None)
+    # Eight connections at most: the turns still hold and settle side by
+    # side, and a test running beside this one keeps the server's share.
+    settings = Settings(
+        database_url=database_url,
+        secrets_file=None,
+        database_pool_size=4,
+        database_max_overflow=4,
+    )
     outcomes: list[str] = []
     async with Pilothouse(settings, model=model) as ph:
         await catalog(code="TOTAL", period="total", money="0.05").import_into(ph)
