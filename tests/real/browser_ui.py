@@ -97,6 +97,9 @@ def axe(page: Page) -> None:
     import axe_playwright_python
 
     script = Path(axe_playwright_python.__file__).parent / "axe.min.js"
+    # A form submit or link just clicked may still be loading the next
+    # document; the script tag needs it.
+    page.wait_for_load_state("load")
     page.add_script_tag(content=script.read_text())
     result: dict[str, Any] = page.evaluate("async () => await axe.run(document)")
     bad = [

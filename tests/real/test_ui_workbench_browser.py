@@ -292,6 +292,10 @@ def test_the_memory_page_browses_edits_forgets_exports_and_erases_a_user(
         page.get_by_role("link", name="Users' memory").click()
         page.get_by_label("User id").fill("maya" if viewport is DESKTOP else "noah")
         page.get_by_role("button", name="Show memory").click()
+        # The button submits a form: wait for the new page before axe adds
+        # its script, which needs the new document.
+        page.wait_for_url(re.compile(r"/memory\?user="))
+        expect(page.locator("#memory-records")).to_be_visible()
         _axe(page)
         if viewport is PHONE:
             expect(page.locator(".memory-record")).to_have_count(1)
