@@ -196,29 +196,47 @@ TITLES = {
 }
 
 
-async def _child(name: str, turns: int, base_url: str | None) -> None:
-    """One variant's turns, run under callgrind with collection on for the turns alone."""
+async def _child(name: str, turns: int, per_user: int, base_url: str | None) -> None:
+    """One variant's turns, run under callgrind with collection on for the measured turns alone.
+
+    The turns run as :func:`measure` runs them: ``per_user`` turns of one
+    user, then a new user, whose first turn (it makes the user's ledger
+    rows) is not counted. A turn reads its user's memory, every earlier
+    turn of the user, so a user kept throughout would count ever longer
+    reads, a larger turn than the one timed.
+    """
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite+aiosqlite:///{Path(folder) / f'{name}.db'}"
-        replies = [Reply("ok", input_tokens=20, output_tokens=5)] * (turns + 10)
+        replies = [Reply("ok", input_tokens=20, output_tokens=5)] * (2 * turns + 10)
         scripted = {} if base_url else {"model": ScriptedModel(replies)}
         async with Pilothouse(Settings(database_url=url, secrets_file=None), **scripted) as ph:
             await catalog(BUDGETS[name], base_url).import_into(ph)
             for _ in range(5):
-                await ph.command.start_and_send("warm up", action="ASK", memory_id="u")
+                await ph.command.start_and_send("warm up", action="ASK", memory_id="warm")
             pid = str(os.getpid())
-            subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
-            for _ in range(turns):
-                await ph.command.start_and_send("Hi", action="ASK", memory_id="u")
-            subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
+            counted = 0
+            while counted < turns:
+                user = f"u{counted}"
+                await ph.command.start_and_send("Hi", action="ASK", memory_id=user)
+                block = min(per_user, turns - counted)
+                subprocess.run(
+                    ["callgrind_control", "-i", "on", pid], check=True, capture_output=True
+                )
+                for _ in range(block):
+                    await ph.command.start_and_send("Hi", action="ASK", memory_id=user)
+                subprocess.run(
+                    ["callgrind_control", "-i", "off", pid], check=True, capture_output=True
+                )
+                counted += block
 
 
-def instructions(turns: int, kinds: list[str]) -> dict[str, dict[str, float]]:
+def instructions(turns: int, per_user: int, kinds: list[str]) -> dict[str, dict[str, float]]:
     """Instructions per turn of each kind and variant, counted by callgrind (exact, not time).
 
     Each variant runs in a process of its own under ``valgrind
     --tool=callgrind``, collecting only while its ``turns`` measured turns
-    run (after five warm-up turns); the mock upstream runs outside valgrind.
+    run (after five warm-up turns), ``per_user`` turns of each user as the
+    timed rounds run them; the mock upstream runs outside valgrind.
     """
     if shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
@@ -243,6 +261,8 @@ def instructions(turns: int, kinds: list[str]) -> dict[str, dict[str, float]]:
                         name,
                         "--turns",
                         str(turns),
+                        "--per-user",
+                        str(per_user),
                         "--base-url",
                         base,
                     ]
@@ -299,8 +319,9 @@ def report(
         lines += [
             "",
             f"Instructions (`--instructions`): the same turns counted by callgrind, "
-            f"{counted_turns} turns per variant after five warm-up turns, each variant in "
-            "a process of its own, one user throughout. Exact and repeatable where the CPU "
+            f"{counted_turns} turns per variant after five warm-up turns, {turns} turns "
+            "of each user as in the timed rounds (a user's first turn not counted), each "
+            "variant in a process of its own. Exact and repeatable where the CPU "
             "time is not, but not time: an instruction of SQLite's commit or of a cold "
             "cache line costs more than one of a hot loop.",
         ]
@@ -342,9 +363,10 @@ def main() -> None:
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--base-url", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--per-user", type=int, default=50, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        anyio.run(_child, args.child, args.turns, args.base_url or None)
+        anyio.run(_child, args.child, args.turns, args.per_user, args.base_url or None)
         return
     kinds = [kind for kind in args.kinds.split(",") if kind]
     unknown = set(kinds) - set(KINDS)
@@ -352,7 +374,7 @@ def main() -> None:
         parser.error(f"unknown kind(s) {sorted(unknown)}: write some of {', '.join(KINDS)}")
     results = anyio.run(_all, args.turns, args.rounds, kinds, args.pg)
     counted = [kind for kind in kinds if kind != "postgres"]  # callgrind runs on SQLite only
-    counts = instructions(args.instructions, counted) if args.instructions else None
+    counts = instructions(args.instructions, args.turns, counted) if args.instructions else None
     RESULTS.mkdir(exist_ok=True)
     stored: dict[str, Any] = {"turns": args.turns, "rounds": args.rounds, "per_turn_ms": results}
     if counts:
