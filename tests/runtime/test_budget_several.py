@@ -159,3 +159,45 @@ async def test_a_later_turn_without_a_key_is_charged_to_the_key_that_started_it(
         await ph.command.send_message(first.conversation_uuid, "Again")
     (row,) = await ledger(database_url)
     assert (row.budget, row.subject, row.turns) == ("PERKEY", "abc12345", 2)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+async def test_limits_a_budget_does_not_set_never_stop_a_hold_and_bind_no_null(
+    database: Database, count: int
+) -> None:
+    """Absent limits (here input and output tokens) let any amount through.
+
+    They are bound as a negative number, not NULL: pysqlite adapts a NULL
+    parameter through a failed attribute lookup, the dearest bind there is.
+    """
+    sql = LedgerStatements()
+    entries = _entries(("A1", "B2", "C3")[:count], "1")
+    async with database.engine.begin() as connection:
+        for entry in entries:
+            await connection.execute(
+                insert(budget_usage_table).values(
+                    tenant="t", budget=entry.rule.code, subject="*", period="total"
+                )
+            )
+    traced: list[str] = []
+
+    def hold(connection: Any, *amounts: Any) -> bool:
+        if database.is_sqlite:
+            # The statements as SQLite ran them, each parameter's value in place.
+            connection.connection.driver_connection.set_trace_callback(traced.append)
+        try:
+            return hold_at_once(connection, *amounts)
+        finally:
+            if database.is_sqlite:
+                connection.connection.driver_connection.set_trace_callback(None)
+
+    huge = 10**15  # tokens no budget here limits
+    assert await database.statement(hold, sql, "t", entries, Decimal("0.4"), huge, huge, 1)
+    rows = await _rows(database)
+    assert rows == {entry.rule.code: (Decimal("0.4"), Decimal(0), 1) for entry in entries}
+    # The money limit still stops a call that does not fit.
+    assert not await database.statement(hold, sql, "t", entries, Decimal("0.7"), 1, 1, 1)
+    if database.is_sqlite:
+        updates = [statement for statement in traced if statement.startswith("UPDATE")]
+        assert len(updates) == 2
+        assert all("NULL" not in statement for statement in updates), updates

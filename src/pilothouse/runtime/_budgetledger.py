@@ -45,7 +45,13 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Connection, insert, select
 
 from pilothouse.catalog._tables import budget_table, model_table, provider_table
-from pilothouse.runtime._budgetsql import AS_TEXT, LedgerStatements, key_values, sqlite_time
+from pilothouse.runtime._budgetsql import (
+    AS_TEXT,
+    NO_LIMIT,
+    LedgerStatements,
+    key_values,
+    sqlite_time,
+)
 from pilothouse.store._base import utcnow
 from pilothouse.store._fastsql import BoundUpdate, execute
 from pilothouse.store._tables import budget_usage_table
@@ -216,16 +222,20 @@ def load_rules(connection: Connection, tenant: str) -> tuple[BudgetRule, ...]:
 def fixed_values(
     tenant: str, rule: BudgetRule, subject: str, period: str, enforced: bool
 ) -> dict[str, Any]:
-    """The hold's key and limits for one ledger row (a limit is NULL where it does not stop)."""
+    """The hold's key and limits for one ledger row (:data:`NO_LIMIT` where one does not stop)."""
+
+    def limit(value: Decimal | int | None) -> Decimal | int:
+        return value if enforced and value is not None else NO_LIMIT
+
     return {
         "k_tenant": tenant,
         "k_budget": rule.code,
         "k_subject": subject,
         "k_period": period,
-        "lim_money": rule.money if enforced else None,
-        "lim_input": rule.input_tokens if enforced else None,
-        "lim_output": rule.output_tokens if enforced else None,
-        "lim_turns": rule.turns if enforced else None,
+        "lim_money": limit(rule.money),
+        "lim_input": limit(rule.input_tokens),
+        "lim_output": limit(rule.output_tokens),
+        "lim_turns": limit(rule.turns),
     }
 
 

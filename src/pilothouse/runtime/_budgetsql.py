@@ -10,7 +10,7 @@ first). :mod:`pilothouse.runtime._budgetledger` runs them.
 
 from __future__ import annotations
 
-__all__ = ["AS_TEXT", "LedgerStatements", "key_values", "sqlite_time"]
+__all__ = ["AS_TEXT", "NO_LIMIT", "LedgerStatements", "key_values", "sqlite_time"]
 
 import typing
 from collections.abc import Callable
@@ -99,10 +99,22 @@ def _ledger_row(*values: Any) -> _LedgerRow:
     )
 
 
+NO_LIMIT = -1
+"""A limit the hold does not check (the budget sets none, or does not stop this call).
+
+Negative, so no real limit is taken for it (every limit is at least 0), and
+bound as a number rather than NULL: pysqlite adapts each NULL parameter
+through an attribute lookup that fails, formatting an error message it then
+discards, and a hold binds each limit twice, so NULLs cost a one-budget
+hold about as much as the rest of its binds.
+"""
+
+
 def _within(used: ColumnElement[Any], amount: BindParameter[Any], limit: str, kind: Any) -> Any:
-    """``used + amount <= limit``, or true when the limit is NULL (the budget sets none)."""
+    """``used + amount <= limit``, or true when the limit is :data:`NO_LIMIT`."""
     bound = bindparam(limit, type_=kind)
-    return or_(bound.is_(None), used + amount <= bound)
+    # Inlined: a bound 0 would be one more parameter on every hold.
+    return or_(bound < literal_column("0"), used + amount <= bound)
 
 
 _POSITIONAL = SQLiteDialect_pysqlite(paramstyle="qmark")
