@@ -184,7 +184,11 @@ class ScriptedModel(FunctionModel):
         """How many scripted answers are left."""
         return len(self.script.steps)
 
-    def _answer(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    async def _answer(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        # A coroutine: pydantic-ai runs a plain function on a worker thread,
+        # one thread hop (and GIL handoff) per call. The checkpoint keeps the
+        # call a point where the turn can be cancelled, as a real one is.
+        await anyio.lowlevel.checkpoint()
         step = self.script.next(messages, info)
         if isinstance(step, Json):
             return _structured(step, info)
