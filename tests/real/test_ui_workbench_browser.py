@@ -274,6 +274,35 @@ def test_a_collection_page_uploads_with_progress_shows_chunks_and_searches(
     page.context.close()
 
 
+@pytest.mark.parametrize(
+    ("path", "script", "button"),
+    [
+        ("/knowledge/OFFICE", "knowledge.js", "Upload"),
+        ("/compare", "compare.js", "Compare"),
+        ("/playground", "playground.js", "Send"),
+    ],
+)
+def test_a_submit_button_waits_for_the_script_that_handles_it(
+    served: Served, browser: Browser, path: str, script: str, button: str
+) -> None:
+    """Clicked before its deferred script ran, a form submitted natively and lost its input."""
+    from playwright.sync_api import Route, expect
+
+    page = _page(browser, served, DESKTOP)
+    held: list[Route] = []
+    page.route(f"**/static/{script}", lambda route: held.append(route))
+    page.goto(f"{_base(served)}{path}", wait_until="commit")
+    send = page.get_by_role("button", name=button, exact=True)
+    expect(send).to_be_disabled()
+    page.wait_for_function("document.readyState !== 'loading'")
+    assert len(held) == 1
+    # The page is parsed but its script is still on the way: the button stays disabled.
+    expect(send).to_be_disabled()
+    held[0].continue_()
+    expect(send).to_be_enabled()
+    page.context.close()
+
+
 def test_the_memory_page_browses_edits_forgets_exports_and_erases_a_user(
     served: Served, browser: Browser, tmp_path: Path
 ) -> None:
