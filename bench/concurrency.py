@@ -18,7 +18,7 @@ connect timeout (pilothouse's, which it has no setting for), so none is
 throttled by its client's defaults (httpx2, which pilothouse uses: 100
 connections, 20 kept alive; openai SDK: 1,000, 100 kept alive; LiteLLM's
 aiohttp transport: 500 per host). The floor (contender ``httpx``) is raw
-httpx2 here, not httpx 0.28 (see :func:`_chat_httpx`).
+httpx2 here, not httpx 0.28 (see ``bench/chats.py``).
 
 What each conversation sends: the system prompt, then its whole history
 (user and assistant messages, the tool call and its result), plus the new
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import re
@@ -41,25 +40,17 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import contenders as C
+from chats import BUILDERS, POOL, TOOL_TURN, Chat, check_answer, stream_chunks
+from process_figures import FullCollections, Ticker, cores_used, maxrss_mb, percentile, rss_mb
 
-POOL = 1100
-"""Connections each contender's HTTP client may open (and keep alive)."""
-TIMEOUT_S = 600.0
-CONNECT_TIMEOUT_S = 10.0
-"""Everyone's connect timeout: pilothouse's (fixed in its model factory); the openai SDK's
-is 5 s."""
-TOOL_TURN = 3
-TOOL_MARK = "[use tool]"
 CONV_DELAYS = (500, 100, 20)
 """Mock delays pilothouse has a catalog action for (``CONV<ms>``, model ``conv-d<ms>``)."""
-STREAM_ACTION = "STREAM"
 QUICK_STREAM = "stream-f20-k16-g2"
 """The stream of ``--smoke`` runs (action ``STREAMQ``): the same path, 16 chunks in 50 ms."""
 SUPPORTED = [
@@ -85,35 +76,6 @@ def _parse(scenario: str) -> tuple[str, int]:
     match = _NAME.match(scenario)
     assert match is not None
     return match.group(1), int(match.group(2))
-
-
-def user_text(user: int, turn: int) -> str:
-    """The message simulated user ``user`` sends at ``turn`` (unique; turn 3 asks for the tool)."""
-    text = f"Conversation {user}, turn {turn}: tell me one more thing."
-    if turn == TOOL_TURN:
-        text += f" {TOOL_MARK} Look up a fact about Paris with tool_00."
-    return text
-
-
-def expected_sent(turn: int) -> int:
-    """Messages the final request of ``turn`` carries: system + history + user (+ tool pair)."""
-    history = 2 * (turn - 1) + (2 if turn > TOOL_TURN else 0)
-    return 1 + history + 1 + (2 if turn == TOOL_TURN else 0)
-
-
-def expected_stored(turns: int) -> int:
-    """Messages pilothouse should store for a conversation of ``turns`` completed turns.
-
-    The system prompt is recorded once (``SY``: it does not change between
-    the turns), then each turn's prompt and answer, and the tool turn's call
-    and result.
-    """
-    return 1 + 2 * turns + (2 if turns >= TOOL_TURN else 0)
-
-
-def check_answer(text: str | None, user: int, turn: int) -> bool:
-    """Tell whether the mock's answer shows the whole history and the right user text."""
-    return text == f"re {expected_sent(turn)}: {user_text(user, turn)}"
 
 
 def catalog_parts() -> tuple[str, str]:
@@ -159,595 +121,7 @@ def catalog_parts() -> tuple[str, str]:
     return models, actions
 
 
-# --- worker side: the contenders ----------------------------------------------------
-
-
-@dataclass
-class Chat:
-    """A contender built for this module's scenarios.
-
-    ``start(user)`` opens a conversation and returns its state; ``turn(state,
-    user, turn)`` sends one user message (running the tool loop) and returns
-    the final answer text; ``stream()`` makes one streamed call (facts as in
-    ``contenders.StreamClock``); ``count(states, turns_done)`` counts the
-    stored messages (pilothouse only).
-    """
-
-    start: Callable[[int], Awaitable[Any]]
-    turn: Callable[[Any, int, int], Awaitable[str | None]]
-    stream: Callable[[], Awaitable[dict[str, Any]]]
-    aclose: Callable[[], Awaitable[None]]
-    count: Callable[[list[Any], list[int], int], Awaitable[dict[str, Any]]] | None = None
-    client: str = ""
-    """The HTTP client, when it is not the contender's own default."""
-
-
-def _stream_model(options: dict[str, Any]) -> str:
-    return options.get("stream_model") or C.STREAM_MODEL
-
-
-def stream_chunks(model: str) -> int:
-    """The number of content chunks the mock streams for ``model``."""
-    match = re.match(r"^stream-f\d+-k(\d+)-g\d+$", model)
-    assert match is not None, model
-    return int(match.group(1))
-
-
-def _tool_schema() -> list[dict[str, Any]]:
-    return C.tool_schemas()[:1]
-
-
-def _httpx2_limits() -> Any:
-    import httpx2
-
-    return httpx2.Limits(max_connections=POOL, max_keepalive_connections=POOL)
-
-
-def _timeout(module: Any) -> Any:
-    """600 s, connect 10 s: pilothouse's provider client's, which it has no setting for."""
-    return module.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
-
-
-def _openai_http_client() -> Any:
-    """The openai SDK's own default client class, with the raised pool and pilothouse's timeouts."""
-    import httpx2
-    import openai
-
-    return openai.DefaultAsyncHttpxClient(limits=_httpx2_limits(), timeout=_timeout(httpx2))
-
-
-async def _noop() -> None:
-    return None
-
-
-async def _chat_httpx(base_url: str, model: str, options: dict[str, Any]) -> Chat:
-    # The floor here is httpx2, the httpx fork under openai 3, pydantic-ai,
-    # LangChain and pilothouse: httpx 0.28's pool (httpcore 1.0) rescans every
-    # connection for every queued request, which from ~150 connections costs
-    # more CPU per turn than any SDK on top of httpx2 (measured: 22 ms vs 3 ms).
-    import httpx2 as httpx
-
-    client = httpx.AsyncClient(
-        base_url=base_url,
-        headers={"authorization": "Bearer x"},
-        limits=httpx.Limits(max_connections=POOL, max_keepalive_connections=POOL),
-        timeout=_timeout(httpx),
-    )
-    tools = _tool_schema()
-
-    async def start(user: int) -> list[dict[str, Any]]:
-        return [{"role": "system", "content": C.SYSTEM}]
-
-    async def complete(messages: list[dict[str, Any]]) -> dict[str, Any]:
-        body = {"model": model, "messages": messages, "max_tokens": 256, "tools": tools}
-        response = await client.post("/chat/completions", json=body)
-        response.raise_for_status()
-        return response.json()["choices"][0]["message"]
-
-    async def turn(messages: list[dict[str, Any]], user: int, t: int) -> str | None:
-        messages.append({"role": "user", "content": user_text(user, t)})
-        while True:
-            message = await complete(messages)
-            messages.append(message)
-            calls = message.get("tool_calls") or []
-            if not calls:
-                return message.get("content")
-            for call in calls:
-                result = C.run_tool(call["function"]["name"], call["function"]["arguments"])
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
-
-    async def stream() -> dict[str, Any]:
-        clock = C.StreamClock()
-        body = {
-            "model": _stream_model(options),
-            "messages": C._messages(),
-            "max_tokens": 256,
-            "stream": True,
-        }
-        async with client.stream("POST", "/chat/completions", json=body) as response:
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                choices = json.loads(line[6:]).get("choices") or []
-                if choices:
-                    clock.chunk(choices[0]["delta"].get("content"))
-        return clock.facts()
-
-    return Chat(start, turn, stream, client.aclose, client=f"httpx2 {httpx.__version__}")
-
-
-def _sdk_turn(create: Callable[..., Awaitable[Any]], model: str) -> Any:
-    """One turn with the tool loop through an OpenAI-shaped ``create`` (openai SDK, LiteLLM)."""
-    tools = _tool_schema()
-
-    async def turn(messages: list[Any], user: int, t: int) -> str | None:
-        messages.append({"role": "user", "content": user_text(user, t)})
-        while True:
-            r = await create(model=model, messages=messages, max_tokens=256, tools=tools)
-            message = r.choices[0].message
-            messages.append(message.model_dump(exclude_none=True))
-            if not message.tool_calls:
-                return message.content
-            for call in message.tool_calls:
-                result = C.run_tool(call.function.name, call.function.arguments)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-
-    return turn
-
-
-async def _start_dicts(user: int) -> list[Any]:
-    return [{"role": "system", "content": C.SYSTEM}]
-
-
-async def _chat_openai(base_url: str, model: str, options: dict[str, Any]) -> Chat:
-    from openai import AsyncOpenAI
-
-    client = AsyncOpenAI(
-        base_url=base_url, api_key="x", max_retries=0, http_client=_openai_http_client()
-    )
-
-    async def stream() -> dict[str, Any]:
-        clock = C.StreamClock()
-        s = await client.chat.completions.create(
-            model=_stream_model(options),
-            messages=C._messages(),
-            max_tokens=256,
-            stream=True,  # type: ignore[arg-type]
-        )
-        async for chunk in s:
-            if chunk.choices:
-                clock.chunk(chunk.choices[0].delta.content)
-        return clock.facts()
-
-    return Chat(
-        _start_dicts, _sdk_turn(client.chat.completions.create, model), stream, client.close
-    )
-
-
-async def _chat_litellm(base_url: str, model: str, options: dict[str, Any]) -> Chat:
-    # LiteLLM's default transport (aiohttp) reads its pool limits at import.
-    os.environ["AIOHTTP_CONNECTOR_LIMIT"] = str(POOL)
-    os.environ["AIOHTTP_CONNECTOR_LIMIT_PER_HOST"] = str(POOL)
-    import litellm
-
-    litellm.telemetry = False
-    litellm.suppress_debug_info = True
-    common = {"api_base": base_url, "api_key": "x", "num_retries": 0, "timeout": TIMEOUT_S}
-
-    async def create(model: str, **kwargs: Any) -> Any:
-        return await litellm.acompletion(model="openai/" + model, **kwargs, **common)
-
-    async def stream() -> dict[str, Any]:
-        clock = C.StreamClock()
-        s: Any = await create(
-            _stream_model(options), messages=C._messages(), max_tokens=256, stream=True
-        )
-        async for chunk in s:
-            if chunk.choices:
-                clock.chunk(chunk.choices[0].delta.content)
-        return clock.facts()
-
-    return Chat(_start_dicts, _sdk_turn(create, model), stream, _noop)
-
-
-def _pai_model(base_url: str, model: str) -> Any:
-    from pydantic_ai.models.openai import OpenAIChatModel
-    from pydantic_ai.providers.openai import OpenAIProvider
-
-    provider = OpenAIProvider(base_url=base_url, api_key="x", http_client=_openai_http_client())
-    return OpenAIChatModel(model, provider=provider)
-
-
-async def _chat_pai_request(base_url: str, model_name: str, options: dict[str, Any]) -> Chat:
-    from pydantic_ai import messages as m
-    from pydantic_ai.direct import model_request, model_request_stream
-    from pydantic_ai.models import ModelRequestParameters
-    from pydantic_ai.tools import ToolDefinition
-
-    model = _pai_model(base_url, model_name)
-    stream_model = _pai_model(base_url, _stream_model(options))
-    settings: Any = {"max_tokens": 256}
-    params = ModelRequestParameters(
-        function_tools=[
-            ToolDefinition(
-                name=t["function"]["name"],
-                description=t["function"]["description"],
-                parameters_json_schema=t["function"]["parameters"],
-            )
-            for t in _tool_schema()
-        ]
-    )
-
-    async def start(user: int) -> list[Any]:
-        return []
-
-    async def turn(messages: list[Any], user: int, t: int) -> str | None:
-        parts: list[Any] = [m.UserPromptPart(user_text(user, t))]
-        if not messages:
-            parts.insert(0, m.SystemPromptPart(C.SYSTEM))
-        messages.append(m.ModelRequest(parts=parts))
-        while True:
-            r = await model_request(
-                model, messages, model_settings=settings, model_request_parameters=params
-            )
-            messages.append(r)
-            calls = [p for p in r.parts if isinstance(p, m.ToolCallPart)]
-            if not calls:
-                return r.text
-            messages.append(
-                m.ModelRequest(
-                    parts=[
-                        m.ToolReturnPart(
-                            p.tool_name, C.run_tool(p.tool_name, p.args or {}), p.tool_call_id
-                        )  # type: ignore[arg-type]
-                        for p in calls
-                    ]
-                )
-            )
-
-    async def stream() -> dict[str, Any]:
-        clock = C.StreamClock()
-        first = [m.ModelRequest(parts=[m.SystemPromptPart(C.SYSTEM), m.UserPromptPart(C.USER)])]
-        async with model_request_stream(stream_model, first, model_settings=settings) as s:
-            async for event in s:
-                if isinstance(event, m.PartStartEvent) and isinstance(event.part, m.TextPart):
-                    clock.chunk(event.part.content)
-                elif isinstance(event, m.PartDeltaEvent) and isinstance(
-                    event.delta, m.TextPartDelta
-                ):
-                    clock.chunk(event.delta.content_delta)
-        return clock.facts()
-
-    return Chat(start, turn, stream, _noop)
-
-
-async def _chat_pai_agent(base_url: str, model_name: str, options: dict[str, Any]) -> Chat:
-    from pydantic_ai import Agent, Tool
-
-    schema = _tool_schema()[0]["function"]
-    tool = Tool.from_schema(
-        lambda city: C.run_tool(schema["name"], {"city": city}),
-        name=schema["name"],
-        description=schema["description"],
-        json_schema=schema["parameters"],
-    )
-    settings: Any = {"max_tokens": 256}
-    agent: Any = Agent(
-        _pai_model(base_url, model_name),
-        instructions=C.SYSTEM,
-        tools=[tool],
-        model_settings=settings,
-    )
-    stream_agent: Any = Agent(
-        _pai_model(base_url, _stream_model(options)), instructions=C.SYSTEM, model_settings=settings
-    )
-
-    async def start(user: int) -> list[Any]:
-        return [None]  # the message history, replaced after every run
-
-    async def turn(state: list[Any], user: int, t: int) -> str | None:
-        r = await agent.run(user_text(user, t), message_history=state[0])
-        state[0] = r.all_messages()
-        return r.output
-
-    async def stream() -> dict[str, Any]:
-        clock = C.StreamClock()
-        async with stream_agent.run_stream(C.USER) as r:
-            async for text in r.stream_text(delta=True, debounce_by=None):
-                clock.chunk(text)
-        return clock.facts()
-
-    return Chat(start, turn, stream, _noop)
-
-
-async def _chat_langchain(base_url: str, model_name: str, options: dict[str, Any]) -> Chat:
-    import httpx2
-    from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
-    from langchain_openai import ChatOpenAI
-
-    def chat(model: str) -> Any:
-        return ChatOpenAI(
-            model=model,
-            base_url=base_url,
-            api_key="x",  # type: ignore[arg-type]
-            max_retries=0,
-            max_tokens=256,  # type: ignore[call-arg]
-            timeout=_timeout(httpx2),  # else it overrides the client's (None: no timeout)
-            http_async_client=_openai_http_client(),
-        )
-
-    bound = chat(model_name).bind_tools(_tool_schema())
-    streamer = chat(_stream_model(options))
-
-    async def start(user: int) -> list[Any]:
-        return [SystemMessage(C.SYSTEM)]
-
-    async def turn(messages: list[Any], user: int, t: int) -> str | None:
-        messages.append(HumanMessage(user_text(user, t)))
-        while True:
-            r = await bound.ainvoke(messages)
-            messages.append(r)
-            if not r.tool_calls:
-                return r.content
-            for call in r.tool_calls:
-                messages.append(
-                    ToolMessage(C.run_tool(call["name"], call["args"]), tool_call_id=call["id"])
-                )
-
-    async def stream() -> dict[str, Any]:
-        clock = C.StreamClock()
-        async for chunk in streamer.astream([SystemMessage(C.SYSTEM), HumanMessage(C.USER)]):
-            clock.chunk(chunk.content)
-        return clock.facts()
-
-    return Chat(start, turn, stream, _noop)
-
-
-async def _chat_pilothouse(base_url: str, model_name: str, options: dict[str, Any]) -> Chat:
-    from sqlalchemy import text
-
-    from pilothouse.api import Pilothouse
-    from pilothouse.runtime import TextDelta
-    from pilothouse.settings import Settings
-
-    # The same pool and timeouts as every other contender, through pilothouse's
-    # own settings (PILOTHOUSE_PROVIDER_MAX_CONNECTIONS and friends).
-    settings = Settings(
-        database_url=options["database_url"],
-        provider_max_connections=POOL,
-        provider_connect_timeout=CONNECT_TIMEOUT_S,
-        provider_timeout=TIMEOUT_S,
-    )
-    ph = Pilothouse(settings, tenant="bench")
-    await ph.__aenter__()
-    action = "CONV" + model_name.removeprefix("conv-d")
-    stream_action = STREAM_ACTION if _stream_model(options) == C.STREAM_MODEL else "STREAMQ"
-    config = {"audit": False} if options.get("audit") is False else None
-
-    async def start(user: int) -> dict[str, str]:
-        # The conversation is written with its first turn (start_and_send).
-        return {}
-
-    async def turn(state: dict[str, str], user: int, t: int) -> str | None:
-        if "uuid" not in state:
-            r = await ph.command.start_and_send(
-                user_text(user, t), action=action, runtime_config=config
-            )
-            state["uuid"] = r.conversation_uuid
-        else:
-            r = await ph.command.send_message(
-                state["uuid"], user_text(user, t), runtime_config=config
-            )
-        if r.error:
-            raise RuntimeError(f"turn failed ({r.status}): {r.error}")
-        return r.text
-
-    async def stream() -> dict[str, Any]:
-        clock = C.StreamClock()
-        async for event in ph.command.start_and_stream(
-            C.USER, action=stream_action, runtime_config=config
-        ):
-            if isinstance(event, TextDelta):
-                clock.chunk(event.text)
-        return clock.facts()
-
-    async def count(states: list[dict[str, str]], done: list[int], turns: int) -> dict[str, Any]:
-        """Count, in the store, what each conversation of the round left behind."""
-        # A conversation whose first call raised has no uuid and wrote nothing:
-        # that call is reported as an error, not counted here.
-        kept = [
-            (state["uuid"], d) for state, d in zip(states, done, strict=True) if "uuid" in state
-        ]
-        uuids, done = [u for u, _ in kept], [d for _, d in kept]
-        stored: dict[str, tuple[str, int, int]] = {}
-        duplicated_content = 0
-        async with ph._shared.database.engine.connect() as connection:  # pyright: ignore[reportPrivateUsage]
-            for i in range(0, len(uuids), 500):
-                chunk = uuids[i : i + 500]
-                marks = ", ".join(f":u{j}" for j in range(len(chunk)))
-                values = {f"u{j}": u for j, u in enumerate(chunk)}
-                rows = await connection.execute(
-                    text(
-                        "SELECT c.uuid, c.status, COUNT(m.id), COUNT(DISTINCT m.sequence)"
-                        " FROM conversation c LEFT JOIN message m ON m.conversation_id = c.id"
-                        f" WHERE c.uuid IN ({marks}) GROUP BY c.id, c.uuid, c.status"
-                    ),
-                    values,
-                )
-                for uuid, status, n, distinct in rows:
-                    stored[uuid] = (str(status), int(n), int(distinct))
-                dup = await connection.execute(
-                    text(
-                        "SELECT COUNT(*) FROM (SELECT m.conversation_id FROM message m"
-                        " JOIN conversation c ON c.id = m.conversation_id"
-                        f" WHERE c.uuid IN ({marks}) AND m.content <> ''"
-                        " GROUP BY m.conversation_id, m.role, m.content HAVING COUNT(*) > 1) d"
-                    ),
-                    values,
-                )
-                duplicated_content += int(dup.scalar() or 0)
-        facts = {
-            "conversations": len(uuids),
-            "conversations_missing": 0,
-            "complete_conversations": 0,
-            "expected_messages": 0,
-            "stored_messages": 0,
-            "lost_messages": 0,
-            "extra_messages": 0,
-            "duplicate_sequences": 0,
-            "duplicate_contents": duplicated_content,
-            "not_idle": 0,
-            "complete_not_completed": 0,
-            "statuses": {},
-        }
-        for uuid, ok_turns in zip(uuids, done, strict=True):
-            row = stored.get(uuid)
-            if row is None:
-                facts["conversations_missing"] += 1
-                continue
-            status, n, distinct = row
-            facts["statuses"][status] = facts["statuses"].get(status, 0) + 1
-            facts["duplicate_sequences"] += n - distinct
-            # Running, stuck, waiting or paused after every client call returned.
-            facts["not_idle"] += status in ("RU", "ST", "WA", "PA")
-            if ok_turns < turns:
-                continue  # a failed turn is reported as an error, not counted here
-            facts["complete_conversations"] += 1
-            expected = expected_stored(turns)
-            facts["expected_messages"] += expected
-            facts["stored_messages"] += n
-            facts["lost_messages"] += max(0, expected - n)
-            facts["extra_messages"] += max(0, n - expected)
-            facts["complete_not_completed"] += status != "CO"
-        return facts
-
-    async def close() -> None:
-        await ph.aclose()
-
-    return Chat(start, turn, stream, close, count)
-
-
-BUILDERS: dict[str, Callable[[str, str, dict[str, Any]], Awaitable[Chat]]] = {
-    "httpx": _chat_httpx,
-    "openai": _chat_openai,
-    "litellm": _chat_litellm,
-    "pydantic-ai-model_request": _chat_pai_request,
-    "pydantic-ai-Agent.run": _chat_pai_agent,
-    "langchain": _chat_langchain,
-    "pilothouse-sqlite": _chat_pilothouse,
-    "pilothouse-noaudit": _chat_pilothouse,
-    "pilothouse-postgres": _chat_pilothouse,
-}
-
-
 # --- worker side: the rounds --------------------------------------------------------
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def rss_mb() -> float:
-    """This process's resident set size now, in MB."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * _PAGE / 2**20
-
-
-def cores_used() -> list[int]:
-    """The cores any thread of this process may run on."""
-    cores: set[int] = set()
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            cores |= os.sched_getaffinity(int(tid))
-        except (ProcessLookupError, FileNotFoundError):
-            pass
-    return sorted(cores)
-
-
-def maxrss_mb() -> float:
-    """This process's peak resident set size so far (``ru_maxrss``), in MB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-class FullCollections:
-    """Counts the cyclic collector's full (generation 2) collections and their CPU time.
-
-    A full collection walks every tracked object of the process, so its
-    cost is the heap's size, and one inside a round of streams delays every
-    stream still waiting (docs/benchmarks.md).
-    """
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.cpu_ms: list[float] = []
-        self.tracked = 0
-        self._began = 0.0
-
-    def _callback(self, phase: str, info: dict[str, Any]) -> None:
-        if info["generation"] != 2:
-            return
-        if phase == "start":
-            self._began = time.process_time()
-        else:
-            self.count += 1
-            self.cpu_ms.append((time.process_time() - self._began) * 1000)
-
-    def __enter__(self) -> FullCollections:
-        self.tracked = len(gc.get_objects())
-        gc.callbacks.append(self._callback)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        gc.callbacks.remove(self._callback)
-
-    def facts(self) -> dict[str, Any]:
-        """The round's full collections: how many, their CPU ms, tracked objects at the start."""
-        return {"gc_full": self.count, "gc_full_ms": self.cpu_ms, "gc_tracked": self.tracked}
-
-
-@dataclass
-class Ticker:
-    """Measures event-loop lag (a 10 ms sleep's overshoot) and samples RSS."""
-
-    lags_ms: list[float] = field(default_factory=lambda: [])
-    peak_rss_mb: float = 0.0
-    _task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self.peak_rss_mb = rss_mb()
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
-        i = 0
-        while True:
-            t = time.perf_counter()
-            await asyncio.sleep(0.01)
-            self.lags_ms.append((time.perf_counter() - t - 0.01) * 1000)
-            i += 1
-            if i % 5 == 0:
-                self.peak_rss_mb = max(self.peak_rss_mb, rss_mb())
-
-    async def stop(self) -> dict[str, Any]:
-        assert self._task is not None
-        self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
-        self.peak_rss_mb = max(self.peak_rss_mb, rss_mb())
-        lags = self.lags_ms
-        return {
-            "lag_p50_ms": statistics.median(lags) if lags else None,
-            "lag_p99_ms": _percentile(lags, 99),
-            "lag_max_ms": max(lags) if lags else None,
-            "lag_samples": len(lags),
-        }
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
 def _kinds(errors: list[str]) -> dict[str, int]:
@@ -1182,11 +556,11 @@ def summarize(kind: str, n: int, args: Any, rounds: list[dict[str, Any]]) -> dic
             **common,
             "streams": len(facts),
             "ttft_p50_ms": statistics.median(ttft) if ttft else None,
-            "ttft_p99_ms": _percentile(ttft, 99),
+            "ttft_p99_ms": percentile(ttft, 99),
             "ttft_launch_p50_ms": statistics.median(launch) if launch else None,
-            "ttft_launch_p99_ms": _percentile(launch, 99),
+            "ttft_launch_p99_ms": percentile(launch, 99),
             "gap_p50_ms": statistics.median(gaps) if gaps else None,
-            "gap_p99_ms": _percentile(gaps, 99),
+            "gap_p99_ms": percentile(gaps, 99),
             "gap_max_ms": max(gaps) if gaps else None,
             "chunks_expected": stream_chunks(args.conc_stream_model) * n * len(rounds),
             "chunks_received": sum(f.get("chunks", 0) for f in facts),
@@ -1230,9 +604,9 @@ def summarize(kind: str, n: int, args: Any, rounds: list[dict[str, Any]]) -> dic
             statistics.median(throughput) * mean_turn_s if throughput and mean_turn_s else None
         ),
         "p50_ms": statistics.median(ms for _, ms in lat) if lat else None,
-        "p99_ms": _percentile([ms for _, ms in lat], 99),
+        "p99_ms": percentile([ms for _, ms in lat], 99),
         "excess_p50_ms": statistics.median(excess) if excess else None,
-        "excess_p99_ms": _percentile(excess, 99),
+        "excess_p99_ms": percentile(excess, 99),
         "cpu_ms_per_turn": common["cpu_s"] / len(lat) * 1000 if lat else None,
         "cpu_ceiling_turns_s": len(lat) / common["cpu_s"] if common["cpu_s"] else None,
         "kb_per_conversation": (first["rss_peak_mb"] - first["rss_before_mb"]) * 1024 / n,
@@ -1350,7 +724,7 @@ def capacity(h: Any, mock: Any, python: str, scenarios: list[str], args: Any) ->
                 "requests_per_s": load["requests"] / load["seconds"],
                 "ideal_requests_per_s": conns / (args.conc_delay / 1000),
                 "excess_p50_ms": statistics.median(lat) - args.conc_delay if lat else None,
-                "excess_p99_ms": (_percentile(lat, 99) or 0) - args.conc_delay if lat else None,
+                "excess_p99_ms": (percentile(lat, 99) or 0) - args.conc_delay if lat else None,
                 "cpu_us_per_request": cpu_us,
                 "cpu_bound_capacity_per_s": 1e6 / cpu_us if cpu_us else None,
             }
@@ -1358,8 +732,8 @@ def capacity(h: Any, mock: Any, python: str, scenarios: list[str], args: Any) ->
             out["stream"] = {
                 "streams": conns,
                 "ttft_p50_ms": statistics.median(load["ttft"]) if load["ttft"] else None,
-                "ttft_p99_ms": _percentile(load["ttft"], 99),
-                "gap_p99_ms": _percentile(load["gaps"], 99),
+                "ttft_p99_ms": percentile(load["ttft"], 99),
+                "gap_p99_ms": percentile(load["gaps"], 99),
                 "gap_max_ms": max(load["gaps"]) if load["gaps"] else None,
                 "chunks_received": load["chunks"],
                 "chunks_expected": conns * stream_chunks(args.conc_stream_model),

@@ -163,19 +163,41 @@ async def _httpx(base_url: str, scenario: str, options: dict[str, Any]) -> Conte
         return {"text": data["choices"][0]["message"]["content"], "requests": 2}
 
     async def stream() -> dict[str, Any]:
-        clock = StreamClock()
         body = {"model": model, "messages": _messages(), "max_tokens": 256, "stream": True}
-        async with client.stream("POST", "/chat/completions", json=body) as response:
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                choices = json.loads(line[6:]).get("choices") or []
-                if choices:
-                    clock.chunk(choices[0]["delta"].get("content"))
-        return clock.facts()
+        return await raw_stream(client, body)
 
     fn = {"stream": stream, "tool-d0": tool}.get(scenario, plain)
     return Contender(fn, client.aclose)
+
+
+async def raw_stream(client: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """One streamed Chat Completions call over a raw httpx2 client: its :class:`StreamClock` facts.
+
+    The Server-Sent Events are read line by line, as the floor contender
+    reads them: no SDK between the bytes and the clock.
+    """
+    clock = StreamClock()
+    async with client.stream("POST", "/chat/completions", json=body) as response:
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            choices = json.loads(line[6:]).get("choices") or []
+            if choices:
+                clock.chunk(choices[0]["delta"].get("content"))
+    return clock.facts()
+
+
+async def sdk_stream(opened: Awaitable[Any]) -> dict[str, Any]:
+    """A stream of OpenAI-shaped chunks (openai SDK, LiteLLM): its :class:`StreamClock` facts.
+
+    ``opened`` is the call not yet awaited, so the clock starts before it.
+    """
+    clock = StreamClock()
+    chunks: Any = await opened
+    async for chunk in chunks:
+        if chunk.choices:
+            clock.chunk(chunk.choices[0].delta.content)
+    return clock.facts()
 
 
 # --- openai SDK --------------------------------------------------------------------
@@ -208,17 +230,14 @@ async def _openai(base_url: str, scenario: str, options: dict[str, Any]) -> Cont
         return {"text": r.choices[0].message.content, "requests": 2}
 
     async def stream() -> dict[str, Any]:
-        clock = StreamClock()
-        s = await client.chat.completions.create(
-            model=model,
-            messages=_messages(),
-            max_tokens=256,
-            stream=True,  # type: ignore[arg-type]
+        return await sdk_stream(
+            client.chat.completions.create(
+                model=model,
+                messages=_messages(),
+                max_tokens=256,
+                stream=True,  # type: ignore[arg-type]
+            )
         )
-        async for chunk in s:
-            if chunk.choices:
-                clock.chunk(chunk.choices[0].delta.content)
-        return clock.facts()
 
     fn = {"stream": stream, "tool-d0": tool}.get(scenario, plain)
     return Contender(fn, client.close)
@@ -252,14 +271,9 @@ async def _litellm(base_url: str, scenario: str, options: dict[str, Any]) -> Con
         return {"text": r.choices[0].message.content, "requests": 2}
 
     async def stream() -> dict[str, Any]:
-        clock = StreamClock()
-        s: Any = await litellm.acompletion(
-            messages=_messages(), max_tokens=256, stream=True, **common
+        return await sdk_stream(
+            litellm.acompletion(messages=_messages(), max_tokens=256, stream=True, **common)
         )
-        async for chunk in s:
-            if chunk.choices:
-                clock.chunk(chunk.choices[0].delta.content)
-        return clock.facts()
 
     fn = {"stream": stream, "tool-d0": tool}.get(scenario, plain)
     return Contender(fn, _noop)
@@ -276,11 +290,41 @@ def _pai_model(base_url: str, scenario: str) -> Any:
     return OpenAIChatModel(model_for(scenario), provider=provider)
 
 
-async def _pai_request(base_url: str, scenario: str, options: dict[str, Any]) -> Contender:
-    from pydantic_ai import messages as m
-    from pydantic_ai.direct import model_request, model_request_stream
+def pai_tools(schemas: list[dict[str, Any]]) -> Any:
+    """pydantic-ai's request parameters offering the Chat Completions tool ``schemas``."""
     from pydantic_ai.models import ModelRequestParameters
     from pydantic_ai.tools import ToolDefinition
+
+    return ModelRequestParameters(
+        function_tools=[
+            ToolDefinition(
+                name=t["function"]["name"],
+                description=t["function"]["description"],
+                parameters_json_schema=t["function"]["parameters"],
+            )
+            for t in schemas
+        ]
+    )
+
+
+async def pai_stream(model: Any, messages: list[Any], settings: Any) -> dict[str, Any]:
+    """One streamed ``model_request_stream`` of pydantic-ai: its :class:`StreamClock` facts."""
+    from pydantic_ai import messages as m
+    from pydantic_ai.direct import model_request_stream
+
+    clock = StreamClock()
+    async with model_request_stream(model, messages, model_settings=settings) as s:
+        async for event in s:
+            if isinstance(event, m.PartStartEvent) and isinstance(event.part, m.TextPart):
+                clock.chunk(event.part.content)
+            elif isinstance(event, m.PartDeltaEvent) and isinstance(event.delta, m.TextPartDelta):
+                clock.chunk(event.delta.content_delta)
+    return clock.facts()
+
+
+async def _pai_request(base_url: str, scenario: str, options: dict[str, Any]) -> Contender:
+    from pydantic_ai import messages as m
+    from pydantic_ai.direct import model_request
 
     model = _pai_model(base_url, scenario)
     settings: Any = {"max_tokens": 256}
@@ -292,16 +336,7 @@ async def _pai_request(base_url: str, scenario: str, options: dict[str, Any]) ->
         r = await model_request(model, first(), model_settings=settings)
         return {"text": r.text}
 
-    params = ModelRequestParameters(
-        function_tools=[
-            ToolDefinition(
-                name=t["function"]["name"],
-                description=t["function"]["description"],
-                parameters_json_schema=t["function"]["parameters"],
-            )
-            for t in tool_schemas()
-        ]
-    )
+    params = pai_tools(tool_schemas())
 
     async def tool() -> dict[str, Any]:
         messages = first()
@@ -317,16 +352,7 @@ async def _pai_request(base_url: str, scenario: str, options: dict[str, Any]) ->
         return {"text": r.text, "requests": 2}
 
     async def stream() -> dict[str, Any]:
-        clock = StreamClock()
-        async with model_request_stream(model, first(), model_settings=settings) as s:
-            async for event in s:
-                if isinstance(event, m.PartStartEvent) and isinstance(event.part, m.TextPart):
-                    clock.chunk(event.part.content)
-                elif isinstance(event, m.PartDeltaEvent) and isinstance(
-                    event.delta, m.TextPartDelta
-                ):
-                    clock.chunk(event.delta.content_delta)
-        return clock.facts()
+        return await pai_stream(model, first(), settings)
 
     fn = {"stream": stream, "tool-d0": tool}.get(scenario, plain)
     return Contender(fn, _noop)

@@ -23,7 +23,7 @@ on the other, in alternating order over ``--runs`` runs:
 Each process warms up with 200 streams first (a connection per stream, the
 first turn's builds), then runs the rounds. Per round: time to first token
 p50/p99 from the launch, minus the 200 ms the mock waits; CPU per stream;
-the full collections and their CPU time (``concurrency.FullCollections``,
+the full collections and their CPU time (``process_figures.FullCollections``,
 as scenario 3 counts them).
 
 Usage (``bench/run.sh`` runs it with bench/.venv)::
@@ -66,7 +66,7 @@ VARIANTS = {
 async def _child(options: dict[str, Any]) -> dict[str, Any]:
     """Warm up, then run the rounds; return their figures."""
     import contenders
-    from concurrency import FullCollections
+    from process_figures import FullCollections
 
     contender_name, options["freeze_heap"], frozen = VARIANTS[options["variant"]]
     contender = await contenders.make(contender_name, options["base_url"], "stream", options)
