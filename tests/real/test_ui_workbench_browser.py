@@ -275,17 +275,17 @@ def test_a_collection_page_uploads_with_progress_shows_chunks_and_searches(
 
 
 @pytest.mark.parametrize(
-    ("path", "script", "button"),
+    ("path", "script", "button", "form"),
     [
-        ("/knowledge/OFFICE", "knowledge.js", "Upload"),
-        ("/compare", "compare.js", "Compare"),
-        ("/playground", "playground.js", "Send"),
+        ("/knowledge/OFFICE", "knowledge.js", "Upload", "#upload-form"),
+        ("/compare", "compare.js", "Compare", "#compare-form"),
+        ("/playground", "playground.js", "Send", "#composer"),
     ],
 )
-def test_a_submit_button_waits_for_the_script_that_handles_it(
-    served: Served, browser: Browser, path: str, script: str, button: str
+def test_a_form_waits_for_the_script_that_handles_it(
+    served: Served, browser: Browser, path: str, script: str, button: str, form: str
 ) -> None:
-    """Clicked before its deferred script ran, a form submitted natively and lost its input."""
+    """Submitted before its deferred script ran, a form submitted natively and lost its input."""
     from playwright.sync_api import Route, expect
 
     page = _page(browser, served, DESKTOP)
@@ -296,10 +296,23 @@ def test_a_submit_button_waits_for_the_script_that_handles_it(
     expect(send).to_be_disabled()
     page.wait_for_function("document.readyState !== 'loading'")
     assert len(held) == 1
-    # The page is parsed but its script is still on the way: the button stays disabled.
+    # The page is parsed but its script is still on the way: the button stays
+    # disabled, and a submit by other means (Enter in a field) is stopped.
     expect(send).to_be_disabled()
+    page.evaluate(
+        """(selector) => {
+            window.keptDocument = true;
+            const form = document.querySelector(selector);
+            form.noValidate = true;  // submit even with its required fields empty
+            form.requestSubmit();
+        }""",
+        form,
+    )
     held[0].continue_()
     expect(send).to_be_enabled()
+    # Still the same document: a native submit would have loaded the page again.
+    assert page.evaluate("window.keptDocument === true")
+    assert len(held) == 1
     page.context.close()
 
 
