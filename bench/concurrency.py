@@ -12,13 +12,14 @@ Scenario names (``harness.py --scenarios``):
 
 Both sides live here: the harness calls :func:`run_scenario` (one worker
 process per contender, see ``bench/worker.py``) and the worker calls
-:func:`worker`. Every contender gets an HTTP connection pool of
-:data:`POOL` connections (keep-alive too) and a 600 s timeout with a 10 s
-connect timeout (pilothouse's, which it has no setting for), so none is
-throttled by its client's defaults (httpx2, which pilothouse uses: 100
-connections, 20 kept alive; openai SDK: 1,000, 100 kept alive; LiteLLM's
-aiohttp transport: 500 per host). The floor (contender ``httpx``) is raw
-httpx2 here, not httpx 0.28 (see ``bench/chats.py``).
+:func:`worker`, which builds its contender's client with ``bench/chats.py``.
+Every contender gets an HTTP connection pool of ``chats.POOL`` connections
+(keep-alive too) and a 600 s timeout with a 10 s connect timeout
+(pilothouse's, which it has no setting for), so none is throttled by its
+client's defaults (httpx2, which pilothouse uses: 100 connections, 20 kept
+alive; openai SDK: 1,000, 100 kept alive; LiteLLM's aiohttp transport: 500
+per host). The floor (contender ``httpx``) is raw httpx2 here, not httpx
+0.28.
 
 What each conversation sends: the system prompt, then its whole history
 (user and assistant messages, the tool call and its result), plus the new
@@ -53,17 +54,6 @@ CONV_DELAYS = (500, 100, 20)
 """Mock delays pilothouse has a catalog action for (``CONV<ms>``, model ``conv-d<ms>``)."""
 QUICK_STREAM = "stream-f20-k16-g2"
 """The stream of ``--smoke`` runs (action ``STREAMQ``): the same path, 16 chunks in 50 ms."""
-SUPPORTED = [
-    "httpx",
-    "openai",
-    "litellm",
-    "pydantic-ai-model_request",
-    "pydantic-ai-Agent.run",
-    "langchain",
-    "pilothouse-sqlite",
-    "pilothouse-noaudit",
-    "pilothouse-postgres",
-]
 _NAME = re.compile(r"^(conc|stream)-(\d+)$")
 
 
