@@ -214,6 +214,18 @@ class ModelCaller:
                         seconds=seconds,
                         first_token_seconds=first_token[0] - started if first_token else None,
                     )
+                # A stream that opened before it broke had its prompt read and
+                # its text so far written, which a paid provider bills, as a
+                # cancelled call's: the turn counts it. A call refused before
+                # its stream opened (a 5xx, a refused connection) generated
+                # nothing and counts nothing.
+                used = (
+                    self._count_partial(
+                        turn, messages, streams, "".join(turn.partial[partial_from:])
+                    )
+                    if streams
+                    else {}
+                )
                 turn.pending.append(
                     NewEvent(
                         TimelineKind.ERROR,
@@ -225,6 +237,7 @@ class ModelCaller:
                             # What listeners already saw of the failed attempt:
                             # the record holds every text a client was sent.
                             **({"streamed": "".join(turn.partial)} if turn.partial else {}),
+                            **used,
                         },
                     )
                 )
@@ -302,13 +315,42 @@ class ModelCaller:
     ) -> None:
         """Count the usage of a call stopped before its answer was complete.
 
-        The provider's own figures when its stream already reported them,
-        otherwise an estimate from the prompt and ``text`` (the answer
-        streamed so far), marked ``usage_estimated`` in the audit and the
-        turn's usage. Synchronous on purpose: it runs while the turn is
-        being cancelled, where nothing may wait.
+        Writes the call's ``response`` event, marked ``interrupted``.
+        Synchronous on purpose: it runs while the turn is being cancelled,
+        where nothing may wait.
         """
         started, first_token = timing
+        used = self._count_partial(turn, messages, streams, text)
+        turn.pending.append(
+            NewEvent(
+                TimelineKind.RESPONSE,
+                {
+                    "attempt": attempt,
+                    "interrupted": True,
+                    **used,
+                    "ms": round((time.perf_counter() - started) * 1000, 1),
+                    **_first_token_ms(first_token, started),
+                },
+            )
+        )
+
+    def _count_partial(
+        self,
+        turn: Turn,
+        messages: list[ModelMessage],
+        streams: list[StreamedResponse],
+        text: str,
+    ) -> dict[str, Any]:
+        """Count for the turn the usage of a call that ended without its answer.
+
+        The provider's own figures when its stream already reported them,
+        otherwise an estimate from the prompt and ``text`` (the answer
+        streamed so far), marked ``usage_estimated`` in the turn's usage.
+
+        Returns:
+            The figures for the call's audit event: ``usage_estimated``,
+            ``model``, ``input_tokens`` and ``output_tokens``.
+        """
         spec = turn.compiled.model
         answered_by = streams[0].model_name if streams else None
         turn.answered_by = answered_by or turn.answered_by
@@ -333,21 +375,12 @@ class ModelCaller:
         )
         turn.usage_estimated = turn.usage_estimated or estimated
         turn.add_usage(response)
-        turn.pending.append(
-            NewEvent(
-                TimelineKind.RESPONSE,
-                {
-                    "attempt": attempt,
-                    "interrupted": True,
-                    "usage_estimated": estimated,
-                    "model": response.model_name,
-                    "input_tokens": response.usage.input_tokens,
-                    "output_tokens": response.usage.output_tokens,
-                    "ms": round((time.perf_counter() - started) * 1000, 1),
-                    **_first_token_ms(first_token, started),
-                },
-            )
-        )
+        return {
+            "usage_estimated": estimated,
+            "model": response.model_name,
+            "input_tokens": response.usage.input_tokens,
+            "output_tokens": response.usage.output_tokens,
+        }
 
     def wants_stream(self, turn: Turn) -> bool:
         spec = turn.compiled.model
