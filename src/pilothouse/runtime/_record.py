@@ -262,7 +262,16 @@ class TurnRecorder:
         batch = TurnBatch(
             events=[NewEvent(TimelineKind.CANCEL, data)], response_model=turn.answered_by
         )
-        if partial:
+        step, turn.interrupted = turn.interrupted, None
+        if step is not None:
+            # Stopped while tools ran: the answer that called them, with its
+            # calls and their outcomes. Its text is that answer's, already
+            # in its message: no interrupted text is written again.
+            batch.messages = step.messages
+            batch.tool_calls = step.tool_calls
+            batch.outcomes = step.outcomes
+            batch.events[:0] = step.events
+        elif partial:
             marker = self.marker(turn, ModelResponse(parts=[], model_name=turn.answered_by))
             batch.messages.append(
                 NewMessage(MessageRole.ASSISTANT, partial, data={"interrupted": True, "ai": marker})

@@ -210,11 +210,14 @@ class ToolExecutor:
         conversation_uuid: str,
         timeouts: Mapping[str, float] | None = None,
         read_only: Collection[str] = frozenset(),
+        finished: dict[str, Execution] | None = None,
     ) -> list[Execution]:
         """Run every call; results in call order.
 
         ``read_only`` names the tools a replay may run live (see
-        :mod:`pilothouse.runtime._replaytape`).
+        :mod:`pilothouse.runtime._replaytape`). ``finished`` gets each
+        execution by call id as soon as it ends, so a caller cancelled while
+        others still run knows which calls finished and how.
         """
         results: list[Execution | None] = [None] * len(calls)
         limiter = anyio.CapacityLimiter(max(1, self.concurrency))
@@ -223,9 +226,12 @@ class ToolExecutor:
             key = _call_key(call)
             earlier = self._done.get(key)
             if earlier is not None:
-                results[index] = Execution(
+                repeat = Execution(
                     call, earlier.status, earlier.content, earlier.error_code, 0.0, repeated=True
                 )
+                results[index] = repeat
+                if finished is not None:
+                    finished[call.call_id] = repeat
                 return
             meter = self.telemetry.meter
             try:
@@ -249,6 +255,8 @@ class ToolExecutor:
                         seconds=result.ms / 1000,
                     )
                 results[index] = result
+                if finished is not None:
+                    finished[call.call_id] = result
                 if result.status is ToolCallStatus.SUCCEEDED:
                     self._done[key] = result
             finally:

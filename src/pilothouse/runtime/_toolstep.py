@@ -14,7 +14,9 @@ from __future__ import annotations
 __all__ = [
     "ToolResults",
     "answers_reply",
+    "CANCELLED",
     "event_command",
+    "interrupted_step",
     "normalized_response",
     "record_execution",
     "results_as_text",
@@ -149,10 +151,12 @@ async def run_tool_step(
     skills: Sequence[SkillInfo],
     marker: dict[str, Any],
     records: list[ToolCallRecord],
+    finished: dict[str, Execution] | None = None,
 ) -> ToolResults | Paused | Returned:
     """Run one response's calls; return what comes next and the batch to record.
 
-    Every call, with its outcome once it has one, is appended to ``records``.
+    Every call, with its outcome once it has one, is appended to ``records``;
+    ``finished`` gets each execution as it ends (see :func:`interrupted_step`).
     """
     for problem in problems:
         tool = toolset.executable.get(problem.name or "")
@@ -170,25 +174,10 @@ async def run_tool_step(
             conversation_uuid=conversation_uuid,
             timeouts=toolset.timeouts,
             read_only=toolset.read_only,
+            finished=finished,
         )
     }
-    listed = [
-        *(NewToolCall(c.call_id, c.name, c.arguments) for c in calls),
-        # An invalid call is recorded with the arguments the model sent.
-        *(NewToolCall(p.call_id, p.name, p.arguments) for p in problems),
-    ]
-    all_calls = [{"id": c.call_id, "name": c.name, "arguments": c.arguments} for c in listed]
-    batch = TurnBatch(
-        messages=[
-            NewMessage(
-                MessageRole.ASSISTANT,
-                text,
-                token_count=response.usage.output_tokens,
-                data={"tool_calls": all_calls, "ai": marker},
-            )
-        ],
-        tool_calls=listed,
-    )
+    batch = _requested(response, text, calls, problems, marker)
     returns: list[ModelRequestPart] = []
     only_repeats = (
         bool(executions)
@@ -199,10 +188,7 @@ async def run_tool_step(
     asked: list[Question] = []
     returned: list[ReturnedCall] = []
     for call in calls:
-        audit: dict[str, Any] = {"repairs": call.repairs} if call.repairs else {}
-        if call.name in toolset.releases:
-            # The audit names the catalog tool's semantic version (genai-4j's tool_t.version).
-            audit["release"] = toolset.releases[call.name]
+        audit = _audit(call, toolset)
         if call.call_id in executions:
             record_execution(batch, returns, executions[call.call_id], audit)
         elif call.name == USE_SKILL:
@@ -282,17 +268,7 @@ async def run_tool_step(
                 problem.name or UNNAMED, message, tool_call_id=problem.call_id, outcome="retried"
             )
         )
-    outcomes = {o.call_id: o for o in batch.outcomes}
-    records.extend(
-        ToolCallRecord(
-            c.call_id,
-            c.name,
-            dict(c.arguments),
-            outcomes[c.call_id].status if c.call_id in outcomes else ToolCallStatus.REQUESTED,
-            outcomes[c.call_id].result if c.call_id in outcomes else None,
-        )
-        for c in listed
-    )
+    _note_records(records, batch)
     if asked:
         for question in asked:
             batch.messages.append(
@@ -307,6 +283,114 @@ async def run_tool_step(
     if returned:
         return Returned(response.model_name, batch, tuple(returned), waiting=bool(batch.outbox))
     return ToolResults(batch, ModelRequest(parts=returns), tuple(activated), only_repeats)
+
+
+CANCELLED = "tool.exec.cancelled"
+"""The error code of a call whose turn was cancelled while the tool ran."""
+
+
+def interrupted_step(
+    *,
+    response: ModelResponse,
+    text: str,
+    calls: Sequence[RepairedCall],
+    problems: Sequence[CallProblem],
+    toolset: ToolSet,
+    marker: dict[str, Any],
+    records: list[ToolCallRecord],
+    finished: Mapping[str, Execution],
+    elapsed_ms: float,
+) -> TurnBatch:
+    """What a tool step the turn's cancel stopped records.
+
+    The model's answer with every call it made, as a finished step records
+    it; the outcome of each execution that ended before the cancel; every
+    other call to an executable tool ``FAILED`` with ``tool.exec.cancelled``
+    (it was started and may have acted: the record says it was cut off, not
+    that it never ran). Calls that were never started (skills, questions,
+    calls for the caller, invalid calls) stay ``requested``.
+
+    Args:
+        response: the normalized response that made the calls.
+        text: the answer's text, as the finished step records it.
+        calls: the repaired calls.
+        problems: the calls that could not be repaired.
+        toolset: the step's tools.
+        marker: the answer's AI marker.
+        records: the turn's call records; the calls are appended.
+        finished: the executions that ended, by call id.
+        elapsed_ms: how long the step ran before the cancel.
+
+    Returns:
+        The batch to write with the turn's ``TE``.
+    """
+    batch = _requested(response, text, calls, problems, marker)
+    returns: list[ModelRequestPart] = []  # no next request: the turn ends here
+    for call in calls:
+        execution = finished.get(call.call_id)
+        if execution is None and call.name in toolset.executable:
+            execution = Execution(
+                call,
+                ToolCallStatus.FAILED,
+                f"{CANCELLED}: the turn was cancelled while the tool ran",
+                CANCELLED,
+                round(elapsed_ms, 1),
+            )
+        if execution is not None:
+            record_execution(batch, returns, execution, _audit(call, toolset))
+    _note_records(records, batch)
+    return batch
+
+
+def _requested(
+    response: ModelResponse,
+    text: str,
+    calls: Sequence[RepairedCall],
+    problems: Sequence[CallProblem],
+    marker: dict[str, Any],
+) -> TurnBatch:
+    """A step's batch as the model's answer opens it: the message and its calls."""
+    listed = [
+        *(NewToolCall(c.call_id, c.name, c.arguments) for c in calls),
+        # An invalid call is recorded with the arguments the model sent.
+        *(NewToolCall(p.call_id, p.name, p.arguments) for p in problems),
+    ]
+    all_calls = [{"id": c.call_id, "name": c.name, "arguments": c.arguments} for c in listed]
+    return TurnBatch(
+        messages=[
+            NewMessage(
+                MessageRole.ASSISTANT,
+                text,
+                token_count=response.usage.output_tokens,
+                data={"tool_calls": all_calls, "ai": marker},
+            )
+        ],
+        tool_calls=listed,
+    )
+
+
+def _audit(call: RepairedCall, toolset: ToolSet) -> dict[str, Any]:
+    """What a call's ``tool_execution`` event adds: its repairs and its tool's release."""
+    audit: dict[str, Any] = {"repairs": call.repairs} if call.repairs else {}
+    if call.name in toolset.releases:
+        # The audit names the catalog tool's semantic version (genai-4j's tool_t.version).
+        audit["release"] = toolset.releases[call.name]
+    return audit
+
+
+def _note_records(records: list[ToolCallRecord], batch: TurnBatch) -> None:
+    """Append the batch's calls to the turn's records, each with its outcome if it has one."""
+    outcomes = {o.call_id: o for o in batch.outcomes}
+    records.extend(
+        ToolCallRecord(
+            c.call_id,
+            c.name,
+            dict(c.arguments),
+            outcomes[c.call_id].status if c.call_id in outcomes else ToolCallStatus.REQUESTED,
+            outcomes[c.call_id].result if c.call_id in outcomes else None,
+        )
+        for c in batch.tool_calls
+    )
 
 
 def event_command(

@@ -274,6 +274,9 @@ class Turn:
     # The model id the provider's stream named (its answer's own), for the
     # marker of an answer stopped before the response was complete.
     answered_by: str | None = None
+    # The tool step a cancel stopped: the answer with its calls and what
+    # they did, written with the turn's TE (see _toolstep.interrupted_step).
+    interrupted: TurnBatch | None = None
     # The API key the turn's message came with (budgets scoped to keys), and
     # whether the turn was counted against budgets' turn limits yet.
     key_prefix: str | None = None
