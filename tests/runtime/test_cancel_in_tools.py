@@ -3,20 +3,24 @@
 Cancelled while its tools run, the model's answer asked for tools and they
 were started: a tool may have acted (sent a mail, moved money) before the
 cancel reached it. The record must hold the answer with its calls, the result
-of every call that finished, and each unfinished one as cancelled.
+of every call that finished, and each unfinished one as cancelled. Cancelled
+in the model call after a round, the interrupted text is that call's alone:
+the earlier answer's text is in its own message already.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
 import pytest
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from test_tool_loop import FakeSource, events, start, stored
 
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, TimelineKind, ToolCallStatus
-from pilothouse.runtime import Runner, TurnResult
+from pilothouse.runtime import Runner, TextDelta, TurnEvent, TurnResult
 from pilothouse.store import Database
 from pilothouse.testing import Calls, ScriptedModel, ToolCall
 
@@ -87,3 +91,48 @@ async def test_a_cancel_while_tools_run_records_the_calls_and_what_finished(
         ("done1", ToolCallStatus.SUCCEEDED),
         ("hang1", ToolCallStatus.FAILED),
     }
+
+
+async def test_a_cancel_in_the_call_after_a_tool_round_records_only_that_calls_text(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    calls = [0]
+
+    async def stream(
+        messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | dict[int, DeltaToolCall]]:
+        calls[0] += 1
+        if calls[0] == 1:
+            yield "Let me check. "
+            yield {0: DeltaToolCall("get_weather", '{"city": "Oslo"}', tool_call_id="w1")}
+            return
+        for word in ["It ", "is ", "sunny ", "and ", "warm."]:
+            await anyio.sleep(0.02)
+            yield word
+
+    async def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise AssertionError("this model only streams")
+
+    model = FunctionModel(answer, stream_function=stream, model_name="scripted")
+    uuid = await start(catalog, "TOOLS")
+    runner = make_runner(model, tool_source=FakeSource({}))
+    seen: list[str] = []
+
+    async def on_event(event: TurnEvent) -> None:
+        if isinstance(event, TextDelta):
+            seen.append(event.text)
+            if len(seen) == 3:
+                await runner.cancel(uuid)
+
+    result = await runner.send_message(
+        uuid, "Weather?", on_event=on_event, runtime_config={"stream": True}
+    )
+    assert result.status is ProcessStatus.TERMINATED
+    assert seen == ["Let me check. ", "It ", "is "]
+    _, messages, _ = await stored(catalog, uuid)
+    answers = [(m.content, m.data or {}) for m in messages if m.role is MessageRole.ASSISTANT]
+    assert [text for text, _ in answers] == ["Let me check. ", "It is "]
+    assert "tool_calls" in answers[0][1] and answers[1][1]["interrupted"] is True
+    assert result.text == "It is "
+    (cancel,) = [e.data for e in await events(catalog, uuid) if e.kind is TimelineKind.CANCEL]
+    assert cancel["partial_chars"] == len("It is ")

@@ -84,6 +84,11 @@ class ModelCaller:
             ContentBlocked: a content filter advisor, or the provider's own filter,
                 refused input or output.
         """
+        # The text streamed by an earlier call of the turn is in that call's
+        # own message already (an answer that called tools, an invalid
+        # structured answer): what a cancel or a failure records as streamed
+        # is this call's text alone.
+        turn.partial.clear()
         chain = turn.compiled.advisors
         if not chain:
             return await self._attempts(turn, model, messages, settings, params, options)

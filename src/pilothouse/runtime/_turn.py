@@ -206,7 +206,8 @@ class Turn:
         memory_text: the user's text a ``SCOPED`` memory retrieved for (and
             stores with the answer).
         resumed: the turn goes on after a human answer or a tool result.
-        partial: streamed text so far (recorded if the turn is cancelled).
+        partial: the text the model call in flight streamed so far (recorded
+            if the turn is cancelled); each call starts it anew.
         active_skills: skills activated in the conversation so far.
         offers_tools: whether the current model call offers tools.
         calls: the model, settings and tool executor, from the first call on
