@@ -46,3 +46,7 @@ class Caller:
     def __post_init__(self) -> None:
         if self.face not in FACES:
             raise ValueError(f"unknown face {self.face!r}; the faces are {', '.join(FACES)}")
+
+    def as_data(self) -> dict[str, str | None]:
+        """The caller as a message's or a timeline event's ``caller`` holds it."""
+        return {"face": self.face, "key_prefix": self.key_prefix, "key_name": self.key_name}

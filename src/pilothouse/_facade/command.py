@@ -87,7 +87,7 @@ class CommandApi(Facet):
             from pilothouse.runtime._hitl import Resumption
 
             runner = self._runner
-            self._resumption_ = Resumption(self._database, self.tenant, runner)
+            self._resumption_ = Resumption(self._database, self.tenant, runner, self.caller)
         return self._resumption_
 
     async def send_message(

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from pilothouse._caller import Caller
 from pilothouse.catalog._enums import ProcessStatus, TimelineKind, ToolCallStatus
 from pilothouse.errors import InvalidStateError, NotFoundError, PilothouseError
 from pilothouse.runtime._eventcalls import EventCalls
@@ -40,13 +41,24 @@ class Resumption:
         database: the store.
         tenant: the tenant.
         runner: runs the continued turn, and gives the action's wait limit.
+        caller: who submits (face and API key), named on the answers' and
+            results' timeline events.
     """
 
-    def __init__(self, database: Database, tenant: str, runner: Runner) -> None:
+    def __init__(
+        self, database: Database, tenant: str, runner: Runner, caller: Caller | None = None
+    ) -> None:
         self._tenant = tenant
         self._database = database
         self._queries = ConversationQueries(database, tenant)
         self._runner = runner
+        self._caller = caller
+
+    def _who(self) -> dict[str, Any]:
+        """Who gave the answers or the result, for their event (nothing when not known)."""
+        # They may come through another face or key than the conversation's
+        # start: the record names the one that did.
+        return {"caller": self._caller.as_data()} if self._caller is not None else {}
 
     async def _deadline_passed(self, conversation: Conversation, questions: list[Message]) -> bool:
         compiled = await self._runner.compiled_of(conversation.uuid)
@@ -91,7 +103,7 @@ class Resumption:
             content = answers_reply(asked, given)
             words = answers_words(asked, given)
             replies.append(ToolReply(call_id, ASK_USER, content, words=words))
-        event = NewEvent(TimelineKind.HUMAN_ANSWER, {"answers": dict(answers)})
+        event = NewEvent(TimelineKind.HUMAN_ANSWER, {"answers": dict(answers), **self._who()})
         return await self._runner.resume(
             uuid,
             replies,
@@ -150,7 +162,12 @@ class Resumption:
         ]
         event = NewEvent(
             TimelineKind.TOOL_EXECUTION,
-            {"call_id": tool_call_id, "tool": call.name, "status": "result from caller"},
+            {
+                "call_id": tool_call_id,
+                "tool": call.name,
+                "status": "result from caller",
+                **self._who(),
+            },
         )
         return await self._runner.resume(
             uuid,

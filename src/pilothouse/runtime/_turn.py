@@ -142,11 +142,7 @@ class NewTurn:
         if self.caller is not None:
             # Who sent this message: a later turn may come through another
             # face or key than the one that started the conversation.
-            data["caller"] = {
-                "face": self.caller.face,
-                "key_prefix": self.caller.key_prefix,
-                "key_name": self.caller.key_name,
-            }
+            data["caller"] = self.caller.as_data()
         return data or None
 
 
