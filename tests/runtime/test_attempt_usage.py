@@ -1,9 +1,10 @@
-"""What a model call that failed part-way used is counted, as a cancelled one's is.
+"""What a model call stopped part-way used is counted, and said where it is recorded.
 
 A provider that opened its stream had read the prompt and wrote the text
 streamed before the connection broke; a paid provider bills it. The turn,
 the conversation's totals and the budget ledger must hold it, whether the
-turn then retries or fails.
+turn then retries or fails. A cancelled call's text carries the tokens it
+was counted, as a finished answer does.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from test_runner import rows, start
 
 from pilothouse.catalog._enums import ProcessStatus, TimelineKind
 from pilothouse.errors import ProviderConnectionError, ProviderServerError
-from pilothouse.runtime import Runner, TurnEvent
+from pilothouse.runtime import Runner, TextDelta, TurnEvent
 from pilothouse.store import Database
+from pilothouse.testing import Reply, ScriptedModel
 
 pytestmark = pytest.mark.anyio
 
@@ -113,3 +115,28 @@ async def test_a_call_refused_before_its_stream_opened_counts_nothing(
         response["input_tokens"],
         response["output_tokens"],
     )
+
+
+async def test_an_interrupted_answer_carries_the_tokens_its_call_was_counted(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    # As a finished answer's token_count is its call's output tokens, so is
+    # the text a cancel stopped: the message and the usage say the same.
+    model = ScriptedModel([Reply("word " * 50, chunk_delay=0.02)])
+    uuid = await start(catalog, "SUMBRAND")
+    runner = make_runner(model)
+    seen: list[str] = []
+
+    async def on_event(event: TurnEvent) -> None:
+        if isinstance(event, TextDelta):
+            seen.append(event.text)
+            if len(seen) == 3:
+                await runner.cancel(uuid)
+
+    result = await runner.send_message(uuid, "x", on_event=on_event)
+    assert result.status is ProcessStatus.TERMINATED
+    conversation, messages, timeline = await rows(catalog, uuid)
+    (response,) = [e.data for e in timeline if e.kind is TimelineKind.RESPONSE]
+    interrupted = messages[-1]
+    assert interrupted.data is not None and interrupted.data["interrupted"] is True
+    assert interrupted.token_count == response["output_tokens"] == conversation.output_tokens

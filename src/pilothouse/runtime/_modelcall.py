@@ -326,6 +326,7 @@ class ModelCaller:
         """
         started, first_token = timing
         used = self._count_partial(turn, messages, streams, text)
+        turn.partial_tokens = used["output_tokens"]
         turn.pending.append(
             NewEvent(
                 TimelineKind.RESPONSE,

@@ -274,7 +274,12 @@ class TurnRecorder:
         elif partial:
             marker = self.marker(turn, ModelResponse(parts=[], model_name=turn.answered_by))
             batch.messages.append(
-                NewMessage(MessageRole.ASSISTANT, partial, data={"interrupted": True, "ai": marker})
+                NewMessage(
+                    MessageRole.ASSISTANT,
+                    partial,
+                    token_count=turn.partial_tokens,
+                    data={"interrupted": True, "ai": marker},
+                )
             )
         return await self._close(
             turn, batch, ProcessStatus.TERMINATED, output=partial or None, text=partial

@@ -271,6 +271,9 @@ class Turn:
     # The model id the provider's stream named (its answer's own), for the
     # marker of an answer stopped before the response was complete.
     answered_by: str | None = None
+    # The output tokens counted for the call a cancel stopped: its
+    # interrupted text's token_count, as an answer's is its call's.
+    partial_tokens: int | None = None
     # The tool step a cancel stopped: the answer with its calls and what
     # they did, written with the turn's TE (see _toolstep.interrupted_step).
     interrupted: TurnBatch | None = None
