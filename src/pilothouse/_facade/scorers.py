@@ -155,10 +155,10 @@ class _JsonValid:
             return Score(False, 0.0, "output is not JSON")
         if self.schema is None:
             return Score(True, 1.0)
-        import jsonschema
+        from pilothouse.runtime._schema_patterns import schema_validator
 
-        validator = jsonschema.Draft202012Validator(self.schema)
-        errors = list(validator.iter_errors(output))  # pyright: ignore[reportUnknownMemberType]
+        validator = schema_validator(self.schema)
+        errors = list(validator.iter_errors(output))
         return Score(not errors, float(not errors), errors[0].message if errors else "")
 
 
