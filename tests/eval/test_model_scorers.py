@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -154,3 +155,29 @@ async def test_async_plugins_and_embedding_similarity_score_beside_the_built_ins
         assert report.pass_rates == {"longer": 1.0, "embedding": 0.5, "exact": 0.5}
         with pytest.raises(TypeError, match="scorer 'wrong' returned str"):
             await ph.evaluation.evaluate("new", scorers=[Wrong()])
+
+
+def test_a_regex_scorer_that_backtracks_without_end_fails_the_case_within_its_time_bound() -> None:
+    # The caller's pattern is searched in the server's process: one that
+    # backtracks exponentially would hold it (every tenant's turns) for
+    # seconds on a 35-character output, for ever on a longer one.
+    from pilothouse._facade.scorers import parse_scorer
+    from pilothouse.types import CaseResult, DatasetCase
+
+    scorer = parse_scorer("regex:(a|aa)+$")
+    scored = Scored(
+        DatasetCase(action="SAY", input_text="hi"),
+        CaseResult(sequence=0, status="ok", output="a" * 35 + "!"),
+        None,
+    )
+    started = time.monotonic()
+
+    score = scorer.score(scored)
+
+    assert time.monotonic() - started < 2
+    assert score == Score(
+        False,
+        0.0,
+        "the pattern ran past its time bound on this output; "
+        "write one without nested or overlapping repetition",
+    )

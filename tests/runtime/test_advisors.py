@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 import types
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -439,6 +440,22 @@ async def test_content_filter_blocks_output_by_pattern() -> None:
     assert "Her number" not in str(caught.value)
 
 
+def test_a_pattern_that_backtracks_without_end_blocks_within_its_time_bound() -> None:
+    # A tenant's pattern is searched in the server's process: one that
+    # backtracks exponentially would hold it (every tenant's turns) for
+    # seconds at 35 characters, for ever at a few hundred.
+    flt = ContentFilterAdvisor(blocked_patterns=["(a|aa)+$"])
+    started = time.monotonic()
+
+    rule = flt.match("a" * 35 + "!")
+
+    assert time.monotonic() - started < 2
+    assert rule == (
+        "pattern '(a|aa)+$' (it ran past its time bound on this text and blocks it; "
+        "write a pattern without nested or overlapping repetition)"
+    )
+
+
 async def test_content_filter_checks_tool_call_arguments_in_the_output() -> None:
     model = ScriptedModel([ToolCall("send", {"to": "x", "body": {"lines": ["hi FALCON"]}})])
     flt = ContentFilterAdvisor(["falcon"])
@@ -679,7 +696,7 @@ async def test_resolve_by_dotted_path_class_factory_and_instance(
             "content-filter",
             {"blocked_patterns": ["ok", "(unclosed"]},
             "advisor 'ADV': settings.blocked_patterns[1]: invalid regular expression "
-            "'(unclosed': missing ), unterminated subpattern at position 0",
+            "'(unclosed': missing ) at position 9",
         ),
         (
             "content-filter",

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from typing import get_args
 
 import httpx
@@ -167,6 +168,31 @@ async def test_yaml_alias_bomb_put_is_422_and_writes_nothing(
     refused = await client.put("/v1/catalog", content="\n".join(levels), headers=headers)
     assert refused.status_code == 422
     assert "alias bomb" in refused.text
+
+
+async def test_yaml_flow_collections_nested_deep_are_refused_at_once(
+    client: httpx.AsyncClient, admin_key: str
+) -> None:
+    # ruamel's scanner keeps a possible key per open flow level and walks
+    # them all at each token: 1,600 open brackets (3 kB) cost it seconds of
+    # the server's CPU before the parser gave up.
+    document = "tools:\n  - settings: " + "[" * 1600 + "]" * 1600 + "\n"
+    headers = {**auth(admin_key), "Content-Type": "application/yaml"}
+    started = time.monotonic()
+
+    refused = await client.put("/v1/catalog", content=document, headers=headers)
+
+    assert time.monotonic() - started < 1
+    assert refused.status_code == 422
+    assert refused.json()["errors"] == [
+        {
+            "entity": "catalog",
+            "code": None,
+            "field": "yaml",
+            "rule": "flow collections ([...] and {...}) nest more than 64 deep; "
+            "write the deeper levels in block style or nest them less",
+        }
+    ]
 
 
 async def test_import_json(client: httpx.AsyncClient, admin_key: str) -> None:

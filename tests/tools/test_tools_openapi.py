@@ -273,3 +273,32 @@ async def test_required_cookie_parameter_is_refused(registry: ToolRegistry, tmp_
     path.write_text(json.dumps(document), encoding="utf-8")
     with pytest.raises(ToolError, match="required cookie parameter 'session' is not supported"):
         await openapi_tool(registry, path, "getItem")
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        # The path is filled with str.format: a width would build a string
+        # of that many characters in the server at each call.
+        (
+            "/items/{item_id:>4000000000}",
+            r"OpenAPI operation 'getItem': URL 'https://shop.example.test/v1/items/"
+            r"\{item_id:>4000000000\}': template field '\{item_id:>4000000000\}' must be a plain "
+            r"name; write '\{item_id\}'",
+        ),
+        (
+            "/items/{item_id}/{other}",
+            r"OpenAPI operation 'getItem': URL 'https://shop.example.test/v1/items/\{item_id\}/"
+            r"\{other\}': '\{other\}' is not a path parameter of the operation; declare it",
+        ),
+    ],
+)
+async def test_a_path_template_the_call_cannot_fill_plainly_is_refused(
+    registry: ToolRegistry, tmp_path: Path, path: str, message: str
+) -> None:
+    document = json.loads(json.dumps(DOCUMENT))
+    document["paths"] = {path: document["paths"]["/items/{item_id}"]}
+    source = tmp_path / "formatted.json"
+    source.write_text(json.dumps(document), encoding="utf-8")
+    with pytest.raises(ToolError, match=message):
+        await openapi_tool(registry, source, "getItem")

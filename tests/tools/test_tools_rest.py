@@ -215,6 +215,26 @@ async def test_bad_settings_are_tool_errors_naming_the_tool(
         await rest_tool(registry, **settings)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        # A width pads the argument to that many characters: 4 GB per call.
+        "https://x/items/{id:>4000000000}",
+        "https://x/items/{id!r}",
+        "https://x/items/{id:{id}}",
+    ],
+)
+async def test_a_url_field_with_a_conversion_or_format_spec_is_refused_naming_the_plain_form(
+    registry: ToolRegistry, url: str
+) -> None:
+    with pytest.raises(
+        ToolError,
+        match=r"tool 'items': settings.url: template field '\{id.+\}' must be a plain name; "
+        r"write '\{id\}'",
+    ):
+        await rest_tool(registry, url=url)
+
+
 async def test_registry_shares_one_client_and_closes_only_its_own() -> None:
     async with httpx.AsyncClient() as client:
         reg = ToolRegistry(SecretResolver({}), http=client)

@@ -166,10 +166,11 @@ def _output(schema: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, An
     if schema is None:
         return None, None, None
     from jsonschema.exceptions import SchemaError
-    from jsonschema.validators import validator_for
+
+    from pilothouse.runtime._schema_patterns import validator_class
 
     checked = dict(schema)
-    cls = validator_for(checked)
+    cls = validator_class(checked)
     try:
         cls.check_schema(checked)
     except SchemaError as exc:

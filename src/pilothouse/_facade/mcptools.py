@@ -223,9 +223,9 @@ def _error(text: str) -> mt.CallToolResult:
 
 
 def _problems(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
-    from jsonschema.validators import validator_for
+    from pilothouse.runtime._schema_patterns import schema_validator
 
-    validator = validator_for(schema)(schema)
+    validator = schema_validator(schema)
     errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
     if not errors:
         return None

@@ -16,13 +16,13 @@ __all__ = ["Score", "Scorer", "Scored", "parse_scorer"]
 
 import inspect
 import json
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
+import regex
 
 from pilothouse.errors import InvalidFieldError
 from pilothouse.store._datasets import DatasetCase
@@ -155,10 +155,10 @@ class _JsonValid:
             return Score(False, 0.0, "output is not JSON")
         if self.schema is None:
             return Score(True, 1.0)
-        import jsonschema
+        from pilothouse.runtime._schema_patterns import schema_validator
 
-        validator = jsonschema.Draft202012Validator(self.schema)
-        errors = list(validator.iter_errors(output))  # pyright: ignore[reportUnknownMemberType]
+        validator = schema_validator(self.schema)
+        errors = list(validator.iter_errors(output))
         return Score(not errors, float(not errors), errors[0].message if errors else "")
 
 
@@ -176,13 +176,28 @@ class _ToolSequence:
         return Score(same, float(same), detail)
 
 
+# How long a regex scorer may search one output. The caller's pattern runs
+# in the server's process: one that backtracks without end ("(a|aa)+$")
+# would otherwise hold it, and every tenant's turns, while it runs.
+_REGEX_SECONDS = 0.25
+
+
 @dataclass(frozen=True)
 class _Regex:
     name: str
-    pattern: re.Pattern[str]
+    pattern: regex.Pattern[str]
 
     def score(self, scored: Scored) -> Score:
-        found = scored.result.output is not None and bool(self.pattern.search(scored.result.output))
+        output = scored.result.output
+        try:
+            found = output is not None and bool(self.pattern.search(output, timeout=_REGEX_SECONDS))
+        except TimeoutError:
+            return Score(
+                False,
+                0.0,
+                "the pattern ran past its time bound on this output; "
+                "write one without nested or overlapping repetition",
+            )
         return Score(found, float(found), "" if found else "no match")
 
 
@@ -285,8 +300,8 @@ def parse_scorer(
         return _ToolSequence(spec)
     if kind == "regex" and argument:
         try:
-            return _Regex(spec, re.compile(argument))
-        except re.error as exc:
+            return _Regex(spec, regex.compile(argument))
+        except regex.error as exc:
             raise InvalidFieldError("scorers", f"{spec}: {exc}") from None
     if kind == "cost_delta":
         return _Delta(spec, _number(spec, argument or "1"), _cost_pair)

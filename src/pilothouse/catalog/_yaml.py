@@ -27,6 +27,7 @@ from ruamel.yaml.scalarstring import (
     LiteralScalarString,
     SingleQuotedScalarString,
 )
+from ruamel.yaml.scanner import RoundTripScanner, ScannerError
 
 from pilothouse.errors import ValidationIssue
 from pilothouse.store._text import input_problem, read_int
@@ -84,6 +85,35 @@ class _Constructor(RoundTripConstructor):
             return read_int(text)
         base: Any = super()  # ruamel ships partial type hints
         return base.construct_yaml_int(node)
+
+
+# Real catalogs nest flow collections a few levels deep.
+MAX_FLOW_DEPTH = 64
+
+
+class _Scanner(RoundTripScanner):
+    """ruamel's round-trip scanner, refusing flow collections nested too deep.
+
+    It keeps a possible simple key per open ``[`` or ``{`` and walks them all
+    at every token, so its time grows with the square of the nesting: a few
+    kilobytes of brackets cost seconds of the server's CPU before the parser
+    reached its recursion limit. Counting the open levels where the scanner
+    opens them stops such a document at the first level past the bound.
+    """
+
+    def fetch_flow_collection_start(self, TokenClass: Any, to_push: str) -> None:
+        """Open a flow collection, or refuse one nested past :data:`MAX_FLOW_DEPTH`."""
+        state: Any = self  # ruamel ships partial type hints
+        if len(state.flow_context) >= MAX_FLOW_DEPTH:
+            raise ScannerError(
+                None,
+                None,
+                f"flow collections ([...] and {{...}}) nest more than {MAX_FLOW_DEPTH} deep; "
+                "write the deeper levels in block style or nest them less",
+                state.reader.get_mark(),
+            )
+        base: Any = super()
+        base.fetch_flow_collection_start(TokenClass, to_push)
 
 
 _constructor_class: Any = _Constructor  # ruamel ships partial type hints
@@ -145,6 +175,7 @@ def load_yaml(path: Path) -> tuple[Any, ValidationIssue | None]:
     try:
         loader: Any = YAML(typ="rt")  # ruamel ships partial type hints
         loader.Constructor = _Constructor
+        loader.Scanner = _Scanner
         document = loader.load(text)
     except DuplicateKeyError as exc:
         # ruamel's own message quotes both values, which may be a secret.

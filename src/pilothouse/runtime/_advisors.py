@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
+import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_ai.messages import (
     ModelMessage,
@@ -454,6 +455,10 @@ class _ContentFilterSettings(BaseModel):
     check_output: bool = True
 
 
+MATCH_SECONDS = 0.25
+"""How long the content filter's rules may search one text, together."""
+
+
 class ContentFilterAdvisor:
     """Blocks calls whose input or output contains a blocked term or pattern.
 
@@ -489,18 +494,18 @@ class ContentFilterAdvisor:
         self.order = order
         self.check_input = check_input
         self.check_output = check_output
-        rules: list[tuple[str, re.Pattern[str]]] = []
+        rules: list[tuple[str, regex.Pattern[str]]] = []
         for index, term in enumerate(blocked_terms):
             if not term.strip():
                 raise AdvisorConfigError(f"settings.blocked_terms[{index}]: must not be empty")
             # Lookarounds instead of \b, so terms that start or end with
             # punctuation ("c++") still match as a whole.
-            word = re.compile(rf"(?<!\w){re.escape(term.strip())}(?!\w)", re.IGNORECASE)
+            word = regex.compile(rf"(?<!\w){re.escape(term.strip())}(?!\w)", regex.IGNORECASE)
             rules.append((f"term '{term.strip()}'", word))
         for index, pattern in enumerate(blocked_patterns):
             try:
-                compiled = re.compile(pattern, re.IGNORECASE)
-            except re.error as exc:
+                compiled = regex.compile(pattern, regex.IGNORECASE)
+            except regex.error as exc:
                 raise AdvisorConfigError(
                     f"settings.blocked_patterns[{index}]: invalid regular expression "
                     f"'{pattern}': {exc}"
@@ -509,9 +514,25 @@ class ContentFilterAdvisor:
         self._rules = tuple(rules)
 
     def match(self, text: str) -> str | None:
-        """Return the first rule that ``text`` breaks, or ``None``."""
-        for rule, regex in self._rules:
-            if regex.search(text):
+        """Return the first rule that ``text`` breaks, or ``None``.
+
+        The rules share a time bound per text (:data:`MATCH_SECONDS`): a
+        tenant's pattern runs in the server's process, and one that
+        backtracks without end (``(a|aa)+$``) would hold it, and every other
+        tenant's turns, for as long as it runs. A pattern still running at
+        the bound blocks the text (a filter that cannot decide does not let
+        it through), and the rule says why.
+        """
+        deadline = time.monotonic() + MATCH_SECONDS
+        for rule, pattern in self._rules:
+            try:
+                found = pattern.search(text, timeout=max(deadline - time.monotonic(), 0.001))
+            except TimeoutError:
+                return (
+                    f"{rule} (it ran past its time bound on this text and blocks it; "
+                    "write a pattern without nested or overlapping repetition)"
+                )
+            if found:
                 return rule
         return None
 

@@ -384,9 +384,9 @@ class ActionCompiler:
         )
         validator = None
         if output_schema is not None:
-            from jsonschema.validators import validator_for
+            from pilothouse.runtime._schema_patterns import schema_validator
 
-            validator = validator_for(output_schema)(output_schema)
+            validator = schema_validator(output_schema)
         configuration = action.configuration
         strategy = action.memory_strategy
         memory = (

@@ -254,13 +254,13 @@ class RuntimeConfig:
                     "schema; a turn cannot replace it (drop output_schema, or use an action "
                     "without one)"
                 )
-            from jsonschema.validators import validator_for
+            from pilothouse.runtime._schema_patterns import schema_validator
 
             block = json.dumps(self.output_schema, indent=2, sort_keys=True)
             changes.update(
                 output_schema=self.output_schema,
                 output_cardinality=Cardinality.ITEM,
-                _validator=validator_for(self.output_schema)(self.output_schema),
+                _validator=schema_validator(self.output_schema),
                 # Models without a JSON mode or tools read the schema here.
                 prompt_parts=(
                     *compiled.prompt_parts,

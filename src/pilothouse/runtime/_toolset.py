@@ -172,10 +172,10 @@ class ArgumentValidators(Mapping[str, Any]):
     def __getitem__(self, name: str) -> Any:
         validator = self._compiled.get(name)
         if validator is None:
-            from jsonschema.validators import validator_for
+            from pilothouse.runtime._schema_patterns import schema_validator
 
             schema = self._schemas[name]
-            validator = self._compiled[name] = validator_for(schema)(schema)
+            validator = self._compiled[name] = schema_validator(schema)
         return validator
 
     def without(self, names: frozenset[str]) -> ArgumentValidators:

@@ -22,7 +22,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from pilothouse.tools._base import ToolError
-from pilothouse.tools._rest import DEFAULT_MAX_RESPONSE_BYTES, HttpEndpoint
+from pilothouse.tools._rest import DEFAULT_MAX_RESPONSE_BYTES, HttpEndpoint, url_fields
 
 _METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 _LOCATIONS = ("path", "query", "header")
@@ -294,9 +294,19 @@ def operation(
         # Only what the arguments reach: a merged body's own schema is not.
         parameters["$defs"] = {name: refs.defs[name] for name in refs.defs if name in used}
     summary = [str(op[key]).strip() for key in ("summary", "description") if op.get(key)]
+    url = _base_url(document, base_url, source).rstrip("/") + template
+    # The call fills the URL with str.format: only plain fields the
+    # operation's path parameters fill may be left in it.
+    where = f"OpenAPI operation '{operation_id}': URL '{url}'"
+    stray = [name for name in url_fields(url, where) if name not in path]
+    if stray:
+        raise ToolError(
+            f"{where}: '{{{stray[0]}}}' is not a path parameter of the operation; "
+            "declare it under the operation's parameters with 'in: path'"
+        )
     endpoint = HttpEndpoint(
         method=method.upper(),
-        url=_base_url(document, base_url, source).rstrip("/") + template,
+        url=url,
         headers=dict(headers or {}),
         path=tuple(path),
         query=query,

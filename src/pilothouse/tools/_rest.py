@@ -71,7 +71,7 @@ class HttpEndpoint:
 
 
 def template_fields(url: str, tool_name: str) -> tuple[str, ...]:
-    """Return the ``{name}`` fields of a URL template, in order.
+    """Return the ``{name}`` fields of a REST tool's ``settings.url``, in order.
 
     Args:
         url: the template.
@@ -81,19 +81,43 @@ def template_fields(url: str, tool_name: str) -> tuple[str, ...]:
         The field names.
 
     Raises:
-        ToolError: a field is not a plain name (``{a.b}``, ``{0}``, ``{}``).
+        ToolError: a field is not a plain name (``{a.b}``, ``{0}``, ``{}``,
+            ``{id:>9}``, ``{id!r}``).
+    """
+    return url_fields(url, f"tool '{tool_name}': settings.url")
+
+
+def url_fields(url: str, where: str) -> tuple[str, ...]:
+    """Return the ``{name}`` fields of a URL template, in order.
+
+    Args:
+        url: the template.
+        where: what holds it, the start of the error message.
+
+    Returns:
+        The field names.
+
+    Raises:
+        ToolError: a field is not a plain name (``{a.b}``, ``{0}``, ``{}``,
+            ``{id:>9}``, ``{id!r}``).
     """
     names: list[str] = []
     try:
         parsed = list(string.Formatter().parse(url))
     except ValueError as exc:
-        raise ToolError(f"tool '{tool_name}': settings.url: bad template: {exc}") from exc
-    for _, name, _, _ in parsed:
+        raise ToolError(f"{where}: bad template: {exc}") from exc
+    for _, name, spec, conversion in parsed:
         if name is None:
             continue
         if not _TEMPLATE_FIELD.match(name):
+            raise ToolError(f"{where}: template field '{{{name}}}' must be a name")
+        if spec or conversion:
+            # The URL is filled with str.format: a width ("{id:>4000000000}")
+            # would build a string of that many characters in the server.
+            written = name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
             raise ToolError(
-                f"tool '{tool_name}': settings.url: template field '{{{name}}}' must be a name"
+                f"{where}: template field '{{{written}}}' must be a plain name; "
+                f"write '{{{name}}}' (no conversion or format spec)"
             )
         if name not in names:
             names.append(name)

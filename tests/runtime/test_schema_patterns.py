@@ -1,0 +1,70 @@
+"""Regular expressions of tenant schemas are searched with a time bound.
+
+A tool's input schema, an action's output schema and a caller's
+``output_schema`` are written by tenants, and their ``pattern`` and
+``patternProperties`` are searched in the server's process on every value a
+model or a caller sends. One that backtracks without end (``(a|aa)+$``)
+would hold the process, and every tenant's turns, while it runs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from pilothouse.runtime._toolset import ArgumentValidators
+
+SLOW = "(a|aa)+$"
+VALUE = "a" * 35 + "!"
+BOUND = (
+    f"the pattern '{SLOW}' ran past its time bound on this value; "
+    "write one without nested or overlapping repetition"
+)
+
+
+@pytest.mark.parametrize(
+    ("schema", "arguments"),
+    [
+        ({"properties": {"s": {"type": "string", "pattern": SLOW}}}, {"s": VALUE}),
+        ({"patternProperties": {SLOW: {"type": "integer"}}}, {VALUE: 1}),
+        (
+            {"patternProperties": {SLOW: {"type": "integer"}}, "additionalProperties": False},
+            {VALUE: 1},
+        ),
+    ],
+    ids=["pattern", "patternProperties", "additionalProperties"],
+)
+def test_a_schema_pattern_that_backtracks_without_end_is_an_error_within_its_bound(
+    schema: dict[str, Any], arguments: dict[str, Any]
+) -> None:
+    validators = ArgumentValidators()
+    validators.add("lookup", {"type": "object", **schema})
+    started = time.monotonic()
+
+    errors = [error.message for error in validators["lookup"].iter_errors(arguments)]
+
+    assert time.monotonic() - started < 2
+    assert set(errors) == {BOUND}
+
+
+def test_patterns_that_end_quickly_validate_as_before() -> None:
+    validators = ArgumentValidators()
+    validators.add(
+        "lookup",
+        {
+            "type": "object",
+            "properties": {"id": {"type": "string", "pattern": "^[A-Z]{3}-\\d+$"}},
+            "patternProperties": {"^x-": {"type": "integer"}},
+            "additionalProperties": False,
+        },
+    )
+    validator = validators["lookup"]
+
+    assert list(validator.iter_errors({"id": "ABC-12", "x-n": 3})) == []
+    assert [e.message for e in validator.iter_errors({"id": "abc", "x-n": "3", "y": 1})] == [
+        "'abc' does not match '^[A-Z]{3}-\\\\d+$'",
+        "'3' is not of type 'integer'",
+        "'y' does not match any of the regexes: '^x-'",
+    ]
