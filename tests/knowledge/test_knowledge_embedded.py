@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -197,6 +198,30 @@ async def test_filters_threshold_modes_and_empty(knowledge: Knowledge) -> None:
         await knowledge.search("default", "DOCS", query, mode="fuzzy")
     with pytest.raises(KnowledgeError, match="filter key 'a b' must be"):
         await knowledge.search("default", "DOCS", query, filters={"a b": "x"})
+
+
+async def test_a_filter_matches_only_values_of_its_own_json_type(knowledge: Knowledge) -> None:
+    # PostgreSQL cast every chunk's value to the filter's type: a number
+    # filter over a key some chunk holds as text failed the search (500).
+    levels: list[Any] = ["high", 3, 2.5, True]
+    await knowledge.ingest(
+        "default",
+        "DOCS",
+        [
+            TextDocument(f"s{i}", f"Invoices are due within {i + 1} weeks.", metadata={"level": v})
+            for i, v in enumerate(levels)
+        ],
+    )
+    for mode in ("hybrid", "text"):
+        for i, value in enumerate(levels):
+            found = await knowledge.search(
+                "default", "DOCS", "When are invoices due?", filters={"level": value}, mode=mode
+            )
+            assert [h.source for h in found.hits] == [f"s{i}"], (mode, value)
+        nothing = await knowledge.search(
+            "default", "DOCS", "invoices", filters={"level": [-1, 0.5, False]}, mode=mode
+        )
+        assert nothing.hits == [], mode
 
 
 async def test_the_collection_threshold_applies_by_default(knowledge: Knowledge) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -76,6 +76,18 @@ async def test_usage_counts_the_days_asked_for(database_url: str) -> None:
     # The model is the one that answered, as the provider named it.
     assert [(r.group["model"], r.conversations) for r in inside] == [("scripted", 4)]
     assert after == [] and before == []
+
+
+async def test_the_first_and_last_days_a_date_can_name_count_everything(
+    database_url: str,
+) -> None:
+    # until is included, so its end is the next midnight: none follows 9999-12-31.
+    ph = await recorded(database_url)
+    try:
+        everything = await ph.query.usage(group_by=["tenant"], since=date.min, until=date.max)
+    finally:
+        await ph.__aexit__(None, None, None)
+    assert [r.conversations for r in everything] == [4]
 
 
 @pytest.mark.parametrize(

@@ -223,6 +223,10 @@ async def test_usage_is_the_same_on_rest_and_json_rpc_and_stays_in_the_tenant(
     assert "write one or more of tenant, key, agent" in wrong.text
     bad_day = await client.get("/v1/usage", params={"since": "12/01"}, headers=auth(admin_key))
     assert bad_day.status_code == 422 and "since" in bad_day.text
+    # The last day a date can name: counting up to the midnight after it overflowed (500).
+    everything = {"by": ["action", "day"], "until": "9999-12-31"}
+    last_day = await client.get("/v1/usage", params=everything, headers=auth(admin_key))
+    assert last_day.status_code == 200 and last_day.json() == rest.json()
 
 
 async def test_a_downgraded_stream_names_the_model_that_ran_in_every_chunk(

@@ -138,3 +138,24 @@ async def test_cases_and_recorded_conversations_together_are_refused_on_both_fac
     assert "give cases or fromConversations, not both" in rpc["error"]["data"]["detail"], rpc
     listed = await _rpc(client, admin_key, "listDatasets", {})
     assert listed["result"] == []
+
+
+async def test_a_time_without_zone_or_a_bare_day_reads_as_utc_on_both_faces(
+    client: httpx.AsyncClient, admin_key: str
+) -> None:
+    # As /v1/conversations reads its from/to; a naive time reached the store
+    # and failed there (500, and -32603 on JSON-RPC).
+    for i, since in enumerate(("2024-01-01T00:00:00", "2024-01-01")):
+        rest = await client.post(
+            "/v1/evaluation/datasets",
+            json={"name": f"rest{i}", "from_conversations": True, "since": since},
+            headers=auth(admin_key),
+        )
+        assert rest.status_code == 201, rest.text
+        rpc = await _rpc(
+            client,
+            admin_key,
+            "createDataset",
+            {"name": f"rpc{i}", "fromConversations": True, "until": since},
+        )
+        assert rpc["result"]["name"] == f"rpc{i}", rpc

@@ -328,3 +328,17 @@ async def test_an_upload_over_its_own_limit_is_413_naming_it(
         )
     assert response.status_code == 413
     assert "65536 bytes" in response.json()["detail"]
+
+
+async def test_a_source_too_long_for_a_file_name_is_looked_up_as_given(
+    client: httpx.AsyncClient, knowledge_state: ServerState, admin_key: str
+) -> None:
+    # A source is checked against the file system first (a file's source is
+    # its resolved path); a name the OS refuses (ENAMETOOLONG) answered 500.
+    base = "/v1/knowledge/collections/HANDBOOK"
+    source = {"source": "x" * 5000}
+    listed = await client.get(f"{base}/chunks", params=source, headers=auth(admin_key))
+    assert (listed.status_code, listed.json()) == (200, {"items": []})
+    deleted = await client.delete(f"{base}/documents", params=source, headers=auth(admin_key))
+    assert deleted.status_code == 404, deleted.text
+    assert "has no document" in deleted.json()["detail"]

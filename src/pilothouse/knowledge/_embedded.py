@@ -26,8 +26,12 @@ from sqlalchemy import (
     Float,
     Integer,
     Table,
+    and_,
+    case,
     column,
     delete,
+    false,
+    func,
     insert,
     select,
     text,
@@ -80,23 +84,44 @@ def check_state(collection: Collection, dimension: int | None, model: str | None
         )
 
 
-def _filter_clauses(filters: MetadataFilter) -> list[ColumnElement[bool]]:
+def _filter_clauses(filters: MetadataFilter, dialect: str) -> list[ColumnElement[bool]]:
+    """A chunk's metadata value matches a filter value only when both are of one JSON type.
+
+    A number or boolean filter is compared only with values of its JSON
+    type: PostgreSQL failed the whole search casting a text value such as
+    ``"high"`` to a number, and SQLite cast it to 0, so ``0`` or ``false``
+    matched every text value. Text is compared as text, as it always was.
+    """
     clauses: list[ColumnElement[bool]] = []
     column: Any = KnowledgeChunk.meta
     for key, values in filter_items(filters):
         options: list[ColumnElement[bool]] = []
         for value in values:
             field = column[key]
-            if isinstance(value, bool):
-                options.append(field.as_boolean() == value)
-            elif isinstance(value, int):
-                options.append(field.as_integer() == value)
-            elif isinstance(value, float):
-                options.append(field.as_float() == value)
-            else:
+            if isinstance(value, str):
                 options.append(field.as_string() == value)
+            elif dialect == "sqlite":
+                options.append(_sqlite_typed(column, key, value))
+            else:
+                options.append(_postgresql_typed(column, key, value))
         clauses.append(options[0] if len(options) == 1 else _any(options))
     return clauses
+
+
+def _sqlite_typed(column: Any, key: str, value: bool | float) -> ColumnElement[bool]:
+    kind = func.json_type(column, f'$."{key}"')
+    if isinstance(value, bool):
+        return kind == ("true" if value else "false")
+    return and_(kind.in_(("integer", "real")), column[key].as_float() == value)
+
+
+def _postgresql_typed(column: Any, key: str, value: bool | float) -> ColumnElement[bool]:
+    kind = func.json_typeof(column[key])
+    if isinstance(value, bool):
+        return and_(kind == "boolean", column[key].as_string() == ("true" if value else "false"))
+    # CASE, not AND: PostgreSQL may evaluate either side of an AND first,
+    # and the cast fails on text; a CASE tests the type before casting.
+    return case((kind == "number", column[key].as_float() == value), else_=false())
 
 
 def _any(options: list[ColumnElement[bool]]) -> ColumnElement[bool]:
@@ -326,7 +351,13 @@ class EmbeddedBackend(Backend):
             stats = text_stats(connection, _chunks, collection_id, revision)
             self._text_stats[collection_id] = stats
         return bm25_search(
-            connection, _chunks, collection_id, words, k, _filter_clauses(filters), stats
+            connection,
+            _chunks,
+            collection_id,
+            words,
+            k,
+            _filter_clauses(filters, connection.dialect.name),
+            stats,
         )
 
     async def similarities(
@@ -387,7 +418,8 @@ def _chunk_vectors(
 
 def _filtered_ids(connection: Connection, collection_id: int, filters: MetadataFilter) -> Ids:
     query = select(_chunks.c.id).where(
-        _chunks.c.collection_id == collection_id, *_filter_clauses(filters)
+        _chunks.c.collection_id == collection_id,
+        *_filter_clauses(filters, connection.dialect.name),
     )
     return np.asarray(connection.execute(query).scalars().all(), dtype=np.int64)
 
@@ -409,7 +441,10 @@ def _fts5_search(
     query = (
         select(_chunks.c.id)
         .join(fts, fts.c.id == _chunks.c.id)
-        .where(_chunks.c.collection_id == collection_id, *_filter_clauses(filters))
+        .where(
+            _chunks.c.collection_id == collection_id,
+            *_filter_clauses(filters, connection.dialect.name),
+        )
         .order_by(fts.c.rank)
         .limit(k)
     )

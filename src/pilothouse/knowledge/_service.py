@@ -687,4 +687,10 @@ def _canonical(source: str) -> str:
     if "://" in source:
         return source
     path = Path(source).expanduser()
-    return str(path.resolve()) if path.exists() else source
+    try:
+        exists = path.exists()
+    except OSError:
+        # A name the OS refuses to look up (longer than a file name may be)
+        # names no file: it can only be a source given as text.
+        return source
+    return str(path.resolve()) if exists else source

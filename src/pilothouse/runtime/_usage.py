@@ -101,7 +101,9 @@ def usage_report(
     )
     if since is not None:
         query = query.where(c.created_at >= datetime.combine(since, time(0), UTC))
-    if until is not None:
+    if until is not None and until < date.max:
+        # The last day is included: count up to the next midnight. date.max
+        # has none (adding a day overflows); nothing is recorded after it.
         after = datetime.combine(until + timedelta(days=1), time(0), UTC)
         query = query.where(c.created_at < after)
     return [

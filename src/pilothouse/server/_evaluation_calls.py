@@ -10,7 +10,7 @@ from __future__ import annotations
 
 __all__ = ["create_dataset", "evaluate", "replay"]
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pilothouse.errors import InvalidFieldError
@@ -115,13 +115,21 @@ async def create_dataset(ph: Pilothouse, body: DatasetRequest, *, flag: str) -> 
         action=body.action,
         agent=body.agent,
         status=body.status,
-        since=body.since,
-        until=body.until,
+        since=_utc(body.since),
+        until=_utc(body.until),
         uuids=body.uuids,
         tag=body.tag,
         sample=body.sample,
         seed=body.seed,
     )
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    # A time without zone (or a bare day) is read as UTC, as /v1/conversations
+    # reads from/to: every stored time is UTC, and the store refuses naive ones.
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
 
 
 async def replay(ph: Pilothouse, body: ReplayRequest) -> ReplayRun:

@@ -10,6 +10,9 @@ from enum import StrEnum
 from sqlalchemy import DateTime, Dialect, Enum
 from sqlalchemy.types import TypeDecorator
 
+# The first moment a UTC datetime holds (its last is datetime.max in UTC).
+_FIRST = datetime.min.replace(tzinfo=UTC)
+
 
 class UtcDateTime(TypeDecorator[datetime]):
     """An aware UTC datetime on every backend.
@@ -27,7 +30,14 @@ class UtcDateTime(TypeDecorator[datetime]):
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime given where an aware UTC time is required")
-        return value.astimezone(UTC)
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            # A valid time whose UTC reading leaves the calendar (an hour past
+            # 9999-12-31 23:59:59 UTC, or before year 1) only reaches here as
+            # a client's filter bound; the calendar's end orders the same
+            # against every stored time, so it stands in, on both backends.
+            return datetime.max.replace(tzinfo=UTC) if value.year == 9999 else _FIRST
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         """Return aware UTC times whatever the backend kept."""
