@@ -452,7 +452,7 @@ def test_a_pattern_that_backtracks_without_end_blocks_within_its_time_bound() ->
     assert time.monotonic() - started < 2
     assert rule == (
         "pattern '(a|aa)+$' (it ran past its time bound on this text and blocks it; "
-        "write a pattern without nested or overlapping repetition)"
+        "write one without nested or overlapping repetition)"
     )
 
 

@@ -25,6 +25,12 @@ import anyio
 import regex
 
 from pilothouse.errors import InvalidFieldError
+from pilothouse.runtime._bounded_search import (
+    REWRITE_SLOW_PATTERN,
+    PatternTimeout,
+    bounded_search,
+    compiled,
+)
 from pilothouse.store._datasets import DatasetCase
 from pilothouse.store._replays import CaseResult
 
@@ -176,27 +182,24 @@ class _ToolSequence:
         return Score(same, float(same), detail)
 
 
-# How long a regex scorer may search one output. The caller's pattern runs
-# in the server's process: one that backtracks without end ("(a|aa)+$")
-# would otherwise hold it, and every tenant's turns, while it runs.
-_REGEX_SECONDS = 0.25
-
-
 @dataclass(frozen=True)
 class _Regex:
     name: str
-    pattern: regex.Pattern[str]
+    pattern: str
 
     def score(self, scored: Scored) -> Score:
+        # The caller's pattern runs in the server's process: one that
+        # backtracks without end ("(a|aa)+$") would otherwise hold it, and
+        # every tenant's turns, while it runs. Not remembered: a case's
+        # detail speaks of its own output.
         output = scored.result.output
         try:
-            found = output is not None and bool(self.pattern.search(output, timeout=_REGEX_SECONDS))
-        except TimeoutError:
+            found = output is not None and bounded_search(self.pattern, output, remember=False)
+        except PatternTimeout:
             return Score(
                 False,
                 0.0,
-                "the pattern ran past its time bound on this output; "
-                "write one without nested or overlapping repetition",
+                "the pattern ran past its time bound on this output; " + REWRITE_SLOW_PATTERN,
             )
         return Score(found, float(found), "" if found else "no match")
 
@@ -300,7 +303,8 @@ def parse_scorer(
         return _ToolSequence(spec)
     if kind == "regex" and argument:
         try:
-            return _Regex(spec, regex.compile(argument))
+            compiled(argument)
+            return _Regex(spec, argument)
         except regex.error as exc:
             raise InvalidFieldError("scorers", f"{spec}: {exc}") from None
     if kind == "cost_delta":

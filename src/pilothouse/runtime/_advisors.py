@@ -54,6 +54,13 @@ from pydantic_core import to_jsonable_python
 
 from pilothouse.errors import PilothouseError
 from pilothouse.providers import ModelSpec
+from pilothouse.runtime._bounded_search import (
+    REWRITE_SLOW_PATTERN,
+    SEARCH_SECONDS,
+    PatternTimeout,
+    bounded_search,
+    compiled,
+)
 from pilothouse.runtime._cache import (
     CacheBackend,
     CacheUnavailable,
@@ -455,10 +462,6 @@ class _ContentFilterSettings(BaseModel):
     check_output: bool = True
 
 
-MATCH_SECONDS = 0.25
-"""How long the content filter's rules may search one text, together."""
-
-
 class ContentFilterAdvisor:
     """Blocks calls whose input or output contains a blocked term or pattern.
 
@@ -494,43 +497,50 @@ class ContentFilterAdvisor:
         self.order = order
         self.check_input = check_input
         self.check_output = check_output
-        rules: list[tuple[str, regex.Pattern[str]]] = []
+        # (rule, its regular expression)
+        rules: list[tuple[str, str]] = []
         for index, term in enumerate(blocked_terms):
             if not term.strip():
                 raise AdvisorConfigError(f"settings.blocked_terms[{index}]: must not be empty")
             # Lookarounds instead of \b, so terms that start or end with
             # punctuation ("c++") still match as a whole.
-            word = regex.compile(rf"(?<!\w){re.escape(term.strip())}(?!\w)", regex.IGNORECASE)
+            word = rf"(?<!\w){re.escape(term.strip())}(?!\w)"
             rules.append((f"term '{term.strip()}'", word))
         for index, pattern in enumerate(blocked_patterns):
             try:
-                compiled = regex.compile(pattern, regex.IGNORECASE)
+                compiled(pattern, regex.IGNORECASE)
             except regex.error as exc:
                 raise AdvisorConfigError(
                     f"settings.blocked_patterns[{index}]: invalid regular expression "
                     f"'{pattern}': {exc}"
                 ) from exc
-            rules.append((f"pattern '{pattern}'", compiled))
+            rules.append((f"pattern '{pattern}'", pattern))
         self._rules = tuple(rules)
 
     def match(self, text: str) -> str | None:
         """Return the first rule that ``text`` breaks, or ``None``.
 
-        The rules share a time bound per text (:data:`MATCH_SECONDS`): a
+        The rules share a time bound per text (:data:`SEARCH_SECONDS`): a
         tenant's pattern runs in the server's process, and one that
         backtracks without end (``(a|aa)+$``) would hold it, and every other
         tenant's turns, for as long as it runs. A pattern still running at
         the bound blocks the text (a filter that cannot decide does not let
         it through), and the rule says why.
         """
-        deadline = time.monotonic() + MATCH_SECONDS
+        deadline = time.monotonic() + SEARCH_SECONDS
         for rule, pattern in self._rules:
             try:
-                found = pattern.search(text, timeout=max(deadline - time.monotonic(), 0.001))
-            except TimeoutError:
+                found = bounded_search(
+                    pattern,
+                    text,
+                    flags=regex.IGNORECASE,
+                    seconds=max(deadline - time.monotonic(), 0.001),
+                    remember=False,
+                )
+            except PatternTimeout:
                 return (
                     f"{rule} (it ran past its time bound on this text and blocks it; "
-                    "write a pattern without nested or overlapping repetition)"
+                    f"{REWRITE_SLOW_PATTERN})"
                 )
             if found:
                 return rule

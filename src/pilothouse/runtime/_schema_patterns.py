@@ -9,8 +9,7 @@ limit: a pattern that backtracks without end (``(a|aa)+$`` on a long run of
 
 The validators here replace the three keywords that search (``pattern``,
 ``patternProperties``, and ``additionalProperties``, which consults
-``patternProperties``) with searches by the ``regex`` package under
-:data:`PATTERN_SECONDS`. A search still running at the bound is a
+``patternProperties``) with :func:`bounded_search`. A search still running at the bound is a
 validation error naming the pattern; the pattern is remembered, and later
 values checked against it get the same error at once, so one slow pattern
 costs the process its bound once, not once per value.
@@ -18,61 +17,26 @@ costs the process its bound once, not once per value.
 
 from __future__ import annotations
 
-__all__ = ["PATTERN_SECONDS", "schema_validator", "validator_class"]
+__all__ = ["schema_validator", "validator_class"]
 
 from collections.abc import Iterator, Mapping
-from functools import cache, lru_cache
+from functools import cache
 from typing import Any, cast
 
-import regex
 from jsonschema import ValidationError, validators
 from jsonschema import _keywords as keywords
 
-PATTERN_SECONDS = 0.25
-"""How long one search of a schema's pattern may run."""
-
-# Patterns that once ran past the bound; bounded so that a caller cannot
-# grow it without end (a pattern dropped from it costs its bound again).
-_SLOW: set[str] = set()
-_SLOW_MAX = 4096
+from pilothouse.runtime._bounded_search import (
+    REWRITE_SLOW_PATTERN,
+    PatternTimeout,
+    bounded_search,
+)
 
 
-class _PatternTimeout(Exception):
-    """A schema's pattern ran past :data:`PATTERN_SECONDS`."""
-
-    def __init__(self, pattern: str) -> None:
-        super().__init__(pattern)
-        self.pattern = pattern
-
-
-@lru_cache(maxsize=1024)
-def _compiled(pattern: str) -> Any:
-    # jsonschema refuses a schema whose pattern re cannot compile; regex
-    # reads the same syntax.
-    return regex.compile(pattern)
-
-
-def _search(pattern: str, text: str) -> bool:
-    """Whether ``pattern`` is found in ``text``, within the bound.
-
-    Raises:
-        _PatternTimeout: it ran past the bound, now or before.
-    """
-    if pattern in _SLOW:
-        raise _PatternTimeout(pattern)
-    try:
-        return _compiled(pattern).search(text, timeout=PATTERN_SECONDS) is not None
-    except TimeoutError:
-        if len(_SLOW) >= _SLOW_MAX:
-            _SLOW.clear()
-        _SLOW.add(pattern)
-        raise _PatternTimeout(pattern) from None
-
-
-def _timed_out(exc: _PatternTimeout) -> ValidationError:
+def _timed_out(exc: PatternTimeout) -> ValidationError:
     return ValidationError(
         f"the pattern '{exc.pattern}' ran past its time bound on this value; "
-        "write one without nested or overlapping repetition"
+        + REWRITE_SLOW_PATTERN
     )
 
 
@@ -80,8 +44,8 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterat
     if not validator.is_type(instance, "string"):
         return
     try:
-        found = _search(pattern, instance)
-    except _PatternTimeout as exc:
+        found = bounded_search(pattern, instance)
+    except PatternTimeout as exc:
         yield _timed_out(exc)
         return
     if not found:
@@ -96,8 +60,8 @@ def _pattern_properties(
     for pattern, subschema in patterns.items():
         for key, value in cast(Mapping[str, Any], instance).items():
             try:
-                found = _search(pattern, key)
-            except _PatternTimeout as exc:
+                found = bounded_search(pattern, key)
+            except PatternTimeout as exc:
                 yield _timed_out(exc)
                 return
             if found:
@@ -122,8 +86,8 @@ def _additional_properties(
         if key in properties:
             continue
         try:
-            matched = any(_search(pattern, key) for pattern in patterns)
-        except _PatternTimeout as exc:
+            matched = any(bounded_search(pattern, key) for pattern in patterns)
+        except PatternTimeout as exc:
             yield _timed_out(exc)
             return
         if not matched:

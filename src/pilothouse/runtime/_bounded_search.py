@@ -1,0 +1,112 @@
+"""Searches of tenants' regular expressions under one time bound.
+
+Tenants write regular expressions that the server searches in its own
+process: a content filter's ``blocked_patterns``, an evaluation's ``regex:``
+scorers, a JSON Schema's ``pattern`` and ``patternProperties``. The standard
+library's ``re`` has no time limit, and a pattern that backtracks without end
+(``(a|aa)+$`` on a long run of ``a``) would hold the process, and every
+tenant's turns, for as long as it runs. Each of those searches goes through
+here: the ``regex`` package (which reads ``re``'s syntax) with a timeout.
+
+This module imports no schema library: the content filter uses it on every
+turn.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "REWRITE_SLOW_PATTERN",
+    "SEARCH_SECONDS",
+    "PatternTimeout",
+    "bounded_search",
+    "compiled",
+]
+
+from functools import lru_cache
+
+import regex
+
+SEARCH_SECONDS = 0.25
+"""How long one search of a tenant's pattern may run."""
+
+REWRITE_SLOW_PATTERN = "write one without nested or overlapping repetition"
+"""What to do about a pattern that ran past the bound, the end of each such error."""
+
+# Patterns (with their flags) that once ran past the bound, per process;
+# bounded so that a caller cannot grow it without end (a pattern dropped
+# from it costs its bound again).
+_SLOW: set[tuple[str, int]] = set()
+_SLOW_MAX = 4096
+
+
+class PatternTimeout(Exception):
+    """A tenant's pattern ran past its time bound.
+
+    Attributes:
+        pattern: the pattern.
+        earlier: it ran past the bound on an earlier text and was not
+            searched this time.
+    """
+
+    def __init__(self, pattern: str, *, earlier: bool = False) -> None:
+        super().__init__(pattern)
+        self.pattern = pattern
+        self.earlier = earlier
+
+
+@lru_cache(maxsize=1024)
+def compiled(pattern: str, flags: int = 0) -> regex.Pattern[str]:
+    """``pattern`` compiled by the ``regex`` package (cached).
+
+    Args:
+        pattern: a regular expression in ``re``'s syntax.
+        flags: ``regex`` flags, such as ``regex.IGNORECASE``.
+
+    Returns:
+        The compiled pattern.
+
+    Raises:
+        regex.error: ``pattern`` is not a valid regular expression.
+    """
+    return regex.compile(pattern, flags)
+
+
+def bounded_search(
+    pattern: str,
+    text: str,
+    *,
+    flags: int = 0,
+    seconds: float = SEARCH_SECONDS,
+    remember: bool = True,
+) -> bool:
+    """Whether ``pattern`` is found anywhere in ``text``, within the bound.
+
+    Args:
+        pattern: a regular expression in ``re``'s syntax.
+        text: the text to search.
+        flags: ``regex`` flags.
+        seconds: how long the search may run (a caller sharing one bound
+            among several searches passes what is left of it).
+        remember: remember, for the life of the process, a pattern that ran
+            past the bound, and refuse it at once afterwards, so that it
+            costs the process its bound once rather than on every text.
+
+    Returns:
+        Whether it was found.
+
+    Raises:
+        PatternTimeout: the search ran past ``seconds`` (or, remembered, did
+            so before).
+        regex.error: ``pattern`` is not a valid regular expression.
+    """
+    key = (pattern, flags)
+    if remember and key in _SLOW:
+        raise PatternTimeout(pattern, earlier=True)
+    try:
+        return compiled(pattern, flags).search(text, timeout=seconds) is not None
+    except TimeoutError:
+        if remember:
+            if len(_SLOW) >= _SLOW_MAX:
+                _SLOW.clear()
+            _SLOW.add(key)
+        raise PatternTimeout(pattern) from None
