@@ -456,6 +456,40 @@ def test_a_pattern_that_backtracks_without_end_blocks_within_its_time_bound() ->
     )
 
 
+def test_a_pattern_that_ran_past_its_bound_is_not_searched_again_and_still_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Without a memory of it, a slow pattern would cost the event loop its
+    # whole bound on every message of every turn.
+    from pilothouse.runtime import _bounded_search
+
+    searched: list[str] = []
+    compiled = _bounded_search.compiled
+
+    def counting(pattern: str, flags: int = 0) -> Any:
+        searched.append(pattern)
+        return compiled(pattern, flags)
+
+    monkeypatch.setattr(_bounded_search, "compiled", counting)
+    monkeypatch.setattr(_bounded_search, "_SLOW", set[tuple[str, int]]())
+    flt = ContentFilterAdvisor(["falcon"], ["(b|bb)+$"])
+
+    first = flt.match("b" * 35 + "!")
+    second = flt.match("a short and harmless message")
+
+    assert searched.count("(b|bb)+$") == 1
+    assert first == (
+        "pattern '(b|bb)+$' (it ran past its time bound on this text and blocks it; "
+        "write one without nested or overlapping repetition)"
+    )
+    assert second == (
+        "pattern '(b|bb)+$' (it ran past its time bound on an earlier text and blocks "
+        "every text; write one without nested or overlapping repetition)"
+    )
+    # The terms before it are still searched, and still name themselves.
+    assert flt.match("falcon") == "term 'falcon'"
+
+
 async def test_content_filter_checks_tool_call_arguments_in_the_output() -> None:
     model = ScriptedModel([ToolCall("send", {"to": "x", "body": {"lines": ["hi FALCON"]}})])
     flt = ContentFilterAdvisor(["falcon"])

@@ -497,15 +497,16 @@ class ContentFilterAdvisor:
         self.order = order
         self.check_input = check_input
         self.check_output = check_output
-        # (rule, its regular expression)
-        rules: list[tuple[str, str]] = []
+        # (rule, its regular expression, whether a tenant wrote it: a
+        # tenant's pattern that ran past the bound is remembered)
+        rules: list[tuple[str, str, bool]] = []
         for index, term in enumerate(blocked_terms):
             if not term.strip():
                 raise AdvisorConfigError(f"settings.blocked_terms[{index}]: must not be empty")
             # Lookarounds instead of \b, so terms that start or end with
             # punctuation ("c++") still match as a whole.
             word = rf"(?<!\w){re.escape(term.strip())}(?!\w)"
-            rules.append((f"term '{term.strip()}'", word))
+            rules.append((f"term '{term.strip()}'", word, False))
         for index, pattern in enumerate(blocked_patterns):
             try:
                 compiled(pattern, regex.IGNORECASE)
@@ -514,7 +515,7 @@ class ContentFilterAdvisor:
                     f"settings.blocked_patterns[{index}]: invalid regular expression "
                     f"'{pattern}': {exc}"
                 ) from exc
-            rules.append((f"pattern '{pattern}'", pattern))
+            rules.append((f"pattern '{pattern}'", pattern, True))
         self._rules = tuple(rules)
 
     def match(self, text: str) -> str | None:
@@ -525,19 +526,26 @@ class ContentFilterAdvisor:
         backtracks without end (``(a|aa)+$``) would hold it, and every other
         tenant's turns, for as long as it runs. A pattern still running at
         the bound blocks the text (a filter that cannot decide does not let
-        it through), and the rule says why.
+        it through), and the rule says why. The process remembers such a
+        pattern: it is not searched again, and blocks every later text at
+        once, so it costs the process its bound once, not on every message.
         """
         deadline = time.monotonic() + SEARCH_SECONDS
-        for rule, pattern in self._rules:
+        for rule, pattern, tenants in self._rules:
             try:
                 found = bounded_search(
                     pattern,
                     text,
                     flags=regex.IGNORECASE,
                     seconds=max(deadline - time.monotonic(), 0.001),
-                    remember=False,
+                    remember=tenants,
                 )
-            except PatternTimeout:
+            except PatternTimeout as exc:
+                if exc.earlier:
+                    return (
+                        f"{rule} (it ran past its time bound on an earlier text and blocks "
+                        f"every text; {REWRITE_SLOW_PATTERN})"
+                    )
                 return (
                     f"{rule} (it ran past its time bound on this text and blocks it; "
                     f"{REWRITE_SLOW_PATTERN})"
