@@ -68,3 +68,61 @@ def test_patterns_that_end_quickly_validate_as_before() -> None:
         "'3' is not of type 'integer'",
         "'y' does not match any of the regexes: '^x-'",
     ]
+
+
+LONG = "a" * 60 + "!"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"patternProperties": {SLOW: {"type": "integer"}}, "unevaluatedProperties": False},
+        {"allOf": [{"patternProperties": {SLOW: {}}}], "unevaluatedProperties": False},
+        {
+            "$schema": "https://json-schema.org/draft/2019-09/schema",
+            "patternProperties": {SLOW: {"type": "integer"}},
+            "unevaluatedProperties": False,
+        },
+    ],
+    ids=["2020-12", "through-allOf", "2019-09"],
+)
+def test_unevaluated_properties_search_pattern_properties_within_the_bound(
+    schema: dict[str, Any],
+) -> None:
+    # jsonschema's own unevaluatedProperties searches the patternProperties
+    # it meets with re, which would not end on this key (the timeout marker
+    # fails the test instead of hanging it).
+    validators = ArgumentValidators()
+    validators.add("lookup", {"type": "object", **schema})
+
+    errors = [error.message for error in validators["lookup"].iter_errors({LONG: 1})]
+
+    # (Through allOf, the branch that timed out does not evaluate the key,
+    # which is then also unexpected.)
+    assert BOUND in errors
+    assert set(errors) <= {
+        BOUND,
+        f"Unevaluated properties are not allowed ({LONG!r} was unexpected)",
+    }
+
+
+def test_unevaluated_properties_still_judge_as_jsonschema_does() -> None:
+    validators = ArgumentValidators()
+    validators.add(
+        "lookup",
+        {
+            "type": "object",
+            "properties": {"id": {"type": "string"}},
+            "allOf": [{"patternProperties": {"^x-": {"type": "integer"}}}],
+            "if": {"required": ["kind"]},
+            "then": {"properties": {"kind": {"const": "a"}}},
+            "unevaluatedProperties": False,
+        },
+    )
+    validator = validators["lookup"]
+
+    assert list(validator.iter_errors({"id": "1", "x-n": 3, "kind": "a"})) == []
+    assert [e.message for e in validator.iter_errors({"id": "1", "x-n": 3, "y": 1, "z": 2})] == [
+        "Unevaluated properties are not allowed ('y', 'z' were unexpected)"
+    ]
