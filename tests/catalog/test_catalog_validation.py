@@ -684,3 +684,60 @@ def test_a_script_limit_on_another_kind_of_tool(tmp_path: Path) -> None:
             settings: {url: "https://example.com", max_processes: 4}
         """,
     ) == ["c.yaml:2: tool 'WEB': -: settings.max_processes is a setting of script tools only"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "url", "rule"),
+    [
+        (
+            "url",
+            "https://api.example.com/items/{id:>4000000000}",
+            "template field '{id:>4000000000}' must be a plain name; "
+            "write '{id}' (no conversion or format spec)",
+        ),
+        (
+            "url",
+            "https://api.example.com/items/{id!r}",
+            "template field '{id!r}' must be a plain name; "
+            "write '{id}' (no conversion or format spec)",
+        ),
+        (
+            "url",
+            "https://api.example.com/{id.__class__}",
+            "template field '{id.__class__}' must be a name",
+        ),
+        (
+            "base_url",
+            "https://{host:>99999999}.example.com",
+            "template field '{host:>99999999}' must be a plain name; "
+            "write '{host}' (no conversion or format spec)",
+        ),
+    ],
+)
+def test_a_rest_url_template_field_that_is_not_a_plain_name_is_refused_when_written(
+    tmp_path: Path, setting: str, url: str, rule: str
+) -> None:
+    # Filled with str.format when called: a width would build a string of
+    # that many characters in the server; refused before it is stored.
+    import json
+
+    tool = {"code": "GET_ITEM", "name": "get_item", "kind": "rest", "settings": {setting: url}}
+    assert errors(tmp_path, json.dumps({"tools": [tool]})) == [
+        f"c.yaml:1: tool 'GET_ITEM': settings.{setting}: {rule}"
+    ]
+
+
+def test_plain_rest_url_template_fields_are_valid(tmp_path: Path) -> None:
+    assert (
+        errors(
+            tmp_path,
+            """
+        tools:
+          - code: GET_ITEM
+            name: get_item
+            kind: rest
+            settings: {url: "https://api.example.com/items/{id}?q={q-1}"}
+        """,
+        )
+        == []
+    )

@@ -328,3 +328,26 @@ async def test_a_script_tool_above_the_deployment_ceilings_is_422_naming_them(
     assert "ceiling of 60 s (PILOTHOUSE_SCRIPT_MAX_TIMEOUT)" in rules["settings.timeout"]
     missing = await client.get("/v1/catalog/tools/NOISY", headers=auth(admin_key))
     assert missing.status_code == 404
+
+
+async def test_a_rest_tool_url_with_a_format_spec_is_422_naming_the_field(
+    client: httpx.AsyncClient, admin_key: str
+) -> None:
+    tool = {
+        "code": "GET_ITEM",
+        "name": "get_item",
+        "kind": "rest",
+        "settings": {"url": "https://api.example.com/items/{id:>4000000000}"},
+    }
+    response = await client.post("/v1/catalog/tools", json=tool, headers=auth(admin_key))
+
+    assert response.status_code == 422
+    assert [(e["field"], e["rule"]) for e in response.json()["errors"]] == [
+        (
+            "settings.url",
+            "template field '{id:>4000000000}' must be a plain name; "
+            "write '{id}' (no conversion or format spec)",
+        )
+    ]
+    missing = await client.get("/v1/catalog/tools/GET_ITEM", headers=auth(admin_key))
+    assert missing.status_code == 404

@@ -85,6 +85,7 @@ from pilothouse.catalog._provider_settings import (
 )
 from pilothouse.catalog._reserved import RESERVED_ACTION_CODES
 from pilothouse.catalog._tables import DEFAULT_RELEASE
+from pilothouse.catalog._url_templates import url_template_fields
 from pilothouse.catalog._vantiq import SettingsIssues, read_custom_config
 
 CODE_PATTERN = r"^[A-Za-z0-9_.-]+$"
@@ -435,6 +436,27 @@ class ToolSpec(CatalogSpec):
             raise ValueError(
                 "input_schema: a service's methods describe their own parameters; leave it out"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _url_templates(self) -> ToolSpec:
+        # A REST tool fills its URL with str.format at each call: a field
+        # with a format spec ("{id:>4000000000}") would build a string of
+        # that many characters in the server. Refused before it is stored,
+        # not only when a turn builds the tool.
+        if self.kind is not ToolKind.REST:
+            return self
+        found: list[tuple[tuple[str, ...], str]] = []
+        for setting in ("url", "base_url"):
+            value = self.settings.get(setting)
+            if not isinstance(value, str):
+                continue
+            try:
+                url_template_fields(value)
+            except ValueError as exc:
+                found.append((("settings", setting), str(exc)))
+        if found:
+            raise SettingsIssues(found)
         return self
 
     @model_validator(mode="after")

@@ -15,8 +15,6 @@ from __future__ import annotations
 __all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "HttpEndpoint", "RestTool", "endpoint_from_settings"]
 
 import json
-import re
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -26,6 +24,7 @@ import anyio
 import httpx
 
 from pilothouse.catalog._enums import ExecutionPolicy, ToolKind
+from pilothouse.catalog._url_templates import url_template_fields
 from pilothouse.errors import SecretNotFoundError
 from pilothouse.providers._secrets import SecretResolver
 from pilothouse.tools._base import ToolContext, ToolDefinition, ToolError, ToolResult
@@ -38,7 +37,6 @@ _ERROR_EXCERPT = 500
 
 _BODYLESS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
 _METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS", "POST", "PUT", "PATCH"})
-_TEMPLATE_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
 @dataclass(frozen=True)
@@ -101,27 +99,10 @@ def url_fields(url: str, where: str) -> tuple[str, ...]:
         ToolError: a field is not a plain name (``{a.b}``, ``{0}``, ``{}``,
             ``{id:>9}``, ``{id!r}``).
     """
-    names: list[str] = []
     try:
-        parsed = list(string.Formatter().parse(url))
+        return url_template_fields(url)
     except ValueError as exc:
-        raise ToolError(f"{where}: bad template: {exc}") from exc
-    for _, name, spec, conversion in parsed:
-        if name is None:
-            continue
-        if not _TEMPLATE_FIELD.match(name):
-            raise ToolError(f"{where}: template field '{{{name}}}' must be a name")
-        if spec or conversion:
-            # The URL is filled with str.format: a width ("{id:>4000000000}")
-            # would build a string of that many characters in the server.
-            written = name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
-            raise ToolError(
-                f"{where}: template field '{{{written}}}' must be a plain name; "
-                f"write '{{{name}}}' (no conversion or format spec)"
-            )
-        if name not in names:
-            names.append(name)
-    return tuple(names)
+        raise ToolError(f"{where}: {exc}") from exc
 
 
 def _names(value: object, tool_name: str, setting: str) -> dict[str, str]:
