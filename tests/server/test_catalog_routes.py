@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import time
-from typing import get_args
+from typing import Any, get_args
 
 import httpx
 import pytest
@@ -192,6 +192,23 @@ async def test_yaml_flow_collections_nested_deep_are_refused_at_once(
             "rule": "flow collections ([...] and {...}) nest more than 64 deep; "
             "write the deeper levels in block style or nest them less",
         }
+    ]
+
+
+async def test_a_json_document_nested_too_deep_is_refused_in_json_terms(
+    client: httpx.AsyncClient, admin_key: str
+) -> None:
+    # A JSON document has no block style to move the deeper levels into.
+    nested: Any = "x"
+    for _ in range(100):
+        nested = [nested]
+    document = {"tools": [{"code": "T", "settings": {"deep": nested}}]}
+
+    refused = await client.put("/v1/catalog", json=document, headers=auth(admin_key))
+
+    assert refused.status_code == 422
+    assert [(e["field"], e["rule"]) for e in refused.json()["errors"]] == [
+        ("yaml", "arrays and objects nest more than 64 deep; nest them less")
     ]
 
 

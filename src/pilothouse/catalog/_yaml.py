@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = ["catalog_files", "dump_yaml", "line_of", "load_yaml", "to_plain"]
 
 import io
+import json
 from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
@@ -91,6 +92,10 @@ class _Constructor(RoundTripConstructor):
 MAX_FLOW_DEPTH = 64
 
 
+class _TooDeep(ScannerError):
+    """Flow collections nest past :data:`MAX_FLOW_DEPTH`."""
+
+
 class _Scanner(RoundTripScanner):
     """ruamel's round-trip scanner, refusing flow collections nested too deep.
 
@@ -105,7 +110,7 @@ class _Scanner(RoundTripScanner):
         """Open a flow collection, or refuse one nested past :data:`MAX_FLOW_DEPTH`."""
         state: Any = self  # ruamel ships partial type hints
         if len(state.flow_context) >= MAX_FLOW_DEPTH:
-            raise ScannerError(
+            raise _TooDeep(
                 None,
                 None,
                 f"flow collections ([...] and {{...}}) nest more than {MAX_FLOW_DEPTH} deep; "
@@ -177,6 +182,13 @@ def load_yaml(path: Path) -> tuple[Any, ValidationIssue | None]:
         loader.Constructor = _Constructor
         loader.Scanner = _Scanner
         document = loader.load(text)
+    except _TooDeep as exc:
+        deep: Any = exc
+        problem = str(deep.problem)
+        if _is_json(text):
+            # JSON has only flow collections: there is no block style to use.
+            problem = f"arrays and objects nest more than {MAX_FLOW_DEPTH} deep; nest them less"
+        return None, _issue(str(path), _mark_line(exc), "yaml", problem)
     except DuplicateKeyError as exc:
         # ruamel's own message quotes both values, which may be a secret.
         return None, _issue(str(path), _mark_line(exc), "yaml", "a mapping key is repeated")
@@ -195,6 +207,18 @@ def load_yaml(path: Path) -> tuple[Any, ValidationIssue | None]:
     if number is not None:
         return None, number
     return document, None
+
+
+def _is_json(text: str) -> bool:
+    """Whether ``text`` is a JSON document (a JSON body reaches the reader as text)."""
+    try:
+        json.loads(text)
+    except RecursionError:
+        # Nested past the interpreter's limit, it is still JSON.
+        return text.lstrip()[:1] in ("{", "[")
+    except ValueError:
+        return False
+    return True
 
 
 def _expansion_problem(document: Any) -> str | None:
