@@ -157,7 +157,9 @@ class Pilothouse:
             refused when written, and checked and pinned at every call; and
             let the catalog name only the Python code the operator granted
             (``Settings.catalog_code``), refused when written and again when
-            resolved. The HTTP service sets it, since its tenants write
+            resolved; and take a knowledge document's source (``chunks``,
+            ``delete_document``) as given, never as a path of this process's
+            file system. The HTTP service sets it, since its tenants write
             catalogs; a process of the operator's own (the CLI, an embedding
             application) trusts its catalog and leaves it False.
 
@@ -325,7 +327,12 @@ class Pilothouse:
 
         shared = self._shared
         return KnowledgeApi(
-            self._database, self.tenant, shared.knowledge, shared.egress.for_tenant(self.tenant)
+            self._database,
+            self.tenant,
+            shared.knowledge,
+            shared.egress.for_tenant(self.tenant),
+            # A service's clients name documents, never the server's files.
+            local_paths=not shared.catalog_egress,
         )
 
     def for_tenant(self, tenant: str, *, caller: Caller | None = None) -> Pilothouse:

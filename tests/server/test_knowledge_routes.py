@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import struct
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -342,3 +343,47 @@ async def test_a_source_too_long_for_a_file_name_is_looked_up_as_given(
     deleted = await client.delete(f"{base}/documents", params=source, headers=auth(admin_key))
     assert deleted.status_code == 404, deleted.text
     assert "has no document" in deleted.json()["detail"]
+
+
+async def test_a_source_over_the_service_is_taken_as_given_never_as_a_server_path(
+    client: httpx.AsyncClient,
+    knowledge_state: ServerState,
+    admin_key: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A client's source names a document, not a file of the server: looking
+    # it up there would tell the client which server paths exist, and find
+    # another document than the one the client named.
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "notes.md").write_text("the server's own file")
+    sources = ["~/x", f"{tmp_path}/sub/../notes.md"]
+    base = "/v1/knowledge/collections/HANDBOOK"
+    texts = [{"source": s, "text": f"Document {s}.", "format": "text"} for s in sources]
+    added = await client.post(f"{base}/documents", json={"texts": texts}, headers=auth(admin_key))
+    assert added.status_code == 200, added.text
+    looked_up: list[str] = []
+    expanduser, stat = Path.expanduser, Path.stat
+
+    def recording_expanduser(self: Path) -> Path:
+        looked_up.append(str(self))
+        return expanduser(self)
+
+    def recording_stat(self: Path, **kwargs: Any) -> Any:
+        looked_up.append(str(self))
+        return stat(self, **kwargs)
+
+    monkeypatch.setattr(Path, "expanduser", recording_expanduser)
+    monkeypatch.setattr(Path, "stat", recording_stat)
+
+    for source in sources:
+        listed = await client.get(
+            f"{base}/chunks", params={"source": source}, headers=auth(admin_key)
+        )
+        assert [c["text"] for c in listed.json()["items"]] == [f"Document {source}."]
+        deleted = await client.delete(
+            f"{base}/documents", params={"source": source}, headers=auth(admin_key)
+        )
+        assert deleted.status_code == 204, deleted.text
+
+    assert [p for p in looked_up if "~" in p or "notes.md" in p] == []

@@ -45,6 +45,10 @@ class KnowledgeApi(Facet):
         tenant: the tenant every call acts for.
         service: returns the process's knowledge service.
         egress: the deployment's egress policy (URLs a caller names).
+        local_paths: a source naming a file of this process's file system
+            stands for its resolved path (:meth:`chunks`,
+            :meth:`delete_document`); False where the callers are a
+            service's clients, whose sources name no file here.
     """
 
     def __init__(
@@ -53,10 +57,13 @@ class KnowledgeApi(Facet):
         tenant: str,
         service: Callable[[], Knowledge],
         egress: EgressPolicy,
+        *,
+        local_paths: bool = True,
     ) -> None:
         super().__init__(database, tenant)
         self._service_of = service
         self._egress = egress
+        self._local_paths = local_paths
 
     @contextmanager
     def _tenant_egress(self) -> Generator[None]:
@@ -136,7 +143,9 @@ class KnowledgeApi(Facet):
         from pilothouse.knowledge._sources import expand
 
         for pending in expand(sources):
-            await service.delete_document(self.tenant, collection, pending.source)
+            await service.delete_document(
+                self.tenant, collection, pending.source, local_paths=self._local_paths
+            )
         return await self.ingest(
             collection, sources, metadata=metadata, progress=progress, check_urls=check_urls
         )
@@ -288,7 +297,12 @@ class KnowledgeApi(Facet):
             raise InvalidFieldError("offset", f"must be 0 or more, got {offset}")
         await self._ready()
         return await self._service_of().chunks(
-            self.tenant, collection, source, limit=limit, offset=offset
+            self.tenant,
+            collection,
+            source,
+            limit=limit,
+            offset=offset,
+            local_paths=self._local_paths,
         )
 
     async def delete_document(self, collection: str, source: str) -> bool:
@@ -297,10 +311,13 @@ class KnowledgeApi(Facet):
         Args:
             collection: the collection's code.
             source: the document's source, as :meth:`documents` lists it (a
-                file's path is resolved as ingestion resolved it).
+                file's path is resolved as ingestion resolved it, except
+                where the facade serves clients: ``catalog_egress``).
         """
         await self._ready()
-        return await self._service_of().delete_document(self.tenant, collection, source)
+        return await self._service_of().delete_document(
+            self.tenant, collection, source, local_paths=self._local_paths
+        )
 
     async def embed(
         self,

@@ -355,19 +355,24 @@ class Knowledge:
             model=target.model.name,
         )
 
-    async def delete_document(self, tenant: str, collection: str, source: str) -> bool:
+    async def delete_document(
+        self, tenant: str, collection: str, source: str, *, local_paths: bool = True
+    ) -> bool:
         """Delete a document and its chunks.
 
         Args:
             tenant: whose collection.
             collection: the collection's code.
             source: the document's source (as :meth:`documents` lists it).
+            local_paths: a source naming a file of this process's file
+                system stands for that file's resolved path, as ingestion
+                stored it; False takes every source as given.
 
         Returns:
             True when it was there.
         """
         target = await self.collection(tenant, collection)
-        return await self.backend(target).delete(target, _canonical(source))
+        return await self.backend(target).delete(target, _canonical(source, local_paths))
 
     async def documents(self, tenant: str, collection: str) -> list[DocumentInfo]:
         """List a collection's documents."""
@@ -375,12 +380,22 @@ class Knowledge:
         return await self.backend(target).documents(target)
 
     async def chunks(
-        self, tenant: str, collection: str, source: str, *, limit: int, offset: int
+        self,
+        tenant: str,
+        collection: str,
+        source: str,
+        *,
+        limit: int,
+        offset: int,
+        local_paths: bool = True,
     ) -> list[DocumentChunk]:
-        """A document's chunks in document order; empty when it has none (or no such document)."""
+        """A document's chunks in document order; empty when it has none (or no such document).
+
+        ``local_paths`` as for :meth:`delete_document`.
+        """
         target = await self.collection(tenant, collection)
         rows = await self.backend(target).chunks(
-            target, _canonical(source), limit=limit, offset=offset
+            target, _canonical(source, local_paths), limit=limit, offset=offset
         )
         return [
             DocumentChunk(
@@ -682,9 +697,13 @@ class Knowledge:
             await self._http.aclose()
 
 
-def _canonical(source: str) -> str:
-    """A file's source is its resolved path; anything else is taken as given."""
-    if "://" in source:
+def _canonical(source: str, local_paths: bool) -> str:
+    """A file's source is its resolved path; anything else is taken as given.
+
+    Without ``local_paths`` (a source from a client of the service) every
+    source is taken as given: the server's file system is not the client's.
+    """
+    if not local_paths or "://" in source:
         return source
     path = Path(source).expanduser()
     try:
