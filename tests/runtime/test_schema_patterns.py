@@ -126,3 +126,54 @@ def test_unevaluated_properties_still_judge_as_jsonschema_does() -> None:
     assert [e.message for e in validator.iter_errors({"id": "1", "x-n": 3, "y": 1, "z": 2})] == [
         "Unevaluated properties are not allowed ('y', 'z' were unexpected)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("schema", "value"),
+    [
+        (
+            {
+                "$schema": "https://json-schema.org/draft/2019-09/schema",
+                "$recursiveAnchor": True,
+                "type": "object",
+                "properties": {"a": {"$recursiveRef": "#"}},
+                "patternProperties": {"^x": {}},
+                "unevaluatedProperties": False,
+            },
+            {"a": {"x1": 1, "b": 2}, "x2": 1, "c": 3},
+        ),
+        (
+            {
+                "$defs": {"p": {"patternProperties": {"^x": {}}}},
+                "$ref": "#/$defs/p",
+                "properties": {"k": True},
+                "dependentSchemas": {"k": {"properties": {"z": True}}},
+                "unevaluatedProperties": False,
+            },
+            {"x": 1, "z": 2, "y": 3},
+        ),
+        (
+            {
+                "patternProperties": {"^x": {}},
+                "anyOf": [{"properties": {"q": True}}],
+                "unevaluatedProperties": {"type": "integer"},
+            },
+            {"q": "s", "r": 1, "t": "x"},
+        ),
+    ],
+    ids=["2019-09-recursiveRef", "ref-and-dependentSchemas", "anyOf-subschema"],
+)
+def test_the_bounded_unevaluated_properties_walk_the_schema_as_jsonschema_does(
+    schema: dict[str, Any], value: dict[str, Any]
+) -> None:
+    from jsonschema import validators as jsonschema_validators
+
+    from pilothouse.runtime._schema_patterns import schema_validator
+
+    theirs = jsonschema_validators.validator_for(schema)(schema)
+    expected = sorted(error.message for error in theirs.iter_errors(value))
+
+    assert expected  # each case leaves a property unevaluated
+    assert (
+        sorted(error.message for error in schema_validator(schema).iter_errors(value)) == expected
+    )
