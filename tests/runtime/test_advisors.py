@@ -763,3 +763,25 @@ def test_resolve_rejects_bad_references_and_settings_naming_the_advisor(
 
     assert str(caught.value) == message
     assert isinstance(caught.value, PilothouseError)
+
+
+def test_a_pattern_that_ran_out_of_a_shared_or_huge_texts_bound_is_not_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A pattern is remembered as slow, and then blocks every later text, only
+    # when it had most of the bound to itself on a text of ordinary size:
+    # otherwise one oversized message, or slow rules before it, would have
+    # a harmless pattern refuse every message the process sees afterwards.
+    from pilothouse.runtime import _bounded_search
+
+    monkeypatch.setattr(_bounded_search, "_SLOW", set[tuple[str, int]]())
+    huge = "b" * (_bounded_search.REMEMBER_TEXT_CHARS + 1)
+    with pytest.raises(_bounded_search.PatternTimeout):
+        _bounded_search.bounded_search("(b|bb)+$", huge + "!")
+    with pytest.raises(_bounded_search.PatternTimeout):
+        _bounded_search.bounded_search("(c|cc)+$", "c" * 35 + "!", seconds=0.01)
+    assert _bounded_search._SLOW == set()  # pyright: ignore[reportPrivateUsage]
+
+    flt = ContentFilterAdvisor([], ["(b|bb)+$"])
+    assert flt.match(huge + "!") is not None
+    assert flt.match("a short and harmless message") is None

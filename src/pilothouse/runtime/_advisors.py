@@ -527,8 +527,10 @@ class ContentFilterAdvisor:
         tenant's turns, for as long as it runs. A pattern still running at
         the bound blocks the text (a filter that cannot decide does not let
         it through), and the rule says why. The process remembers such a
-        pattern: it is not searched again, and blocks every later text at
-        once, so it costs the process its bound once, not on every message.
+        pattern when it had most of the bound to itself on a text of
+        ordinary size (:func:`bounded_search`): it is not searched again,
+        and blocks every later text at once, so it costs the process its
+        bound once, not on every message.
         """
         deadline = time.monotonic() + SEARCH_SECONDS
         for rule, pattern, tenants in self._rules:

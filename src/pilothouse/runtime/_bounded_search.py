@@ -32,6 +32,14 @@ SEARCH_SECONDS = 0.25
 REWRITE_SLOW_PATTERN = "write one without nested or overlapping repetition"
 """What to do about a pattern that ran past the bound, the end of each such error."""
 
+REMEMBER_TEXT_CHARS = 65536
+"""The longest text on which a pattern that runs past the bound is remembered.
+
+Any pattern takes time in proportion to a long enough text: past this size a
+timeout says as much about the text as about the pattern, and remembering
+the pattern would have one oversized message refuse every later one.
+"""
+
 # Patterns (with their flags) that once ran past the bound, per process;
 # bounded so that a caller cannot grow it without end (a pattern dropped
 # from it costs its bound again).
@@ -90,6 +98,11 @@ def bounded_search(
         remember: remember, for the life of the process, a pattern that ran
             past the bound, and refuse it at once afterwards, so that it
             costs the process its bound once rather than on every text.
+            Only a search that had most of the bound (``seconds`` at least
+            nine tenths of :data:`SEARCH_SECONDS`) on a text of at most
+            :data:`REMEMBER_TEXT_CHARS` characters is remembered: a pattern
+            that ran out of a bound shared with other searches, or of time
+            on a huge text, is not thereby slow.
 
     Returns:
         Whether it was found.
@@ -105,7 +118,7 @@ def bounded_search(
     try:
         return compiled(pattern, flags).search(text, timeout=seconds) is not None
     except TimeoutError:
-        if remember:
+        if remember and seconds >= 0.9 * SEARCH_SECONDS and len(text) <= REMEMBER_TEXT_CHARS:
             if len(_SLOW) >= _SLOW_MAX:
                 _SLOW.clear()
             _SLOW.add(key)
