@@ -12,6 +12,7 @@ __all__ = ["TransportFactory", "open_transport"]
 import sys
 from collections.abc import AsyncGenerator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
 
 import httpx2
 from mcp.client._transport import TransportStreams
@@ -52,8 +53,7 @@ def open_transport(config: McpClientConfig) -> AbstractAsyncContextManager[Trans
             timeout: httpx2.Timeout | None = None,
             auth: httpx2.Auth | None = None,
         ) -> httpx2.AsyncClient:
-            client = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)
-            return _pinned(client, policy)
+            return _pinned_client(policy, headers=headers, timeout=timeout, auth=auth)
 
         return sse_client(
             config.url, headers=dict(config.headers), httpx_client_factory=pinned_client
@@ -61,14 +61,29 @@ def open_transport(config: McpClientConfig) -> AbstractAsyncContextManager[Trans
     return _streamable_http(config)
 
 
-def _pinned(client: httpx2.AsyncClient, policy: EgressPolicy) -> httpx2.AsyncClient:
-    """``client`` with its transport replaced by one pinned to checked addresses."""
+def _pinned_client(
+    policy: EgressPolicy,
+    *,
+    headers: dict[str, str] | None = None,
+    timeout: httpx2.Timeout | None = None,
+    auth: httpx2.Auth | None = None,
+) -> httpx2.AsyncClient:
+    """The SDK's client (its timeouts), sending every request to an address ``policy`` checked.
+
+    The transport is given when the client is made, so the client takes no
+    proxy from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ...): a
+    proxy would get the request instead of the pinned transport, unchecked,
+    and fetch a loopback or metadata URL on the service's behalf. Every
+    other client the policy governs is made the same way.
+    """
     from pilothouse.providers._egress_transport import PinnedTransport
 
-    # The SDK's factory sets headers, timeouts and redirects; only where the
-    # connection goes changes (every request is checked, redirects too).
-    client._transport = PinnedTransport(httpx2.AsyncHTTPTransport, policy)  # pyright: ignore[reportPrivateUsage]
-    return client
+    made = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)
+    kwargs: dict[str, Any] = {"timeout": made.timeout, "headers": made.headers}
+    if auth is not None:
+        kwargs["auth"] = auth
+    transport = PinnedTransport(httpx2.AsyncHTTPTransport, policy)
+    return httpx2.AsyncClient(**kwargs, follow_redirects=made.follow_redirects, transport=transport)
 
 
 def _stdio(config: McpClientConfig) -> AbstractAsyncContextManager[TransportStreams]:
@@ -95,7 +110,7 @@ async def _streamable_http(config: McpClientConfig) -> AsyncGenerator[TransportS
         (
             create_mcp_http_client(headers=dict(config.headers))
             if config.egress is None
-            else _pinned(create_mcp_http_client(headers=dict(config.headers)), config.egress)
+            else _pinned_client(config.egress, headers=dict(config.headers))
         ) as http,
         streamable_http_client(config.url, http_client=http) as streams,
     ):
