@@ -115,3 +115,50 @@ async def test_a_proxy_in_the_environment_does_not_carry_a_refused_address_past_
         tg.cancel_scope.cancel()
     assert proxied == []
     assert seen
+
+
+async def test_an_answer_past_the_bound_is_not_read_whole(caplog: pytest.LogCaptureFixture) -> None:
+    """A tenant's server answering without end cannot fill the process's memory.
+
+    Over streamable HTTP a result comes as one JSON body, which the SDK reads
+    whole before pilothouse sees it; 40 MiB of it ends the session instead.
+    """
+    from mcp.server.mcpserver import MCPServer
+
+    from pilothouse.providers._egress import EgressPolicy
+
+    server = MCPServer("big")
+
+    @server.tool()
+    def dump(mib: int) -> str:
+        """Some mebibytes of text."""
+        return "x" * (mib * 1024 * 1024)
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    app = server.streamable_http_app()
+    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = McpClientConfig(
+        name="big",
+        transport=McpTransport.STREAMABLE_HTTP,
+        url=f"http://127.0.0.1:{port}/mcp",
+        egress=EgressPolicy.parse(["127.0.0.1"]),
+    )
+    context = ToolContext(tenant="t", conversation_uuid="c", call_id="call-1", timeout=30)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(web.serve)
+        with anyio.fail_after(5):
+            while not web.started:
+                await anyio.sleep(0.01)
+        async with McpClientPool(connect_timeout=5) as pool:
+            tool = await pool.tool(config, "dump")
+            huge = await tool.execute({"mib": 40}, context)
+            assert huge.is_error, huge.content[-200:]
+            assert huge.error_code == "tool.exec.unavailable"
+            assert "answered more than 16777216 bytes" in caplog.text
+            # The server answers within the bound again: a new session serves it.
+            small = await tool.execute({"mib": 1}, context)
+            assert small.is_error is False
+            assert small.content.startswith("x" * 1000)
+        web.should_exit = True

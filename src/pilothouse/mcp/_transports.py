@@ -9,8 +9,9 @@ from __future__ import annotations
 
 __all__ = ["TransportFactory", "open_transport"]
 
+import logging
 import sys
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -24,6 +25,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from pilothouse.catalog._enums import McpTransport
 from pilothouse.mcp._config import McpClientConfig
 from pilothouse.providers._egress import EgressPolicy
+
+logger = logging.getLogger("pilothouse.mcp")
 
 TransportFactory = Callable[[McpClientConfig], AbstractAsyncContextManager[TransportStreams]]
 """Opens the transport of one session from its config."""
@@ -82,7 +85,7 @@ def _pinned_client(
     kwargs: dict[str, Any] = {"timeout": made.timeout, "headers": made.headers}
     if auth is not None:
         kwargs["auth"] = auth
-    transport = PinnedTransport(httpx2.AsyncHTTPTransport, policy)
+    transport = _Bounded(PinnedTransport(httpx2.AsyncHTTPTransport, policy))
     return httpx2.AsyncClient(**kwargs, follow_redirects=made.follow_redirects, transport=transport)
 
 
@@ -115,3 +118,66 @@ async def _streamable_http(config: McpClientConfig) -> AsyncGenerator[TransportS
         streamable_http_client(config.url, http_client=http) as streams,
     ):
         yield streams
+
+
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+"""The most one answer of a tenant's MCP server to a request of ours may hold.
+
+The SDK reads an answer (a JSON body, or the events of one request's
+stream) whole into memory before pilothouse sees it, so a server answering
+without end would fill the process's memory; a result is cut to 1 MiB
+anyway (:data:`pilothouse.mcp._tool.MAX_RESULT_BYTES`). The long-lived
+``GET`` stream of server notifications is not bounded here.
+"""
+
+
+class _Bounded(httpx2.AsyncBaseTransport):
+    """Ends the answer to a ``POST`` past :data:`MAX_RESPONSE_BYTES` with a read error."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Send the request; count what its answer's body holds."""
+        response = await self._inner.handle_async_request(request)
+        if request.method != "POST":
+            return response
+        return httpx2.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_CountedStream(response.stream, request),
+            request=request,
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        """Close the inner transport."""
+        await self._inner.aclose()
+
+
+class _CountedStream(httpx2.AsyncByteStream):
+    def __init__(self, inner: Any, request: httpx2.Request) -> None:
+        self._inner = inner
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = 0
+        async for chunk in self._inner:
+            read += len(chunk)
+            if read > MAX_RESPONSE_BYTES:
+                # The SDK ends the session on a read error without saying why;
+                # the operator reads it here.
+                logger.warning(
+                    "MCP server %s answered more than %d bytes; the answer was dropped "
+                    "and the session closed",
+                    self._request.url.host,
+                    MAX_RESPONSE_BYTES,
+                )
+                raise httpx2.ReadError(
+                    f"the MCP server's answer holds more than {MAX_RESPONSE_BYTES} bytes",
+                    request=self._request,
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
