@@ -103,6 +103,55 @@ def test_broken_documents_raise_a_document_error() -> None:
         parse_document(b"PK\x03\x04 nope", "docx", "broken.docx")
 
 
+def _docx_with_image(image_bytes: int) -> bytes:
+    """A real DOCX linking an image part of ``image_bytes`` zeros (a small zip: they pack well)."""
+    import zipfile
+
+    import docx
+
+    document = docx.Document()
+    document.add_paragraph("Badges are issued at the front desk.")
+    plain = io.BytesIO()
+    document.save(plain)
+    relationship = (
+        b'<Relationship Id="rId99" Type="http://schemas.openxmlformats.org/officeDocument/'
+        b'2006/relationships/image" Target="media/image1.png"/></Relationships>'
+    )
+    packed = io.BytesIO()
+    with (
+        zipfile.ZipFile(io.BytesIO(plain.getvalue())) as source,
+        zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as target,
+    ):
+        for info in source.infolist():
+            data = source.read(info.filename)
+            if info.filename == "word/_rels/document.xml.rels":
+                data = data.replace(b"</Relationships>", relationship)
+            if info.filename == "[Content_Types].xml":
+                data = data.replace(
+                    b"</Types>", b'<Default Extension="png" ContentType="image/png"/></Types>'
+                )
+            target.writestr(info.filename, data)
+        with target.open("word/media/image1.png", "w", force_zip64=True) as image:
+            block = bytes(1024 * 1024)
+            left = image_bytes
+            while left > 0:
+                image.write(block[: min(left, len(block))])
+                left -= len(block)
+    return packed.getvalue()
+
+
+def test_a_docx_unpacking_past_the_bound_is_refused_before_it_is_opened() -> None:
+    from pilothouse.knowledge._documents import MAX_UNPACKED_BYTES
+
+    bomb = _docx_with_image(MAX_UNPACKED_BYTES + 1)
+    assert len(bomb) < 1024 * 1024  # a small upload ...
+    with pytest.raises(DocumentError, match=r"bomb.docx: its parts unpack to [\d,]+ bytes"):
+        parse_document(bomb, "docx", "bomb.docx")  # ... that would fill the server's memory
+    # A DOCX with an image well inside the bound reads as before.
+    doc = parse_document(_docx_with_image(1024 * 1024), "docx", "badges.docx")
+    assert doc.text.strip() == "Badges are issued at the front desk."
+
+
 def test_formats_by_name_and_content_type() -> None:
     assert format_of("a/b/Report.PDF") == "pdf"
     assert format_of("http://x/page", "text/html; charset=utf-8") == "html"

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from pilothouse.cli import app
-from pilothouse.knowledge import Knowledge
+from pilothouse.knowledge import Knowledge, LocalMiniLM
 from pilothouse.types import TextDocument
 
 pytestmark = pytest.mark.anyio
@@ -111,3 +112,60 @@ def test_the_cli_reports_a_binary_file_and_writes_the_others(tmp_path: Path) -> 
     listed = runner.invoke(app, [*base, "knowledge", "documents", "HANDBOOK"])
     assert listed.exit_code == 0, listed.output
     assert "junk" not in listed.output and "nul.txt" not in listed.output
+
+
+async def test_a_document_is_read_and_cut_while_the_event_loop_serves_others(
+    knowledge: Knowledge, minilm: LocalMiniLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading and cutting a large document takes seconds of CPU; other requests go on meanwhile.
+
+    Each step waits until a task on the event loop has run: where the step
+    ran on the loop itself, that task could not run, and the wait ran out.
+    """
+    import threading
+
+    import anyio
+
+    from pilothouse.knowledge import _ingestrun
+
+    loop_ran = threading.Event()
+    waits: dict[str, list[bool]] = {"read": [], "cut": []}
+
+    def loop_went_on(step: str) -> None:
+        loop_ran.clear()
+        waits[step].append(loop_ran.wait(timeout=10))
+
+    real_parse = _ingestrun.parse_document
+    real_tokenizer = minilm.tokenizer
+
+    def parse(data: bytes, fmt: str, name: str) -> Any:
+        loop_went_on("read")
+        return real_parse(data, fmt, name)
+
+    class Tokenizer:
+        special_tokens = real_tokenizer.special_tokens
+
+        def count(self, text: str) -> int:
+            return real_tokenizer.count(text)
+
+        def spans(self, text: str) -> Any:
+            loop_went_on("cut")
+            return real_tokenizer.spans(text)
+
+    monkeypatch.setattr(_ingestrun, "parse_document", parse)
+    monkeypatch.setattr(minilm, "tokenizer", Tokenizer())
+
+    async def other_requests() -> None:
+        while True:
+            loop_ran.set()
+            await anyio.sleep(0.005)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(other_requests)
+        result = await knowledge.ingest(
+            "default", "DOCS", [TextDocument("handbook", "Visitors park on level minus two.")]
+        )
+        tasks.cancel_scope.cancel()
+        assert [d.status for d in result.documents] == ["added"]
+    assert waits["read"] == [True]
+    assert waits["cut"] and all(waits["cut"])

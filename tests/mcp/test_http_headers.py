@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 import uvicorn
 from mcp_servers import build_server
@@ -71,3 +73,92 @@ async def test_configured_headers_are_sent(
     assert seen
     assert all(h.get("authorization") == "Bearer t0ken" for h in seen)
     assert all(h.get("x-team") == "sales" for h in seen)
+
+
+async def test_a_proxy_in_the_environment_does_not_carry_a_refused_address_past_the_policy(
+    http_server: tuple[McpTransport, str, list[dict[str, str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With HTTP(S)_PROXY set, a loopback MCP URL is still refused, and the proxy never hears of it.
+
+    The proxy here is a listener that counts connections; a real one in
+    front of the service would fetch the loopback URL on the service's
+    behalf.
+    """
+    from pilothouse.mcp import McpUnavailableError
+    from pilothouse.providers._egress import EgressPolicy
+
+    transport, url, seen = http_server
+    proxied: list[bytes] = []
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    proxy_port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+    async def proxy(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            proxied.append(await stream.receive())
+
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{proxy_port}")
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    config = McpClientConfig(name="demo", transport=transport, url=url, egress=EgressPolicy())
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, proxy)
+        async with McpClientPool(connect_timeout=5) as pool:
+            with pytest.raises(McpUnavailableError, match="egress refused"):
+                await pool.tool(config, "echo")
+        assert seen == []
+        # Where the operator allows the address, the client connects to it directly.
+        allowed = replace(config, egress=EgressPolicy.parse(["127.0.0.1"]))
+        async with McpClientPool(connect_timeout=5) as pool:
+            echo = await pool.tool(allowed, "echo")
+            assert (await echo.execute({"message": "hi"}, CONTEXT)).content == "Echo: hi"
+        tg.cancel_scope.cancel()
+    assert proxied == []
+    assert seen
+
+
+async def test_an_answer_past_the_bound_is_not_read_whole(caplog: pytest.LogCaptureFixture) -> None:
+    """A tenant's server answering without end cannot fill the process's memory.
+
+    Over streamable HTTP a result comes as one JSON body, which the SDK reads
+    whole before pilothouse sees it; 40 MiB of it ends the session instead.
+    """
+    from mcp.server.mcpserver import MCPServer
+
+    from pilothouse.providers._egress import EgressPolicy
+
+    server = MCPServer("big")
+
+    @server.tool()
+    def dump(mib: int) -> str:
+        """Some mebibytes of text."""
+        return "x" * (mib * 1024 * 1024)
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    app = server.streamable_http_app()
+    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = McpClientConfig(
+        name="big",
+        transport=McpTransport.STREAMABLE_HTTP,
+        url=f"http://127.0.0.1:{port}/mcp",
+        egress=EgressPolicy.parse(["127.0.0.1"]),
+    )
+    context = ToolContext(tenant="t", conversation_uuid="c", call_id="call-1", timeout=30)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(web.serve)
+        with anyio.fail_after(5):
+            while not web.started:
+                await anyio.sleep(0.01)
+        async with McpClientPool(connect_timeout=5) as pool:
+            tool = await pool.tool(config, "dump")
+            huge = await tool.execute({"mib": 40}, context)
+            assert huge.is_error, huge.content[-200:]
+            assert huge.error_code == "tool.exec.unavailable"
+            assert "answered more than 16777216 bytes" in caplog.text
+            # The server answers within the bound again: a new session serves it.
+            small = await tool.execute({"mib": 1}, context)
+            assert small.is_error is False
+            assert small.content.startswith("x" * 1000)
+        web.should_exit = True

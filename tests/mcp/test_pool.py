@@ -274,3 +274,31 @@ async def test_a_call_running_while_the_pool_closes_is_unavailable(
             await pool.aclose()
     assert outcome[0].error_code == "tool.exec.unavailable"
     assert "pool is closed" in outcome[0].content
+
+
+async def test_a_huge_result_is_cut_to_the_kept_size_and_its_structured_copy_dropped() -> None:
+    """A server answering megabytes is not stored or sent to the model whole (as a REST tool's)."""
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("huge")
+    size = 5 * 1024 * 1024
+
+    @server.tool()
+    def dump() -> str:
+        """Five mebibytes of text."""
+        return "x" * size
+
+    @server.tool()
+    def small() -> str:
+        """A short answer."""
+        return "fine"
+
+    factory = in_memory_transports({"huge": InMemoryMcpServer(server)})
+    async with McpClientPool(transport_factory=factory, connect_timeout=5) as pool:
+        result = await (await pool.tool(config("huge"), "dump")).execute({}, CONTEXT)
+        short = await (await pool.tool(config("huge"), "small")).execute({}, CONTEXT)
+    kept = 1024 * 1024
+    assert result.is_error is False
+    assert result.content == "x" * kept + f"…[truncated: {kept} of {size} bytes]"
+    assert result.data is None
+    assert (short.content, short.data) == ("fine", {"result": "fine"})

@@ -143,3 +143,53 @@ async def test_a_job_whose_process_is_gone_reads_failed_with_why(
     assert final["status"] == "failed"
     assert "gone (its process stopped) before the job finished" in final["error"]
     assert "ingest the same sources again" in final["error"]
+
+
+async def test_a_tenant_runs_a_bounded_number_of_jobs_at_once(
+    client: httpx.AsyncClient,
+    knowledge_state: ServerState,
+    admin_key: str,
+    other_tenant_key: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each running job holds its documents in memory: one tenant cannot start them without end.
+
+    The jobs are held in their cutting step until the test lets them go.
+    """
+    import threading
+
+    from pilothouse.knowledge._tokenizers import WordPieceTokenizer
+
+    release = threading.Event()
+    real_spans = WordPieceTokenizer.spans
+
+    def held_spans(self: WordPieceTokenizer, text: str) -> Any:
+        release.wait(timeout=30)
+        return real_spans(self, text)
+
+    monkeypatch.setattr(WordPieceTokenizer, "spans", held_spans)
+    body = {"texts": [TEXTS[1]]}
+    other_catalog = CATALOG.yaml()
+    other = {"Authorization": f"Bearer {other_tenant_key}", "Content-Type": "application/yaml"}
+    assert (await client.put("/v1/catalog", content=other_catalog, headers=other)).is_success
+    try:
+        started = [
+            await client.post(f"{BASE}/jobs", json=body, headers=auth(admin_key)) for _ in range(4)
+        ]
+        assert [r.status_code for r in started] == [202] * 4, [r.text for r in started]
+        refused = await client.post(f"{BASE}/jobs", json=body, headers=auth(admin_key))
+        assert refused.status_code == 429, refused.text
+        assert refused.headers["retry-after"] == "5"
+        assert "4 ingestion jobs of this tenant are running" in refused.json()["detail"]
+        # Another tenant's jobs are its own.
+        theirs = await client.post(f"{BASE}/jobs", json=body, headers=auth(other_tenant_key))
+        assert theirs.status_code == 202, theirs.text
+    finally:
+        release.set()
+    for response in started:
+        seen = await _until_finished(client, f"{BASE}/jobs/{response.json()['job_id']}", admin_key)
+        assert seen[-1]["status"] == "done", seen[-1]
+    # With the jobs done, the tenant starts another.
+    again = await client.post(f"{BASE}/jobs", json=body, headers=auth(admin_key))
+    assert again.status_code == 202, again.text
+    await _until_finished(client, f"{BASE}/jobs/{again.json()['job_id']}", admin_key)

@@ -302,3 +302,26 @@ async def test_a_path_template_the_call_cannot_fill_plainly_is_refused(
     source.write_text(json.dumps(document), encoding="utf-8")
     with pytest.raises(ToolError, match=message):
         await openapi_tool(registry, source, "getItem")
+
+
+async def test_a_huge_document_url_is_not_read_past_the_bound() -> None:
+    """A tenant's document URL answering 64 MiB costs at most the bound, then a tool error."""
+    import httpx
+
+    from pilothouse.tools._openapi import load_document
+
+    sent: list[int] = []
+
+    async def huge() -> AsyncIterator[bytes]:
+        block = b"#" + b" " * (1024 * 1024 - 2) + b"\n"
+        for _ in range(64):
+            sent.append(len(block))
+            yield block
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "application/yaml"}, content=huge())
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        with pytest.raises(ToolError, match=r"openapi.yaml: more than 10485760 bytes"):
+            await load_document("https://docs.example.test/openapi.yaml", client)
+    assert sum(sent) <= 11 * 1024 * 1024

@@ -11,7 +11,10 @@ the page a paragraph is on (a citation names the page). Readers:
   ``nav``, ``header``, ``footer`` and ``template`` are left out.
 - ``.pdf``: pypdf, page by page (text PDFs; a scanned PDF has no text layer
   and is reported as empty).
-- ``.docx``: python-docx, paragraphs and tables in document order.
+- ``.docx``: python-docx, paragraphs and tables in document order. A
+  DOCX is a zip archive, and python-docx unpacks every part it links into
+  memory, so an archive whose parts unpack to more than
+  :data:`MAX_UNPACKED_BYTES` is refused before it is opened.
 
 Text formats are read as UTF-8 (or UTF-16 with its byte-order mark, or,
 when the bytes are not UTF-8, Latin-1); bytes that are not text (a NUL
@@ -23,6 +26,7 @@ character in any format: no database stores it.
 from __future__ import annotations
 
 __all__ = [
+    "MAX_UNPACKED_BYTES",
     "SUFFIXES",
     "Block",
     "ParsedDocument",
@@ -33,6 +37,7 @@ __all__ = [
 
 import io
 import re
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -365,9 +370,36 @@ def _pdf(data: bytes, fallback: str) -> ParsedDocument:
     return ParsedDocument(title or fallback, [section], {"pages": len(reader.pages)})
 
 
+MAX_UNPACKED_BYTES = 256 * 1024 * 1024
+"""The most a DOCX's parts may unpack to, together.
+
+A zip part of a megabyte can unpack to a gigabyte of zeros, and python-docx
+holds every part in memory: without a bound, a small upload could take the
+server's whole memory.
+"""
+
+
+def _check_unpacked(data: bytes, fallback: str) -> None:
+    """Refuse a DOCX whose parts unpack to more than :data:`MAX_UNPACKED_BYTES`.
+
+    The sizes the archive declares are a true bound: the zip reader never
+    returns more of a part than its declared size (and fails the part's
+    checksum if it holds more).
+    """
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        unpacked = sum(info.file_size for info in archive.infolist())
+    if unpacked > MAX_UNPACKED_BYTES:
+        raise DocumentError(
+            f"{fallback}: its parts unpack to {unpacked:,} bytes, more than the "
+            f"{MAX_UNPACKED_BYTES:,} read from a DOCX; split the document or save its "
+            "images smaller"
+        )
+
+
 def _docx(data: bytes, fallback: str) -> ParsedDocument:
     import docx
 
+    _check_unpacked(data, fallback)
     document: Any = docx.Document(io.BytesIO(data))
     sections = [Section()]
     stack: list[tuple[int, str]] = []

@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import anyio.to_thread
 import httpx
 import numpy as np
 
@@ -139,7 +140,12 @@ class Run:
             if isinstance(pending.document, TextDocument):
                 check_input(pending.document.text, "text")
         loaded = await load(pending, self.http, self.url_check)
-        parsed = parse_document(loaded.data, loaded.format, loaded.source)
+        # Reading and cutting a large document takes the CPU for seconds (ten
+        # megabytes of text: half a minute of tokenizing); on the event loop
+        # that would stall every request of every tenant meanwhile.
+        parsed = await anyio.to_thread.run_sync(
+            parse_document, loaded.data, loaded.format, loaded.source
+        )
         title = loaded.title or parsed.title
         loaded.metadata.update(parsed.metadata)
         loaded.metadata.update(self.metadata)
@@ -161,11 +167,15 @@ class Run:
             await self.finish(index, IngestedDocument(loaded.source, "skipped", error=why))
             return None
         self.seen[digest] = loaded.source
-        chunks = chunk_document(parsed, self.embedder.tokenizer, self.plan)
+        chunks = await anyio.to_thread.run_sync(
+            chunk_document, parsed, self.embedder.tokenizer, self.plan
+        )
         if not chunks:
             why = " (a scanned PDF has no text layer to read)" if loaded.format == "pdf" else ""
             raise DocumentError(f"{loaded.source}: the document has no text{why}")
-        texts, _ = self.embedder.prepare([c.embed_text for c in chunks], "document")
+        texts, _ = await anyio.to_thread.run_sync(
+            self.embedder.prepare, [c.embed_text for c in chunks], "document"
+        )
         document = NewDocument(loaded.source, title, digest, dict(loaded.metadata), len(text))
         return _Prepared(pending, index, document, chunks, texts, stored is not None)
 

@@ -18,7 +18,7 @@ The rows hold a collection code, counts and the per-document outcome
 
 from __future__ import annotations
 
-__all__ = ["PROGRESS_SECONDS", "IngestJobs", "result_json"]
+__all__ = ["MAX_RUNNING_JOBS", "PROGRESS_SECONDS", "IngestJobs", "result_json"]
 
 import asyncio
 import logging
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, update
 
-from pilothouse.errors import NotFoundError
+from pilothouse.errors import NotFoundError, TooManyRequestsError
 from pilothouse.knowledge._tables import IngestJob
 from pilothouse.knowledge._types import IngestJobStatus, IngestProgress, IngestResult
 from pilothouse.store._base import utcnow
@@ -42,6 +42,18 @@ logger = logging.getLogger("pilothouse.knowledge")
 
 PROGRESS_SECONDS = 0.5
 """Least time between two progress writes of one job (a document's end is always written)."""
+
+MAX_RUNNING_JOBS = 4
+"""The most background ingestions one tenant runs at once in one process.
+
+A job holds its documents in memory (an upload up to 50 MiB) until it ends,
+and reads, cuts and embeds them on this process's CPU: without a bound, one
+tenant's stream of job requests would take the memory and CPU every tenant
+shares.
+"""
+
+_RETRY_SECONDS = 5.0
+"""The wait a refused job request is told (``Retry-After``)."""
 
 _STOPPED = (
     "the service stopped before the job finished: ingest the same sources again "
@@ -141,6 +153,7 @@ class IngestJobs:
         self.database = database
         self.leases = leases
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tenants: dict[str, str] = {}
 
     async def start(
         self, tenant: str, collection: str, documents: int, ingestion: Ingestion
@@ -155,9 +168,32 @@ class IngestJobs:
 
         Returns:
             The job as it starts.
+
+        Raises:
+            TooManyRequestsError: the tenant runs :data:`MAX_RUNNING_JOBS` jobs
+                in this process already.
         """
-        await self.leases.register()
+        running = sum(1 for owner in self._tenants.values() if owner == tenant)
+        if running >= MAX_RUNNING_JOBS:
+            raise TooManyRequestsError(
+                f"{running} ingestion jobs of this tenant are running, the most at once; "
+                "start this one when one of them has finished (GET its job to see)",
+                retry_after=_RETRY_SECONDS,
+            )
         job_id = str(uuid_module.uuid4())
+        # Counted from here, before the first await: requests arriving together
+        # cannot all pass the check above.
+        self._tenants[job_id] = tenant
+        try:
+            return await self._start(job_id, tenant, collection, documents, ingestion)
+        except BaseException:
+            self._tenants.pop(job_id, None)
+            raise
+
+    async def _start(
+        self, job_id: str, tenant: str, collection: str, documents: int, ingestion: Ingestion
+    ) -> IngestJobStatus:
+        await self.leases.register()
         async with self.database.sessions() as session, session.begin():
             row = IngestJob(
                 job_id=job_id,
@@ -176,8 +212,12 @@ class IngestJobs:
         progress = _Progress(self, job_id, documents)
         task = asyncio.get_running_loop().create_task(self._run(job_id, ingestion, progress))
         self._tasks[job_id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(job_id, None))
+        task.add_done_callback(lambda _: self._ended(job_id))
         return started
+
+    def _ended(self, job_id: str) -> None:
+        self._tasks.pop(job_id, None)
+        self._tenants.pop(job_id, None)
 
     async def _run(self, job_id: str, ingestion: Ingestion, progress: _Progress) -> None:
         try:

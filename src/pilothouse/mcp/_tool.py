@@ -5,11 +5,12 @@ An :class:`McpTool` carries the definition the model sees (from the server's
 session. The call's outcome is always a :class:`ToolResult`: the server's
 content as text, ``isError`` as ``tool.exec.error``, an expired timeout as
 ``tool.exec.timeout`` and an unreachable server as ``tool.exec.unavailable``.
+A result longer than :data:`MAX_RESULT_BYTES` is cut, as a REST tool's is.
 """
 
 from __future__ import annotations
 
-__all__ = ["McpTool", "exposed_name", "to_tool_result"]
+__all__ = ["MAX_RESULT_BYTES", "McpTool", "exposed_name", "to_tool_result"]
 
 import json
 import re
@@ -24,6 +25,14 @@ from pilothouse.tools._base import ToolContext, ToolDefinition, ToolResult
 if TYPE_CHECKING:
     from pilothouse.mcp._config import McpClientConfig
     from pilothouse.mcp._pool import McpClientPool
+
+MAX_RESULT_BYTES = 1024 * 1024
+"""The most of an MCP tool's result (UTF-8 bytes) kept, stored and sent to the model.
+
+The server is whoever the catalog (or an ``/v1/invoke`` caller) names; its
+answer is stored with the conversation and sent to the model on every later
+turn, so megabytes of it would fill the database and the context window.
+"""
 
 _INVALID_NAME_CHARACTERS = re.compile(r"[^a-zA-Z0-9_-]")
 _MAX_NAME = 64
@@ -87,13 +96,23 @@ def to_tool_result(result: types.CallToolResult) -> ToolResult:
 
     Returns:
         The result for the model; ``isError`` becomes ``is_error`` with the
-        code ``tool.exec.error``.
+        code ``tool.exec.error``. Text past :data:`MAX_RESULT_BYTES` is cut
+        (the end says how much came), and structured content that large
+        is not kept.
     """
     parts = [_describe_block(block) for block in result.content]
     structured = result.structured_content
     if not any(isinstance(block, types.TextContent) for block in result.content) and structured:
         parts.append(json.dumps(structured, ensure_ascii=False))
     content = "\n".join(parts)
+    encoded = content.encode()
+    if len(encoded) > MAX_RESULT_BYTES:
+        # A cut may split a character: its fragment is dropped, not replaced.
+        kept = encoded[:MAX_RESULT_BYTES].decode(errors="ignore")
+        content = f"{kept}…[truncated: {MAX_RESULT_BYTES} of {len(encoded)} bytes]"
+    if structured is not None and len(json.dumps(structured, default=str)) > MAX_RESULT_BYTES:
+        # Kept whole it would be stored whole; the (cut) text says what came.
+        structured = None
     if result.is_error:
         return ToolResult(
             content=content or "the MCP tool failed without saying why",

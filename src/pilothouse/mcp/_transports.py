@@ -9,9 +9,11 @@ from __future__ import annotations
 
 __all__ = ["TransportFactory", "open_transport"]
 
+import logging
 import sys
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
 
 import httpx2
 from mcp.client._transport import TransportStreams
@@ -23,6 +25,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from pilothouse.catalog._enums import McpTransport
 from pilothouse.mcp._config import McpClientConfig
 from pilothouse.providers._egress import EgressPolicy
+
+logger = logging.getLogger("pilothouse.mcp")
 
 TransportFactory = Callable[[McpClientConfig], AbstractAsyncContextManager[TransportStreams]]
 """Opens the transport of one session from its config."""
@@ -52,8 +56,7 @@ def open_transport(config: McpClientConfig) -> AbstractAsyncContextManager[Trans
             timeout: httpx2.Timeout | None = None,
             auth: httpx2.Auth | None = None,
         ) -> httpx2.AsyncClient:
-            client = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)
-            return _pinned(client, policy)
+            return _pinned_client(policy, headers=headers, timeout=timeout, auth=auth)
 
         return sse_client(
             config.url, headers=dict(config.headers), httpx_client_factory=pinned_client
@@ -61,14 +64,29 @@ def open_transport(config: McpClientConfig) -> AbstractAsyncContextManager[Trans
     return _streamable_http(config)
 
 
-def _pinned(client: httpx2.AsyncClient, policy: EgressPolicy) -> httpx2.AsyncClient:
-    """``client`` with its transport replaced by one pinned to checked addresses."""
+def _pinned_client(
+    policy: EgressPolicy,
+    *,
+    headers: dict[str, str] | None = None,
+    timeout: httpx2.Timeout | None = None,
+    auth: httpx2.Auth | None = None,
+) -> httpx2.AsyncClient:
+    """The SDK's client (its timeouts), sending every request to an address ``policy`` checked.
+
+    The transport is given when the client is made, so the client takes no
+    proxy from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ...): a
+    proxy would get the request instead of the pinned transport, unchecked,
+    and fetch a loopback or metadata URL on the service's behalf. Every
+    other client the policy governs is made the same way.
+    """
     from pilothouse.providers._egress_transport import PinnedTransport
 
-    # The SDK's factory sets headers, timeouts and redirects; only where the
-    # connection goes changes (every request is checked, redirects too).
-    client._transport = PinnedTransport(httpx2.AsyncHTTPTransport, policy)  # pyright: ignore[reportPrivateUsage]
-    return client
+    made = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)
+    kwargs: dict[str, Any] = {"timeout": made.timeout, "headers": made.headers}
+    if auth is not None:
+        kwargs["auth"] = auth
+    transport = _Bounded(PinnedTransport(httpx2.AsyncHTTPTransport, policy))
+    return httpx2.AsyncClient(**kwargs, follow_redirects=made.follow_redirects, transport=transport)
 
 
 def _stdio(config: McpClientConfig) -> AbstractAsyncContextManager[TransportStreams]:
@@ -95,8 +113,71 @@ async def _streamable_http(config: McpClientConfig) -> AsyncGenerator[TransportS
         (
             create_mcp_http_client(headers=dict(config.headers))
             if config.egress is None
-            else _pinned(create_mcp_http_client(headers=dict(config.headers)), config.egress)
+            else _pinned_client(config.egress, headers=dict(config.headers))
         ) as http,
         streamable_http_client(config.url, http_client=http) as streams,
     ):
         yield streams
+
+
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+"""The most one answer of a tenant's MCP server to a request of ours may hold.
+
+The SDK reads an answer (a JSON body, or the events of one request's
+stream) whole into memory before pilothouse sees it, so a server answering
+without end would fill the process's memory; a result is cut to 1 MiB
+anyway (:data:`pilothouse.mcp._tool.MAX_RESULT_BYTES`). The long-lived
+``GET`` stream of server notifications is not bounded here.
+"""
+
+
+class _Bounded(httpx2.AsyncBaseTransport):
+    """Ends the answer to a ``POST`` past :data:`MAX_RESPONSE_BYTES` with a read error."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Send the request; count what its answer's body holds."""
+        response = await self._inner.handle_async_request(request)
+        if request.method != "POST":
+            return response
+        return httpx2.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_CountedStream(response.stream, request),
+            request=request,
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        """Close the inner transport."""
+        await self._inner.aclose()
+
+
+class _CountedStream(httpx2.AsyncByteStream):
+    def __init__(self, inner: Any, request: httpx2.Request) -> None:
+        self._inner = inner
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = 0
+        async for chunk in self._inner:
+            read += len(chunk)
+            if read > MAX_RESPONSE_BYTES:
+                # The SDK ends the session on a read error without saying why;
+                # the operator reads it here.
+                logger.warning(
+                    "MCP server %s answered more than %d bytes; the answer was dropped "
+                    "and the session closed",
+                    self._request.url.host,
+                    MAX_RESPONSE_BYTES,
+                )
+                raise httpx2.ReadError(
+                    f"the MCP server's answer holds more than {MAX_RESPONSE_BYTES} bytes",
+                    request=self._request,
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

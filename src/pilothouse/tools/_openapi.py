@@ -10,7 +10,13 @@ operation uses travel along as ``$defs``, so recursive schemas stay finite.
 
 from __future__ import annotations
 
-__all__ = ["OpenApiOperation", "load_document", "operation", "parse_reference"]
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "OpenApiOperation",
+    "load_document",
+    "operation",
+    "parse_reference",
+]
 
 import json
 from collections.abc import Mapping
@@ -82,11 +88,9 @@ async def load_document(source: str, client: httpx.AsyncClient) -> dict[str, Any
     """
     if source.startswith(("http://", "https://")):
         try:
-            response = await client.get(source, follow_redirects=True)
-            response.raise_for_status()
+            text = await _fetch_document(source, client)
         except httpx.HTTPError as exc:
             raise ToolError(f"OpenAPI document {source}: cannot fetch it: {exc}") from exc
-        text = response.text
     else:
         try:
             text = Path(source).read_text(encoding="utf-8")
@@ -97,6 +101,37 @@ async def load_document(source: str, client: httpx.AsyncClient) -> dict[str, Any
     if not isinstance(version, str) or not version.startswith("3."):
         raise ToolError(f"OpenAPI document {source}: not OpenAPI 3 (openapi: {version!r})")
     return document
+
+
+MAX_DOCUMENT_BYTES = 10 * 1024 * 1024
+"""The most of an OpenAPI document read from a URL.
+
+The URL is a tenant's; without a bound, a server answering without end
+would fill the process's memory (REST answers and knowledge URLs are
+bounded the same way).
+"""
+
+
+async def _fetch_document(source: str, client: httpx.AsyncClient) -> str:
+    """The document's text, read up to :data:`MAX_DOCUMENT_BYTES`.
+
+    Raises:
+        ToolError: the document is longer.
+        httpx.HTTPError: it cannot be fetched.
+    """
+    async with client.stream("GET", source, follow_redirects=True) as response:
+        response.raise_for_status()
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > MAX_DOCUMENT_BYTES:
+                raise ToolError(
+                    f"OpenAPI document {source}: more than {MAX_DOCUMENT_BYTES} bytes, the most "
+                    "read; serve a smaller document (only the operations the tools use)"
+                )
+            chunks.append(chunk)
+        return b"".join(chunks).decode(response.encoding or "utf-8", errors="replace")
 
 
 def _parse(text: str, source: str) -> dict[str, Any]:
