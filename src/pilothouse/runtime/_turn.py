@@ -275,7 +275,7 @@ class Turn:
     # interrupted text's token_count, as an answer's is its call's.
     partial_tokens: int | None = None
     # The tool step a cancel stopped: the answer with its calls and what
-    # they did, written with the turn's TE (see _toolstep.interrupted_step).
+    # they did, written with the turn's TE (see _toolstep._interrupted_step).
     interrupted: TurnBatch | None = None
     # The API key the turn's message came with (budgets scoped to keys), and
     # whether the turn was counted against budgets' turn limits yet.
