@@ -311,6 +311,7 @@ class Runner:
         still_pending: Sequence[ReturnedCall] = (),
         waiting: bool = False,
         processed: Sequence[NewProcessed] = (),
+        caller: Caller | None = None,
     ) -> TurnResult:
         """Record answers to pending calls and let the model go on.
 
@@ -324,9 +325,13 @@ class Runner:
                 there are any, the replies are recorded and the model waits.
             waiting: some of ``still_pending`` wait on the event bus (``WA``).
             processed: event completions these replies apply.
+            caller: who gave the replies (face and API key), when known: the
+                model calls that follow are charged to its key's budgets.
         """
         compiled = await self.compiled_of(conversation_uuid)
-        step = Resume(tuple(replies), event, tuple(still_pending), waiting, tuple(processed))
+        step = Resume(
+            tuple(replies), event, tuple(still_pending), waiting, tuple(processed), caller
+        )
         # The replies (and the completions they apply) are written by the
         # statement that takes the conversation: written after it, a process
         # killed in between left the conversation RU with the answer lost and
@@ -786,4 +791,8 @@ class Runner:
 
     async def _resume(self, turn: Turn, step: Resume) -> CallModel | Returned | Failed:
         """Go on from the stored history (the take wrote the replies), unless calls still wait."""
+        if step.caller is not None:
+            # The key that resumes the turn spends on it, as the record names
+            # it (a new message's turn is charged to its own key the same way).
+            turn.key_prefix = step.caller.key_prefix
         return await resumed_call(self._runtime, self.tenant, turn, step)

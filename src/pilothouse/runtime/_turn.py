@@ -366,6 +366,8 @@ class Resume:
     With calls of the caller's ``still_pending``, the turn ends waiting for
     them (``WA`` when ``waiting``: some of them are on the event bus).
     ``processed`` marks event completions applied with the replies.
+    ``caller`` is who gave the replies, when known: the continued turn's
+    model calls are charged to its API key, as a new message's are.
     """
 
     replies: tuple[ToolReply, ...]
@@ -373,6 +375,7 @@ class Resume:
     still_pending: tuple[ReturnedCall, ...] = ()
     waiting: bool = False
     processed: tuple[NewProcessed, ...] = ()
+    caller: Caller | None = None
 
     def batch(self) -> TurnBatch:
         """What resuming records: the event, the replies and their calls' outcomes."""
