@@ -37,7 +37,7 @@ from pilothouse.events import (
 )
 from pilothouse.settings import Settings
 from pilothouse.store import Database
-from pilothouse.types import MessageRole, ProcessStatus, ToolCallStatus
+from pilothouse.types import Caller, MessageRole, ProcessStatus, ToolCallStatus
 
 pytestmark = pytest.mark.anyio
 
@@ -214,6 +214,26 @@ async def test_submit_tool_result_answers_an_event_call_and_the_late_completion_
     with pytest.raises(InvalidStateError, match="answered already"):
         await ph.command.submit_tool_result(result.conversation_uuid, call.id, "again")
     assert await _tool_messages(ph, result.conversation_uuid) == 1
+
+
+async def test_a_caller_result_for_an_event_call_is_charged_to_its_key_and_names_it(
+    ph: Pilothouse,
+) -> None:
+    budget = {"code": "PERKEY", "scope": "api_key", "period": "month", "turns": 1}
+    await ph.catalog.create("budgets", budget)
+    starter = ph.for_tenant(ph.tenant, caller=Caller("rest", "startkey", "starter"))
+    result = await starter.command.start_and_send("A-17", action="ORDERS")
+    assert result.status is ProcessStatus.WAITING
+    (call,) = result.tool_calls
+    # The starting key's one turn is spent; the answering key has its own.
+    answerer = ph.for_tenant(ph.tenant, caller=Caller("jsonrpc", "answerkey", "reviewer"))
+    resumed = await answerer.command.submit_tool_result(
+        result.conversation_uuid, call.id, {"status": "handed over"}
+    )
+    assert resumed.status is ProcessStatus.COMPLETED
+    timeline = (await ph.query.get_transcript(result.conversation_uuid)).timeline
+    (given,) = [e.data for e in timeline if e.data.get("status") == "completion: submitted"]
+    assert given["caller"] == {"face": "jsonrpc", "key_prefix": "answerkey", "key_name": "reviewer"}
 
 
 async def test_a_result_for_an_event_call_the_bus_answered_is_refused_and_counted(

@@ -224,6 +224,43 @@ async def test_a_filter_matches_only_values_of_its_own_json_type(knowledge: Know
         assert nothing.hits == [], mode
 
 
+async def test_a_text_filter_matches_only_text_and_integers_compare_exactly(
+    knowledge: Knowledge,
+) -> None:
+    # PostgreSQL read every value as text: "5" matched a stored 5 there and
+    # not on SQLite. Numbers compared as floats: 2**53 matched 2**53 + 1.
+    big = 2**53
+    codes: list[Any] = [5, "5", big + 1, big, 7.0]
+    await knowledge.ingest(
+        "default",
+        "DOCS",
+        [
+            TextDocument(f"n{i}", f"Invoices are due within {i + 1} weeks.", metadata={"code": v})
+            for i, v in enumerate(codes)
+        ],
+    )
+    cases: list[tuple[Any, list[str]]] = [
+        ("5", ["n1"]),
+        (5, ["n0"]),
+        (5.0, ["n0"]),
+        (big + 1, ["n2"]),
+        (big, ["n3"]),
+        (7, ["n4"]),
+        ("7.0", []),
+        (2**63 - 1, []),
+        (-(2**63), []),
+    ]
+    for mode in ("hybrid", "text"):
+        for value, sources in cases:
+            found = await knowledge.search(
+                "default", "DOCS", "When are invoices due?", filters={"code": value}, mode=mode
+            )
+            assert sorted(h.source for h in found.hits) == sources, (mode, value)
+    for wrong in (2**63, -(2**63) - 1, float("inf"), float("nan")):
+        with pytest.raises(KnowledgeError, match="filter 'code'"):
+            await knowledge.search("default", "DOCS", "invoices", filters={"code": wrong})
+
+
 async def test_the_collection_threshold_applies_by_default(knowledge: Knowledge) -> None:
     await knowledge.ingest("default", "STRICT", [TextDocument("x", "Lunch is at noon.")])
     result = await knowledge.search("default", "STRICT", "When is lunch served?")

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from server_helpers import auth
 
-from pilothouse.testing import Reply, ScriptedModel
+from pilothouse.testing import Reply, ScriptedModel, ToolCall
 
 pytestmark = pytest.mark.anyio
 
@@ -243,3 +243,38 @@ async def test_a_downgraded_stream_names_the_model_that_ran_in_every_chunk(
     assert "".join(c["choices"][0]["delta"]["content"] for c in texts) == (
         "hi there, said in a few words"
     )
+
+
+async def test_answers_through_rest_are_charged_to_the_key_that_gives_them(
+    client: httpx.AsyncClient, api_key: str, admin_key: str, scripted: ScriptedModel
+) -> None:
+    """A budget per API key: the turn the answers resume spends on the answering key."""
+    created = await client.post(
+        "/v1/catalog/budgets",
+        json={"code": "PERKEY", "scope": "api_key", "period": "month", "turns": 1},
+        headers=auth(admin_key),
+    )
+    assert created.status_code == 201, created.text
+    started = await client.post("/v1/conversations", json={"action": "ECHO"}, headers=auth(api_key))
+    uuid = started.json()["uuid"]
+    question = {"questions": [{"id": "size", "question": "Which size?", "choices": ["S", "M"]}]}
+    scripted.script.steps.extend(
+        [ToolCall("AskUserQuestion", question, call_id="q1"), Reply("Ordered size M.")]
+    )
+    paused = await client.post(
+        f"/v1/conversations/{uuid}/messages", json={"text": "Order"}, headers=auth(api_key)
+    )
+    assert paused.json()["status"] == "WA", paused.text
+    # The starting key's one turn is spent; the answering key still has its own.
+    done = await client.post(
+        f"/v1/conversations/{uuid}/answers",
+        json={"answers": {"size": "M"}},
+        headers=auth(admin_key),
+    )
+    assert done.status_code == 200, done.text
+    assert done.json()["status"] == "CO"
+    # Each key spent its one turn: neither starts another.
+    for key in (api_key, admin_key):
+        again = await rest_turn(client, key)
+        assert again.status_code == 429, again.text
+        assert again.json()["budget"] == "PERKEY"

@@ -210,6 +210,47 @@ async def test_invalid_params_name_the_field(client: httpx.AsyncClient, api_key:
     assert extra.json()["error"]["data"]["errors"][0]["field"] == "x"
 
 
+@pytest.mark.parametrize(
+    ("model", "errors"),
+    [
+        (
+            {"baseUrl": "http://llm.test/v1", "modelName": 5},
+            [{"field": "model.modelName", "rule": "Input should be a valid string"}],
+        ),
+        (
+            {"baseUrl": "http://llm.test/v1"},
+            [{"field": "model.modelName", "rule": "Field required"}],
+        ),
+        (
+            {"baseUrl": "http://llm.test/v1", "modelName": "m", "headers": {"team": 1}},
+            [{"field": "model.headers.team", "rule": "Input should be a valid string"}],
+        ),
+        (
+            7,
+            [
+                {
+                    "field": "model",
+                    "rule": "write a catalog model code (a string) or an object "
+                    "{baseUrl, modelName, apiKey?, headers?}",
+                }
+            ],
+        ),
+    ],
+)
+async def test_run_adhoc_names_the_model_field_and_what_to_write(
+    client: httpx.AsyncClient, api_key: str, model: Any, errors: list[dict[str, str]]
+) -> None:
+    # The object form was checked against the text form too: every mistake
+    # came with a second error, both named by the validator's own types.
+    params = {"name": "probe", "message": "Hi", "model": model}
+    response = await rpc(client, api_key, call(C.format("runAdhoc"), params))
+    error = response.json()["error"]
+    assert error["code"] == -32602 and error["data"]["status"] == 400
+    assert error["data"]["errors"] == errors
+    assert "EndpointParam" not in error["data"]["detail"]
+    assert "constrained-str" not in error["data"]["detail"]
+
+
 async def test_pilothouse_errors_map_to_application_codes(
     client: httpx.AsyncClient, api_key: str
 ) -> None:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 __all__ = ["EmbeddedBackend"]
 
+import math
 import re
 from collections.abc import Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -25,6 +27,7 @@ from sqlalchemy import (
     Connection,
     Float,
     Integer,
+    Numeric,
     Table,
     and_,
     case,
@@ -33,10 +36,12 @@ from sqlalchemy import (
     false,
     func,
     insert,
+    literal,
     select,
     text,
     update,
 )
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
@@ -45,10 +50,14 @@ from pilothouse.catalog._stores import EmbeddedStoreSettings
 from pilothouse.knowledge._backend import Backend, ChunkRow, Collection, NewDocument, filter_items
 from pilothouse.knowledge._bm25 import TextStats, bm25_search, text_stats
 from pilothouse.knowledge._embedders import Vectors
-from pilothouse.knowledge._errors import DimensionMismatchError, KnowledgeSetupError
+from pilothouse.knowledge._errors import (
+    DimensionMismatchError,
+    KnowledgeError,
+    KnowledgeSetupError,
+)
 from pilothouse.knowledge._index import Ids, VectorIndex
 from pilothouse.knowledge._tables import CollectionState, KnowledgeChunk, KnowledgeDocument
-from pilothouse.knowledge._types import DocumentInfo, MetadataFilter
+from pilothouse.knowledge._types import DocumentInfo, FilterValue, MetadataFilter
 
 if TYPE_CHECKING:
     from pilothouse.knowledge._chunking import Chunk
@@ -84,23 +93,32 @@ def check_state(collection: Collection, dimension: int | None, model: str | None
         )
 
 
+_INT64 = 2**63
+"""Integers a filter compares exactly on both databases: SQLite's are 64-bit."""
+
+
 def _filter_clauses(filters: MetadataFilter, dialect: str) -> list[ColumnElement[bool]]:
     """A chunk's metadata value matches a filter value only when both are of one JSON type.
 
-    A number or boolean filter is compared only with values of its JSON
-    type: PostgreSQL failed the whole search casting a text value such as
-    ``"high"`` to a number, and SQLite cast it to 0, so ``0`` or ``false``
-    matched every text value. Text is compared as text, as it always was.
+    A text filter matches only text values, a number only numbers, a boolean
+    only booleans: PostgreSQL read every value as text, so ``"5"`` matched
+    a stored ``5`` there and not on SQLite; it also failed the whole search
+    casting a text value such as ``"high"`` to a number, and SQLite cast it
+    to 0, so ``0`` or ``false`` matched every text value. Numbers compare
+    exactly (``3`` matches ``3`` and ``3.0``): compared as floats, integers
+    past 2**53 matched their neighbours.
+
+    Raises:
+        KnowledgeError: a number the two databases cannot compare alike (an
+            integer past 64 bits, infinity, NaN).
     """
     clauses: list[ColumnElement[bool]] = []
     column: Any = KnowledgeChunk.meta
     for key, values in filter_items(filters):
         options: list[ColumnElement[bool]] = []
         for value in values:
-            field = column[key]
-            if isinstance(value, str):
-                options.append(field.as_string() == value)
-            elif dialect == "sqlite":
+            _check_number(key, value)
+            if dialect == "sqlite":
                 options.append(_sqlite_typed(column, key, value))
             else:
                 options.append(_postgresql_typed(column, key, value))
@@ -108,20 +126,43 @@ def _filter_clauses(filters: MetadataFilter, dialect: str) -> list[ColumnElement
     return clauses
 
 
-def _sqlite_typed(column: Any, key: str, value: bool | float) -> ColumnElement[bool]:
-    kind = func.json_type(column, f'$."{key}"')
+def _check_number(key: str, value: FilterValue) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and not -_INT64 <= value < _INT64:
+        raise KnowledgeError(
+            f"filter {key!r}: {value} is past the 64-bit integers a filter compares "
+            "(-2**63 to 2**63 - 1); store and filter such a value as a string"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise KnowledgeError(f"filter {key!r}: {value} is no JSON number; give a finite number")
+
+
+def _sqlite_typed(column: Any, key: str, value: FilterValue) -> ColumnElement[bool]:
+    path = f'$."{key}"'
+    kind = func.json_type(column, path)
     if isinstance(value, bool):
         return kind == ("true" if value else "false")
-    return and_(kind.in_(("integer", "real")), column[key].as_float() == value)
+    if isinstance(value, str):
+        return and_(kind == "text", column[key].as_string() == value)
+    # The value as SQLite holds it (an integer or a real), not cast: an
+    # integer compares with an integer exactly, and with a real by value.
+    return and_(kind.in_(("integer", "real")), func.json_extract(column, path) == value)
 
 
-def _postgresql_typed(column: Any, key: str, value: bool | float) -> ColumnElement[bool]:
+def _postgresql_typed(column: Any, key: str, value: FilterValue) -> ColumnElement[bool]:
     kind = func.json_typeof(column[key])
     if isinstance(value, bool):
         return and_(kind == "boolean", column[key].as_string() == ("true" if value else "false"))
+    if isinstance(value, str):
+        return and_(kind == "string", column[key].as_string() == value)
+    # Compared as numeric, exact for every integer and for the decimal a
+    # float is written as (a float comparison lost integers past 2**53).
     # CASE, not AND: PostgreSQL may evaluate either side of an AND first,
     # and the cast fails on text; a CASE tests the type before casting.
-    return case((kind == "number", column[key].as_float() == value), else_=false())
+    number = Decimal(value) if isinstance(value, int) else Decimal(repr(value))
+    stored = sql_cast(column[key].as_string(), Numeric)
+    return case((kind == "number", stored == literal(number, Numeric())), else_=false())
 
 
 def _any(options: list[ColumnElement[bool]]) -> ColumnElement[bool]:

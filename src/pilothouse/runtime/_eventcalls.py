@@ -30,6 +30,7 @@ import anyio
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
+from pilothouse._caller import Caller
 from pilothouse.catalog._enums import ProcessStatus, TimelineKind, ToolCallStatus
 from pilothouse.errors import InvalidStateError
 from pilothouse.runtime._actionrecovery import RECOVERED
@@ -177,6 +178,7 @@ class EventCalls:
         error: str | None = None,
         outcome: str | None = None,
         tenants: Collection[str] | None = None,
+        caller: Caller | None = None,
     ) -> CompletionApplied:
         """Apply a worker's completion: resume the conversation with the result.
 
@@ -188,6 +190,9 @@ class EventCalls:
                 ``error``; the deadline sweep passes ``timeout``).
             tenants: apply only calls of these tenants (None: every tenant);
                 another tenant's call is ``refused`` and nothing is recorded.
+            caller: who gave the result instead of a worker (face and API
+                key), named on its event; the turn it resumes is charged to
+                its key's budgets.
         """
         kind = outcome or ("error" if error is not None else "result")
         async with self._db.sessions() as session:
@@ -240,6 +245,7 @@ class EventCalls:
                 "tool": call.name,
                 "status": f"completion: {kind}",
                 "correlation_id": correlation_id,
+                **({"caller": caller.as_data()} if caller is not None else {}),
             },
         )
         runner = self._runner(tenant)
@@ -252,6 +258,7 @@ class EventCalls:
                 still_pending=pending,
                 waiting=any(p.correlation_id for p in pending),
                 processed=[NewProcessed(correlation_id, kind)],
+                caller=caller,
             )
         except InvalidStateError:
             # Another process took the conversation between the read and the
@@ -259,7 +266,9 @@ class EventCalls:
             return CompletionApplied("busy", uuid)
         return CompletionApplied("applied", uuid, turn)
 
-    async def submit(self, tenant: str, uuid: str, call_id: str, result: Any) -> TurnResult | None:
+    async def submit(
+        self, tenant: str, uuid: str, call_id: str, result: Any, caller: Caller | None = None
+    ) -> TurnResult | None:
         """Answer an event call with a caller's result (``submit_tool_result``).
 
         The result is applied as the worker's completion would be, with an
@@ -267,6 +276,8 @@ class EventCalls:
         transaction: the bus completion that comes later is a duplicate,
         counted and ignored. A call the bus (or the deadline) answered first
         is refused, and the refused submission is counted on that row.
+        ``caller`` (who submits) is named on the result's event, and the
+        turn it resumes is charged to its API key's budgets.
 
         Returns:
             The resumed turn, or None when ``call_id`` is no event call (the
@@ -289,7 +300,9 @@ class EventCalls:
             done = await session.get(EventProcessed, command.correlation_id)
         correlation_id = command.correlation_id
         if done is None:
-            applied = await self.complete(correlation_id, result=result, outcome="submitted")
+            applied = await self.complete(
+                correlation_id, result=result, outcome="submitted", caller=caller
+            )
             if applied.outcome == "applied" and applied.result is not None:
                 return applied.result
             if applied.outcome == "busy":

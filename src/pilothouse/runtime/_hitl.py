@@ -42,7 +42,8 @@ class Resumption:
         tenant: the tenant.
         runner: runs the continued turn, and gives the action's wait limit.
         caller: who submits (face and API key), named on the answers' and
-            results' timeline events.
+            results' timeline events; the turn they resume is charged to
+            its API key's budgets.
     """
 
     def __init__(
@@ -110,6 +111,7 @@ class Resumption:
             allowed=frozenset({ProcessStatus.WAITING}),
             event=event,
             on_event=on_event,
+            caller=self._caller,
         )
 
     async def submit_tool_result(
@@ -142,7 +144,7 @@ class Resumption:
         # instead of a worker, at most once whichever comes first.
         runner = self._runner
         events = EventCalls(self._database, lambda _tenant: runner)
-        submitted = await events.submit(self._tenant, uuid, tool_call_id, result)
+        submitted = await events.submit(self._tenant, uuid, tool_call_id, result, self._caller)
         if submitted is not None:
             return submitted
         if call.status is not ToolCallStatus.RETURNED:
@@ -176,6 +178,7 @@ class Resumption:
             event=event,
             on_event=on_event,
             still_pending=pending,
+            caller=self._caller,
         )
 
     async def expire_waiting(self) -> int:

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 __all__ = ["TurnLoop"]
 
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import anyio
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolReturnPart
 from pydantic_ai.models import Model, ModelRequestParameters
 
@@ -44,11 +42,10 @@ from pilothouse.runtime._request import (
     request_parameters,
 )
 from pilothouse.runtime._telemetry import Telemetry
-from pilothouse.runtime._toolexec import Authorizer, Execution, ToolExecutor
+from pilothouse.runtime._toolexec import Authorizer, ToolExecutor
 from pilothouse.runtime._toolset import ToolSet, ToolSource, offered_tools
 from pilothouse.runtime._toolstep import (
     ToolResults,
-    interrupted_step,
     normalized_response,
     results_as_text,
     run_tool_step,
@@ -64,7 +61,7 @@ from pilothouse.runtime._turn import (
     RunTools,
     Turn,
 )
-from pilothouse.store import NewEvent
+from pilothouse.store import NewEvent, TurnBatch
 from pilothouse.tools._base import ToolDefinition as OfferedTool
 from pilothouse.tools._base import ToolError
 
@@ -324,38 +321,25 @@ class TurnLoop:
             )
         text = "" if any(c.from_text for c in step.calls) else step.text
         marker = self._recorder.marker(turn, response)
-        finished: dict[str, Execution] = {}
-        started = time.perf_counter()
-        try:
-            outcome = await run_tool_step(
-                tenant=turn.tenant,
-                conversation_uuid=turn.uuid,
-                response=response,
-                text=text,
-                calls=step.calls,
-                problems=step.problems,
-                toolset=step.toolset,
-                executor=turn.calls.executor,
-                skills=turn.compiled.skills,
-                marker=marker,
-                records=turn.records,
-                finished=finished,
-            )
-        except anyio.get_cancelled_exc_class():
-            # The calls were started and may have acted: the cancelled turn's
-            # record keeps them and what each did, not only its usage.
-            turn.interrupted = interrupted_step(
-                response=response,
-                text=text,
-                calls=step.calls,
-                problems=step.problems,
-                toolset=step.toolset,
-                marker=marker,
-                records=turn.records,
-                finished=finished,
-                elapsed_ms=(time.perf_counter() - started) * 1000,
-            )
-            raise
+
+        def interrupted(batch: TurnBatch) -> None:
+            # Written with the cancelled turn's TE (see TurnRecorder).
+            turn.interrupted = batch
+
+        outcome = await run_tool_step(
+            tenant=turn.tenant,
+            conversation_uuid=turn.uuid,
+            response=response,
+            text=text,
+            calls=step.calls,
+            problems=step.problems,
+            toolset=step.toolset,
+            executor=turn.calls.executor,
+            skills=turn.compiled.skills,
+            marker=marker,
+            records=turn.records,
+            interrupted=interrupted,
+        )
         if isinstance(outcome, ToolResults):
             turn.active_skills.update(outcome.activated)
         if not isinstance(outcome, ToolResults):

@@ -192,24 +192,35 @@ class Runner:
             RuntimeConfigError: the runtime config is invalid.
             TemplateError: the input data does not fill the prompt.
         """
-        if compiled is None:
-            action_code, agent_code = await self._runtime.codes(self.tenant, conversation_uuid)
-        else:
-            action_code, agent_code = compiled.action_code, compiled.agent_code
-            # Its resumes (answers, tool results) run the same action again.
-            self._runtime.remember_adhoc(self.tenant, conversation_uuid, compiled)
-        new = await self._new_turn(
-            action_code, agent_code, text, attachments, input_data, runtime_config, compiled, caller
-        )
-        # The user's message and the read of the memory ride in the
-        # transaction that takes the conversation: one commit, not three.
-        # An ad-hoc run (compiled given) records its own system message.
-        record = compiled is None and self._runtime.prompt_to_record(
-            self.tenant, conversation_uuid, new.system_prompt
-        )
-        opening = TakeConversation(
-            conversation_uuid, STARTABLE, first=new.first(record_prompt=record), read_memory=True
-        )
+        with self._runtime.running.arriving(self.tenant, conversation_uuid) as scope:
+            if compiled is None:
+                action_code, agent_code = await self._runtime.codes(self.tenant, conversation_uuid)
+            else:
+                action_code, agent_code = compiled.action_code, compiled.agent_code
+                # Its resumes (answers, tool results) run the same action again.
+                self._runtime.remember_adhoc(self.tenant, conversation_uuid, compiled)
+            new = await self._new_turn(
+                action_code,
+                agent_code,
+                text,
+                attachments,
+                input_data,
+                runtime_config,
+                compiled,
+                caller,
+            )
+            # The user's message and the read of the memory ride in the
+            # transaction that takes the conversation: one commit, not three.
+            # An ad-hoc run (compiled given) records its own system message.
+            record = compiled is None and self._runtime.prompt_to_record(
+                self.tenant, conversation_uuid, new.system_prompt
+            )
+            opening = TakeConversation(
+                conversation_uuid,
+                STARTABLE,
+                first=new.first(record_prompt=record),
+                read_memory=True,
+            )
         try:
             return await self._drive(
                 opening,
@@ -217,6 +228,7 @@ class Runner:
                 new.config,
                 on_event,
                 Prompt(new, checked=compiled is not None),
+                scope,
             )
         except BaseException:
             # Not taken (running, waiting, gone): the prompt was not written either.
@@ -276,25 +288,35 @@ class Runner:
         """
         check_input(memory_id, "memory_id")
         check_length(memory_id, "memory_id", MEMORY_ID_LENGTH)
-        new = await self._new_turn(
-            action_code, agent_code, text, attachments, input_data, runtime_config, caller=caller
-        )
         conversation_uuid = conversation_uuid or str(uuid_module.uuid4())
-        self.remember(conversation_uuid, action_code, agent_code)
-        record = self._runtime.prompt_to_record(self.tenant, conversation_uuid, new.system_prompt)
-        opening = NewConversation(
-            conversation_uuid,
-            action_code,
-            agent_code,
-            new.first(record_prompt=record),
-            memory_id,
-            audit,
-            default_audit,
-            caller,
-        )
+        # A uuid the caller named may be cancelled while the turn is prepared.
+        with self._runtime.running.arriving(self.tenant, conversation_uuid) as scope:
+            new = await self._new_turn(
+                action_code,
+                agent_code,
+                text,
+                attachments,
+                input_data,
+                runtime_config,
+                caller=caller,
+            )
+            self.remember(conversation_uuid, action_code, agent_code)
+            record = self._runtime.prompt_to_record(
+                self.tenant, conversation_uuid, new.system_prompt
+            )
+            opening = NewConversation(
+                conversation_uuid,
+                action_code,
+                agent_code,
+                new.first(record_prompt=record),
+                memory_id,
+                audit,
+                default_audit,
+                caller,
+            )
         try:
             return await self._drive(
-                opening, new.compiled, new.config, on_event, Prompt(new, checked=False)
+                opening, new.compiled, new.config, on_event, Prompt(new, checked=False), scope
             )
         except BaseException:
             self._runtime.forget_prompt(self.tenant, conversation_uuid)
@@ -311,6 +333,7 @@ class Runner:
         still_pending: Sequence[ReturnedCall] = (),
         waiting: bool = False,
         processed: Sequence[NewProcessed] = (),
+        caller: Caller | None = None,
     ) -> TurnResult:
         """Record answers to pending calls and let the model go on.
 
@@ -324,9 +347,13 @@ class Runner:
                 there are any, the replies are recorded and the model waits.
             waiting: some of ``still_pending`` wait on the event bus (``WA``).
             processed: event completions these replies apply.
+            caller: who gave the replies (face and API key), when known: the
+                model calls that follow are charged to its key's budgets.
         """
         compiled = await self.compiled_of(conversation_uuid)
-        step = Resume(tuple(replies), event, tuple(still_pending), waiting, tuple(processed))
+        step = Resume(
+            tuple(replies), event, tuple(still_pending), waiting, tuple(processed), caller
+        )
         # The replies (and the completions they apply) are written by the
         # statement that takes the conversation: written after it, a process
         # killed in between left the conversation RU with the answer lost and
@@ -575,12 +602,16 @@ class Runner:
         config: RuntimeConfig,
         listener: Listener | None,
         first: Prompt | Resume,
+        scope: anyio.CancelScope | None = None,
     ) -> TurnResult:
-        """Take the conversation, run the turn's steps under a cancel scope, record its end."""
+        """Take the conversation, run the turn's steps under a cancel scope, record its end.
+
+        ``scope`` is the turn's, registered as its request arrived; None: one now.
+        """
         # Every URL the turn calls (model, tools, MCP) is checked against
         # this tenant's policy, never another tenant's.
         with self._runtime.tenant_egress(self.tenant):
-            return await self._drive_turn(opening, compiled, config, listener, first)
+            return await self._drive_turn(opening, compiled, config, listener, first, scope)
 
     async def _drive_turn(
         self,
@@ -589,22 +620,23 @@ class Runner:
         config: RuntimeConfig,
         listener: Listener | None,
         first: Prompt | Resume,
+        scope: anyio.CancelScope | None,
     ) -> TurnResult:
         runtime, uuid = self._runtime, opening.uuid
-        if not runtime.leases.registered:
-            # Once per process: the owner row the turn's conversation names.
-            await runtime.leases.register()
-        # Registered before the conversation is taken, so a cancel that
-        # arrives while the turn starts still reaches it: a scope cancelled
-        # before it is entered cancels at its first checkpoint.
-        scope = runtime.running.register(self.tenant, uuid)
-        # Every log line of the turn names its conversation.
-        bind_conversation(uuid)
-        # Whether anyone sees the turn running before its record exists.
-        watched = listener is not None or self.hub.wants_deltas(uuid, self.tenant)
-        if runtime.lazy_start and opening.first is not None:
-            mark_lazy_start(opening.first, first, compiled, watched)
+        if scope is None:
+            # Registered before the conversation is taken, so a cancel that
+            # arrives while the turn starts still reaches it.
+            scope = runtime.running.register(self.tenant, uuid)
         try:
+            if not runtime.leases.registered:
+                # Once per process: the owner row the turn's conversation names.
+                await runtime.leases.register()
+            # Every log line of the turn names its conversation.
+            bind_conversation(uuid)
+            # Whether anyone sees the turn running before its record exists.
+            watched = listener is not None or self.hub.wants_deltas(uuid, self.tenant)
+            if runtime.lazy_start and opening.first is not None:
+                mark_lazy_start(opening.first, first, compiled, watched)
             ahead = await start_ahead(runtime, opening, first, compiled, watched, self.tenant)
             handle = ahead.provisional if ahead else await take(self.store, self.tenant, opening)
         except BaseException:
@@ -786,4 +818,8 @@ class Runner:
 
     async def _resume(self, turn: Turn, step: Resume) -> CallModel | Returned | Failed:
         """Go on from the stored history (the take wrote the replies), unless calls still wait."""
+        if step.caller is not None:
+            # The key that resumes the turn spends on it, as the record names
+            # it (a new message's turn is charged to its own key the same way).
+            turn.key_prefix = step.caller.key_prefix
         return await resumed_call(self._runtime, self.tenant, turn, step)

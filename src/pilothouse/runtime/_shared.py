@@ -95,6 +95,26 @@ class RunningTurns:
         self._ended[key] = anyio.Event()
         return scope
 
+    @contextmanager
+    def arriving(self, tenant: str, conversation_uuid: str) -> Generator[anyio.CancelScope]:
+        """Register a turn as its request arrives, so a cancel while it is prepared stops it.
+
+        A scope cancelled before it is entered cancels at its first
+        checkpoint, and the turn records ``TE``. Registered at the take only,
+        such a cancel found nothing running and terminated the idle
+        conversation, which the turn then took and ran. A turn that fails
+        before it starts is forgotten again.
+
+        Raises:
+            InvalidStateError: the conversation runs a turn here already.
+        """
+        scope = self.register(tenant, conversation_uuid)
+        try:
+            yield scope
+        except BaseException:
+            self.unregister(tenant, conversation_uuid)
+            raise
+
     def unregister(self, tenant: str, conversation_uuid: str) -> None:
         """Forget a turn that ended."""
         self._scopes.pop((tenant, conversation_uuid), None)

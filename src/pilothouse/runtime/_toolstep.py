@@ -16,7 +16,6 @@ __all__ = [
     "answers_reply",
     "CANCELLED",
     "event_command",
-    "interrupted_step",
     "normalized_response",
     "record_execution",
     "results_as_text",
@@ -24,12 +23,14 @@ __all__ = [
 ]
 
 import json
+import time
 import uuid as uuid_module
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, cast
 
+import anyio
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -151,24 +152,28 @@ async def run_tool_step(
     skills: Sequence[SkillInfo],
     marker: dict[str, Any],
     records: list[ToolCallRecord],
-    finished: dict[str, Execution] | None = None,
+    interrupted: Callable[[TurnBatch], None],
 ) -> ToolResults | Paused | Returned:
     """Run one response's calls; return what comes next and the batch to record.
 
-    Every call, with its outcome once it has one, is appended to ``records``;
-    ``finished`` gets each execution as it ends (see :func:`interrupted_step`).
+    Every call, with its outcome once it has one, is appended to ``records``.
+    A cancel while the calls run hands ``interrupted`` what the stopped step
+    records (see :func:`_interrupted_step`), then goes on.
     """
-    for problem in problems:
-        tool = toolset.executable.get(problem.name or "")
-        if isinstance(tool, GatewayToolForTurn):
-            # A gateway keeps a row of every call, refused ones included.
-            timeout = toolset.timeouts.get(problem.name or "")
-            context = ToolContext(tenant, conversation_uuid, problem.call_id, timeout or 30.0)
-            await tool.refuse(problem.message, context)
-    executable = [(c, toolset.executable[c.name]) for c in calls if c.name in toolset.executable]
-    executions = {
-        e.call.call_id: e
-        for e in await executor.run(
+    finished: dict[str, Execution] = {}
+    started = time.perf_counter()
+    try:
+        for problem in problems:
+            tool = toolset.executable.get(problem.name or "")
+            if isinstance(tool, GatewayToolForTurn):
+                # A gateway keeps a row of every call, refused ones included.
+                timeout = toolset.timeouts.get(problem.name or "")
+                context = ToolContext(tenant, conversation_uuid, problem.call_id, timeout or 30.0)
+                await tool.refuse(problem.message, context)
+        executable = [
+            (c, toolset.executable[c.name]) for c in calls if c.name in toolset.executable
+        ]
+        ran = await executor.run(
             executable,
             tenant=tenant,
             conversation_uuid=conversation_uuid,
@@ -176,7 +181,24 @@ async def run_tool_step(
             read_only=toolset.read_only,
             finished=finished,
         )
-    }
+    except anyio.get_cancelled_exc_class():
+        # The calls were started and may have acted: the cancelled turn's
+        # record keeps them and what each did, not only its usage.
+        interrupted(
+            _interrupted_step(
+                response=response,
+                text=text,
+                calls=calls,
+                problems=problems,
+                toolset=toolset,
+                marker=marker,
+                records=records,
+                finished=finished,
+                elapsed_ms=(time.perf_counter() - started) * 1000,
+            )
+        )
+        raise
+    executions = {e.call.call_id: e for e in ran}
     batch = _requested(response, text, calls, problems, marker)
     returns: list[ModelRequestPart] = []
     only_repeats = (
@@ -289,7 +311,7 @@ CANCELLED = "tool.exec.cancelled"
 """The error code of a call whose turn was cancelled while the tool ran."""
 
 
-def interrupted_step(
+def _interrupted_step(
     *,
     response: ModelResponse,
     text: str,

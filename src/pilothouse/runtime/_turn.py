@@ -275,7 +275,7 @@ class Turn:
     # interrupted text's token_count, as an answer's is its call's.
     partial_tokens: int | None = None
     # The tool step a cancel stopped: the answer with its calls and what
-    # they did, written with the turn's TE (see _toolstep.interrupted_step).
+    # they did, written with the turn's TE (see _toolstep._interrupted_step).
     interrupted: TurnBatch | None = None
     # The API key the turn's message came with (budgets scoped to keys), and
     # whether the turn was counted against budgets' turn limits yet.
@@ -366,6 +366,8 @@ class Resume:
     With calls of the caller's ``still_pending``, the turn ends waiting for
     them (``WA`` when ``waiting``: some of them are on the event bus).
     ``processed`` marks event completions applied with the replies.
+    ``caller`` is who gave the replies, when known: the continued turn's
+    model calls are charged to its API key, as a new message's are.
     """
 
     replies: tuple[ToolReply, ...]
@@ -373,6 +375,7 @@ class Resume:
     still_pending: tuple[ReturnedCall, ...] = ()
     waiting: bool = False
     processed: tuple[NewProcessed, ...] = ()
+    caller: Caller | None = None
 
     def batch(self) -> TurnBatch:
         """What resuming records: the event, the replies and their calls' outcomes."""

@@ -59,7 +59,7 @@ from pydantic_core import to_jsonable_python
 from pilothouse.api import Pilothouse, loads_json
 from pilothouse.errors import BudgetExceededError, ErrorCategory, ForbiddenError, PilothouseError
 from pilothouse.server._deps import Authenticated, Facade, State, charge_batch
-from pilothouse.server._jsonrpc_methods import METHODS, to_json
+from pilothouse.server._jsonrpc_methods import METHODS, MODEL_OBJECT, MODEL_TEXT, to_json
 from pilothouse.server._problems import (
     HTTP_STATUS,
     budget_members,
@@ -128,6 +128,9 @@ class RpcError(Exception):
 def _field(loc: tuple[int | str, ...]) -> str:
     text = ""
     for part in loc:
+        if part in (MODEL_TEXT, MODEL_OBJECT):
+            # Which form of a two-form field was checked: no field of the wire.
+            continue
         if isinstance(part, int):
             text += f"[{part}]"
         else:

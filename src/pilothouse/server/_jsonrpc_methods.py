@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import date, datetime
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import Field, StrictBool, StrictInt, model_validator
+from pydantic import Discriminator, Field, StrictBool, StrictInt, Tag, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import to_jsonable_python
 
@@ -227,6 +227,36 @@ class EndpointParam(Params):
     headers: dict[str, str] = Field(default_factory=dict[str, str])
 
 
+MODEL_TEXT = "<text>"
+MODEL_OBJECT = "<object>"
+"""The two forms of ``runAdhoc``'s ``model``; an error's location names them,
+and the error leaves them out (see ``_jsonrpc._field``)."""
+
+
+def _model_form(value: Any) -> str | None:
+    # The JSON type decides the form, so an object is checked only as an
+    # endpoint: checked against both, every mistake in one came with a
+    # second error saying it was no string, named by the validator's types.
+    if isinstance(value, str):
+        return MODEL_TEXT
+    if isinstance(value, dict | EndpointParam):
+        return MODEL_OBJECT
+    return None
+
+
+_ModelParam = Annotated[
+    Annotated[_Text, Tag(MODEL_TEXT)] | Annotated[EndpointParam, Tag(MODEL_OBJECT)],
+    Discriminator(
+        _model_form,
+        custom_error_type="model_form",
+        custom_error_message=(
+            "write a catalog model code (a string) or an object "
+            "{baseUrl, modelName, apiKey?, headers?}"
+        ),
+    ),
+]
+
+
 class McpServerParam(Params):
     """An MCP server whose tools the run may call."""
 
@@ -247,7 +277,7 @@ class RunAdhoc(Params):
 
     name: _Text
     message: _Text
-    model: _Text | EndpointParam
+    model: _ModelParam
     description: str | None = None
     instruction: str | None = None
     instruction_mode: InstructionMode = InstructionMode.APPEND

@@ -1,0 +1,97 @@
+"""A cancel that arrives while a turn is still being prepared stops that turn.
+
+Between a message's arrival and the statement that takes the conversation,
+the turn checks its input and compiles its action. A cancel in that window
+found no running turn, terminated the idle conversation, and the turn then
+took it (a terminated conversation takes new messages) and ran to the end:
+the cancel was lost. The turn is cancellable from its arrival on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+from test_tool_loop import FakeSource, start, stored
+
+from pilothouse.catalog._enums import ProcessStatus
+from pilothouse.runtime import Runner, TurnResult
+from pilothouse.store import Database
+from pilothouse.testing import Reply, ScriptedModel
+
+pytestmark = pytest.mark.anyio
+
+RunnerFactory = Callable[..., Runner]
+
+
+async def test_a_cancel_while_the_turn_is_prepared_stops_it_before_the_model(
+    catalog: Database, make_runner: RunnerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = ScriptedModel([Reply("too late")])
+    uuid = await start(catalog, "TOOLS")
+    runner = make_runner(model, tool_source=FakeSource({}))
+    preparing, go_on = anyio.Event(), anyio.Event()
+    prepare = runner.prepare
+
+    async def held(*args: Any, **kwargs: Any) -> Any:
+        preparing.set()
+        await go_on.wait()
+        return await prepare(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "prepare", held)
+    results: list[TurnResult] = []
+
+    async def send() -> None:
+        results.append(await runner.send_message(uuid, "Hi"))
+
+    cancelled = False
+    async with anyio.create_task_group() as group:
+        group.start_soon(send)
+        await preparing.wait()
+        # No wait for the end: held in its preparation, the turn cannot end yet.
+        cancelled = await runner.cancel(uuid, wait=0)
+        go_on.set()
+    assert cancelled
+    (result,) = results
+    assert result.status is ProcessStatus.TERMINATED
+    assert model.requests == []
+    conversation, _, _ = await stored(catalog, uuid)
+    assert conversation.status is ProcessStatus.TERMINATED
+
+
+async def test_a_cancel_while_a_named_conversation_is_prepared_stops_its_first_turn(
+    catalog: Database, make_runner: RunnerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A caller that names the new conversation's uuid (the service's stream
+    # ids) can cancel it before its row exists.
+    model = ScriptedModel([Reply("too late")])
+    runner = make_runner(model, tool_source=FakeSource({}))
+    preparing, go_on = anyio.Event(), anyio.Event()
+    prepare = runner.prepare
+
+    async def held(*args: Any, **kwargs: Any) -> Any:
+        preparing.set()
+        await go_on.wait()
+        return await prepare(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "prepare", held)
+    uuid = "6f1c2a9e-0d4b-4c1e-9a53-2b7d8e0f4a11"
+    results: list[TurnResult] = []
+
+    async def start_and_send() -> None:
+        results.append(await runner.start_and_send("TOOLS", None, "Hi", conversation_uuid=uuid))
+
+    cancelled = False
+    async with anyio.create_task_group() as group:
+        group.start_soon(start_and_send)
+        await preparing.wait()
+        cancelled = await runner.cancel(uuid, wait=0)
+        go_on.set()
+    assert cancelled
+    (result,) = results
+    assert result.status is ProcessStatus.TERMINATED
+    assert model.requests == []
+    conversation, _, _ = await stored(catalog, uuid)
+    assert conversation.status is ProcessStatus.TERMINATED
