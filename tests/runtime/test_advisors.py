@@ -780,7 +780,7 @@ def test_a_pattern_that_ran_out_of_a_shared_or_huge_texts_bound_is_not_remembere
         _bounded_search.bounded_search("(b|bb)+$", huge + "!")
     with pytest.raises(_bounded_search.PatternTimeout):
         _bounded_search.bounded_search("(c|cc)+$", "c" * 35 + "!", seconds=0.01)
-    assert _bounded_search._SLOW == set()  # pyright: ignore[reportPrivateUsage]
+    assert _bounded_search._SLOW == set()
 
     flt = ContentFilterAdvisor([], ["(b|bb)+$"])
     assert flt.match(huge + "!") is not None

@@ -32,13 +32,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
 from pilothouse._caller import Caller
 from pilothouse._collector import freeze_once
 from pilothouse._logs import bind_conversation
 from pilothouse.catalog._enums import (
-    MessageRole,
     ProcessStatus,
     TimelineKind,
 )
@@ -49,10 +47,9 @@ from pilothouse.errors import (
     PilothouseError,
     ServiceUnavailableError,
 )
-from pilothouse.memory import MemoryMessage, counter_for, select_history
+from pilothouse.memory import counter_for
 from pilothouse.runtime._compile import ActionCompiler, CompiledAction
 from pilothouse.runtime._config import RuntimeConfig
-from pilothouse.runtime._convert import build_messages
 from pilothouse.runtime._events import (
     EventHub,
     Listener,
@@ -61,14 +58,12 @@ from pilothouse.runtime._events import (
     TurnResult,
 )
 from pilothouse.runtime._opening import StartNotWritten, start_ahead, take
+from pilothouse.runtime._prompted import prompted_call
 from pilothouse.runtime._record import status_event
 from pilothouse.runtime._replaytape import current_tape
 from pilothouse.runtime._resumed import resumed_call
-from pilothouse.runtime._retrieval import retrieve_context
-from pilothouse.runtime._shared import SKILL_OFFER_ABOVE
 from pilothouse.runtime._toolexec import Authorizer
 from pilothouse.runtime._toolset import ToolSource
-from pilothouse.runtime._toolstep import results_as_text
 from pilothouse.runtime._turn import (
     CallModel,
     Failed,
@@ -83,9 +78,7 @@ from pilothouse.runtime._turn import (
     TakeConversation,
     ToolReply,
     Turn,
-    activated_skills,
     mark_lazy_start,
-    memory_messages,
 )
 from pilothouse.store import (
     STARTABLE,
@@ -729,7 +722,7 @@ class Runner:
         while True:
             match step:
                 case Prompt():
-                    step = await self._prompt(turn, step)
+                    step = await prompted_call(self._runtime, self.tenant, turn, step, self.prepare)
                 case Resume():
                     step = await self._resume(turn, step)
                 case CallModel():
@@ -744,77 +737,6 @@ class Runner:
                         runtime = self._runtime
                         await remember(runtime, turn, turn.memory_text, result, runtime.extractor)
                     return result
-
-    async def _prompt(self, turn: Turn, step: Prompt) -> CallModel | Failed:
-        """A new message: recompile if the catalog moved, then assemble the request."""
-        new, prompt = step.new, step.new.system_prompt
-        if new.caller is not None:
-            turn.key_prefix = new.caller.key_prefix
-        if not step.checked and turn.handle.catalog_revision != turn.compiled.revision:
-            # The catalog changed since the cached compilation: compile
-            # again. Rare, and the input is checked again with it.
-            try:
-                turn.compiled, _, prompt = await self.prepare(
-                    new.action_code,
-                    new.agent_code,
-                    new.text,
-                    new.input_data,
-                    new.runtime_config,
-                    new.attachments,
-                )
-            except PilothouseError as exc:
-                # Deleted, deactivated, or the input no longer fits.
-                return Failed(f"the catalog changed: {exc}")
-        if turn.compiled.retrieval:
-            try:
-                retrieved = await retrieve_context(
-                    self._runtime.knowledge(),
-                    self.tenant,
-                    turn.compiled.retrieval,
-                    new.text,
-                    turn.config.retrieval,
-                )
-            except PilothouseError as exc:
-                # Never answer without the context the action is meant to have.
-                return Failed(str(exc))
-            turn.pending.append(retrieved.event)
-            turn.sources = retrieved.sources
-            if retrieved.prompt:
-                # Before the history is chosen, so its token budget counts the context.
-                prompt = f"{prompt}\n\n{retrieved.prompt}"
-        if len(turn.compiled.skills) > SKILL_OFFER_ABOVE:
-            turn.skill_offer = await self._runtime.skill_offer(turn.compiled.skills, new.text)
-        # The memory as it was before this turn's user message, read when the
-        # turn began.
-        history = memory_messages(turn.handle.memory)
-        user = MemoryMessage(role=MessageRole.USER, content=new.text)
-        kept = select_history(
-            [*history, user], turn.compiled.memory, system_prompt=prompt, counter=new.counter
-        )
-        turn.active_skills = activated_skills(history)
-        if turn.compiled.memory.scoped is not None:
-            from pilothouse.runtime._memory import recall
-
-            # Only SCOPED actions get here: the others pay one attribute check.
-            turn.memory_text = new.text
-            try:
-                prompt = await recall(self._runtime, turn, new.text, prompt, new.counter)
-            except PilothouseError as exc:
-                # An organization collection that cannot be searched: never
-                # answer without the memory the action is meant to have.
-                return Failed(str(exc))
-        messages = build_messages(prompt, kept[:-1], new.text, new.attachments)
-        last = messages[-1]
-        if (
-            turn.compiled.model.profile.tool_results_as_text
-            and isinstance(last, ModelRequest)
-            and any(isinstance(part, ToolReturnPart) for part in last.parts)
-        ):
-            # A continuation from tool results the caller ran (no new user
-            # text): as after the loop's own tool round, a small model gets
-            # them as text and answers without tools.
-            return CallModel([*messages[:-1], results_as_text(last)], True)
-        return CallModel(messages)
 
     async def _resume(self, turn: Turn, step: Resume) -> CallModel | Returned | Failed:
         """Go on from the stored history (the take wrote the replies), unless calls still wait."""
