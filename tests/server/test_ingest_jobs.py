@@ -180,7 +180,7 @@ async def test_a_tenant_runs_a_bounded_number_of_jobs_at_once(
         refused = await client.post(f"{BASE}/jobs", json=body, headers=auth(admin_key))
         assert refused.status_code == 429, refused.text
         assert refused.headers["retry-after"] == "5"
-        assert "4 ingestion jobs of this tenant are running" in refused.json()["detail"]
+        assert "4 ingestions of this tenant are running" in refused.json()["detail"]
         # Another tenant's jobs are its own.
         theirs = await client.post(f"{BASE}/jobs", json=body, headers=auth(other_tenant_key))
         assert theirs.status_code == 202, theirs.text
@@ -193,3 +193,84 @@ async def test_a_tenant_runs_a_bounded_number_of_jobs_at_once(
     again = await client.post(f"{BASE}/jobs", json=body, headers=auth(admin_key))
     assert again.status_code == 202, again.text
     await _until_finished(client, f"{BASE}/jobs/{again.json()['job_id']}", admin_key)
+
+
+async def test_synchronous_ingestions_count_with_the_tenants_jobs(
+    client: httpx.AsyncClient,
+    knowledge_state: ServerState,
+    admin_key: str,
+    other_tenant_key: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A synchronous ingestion holds its documents as a job does: both share one bound.
+
+    Two jobs and two synchronous ingestions are held in their cutting step;
+    the test waits until all four are there, so each request it sends after
+    meets four running ingestions of the tenant.
+    """
+    import threading
+
+    from pilothouse.knowledge._tokenizers import WordPieceTokenizer
+
+    release = threading.Event()
+    arrived = threading.Semaphore(0)
+    real_spans = WordPieceTokenizer.spans
+
+    def held_spans(self: WordPieceTokenizer, text: str) -> Any:
+        arrived.release()
+        release.wait(timeout=30)
+        return real_spans(self, text)
+
+    async def until_held(count: int) -> None:
+        for _ in range(count):
+            assert await asyncio.to_thread(arrived.acquire, timeout=30)
+
+    monkeypatch.setattr(WordPieceTokenizer, "spans", held_spans)
+    body = {"texts": [TEXTS[1]]}
+    other_catalog = CATALOG.yaml()
+    other = {"Authorization": f"Bearer {other_tenant_key}", "Content-Type": "application/yaml"}
+    assert (await client.put("/v1/catalog", content=other_catalog, headers=other)).is_success
+    jobs: list[httpx.Response] = []
+    synchronous: list[asyncio.Task[httpx.Response]] = []
+    try:
+        jobs = [
+            await client.post(f"{BASE}/jobs", json=body, headers=auth(admin_key)) for _ in range(2)
+        ]
+        assert [r.status_code for r in jobs] == [202] * 2, [r.text for r in jobs]
+        synchronous = [
+            asyncio.create_task(
+                client.post(f"{BASE}/documents", json=body, headers=auth(admin_key))
+            )
+            for _ in range(2)
+        ]
+        await until_held(4)
+        refused = await client.post(f"{BASE}/documents", json=body, headers=auth(admin_key))
+        assert refused.status_code == 429, refused.text
+        assert refused.headers["retry-after"] == "5"
+        detail = refused.json()["detail"]
+        assert "4 ingestions of this tenant are running (2 of them background jobs)" in detail
+        assert "send this one again" in detail
+        # A reingestion is an ingestion too, and so is a job.
+        again = {**body, "reingest": True}
+        refused = await client.post(f"{BASE}/documents", json=again, headers=auth(admin_key))
+        assert refused.status_code == 429, refused.text
+        refused = await client.post(f"{BASE}/jobs", json=body, headers=auth(admin_key))
+        assert refused.status_code == 429, refused.text
+        # Another tenant's ingestions are its own.
+        synchronous.append(
+            asyncio.create_task(
+                client.post(f"{BASE}/documents", json=body, headers=auth(other_tenant_key))
+            )
+        )
+        await until_held(1)
+    finally:
+        release.set()
+    done = await asyncio.gather(*synchronous)
+    assert [r.status_code for r in done] == [200] * 3, [r.text for r in done]
+    for response in jobs:
+        seen = await _until_finished(client, f"{BASE}/jobs/{response.json()['job_id']}", admin_key)
+        assert seen[-1]["status"] == "done", seen[-1]
+    # With the ingestions finished, the tenant ingests again, synchronously.
+    after = await client.post(f"{BASE}/documents", json=body, headers=auth(admin_key))
+    assert after.status_code == 200, after.text
+    assert after.json()["documents"][0]["status"] == "unchanged"

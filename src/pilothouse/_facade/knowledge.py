@@ -107,8 +107,25 @@ class KnowledgeApi(Facet):
             NotFoundError: no such active collection.
             KnowledgeSetupError: the collection cannot be used as configured.
             DimensionMismatchError: the collection holds another model's vectors.
+            TooManyRequestsError: the tenant runs the most ingestions at once
+                in this process already (jobs counted with these).
         """
         await self._ready()
+        async with self._service_of().jobs.slot(self.tenant):
+            return await self._ingest(
+                collection, sources, metadata=metadata, progress=progress, check_urls=check_urls
+            )
+
+    async def _ingest(
+        self,
+        collection: str,
+        sources: Sequence[str | Path | TextDocument | FileDocument],
+        *,
+        metadata: Mapping[str, Any] | None,
+        progress: ProgressCallback | None,
+        check_urls: bool,
+    ) -> IngestResult:
+        """:meth:`ingest` without taking a place among the tenant's running ingestions."""
         egress = self._egress
 
         async def url_check(url: str) -> None:
@@ -136,9 +153,25 @@ class KnowledgeApi(Facet):
     ) -> IngestResult:
         """Delete each named document, then ingest it again (embedded anew even if unchanged).
 
-        Arguments as :meth:`ingest`; a folder's documents are deleted one by one.
+        Arguments and errors as :meth:`ingest`; a folder's documents are
+        deleted one by one.
         """
         await self._ready()
+        async with self._service_of().jobs.slot(self.tenant):
+            return await self._reingest(
+                collection, sources, metadata=metadata, progress=progress, check_urls=check_urls
+            )
+
+    async def _reingest(
+        self,
+        collection: str,
+        sources: Sequence[str | Path | TextDocument | FileDocument],
+        *,
+        metadata: Mapping[str, Any] | None,
+        progress: ProgressCallback | None,
+        check_urls: bool,
+    ) -> IngestResult:
+        """:meth:`reingest` without taking a place among the tenant's running ingestions."""
         service = self._service_of()
         from pilothouse.knowledge._sources import expand
 
@@ -146,7 +179,7 @@ class KnowledgeApi(Facet):
             await service.delete_document(
                 self.tenant, collection, pending.source, local_paths=self._local_paths
             )
-        return await self.ingest(
+        return await self._ingest(
             collection, sources, metadata=metadata, progress=progress, check_urls=check_urls
         )
 
@@ -179,12 +212,15 @@ class KnowledgeApi(Facet):
         Raises:
             NotFoundError: no such active collection.
             KnowledgeSetupError: the collection cannot be used as configured.
+            TooManyRequestsError: the tenant runs the most ingestions at once
+                in this process already (synchronous ones counted with jobs).
         """
         await self._ready()
         service = self._service_of()
         target = await service.collection(self.tenant, collection)
         service.plan(target, await service.embedder(target))
-        call = self.reingest if reingest else self.ingest
+        # The job itself is the tenant's running ingestion: its work takes no second place.
+        call = self._reingest if reingest else self._ingest
         given = list(sources)
 
         async def ingestion(progress: ProgressCallback) -> IngestResult:

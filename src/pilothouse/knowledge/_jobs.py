@@ -12,6 +12,11 @@ status read marks it ``failed`` and says why, rather than leaving it
 ``running`` for ever. The documents it wrote stay; ingesting the same
 sources again skips them as unchanged.
 
+A synchronous ingestion (:meth:`IngestJobs.slot`) holds its documents and
+this process's CPU as a job does, so it is counted with the tenant's jobs:
+one tenant runs at most :data:`MAX_RUNNING_JOBS` ingestions of either kind
+at once in one process.
+
 The rows hold a collection code, counts and the per-document outcome
 (sources and errors): no user's data, so a user's erasure has nothing here.
 """
@@ -24,7 +29,9 @@ import asyncio
 import logging
 import time
 import uuid as uuid_module
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, update
@@ -44,16 +51,17 @@ PROGRESS_SECONDS = 0.5
 """Least time between two progress writes of one job (a document's end is always written)."""
 
 MAX_RUNNING_JOBS = 4
-"""The most background ingestions one tenant runs at once in one process.
+"""The most ingestions one tenant runs at once in one process: jobs and synchronous ones together.
 
-A job holds its documents in memory (an upload up to 50 MiB) until it ends,
-and reads, cuts and embeds them on this process's CPU: without a bound, one
-tenant's stream of job requests would take the memory and CPU every tenant
-shares.
+An ingestion holds its documents in memory (an upload up to 50 MiB) until it
+ends, and reads, cuts and embeds them on this process's CPU, whether it runs
+as a job or while its request waits: without one bound over both, one
+tenant's stream of requests of either kind would take the memory and CPU
+every tenant shares.
 """
 
 _RETRY_SECONDS = 5.0
-"""The wait a refused job request is told (``Retry-After``)."""
+"""The wait a refused ingestion request is told (``Retry-After``)."""
 
 _STOPPED = (
     "the service stopped before the job finished: ingest the same sources again "
@@ -154,6 +162,43 @@ class IngestJobs:
         self.leases = leases
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._tenants: dict[str, str] = {}
+        self._synchronous: Counter[str] = Counter()
+
+    def _admit(self, tenant: str) -> None:
+        """Refuse a new ingestion of a tenant already running the most at once.
+
+        Raises:
+            TooManyRequestsError: the tenant's running jobs and synchronous
+                ingestions in this process make :data:`MAX_RUNNING_JOBS`.
+        """
+        jobs = sum(1 for owner in self._tenants.values() if owner == tenant)
+        running = jobs + self._synchronous[tenant]
+        if running >= MAX_RUNNING_JOBS:
+            raise TooManyRequestsError(
+                f"{running} ingestions of this tenant are running ({jobs} of them background "
+                f"jobs), the most at once: send this one again when one of them has finished "
+                f"(after {_RETRY_SECONDS:g} s, or when GET of a job reads it done)",
+                retry_after=_RETRY_SECONDS,
+            )
+
+    @asynccontextmanager
+    async def slot(self, tenant: str) -> AsyncGenerator[None]:
+        """Count a synchronous ingestion of ``tenant`` with its jobs while the block runs.
+
+        Raises:
+            TooManyRequestsError: the tenant runs :data:`MAX_RUNNING_JOBS`
+                ingestions (jobs and synchronous ones) in this process already.
+        """
+        # Checked and counted before the first await: requests arriving
+        # together cannot all pass the check.
+        self._admit(tenant)
+        self._synchronous[tenant] += 1
+        try:
+            yield
+        finally:
+            self._synchronous[tenant] -= 1
+            if self._synchronous[tenant] <= 0:
+                del self._synchronous[tenant]
 
     async def start(
         self, tenant: str, collection: str, documents: int, ingestion: Ingestion
@@ -170,16 +215,10 @@ class IngestJobs:
             The job as it starts.
 
         Raises:
-            TooManyRequestsError: the tenant runs :data:`MAX_RUNNING_JOBS` jobs
-                in this process already.
+            TooManyRequestsError: the tenant runs :data:`MAX_RUNNING_JOBS`
+                ingestions (jobs and synchronous ones) in this process already.
         """
-        running = sum(1 for owner in self._tenants.values() if owner == tenant)
-        if running >= MAX_RUNNING_JOBS:
-            raise TooManyRequestsError(
-                f"{running} ingestion jobs of this tenant are running, the most at once; "
-                "start this one when one of them has finished (GET its job to see)",
-                retry_after=_RETRY_SECONDS,
-            )
+        self._admit(tenant)
         job_id = str(uuid_module.uuid4())
         # Counted from here, before the first await: requests arriving together
         # cannot all pass the check above.
