@@ -9,7 +9,7 @@ a folder is reported as skipped, one named on its own as failed.
 
 from __future__ import annotations
 
-__all__ = ["Loaded", "Pending", "expand", "load"]
+__all__ = ["FETCH_SECONDS", "MAX_BYTES", "Loaded", "Pending", "expand", "load"]
 
 import os
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -31,6 +31,16 @@ _MAX_REDIRECTS = 5
 
 MAX_BYTES = 50 * 1024 * 1024
 """The largest document read from a file or URL."""
+
+FETCH_SECONDS = 120.0
+"""The longest one URL's fetch may take, redirects and the whole body included.
+
+The HTTP client's timeout bounds each read only, so a server sending a byte
+a minute would hold an ingestion (its memory, its place among the tenant's
+running ingestions) for ever. Two minutes carry the largest document read
+(:data:`MAX_BYTES`) at about 0.4 MB/s, which a server meant to publish
+documents exceeds by far; a slower one's document can be uploaded instead.
+"""
 
 
 @dataclass(frozen=True)
@@ -113,7 +123,11 @@ def _walk(folder: Path) -> Iterator[Pending]:
 
 
 async def load(
-    pending: Pending, client: httpx.AsyncClient, url_check: UrlCheck | None = None
+    pending: Pending,
+    client: httpx.AsyncClient,
+    url_check: UrlCheck | None = None,
+    *,
+    fetch_seconds: float = FETCH_SECONDS,
 ) -> Loaded:
     """Read a pending document.
 
@@ -122,13 +136,14 @@ async def load(
         client: fetches URLs.
         url_check: refuses URLs a caller may not make this process fetch
             (asked for the URL and every redirect).
+        fetch_seconds: the longest a URL's fetch may take, all of it.
 
     Returns:
         The content.
 
     Raises:
         DocumentError: missing, unreadable, too large, of an unknown type, or
-            a URL that did not answer 200.
+            a URL that did not answer 200 or not within ``fetch_seconds``.
     """
     if isinstance(pending.document, FileDocument):
         upload = pending.document
@@ -147,7 +162,14 @@ async def load(
             doc.source, doc.text.encode("utf-8"), doc.format, doc.title, {"format": doc.format}
         )
     if pending.kind == "url":
-        return await _fetch(pending.source, client, url_check)
+        # The block is left without a return only when the time ran out.
+        with anyio.move_on_after(fetch_seconds):
+            return await _fetch(pending.source, client, url_check)
+        raise DocumentError(
+            f"{pending.source}: {httpx.URL(pending.source).host} did not send the whole "
+            f"document within {fetch_seconds:g} s, the most one URL fetch may take; "
+            "serve it faster or upload the file instead"
+        )
     assert pending.path is not None
     return await _read_file(pending.path, pending.source)
 
