@@ -113,7 +113,12 @@ class KnowledgeApi(Facet):
         await self._ready()
         async with self._service_of().jobs.slot(self.tenant):
             return await self._ingest(
-                collection, sources, metadata=metadata, progress=progress, check_urls=check_urls
+                collection,
+                sources,
+                metadata=metadata,
+                progress=progress,
+                check_urls=check_urls,
+                reingest=False,
             )
 
     async def _ingest(
@@ -124,15 +129,28 @@ class KnowledgeApi(Facet):
         metadata: Mapping[str, Any] | None,
         progress: ProgressCallback | None,
         check_urls: bool,
+        reingest: bool,
     ) -> IngestResult:
-        """:meth:`ingest` without taking a place among the tenant's running ingestions."""
+        """:meth:`ingest` (:meth:`reingest` with ``reingest``), taking no place of its own.
+
+        A background job is itself the tenant's running ingestion, so its
+        work comes here directly rather than through a second slot.
+        """
+        service = self._service_of()
+        if reingest:
+            from pilothouse.knowledge._sources import expand
+
+            for pending in expand(sources):
+                await service.delete_document(
+                    self.tenant, collection, pending.source, local_paths=self._local_paths
+                )
         egress = self._egress
 
         async def url_check(url: str) -> None:
             await egress.check(url, "url")
 
         with self._tenant_egress():
-            return await self._service_of().ingest(
+            return await service.ingest(
                 self.tenant,
                 collection,
                 sources,
@@ -158,30 +176,14 @@ class KnowledgeApi(Facet):
         """
         await self._ready()
         async with self._service_of().jobs.slot(self.tenant):
-            return await self._reingest(
-                collection, sources, metadata=metadata, progress=progress, check_urls=check_urls
+            return await self._ingest(
+                collection,
+                sources,
+                metadata=metadata,
+                progress=progress,
+                check_urls=check_urls,
+                reingest=True,
             )
-
-    async def _reingest(
-        self,
-        collection: str,
-        sources: Sequence[str | Path | TextDocument | FileDocument],
-        *,
-        metadata: Mapping[str, Any] | None,
-        progress: ProgressCallback | None,
-        check_urls: bool,
-    ) -> IngestResult:
-        """:meth:`reingest` without taking a place among the tenant's running ingestions."""
-        service = self._service_of()
-        from pilothouse.knowledge._sources import expand
-
-        for pending in expand(sources):
-            await service.delete_document(
-                self.tenant, collection, pending.source, local_paths=self._local_paths
-            )
-        return await self._ingest(
-            collection, sources, metadata=metadata, progress=progress, check_urls=check_urls
-        )
 
     @checks_own_input("sources")
     async def start_ingest(
@@ -219,13 +221,17 @@ class KnowledgeApi(Facet):
         service = self._service_of()
         target = await service.collection(self.tenant, collection)
         service.plan(target, await service.embedder(target))
-        # The job itself is the tenant's running ingestion: its work takes no second place.
-        call = self._reingest if reingest else self._ingest
         given = list(sources)
 
         async def ingestion(progress: ProgressCallback) -> IngestResult:
-            return await call(
-                collection, given, metadata=metadata, progress=progress, check_urls=check_urls
+            # The job itself is the tenant's running ingestion: its work takes no second place.
+            return await self._ingest(
+                collection,
+                given,
+                metadata=metadata,
+                progress=progress,
+                check_urls=check_urls,
+                reingest=reingest,
             )
 
         with self._tenant_egress():
