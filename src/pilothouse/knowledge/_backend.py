@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = ["Backend", "ChunkRow", "Collection", "NewDocument", "filter_items"]
 
+import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -190,14 +191,20 @@ class Backend(ABC):
 
 
 _FILTER_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_INT64 = 2**63
+"""Integers a filter compares exactly on every store: SQLite's are 64-bit."""
 
 
 def filter_items(filters: MetadataFilter) -> list[tuple[str, list[FilterValue]]]:
     """Check a metadata filter and list each key with its accepted values.
 
+    Every store checks its filters here, so each refuses the same filters
+    with the same words.
+
     Raises:
-        KnowledgeError: a key is not a plain name, or a value is not a
-            string, number or boolean.
+        KnowledgeError: a key is not a plain name, a value is not a string,
+            number or boolean, or is a number no store compares alike (an
+            integer past 64 bits, infinity, NaN); each names the key.
     """
     items: list[tuple[str, list[FilterValue]]] = []
     for key, value in filters.items():
@@ -210,5 +217,19 @@ def filter_items(filters: MetadataFilter) -> list[tuple[str, list[FilterValue]]]
             raise KnowledgeError(
                 f"filter {key!r}: values must be strings, numbers or booleans (or a list of them)"
             )
+        for number in values:
+            _check_number(key, number)
         items.append((key, values))
     return items
+
+
+def _check_number(key: str, value: FilterValue) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and not -_INT64 <= value < _INT64:
+        raise KnowledgeError(
+            f"filter {key!r}: {value} is past the 64-bit integers a filter compares "
+            "(-2**63 to 2**63 - 1); store and filter such a value as a string"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise KnowledgeError(f"filter {key!r}: {value} is no JSON number; give a finite number")

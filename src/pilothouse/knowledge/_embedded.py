@@ -13,7 +13,6 @@ from __future__ import annotations
 
 __all__ = ["EmbeddedBackend"]
 
-import math
 import re
 from collections.abc import Sequence
 from decimal import Decimal
@@ -52,7 +51,6 @@ from pilothouse.knowledge._bm25 import TextStats, bm25_search, text_stats
 from pilothouse.knowledge._embedders import Vectors
 from pilothouse.knowledge._errors import (
     DimensionMismatchError,
-    KnowledgeError,
     KnowledgeSetupError,
 )
 from pilothouse.knowledge._index import Ids, VectorIndex
@@ -93,10 +91,6 @@ def check_state(collection: Collection, dimension: int | None, model: str | None
         )
 
 
-_INT64 = 2**63
-"""Integers a filter compares exactly on both databases: SQLite's are 64-bit."""
-
-
 def _filter_clauses(filters: MetadataFilter, dialect: str) -> list[ColumnElement[bool]]:
     """A chunk's metadata value matches a filter value only when both are of one JSON type.
 
@@ -109,33 +103,20 @@ def _filter_clauses(filters: MetadataFilter, dialect: str) -> list[ColumnElement
     past 2**53 matched their neighbours.
 
     Raises:
-        KnowledgeError: a number the two databases cannot compare alike (an
-            integer past 64 bits, infinity, NaN).
+        KnowledgeError: a filter :func:`filter_items` refuses (a number the
+            stores cannot compare alike: an integer past 64 bits, infinity, NaN).
     """
     clauses: list[ColumnElement[bool]] = []
     column: Any = KnowledgeChunk.meta
     for key, values in filter_items(filters):
         options: list[ColumnElement[bool]] = []
         for value in values:
-            _check_number(key, value)
             if dialect == "sqlite":
                 options.append(_sqlite_typed(column, key, value))
             else:
                 options.append(_postgresql_typed(column, key, value))
         clauses.append(options[0] if len(options) == 1 else _any(options))
     return clauses
-
-
-def _check_number(key: str, value: FilterValue) -> None:
-    if isinstance(value, bool):
-        return
-    if isinstance(value, int) and not -_INT64 <= value < _INT64:
-        raise KnowledgeError(
-            f"filter {key!r}: {value} is past the 64-bit integers a filter compares "
-            "(-2**63 to 2**63 - 1); store and filter such a value as a string"
-        )
-    if isinstance(value, float) and not math.isfinite(value):
-        raise KnowledgeError(f"filter {key!r}: {value} is no JSON number; give a finite number")
 
 
 def _sqlite_typed(column: Any, key: str, value: FilterValue) -> ColumnElement[bool]:

@@ -90,15 +90,38 @@ def _quote(name: str) -> str:
     return ".".join(f'"{part}"' for part in name.split("."))
 
 
-def _filter_sql(filters: MetadataFilter, start: int) -> tuple[str, list[str]]:
-    """``AND metadata ->> 'key' = $n ...`` and its parameters (compared as text)."""
+def _filter_sql(filters: MetadataFilter, start: int, langchain4j: bool) -> tuple[str, list[str]]:
+    """``AND (...)`` per filter key, and its parameters (numbered from ``start``).
+
+    A value matches only a metadata value of its own JSON type, as on the
+    embedded store: ``jsonb`` equality is typed (``"5"`` never equals ``5``,
+    ``true`` never ``1``) and compares numbers as ``numeric``, so integers
+    are exact however large and ``5`` equals ``5.0``. Compared as text,
+    ``"5"`` matched a stored ``5`` and ``5.0`` did not. A LangChain4j table
+    holds the metadata pilothouse writes as strings, so there a number or
+    boolean also matches the string it is written as.
+
+    Raises:
+        KnowledgeError: a filter :func:`filter_items` refuses.
+    """
     clauses: list[str] = []
     params: list[str] = []
+
+    def param(value: str) -> str:
+        params.append(value)
+        return f"${start + len(params) - 1}"
+
     for key, values in filter_items(filters):
+        # The key is a plain name (filter_items): safe inside a literal.
+        stored = f"(metadata -> '{key}')::jsonb" if langchain4j else f"metadata -> '{key}'"
         options: list[str] = []
         for value in values:
-            params.append(json.dumps(value) if isinstance(value, bool) else str(value))
-            options.append(f"metadata ->> '{key}' = ${start + len(params) - 1}")
+            options.append(f"{stored} = {param(json.dumps(value))}::jsonb")
+            if langchain4j and not isinstance(value, str):
+                options.append(
+                    f"(json_typeof(metadata -> '{key}') = 'string' "
+                    f"AND metadata ->> '{key}' = {param(_as_text(value))})"
+                )
         clauses.append(f"({' OR '.join(options)})")
     return "".join(f" AND {c}" for c in clauses), params
 
@@ -638,7 +661,7 @@ class PgVectorBackend(Backend):
         table = await self._ensure(collection)
         key = "embedding_id::text" if self.langchain4j else "id::text"
         scope, scope_params = self._scope(collection, 2)
-        where, params = _filter_sql(filters, 2 + len(scope_params))
+        where, params = _filter_sql(filters, 2 + len(scope_params), self.langchain4j)
         sql = (
             f"SELECT {key} AS key, 1 - (embedding <=> $1) AS similarity FROM {table} "
             f"WHERE {scope}{where} ORDER BY embedding <=> $1 LIMIT {int(k)}"
@@ -666,7 +689,7 @@ class PgVectorBackend(Backend):
         else:
             key, vector = "id::text", "tsv"
         scope, scope_params = self._scope(collection, 2)
-        where, params = _filter_sql(filters, 2 + len(scope_params))
+        where, params = _filter_sql(filters, 2 + len(scope_params), self.langchain4j)
         sql = (
             f"SELECT {key} AS key FROM {table}, to_tsquery('{config}', $1) AS q "
             f"WHERE {scope} AND {vector} @@ q{where} "
