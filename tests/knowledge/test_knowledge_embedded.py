@@ -261,6 +261,15 @@ async def test_a_text_filter_matches_only_text_and_integers_compare_exactly(
             await knowledge.search("default", "DOCS", "invoices", filters={"code": wrong})
 
 
+async def test_a_filter_of_text_no_metadata_holds_is_refused(knowledge: Knowledge) -> None:
+    # Metadata with a NUL or a lone surrogate is refused at ingestion, so no
+    # value matches it: PostgreSQL failed the search, SQLite found nothing.
+    await knowledge.ingest("default", "DOCS", [TextDocument("a", "Invoices are due.")])
+    for wrong in ("a\x00b", "\ud800", ["ok", "\x00"]):
+        with pytest.raises(KnowledgeError, match="filter 'code': the value contains"):
+            await knowledge.search("default", "DOCS", "invoices", filters={"code": wrong})
+
+
 async def test_the_collection_threshold_applies_by_default(knowledge: Knowledge) -> None:
     await knowledge.ingest("default", "STRICT", [TextDocument("x", "Lunch is at noon.")])
     result = await knowledge.search("default", "STRICT", "When is lunch served?")

@@ -89,8 +89,16 @@ CASES: list[tuple[Any, list[str]]] = [
 ]
 """A filter on ``code`` and the documents it finds on every store."""
 
-REFUSED: list[Any] = [2**63, -(2**63) - 1, float("inf"), float("-inf"), float("nan")]
-"""Filter values no store can compare alike: refused, naming the key."""
+REFUSED: list[Any] = [
+    2**63,
+    -(2**63) - 1,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    "a\x00b",
+    "\ud800",
+]
+"""Filter values no store can compare alike, or no metadata holds: refused, naming the key."""
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from pilothouse.catalog._stores import StoreSettings
 from pilothouse.knowledge._embedders import EmbeddingModelInfo, Vectors
 from pilothouse.knowledge._errors import KnowledgeError
 from pilothouse.knowledge._types import DocumentInfo, FilterValue, MetadataFilter
+from pilothouse.store._text import unstorable
 
 if TYPE_CHECKING:
     from pilothouse.knowledge._chunking import Chunk
@@ -203,8 +204,9 @@ def filter_items(filters: MetadataFilter) -> list[tuple[str, list[FilterValue]]]
 
     Raises:
         KnowledgeError: a key is not a plain name, a value is not a string,
-            number or boolean, or is a number no store compares alike (an
-            integer past 64 bits, infinity, NaN); each names the key.
+            number or boolean, is a number no store compares alike (an
+            integer past 64 bits, infinity, NaN) or text no metadata holds
+            (a NUL, a lone surrogate); each names the key.
     """
     items: list[tuple[str, list[FilterValue]]] = []
     for key, value in filters.items():
@@ -217,13 +219,23 @@ def filter_items(filters: MetadataFilter) -> list[tuple[str, list[FilterValue]]]
             raise KnowledgeError(
                 f"filter {key!r}: values must be strings, numbers or booleans (or a list of them)"
             )
-        for number in values:
-            _check_number(key, number)
+        for checked in values:
+            _check_value(key, checked)
         items.append((key, values))
     return items
 
 
-def _check_number(key: str, value: FilterValue) -> None:
+def _check_value(key: str, value: FilterValue) -> None:
+    if isinstance(value, str):
+        # Metadata holding such text is refused at ingestion, so it matches
+        # nothing; PostgreSQL's text and jsonb refuse it outright (a failed
+        # search there, an empty answer on SQLite).
+        what = unstorable(value)
+        if what is not None:
+            raise KnowledgeError(
+                f"filter {key!r}: the value contains {what}, which no metadata holds; remove it"
+            )
+        return
     if isinstance(value, bool):
         return
     if isinstance(value, int) and not -_INT64 <= value < _INT64:
