@@ -8,11 +8,13 @@ each (and the documents the rule says), or be refused with the same error.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pilothouse.catalog import import_catalog
@@ -107,9 +109,7 @@ def minilm() -> LocalMiniLM:
 
 
 @pytest.fixture
-async def knowledge(
-    tmp_path: Path, pgvector_dsn: str, minilm: LocalMiniLM
-) -> AsyncIterator[Knowledge]:
+async def dsn(pgvector_dsn: str) -> str:
     import asyncpg
 
     # A database of its own, so no other test's tables are seen.
@@ -117,7 +117,11 @@ async def knowledge(
     admin = await asyncpg.connect(pgvector_dsn)
     await admin.execute(f'CREATE DATABASE "{name}"')
     await admin.close()
-    dsn = pgvector_dsn.rsplit("/", 1)[0] + f"/{name}"
+    return pgvector_dsn.rsplit("/", 1)[0] + f"/{name}"
+
+
+@pytest.fixture
+async def knowledge(tmp_path: Path, dsn: str, minilm: LocalMiniLM) -> AsyncIterator[Knowledge]:
     database = Database(f"sqlite+aiosqlite:///{tmp_path / 'ph.db'}")
     (tmp_path / "c.yaml").write_text(CATALOG.format(dsn=dsn))
     await import_catalog(database, "default", [tmp_path / "c.yaml"])
@@ -183,8 +187,11 @@ async def test_pgvector_refuses_the_filters_the_embedded_store_refuses(
 
 
 async def test_a_langchain4j_table_matches_a_value_or_the_text_it_is_written_as(
-    knowledge: Knowledge,
+    knowledge: Knowledge, dsn: str, minilm: LocalMiniLM
 ) -> None:
+    import asyncpg
+    from pgvector.asyncpg import register_vector
+
     # LangChain4j tables hold the metadata pilothouse writes as strings (as
     # LangChain4j reads it): a number or boolean filter matches that string
     # form, a text filter only text; the type the value had is not stored.
@@ -202,3 +209,19 @@ async def test_a_langchain4j_table_matches_a_value_or_the_text_it_is_written_as(
     for value, sources in cases:
         assert await _found(knowledge, "CHAIN4J", {"code": value}, "hybrid") == sources, value
     assert await _found(knowledge, "CHAIN4J", {"absent": 1}, "hybrid") == []
+
+    # A number LangChain4j itself wrote stays a JSON number: found by number only.
+    (vector,) = await minilm.embed(["Invoices are due in twelve weeks."])
+    connection = await asyncpg.connect(dsn)
+    await register_vector(connection)
+    await connection.execute(
+        "INSERT INTO filters_l4j (embedding_id, embedding, text, metadata) "
+        "VALUES ($1, $2, $3, $4::json)",
+        uuid.uuid4(),
+        np.asarray(vector, dtype=np.float32),
+        "Invoices are due in twelve weeks.",
+        json.dumps({"code": 12, "source": "typed12"}),
+    )
+    await connection.close()
+    for value, sources in ((12, ["typed12"]), (12.0, ["typed12"]), ("12", [])):
+        assert await _found(knowledge, "CHAIN4J", {"code": value}, "hybrid") == sources, value
