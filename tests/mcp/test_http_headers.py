@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import warnings
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
@@ -11,6 +13,8 @@ import anyio
 import anyio.abc
 import pytest
 import uvicorn
+from mcp.server.mcpserver import Context
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_servers import build_server
 
 from pilothouse.catalog._enums import McpTransport
@@ -161,4 +165,117 @@ async def test_an_answer_past_the_bound_is_not_read_whole(caplog: pytest.LogCapt
             small = await tool.execute({"mib": 1}, context)
             assert small.is_error is False
             assert small.content.startswith("x" * 1000)
+        web.should_exit = True
+
+
+def handshake_only(app: App, gets: anyio.Event) -> App:
+    """The server as a pre-2026 one: it refuses ``server/discover``, so the client shakes hands.
+
+    Only a handshake session has the long-lived ``GET`` stream of
+    notifications; ``gets`` is set when the client has opened it.
+    """
+
+    async def wrapper(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            if scope["type"] == "http" and scope["method"] == "GET":
+                gets.set()
+            await app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        sent = json.loads(body) if body else None
+        if isinstance(sent, dict) and sent.get("method") == "server/discover":
+            refusal = {
+                "jsonrpc": "2.0",
+                "id": sent.get("id"),
+                "error": {"code": -32601, "message": "Method not found"},
+            }
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": json.dumps(refusal).encode()})
+            return
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, replay, send)
+
+    return wrapper
+
+
+async def test_notifications_past_the_bound_close_the_session(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A tenant's server sending notifications without end cannot keep the process reading.
+
+    The notifications come on the session's long-lived ``GET`` stream, apart
+    from any answer; 20 MiB of them (each event within the SDK's 1 MiB)
+    close the session, and the next call gets a new one.
+    """
+    from mcp.server.mcpserver import MCPServer
+
+    from pilothouse.providers._egress import EgressPolicy
+
+    server = MCPServer("chatty")
+
+    @server.tool()
+    async def flood(mib: int, ctx: Context) -> str:
+        """Log half-mebibyte lines, unasked, on the notification stream."""
+        line = "x" * (512 * 1024)
+        # The SDK warns that 2026-07-28 replaced logging; this server speaks the handshake era.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            for _ in range(mib * 2):
+                await ctx.request_context.session.send_log_message("info", line, logger="flood")
+        return "sent"
+
+    @server.tool()
+    def echo(message: str) -> str:
+        """Say it back."""
+        return f"Echo: {message}"
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    gets = anyio.Event()
+    app = handshake_only(server.streamable_http_app(), gets)
+    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = McpClientConfig(
+        name="chatty",
+        transport=McpTransport.STREAMABLE_HTTP,
+        url=f"http://127.0.0.1:{port}/mcp",
+        egress=EgressPolicy.parse(["127.0.0.1"]),
+    )
+    warning = "sent more than 16777216 bytes of notifications"
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(web.serve)
+        with anyio.fail_after(5):
+            while not web.started:
+                await anyio.sleep(0.01)
+        async with McpClientPool(connect_timeout=5) as pool:
+            tool = await pool.tool(config, "flood")
+            with anyio.fail_after(5):
+                await gets.wait()
+            await tool.execute({"mib": 20}, CONTEXT)
+            with anyio.fail_after(20):
+                while warning not in caplog.text:
+                    await anyio.sleep(0.01)
+            assert pool.opened == 1
+            # The closed session is not used again: the next call opens another.
+            again = await pool.tool(config, "echo")
+            assert (await again.execute({"message": "hi"}, CONTEXT)).content == "Echo: hi"
+            assert pool.opened == 2
         web.should_exit = True

@@ -6,9 +6,11 @@ import logging
 import sys
 import time
 import types
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
+from uuid import uuid4
 
 import pytest
 from pydantic_ai.direct import model_request
@@ -461,16 +463,27 @@ def test_a_pattern_that_ran_past_its_bound_is_not_searched_again_and_still_block
 ) -> None:
     # Without a memory of it, a slow pattern would cost the event loop its
     # whole bound on every message of every turn.
-    from pilothouse.runtime import _bounded_search
+    from pilothouse.runtime import _advisors, _bounded_search
 
     searched: list[str] = []
-    compiled = _bounded_search.compiled
+    compile_pattern = _bounded_search.compile_pattern
+
+    class Counting:
+        """A compiled pattern that counts its searches."""
+
+        def __init__(self, found: Any) -> None:
+            self.found = found
+            self.pattern = found.pattern
+            self.flags = found.flags
+
+        def search(self, text: str, **options: Any) -> Any:
+            searched.append(self.pattern)
+            return self.found.search(text, **options)
 
     def counting(pattern: str, flags: int = 0) -> Any:
-        searched.append(pattern)
-        return compiled(pattern, flags)
+        return Counting(compile_pattern(pattern, flags))
 
-    monkeypatch.setattr(_bounded_search, "compiled", counting)
+    monkeypatch.setattr(_advisors, "compile_pattern", counting)
     monkeypatch.setattr(_bounded_search, "_SLOW", set[tuple[str, int]]())
     flt = ContentFilterAdvisor(["falcon"], ["(b|bb)+$"])
 
@@ -488,6 +501,36 @@ def test_a_pattern_that_ran_past_its_bound_is_not_searched_again_and_still_block
     )
     # The terms before it are still searched, and still name themselves.
     assert flt.match("falcon") == "term 'falcon'"
+
+
+def test_a_filter_with_more_rules_than_the_shared_cache_compiles_each_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The process's shared cache of compiled patterns holds 1,024: a filter
+    # with more terms and patterns, compiled through it, would compile every
+    # one of them again on every text it checks.
+    from pilothouse.runtime import _bounded_search
+
+    compiles: Counter[str] = Counter()
+    compile = _bounded_search.regex.compile
+
+    def counting(pattern: str, flags: int = 0) -> Any:
+        compiles[pattern] += 1
+        return compile(pattern, flags)
+
+    monkeypatch.setattr(_bounded_search.regex, "compile", counting)
+    token = uuid4().hex  # rules no other test compiled
+    terms = [f"t{token}n{i}" for i in range(600)]
+    patterns = [f"p{token}n{i}x[0-9]+" for i in range(600)]
+    flt = ContentFilterAdvisor(terms, patterns)
+
+    for _ in range(3):
+        assert flt.match("a short and harmless message") is None
+    assert flt.match(f"it says p{token}n599x42") == f"pattern 'p{token}n599x[0-9]+'"
+
+    ours = {pattern: count for pattern, count in compiles.items() if token in pattern}
+    assert len(ours) == 1200
+    assert set(ours.values()) == {1}
 
 
 async def test_content_filter_checks_tool_call_arguments_in_the_output() -> None:

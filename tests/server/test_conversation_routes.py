@@ -54,6 +54,19 @@ async def test_start_with_wrong_types_is_422_naming_fields(
     assert all(e["rule"] for e in body["errors"])
 
 
+async def test_a_bad_value_under_a_key_is_named_by_the_key_as_written(
+    client: httpx.AsyncClient, api_key: str
+) -> None:
+    """An answer's id is the caller's data: named as sent, quoted, never camel- or dot-split."""
+    response = await client.post(
+        "/v1/conversations/any/answers",
+        json={"answers": {"Shirt.Size": 5, "fit": "slim"}},
+        headers=auth(api_key),
+    )
+    assert response.status_code == 422, response.text
+    assert [e["field"] for e in response.json()["errors"]] == ['answers["Shirt.Size"]']
+
+
 async def test_malformed_json_is_400(client: httpx.AsyncClient, api_key: str) -> None:
     response = await client.post(
         "/v1/conversations",

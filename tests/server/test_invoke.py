@@ -270,7 +270,14 @@ async def test_invoke_egress_policy_refuses_loopback_by_default(
         ({"minRagScore": 2}, "minRagScore"),
         ({"collection": "NOCOLL"}, "collection"),
         ({"surprise": 1}, "surprise"),
+        ({"surprise_me": 1}, "surprise_me"),
         ({"apiKey": "k"}, "apiKey"),
+        # A header's name is the caller's data, named as written: never camel-cased.
+        ({"customHeaders": {"X-Team": 5}}, 'customHeaders["X-Team"]'),
+        (
+            {"mcp_servers": [{"url": "http://x", "headers": {"X-Team": 5}}]},
+            'mcpServers[0].headers["X-Team"]',
+        ),
     ],
 )
 async def test_bad_input_is_a_400_naming_the_field(

@@ -208,6 +208,27 @@ async def test_invalid_params_name_the_field(client: httpx.AsyncClient, api_key:
     assert positional.json()["error"]["code"] == -32602
     extra = await rpc(client, api_key, call(Q.format("findActionByCode"), {"code": "A", "x": 1}))
     assert extra.json()["error"]["data"]["errors"][0]["field"] == "x"
+    # A name the method does not have is named as the caller wrote it.
+    snake = await rpc(
+        client, api_key, call(Q.format("findActionByCode"), {"code": "A", "not_known": 1})
+    )
+    assert snake.json()["error"]["data"]["errors"][0]["field"] == "not_known"
+
+
+async def test_invalid_params_name_a_key_as_written_and_fields_in_camel_case(
+    client: httpx.AsyncClient, api_key: str
+) -> None:
+    params = {
+        "name": "probe",
+        "message": "Hi",
+        "model": "m",
+        "mcp_servers": [{"url": "http://mcp.test/mcp", "headers": {"X-Api_Key": 5}}],
+    }
+    response = await rpc(client, api_key, call(C.format("runAdhoc"), params))
+    errors = response.json()["error"]["data"]["errors"]
+    assert errors == [
+        {"field": 'mcpServers[0].headers["X-Api_Key"]', "rule": "Input should be a valid string"}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -223,7 +244,16 @@ async def test_invalid_params_name_the_field(client: httpx.AsyncClient, api_key:
         ),
         (
             {"baseUrl": "http://llm.test/v1", "modelName": "m", "headers": {"team": 1}},
-            [{"field": "model.headers.team", "rule": "Input should be a valid string"}],
+            [{"field": 'model.headers["team"]', "rule": "Input should be a valid string"}],
+        ),
+        # A header's name is the caller's data, named as written: never camel-cased.
+        (
+            {"baseUrl": "http://llm.test/v1", "modelName": "m", "headers": {"X-Team": 1}},
+            [{"field": 'model.headers["X-Team"]', "rule": "Input should be a valid string"}],
+        ),
+        (
+            {"baseUrl": "http://llm.test/v1", "modelName": "m", "headers": {"x_team.id": 1}},
+            [{"field": 'model.headers["x_team.id"]', "rule": "Input should be a valid string"}],
         ),
         (
             7,

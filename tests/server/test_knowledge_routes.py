@@ -131,7 +131,7 @@ async def test_refusals_are_problems_naming_the_field(
 ) -> None:
     base = "/v1/knowledge/collections/HANDBOOK"
     cases: list[tuple[dict[str, Any], str]] = [
-        ({"texts": [{"source": "x"}]}, "texts.0.text"),
+        ({"texts": [{"source": "x"}]}, "texts[0].text"),
         ({"urls": ["/etc/passwd"]}, "urls[0]"),
         ({}, "body"),
         ({"paths": ["x"]}, "paths"),

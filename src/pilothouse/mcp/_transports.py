@@ -56,7 +56,12 @@ def open_transport(config: McpClientConfig) -> AbstractAsyncContextManager[Trans
             timeout: httpx2.Timeout | None = None,
             auth: httpx2.Auth | None = None,
         ) -> httpx2.AsyncClient:
-            return _pinned_client(policy, headers=headers, timeout=timeout, auth=auth)
+            # Over SSE the GET stream carries the answers too, each one event,
+            # which the SDK bounds (1 MiB); a total over the session would end
+            # a healthy session after its sixteenth mebibyte of answers.
+            return _pinned_client(
+                policy, headers=headers, timeout=timeout, auth=auth, notifications=False
+            )
 
         return sse_client(
             config.url, headers=dict(config.headers), httpx_client_factory=pinned_client
@@ -70,8 +75,12 @@ def _pinned_client(
     headers: dict[str, str] | None = None,
     timeout: httpx2.Timeout | None = None,
     auth: httpx2.Auth | None = None,
+    notifications: bool,
 ) -> httpx2.AsyncClient:
     """The SDK's client (its timeouts), sending every request to an address ``policy`` checked.
+
+    ``notifications``: count the ``GET`` stream as streamable HTTP's stream
+    of notifications (see :class:`_Bounded`); one client serves one session.
 
     The transport is given when the client is made, so the client takes no
     proxy from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ...): a
@@ -85,7 +94,9 @@ def _pinned_client(
     kwargs: dict[str, Any] = {"timeout": made.timeout, "headers": made.headers}
     if auth is not None:
         kwargs["auth"] = auth
-    transport = _Bounded(PinnedTransport(httpx2.AsyncHTTPTransport, policy))
+    transport = _Bounded(
+        PinnedTransport(httpx2.AsyncHTTPTransport, policy), notifications=notifications
+    )
     return httpx2.AsyncClient(**kwargs, follow_redirects=made.follow_redirects, transport=transport)
 
 
@@ -113,7 +124,7 @@ async def _streamable_http(config: McpClientConfig) -> AsyncGenerator[TransportS
         (
             create_mcp_http_client(headers=dict(config.headers))
             if config.egress is None
-            else _pinned_client(config.egress, headers=dict(config.headers))
+            else _pinned_client(config.egress, headers=dict(config.headers), notifications=True)
         ) as http,
         streamable_http_client(config.url, http_client=http) as streams,
     ):
@@ -126,32 +137,94 @@ MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 The SDK reads an answer (a JSON body, or the events of one request's
 stream) whole into memory before pilothouse sees it, so a server answering
 without end would fill the process's memory; a result is cut to 1 MiB
-anyway (:data:`pilothouse.mcp._tool.MAX_RESULT_BYTES`). The long-lived
-``GET`` stream of server notifications is not bounded here.
+anyway (:data:`pilothouse.mcp._tool.MAX_RESULT_BYTES`).
+"""
+
+MAX_NOTIFICATION_BYTES = 16 * 1024 * 1024
+"""The most a tenant's MCP server may send unasked over one streamable HTTP session.
+
+That is the long-lived ``GET`` stream of its notifications (tool list
+changes, log lines). The bound is on the session's total, not per event:
+the SDK already refuses an event over 1 MiB, but a server sending small
+events without end would keep the process parsing them for as long as the
+session lives, and a stream the server closes is opened again. Notifications
+are small, so a well-behaved server stays far below 16 MiB; one past it has
+its session closed, and the pool opens a new one when next asked, as after
+an answer past :data:`MAX_RESPONSE_BYTES`.
 """
 
 
 class _Bounded(httpx2.AsyncBaseTransport):
-    """Ends the answer to a ``POST`` past :data:`MAX_RESPONSE_BYTES` with a read error."""
+    """Bounds what one session's server sends: each answer, and its notifications in total.
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+    An answer to a ``POST`` past :data:`MAX_RESPONSE_BYTES` ends with a read
+    error, which ends the session. The SDK reads the ``GET`` stream of
+    notifications apart, reconnecting it after any error without ending the
+    session; so past :data:`MAX_NOTIFICATION_BYTES` the transport refuses
+    every later request of the session (but the ``DELETE`` that ends it),
+    and the session's next request closes it.
+    """
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, *, notifications: bool) -> None:
         self._inner = inner
+        self._notifications = notifications
+        self.notified = 0
+        self.closed = False
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         """Send the request; count what its answer's body holds."""
+        if self.closed and request.method != "DELETE":
+            raise httpx2.ReadError(
+                f"the MCP server sent more than {MAX_NOTIFICATION_BYTES} bytes of "
+                "notifications; its session was closed",
+                request=request,
+            )
         response = await self._inner.handle_async_request(request)
-        if request.method != "POST":
+        if request.method == "POST":
+            stream: httpx2.AsyncByteStream = _CountedStream(response.stream, request)
+        elif request.method == "GET" and self._notifications:
+            stream = _NotificationStream(response.stream, request, self)
+        else:
             return response
         return httpx2.Response(
             response.status_code,
             headers=response.headers,
-            stream=_CountedStream(response.stream, request),
+            stream=stream,
             request=request,
             extensions=response.extensions,
         )
 
     async def aclose(self) -> None:
         """Close the inner transport."""
+        await self._inner.aclose()
+
+
+class _NotificationStream(httpx2.AsyncByteStream):
+    def __init__(self, inner: Any, request: httpx2.Request, session: _Bounded) -> None:
+        self._inner = inner
+        self._request = request
+        self._session = session
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            # Counted on the transport: a reconnected stream goes on from the
+            # total of the session, not from zero.
+            self._session.notified += len(chunk)
+            if self._session.notified > MAX_NOTIFICATION_BYTES:
+                self._session.closed = True
+                logger.warning(
+                    "MCP server %s sent more than %d bytes of notifications; the stream "
+                    "was dropped and the session closed",
+                    self._request.url.host,
+                    MAX_NOTIFICATION_BYTES,
+                )
+                raise httpx2.ReadError(
+                    f"the MCP server's notifications hold more than {MAX_NOTIFICATION_BYTES} bytes",
+                    request=self._request,
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
         await self._inner.aclose()
 
 

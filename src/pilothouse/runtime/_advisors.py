@@ -59,7 +59,7 @@ from pilothouse.runtime._bounded_search import (
     SEARCH_SECONDS,
     PatternTimeout,
     bounded_search,
-    compiled,
+    compile_pattern,
 )
 from pilothouse.runtime._cache import (
     CacheBackend,
@@ -498,24 +498,26 @@ class ContentFilterAdvisor:
         self.check_input = check_input
         self.check_output = check_output
         # (rule, its regular expression, whether a tenant wrote it: a
-        # tenant's pattern that ran past the bound is remembered)
-        rules: list[tuple[str, str, bool]] = []
+        # tenant's pattern that ran past the bound is remembered). Compiled
+        # here, once, and kept: the process's shared cache holds 1,024, so a
+        # filter with more terms and patterns would compile each on every text.
+        rules: list[tuple[str, regex.Pattern[str], bool]] = []
         for index, term in enumerate(blocked_terms):
             if not term.strip():
                 raise AdvisorConfigError(f"settings.blocked_terms[{index}]: must not be empty")
             # Lookarounds instead of \b, so terms that start or end with
             # punctuation ("c++") still match as a whole.
             word = rf"(?<!\w){re.escape(term.strip())}(?!\w)"
-            rules.append((f"term '{term.strip()}'", word, False))
+            rules.append((f"term '{term.strip()}'", compile_pattern(word, regex.IGNORECASE), False))
         for index, pattern in enumerate(blocked_patterns):
             try:
-                compiled(pattern, regex.IGNORECASE)
+                found = compile_pattern(pattern, regex.IGNORECASE)
             except regex.error as exc:
                 raise AdvisorConfigError(
                     f"settings.blocked_patterns[{index}]: invalid regular expression "
                     f"'{pattern}': {exc}"
                 ) from exc
-            rules.append((f"pattern '{pattern}'", pattern, True))
+            rules.append((f"pattern '{pattern}'", found, True))
         self._rules = tuple(rules)
 
     def match(self, text: str) -> str | None:
@@ -538,7 +540,6 @@ class ContentFilterAdvisor:
                 found = bounded_search(
                     pattern,
                     text,
-                    flags=regex.IGNORECASE,
                     seconds=max(deadline - time.monotonic(), 0.001),
                     remember=tenants,
                 )

@@ -19,6 +19,7 @@ __all__ = [
     "SEARCH_SECONDS",
     "PatternTimeout",
     "bounded_search",
+    "compile_pattern",
     "compiled",
 ]
 
@@ -62,9 +63,13 @@ class PatternTimeout(Exception):
         self.earlier = earlier
 
 
-@lru_cache(maxsize=1024)
-def compiled(pattern: str, flags: int = 0) -> regex.Pattern[str]:
-    """``pattern`` compiled by the ``regex`` package (cached).
+def compile_pattern(pattern: str, flags: int = 0) -> regex.Pattern[str]:
+    """``pattern`` compiled by the ``regex`` package, for a caller that keeps it.
+
+    A caller searching the same many patterns on every text (a content
+    filter) compiles them once and keeps them: in the shared cache of
+    :func:`compiled` more patterns than it holds would each be compiled
+    again on every text.
 
     Args:
         pattern: a regular expression in ``re``'s syntax.
@@ -79,8 +84,25 @@ def compiled(pattern: str, flags: int = 0) -> regex.Pattern[str]:
     return regex.compile(pattern, flags)
 
 
+@lru_cache(maxsize=1024)
+def compiled(pattern: str, flags: int = 0) -> regex.Pattern[str]:
+    """``pattern`` compiled by the ``regex`` package (cached, shared by the process).
+
+    Args:
+        pattern: a regular expression in ``re``'s syntax.
+        flags: ``regex`` flags, such as ``regex.IGNORECASE``.
+
+    Returns:
+        The compiled pattern.
+
+    Raises:
+        regex.error: ``pattern`` is not a valid regular expression.
+    """
+    return compile_pattern(pattern, flags)
+
+
 def bounded_search(
-    pattern: str,
+    pattern: str | regex.Pattern[str],
     text: str,
     *,
     flags: int = 0,
@@ -90,9 +112,11 @@ def bounded_search(
     """Whether ``pattern`` is found anywhere in ``text``, within the bound.
 
     Args:
-        pattern: a regular expression in ``re``'s syntax.
+        pattern: a regular expression in ``re``'s syntax (compiled through
+            the shared cache of :func:`compiled`), or one the caller
+            compiled (:func:`compile_pattern`) and keeps.
         text: the text to search.
-        flags: ``regex`` flags.
+        flags: ``regex`` flags, for a pattern given as text.
         seconds: how long the search may run (a caller sharing one bound
             among several searches passes what is left of it).
         remember: remember, for the life of the process, a pattern that ran
@@ -112,14 +136,16 @@ def bounded_search(
             so before).
         regex.error: ``pattern`` is not a valid regular expression.
     """
-    key = (pattern, flags)
+    found = compiled(pattern, flags) if isinstance(pattern, str) else pattern
+    # The compiled flags: the same pattern is one key, given as text or compiled.
+    key = (found.pattern, found.flags)
     if remember and key in _SLOW:
-        raise PatternTimeout(pattern, earlier=True)
+        raise PatternTimeout(found.pattern, earlier=True)
     try:
-        return compiled(pattern, flags).search(text, timeout=seconds) is not None
+        return found.search(text, timeout=seconds) is not None
     except TimeoutError:
         if remember and seconds >= 0.9 * SEARCH_SECONDS and len(text) <= REMEMBER_TEXT_CHARS:
             if len(_SLOW) >= _SLOW_MAX:
                 _SLOW.clear()
             _SLOW.add(key)
-        raise PatternTimeout(pattern) from None
+        raise PatternTimeout(found.pattern) from None

@@ -40,6 +40,7 @@ import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
@@ -52,6 +53,7 @@ from pilothouse.server._problems import (
     PROBLEM_MEDIA_TYPE,
     ProblemError,
     error_problem,
+    field_path,
     problem,
     problem_bytes,
 )
@@ -121,20 +123,22 @@ async def _pilothouse_error(request: Request, exc: Exception) -> Response:
     return _for_browser(request, error_problem(exc).response())
 
 
-def _field(loc: Sequence[Any]) -> str:
+def _field(loc: Sequence[Any], request: Request) -> str:
     # ("body", "attachments", 0, "url") -> "attachments[0].url"; the
     # location kind (body/query/path/header) is kept for non-body fields.
     parts = list(loc)
-    prefix = ""
     if parts and parts[0] == "body":
-        parts = parts[1:]
-    elif parts:
-        prefix = f"{parts[0]}:"
-        parts = parts[1:]
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return prefix + (text or "body")
+        return field_path(parts[1:], _body_type(request))
+    if parts:
+        return f"{parts[0]}:" + field_path(parts[1:])
+    return "body"
+
+
+def _body_type(request: Request) -> Any:
+    # The body's model, walked by field_path to tell its fields from a dict's keys.
+    route = request.scope.get("route")
+    body = route.body_field if isinstance(route, APIRoute) else None
+    return None if body is None else body.field_info.annotation
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:
@@ -151,7 +155,7 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     entries: list[dict[str, Any]] = [
         {
             "loc": list(e.get("loc", ())),
-            "field": _field(e.get("loc", ())),
+            "field": _field(e.get("loc", ()), request),
             "msg": str(e.get("msg", "")),
             "rule": str(e.get("msg", "")),
             "type": str(e.get("type", "")),

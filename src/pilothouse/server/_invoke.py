@@ -52,6 +52,7 @@ from pilothouse.server._problems import (
     HTTP_STATUS,
     ProblemError,
     error_problem,
+    field_path,
     problem_responses,
 )
 from pilothouse.types import (
@@ -203,17 +204,6 @@ class InvokeRequest(_Body):
         return None if value is None else _http_url(value, "baseUrl")
 
 
-def _field(loc: tuple[int | str, ...]) -> str:
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            name = to_camel(part)
-            text += f".{name}" if text else name
-    return text or "body"
-
-
 def _camel_path(path: str) -> str:
     # A facade field path ("mcp_servers[0].url") in the wire's names, part by part.
     return ".".join(
@@ -249,7 +239,10 @@ def parse_invoke(raw: bytes) -> InvokeRequest:
         return InvokeRequest.model_validate(data)
     except ValidationError as exc:
         errors = [
-            {"field": _field(e["loc"]), "rule": e["msg"].removeprefix("Value error, ")}
+            {
+                "field": field_path(e["loc"], InvokeRequest),
+                "rule": e["msg"].removeprefix("Value error, "),
+            }
             for e in exc.errors(include_url=False, include_input=False)
         ]
         detail = "; ".join(f"{e['field']}: {e['rule']}" for e in errors)

@@ -53,16 +53,17 @@ import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
-from pydantic.alias_generators import to_camel
 from pydantic_core import to_jsonable_python
 
 from pilothouse.api import Pilothouse, loads_json
 from pilothouse.errors import BudgetExceededError, ErrorCategory, ForbiddenError, PilothouseError
 from pilothouse.server._deps import Authenticated, Facade, State, charge_batch
 from pilothouse.server._jsonrpc_methods import METHODS, MODEL_OBJECT, MODEL_TEXT, to_json
+from pilothouse.server._jsonrpc_params import Params
 from pilothouse.server._problems import (
     HTTP_STATUS,
     budget_members,
+    field_path,
     problem_body,
     problem_responses,
 )
@@ -125,22 +126,13 @@ class RpcError(Exception):
         return {"code": self.code, "message": self.message, "data": self.data}
 
 
-def _field(loc: tuple[int | str, ...]) -> str:
-    text = ""
-    for part in loc:
-        if part in (MODEL_TEXT, MODEL_OBJECT):
-            # Which form of a two-form field was checked: no field of the wire.
-            continue
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{to_camel(part)}" if text else to_camel(part)
-    return text or "params"
-
-
-def _invalid_params(exc: ValidationError) -> RpcError:
+def _invalid_params(exc: ValidationError, params: type[Params]) -> RpcError:
     errors = [
-        {"field": _field(e["loc"]), "rule": e["msg"].removeprefix("Value error, ")}
+        {
+            # The two forms' tags say which form was checked: no field of the wire.
+            "field": field_path(e["loc"], params, skip=(MODEL_TEXT, MODEL_OBJECT), empty="params"),
+            "rule": e["msg"].removeprefix("Value error, "),
+        }
         for e in exc.errors(include_url=False, include_input=False)
     ]
     detail = "; ".join(f"{e['field']}: {e['rule']}" for e in errors)
@@ -225,7 +217,7 @@ async def _call(
     try:
         parsed = entry.params.model_validate(params)
     except ValidationError as exc:
-        raise _invalid_params(exc) from None
+        raise _invalid_params(exc, entry.params) from None
     try:
         return to_json(ph, await entry.call(ph, parsed))
     except PilothouseError as exc:

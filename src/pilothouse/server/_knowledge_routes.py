@@ -36,7 +36,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pilothouse.api import loads_json
 from pilothouse.errors import NotFoundError
 from pilothouse.server._deps import AdminFacade, CheckedJsonRoute, Facade
-from pilothouse.server._problems import PROBLEM_RESPONSES, ProblemError, problem_responses
+from pilothouse.server._problems import (
+    PROBLEM_RESPONSES,
+    ProblemError,
+    field_path,
+    problem_responses,
+)
 from pilothouse.types import (
     DocumentInfo,
     FileDocument,
@@ -117,7 +122,7 @@ def _validated(model: type[_M], data: Any) -> _M:
         return model.model_validate(data)
     except ValidationError as exc:
         errors = [
-            {"field": ".".join(str(p) for p in e["loc"]) or "body", "rule": e["msg"]}
+            {"field": field_path(e["loc"], model), "rule": e["msg"]}
             for e in exc.errors(include_url=False, include_input=False)
         ]
         detail = "; ".join(f"{e['field']}: {e['rule']}" for e in errors)

@@ -18,6 +18,7 @@ __all__ = [
     "ProblemError",
     "error_headers",
     "error_problem",
+    "field_path",
     "problem",
     "problem_body",
     "problem_responses",
@@ -25,10 +26,13 @@ __all__ = [
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+import types
+from collections.abc import Collection, Mapping, Sequence
 from http import HTTPStatus
-from typing import Any
+from typing import Annotated, Any, Union, get_args, get_origin
 
+from pydantic import AliasChoices, BaseModel, Tag
+from pydantic.fields import FieldInfo
 from starlette.responses import JSONResponse
 
 from pilothouse.errors import (
@@ -275,3 +279,103 @@ class ProblemError(Exception):
             headers=self.headers,
             extra=self.extra,
         )
+
+
+def field_path(
+    loc: Sequence[int | str],
+    model: Any = None,
+    *,
+    skip: Collection[str] = (),
+    empty: str = "body",
+) -> str:
+    """Return a validation error's location as the path the client wrote.
+
+    Every face names the offending part of a request the same way:
+    ``model.headers["X-Team"]``, ``mcpServers[0].url``. A field of a model is
+    named as on the wire (its alias, else its name); a key of a mapping is
+    the client's data, written as sent, quoted, in brackets, whatever its
+    case or characters; an index is in brackets. pydantic's location does
+    not say which of its parts is a field and which a key, so the model's
+    fields are walked alongside it: a part naming a field of the model at
+    hand is that field; inside a mapping the next part is a key. A part met
+    where the type is not known (a field the model does not have, a value of
+    any type) is written as it came.
+
+    Args:
+        loc: the error's location (``ErrorDetails["loc"]``).
+        model: the type validated at the location's start (a pydantic
+            model), or ``None`` where it is unknown.
+        skip: parts to leave out: the tags of a tagged union, which name the
+            form checked, no field of the wire.
+        empty: the path of an error on the whole input.
+
+    Returns:
+        The path.
+    """
+    text = ""
+    at: Any = model
+    for part in loc:
+        at = _plain(at)
+        if isinstance(part, int):
+            text += f"[{part}]"
+            at = _item(at, part)
+        elif part in skip:
+            at = _tagged(at, part)
+        elif isinstance(at, type) and issubclass(at, BaseModel):
+            field = _model_field(at, part)
+            name = part if field is None or field.alias is None else field.alias
+            text += f".{name}" if text else name
+            at = None if field is None else field.annotation
+        elif get_origin(at) in (dict, Mapping):
+            text += f"[{json.dumps(part, ensure_ascii=False)}]"
+            at = get_args(at)[1] if len(get_args(at)) == 2 else None
+        else:
+            text += f".{part}" if text else part
+            at = None
+    return text or empty
+
+
+def _plain(at: Any) -> Any:
+    # Annotated[X, ...] and X | None are X where a location is concerned.
+    while True:
+        origin = get_origin(at)
+        if origin is Annotated:
+            at = get_args(at)[0]
+        elif origin in (Union, types.UnionType):
+            members = [a for a in get_args(at) if a is not type(None)]
+            if len(members) != 1:
+                return at
+            at = members[0]
+        else:
+            return at
+
+
+def _item(at: Any, index: int) -> Any:
+    args = get_args(at)
+    if get_origin(at) is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+        return args[index] if index < len(args) else None
+    return args[0] if get_origin(at) in (list, tuple, set, frozenset, Sequence) and args else None
+
+
+def _tagged(at: Any, tag: str) -> Any:
+    # The member of a tagged union that ``tag`` names.
+    if get_origin(at) not in (Union, types.UnionType):
+        return None
+    for member in get_args(at):
+        if get_origin(member) is Annotated and any(
+            isinstance(m, Tag) and m.tag == tag for m in get_args(member)[1:]
+        ):
+            return member
+    return None
+
+
+def _model_field(model: type[BaseModel], part: str) -> FieldInfo | None:
+    for name, field in model.model_fields.items():
+        names = {name, field.alias}
+        if isinstance(field.validation_alias, str):
+            names.add(field.validation_alias)
+        elif isinstance(field.validation_alias, AliasChoices):
+            names.update(c for c in field.validation_alias.choices if isinstance(c, str))
+        if part in names:
+            return field
+    return None

@@ -11,6 +11,7 @@ operation uses travel along as ``$defs``, so recursive schemas stay finite.
 from __future__ import annotations
 
 __all__ = [
+    "FETCH_SECONDS",
     "MAX_DOCUMENT_BYTES",
     "OpenApiOperation",
     "load_document",
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urljoin, urlsplit
 
+import anyio
 import httpx
 
 from pilothouse.tools._base import ToolError
@@ -73,24 +75,55 @@ def parse_reference(implementation: str, tool_name: str) -> tuple[str, str]:
     return source, operation_id
 
 
-async def load_document(source: str, client: httpx.AsyncClient) -> dict[str, Any]:
+FETCH_SECONDS = 60.0
+"""The longest the fetch of an OpenAPI document from a URL may take, the whole body included.
+
+The HTTP client's timeout bounds each read only, so a tenant's server sending
+a byte a second would keep the fetch going for ever, and with it every other
+catalog tool whose document waits behind it (the registry reads documents one at a
+time). A minute carries the largest document read (:data:`MAX_DOCUMENT_BYTES`)
+at about 0.2 MB/s, which any server meant to publish one exceeds by far.
+"""
+
+MAX_DOCUMENT_BYTES = 10 * 1024 * 1024
+"""The most of an OpenAPI document read from a URL.
+
+The URL is a tenant's; without a bound, a server answering without end
+would fill the process's memory (REST answers and knowledge URLs are
+bounded the same way).
+"""
+
+
+async def load_document(
+    source: str, client: httpx.AsyncClient, *, fetch_seconds: float = FETCH_SECONDS
+) -> dict[str, Any]:
     """Read an OpenAPI document (JSON or YAML) from a URL or a file.
 
     Args:
         source: an ``http(s)://`` URL or a file path.
         client: used for URLs.
+        fetch_seconds: the longest a URL's fetch may take, all of it.
 
     Returns:
         The document.
 
     Raises:
-        ToolError: it cannot be read or is not an OpenAPI 3 document.
+        ToolError: it cannot be read, is not an OpenAPI 3 document, or is a
+            URL that did not send the whole document within ``fetch_seconds``.
     """
     if source.startswith(("http://", "https://")):
+        text: str | None = None
         try:
-            text = await _fetch_document(source, client)
+            # The block is left with text None only when the time ran out.
+            with anyio.move_on_after(fetch_seconds):
+                text = await _fetch_document(source, client)
         except httpx.HTTPError as exc:
             raise ToolError(f"OpenAPI document {source}: cannot fetch it: {exc}") from exc
+        if text is None:
+            raise ToolError(
+                f"OpenAPI document {source}: not sent whole within {fetch_seconds:g} s, the "
+                "most one document fetch may take; serve it faster (or a smaller document)"
+            )
     else:
         try:
             text = Path(source).read_text(encoding="utf-8")
@@ -101,15 +134,6 @@ async def load_document(source: str, client: httpx.AsyncClient) -> dict[str, Any
     if not isinstance(version, str) or not version.startswith("3."):
         raise ToolError(f"OpenAPI document {source}: not OpenAPI 3 (openapi: {version!r})")
     return document
-
-
-MAX_DOCUMENT_BYTES = 10 * 1024 * 1024
-"""The most of an OpenAPI document read from a URL.
-
-The URL is a tenant's; without a bound, a server answering without end
-would fill the process's memory (REST answers and knowledge URLs are
-bounded the same way).
-"""
 
 
 async def _fetch_document(source: str, client: httpx.AsyncClient) -> str:
