@@ -57,7 +57,7 @@ from pilothouse.runtime._events import (
     StatusChanged,
     TurnResult,
 )
-from pilothouse.runtime._opening import StartNotWritten, start_ahead, take
+from pilothouse.runtime._opening import StartAhead, StartNotWritten, start_ahead, take
 from pilothouse.runtime._prompted import prompted_call
 from pilothouse.runtime._record import status_event
 from pilothouse.runtime._replaytape import current_tape
@@ -86,6 +86,7 @@ from pilothouse.store import (
     NewEvent,
     NewProcessed,
     TurnBatch,
+    TurnHandle,
     TurnStore,
 )
 from pilothouse.store._base import utcnow
@@ -100,6 +101,9 @@ if TYPE_CHECKING:
 
 SHUTDOWN = "shutdown"
 """Why a turn is cancelled when its process stops (``Pilothouse.stop_running_turns``)."""
+
+ELSEWHERE = "another process"
+"""Who cancelled a turn when a caller of another process asked (as ``_leasing`` says it)."""
 
 
 class Runner:
@@ -185,6 +189,9 @@ class Runner:
             RuntimeConfigError: the runtime config is invalid.
             TemplateError: the input data does not fill the prompt.
         """
+        # A cancel another process records from now on is this turn's: it
+        # finds nothing running while the turn is prepared here.
+        arrived = time.monotonic()
         with self._runtime.running.arriving(self.tenant, conversation_uuid) as scope:
             if compiled is None:
                 action_code, agent_code = await self._runtime.codes(self.tenant, conversation_uuid)
@@ -213,6 +220,7 @@ class Runner:
                 STARTABLE,
                 first=new.first(record_prompt=record),
                 read_memory=True,
+                arrived=arrived,
             )
         try:
             return await self._drive(
@@ -477,7 +485,9 @@ class Runner:
                 while (await leases.running_owner(self.tenant, conversation_uuid))[0]:
                     await anyio.sleep(0.1)
             return True
-        await self.terminate(conversation_uuid, "cancelled")
+        # A turn another process may still be preparing (nothing of it is
+        # written yet) ends TE when it takes the conversation.
+        await self.terminate(conversation_uuid, "cancelled", cancelled=True)
         return False
 
     async def recover(
@@ -522,10 +532,19 @@ class Runner:
         )
         return None
 
-    async def terminate(self, conversation_uuid: str, reason: str) -> None:
+    async def terminate(
+        self, conversation_uuid: str, reason: str, *, cancelled: bool = False
+    ) -> None:
         """End a conversation that no turn is running here: status ``TE``.
 
         Also ends a conversation left ``RU`` by a process that died.
+
+        Args:
+            conversation_uuid: the conversation.
+            reason: why, recorded with the cancel event.
+            cancelled: a caller cancelled it: a turn whose message arrived
+                before (still being prepared, in any process) ends ``TE``
+                when it takes the conversation, rather than run.
         """
         handle = await self.store.begin_turn(
             self.tenant,
@@ -548,6 +567,7 @@ class Runner:
                 ],
                 status=ProcessStatus.TERMINATED,
                 finished_at=utcnow(),
+                cancelled=cancelled,
             ),
         )
 
@@ -621,17 +641,7 @@ class Runner:
             # arrives while the turn starts still reaches it.
             scope = runtime.running.register(self.tenant, uuid)
         try:
-            if not runtime.leases.registered:
-                # Once per process: the owner row the turn's conversation names.
-                await runtime.leases.register()
-            # Every log line of the turn names its conversation.
-            bind_conversation(uuid)
-            # Whether anyone sees the turn running before its record exists.
-            watched = listener is not None or self.hub.wants_deltas(uuid, self.tenant)
-            if runtime.lazy_start and opening.first is not None:
-                mark_lazy_start(opening.first, first, compiled, watched)
-            ahead = await start_ahead(runtime, opening, first, compiled, watched, self.tenant)
-            handle = ahead.provisional if ahead else await take(self.store, self.tenant, opening)
+            ahead, handle = await self._take(opening, compiled, listener, first)
         except BaseException:
             runtime.running.unregister(self.tenant, uuid)
             raise
@@ -648,6 +658,10 @@ class Runner:
                     await recorder.emit(
                         turn, StatusChanged(uuid, handle.previous_status, ProcessStatus.RUNNING)
                     )
+                    if scope.cancel_called:
+                        # Cancelled before it began (while it was prepared):
+                        # it ends here, with no model request recorded.
+                        await anyio.lowlevel.checkpoint()
                     ran = (
                         self._steps(turn, first)
                         if ahead is None
@@ -698,6 +712,35 @@ class Runner:
                 # written): the hold must not outlive the turn.
                 with anyio.CancelScope(shield=True):
                     await recorder.write(turn, TurnBatch())
+
+    async def _take(
+        self,
+        opening: Opening,
+        compiled: CompiledAction,
+        listener: Listener | None,
+        first: Prompt | Resume,
+    ) -> tuple[StartAhead | None, TurnHandle]:
+        """Take the conversation, or send its start ahead; the handle the turn runs on."""
+        runtime, uuid = self._runtime, opening.uuid
+        if not runtime.leases.registered:
+            # Once per process: the owner row the turn's conversation names.
+            await runtime.leases.register()
+        # Every log line of the turn names its conversation.
+        bind_conversation(uuid)
+        # Whether anyone sees the turn running before its record exists.
+        watched = listener is not None or self.hub.wants_deltas(uuid, self.tenant)
+        if runtime.lazy_start and opening.first is not None:
+            mark_lazy_start(opening.first, first, compiled, watched)
+        ahead = await start_ahead(runtime, opening, first, compiled, watched, self.tenant)
+        handle = ahead.provisional if ahead else await take(self.store, self.tenant, opening)
+        if handle.cancelled:
+            # Cancelled by a caller of another process after the message
+            # arrived, while the turn was prepared here: that process found
+            # nothing running and terminated the idle conversation. Taken all
+            # the same, so the turn records its message and its cancel (TE)
+            # as a cancel this process took would, and calls no model.
+            runtime.running.cancel(self.tenant, uuid, why=ELSEWHERE)
+        return ahead, handle
 
     def _measured(self, turn: Turn, started: float, result: TurnResult) -> TurnResult:
         """Give the turn's measurements to the meter, if any; return ``result``."""
