@@ -33,7 +33,7 @@ def hold_preparation(
 ) -> tuple[anyio.Event, anyio.Event]:
     """Hold the worker's turns in their preparation: (preparing, go on)."""
     preparing, go_on = anyio.Event(), anyio.Event()
-    runtime = worker._shared.runtime()  # pyright: ignore[reportPrivateUsage]
+    runtime = worker._shared.runtime()
     prepare = Runner.prepare
 
     async def held(self: Runner, *args: Any, **kwargs: Any) -> Any:

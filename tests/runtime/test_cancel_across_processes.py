@@ -19,10 +19,13 @@ from typing import Any
 
 import anyio
 import pytest
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from test_tool_loop import FakeSource, events, start, stored
 
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, TimelineKind
 from pilothouse.runtime import Runner, TurnResult
+from pilothouse.runtime._leasing import keep_lease
 from pilothouse.store import (
     Database,
     NewMessage,
@@ -138,3 +141,49 @@ async def test_the_take_tells_a_cancel_since_the_message_arrived_from_one_before
     assert not taken.cancelled
     await store.write(taken, TurnBatch(status=ProcessStatus.COMPLETED))
     assert not (await store.begin_turn("default", uuid)).cancelled
+
+
+async def test_a_turn_that_takes_the_conversation_as_another_process_cancels_is_stopped(
+    catalog: Database, make_runner: RunnerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The other process saw the conversation idle; the worker's turn took it
+    # just after. The other process must not end the running turn's record
+    # itself (two writers on one timeline, the turn running on): it asks
+    # the worker to stop it, as for any turn the worker runs.
+    calling, release = anyio.Event(), anyio.Event()
+
+    async def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calling.set()
+        await release.wait()
+        return ModelResponse(parts=[TextPart("too late")])
+
+    worker = make_runner(FunctionModel(answer), tool_source=FakeSource({}))
+    other = make_runner(ScriptedModel([]), tool_source=FakeSource({}))
+    uuid = await start(catalog, "TOOLS")
+    leases = other.runtime.leases
+    running_owner = leases.running_owner
+    results: list[TurnResult] = []
+
+    async def send() -> None:
+        results.append(await worker.send_message(uuid, "Hi"))
+
+    async def seen_idle(tenant: str, conversation_uuid: str) -> tuple[bool, str | None]:
+        # The check ran before the worker's take; the answer comes after it.
+        monkeypatch.setattr(leases, "running_owner", running_owner)
+        group.start_soon(send)
+        await calling.wait()
+        return False, None
+
+    monkeypatch.setattr(leases, "running_owner", seen_idle)
+    async with keep_lease(worker.runtime, poll_seconds=0.01), anyio.create_task_group() as group:
+        assert await other.cancel(uuid) is True
+        release.set()
+    (result,) = results
+    assert result.status is ProcessStatus.TERMINATED
+    conversation, messages, _ = await stored(catalog, uuid)
+    assert conversation.status is ProcessStatus.TERMINATED
+    assert [message.content for message in messages if message.role is MessageRole.ASSISTANT] == []
+    timeline = await events(catalog, uuid)
+    assert [event.sequence for event in timeline] == list(range(1, len(timeline) + 1))
+    (cancel,) = [event for event in timeline if event.kind is TimelineKind.CANCEL]
+    assert cancel.data["requested_by"] == "another process"

@@ -57,6 +57,7 @@ from pilothouse.runtime._events import (
     StatusChanged,
     TurnResult,
 )
+from pilothouse.runtime._leasing import ask_owner
 from pilothouse.runtime._opening import StartAhead, StartNotWritten, start_ahead, take
 from pilothouse.runtime._prompted import prompted_call
 from pilothouse.runtime._record import status_event
@@ -457,38 +458,29 @@ class Runner:
             True when a running turn was aborted (here or in another process).
         """
         runtime = self._runtime
-        if runtime.running.cancel(self.tenant, conversation_uuid):
-            # The caller reads the conversation next: let the turn record TE.
-            await runtime.running.wait_ended(self.tenant, conversation_uuid, wait)
-            return True
-        leases = runtime.leases
-        running, owner = await leases.running_owner(self.tenant, conversation_uuid)
-        if (
-            running
-            and owner is not None
-            and owner != leases.owner
-            and await leases.owner_alive(owner)
-            and await leases.request_cancel(self.tenant, conversation_uuid, owner, "cancelled")
-        ):
-            if runtime.coordination is not None:
-                # At once, rather than at the owner's next poll of the
-                # database (whose request stays, should the message be lost).
-                try:
-                    await runtime.coordination.publish_cancel(owner, self.tenant, conversation_uuid)
-                except Exception:
-                    logger.warning(
-                        "could not publish the cancel of %s on Redis; the owner's poll of "
-                        "the database takes it",
-                        conversation_uuid,
-                    )
-            with anyio.move_on_after(wait):
-                while (await leases.running_owner(self.tenant, conversation_uuid))[0]:
-                    await anyio.sleep(0.1)
-            return True
-        # A turn another process may still be preparing (nothing of it is
-        # written yet) ends TE when it takes the conversation.
-        await self.terminate(conversation_uuid, "cancelled", cancelled=True)
-        return False
+        for attempt in range(2):
+            if runtime.running.cancel(self.tenant, conversation_uuid):
+                # The caller reads the conversation next: let the turn record TE.
+                await runtime.running.wait_ended(self.tenant, conversation_uuid, wait)
+                return True
+            running, owner = await runtime.leases.running_owner(self.tenant, conversation_uuid)
+            if await ask_owner(runtime, self.tenant, conversation_uuid, running, owner, wait):
+                return True
+            try:
+                # A turn another process may still be preparing (nothing of
+                # it is written yet) ends TE when it takes the conversation.
+                # RU is ended here only when the check saw it (its process is
+                # gone): a turn that took the conversation since is its live
+                # process's, asked to stop on the next round.
+                await self.terminate(
+                    conversation_uuid, "cancelled", cancelled=True, left_running=running
+                )
+            except InvalidStateError:
+                if running or attempt:
+                    raise
+                continue
+            return False
+        raise AssertionError("the second round returns or raises")
 
     async def recover(
         self, conversation_uuid: str, *, retry: bool, on_event: Listener | None = None
@@ -533,7 +525,12 @@ class Runner:
         return None
 
     async def terminate(
-        self, conversation_uuid: str, reason: str, *, cancelled: bool = False
+        self,
+        conversation_uuid: str,
+        reason: str,
+        *,
+        cancelled: bool = False,
+        left_running: bool = True,
     ) -> None:
         """End a conversation that no turn is running here: status ``TE``.
 
@@ -545,6 +542,8 @@ class Runner:
             cancelled: a caller cancelled it: a turn whose message arrived
                 before (still being prepared, in any process) ends ``TE``
                 when it takes the conversation, rather than run.
+            left_running: end it from ``RU`` too (a process that died left
+                it so); False refuses it (``InvalidStateError``).
         """
         handle = await self.store.begin_turn(
             self.tenant,
@@ -555,7 +554,7 @@ class Runner:
                 ProcessStatus.WAITING,
                 ProcessStatus.PAUSED,
                 ProcessStatus.STUCK,
-                ProcessStatus.RUNNING,
+                *((ProcessStatus.RUNNING,) if left_running else ()),
             ),
         )
         await self.store.write(
