@@ -14,9 +14,9 @@ from typing import Any
 
 import anyio
 import pytest
-from test_tool_loop import FakeSource, start, stored
+from test_tool_loop import FakeSource, events, start, stored
 
-from pilothouse.catalog._enums import ProcessStatus
+from pilothouse.catalog._enums import ProcessStatus, TimelineKind
 from pilothouse.runtime import Runner, TurnResult
 from pilothouse.store import Database
 from pilothouse.testing import Reply, ScriptedModel
@@ -59,6 +59,9 @@ async def test_a_cancel_while_the_turn_is_prepared_stops_it_before_the_model(
     assert model.requests == []
     conversation, _, _ = await stored(catalog, uuid)
     assert conversation.status is ProcessStatus.TERMINATED
+    # Nor does the record show a request, or usage, for a call never made.
+    assert TimelineKind.REQUEST not in [event.kind for event in await events(catalog, uuid)]
+    assert conversation.input_tokens == 0
 
 
 async def test_a_cancel_while_a_named_conversation_is_prepared_stops_its_first_turn(
@@ -95,3 +98,6 @@ async def test_a_cancel_while_a_named_conversation_is_prepared_stops_its_first_t
     assert model.requests == []
     conversation, _, _ = await stored(catalog, uuid)
     assert conversation.status is ProcessStatus.TERMINATED
+    # Nor does the record show a request, or usage, for a call never made.
+    assert TimelineKind.REQUEST not in [event.kind for event in await events(catalog, uuid)]
+    assert conversation.input_tokens == 0

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_schema_is_created_at_head_on_first_use(database: Database) -> None:
     assert await database.schema_is_current()
-    assert head_revision() == "0019"
+    assert head_revision() == "0020"
 
 
 def test_known_head_revision_is_alembics_head() -> None:

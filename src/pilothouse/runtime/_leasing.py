@@ -14,11 +14,14 @@ heartbeat and marks ``ST`` every running conversation no live process owns
 
 Nothing of this runs per turn: a turn only names its owner in the statement
 that takes the conversation.
+
+:func:`ask_owner` is the other side: how a cancel reaches a turn another
+live process runs.
 """
 
 from __future__ import annotations
 
-__all__ = ["keep_lease"]
+__all__ = ["ask_owner", "keep_lease"]
 
 import logging
 import time
@@ -57,6 +60,57 @@ async def _take_cancels(runtime: Runtime) -> None:
         # after this poll started is not the one the request meant.
         if runtime.running.cancel(tenant, uuid, requested_at=requested_at, why="another process"):
             logger.info("conversation %s: cancelled at another process's request", uuid)
+
+
+async def ask_owner(
+    runtime: Runtime,
+    tenant: str,
+    conversation_uuid: str,
+    running: bool,
+    owner: str | None,
+    wait: float,
+) -> bool:
+    """Ask another live process to stop the turn it runs, and wait for its end.
+
+    The request is recorded in the database (and published on Redis when
+    configured); this waits up to ``wait`` seconds for the owner to record
+    ``TE``.
+
+    Args:
+        runtime: this process's runtime.
+        tenant: the conversation's tenant.
+        conversation_uuid: the conversation.
+        running: whether it was seen ``RU``.
+        owner: the owner it named then.
+        wait: how long to wait for the turn's end.
+
+    Returns:
+        False when no other live process runs it (nothing was asked).
+    """
+    leases = runtime.leases
+    if not (
+        running
+        and owner is not None
+        and owner != leases.owner
+        and await leases.owner_alive(owner)
+        and await leases.request_cancel(tenant, conversation_uuid, owner, "cancelled")
+    ):
+        return False
+    if runtime.coordination is not None:
+        # At once, rather than at the owner's next poll of the database
+        # (whose request stays, should the message be lost).
+        try:
+            await runtime.coordination.publish_cancel(owner, tenant, conversation_uuid)
+        except Exception:
+            logger.warning(
+                "could not publish the cancel of %s on Redis; the owner's poll of "
+                "the database takes it",
+                conversation_uuid,
+            )
+    with anyio.move_on_after(wait):
+        while (await leases.running_owner(tenant, conversation_uuid))[0]:
+            await anyio.sleep(0.1)
+    return True
 
 
 def _cancel_handler(runtime: Runtime) -> Callable[[str, str, str], None]:

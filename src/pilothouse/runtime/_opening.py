@@ -92,6 +92,7 @@ async def take(store: TurnStore, tenant: str, opening: Opening) -> TurnHandle:
                 allowed=opening.allowed,
                 first=opening.first,
                 read_memory=opening.read_memory,
+                arrived=opening.arrived,
             )
 
 

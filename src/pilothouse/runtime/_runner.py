@@ -57,7 +57,8 @@ from pilothouse.runtime._events import (
     StatusChanged,
     TurnResult,
 )
-from pilothouse.runtime._opening import StartNotWritten, start_ahead, take
+from pilothouse.runtime._leasing import ask_owner
+from pilothouse.runtime._opening import StartAhead, StartNotWritten, start_ahead, take
 from pilothouse.runtime._prompted import prompted_call
 from pilothouse.runtime._record import status_event
 from pilothouse.runtime._replaytape import current_tape
@@ -86,6 +87,7 @@ from pilothouse.store import (
     NewEvent,
     NewProcessed,
     TurnBatch,
+    TurnHandle,
     TurnStore,
 )
 from pilothouse.store._base import utcnow
@@ -100,6 +102,9 @@ if TYPE_CHECKING:
 
 SHUTDOWN = "shutdown"
 """Why a turn is cancelled when its process stops (``Pilothouse.stop_running_turns``)."""
+
+ELSEWHERE = "another process"
+"""Who cancelled a turn when a caller of another process asked (as ``_leasing`` says it)."""
 
 
 class Runner:
@@ -185,6 +190,9 @@ class Runner:
             RuntimeConfigError: the runtime config is invalid.
             TemplateError: the input data does not fill the prompt.
         """
+        # A cancel another process records from now on is this turn's: it
+        # finds nothing running while the turn is prepared here.
+        arrived = time.monotonic()
         with self._runtime.running.arriving(self.tenant, conversation_uuid) as scope:
             if compiled is None:
                 action_code, agent_code = await self._runtime.codes(self.tenant, conversation_uuid)
@@ -213,6 +221,7 @@ class Runner:
                 STARTABLE,
                 first=new.first(record_prompt=record),
                 read_memory=True,
+                arrived=arrived,
             )
         try:
             return await self._drive(
@@ -449,36 +458,29 @@ class Runner:
             True when a running turn was aborted (here or in another process).
         """
         runtime = self._runtime
-        if runtime.running.cancel(self.tenant, conversation_uuid):
-            # The caller reads the conversation next: let the turn record TE.
-            await runtime.running.wait_ended(self.tenant, conversation_uuid, wait)
-            return True
-        leases = runtime.leases
-        running, owner = await leases.running_owner(self.tenant, conversation_uuid)
-        if (
-            running
-            and owner is not None
-            and owner != leases.owner
-            and await leases.owner_alive(owner)
-            and await leases.request_cancel(self.tenant, conversation_uuid, owner, "cancelled")
-        ):
-            if runtime.coordination is not None:
-                # At once, rather than at the owner's next poll of the
-                # database (whose request stays, should the message be lost).
-                try:
-                    await runtime.coordination.publish_cancel(owner, self.tenant, conversation_uuid)
-                except Exception:
-                    logger.warning(
-                        "could not publish the cancel of %s on Redis; the owner's poll of "
-                        "the database takes it",
-                        conversation_uuid,
-                    )
-            with anyio.move_on_after(wait):
-                while (await leases.running_owner(self.tenant, conversation_uuid))[0]:
-                    await anyio.sleep(0.1)
-            return True
-        await self.terminate(conversation_uuid, "cancelled")
-        return False
+        for attempt in range(2):
+            if runtime.running.cancel(self.tenant, conversation_uuid):
+                # The caller reads the conversation next: let the turn record TE.
+                await runtime.running.wait_ended(self.tenant, conversation_uuid, wait)
+                return True
+            running, owner = await runtime.leases.running_owner(self.tenant, conversation_uuid)
+            if await ask_owner(runtime, self.tenant, conversation_uuid, running, owner, wait):
+                return True
+            try:
+                # A turn another process may still be preparing (nothing of
+                # it is written yet) ends TE when it takes the conversation.
+                # RU is ended here only when the check saw it (its process is
+                # gone): a turn that took the conversation since is its live
+                # process's, asked to stop on the next round.
+                await self.terminate(
+                    conversation_uuid, "cancelled", cancelled=True, left_running=running
+                )
+            except InvalidStateError:
+                if running or attempt:
+                    raise
+                continue
+            return False
+        raise AssertionError("the second round returns or raises")
 
     async def recover(
         self, conversation_uuid: str, *, retry: bool, on_event: Listener | None = None
@@ -522,10 +524,26 @@ class Runner:
         )
         return None
 
-    async def terminate(self, conversation_uuid: str, reason: str) -> None:
+    async def terminate(
+        self,
+        conversation_uuid: str,
+        reason: str,
+        *,
+        cancelled: bool = False,
+        left_running: bool = True,
+    ) -> None:
         """End a conversation that no turn is running here: status ``TE``.
 
         Also ends a conversation left ``RU`` by a process that died.
+
+        Args:
+            conversation_uuid: the conversation.
+            reason: why, recorded with the cancel event.
+            cancelled: a caller cancelled it: a turn whose message arrived
+                before (still being prepared, in any process) ends ``TE``
+                when it takes the conversation, rather than run.
+            left_running: end it from ``RU`` too (a process that died left
+                it so); False refuses it (``InvalidStateError``).
         """
         handle = await self.store.begin_turn(
             self.tenant,
@@ -536,7 +554,7 @@ class Runner:
                 ProcessStatus.WAITING,
                 ProcessStatus.PAUSED,
                 ProcessStatus.STUCK,
-                ProcessStatus.RUNNING,
+                *((ProcessStatus.RUNNING,) if left_running else ()),
             ),
         )
         await self.store.write(
@@ -548,6 +566,7 @@ class Runner:
                 ],
                 status=ProcessStatus.TERMINATED,
                 finished_at=utcnow(),
+                cancelled=cancelled,
             ),
         )
 
@@ -621,17 +640,7 @@ class Runner:
             # arrives while the turn starts still reaches it.
             scope = runtime.running.register(self.tenant, uuid)
         try:
-            if not runtime.leases.registered:
-                # Once per process: the owner row the turn's conversation names.
-                await runtime.leases.register()
-            # Every log line of the turn names its conversation.
-            bind_conversation(uuid)
-            # Whether anyone sees the turn running before its record exists.
-            watched = listener is not None or self.hub.wants_deltas(uuid, self.tenant)
-            if runtime.lazy_start and opening.first is not None:
-                mark_lazy_start(opening.first, first, compiled, watched)
-            ahead = await start_ahead(runtime, opening, first, compiled, watched, self.tenant)
-            handle = ahead.provisional if ahead else await take(self.store, self.tenant, opening)
+            ahead, handle = await self._take(opening, compiled, listener, first)
         except BaseException:
             runtime.running.unregister(self.tenant, uuid)
             raise
@@ -648,6 +657,10 @@ class Runner:
                     await recorder.emit(
                         turn, StatusChanged(uuid, handle.previous_status, ProcessStatus.RUNNING)
                     )
+                    if scope.cancel_called:
+                        # Cancelled before it began (while it was prepared):
+                        # it ends here, with no model request recorded.
+                        await anyio.lowlevel.checkpoint()
                     ran = (
                         self._steps(turn, first)
                         if ahead is None
@@ -698,6 +711,35 @@ class Runner:
                 # written): the hold must not outlive the turn.
                 with anyio.CancelScope(shield=True):
                     await recorder.write(turn, TurnBatch())
+
+    async def _take(
+        self,
+        opening: Opening,
+        compiled: CompiledAction,
+        listener: Listener | None,
+        first: Prompt | Resume,
+    ) -> tuple[StartAhead | None, TurnHandle]:
+        """Take the conversation, or send its start ahead; the handle the turn runs on."""
+        runtime, uuid = self._runtime, opening.uuid
+        if not runtime.leases.registered:
+            # Once per process: the owner row the turn's conversation names.
+            await runtime.leases.register()
+        # Every log line of the turn names its conversation.
+        bind_conversation(uuid)
+        # Whether anyone sees the turn running before its record exists.
+        watched = listener is not None or self.hub.wants_deltas(uuid, self.tenant)
+        if runtime.lazy_start and opening.first is not None:
+            mark_lazy_start(opening.first, first, compiled, watched)
+        ahead = await start_ahead(runtime, opening, first, compiled, watched, self.tenant)
+        handle = ahead.provisional if ahead else await take(self.store, self.tenant, opening)
+        if handle.cancelled:
+            # Cancelled by a caller of another process after the message
+            # arrived, while the turn was prepared here: that process found
+            # nothing running and terminated the idle conversation. Taken all
+            # the same, so the turn records its message and its cancel (TE)
+            # as a cancel this process took would, and calls no model.
+            runtime.running.cancel(self.tenant, uuid, why=ELSEWHERE)
+        return ahead, handle
 
     def _measured(self, turn: Turn, started: float, result: TurnResult) -> TurnResult:
         """Give the turn's measurements to the meter, if any; return ``result``."""

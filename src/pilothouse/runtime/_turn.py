@@ -173,6 +173,10 @@ class TakeConversation:
     allowed: frozenset[ProcessStatus]
     first: TurnBatch | None = None
     read_memory: bool = False
+    arrived: float | None = None
+    """``time.monotonic()`` when the turn's message arrived: a cancel recorded
+    after it (by another process, while this one prepared the turn) ends the
+    turn before its model call."""
 
 
 Opening = NewConversation | TakeConversation

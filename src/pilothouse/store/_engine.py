@@ -115,7 +115,11 @@ class KeyLengthRefusal(CatalogValidationError):
 
 
 KEY_LENGTH_REVISION = "0019"
-"""The migration that shortens the catalog's key columns; the last one."""
+"""The migration that shortens the catalog's key columns.
+
+Later ones add only what the reading commands do not read, so a database
+this step refused stays readable without them.
+"""
 
 
 def _before_key_lengths(connection: Connection) -> str | None:

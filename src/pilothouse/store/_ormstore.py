@@ -16,7 +16,7 @@ import uuid as uuid_module
 from collections.abc import Iterable
 from dataclasses import replace
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -35,6 +35,8 @@ from pilothouse.store._records import (
     ToolCall,
     memory_order,
 )
+from pilothouse.store._steps import arrival, arrival_values
+from pilothouse.store._tables import conversation_table
 from pilothouse.store._turnstore import (
     STARTABLE,
     StoredMessage,
@@ -159,6 +161,7 @@ class OrmTurnStore:
         allowed: Iterable[ProcessStatus] = STARTABLE,
         first: TurnBatch | None = None,
         read_memory: bool = False,
+        arrived: float | None = None,
     ) -> TurnHandle:
         """Take the conversation for one turn, flipping it to ``RU`` (see :class:`TurnStore`)."""
         try:
@@ -171,6 +174,7 @@ class OrmTurnStore:
                     first,
                     read_memory,
                     self.owner,
+                    arrived,
                 )
         except StaleDataError as exc:
             # The version check of the ORM's UPDATE: another turn took it first.
@@ -282,11 +286,25 @@ async def _begin(
     first: TurnBatch | None,
     read_memory: bool,
     owner: str | None,
+    arrived: float | None,
 ) -> TurnHandle:
     conversation = await _conversation(session, tenant, conversation_uuid)
     status = conversation.status
     if status not in allowed:
         raise InvalidStateError(refusal(conversation_uuid, status))
+    cancelled = False
+    if arrived is not None:
+        # On the database's clock, as the fast store compares it.
+        server_clock = _server_clock(session)
+        columns = conversation_table.c
+        cancelled = bool(
+            await session.scalar(
+                select(columns.cancelled_at > arrival(server_clock)).where(
+                    columns.id == conversation.id
+                ),
+                arrival_values(arrived, server_clock=server_clock),
+            )
+        )
 
     owned = Message.conversation_id == conversation.id
     last_message = await session.scalar(select(func.max(Message.sequence)).where(owned))
@@ -324,6 +342,7 @@ async def _begin(
         last_assistant_sequence=last_assistant,
         previous_status=status,
         catalog_revision=int(revision or 0),
+        cancelled=cancelled,
     )
     if read_memory:
         handle.memory = await _memory(session, tenant, handle.memory_id)
@@ -427,6 +446,14 @@ async def _write(session: AsyncSession, handle: TurnHandle, batch: TurnBatch) ->
     session.add_all(
         EventProcessed(**processed_row(p, handle.tenant, handle.uuid, now)) for p in batch.processed
     )
+    if batch.cancelled:
+        # Not mapped (see Conversation): the database's time, as the fast store sets it.
+        columns = conversation_table.c
+        await session.execute(
+            update(conversation_table)
+            .where(columns.id == handle.conversation_id)
+            .values(cancelled_at=func.statement_timestamp() if _server_clock(session) else now)
+        )
     if batch.touches_conversation():
         conversation = await session.get_one(Conversation, handle.conversation_id)
         for name, value in batch.changes().items():
@@ -443,3 +470,8 @@ async def _write(session: AsyncSession, handle: TurnHandle, batch: TurnBatch) ->
         conversation.updated_at = now
     await session.flush()
     return sequences
+
+
+def _server_clock(session: AsyncSession) -> bool:
+    """Whether the database keeps its own clock (PostgreSQL) rather than this host's (SQLite)."""
+    return session.get_bind().dialect.name == "postgresql"

@@ -49,6 +49,8 @@ from pilothouse.store._fastsql import (
 from pilothouse.store._steps import (
     OneStatement,
     StepRows,
+    arrival,
+    arrival_values,
     change_update,
     first_fits,
     step_rows,
@@ -107,6 +109,8 @@ class _Found(NamedTuple):
     next_event: int | None
     last_assistant: int | None
     catalog_revision: int | None
+    cancelled: bool | None
+    """Cancelled by a caller since the turn's message arrived (NULL: not, or no arrival)."""
 
 
 class _ActionCheck(NamedTuple):
@@ -141,7 +145,7 @@ class _Statements:
     codes: Query[tuple[str, str | None]]
 
 
-def _build_statements() -> _Statements:
+def _build_statements(server_clock: bool) -> _Statements:
     conversation, message = _CONVERSATION.c, _MESSAGE.c
     return _Statements(
         insert_conversation=Statement(insert(_CONVERSATION)),
@@ -166,7 +170,7 @@ def _build_statements() -> _Statements:
             _ActionCheck,
         ),
         take=Statement(take_update()),
-        begin=Query(_begin_statement(), _Found),
+        begin=Query(_begin_statement(server_clock), _Found),
         memory=Query(
             select(
                 message.role,
@@ -193,8 +197,12 @@ def _build_statements() -> _Statements:
     )
 
 
-def _begin_statement() -> Any:
-    """The conversation with its next message/event numbers, in one statement."""
+def _begin_statement(server_clock: bool) -> Any:
+    """The conversation with its next message/event numbers, in one statement.
+
+    It also tells whether a caller cancelled the conversation after the
+    turn's message arrived (on the database's clock, :func:`arrival`).
+    """
     conversation = _CONVERSATION.c
     return select(
         conversation.id,
@@ -219,6 +227,7 @@ def _begin_statement() -> Any:
         .correlate(_CONVERSATION)
         .scalar_subquery()
         .label("catalog_revision"),
+        (conversation.cancelled_at > arrival(server_clock)).label("cancelled"),
     ).where(conversation.uuid == bindparam("uuid"), conversation.tenant == bindparam("tenant"))
 
 
@@ -246,7 +255,7 @@ class SqlTurnStore:
     def __init__(self, database: Database, *, owner: str | None = None) -> None:
         self._db = database
         self.owner = owner
-        self._statements = _build_statements()
+        self._statements = _build_statements(database.is_asyncpg)
         self._changes: dict[tuple[str, ...], Statement] = {}
         # On PostgreSQL a step is one statement where it fits (see _steps).
         self._one = OneStatement() if database.is_asyncpg else None
@@ -328,14 +337,16 @@ class SqlTurnStore:
         allowed: Iterable[ProcessStatus] = STARTABLE,
         first: TurnBatch | None = None,
         read_memory: bool = False,
+        arrived: float | None = None,
     ) -> TurnHandle:
         """Take the conversation for one turn, flipping it to ``RU`` (see :class:`TurnStore`)."""
+        allowed = frozenset(allowed)
         if self._one is not None and first_fits(first):
             return await self._db.statements(
-                self._begin_one, tenant, conversation_uuid, frozenset(allowed), first, read_memory
+                self._begin_one, tenant, conversation_uuid, allowed, first, read_memory, arrived
             )
         return await self._db.transaction(
-            self._begin, tenant, conversation_uuid, frozenset(allowed), first, read_memory
+            self._begin, tenant, conversation_uuid, allowed, first, read_memory, arrived
         )
 
     async def memory(self, tenant: str, memory_id: str) -> list[StoredMessage]:
@@ -464,13 +475,19 @@ class SqlTurnStore:
         tenant: str,
         conversation_uuid: str,
         allowed: frozenset[ProcessStatus],
+        arrived: float | None,
     ) -> _Found:
         """The conversation a turn takes, refused when missing or not in an allowed status."""
         # One statement reads the conversation and where its numbering stands:
-        # a turn's start is on every turn's path.
-        rows = fetch(
-            connection, self._statements.begin, {"uuid": conversation_uuid, "tenant": tenant}
-        )
+        # a turn's start is on every turn's path. It compares a cancel with
+        # the message's arrival too: the take that follows fails if the
+        # conversation changes in between (its status is in its WHERE).
+        values = {
+            "uuid": conversation_uuid,
+            "tenant": tenant,
+            **arrival_values(arrived, server_clock=self._db.is_asyncpg),
+        }
+        rows = fetch(connection, self._statements.begin, values)
         found = rows[0] if rows else None
         if found is None:
             raise NotFoundError(f"conversation '{conversation_uuid}' not found")
@@ -493,6 +510,7 @@ class SqlTurnStore:
             last_assistant_sequence=found.last_assistant,
             previous_status=found.status,
             catalog_revision=int(found.catalog_revision or 0),
+            cancelled=bool(found.cancelled),
         )
 
     def _take_values(self, found: _Found, now: datetime) -> dict[str, Any]:
@@ -512,8 +530,9 @@ class SqlTurnStore:
         allowed: frozenset[ProcessStatus],
         first: TurnBatch | None,
         read_memory: bool,
+        arrived: float | None,
     ) -> TurnHandle:
-        found = self._found(connection, tenant, conversation_uuid, allowed)
+        found = self._found(connection, tenant, conversation_uuid, allowed, arrived)
         now = utcnow()
         # The status in the WHERE clause makes the flip atomic: of two concurrent
         # turns, exactly one sees its UPDATE match.
@@ -534,13 +553,14 @@ class SqlTurnStore:
         allowed: frozenset[ProcessStatus],
         first: TurnBatch | None,
         read_memory: bool,
+        arrived: float | None,
     ) -> TurnHandle:
         """:meth:`_begin` on PostgreSQL: the take and the first step in one statement.
 
         The reads come first, each committing on its own; the take writes the
         step's rows only when its UPDATE matched, all or nothing.
         """
-        found = self._found(connection, tenant, conversation_uuid, allowed)
+        found = self._found(connection, tenant, conversation_uuid, allowed, arrived)
         now = utcnow()
         handle = self._taken(tenant, found)
         if read_memory:
@@ -709,6 +729,6 @@ class SqlTurnStore:
         found = self._changes.get(changed)
         if found is not None:
             return found
-        statement = Statement(change_update(changed))
+        statement = Statement(change_update(changed, server_clock=self._db.is_asyncpg))
         self._changes[changed] = statement
         return statement

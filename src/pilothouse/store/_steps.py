@@ -24,6 +24,8 @@ __all__ = [
     "CheckedStart",
     "OneStatement",
     "StepRows",
+    "arrival",
+    "arrival_values",
     "change_update",
     "first_fits",
     "lazy_commit",
@@ -31,14 +33,16 @@ __all__ = [
     "take_update",
 ]
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar, cast
 
 from sqlalchemy import (
     CTE,
     ColumnElement,
+    Float,
     Insert,
     Select,
     Table,
@@ -48,6 +52,7 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    literal_column,
     null,
     or_,
     select,
@@ -58,6 +63,7 @@ from sqlalchemy import (
 
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, ToolCallStatus
 from pilothouse.errors import InvalidStateError
+from pilothouse.store._base import utcnow
 from pilothouse.store._fastsql import BoundUpdate, Query, Statement
 from pilothouse.store._tables import (
     attachment_table,
@@ -69,6 +75,7 @@ from pilothouse.store._tables import (
     tool_call_table,
 )
 from pilothouse.store._turnstore import TurnBatch, TurnHandle, outbox_row, processed_row
+from pilothouse.store._types import UtcDateTime
 
 USAGE_COLUMNS = (
     "input_tokens",
@@ -251,7 +258,8 @@ def step_rows(handle: TurnHandle, batch: TurnBatch, now: datetime) -> StepRows:
         for name in USAGE_COLUMNS:
             parameters[f"b_add_{name}"] = 0 if usage is None else getattr(usage, name)
         parameters["b_id"] = handle.conversation_id
-        step.changes = tuple(changes)
+        # ``cancelled_at`` takes the database's time, not a bound value.
+        step.changes = tuple(changes) + (("cancelled_at",) if batch.cancelled else ())
         step.conversation = parameters
     return step
 
@@ -280,19 +288,55 @@ def first_fits(batch: TurnBatch | None, *, carries: bool = False) -> bool:
     return max(counts) <= MAX_ROWS
 
 
-def change_update(changed: Sequence[str]) -> Update:
+def change_update(changed: Sequence[str], *, server_clock: bool) -> Update:
     """The conversation's UPDATE for one set of changed columns.
 
     Usage columns are always incremented (by zero when unused), so the few
-    kinds of batch share a handful of statements.
+    kinds of batch share a handful of statements. ``cancelled_at`` is set to
+    the database's time (``server_clock``: PostgreSQL's; else the step's
+    ``b_now``, SQLite's clock being its process's host's).
     """
     columns = conversation_table.c
-    values: dict[str, Any] = {name: bindparam(f"b_{name}") for name in changed}
+    values: dict[str, Any] = {
+        name: bindparam(f"b_{name}") for name in changed if name != "cancelled_at"
+    }
+    if "cancelled_at" in changed:
+        values["cancelled_at"] = func.statement_timestamp() if server_clock else bindparam("b_now")
     for name in USAGE_COLUMNS:
         values[name] = columns[name] + bindparam(f"b_add_{name}", type_=columns[name].type)
     values["version"] = columns.version + 1
     values["updated_at"] = bindparam("b_now")
     return update(conversation_table).where(columns.id == bindparam("b_id")).values(values)
+
+
+def arrival(server_clock: bool) -> ColumnElement[Any]:
+    """When a turn's message arrived, on the database's clock.
+
+    PostgreSQL (``server_clock``): the statement's time less the message's
+    age (``b_age`` seconds) measured by the turn's process on its monotonic
+    clock, so it is compared with ``cancelled_at`` (also the server's time)
+    on one clock whatever the processes' clocks say. The age runs until the
+    statement is sent, not until it starts: the arrival it gives is no
+    earlier than the true one, so a message sent after a cancel is never
+    taken for one the cancel meant. SQLite: ``b_arrived``, on the clock of
+    the host, which every process sharing the file is on.
+    """
+    if server_clock:
+        age = bindparam("b_age", type_=Float)
+        return func.statement_timestamp() - literal_column("interval '1 second'") * age
+    return bindparam("b_arrived", type_=UtcDateTime)
+
+
+def arrival_values(arrived: float | None, *, server_clock: bool) -> dict[str, Any]:
+    """The parameters of :func:`arrival` for a message that arrived at ``arrived``.
+
+    ``arrived`` is ``time.monotonic()`` at the message's arrival; None (a
+    turn no message started) gives NULL, which no cancel follows.
+    """
+    age = None if arrived is None else max(0.0, time.monotonic() - arrived)
+    if server_clock:
+        return {"b_age": age}
+    return {"b_arrived": None if age is None else utcnow() - timedelta(seconds=age)}
 
 
 def take_update() -> Update:
@@ -413,7 +457,7 @@ class OneStatement:
             parts.append(also.statement)
         parts += self._parts(step, bindparam("b_id", type_=conversation_table.c.id.type), None)
         if step.changes is not None:
-            parts.append(change_update(step.changes))
+            parts.append(change_update(step.changes, server_clock=True))
         main = parts.pop()
         ctes = [part.cte(f"w_part{index}") for index, part in enumerate(parts)]
         statement = Statement(main.add_cte(*ctes) if ctes else main)

@@ -111,6 +111,10 @@ conversation_table = Table(
     Column("face", String(16)),
     Column("caller_key_prefix", String(32)),
     Column("caller_key_name", String(128)),
+    # When a caller last cancelled it while no turn of it ran, on the
+    # database's clock: a turn whose request arrived before refuses to run
+    # (it was still being prepared in another process, with nothing written).
+    Column("cancelled_at", UtcDateTime),
     Index("ix_conversation_tenant_created", "tenant", "created_at"),
     Index("ix_conversation_tenant_memory", "tenant", "memory_id"),
     # The start-up sweep and the owners' cancel poll look for running

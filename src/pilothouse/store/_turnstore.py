@@ -66,6 +66,8 @@ if TYPE_CHECKING:
 #: because a conversation takes many turns; each turn completes it again.
 #: ``TE`` ends a turn (a cancel, a shutdown, questions that expired), not the
 #: conversation: the user may go on, as after Ctrl-C in ``pilothouse chat``.
+#: A turn whose message arrived before the cancel does not (``begin_turn``'s
+#: ``arrived``).
 STARTABLE = frozenset(
     {ProcessStatus.NOT_STARTED, ProcessStatus.COMPLETED, ProcessStatus.TERMINATED}
 )
@@ -191,6 +193,10 @@ class TurnBatch:
             before the rows are written (a budget's settle rides on the write
             that records the call's usage instead of a transaction of its own;
             a turn's first step can carry its first model call's hold).
+        cancelled: a caller cancelled the conversation while no turn of it
+            ran: the database's time is recorded (``cancelled_at``), and a
+            turn whose message arrived before it, still being prepared,
+            ends ``TE`` instead of running (``begin_turn``'s ``arrived``).
         durable_with_next: the turn's next write makes this one durable: on
             PostgreSQL its commit does not wait for the write-ahead log to
             reach the disk, and the next write's commit, which waits, flushes
@@ -213,6 +219,7 @@ class TurnBatch:
     outbox: list[NewOutboxMessage] = field(default_factory=lambda: [])
     processed: list[NewProcessed] = field(default_factory=lambda: [])
     ledger: list[Callable[[Connection], None]] = field(default_factory=lambda: [])
+    cancelled: bool = False
     durable_with_next: bool = False
 
     def changes(self) -> dict[str, Any]:
@@ -228,14 +235,18 @@ class TurnBatch:
 
     def touches_conversation(self) -> bool:
         """Whether the conversation row changes (its columns, totals or version)."""
-        return self.usage is not None or any(
-            value is not None
-            for value in (
-                self.status,
-                self.finish_reason,
-                self.response_model,
-                self.error_detail,
-                self.finished_at,
+        return (
+            self.usage is not None
+            or self.cancelled
+            or any(
+                value is not None
+                for value in (
+                    self.status,
+                    self.finish_reason,
+                    self.response_model,
+                    self.error_detail,
+                    self.finished_at,
+                )
             )
         )
 
@@ -271,6 +282,10 @@ class TurnHandle:
     """Messages sharing the memory id when the turn began (``read_memory``)."""
     catalog_revision: int = 0
     """The tenant's catalog revision when the turn began."""
+    cancelled: bool = False
+    """A caller cancelled the conversation after the turn's message arrived
+    (``begin_turn``'s ``arrived``), before the turn took it: the turn must end
+    ``TE`` without calling the model."""
 
 
 class TurnStore(Protocol):
@@ -375,6 +390,7 @@ class TurnStore(Protocol):
         allowed: Iterable[ProcessStatus] = STARTABLE,
         first: TurnBatch | None = None,
         read_memory: bool = False,
+        arrived: float | None = None,
     ) -> TurnHandle:
         """Take the conversation for one turn, flipping it to ``RU``.
 
@@ -389,6 +405,12 @@ class TurnStore(Protocol):
             first: the turn's first step (usually the user's message).
             read_memory: read every message sharing the conversation's memory
                 id into :attr:`TurnHandle.memory`.
+            arrived: when the turn's message arrived (``time.monotonic()``
+                of this process). The conversation is still taken, but
+                :attr:`TurnHandle.cancelled` says whether a caller cancelled
+                it since (``TurnBatch.cancelled``): compared on the
+                database's clock, the age of the message measured here, so
+                the processes' clocks need not agree.
 
         Raises:
             NotFoundError: no such conversation for this tenant.

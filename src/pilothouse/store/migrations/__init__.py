@@ -1,6 +1,6 @@
 """Alembic migrations of the pilothouse schema (``versions/``, run by ``env.py``)."""
 
-HEAD_REVISION = "0019"
+HEAD_REVISION = "0020"
 """The newest revision in ``versions/``: bump it with every new migration.
 
 :meth:`pilothouse.store.Database.ensure_schema` compares a database's stored

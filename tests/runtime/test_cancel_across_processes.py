@@ -1,0 +1,189 @@
+"""A cancel another process takes while a turn is being prepared stops that turn.
+
+Two runtimes on one database stand for two processes (two workers, or two
+replicas): each is a lease owner of its own. While the worker checks and
+compiles a turn, nothing of it is in the database yet, so the process that
+gets the cancel finds no running turn and terminates the idle conversation
+(``TE``). A terminated conversation takes new messages, so the turn then
+took it and ran to the end: the cancel the user asked for was lost, and the
+record said cancelled while a model call ran after it. The turn now ends
+``TE`` with no model call, its cancel recorded; a message that arrives
+after the cancel runs as usual.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from test_tool_loop import FakeSource, events, start, stored
+
+from pilothouse.catalog._enums import MessageRole, ProcessStatus, TimelineKind
+from pilothouse.runtime import Runner, TurnResult
+from pilothouse.runtime._leasing import keep_lease
+from pilothouse.store import (
+    Database,
+    NewMessage,
+    OrmTurnStore,
+    SqlTurnStore,
+    TurnBatch,
+    TurnStore,
+)
+from pilothouse.testing import Reply, ScriptedModel
+
+pytestmark = pytest.mark.anyio
+
+RunnerFactory = Callable[..., Runner]
+
+
+def hold_preparation(
+    runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> tuple[anyio.Event, anyio.Event]:
+    """Hold the runner's next turns in their preparation: (preparing, go on)."""
+    preparing, go_on = anyio.Event(), anyio.Event()
+    prepare = runner.prepare
+
+    async def held(*args: Any, **kwargs: Any) -> Any:
+        preparing.set()
+        await go_on.wait()
+        return await prepare(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "prepare", held)
+    return preparing, go_on
+
+
+async def test_a_cancel_another_process_takes_while_the_turn_is_prepared_stops_it(
+    catalog: Database, make_runner: RunnerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = ScriptedModel([Reply("first answer"), Reply("too late")])
+    worker = make_runner(model, tool_source=FakeSource({}))
+    other = make_runner(ScriptedModel([]), tool_source=FakeSource({}))
+    assert worker.runtime.leases.owner != other.runtime.leases.owner
+    uuid = await start(catalog, "TOOLS")
+    assert (await worker.send_message(uuid, "Hello")).status is ProcessStatus.COMPLETED
+    preparing, go_on = hold_preparation(worker, monkeypatch)
+    results: list[TurnResult] = []
+
+    async def send() -> None:
+        results.append(await worker.send_message(uuid, "Hi again"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(send)
+        await preparing.wait()
+        # Nothing of the turn is written yet: no running turn to abort, so
+        # the other process terminates the idle conversation.
+        assert await other.cancel(uuid, wait=0) is False
+        go_on.set()
+    (result,) = results
+    assert result.status is ProcessStatus.TERMINATED
+    assert len(model.requests) == 1  # the first turn's; none after the cancel
+    conversation, messages, _ = await stored(catalog, uuid)
+    assert conversation.status is ProcessStatus.TERMINATED
+    # The user's message is kept, with no answer after it.
+    assert messages[-1].role is MessageRole.USER and messages[-1].content == "Hi again"
+    timeline = await events(catalog, uuid)
+    cancels = [event for event in timeline if event.kind is TimelineKind.CANCEL]
+    # The other process's terminate, then the turn's own cancel, which says who asked.
+    assert [event.data.get("running_here") for event in cancels] == [False, None]
+    assert cancels[-1].data["requested_by"] == "another process"
+    changes = [
+        (event.data["from"], event.data["to"])
+        for event in timeline
+        if event.kind is TimelineKind.STATUS_CHANGE
+    ]
+    assert changes[-2:] == [("TE", "RU"), ("RU", "TE")]
+    # No model request, nor any usage, after the first turn's.
+    assert [event.kind for event in timeline].count(TimelineKind.REQUEST) == 1
+    assert conversation.input_tokens == 10
+
+
+async def test_a_message_that_arrives_after_another_processes_cancel_runs(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    model = ScriptedModel([Reply("first answer"), Reply("after the cancel")])
+    worker = make_runner(model, tool_source=FakeSource({}))
+    other = make_runner(ScriptedModel([]), tool_source=FakeSource({}))
+    uuid = await start(catalog, "TOOLS")
+    await worker.send_message(uuid, "Hello")
+    assert await other.cancel(uuid, wait=0) is False
+    conversation, _, _ = await stored(catalog, uuid)
+    assert conversation.status is ProcessStatus.TERMINATED
+    result = await worker.send_message(uuid, "Go on")
+    assert result.status is ProcessStatus.COMPLETED
+    assert result.text == "after the cancel"
+    conversation, messages, _ = await stored(catalog, uuid)
+    assert conversation.status is ProcessStatus.COMPLETED
+    assert messages[-1].content == "after the cancel"
+
+
+@pytest.mark.parametrize("make_store", [OrmTurnStore, SqlTurnStore], ids=["orm", "sql"])
+async def test_the_take_tells_a_cancel_since_the_message_arrived_from_one_before(
+    catalog: Database, make_store: Callable[[Database], TurnStore]
+) -> None:
+    store = make_store(catalog)
+    uuid = await start(catalog, "TOOLS")
+    before = time.monotonic()
+    cancel = await store.begin_turn("default", uuid, allowed={ProcessStatus.NOT_STARTED})
+    await store.write(cancel, TurnBatch(status=ProcessStatus.TERMINATED, cancelled=True))
+    after = time.monotonic()
+    message = TurnBatch(messages=[NewMessage(MessageRole.USER, "Hi")])
+    # Arrived before the cancel: taken, and told.
+    taken = await store.begin_turn("default", uuid, first=message, arrived=before)
+    assert taken.cancelled and taken.previous_status is ProcessStatus.TERMINATED
+    await store.write(taken, TurnBatch(status=ProcessStatus.TERMINATED))
+    # Arrived after it, or not a message's turn at all: not cancelled.
+    taken = await store.begin_turn("default", uuid, first=message, arrived=after)
+    assert not taken.cancelled
+    await store.write(taken, TurnBatch(status=ProcessStatus.COMPLETED))
+    assert not (await store.begin_turn("default", uuid)).cancelled
+
+
+async def test_a_turn_that_takes_the_conversation_as_another_process_cancels_is_stopped(
+    catalog: Database, make_runner: RunnerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The other process saw the conversation idle; the worker's turn took it
+    # just after. The other process must not end the running turn's record
+    # itself (two writers on one timeline, the turn running on): it asks
+    # the worker to stop it, as for any turn the worker runs.
+    calling, release = anyio.Event(), anyio.Event()
+
+    async def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calling.set()
+        await release.wait()
+        return ModelResponse(parts=[TextPart("too late")])
+
+    worker = make_runner(FunctionModel(answer), tool_source=FakeSource({}))
+    other = make_runner(ScriptedModel([]), tool_source=FakeSource({}))
+    uuid = await start(catalog, "TOOLS")
+    leases = other.runtime.leases
+    running_owner = leases.running_owner
+    results: list[TurnResult] = []
+
+    async def send() -> None:
+        results.append(await worker.send_message(uuid, "Hi"))
+
+    async def seen_idle(tenant: str, conversation_uuid: str) -> tuple[bool, str | None]:
+        # The check ran before the worker's take; the answer comes after it.
+        monkeypatch.setattr(leases, "running_owner", running_owner)
+        group.start_soon(send)
+        await calling.wait()
+        return False, None
+
+    monkeypatch.setattr(leases, "running_owner", seen_idle)
+    async with keep_lease(worker.runtime, poll_seconds=0.01), anyio.create_task_group() as group:
+        assert await other.cancel(uuid) is True
+        release.set()
+    (result,) = results
+    assert result.status is ProcessStatus.TERMINATED
+    conversation, messages, _ = await stored(catalog, uuid)
+    assert conversation.status is ProcessStatus.TERMINATED
+    assert [message.content for message in messages if message.role is MessageRole.ASSISTANT] == []
+    timeline = await events(catalog, uuid)
+    assert [event.sequence for event in timeline] == list(range(1, len(timeline) + 1))
+    (cancel,) = [event for event in timeline if event.kind is TimelineKind.CANCEL]
+    assert cancel.data["requested_by"] == "another process"
