@@ -279,3 +279,69 @@ async def test_notifications_past_the_bound_close_the_session(
             assert (await again.execute({"message": "hi"}, CONTEXT)).content == "Echo: hi"
             assert pool.opened == 2
         web.should_exit = True
+
+
+async def test_a_stream_ended_at_once_again_and_again_closes_the_session(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server ending its notification stream at once, with ``retry: 0``, cannot make us spin.
+
+    The SDK opens the stream again as soon as the server's ``retry:`` says,
+    and such a stream carries a few bytes only: the openings are bounded per
+    session in time, not only the bytes.
+    """
+    from mcp.server.mcpserver import MCPServer
+
+    from pilothouse.mcp._transports import MAX_STREAM_OPENS
+    from pilothouse.providers._egress import EgressPolicy
+
+    server = MCPServer("restless")
+
+    @server.tool()
+    def echo(message: str) -> str:
+        """Say it back."""
+        return f"Echo: {message}"
+
+    opened = 0
+    unused = anyio.Event()
+    inner = handshake_only(server.streamable_http_app(), unused)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        nonlocal opened
+        if scope["type"] == "http" and scope["method"] == "GET":
+            opened += 1
+            headers = [(b"content-type", b"text/event-stream")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": b"retry: 0\n\n"})
+            return
+        await inner(scope, receive, send)
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = McpClientConfig(
+        name="restless",
+        transport=McpTransport.STREAMABLE_HTTP,
+        url=f"http://127.0.0.1:{port}/mcp",
+        egress=EgressPolicy.parse(["127.0.0.1"]),
+    )
+    warning = f"ended its notification stream {MAX_STREAM_OPENS} times"
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(web.serve)
+        with anyio.fail_after(5):
+            while not web.started:
+                await anyio.sleep(0.01)
+        async with McpClientPool(connect_timeout=5) as pool:
+            tool = await pool.tool(config, "echo")
+            assert (await tool.execute({"message": "one"}, CONTEXT)).content == "Echo: one"
+            with anyio.fail_after(10):
+                while warning not in caplog.text:
+                    await anyio.sleep(0.01)
+            # The opening past the bound was refused before it left.
+            assert opened == MAX_STREAM_OPENS
+            assert pool.opened == 1
+            again = await pool.tool(config, "echo")
+            assert (await again.execute({"message": "two"}, CONTEXT)).content == "Echo: two"
+            assert pool.opened == 2
+        web.should_exit = True

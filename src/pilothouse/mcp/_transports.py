@@ -11,6 +11,8 @@ __all__ = ["TransportFactory", "open_transport"]
 
 import logging
 import sys
+import time
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -154,6 +156,21 @@ an answer past :data:`MAX_RESPONSE_BYTES`.
 """
 
 
+MAX_STREAM_OPENS = 20
+"""How many times one session may open its notification stream within :data:`STREAM_OPENS_SECONDS`.
+
+The SDK opens the ``GET`` stream again whenever the server ends it, after
+the delay the server's ``retry:`` field names (a second when it names
+none). A server that answers ``retry: 0`` and ends every stream at once
+would have the process reconnect without pause, each time with a few bytes
+only, far below :data:`MAX_NOTIFICATION_BYTES`. At the SDK's own delay a
+session opens the stream at most ten times in ten seconds.
+"""
+
+STREAM_OPENS_SECONDS = 10.0
+"""The window :data:`MAX_STREAM_OPENS` counts in."""
+
+
 class _Bounded(httpx2.AsyncBaseTransport):
     """Bounds what one session's server sends: each answer, and its notifications in total.
 
@@ -162,7 +179,9 @@ class _Bounded(httpx2.AsyncBaseTransport):
     notifications apart, reconnecting it after any error without ending the
     session; so past :data:`MAX_NOTIFICATION_BYTES` the transport refuses
     every later request of the session (but the ``DELETE`` that ends it),
-    and the session's next request closes it.
+    and the session's next request closes it. The same happens when the
+    stream is opened more than :data:`MAX_STREAM_OPENS` times within
+    :data:`STREAM_OPENS_SECONDS`.
     """
 
     def __init__(self, inner: httpx2.AsyncBaseTransport, *, notifications: bool) -> None:
@@ -170,15 +189,19 @@ class _Bounded(httpx2.AsyncBaseTransport):
         self._notifications = notifications
         self.notified = 0
         self.closed = False
+        # When the notification stream was last opened, oldest first.
+        self._opens: deque[float] = deque(maxlen=MAX_STREAM_OPENS)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         """Send the request; count what its answer's body holds."""
         if self.closed and request.method != "DELETE":
             raise httpx2.ReadError(
-                f"the MCP server sent more than {MAX_NOTIFICATION_BYTES} bytes of "
-                "notifications; its session was closed",
+                "the MCP server's notification stream went past its bounds; "
+                "its session was closed",
                 request=request,
             )
+        if request.method == "GET" and self._notifications:
+            self._opening(request)
         response = await self._inner.handle_async_request(request)
         if request.method == "POST":
             stream: httpx2.AsyncByteStream = _CountedStream(response.stream, request)
@@ -193,6 +216,31 @@ class _Bounded(httpx2.AsyncBaseTransport):
             request=request,
             extensions=response.extensions,
         )
+
+    def _opening(self, request: httpx2.Request) -> None:
+        """Note an opening of the notification stream; refuse one too soon after the others.
+
+        Raises:
+            httpx2.ReadError: the stream was opened :data:`MAX_STREAM_OPENS`
+                times within the last :data:`STREAM_OPENS_SECONDS`; the
+                session is closed.
+        """
+        now = time.monotonic()
+        if len(self._opens) == MAX_STREAM_OPENS and now - self._opens[0] < STREAM_OPENS_SECONDS:
+            self.closed = True
+            logger.warning(
+                "MCP server %s ended its notification stream %d times within %.0f s; "
+                "the session was closed",
+                request.url.host,
+                MAX_STREAM_OPENS,
+                STREAM_OPENS_SECONDS,
+            )
+            raise httpx2.ReadError(
+                f"the MCP server ended its notification stream {MAX_STREAM_OPENS} times "
+                f"within {STREAM_OPENS_SECONDS:.0f} s",
+                request=request,
+            )
+        self._opens.append(now)
 
     async def aclose(self) -> None:
         """Close the inner transport."""
