@@ -196,8 +196,7 @@ class _Bounded(httpx2.AsyncBaseTransport):
         """Send the request; count what its answer's body holds."""
         if self.closed and request.method != "DELETE":
             raise httpx2.ReadError(
-                "the MCP server's notification stream went past its bounds; "
-                "its session was closed",
+                "the MCP server's notification stream went past its bounds; its session was closed",
                 request=request,
             )
         if request.method == "GET" and self._notifications:
