@@ -7,53 +7,22 @@ fetch ends it. The limit here is a fraction of a second, passed in.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 
 from pilothouse.knowledge._errors import DocumentError
 from pilothouse.knowledge._sources import Pending, load
+from trickle import trickling_server
 
 pytestmark = pytest.mark.anyio
-
-_STOP = threading.Event()
-
-
-class _Trickle(BaseHTTPRequestHandler):
-    """Promises a long text, then sends a byte every 50 ms until stopped (10 s at most)."""
-
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", "100000")
-        self.end_headers()
-        for _ in range(200):
-            if _STOP.wait(0.05):
-                return
-            self.wfile.write(b"a")
-            self.wfile.flush()
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Quiet: the test reads its own outcome."""
 
 
 @pytest.fixture
 def trickling_url() -> Iterator[str]:
-    _STOP.clear()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/slow.txt"
-    finally:
-        _STOP.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with trickling_server("/slow.txt", "text/plain", b"a") as url:
+        yield url
 
 
 async def test_a_url_trickling_its_body_fails_at_the_total_fetch_limit(trickling_url: str) -> None:

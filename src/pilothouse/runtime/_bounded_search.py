@@ -86,18 +86,7 @@ def compile_pattern(pattern: str, flags: int = 0) -> regex.Pattern[str]:
 
 @lru_cache(maxsize=1024)
 def compiled(pattern: str, flags: int = 0) -> regex.Pattern[str]:
-    """``pattern`` compiled by the ``regex`` package (cached, shared by the process).
-
-    Args:
-        pattern: a regular expression in ``re``'s syntax.
-        flags: ``regex`` flags, such as ``regex.IGNORECASE``.
-
-    Returns:
-        The compiled pattern.
-
-    Raises:
-        regex.error: ``pattern`` is not a valid regular expression.
-    """
+    """:func:`compile_pattern`, cached and shared by the process (arguments and errors alike)."""
     return compile_pattern(pattern, flags)
 
 
