@@ -6,6 +6,7 @@ import json
 import socket
 import warnings
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -36,6 +37,36 @@ def recording(app: App, seen: list[dict[str, str]]) -> App:
     return wrapper
 
 
+@asynccontextmanager
+async def serving(app: App) -> AsyncIterator[int]:
+    """Serve ``app`` with uvicorn on a free loopback port until the block ends; yields the port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(web.serve)
+        with anyio.fail_after(5):
+            while not web.started:
+                await anyio.sleep(0.01)
+        try:
+            yield port
+        finally:
+            web.should_exit = True
+
+
+def tenant_server(name: str, port: int) -> McpClientConfig:
+    """A tenant's streamable HTTP server on ``port``, reached under the egress policy."""
+    from pilothouse.providers._egress import EgressPolicy
+
+    return McpClientConfig(
+        name=name,
+        transport=McpTransport.STREAMABLE_HTTP,
+        url=f"http://127.0.0.1:{port}/mcp",
+        egress=EgressPolicy.parse(["127.0.0.1"]),
+    )
+
+
 @pytest.fixture(params=["streamable", "sse"])
 async def http_server(
     request: pytest.FixtureRequest,
@@ -46,18 +77,8 @@ async def http_server(
         app, transport, path = server.sse_app(), McpTransport.SSE, "/sse"
     else:
         app, transport, path = server.streamable_http_app(), McpTransport.STREAMABLE_HTTP, "/mcp"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    config = uvicorn.Config(recording(app, seen), host="127.0.0.1", port=port, log_level="warning")
-    web = uvicorn.Server(config)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(web.serve)
-        with anyio.fail_after(5):
-            while not web.started:
-                await anyio.sleep(0.01)
+    async with serving(recording(app, seen)) as port:
         yield transport, f"http://127.0.0.1:{port}{path}", seen
-        web.should_exit = True
 
 
 async def test_configured_headers_are_sent(
@@ -129,8 +150,6 @@ async def test_an_answer_past_the_bound_is_not_read_whole(caplog: pytest.LogCapt
     """
     from mcp.server.mcpserver import MCPServer
 
-    from pilothouse.providers._egress import EgressPolicy
-
     server = MCPServer("big")
 
     @server.tool()
@@ -138,23 +157,10 @@ async def test_an_answer_past_the_bound_is_not_read_whole(caplog: pytest.LogCapt
         """Some mebibytes of text."""
         return "x" * (mib * 1024 * 1024)
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     app = server.streamable_http_app()
-    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    config = McpClientConfig(
-        name="big",
-        transport=McpTransport.STREAMABLE_HTTP,
-        url=f"http://127.0.0.1:{port}/mcp",
-        egress=EgressPolicy.parse(["127.0.0.1"]),
-    )
     context = ToolContext(tenant="t", conversation_uuid="c", call_id="call-1", timeout=30)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(web.serve)
-        with anyio.fail_after(5):
-            while not web.started:
-                await anyio.sleep(0.01)
+    async with serving(app) as port:
+        config = tenant_server("big", port)
         async with McpClientPool(connect_timeout=5) as pool:
             tool = await pool.tool(config, "dump")
             huge = await tool.execute({"mib": 40}, context)
@@ -165,7 +171,6 @@ async def test_an_answer_past_the_bound_is_not_read_whole(caplog: pytest.LogCapt
             small = await tool.execute({"mib": 1}, context)
             assert small.is_error is False
             assert small.content.startswith("x" * 1000)
-        web.should_exit = True
 
 
 def handshake_only(app: App, gets: anyio.Event) -> App:
@@ -227,8 +232,6 @@ async def test_notifications_past_the_bound_close_the_session(
     """
     from mcp.server.mcpserver import MCPServer
 
-    from pilothouse.providers._egress import EgressPolicy
-
     server = MCPServer("chatty")
 
     @server.tool()
@@ -247,24 +250,11 @@ async def test_notifications_past_the_bound_close_the_session(
         """Say it back."""
         return f"Echo: {message}"
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     gets = anyio.Event()
     app = handshake_only(server.streamable_http_app(), gets)
-    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    config = McpClientConfig(
-        name="chatty",
-        transport=McpTransport.STREAMABLE_HTTP,
-        url=f"http://127.0.0.1:{port}/mcp",
-        egress=EgressPolicy.parse(["127.0.0.1"]),
-    )
     warning = "sent more than 16777216 bytes of notifications"
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(web.serve)
-        with anyio.fail_after(5):
-            while not web.started:
-                await anyio.sleep(0.01)
+    async with serving(app) as port:
+        config = tenant_server("chatty", port)
         async with McpClientPool(connect_timeout=5) as pool:
             tool = await pool.tool(config, "flood")
             with anyio.fail_after(5):
@@ -278,7 +268,6 @@ async def test_notifications_past_the_bound_close_the_session(
             again = await pool.tool(config, "echo")
             assert (await again.execute({"message": "hi"}, CONTEXT)).content == "Echo: hi"
             assert pool.opened == 2
-        web.should_exit = True
 
 
 async def test_a_stream_ended_at_once_again_and_again_closes_the_session(
@@ -293,7 +282,6 @@ async def test_a_stream_ended_at_once_again_and_again_closes_the_session(
     from mcp.server.mcpserver import MCPServer
 
     from pilothouse.mcp._transports import MAX_STREAM_OPENS
-    from pilothouse.providers._egress import EgressPolicy
 
     server = MCPServer("restless")
 
@@ -316,22 +304,9 @@ async def test_a_stream_ended_at_once_again_and_again_closes_the_session(
             return
         await inner(scope, receive, send)
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    config = McpClientConfig(
-        name="restless",
-        transport=McpTransport.STREAMABLE_HTTP,
-        url=f"http://127.0.0.1:{port}/mcp",
-        egress=EgressPolicy.parse(["127.0.0.1"]),
-    )
     warning = f"ended its notification stream {MAX_STREAM_OPENS} times"
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(web.serve)
-        with anyio.fail_after(5):
-            while not web.started:
-                await anyio.sleep(0.01)
+    async with serving(app) as port:
+        config = tenant_server("restless", port)
         async with McpClientPool(connect_timeout=5) as pool:
             tool = await pool.tool(config, "echo")
             assert (await tool.execute({"message": "one"}, CONTEXT)).content == "Echo: one"
@@ -344,4 +319,3 @@ async def test_a_stream_ended_at_once_again_and_again_closes_the_session(
             again = await pool.tool(config, "echo")
             assert (await again.execute({"message": "two"}, CONTEXT)).content == "Echo: two"
             assert pool.opened == 2
-        web.should_exit = True
