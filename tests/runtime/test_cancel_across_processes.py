@@ -24,6 +24,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from test_tool_loop import FakeSource, events, start, stored
 
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, TimelineKind
+from pilothouse.errors import InvalidStateError
 from pilothouse.runtime import Runner, TurnResult
 from pilothouse.runtime._leasing import keep_lease
 from pilothouse.store import (
@@ -187,3 +188,67 @@ async def test_a_turn_that_takes_the_conversation_as_another_process_cancels_is_
     assert [event.sequence for event in timeline] == list(range(1, len(timeline) + 1))
     (cancel,) = [event for event in timeline if event.kind is TimelineKind.CANCEL]
     assert cancel.data["requested_by"] == "another process"
+
+
+async def test_a_cancel_of_a_terminated_conversation_stops_a_turn_still_being_prepared(
+    catalog: Database, make_runner: RunnerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A terminated conversation (TE) takes new messages: its new message's
+    # turn, still prepared by the worker, is cancelled through the other
+    # process. The cancel was refused there ("was cancelled and is
+    # finished") and the turn ran; it is recorded as for an idle
+    # conversation, and the turn ends TE with no model call.
+    model = ScriptedModel([Reply("first answer"), Reply("too late")])
+    worker = make_runner(model, tool_source=FakeSource({}))
+    other = make_runner(ScriptedModel([]), tool_source=FakeSource({}))
+    uuid = await start(catalog, "TOOLS")
+    assert (await worker.send_message(uuid, "Hello")).status is ProcessStatus.COMPLETED
+    assert await other.cancel(uuid, wait=0) is False
+    preparing, go_on = hold_preparation(worker, monkeypatch)
+    results: list[TurnResult] = []
+
+    async def send() -> None:
+        results.append(await worker.send_message(uuid, "Hi again"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(send)
+        await preparing.wait()
+        assert await other.cancel(uuid, wait=0) is False
+        go_on.set()
+    (result,) = results
+    assert result.status is ProcessStatus.TERMINATED
+    assert len(model.requests) == 1
+    conversation, messages, _ = await stored(catalog, uuid)
+    assert conversation.status is ProcessStatus.TERMINATED
+    assert messages[-1].role is MessageRole.USER and messages[-1].content == "Hi again"
+    timeline = await events(catalog, uuid)
+    assert [event.sequence for event in timeline] == list(range(1, len(timeline) + 1))
+    cancels = [event for event in timeline if event.kind is TimelineKind.CANCEL]
+    # Both cancels of the other process are recorded, then the turn's own.
+    assert [event.data.get("running_here") for event in cancels] == [False, False, None]
+    assert cancels[-1].data["requested_by"] == "another process"
+    assert [event.kind for event in timeline].count(TimelineKind.REQUEST) == 1
+
+
+@pytest.mark.parametrize("status", [ProcessStatus.FAILED, ProcessStatus.KILLED])
+async def test_a_cancel_of_a_finished_conversation_is_refused(
+    catalog: Database, make_runner: RunnerFactory, status: ProcessStatus
+) -> None:
+    store = SqlTurnStore(catalog)
+    uuid = await start(catalog, "TOOLS")
+    taken = await store.begin_turn("default", uuid)
+    await store.write(taken, TurnBatch(status=status))
+    with pytest.raises(InvalidStateError, match="is finished; start a new conversation"):
+        await make_runner(ScriptedModel([])).cancel(uuid, wait=0)
+    conversation, _, _ = await stored(catalog, uuid)
+    assert conversation.status is status
+
+
+async def test_what_a_terminated_conversation_refuses_says_a_new_message_goes_on(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    uuid = await start(catalog, "TOOLS")
+    assert await make_runner(ScriptedModel([])).cancel(uuid, wait=0) is False
+    # Answers are for a waiting conversation: refused, saying what TE does take.
+    with pytest.raises(InvalidStateError, match="was cancelled \\(TE\\); send it a new message"):
+        await SqlTurnStore(catalog).begin_turn("default", uuid, allowed={ProcessStatus.WAITING})
