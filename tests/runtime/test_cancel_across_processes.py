@@ -14,16 +14,18 @@ after the cancel runs as usual.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from sqlalchemy.util import await_only
 from test_tool_loop import FakeSource, events, start, stored
 
 from pilothouse.catalog._enums import MessageRole, ProcessStatus, TimelineKind
+from pilothouse.errors import InvalidStateError
 from pilothouse.runtime import Runner, TurnResult
 from pilothouse.runtime._leasing import keep_lease
 from pilothouse.store import (
@@ -34,6 +36,7 @@ from pilothouse.store import (
     TurnBatch,
     TurnStore,
 )
+from pilothouse.store import _ormstore as ormstore
 from pilothouse.testing import Reply, ScriptedModel
 
 pytestmark = pytest.mark.anyio
@@ -187,3 +190,170 @@ async def test_a_turn_that_takes_the_conversation_as_another_process_cancels_is_
     assert [event.sequence for event in timeline] == list(range(1, len(timeline) + 1))
     (cancel,) = [event for event in timeline if event.kind is TimelineKind.CANCEL]
     assert cancel.data["requested_by"] == "another process"
+
+
+async def test_a_cancel_of_a_terminated_conversation_stops_a_turn_still_being_prepared(
+    catalog: Database, make_runner: RunnerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A terminated conversation (TE) takes new messages: its new message's
+    # turn, still prepared by the worker, is cancelled through the other
+    # process. The cancel was refused there ("was cancelled and is
+    # finished") and the turn ran; it is recorded as for an idle
+    # conversation, and the turn ends TE with no model call.
+    model = ScriptedModel([Reply("first answer"), Reply("too late")])
+    worker = make_runner(model, tool_source=FakeSource({}))
+    other = make_runner(ScriptedModel([]), tool_source=FakeSource({}))
+    uuid = await start(catalog, "TOOLS")
+    assert (await worker.send_message(uuid, "Hello")).status is ProcessStatus.COMPLETED
+    assert await other.cancel(uuid, wait=0) is False
+    preparing, go_on = hold_preparation(worker, monkeypatch)
+    results: list[TurnResult] = []
+
+    async def send() -> None:
+        results.append(await worker.send_message(uuid, "Hi again"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(send)
+        await preparing.wait()
+        assert await other.cancel(uuid, wait=0) is False
+        go_on.set()
+    (result,) = results
+    assert result.status is ProcessStatus.TERMINATED
+    assert len(model.requests) == 1
+    conversation, messages, _ = await stored(catalog, uuid)
+    assert conversation.status is ProcessStatus.TERMINATED
+    assert messages[-1].role is MessageRole.USER and messages[-1].content == "Hi again"
+    timeline = await events(catalog, uuid)
+    assert [event.sequence for event in timeline] == list(range(1, len(timeline) + 1))
+    cancels = [event for event in timeline if event.kind is TimelineKind.CANCEL]
+    # Both cancels of the other process are recorded, then the turn's own.
+    assert [event.data.get("running_here") for event in cancels] == [False, False, None]
+    assert cancels[-1].data["requested_by"] == "another process"
+    assert [event.kind for event in timeline].count(TimelineKind.REQUEST) == 1
+
+
+@pytest.mark.parametrize("status", [ProcessStatus.FAILED, ProcessStatus.KILLED])
+async def test_a_cancel_of_a_finished_conversation_is_refused(
+    catalog: Database, make_runner: RunnerFactory, status: ProcessStatus
+) -> None:
+    store = SqlTurnStore(catalog)
+    uuid = await start(catalog, "TOOLS")
+    taken = await store.begin_turn("default", uuid)
+    await store.write(taken, TurnBatch(status=status))
+    with pytest.raises(InvalidStateError, match="is finished; start a new conversation"):
+        await make_runner(ScriptedModel([])).cancel(uuid, wait=0)
+    conversation, _, _ = await stored(catalog, uuid)
+    assert conversation.status is status
+
+
+async def test_what_a_terminated_conversation_refuses_says_a_new_message_goes_on(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    uuid = await start(catalog, "TOOLS")
+    assert await make_runner(ScriptedModel([])).cancel(uuid, wait=0) is False
+    # Answers are for a waiting conversation: refused, saying what TE does take.
+    with pytest.raises(InvalidStateError, match="was cancelled \\(TE\\); send it a new message"):
+        await SqlTurnStore(catalog).begin_turn("default", uuid, allowed={ProcessStatus.WAITING})
+
+
+@pytest.mark.parametrize("make_store", [OrmTurnStore, SqlTurnStore], ids=["orm", "sql"])
+async def test_a_cancel_between_the_takes_read_and_its_write_ends_the_turn_cancelled(
+    catalog: Database,
+    make_store: Callable[[Database], TurnStore],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if not catalog.is_asyncpg:
+        pytest.skip("SQLite: the take holds the write lock from its read on")
+    # The take reads the conversation (and whether a cancel followed the
+    # message), then takes it. A cancel another process commits in between
+    # failed the take with "is running a turn" (nothing ran; it was
+    # cancelled), or, from TE, let it take the conversation as if no cancel
+    # came. The turn is taken and told it was cancelled, as when the read
+    # sees the cancel.
+    store = make_store(catalog)
+    canceller = SqlTurnStore(catalog)
+    uuid = await start(catalog, "TOOLS")
+    arrived = time.monotonic()
+    await cancel_between_read_and_take(store, canceller, uuid, monkeypatch)
+    message = TurnBatch(messages=[NewMessage(MessageRole.USER, "Hi")])
+    taken = await store.begin_turn("default", uuid, first=message, arrived=arrived)
+    assert taken.cancelled and taken.previous_status is ProcessStatus.TERMINATED
+    await store.write(taken, TurnBatch(status=ProcessStatus.TERMINATED))
+    # From TE, again: a second cancel in the same place.
+    arrived = time.monotonic()
+    await cancel_between_read_and_take(store, canceller, uuid, monkeypatch)
+    taken = await store.begin_turn("default", uuid, first=message, arrived=arrived)
+    assert taken.cancelled and taken.previous_status is ProcessStatus.TERMINATED
+    await store.write(taken, TurnBatch(status=ProcessStatus.TERMINATED))
+    timeline = await events(catalog, uuid)
+    assert [event.sequence for event in timeline] == list(range(1, len(timeline) + 1))
+    _, messages, _ = await stored(catalog, uuid)
+    assert [message.content for message in messages] == ["Hi", "Hi"]
+
+
+async def test_a_turn_between_the_takes_read_and_its_write_still_refuses_it(
+    catalog: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not catalog.is_asyncpg:
+        pytest.skip("SQLite: the take holds the write lock from its read on")
+    # Not a cancel: another turn took the conversation in between.
+    store = SqlTurnStore(catalog)
+    other = SqlTurnStore(catalog)
+    uuid = await start(catalog, "TOOLS")
+
+    async def take() -> None:
+        await other.begin_turn("default", uuid)
+
+    between_read_and_take(store, take, monkeypatch)
+    with pytest.raises(InvalidStateError, match="is running a turn"):
+        await store.begin_turn("default", uuid, arrived=time.monotonic())
+
+
+def between_read_and_take(
+    store: TurnStore, work: Callable[[], Awaitable[None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run ``work`` once, committed, between the store's next read of a conversation and its take.
+
+    PostgreSQL only: on SQLite the take's transaction holds the write lock
+    from its read on, so nothing commits in between.
+    """
+    done = False
+    if isinstance(store, SqlTurnStore):
+        found = store._found
+
+        def hooked(*args: Any) -> Any:
+            nonlocal done
+            row = found(*args)
+            if not done:
+                done = True
+                # The read runs in a greenlet of SQLAlchemy's bridge: wait for the work there.
+                await_only(work())
+            return row
+
+        monkeypatch.setattr(store, "_found", hooked)
+        return
+    conversation = ormstore._conversation
+
+    async def read(*args: Any) -> Any:
+        nonlocal done
+        row = await conversation(*args)
+        if not done:
+            done = True
+            await work()
+        return row
+
+    monkeypatch.setattr(ormstore, "_conversation", read)
+
+
+async def cancel_between_read_and_take(
+    store: TurnStore, canceller: TurnStore, uuid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Have ``canceller`` terminate ``uuid`` as a cancel does, between ``store``'s read and take."""
+
+    async def cancel() -> None:
+        handle = await canceller.begin_turn(
+            "default", uuid, allowed={ProcessStatus.NOT_STARTED, ProcessStatus.TERMINATED}
+        )
+        await canceller.write(handle, TurnBatch(status=ProcessStatus.TERMINATED, cancelled=True))
+
+    between_read_and_take(store, cancel, monkeypatch)

@@ -189,6 +189,11 @@ async def test_cancel_idle_conversation_terminates_it_and_a_new_message_goes_on(
     assert response.status_code == 200
     assert response.json()["cancelled_running_turn"] is False
     assert response.json()["conversation"]["status"] == "TE"
+    # TE takes new messages, so it can be cancelled again (a message may be on its way).
+    again = await client.post(f"/v1/conversations/{uuid}/cancel", headers=auth(api_key))
+    assert again.status_code == 200
+    assert again.json()["cancelled_running_turn"] is False
+    assert again.json()["conversation"]["status"] == "TE"
     # TE ends a turn, not the conversation (Ctrl-C in pilothouse chat goes on).
     scripted.script.steps.append(Reply("Going on."))
     again = await client.post(

@@ -99,6 +99,9 @@ async def test_conversation_round_trip(
     assert cancelled.json()["result"] == {"abortedRunningTurn": False}
     got = await rpc(client, api_key, call(Q.format("getTranscript"), {"uuid": uuid}))
     assert got.json()["result"]["status"] == "TE"
+    # TE takes new messages, so it can be cancelled again (a message may be on its way).
+    again = await rpc(client, api_key, call(C.format("cancel"), {"uuid": uuid}))
+    assert again.json()["result"] == {"abortedRunningTurn": False}
     del scripted
 
 

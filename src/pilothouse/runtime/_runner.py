@@ -541,7 +541,9 @@ class Runner:
             reason: why, recorded with the cancel event.
             cancelled: a caller cancelled it: a turn whose message arrived
                 before (still being prepared, in any process) ends ``TE``
-                when it takes the conversation, rather than run.
+                when it takes the conversation, rather than run. A
+                conversation already ``TE`` (it takes new messages) is then
+                recorded cancelled again, as an idle one is.
             left_running: end it from ``RU`` too (a process that died left
                 it so); False refuses it (``InvalidStateError``).
         """
@@ -554,6 +556,9 @@ class Runner:
                 ProcessStatus.WAITING,
                 ProcessStatus.PAUSED,
                 ProcessStatus.STUCK,
+                # Cancelled before, a conversation still takes new messages:
+                # a cancel again records its time, for a turn still prepared.
+                *((ProcessStatus.TERMINATED,) if cancelled else ()),
                 *((ProcessStatus.RUNNING,) if left_running else ()),
             ),
         )

@@ -164,24 +164,58 @@ class OrmTurnStore:
         arrived: float | None = None,
     ) -> TurnHandle:
         """Take the conversation for one turn, flipping it to ``RU`` (see :class:`TurnStore`)."""
+        events = list(first.events) if first is not None else []
         try:
-            async with self._db.sessions.begin() as session:
-                handle = await _begin(
-                    session,
+            handle = await self._begin(
+                tenant, conversation_uuid, frozenset(allowed), first, read_memory, arrived
+            )
+        except StaleDataError:
+            # The version check of the ORM's UPDATE: the conversation changed
+            # since it was read. A cancel another process committed in
+            # between is taken as the read would have seen it (the turn ends
+            # TE); otherwise another turn took it first. Read again, only on
+            # this failure path.
+            if first is not None:
+                first.events = events  # without the start event of the take that failed
+            try:
+                handle = await self._begin(
                     tenant,
                     conversation_uuid,
                     frozenset(allowed),
                     first,
                     read_memory,
-                    self.owner,
                     arrived,
+                    only_cancelled=True,
                 )
-        except StaleDataError as exc:
-            # The version check of the ORM's UPDATE: another turn took it first.
-            raise InvalidStateError(refusal(conversation_uuid, ProcessStatus.RUNNING)) from exc
+            except StaleDataError as exc:
+                raise InvalidStateError(refusal(conversation_uuid, ProcessStatus.RUNNING)) from exc
         for work in first.ledger if first is not None else ():
             await self._db.transaction(work)
         return handle
+
+    async def _begin(
+        self,
+        tenant: str,
+        conversation_uuid: str,
+        allowed: frozenset[ProcessStatus],
+        first: TurnBatch | None,
+        read_memory: bool,
+        arrived: float | None,
+        *,
+        only_cancelled: bool = False,
+    ) -> TurnHandle:
+        async with self._db.sessions.begin() as session:
+            return await _begin(
+                session,
+                tenant,
+                conversation_uuid,
+                allowed,
+                first,
+                read_memory,
+                self.owner,
+                arrived,
+                only_cancelled=only_cancelled,
+            )
 
     async def memory(self, tenant: str, memory_id: str) -> list[StoredMessage]:
         """Every message sharing ``memory_id``, oldest first."""
@@ -287,7 +321,14 @@ async def _begin(
     read_memory: bool,
     owner: str | None,
     arrived: float | None,
+    *,
+    only_cancelled: bool = False,
 ) -> TurnHandle:
+    """Take the conversation (see ``begin_turn``).
+
+    ``only_cancelled``: a take again after one failed, allowed only when a
+    caller cancelled the conversation since the message arrived.
+    """
     conversation = await _conversation(session, tenant, conversation_uuid)
     status = conversation.status
     if status not in allowed:
@@ -305,6 +346,8 @@ async def _begin(
                 arrival_values(arrived, server_clock=server_clock),
             )
         )
+    if only_cancelled and not cancelled:
+        raise InvalidStateError(refusal(conversation_uuid, ProcessStatus.RUNNING))
 
     owned = Message.conversation_id == conversation.id
     last_message = await session.scalar(select(func.max(Message.sequence)).where(owned))

@@ -111,6 +111,8 @@ class _Found(NamedTuple):
     catalog_revision: int | None
     cancelled: bool | None
     """Cancelled by a caller since the turn's message arrived (NULL: not, or no arrival)."""
+    cancelled_at: datetime | None
+    """When a caller last cancelled it while no turn ran: the take matches only this value."""
 
 
 class _ActionCheck(NamedTuple):
@@ -228,6 +230,7 @@ def _begin_statement(server_clock: bool) -> Any:
         .scalar_subquery()
         .label("catalog_revision"),
         (conversation.cancelled_at > arrival(server_clock)).label("cancelled"),
+        conversation.cancelled_at,
     ).where(conversation.uuid == bindparam("uuid"), conversation.tenant == bindparam("tenant"))
 
 
@@ -481,7 +484,8 @@ class SqlTurnStore:
         # One statement reads the conversation and where its numbering stands:
         # a turn's start is on every turn's path. It compares a cancel with
         # the message's arrival too: the take that follows fails if the
-        # conversation changes in between (its status is in its WHERE).
+        # conversation changes in between (its status and ``cancelled_at``
+        # are in its WHERE), and only then is it read again.
         values = {
             "uuid": conversation_uuid,
             "tenant": tenant,
@@ -493,6 +497,32 @@ class SqlTurnStore:
             raise NotFoundError(f"conversation '{conversation_uuid}' not found")
         if found.status not in allowed:
             raise InvalidStateError(refusal(conversation_uuid, found.status))
+        return found
+
+    def _cancelled_since(
+        self,
+        connection: Connection,
+        tenant: str,
+        conversation_uuid: str,
+        allowed: frozenset[ProcessStatus],
+        arrived: float | None,
+    ) -> _Found:
+        """The conversation read again after a take matched nothing, if a cancel explains it.
+
+        Only on that failure path, so no turn pays a statement for it. A
+        cancel another process committed between the read and the take
+        (the conversation terminated, ``cancelled_at`` moved past the
+        message's arrival) is taken as the read would have seen it: the turn
+        takes the conversation and ends ``TE`` with no model call. Anything
+        else is what refused the take before: another turn took it.
+
+        Raises:
+            InvalidStateError: the conversation was not cancelled since the
+                message arrived (or is in a status no turn takes).
+        """
+        found = self._found(connection, tenant, conversation_uuid, allowed, arrived)
+        if not found.cancelled:
+            raise InvalidStateError(refusal(conversation_uuid, ProcessStatus.RUNNING))
         return found
 
     @staticmethod
@@ -520,6 +550,7 @@ class SqlTurnStore:
             "b_started": found.started_at or now,
             "b_now": now,
             "b_owner": self.owner,
+            "b_cancelled_at": found.cancelled_at,
         }
 
     def _begin(
@@ -536,9 +567,8 @@ class SqlTurnStore:
         now = utcnow()
         # The status in the WHERE clause makes the flip atomic: of two concurrent
         # turns, exactly one sees its UPDATE match.
-        taken = execute(connection, self._statements.take, self._take_values(found, now))
-        if taken != 1:
-            raise InvalidStateError(refusal(conversation_uuid, ProcessStatus.RUNNING))
+        while execute(connection, self._statements.take, self._take_values(found, now)) != 1:
+            found = self._cancelled_since(connection, tenant, conversation_uuid, allowed, arrived)
         handle = self._taken(tenant, found)
         if read_memory:
             handle.memory = self._memory(connection, tenant, handle.memory_id)
@@ -561,21 +591,24 @@ class SqlTurnStore:
         step's rows only when its UPDATE matched, all or nothing.
         """
         found = self._found(connection, tenant, conversation_uuid, allowed, arrived)
-        now = utcnow()
-        handle = self._taken(tenant, found)
-        if read_memory:
-            # Read before the take: a turn that ran in between would also have
-            # moved the numbering, and the take's rows would then be refused.
-            handle.memory = self._memory(connection, tenant, handle.memory_id)
-        step = step_rows(
-            handle, storable_batch(with_start_event(handle, first or TurnBatch(), now)), now
-        )
         assert self._one is not None
-        values = {**step.parameters(), **self._take_values(found, now)}
-        lazy = first is not None and first.durable_with_next
-        if not fetch(connection, self._one.take(step, lazy=lazy), values):
-            raise InvalidStateError(refusal(conversation_uuid, ProcessStatus.RUNNING))
-        return handle
+        first = first or TurnBatch()
+        lazy = first.durable_with_next
+        events = list(first.events)
+        while True:
+            now = utcnow()
+            handle = self._taken(tenant, found)
+            if read_memory:
+                # Read before the take: a turn that ran in between would also have
+                # moved the numbering, and the take's rows would then be refused.
+                handle.memory = self._memory(connection, tenant, handle.memory_id)
+            # Numbered from this read: a take again leads with its own start event.
+            first.events = list(events)
+            step = step_rows(handle, storable_batch(with_start_event(handle, first, now)), now)
+            values = {**step.parameters(), **self._take_values(found, now)}
+            if fetch(connection, self._one.take(step, lazy=lazy), values):
+                return handle
+            found = self._cancelled_since(connection, tenant, conversation_uuid, allowed, arrived)
 
     def _start_one(
         self,

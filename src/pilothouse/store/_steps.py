@@ -340,11 +340,22 @@ def arrival_values(arrived: float | None, *, server_clock: bool) -> dict[str, An
 
 
 def take_update() -> Update:
-    """The UPDATE that takes a conversation for a turn; the status in its WHERE makes it atomic."""
+    """The UPDATE that takes a conversation for a turn; the status in its WHERE makes it atomic.
+
+    It matches only the ``cancelled_at`` its read saw (``b_cancelled_at``):
+    a cancel committed in between may leave the status as it was (``TE``),
+    and the turn must then learn of it rather than take the conversation.
+    """
     conversation = conversation_table.c
     return (
         update(conversation_table)
-        .where(conversation.id == bindparam("b_id"), conversation.status == bindparam("b_status"))
+        .where(
+            conversation.id == bindparam("b_id"),
+            conversation.status == bindparam("b_status"),
+            conversation.cancelled_at.is_not_distinct_from(
+                bindparam("b_cancelled_at", type_=UtcDateTime)
+            ),
+        )
         .values(
             status=ProcessStatus.RUNNING,
             started_at=bindparam("b_started"),

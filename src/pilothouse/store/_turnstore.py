@@ -581,7 +581,8 @@ def refusal(conversation_uuid: str, status: ProcessStatus) -> str:
         ProcessStatus.RUNNING: "is running a turn; wait for it to finish or cancel it",
         ProcessStatus.WAITING: "is waiting for answers to its questions; submit them first",
         ProcessStatus.FAILED: "has failed and is finished; start a new conversation",
-        ProcessStatus.TERMINATED: "was cancelled and is finished; start a new conversation",
+        # TE ends a turn, not the conversation: a new message goes on.
+        ProcessStatus.TERMINATED: "was cancelled (TE); send it a new message to go on",
         ProcessStatus.KILLED: "was killed and is finished; start a new conversation",
     }
     reason = reasons.get(status, f"is in status {status.name} ({status.value})")
