@@ -44,10 +44,17 @@ pytestmark = pytest.mark.anyio
 RunnerFactory = Callable[..., Runner]
 
 
-def hold_preparation(
-    runner: Runner, monkeypatch: pytest.MonkeyPatch
-) -> tuple[anyio.Event, anyio.Event]:
-    """Hold the runner's next turns in their preparation: (preparing, go on)."""
+async def cancel_while_prepared(
+    runner: Runner,
+    monkeypatch: pytest.MonkeyPatch,
+    send: Callable[[], Awaitable[TurnResult]],
+    cancel: Callable[[], Awaitable[bool]],
+) -> tuple[TurnResult, bool]:
+    """Run ``send`` with its turn held in its preparation while ``cancel`` runs.
+
+    Returns:
+        The turn's result and what the cancel answered.
+    """
     preparing, go_on = anyio.Event(), anyio.Event()
     prepare = runner.prepare
 
@@ -57,7 +64,20 @@ def hold_preparation(
         return await prepare(*args, **kwargs)
 
     monkeypatch.setattr(runner, "prepare", held)
-    return preparing, go_on
+    results: list[TurnResult] = []
+    cancelled = False
+
+    async def sent() -> None:
+        results.append(await send())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(sent)
+        await preparing.wait()
+        # No wait for the end: held in its preparation, the turn cannot end yet.
+        cancelled = await cancel()
+        go_on.set()
+    (result,) = results
+    return result, cancelled
 
 
 async def test_a_cancel_another_process_takes_while_the_turn_is_prepared_stops_it(
@@ -69,20 +89,15 @@ async def test_a_cancel_another_process_takes_while_the_turn_is_prepared_stops_i
     assert worker.runtime.leases.owner != other.runtime.leases.owner
     uuid = await start(catalog, "TOOLS")
     assert (await worker.send_message(uuid, "Hello")).status is ProcessStatus.COMPLETED
-    preparing, go_on = hold_preparation(worker, monkeypatch)
-    results: list[TurnResult] = []
-
-    async def send() -> None:
-        results.append(await worker.send_message(uuid, "Hi again"))
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(send)
-        await preparing.wait()
-        # Nothing of the turn is written yet: no running turn to abort, so
-        # the other process terminates the idle conversation.
-        assert await other.cancel(uuid, wait=0) is False
-        go_on.set()
-    (result,) = results
+    result, cancelled = await cancel_while_prepared(
+        worker,
+        monkeypatch,
+        lambda: worker.send_message(uuid, "Hi again"),
+        lambda: other.cancel(uuid, wait=0),
+    )
+    # Nothing of the turn was written yet: no running turn to abort, so the
+    # other process terminated the idle conversation.
+    assert cancelled is False
     assert result.status is ProcessStatus.TERMINATED
     assert len(model.requests) == 1  # the first turn's; none after the cancel
     conversation, messages, _ = await stored(catalog, uuid)
@@ -206,18 +221,13 @@ async def test_a_cancel_of_a_terminated_conversation_stops_a_turn_still_being_pr
     uuid = await start(catalog, "TOOLS")
     assert (await worker.send_message(uuid, "Hello")).status is ProcessStatus.COMPLETED
     assert await other.cancel(uuid, wait=0) is False
-    preparing, go_on = hold_preparation(worker, monkeypatch)
-    results: list[TurnResult] = []
-
-    async def send() -> None:
-        results.append(await worker.send_message(uuid, "Hi again"))
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(send)
-        await preparing.wait()
-        assert await other.cancel(uuid, wait=0) is False
-        go_on.set()
-    (result,) = results
+    result, cancelled = await cancel_while_prepared(
+        worker,
+        monkeypatch,
+        lambda: worker.send_message(uuid, "Hi again"),
+        lambda: other.cancel(uuid, wait=0),
+    )
+    assert cancelled is False
     assert result.status is ProcessStatus.TERMINATED
     assert len(model.requests) == 1
     conversation, messages, _ = await stored(catalog, uuid)
@@ -256,14 +266,20 @@ async def test_what_a_terminated_conversation_refuses_says_a_new_message_goes_on
         await SqlTurnStore(catalog).begin_turn("default", uuid, allowed={ProcessStatus.WAITING})
 
 
+# On PostgreSQL only: on SQLite the take holds the write lock from its read
+# on, so nothing can commit between the two.
+POSTGRES_ONLY = pytest.mark.parametrize(
+    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+
+
+@POSTGRES_ONLY
 @pytest.mark.parametrize("make_store", [OrmTurnStore, SqlTurnStore], ids=["orm", "sql"])
 async def test_a_cancel_between_the_takes_read_and_its_write_ends_the_turn_cancelled(
     catalog: Database,
     make_store: Callable[[Database], TurnStore],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if not catalog.is_asyncpg:
-        pytest.skip("SQLite: the take holds the write lock from its read on")
     # The take reads the conversation (and whether a cancel followed the
     # message), then takes it. A cancel another process commits in between
     # failed the take with "is running a turn" (nothing ran; it was
@@ -291,11 +307,10 @@ async def test_a_cancel_between_the_takes_read_and_its_write_ends_the_turn_cance
     assert [message.content for message in messages] == ["Hi", "Hi"]
 
 
+@POSTGRES_ONLY
 async def test_a_turn_between_the_takes_read_and_its_write_still_refuses_it(
     catalog: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not catalog.is_asyncpg:
-        pytest.skip("SQLite: the take holds the write lock from its read on")
     # Not a cancel: another turn took the conversation in between.
     store = SqlTurnStore(catalog)
     other = SqlTurnStore(catalog)

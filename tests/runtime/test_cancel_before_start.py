@@ -10,10 +10,9 @@ the cancel was lost. The turn is cancellable from its arrival on.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-import anyio
 import pytest
+from test_cancel_across_processes import cancel_while_prepared
 from test_tool_loop import FakeSource, events, start, stored
 
 from pilothouse.catalog._enums import ProcessStatus, TimelineKind
@@ -32,36 +31,14 @@ async def test_a_cancel_while_the_turn_is_prepared_stops_it_before_the_model(
     model = ScriptedModel([Reply("too late")])
     uuid = await start(catalog, "TOOLS")
     runner = make_runner(model, tool_source=FakeSource({}))
-    preparing, go_on = anyio.Event(), anyio.Event()
-    prepare = runner.prepare
-
-    async def held(*args: Any, **kwargs: Any) -> Any:
-        preparing.set()
-        await go_on.wait()
-        return await prepare(*args, **kwargs)
-
-    monkeypatch.setattr(runner, "prepare", held)
-    results: list[TurnResult] = []
-
-    async def send() -> None:
-        results.append(await runner.send_message(uuid, "Hi"))
-
-    cancelled = False
-    async with anyio.create_task_group() as group:
-        group.start_soon(send)
-        await preparing.wait()
-        # No wait for the end: held in its preparation, the turn cannot end yet.
-        cancelled = await runner.cancel(uuid, wait=0)
-        go_on.set()
+    result, cancelled = await cancel_while_prepared(
+        runner,
+        monkeypatch,
+        lambda: runner.send_message(uuid, "Hi"),
+        lambda: runner.cancel(uuid, wait=0),
+    )
     assert cancelled
-    (result,) = results
-    assert result.status is ProcessStatus.TERMINATED
-    assert model.requests == []
-    conversation, _, _ = await stored(catalog, uuid)
-    assert conversation.status is ProcessStatus.TERMINATED
-    # Nor does the record show a request, or usage, for a call never made.
-    assert TimelineKind.REQUEST not in [event.kind for event in await events(catalog, uuid)]
-    assert conversation.input_tokens == 0
+    await assert_ended_before_the_model(catalog, uuid, result, model)
 
 
 async def test_a_cancel_while_a_named_conversation_is_prepared_stops_its_first_turn(
@@ -71,29 +48,21 @@ async def test_a_cancel_while_a_named_conversation_is_prepared_stops_its_first_t
     # ids) can cancel it before its row exists.
     model = ScriptedModel([Reply("too late")])
     runner = make_runner(model, tool_source=FakeSource({}))
-    preparing, go_on = anyio.Event(), anyio.Event()
-    prepare = runner.prepare
-
-    async def held(*args: Any, **kwargs: Any) -> Any:
-        preparing.set()
-        await go_on.wait()
-        return await prepare(*args, **kwargs)
-
-    monkeypatch.setattr(runner, "prepare", held)
     uuid = "6f1c2a9e-0d4b-4c1e-9a53-2b7d8e0f4a11"
-    results: list[TurnResult] = []
-
-    async def start_and_send() -> None:
-        results.append(await runner.start_and_send("TOOLS", None, "Hi", conversation_uuid=uuid))
-
-    cancelled = False
-    async with anyio.create_task_group() as group:
-        group.start_soon(start_and_send)
-        await preparing.wait()
-        cancelled = await runner.cancel(uuid, wait=0)
-        go_on.set()
+    result, cancelled = await cancel_while_prepared(
+        runner,
+        monkeypatch,
+        lambda: runner.start_and_send("TOOLS", None, "Hi", conversation_uuid=uuid),
+        lambda: runner.cancel(uuid, wait=0),
+    )
     assert cancelled
-    (result,) = results
+    await assert_ended_before_the_model(catalog, uuid, result, model)
+
+
+async def assert_ended_before_the_model(
+    catalog: Database, uuid: str, result: TurnResult, model: ScriptedModel
+) -> None:
+    """The turn ended ``TE`` with no model call, and its record shows none."""
     assert result.status is ProcessStatus.TERMINATED
     assert model.requests == []
     conversation, _, _ = await stored(catalog, uuid)
