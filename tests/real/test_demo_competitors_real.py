@@ -2,11 +2,13 @@
 
 COMPETITORS (``examples/catalog``) says which company is the brand, shows two
 worked examples and requires ``name``, ``website`` and ``reason``; the local
-model decodes under that schema. SUMBRAND answers in plain text. At
-temperature 0 llama.cpp decodes greedily, so a second run of one input gives
-the same tokens (checked below) and ten runs of one input would show nothing
-one run does not: the ten runs are ten different inputs, the ones the README
-and ``make demo`` give (agent, message, document) and their neighbours. For
+model decodes under that schema. SUMBRAND answers in plain text. Both run on
+configuration PREC, temperature 0, where llama.cpp decodes greedily, so a
+second run of one input gives the same tokens (checked below) and ten runs of
+one input would show nothing one run does not: the ten runs are ten different
+inputs, the ones the README and ``make demo`` give (agent, message, document)
+and their neighbours. (SUMBRAND once sampled at temperature 0.2, and the 0.5B
+model then sometimes copied the whole four-sentence document in five.) For
 the same reason each COMPETITORS input runs once in this module and its
 answer is kept (``ANSWERS``): the ``make demo`` test's input is one of the
 ten, and the temperature-0 test compares a fresh run with the kept one.
