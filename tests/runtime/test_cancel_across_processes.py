@@ -372,3 +372,24 @@ async def cancel_between_read_and_take(
         await canceller.write(handle, TurnBatch(status=ProcessStatus.TERMINATED, cancelled=True))
 
     between_read_and_take(store, cancel, monkeypatch)
+
+
+async def test_a_cancel_again_is_recorded_and_keeps_the_time_the_conversation_ended(
+    catalog: Database, make_runner: RunnerFactory
+) -> None:
+    # A second cancel of a terminated conversation still marks it (a turn may
+    # be prepared elsewhere) and is on the timeline, but ends nothing: the
+    # conversation's end stays the first cancel's.
+    worker = make_runner(ScriptedModel([Reply("first answer")]), tool_source=FakeSource({}))
+    uuid = await start(catalog, "TOOLS")
+    await worker.send_message(uuid, "Hello")
+    assert await worker.cancel(uuid, wait=0) is False
+    ended, _, _ = await stored(catalog, uuid)
+    assert ended.status is ProcessStatus.TERMINATED and ended.finished_at is not None
+    time.sleep(0.01)  # so a moved end would show on a clock of any resolution
+    assert await worker.cancel(uuid, wait=0) is False
+    again, _, _ = await stored(catalog, uuid)
+    assert again.status is ProcessStatus.TERMINATED
+    assert again.finished_at == ended.finished_at
+    timeline = await events(catalog, uuid)
+    assert [event.kind for event in timeline].count(TimelineKind.CANCEL) == 2

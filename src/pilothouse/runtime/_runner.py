@@ -543,7 +543,8 @@ class Runner:
                 before (still being prepared, in any process) ends ``TE``
                 when it takes the conversation, rather than run. A
                 conversation already ``TE`` (it takes new messages) is then
-                recorded cancelled again, as an idle one is.
+                recorded cancelled again, as an idle one is, and keeps the
+                time it ended.
             left_running: end it from ``RU`` too (a process that died left
                 it so); False refuses it (``InvalidStateError``).
         """
@@ -570,7 +571,13 @@ class Runner:
                     status_event(ProcessStatus.RUNNING, ProcessStatus.TERMINATED),
                 ],
                 status=ProcessStatus.TERMINATED,
-                finished_at=utcnow(),
+                # Cancelled again, it ended at the first cancel: that end stays.
+                finished_at=(
+                    handle.previous_finished_at
+                    if handle.previous_status is ProcessStatus.TERMINATED
+                    else None
+                )
+                or utcnow(),
                 cancelled=cancelled,
             ),
         )

@@ -363,6 +363,7 @@ async def _begin(
         select(CatalogRevision.revision).where(CatalogRevision.tenant == tenant)
     )
     now = utcnow()
+    finished_at = conversation.finished_at
     # The mapper's version column guards the flip: the UPDATE matches only the
     # version read here, so of two concurrent turns one fails its flush.
     conversation.status = ProcessStatus.RUNNING
@@ -384,6 +385,7 @@ async def _begin(
         next_event=(last_event or 0) + 1,
         last_assistant_sequence=last_assistant,
         previous_status=status,
+        previous_finished_at=finished_at,
         catalog_revision=int(revision or 0),
         cancelled=cancelled,
     )

@@ -105,6 +105,7 @@ class _Found(NamedTuple):
     audit: bool
     status: ProcessStatus
     started_at: datetime | None
+    finished_at: datetime | None
     next_message: int | None
     next_event: int | None
     last_assistant: int | None
@@ -215,6 +216,7 @@ def _begin_statement(server_clock: bool) -> Any:
         conversation.audit,
         conversation.status,
         conversation.started_at,
+        conversation.finished_at,
         _max_of(_MESSAGE.c.sequence, _MESSAGE.c.conversation_id).label("next_message"),
         _max_of(_EVENT.c.sequence, _EVENT.c.conversation_id).label("next_event"),
         _max_of(
@@ -539,6 +541,7 @@ class SqlTurnStore:
             next_event=int(found.next_event or 0) + 1,
             last_assistant_sequence=found.last_assistant,
             previous_status=found.status,
+            previous_finished_at=found.finished_at,
             catalog_revision=int(found.catalog_revision or 0),
             cancelled=bool(found.cancelled),
         )

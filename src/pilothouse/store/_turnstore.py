@@ -278,6 +278,8 @@ class TurnHandle:
     next_event: int
     last_assistant_sequence: int | None = None
     previous_status: ProcessStatus = ProcessStatus.NOT_STARTED
+    previous_finished_at: datetime | None = None
+    """When the conversation last ended, before the turn took it (and cleared it)."""
     memory: list[StoredMessage] = field(default_factory=lambda: [])
     """Messages sharing the memory id when the turn began (``read_memory``)."""
     catalog_revision: int = 0
