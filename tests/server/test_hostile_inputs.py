@@ -469,6 +469,72 @@ async def test_the_facade_refuses_the_same_inputs_naming_the_parameter(
     assert await _rows(server_state) == before
 
 
+async def test_the_facade_refuses_a_python_callers_wrong_types_alike_on_both_stores(
+    server_state: ServerState,
+) -> None:
+    # Unchecked, these reached the database: SQLite stored a bool or a 2 MB
+    # text as a conversation's uuid and bytes as its memory id, where
+    # PostgreSQL failed with a raw driver error; bytes in input data failed
+    # deep in the turn with a TypeError from json.
+    ph = server_state.facade("default")
+    before = await _rows(server_state)
+    calls: Sequence[tuple[Any, str, str]] = [
+        (lambda: ph.command.start_and_send(True, action="ECHO"), "text", "must be a string,"),  # pyright: ignore[reportArgumentType]
+        (
+            lambda: ph.command.start_and_send("hi", action=b"ECHO"),  # pyright: ignore[reportArgumentType]
+            "action",
+            "must be a string, not bytes",
+        ),
+        (
+            lambda: ph.command.start_and_send("hi", action="ECHO", agent=True),  # pyright: ignore[reportArgumentType]
+            "agent",
+            "must be a string or None, not bool",
+        ),
+        (
+            lambda: ph.command.start_and_send("hi", action="ECHO", memory_id=b"m"),  # pyright: ignore[reportArgumentType]
+            "memory_id",
+            "must be a string or None, not bytes",
+        ),
+        (
+            lambda: ph.command.start_and_send("hi", action="ECHO", conversation_uuid=True),  # pyright: ignore[reportArgumentType]
+            "conversation_uuid",
+            "must be a string or None, not bool",
+        ),
+        (
+            lambda: ph.command.start_and_send("hi", action="ECHO", conversation_uuid="x" * 100_000),
+            "conversation_uuid",
+            "is not a UUID in its usual form",
+        ),
+        (
+            lambda: ph.command.start_and_send(
+                "hi", action="ECHO", conversation_uuid="123E4567-E89B-12D3-A456-426614174000"
+            ),
+            "conversation_uuid",
+            "is not a UUID in its usual form",
+        ),
+        (
+            lambda: ph.command.start_and_send(
+                "hi", action="ECHO", input_data={"document": {"pages": [b"%PDF"]}}
+            ),
+            "input_data.document.pages[0]",
+            "must be a JSON value",
+        ),
+        (
+            lambda: ph.command.start_and_send("hi", action="ECHO", input_data={1: "one"}),  # pyright: ignore[reportArgumentType]
+            "input_data (a key)",
+            "must be a string, not int",
+        ),
+        (lambda: ph.query.list_conversations(limit=True), "limit", "must be an integer"),
+        (lambda: ph.query.list_conversations(limit="10"), "limit", "must be an integer"),  # pyright: ignore[reportArgumentType]
+    ]
+    for call, field, problem in calls:
+        with pytest.raises(InvalidFieldError) as caught:
+            await call()
+        assert caught.value.field == field
+        assert problem in str(caught.value), str(caught.value)
+    assert await _rows(server_state) == before
+
+
 def _cli(url: str, *args: str) -> Result:
     return CliRunner().invoke(cli_app, ["--database-url", url, *args])
 

@@ -38,7 +38,7 @@ def test_login_pages_fragments_and_assets_with_testclient(tmp_path: Path) -> Non
         page = client.get("/playground")
         assert page.status_code == 200 and 'value="action:SUMBRAND"' in page.text
         settings_panel = client.get("/ui/settings", params={"target": "action:SUMBRAND"})
-        assert 'id="opt-temperature"' in settings_panel.text and "DFLT" in settings_panel.text
+        assert 'id="opt-temperature"' in settings_panel.text and "PREC" in settings_panel.text
         catalog = client.get("/catalog/models")
         assert "QWEN05" in catalog.text
         for asset in ("/static/vendor/htmx.min.js", "/static/vendor/alpine.min.js"):

@@ -210,8 +210,9 @@ class CommandApi(Facet):
                 :meth:`send_message`.
             conversation_uuid: the new conversation's uuid, for a caller that
                 must show it before the turn ends (the OpenAI endpoint's chunk
-                ids); a fresh one by default. It must be new: a uuid in use
-                writes nothing.
+                ids); a fresh one by default. It must be new (a uuid in use
+                writes nothing) and written as ``str(uuid.uuid4())`` writes
+                one, lowercase with hyphens (``InvalidFieldError`` otherwise).
 
         Returns:
             The turn's result. A provider failure is a result with status

@@ -2,8 +2,10 @@
 
 Every public coroutine (and async generator) of a half checks its arguments
 against the input rules (:func:`pilothouse.store._text.check_input`) before
-it runs: a NUL character or a lone surrogate in any text, an integer beyond
-64 bits or a number that is not finite is refused with
+it runs: a parameter annotated ``str``, ``int``, ``float`` or ``bool``
+(optionally ``| None``) given a value of another type, a NUL character or a
+lone surrogate in any text, an integer beyond 64 bits or a number that is
+not finite is refused with
 :class:`~pilothouse.errors.InvalidFieldError` naming the parameter (and the
 path inside it), before anything is read or written. Every face (REST,
 OpenAI, /v1/invoke, JSON-RPC, MCP, the CLI, the sync facade, the event
@@ -22,6 +24,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any, TypeVar
 
+from pilothouse.errors import InvalidFieldError
 from pilothouse.store import Database
 from pilothouse.store._text import check_input
 
@@ -45,18 +48,59 @@ def checks_own_input(*names: str) -> Callable[[F], F]:
     return mark
 
 
+# The scalar annotations checked at the door, and how a refusal names each.
+_SCALARS: dict[str, tuple[tuple[type, ...], str]] = {
+    "str": ((str,), "a string"),
+    "int": ((int,), "an integer"),
+    "float": ((int, float), "a number"),
+    "bool": ((bool,), "true or false"),
+}
+
+
+def _scalar(parameter: inspect.Parameter) -> tuple[tuple[type, ...], str, bool] | None:
+    """The types a scalar parameter takes, their name and whether None is allowed; else None."""
+    annotation = parameter.annotation
+    if annotation is inspect.Parameter.empty:
+        return None
+    text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+    parts = [part.strip() for part in text.split("|")]
+    named = [part for part in parts if part != "None"]
+    if len(named) != 1 or named[0] not in _SCALARS:
+        return None
+    types, name = _SCALARS[named[0]]
+    return types, name, len(named) < len(parts)
+
+
+def _check_type(value: Any, name: str, expected: tuple[tuple[type, ...], str, bool]) -> None:
+    types, described, optional = expected
+    if value is None and optional:
+        return
+    # A bool is an int to Python, never to a caller who meant a number.
+    wrong = not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
+    if wrong:
+        nothing = " or None" if optional else ""
+        raise InvalidFieldError(name, f"must be {described}{nothing}, not {type(value).__name__}")
+
+
 def _checker(method: Callable[..., Any]) -> Callable[[Sequence[Any], Mapping[str, Any]], None]:
-    """A function checking a call's arguments by the method's parameter names."""
+    """A function checking a call's arguments by the method's parameter names and types."""
     parameters = list(inspect.signature(method).parameters.values())[1:]  # not self
     skipped: frozenset[str] = getattr(method, _OWN_CHECK, frozenset())
     positional = [p.name for p in parameters if p.kind is not p.KEYWORD_ONLY]
+    # A Python caller's wrong type would otherwise reach the database, which
+    # PostgreSQL refuses and SQLite stores (a bool as a conversation's uuid).
+    scalars = {p.name: expected for p in parameters if (expected := _scalar(p)) is not None}
 
     def check(args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         for index, value in enumerate(args):
             name = positional[index] if index < len(positional) else f"args[{index}]"
+            if name in scalars:
+                _check_type(value, name, scalars[name])
             if name not in skipped:
                 check_input(value, name)
         for name, value in kwargs.items():
+            if name in scalars:
+                _check_type(value, name, scalars[name])
             if name not in skipped:
                 check_input(value, name)
 

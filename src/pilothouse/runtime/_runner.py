@@ -92,7 +92,7 @@ from pilothouse.store import (
 )
 from pilothouse.store._base import utcnow
 from pilothouse.store._tables import MEMORY_ID_LENGTH
-from pilothouse.store._text import check_input, check_length
+from pilothouse.store._text import check_input, check_json, check_length, check_uuid
 
 logger = logging.getLogger(__name__)
 
@@ -274,8 +274,9 @@ class Runner:
             on_event: called with every event of this turn.
             conversation_uuid: the new conversation's uuid, for a caller that
                 must name it before the turn ends (the service's stream ids);
-                a fresh one by default. It must be new: a uuid in use fails
-                the insert and nothing is written.
+                a fresh one by default. It must be new (a uuid in use fails
+                the insert and nothing is written) and written as
+                ``str(uuid.uuid4())`` writes one.
             caller: who started it (face and API key), kept on the row.
 
         Returns:
@@ -290,7 +291,10 @@ class Runner:
         """
         check_input(memory_id, "memory_id")
         check_length(memory_id, "memory_id", MEMORY_ID_LENGTH)
-        conversation_uuid = conversation_uuid or str(uuid_module.uuid4())
+        if conversation_uuid is None:
+            conversation_uuid = str(uuid_module.uuid4())
+        else:
+            check_uuid(conversation_uuid, "conversation_uuid")
         # A uuid the caller named may be cancelled while the turn is prepared.
         with self._runtime.running.arriving(self.tenant, conversation_uuid) as scope:
             new = await self._new_turn(
@@ -412,6 +416,7 @@ class Runner:
         # Text no database can keep is refused here, before anything is written.
         check_input(text, "text")
         check_input(input_data, "input_data")
+        check_json(input_data, "input_data")
         check_input(runtime_config, "runtime_config")
         for index, attachment in enumerate(attachments):
             check_input(

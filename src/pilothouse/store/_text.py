@@ -25,7 +25,9 @@ __all__ = [
     "INT_MIN",
     "OversizedInt",
     "check_input",
+    "check_json",
     "check_length",
+    "check_uuid",
     "input_problem",
     "loads_json",
     "read_int",
@@ -38,6 +40,7 @@ import dataclasses
 import json
 import math
 import re
+import uuid
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -165,6 +168,35 @@ def check_input(value: Any, field: str) -> None:
             check_input(getattr(value, spec.name), _key(field, spec.name))
 
 
+def check_json(value: Any, field: str) -> None:
+    """Refuse a value JSON cannot carry (bytes, a set, an object), naming where it is.
+
+    Input data is filled into prompts and stored as JSON; a value
+    :func:`json.dumps` cannot write would otherwise fail deep in a turn.
+
+    Raises:
+        InvalidFieldError: the first value, or mapping key, that is not JSON.
+    """
+    if value is None or isinstance(value, str | int | float):
+        return
+    if isinstance(value, Mapping):
+        for key, item in cast("Mapping[Any, Any]", value).items():
+            if not isinstance(key, str):
+                raise InvalidFieldError(
+                    f"{field} (a key)", f"must be a string, not {type(key).__name__}"
+                )
+            check_json(item, _key(field, key))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(cast("list[Any] | tuple[Any, ...]", value)):
+            check_json(item, f"{field}[{index}]")
+    else:
+        raise InvalidFieldError(
+            field,
+            "must be a JSON value (text, a number, true/false, null, a list or an "
+            f"object), not {type(value).__name__}",
+        )
+
+
 def check_length(value: str | None, field: str, limit: int) -> None:
     """Refuse text longer than the column that keeps it, naming the field.
 
@@ -177,6 +209,29 @@ def check_length(value: str | None, field: str, limit: int) -> None:
     if value is not None and len(value) > limit:
         raise InvalidFieldError(
             field, f"is {len(value):,} characters long; at most {limit} are accepted"
+        )
+
+
+def check_uuid(value: str, field: str) -> None:
+    """Refuse a caller-chosen id that is not a UUID as pilothouse writes them.
+
+    Conversation uuids are kept in a ``varchar(36)`` and looked up by their
+    text: another spelling of the same UUID (capitals, no hyphens) would be
+    a second id, and a longer text fails PostgreSQL's write where SQLite
+    keeps it.
+
+    Raises:
+        InvalidFieldError: ``value`` is not a lowercase hyphenated UUID.
+    """
+    try:
+        canonical = str(uuid.UUID(value))
+    except ValueError:
+        canonical = None
+    if canonical != value:
+        raise InvalidFieldError(
+            field,
+            "is not a UUID in its usual form (32 lowercase hex digits in groups "
+            "of 8-4-4-4-12, e.g. 123e4567-e89b-12d3-a456-426614174000)",
         )
 
 
