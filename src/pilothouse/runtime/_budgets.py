@@ -151,8 +151,8 @@ class BudgetGate:
         self._clock = clock or (lambda: datetime.now(UTC))
         self._wait = wait
         self._sql = LedgerStatements()
-        self._rules: dict[str, tuple[int, tuple[BudgetRule, ...], bool]] = {}
-        """Each tenant's budgets at a catalog revision, and whether one is per API key."""
+        self._rules: dict[str, tuple[int, tuple[BudgetRule, ...], frozenset[str]]] = {}
+        """Each tenant's budgets at a catalog revision, and the scopes they have."""
         self._charged: dict[
             tuple[Any, ...], tuple[datetime, datetime | None, tuple[LedgerEntry, ...]]
         ] = {}
@@ -164,11 +164,18 @@ class BudgetGate:
         return self._redis is not None
 
     def _entries(
-        self, rules: Sequence[BudgetRule], turn: Turn, key_prefix: str | None, now: datetime
+        self,
+        rules: Sequence[BudgetRule],
+        scopes: frozenset[str],
+        turn: Turn,
+        key_prefix: str | None,
+        now: datetime,
     ) -> tuple[LedgerEntry, ...]:
-        """The ledger rows a call of ``turn`` is charged to, now (worked out once per period)."""
+        """The ledger rows a call of ``turn`` is charged to, now (worked out once per period).
+
+        ``scopes``: what ``rules`` are scoped to (worked out once with them).
+        """
         compiled = turn.compiled
-        scopes = {rule.scope for rule in rules}
         # Only what some budget is scoped to tells callers apart: a user's
         # conversation of its own is a new caller per conversation otherwise.
         who = (
@@ -200,7 +207,7 @@ class BudgetGate:
         if cached is not None and cached[0] == revision:
             return cached[1]
         rules = await self._database.transaction(load_rules, tenant)
-        self._rules[tenant] = (revision, rules, any(r.scope == "api_key" for r in rules))
+        self._rules[tenant] = (revision, rules, frozenset(rule.scope for rule in rules))
         return rules
 
     async def _hold(
@@ -296,17 +303,17 @@ class BudgetGate:
         if cached is None or cached[0] != turn.handle.catalog_revision:
             await self.rules(turn.tenant, turn.handle.catalog_revision)
             cached = self._rules[turn.tenant]
-        _, rules, keyed = cached
+        _, rules, scopes = cached
         if not rules:
             return ()
         key_prefix = turn.key_prefix
         # A conversation not yet written (its start held back: id 0) is new,
         # and a new conversation's key is the request's: nothing to read.
-        if key_prefix is None and keyed and turn.handle.conversation_id:
+        if key_prefix is None and "api_key" in scopes and turn.handle.conversation_id:
             key_prefix = turn.key_prefix = await self._database.transaction(
                 _conversation_key, turn.handle.conversation_id
             )
-        return self._entries(rules, turn, key_prefix, now)
+        return self._entries(rules, scopes, turn, key_prefix, now)
 
     async def hold(
         self,
@@ -422,7 +429,8 @@ class BudgetGate:
             return
         sql = self._sql
         entries = hold.entries
-        if not self._database.is_sqlite and not any(entry.rule.thresholds for entry in entries):
+        announces = any(entry.rule.thresholds for entry in entries)
+        if not announces and not self._database.is_sqlite:
             # One UPDATE, nothing to read back: on PostgreSQL it rides in the
             # statement that writes the step.
             spent = (money, input_tokens, output_tokens)
@@ -433,7 +441,7 @@ class BudgetGate:
             crossed[:] = settle_rows(connection, sql, hold, money, input_tokens, output_tokens)
 
         turn.settles.append(work)
-        if any(entry.rule.thresholds for entry in hold.entries):
+        if announces:
             turn.after_write.append(lambda: self._announce(turn, hold.tenant, crossed))
 
     async def _announce(

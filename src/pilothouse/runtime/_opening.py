@@ -43,7 +43,7 @@ __all__ = [
 import asyncio
 import math
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import fields, replace
+from dataclasses import fields
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -68,8 +68,13 @@ if TYPE_CHECKING:
     from pilothouse.runtime._shared import Runtime
 
 
-async def take(store: TurnStore, tenant: str, opening: Opening) -> TurnHandle:
-    """Take the conversation for the turn, with its first step."""
+async def take(
+    store: TurnStore, tenant: str, opening: Opening, read_memory: bool | None = None
+) -> TurnHandle:
+    """Take the conversation for the turn, with its first step.
+
+    ``read_memory`` overrides the opening's (False: the memory was read already).
+    """
     match opening:
         case NewConversation():
             return await store.start_turn(
@@ -83,7 +88,7 @@ async def take(store: TurnStore, tenant: str, opening: Opening) -> TurnHandle:
                 default_audit=opening.default_audit,
                 check_catalog=True,
                 caller=opening.caller,
-                read_memory=opening.read_memory,
+                read_memory=opening.read_memory if read_memory is None else read_memory,
             )
         case TakeConversation():
             return await store.begin_turn(
@@ -165,13 +170,16 @@ async def start_ahead(
             # sent: read it now rather than in the start's transaction.
             assert opening.memory_id is not None, "shared"
             memory = await runtime.store.memory(tenant, opening.memory_id)
-            opening = replace(opening, read_memory=False)
+        # Not dataclasses.replace(opening, read_memory=...): copying the
+        # frozen opening cost more than the rest of the start-ahead.
+        read_memory = opening.read_memory and not shared
         ahead = StartAhead(
-            partial(take, runtime.store, tenant, opening),
+            partial(take, runtime.store, tenant, opening, read_memory),
             opening,
             tenant,
             compiled.revision,
             deferred=True,
+            read_memory=read_memory,
         )
         ahead.provisional.memory = memory
         return ahead
@@ -196,6 +204,8 @@ class StartAhead:
         opening: what it writes.
         tenant: whose conversation it is.
         revision: the catalog revision the action was compiled at.
+        read_memory: whether the statement reads the memory (None: as the
+            opening says; False: it was read before, into the provisional handle).
         deferred: hold the statement back until the first model call's
             budget hold rides on it (:meth:`start_with`), or the turn needs
             its record (a write, the send gate), whichever comes first.
@@ -209,10 +219,11 @@ class StartAhead:
         revision: int,
         *,
         deferred: bool = False,
+        read_memory: bool | None = None,
     ) -> None:
         self._take = take
         self._first = opening.first
-        self._memory_read = opening.read_memory
+        self._memory_read = opening.read_memory if read_memory is None else read_memory
         # Sent now on a task of its own; or, held back, written inline when
         # first needed (a task there would cost more than it saves).
         self._task = None if deferred else asyncio.ensure_future(take())
@@ -224,6 +235,8 @@ class StartAhead:
         self.audit: bool | None = None
         """The runtime configuration's audit switch, applied to the real handle."""
         self._checked = False
+        self._placed: TurnHandle | None = None
+        """The real handle once put on the turn: later calls of :meth:`settled` return it."""
         self.provisional = TurnHandle(
             tenant=tenant,
             conversation_id=0,  # the statement returns it; nothing reads it before
@@ -325,6 +338,10 @@ class StartAhead:
         Raises:
             StartNotWritten: the statement failed.
         """
+        placed = self._placed
+        if placed is not None:
+            # Asked again by every write and the send gate: nothing left to do.
+            return placed
         task = self._task
         if task is None:
             if self._outcome is None:
@@ -351,6 +368,8 @@ class StartAhead:
             turn.started = turn.start_with = None
             if self.audit is not None:
                 handle.audit = self.audit
+        if turn is not None:
+            self._placed = handle
         return handle
 
     async def passed(self) -> None:
