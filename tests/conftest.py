@@ -33,29 +33,33 @@ from statement_cache import share_statement_caches
 # each, against milliseconds for the rest.
 _SLOW_FIRST = ("tests/real/", "tests/bench/")
 
-# The heaviest of them, longest first: worker seconds of one `tests/real` run
-# on a loaded two-core machine (`--durations`). xdist hands out whole modules
-# in this order, so the longest start at once, side by side, and the shorter
-# ones fill both workers behind them; in alphabetical order the README's
-# command test (about 230 s there) started 24 minutes into a 28-minute run
-# and set its end. Rough figures do: only the order matters, and a module
-# missing here still runs, merely not first.
+# The heaviest of them, first: worker seconds of one `tests/real` run on a
+# loaded two-core machine (`--durations`). xdist hands out whole modules in
+# this order, and a worker takes the next one while it has two tests or fewer
+# left, so the first worker runs the README's commands and then the demo, and
+# the second the two pip installs and then the modules with a scripted model.
+# In alphabetical order the README's command test (about 230 s there) started
+# 24 minutes into a 28-minute run and set its end. The modules whose turns run
+# on the packaged Qwen model (marked) are kept apart: two of them side by side
+# each took twice as long (README 232 -> 380 s, demo 137 -> 281 s), as both
+# model servers then compete for the same cores. Rough figures do: only the
+# order matters, and a module missing here still runs, merely not first.
 _HEAVIEST_FIRST = (
-    "tests/real/test_readme_commands.py",  # 235 s: eight CLI turns, each its own model load
-    "tests/real/test_demo_competitors_real.py",  # 196 s
-    "tests/real/test_memory_real.py",  # 150 s
+    "tests/real/test_readme_commands.py",  # 235 s, Qwen: eight CLI turns, a model load each
     "tests/real/test_dockerfile_replay.py",  # 138 s: pip wheel + pip install
+    "tests/real/test_demo_competitors_real.py",  # 196 s, Qwen
     "tests/real/test_install.py",  # 107 s: pip install
     "tests/real/test_budgets_real.py",  # 103 s
-    "tests/real/test_chat_model_real.py",  # 100 s
-    "tests/real/test_openai_clients_real.py",  # 93 s
     "tests/real/test_crash_recovery.py",  # 82 s
-    "tests/real/test_runtime_local.py",  # 80 s
-    "tests/real/test_replay_real.py",  # 79 s
     "tests/real/test_events_real.py",  # 78 s
     "tests/real/test_events_actions_real.py",  # 69 s
     "tests/real/test_ui_workbench_browser.py",  # 62 s
     "tests/real/test_memory_index_real.py",  # 55 s
+    "tests/real/test_memory_real.py",  # 150 s, Qwen
+    "tests/real/test_chat_model_real.py",  # 100 s, Qwen
+    "tests/real/test_openai_clients_real.py",  # 93 s
+    "tests/real/test_runtime_local.py",  # 80 s, Qwen
+    "tests/real/test_replay_real.py",  # 79 s, Qwen
 )
 
 
