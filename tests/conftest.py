@@ -33,22 +33,67 @@ from statement_cache import share_statement_caches
 # each, against milliseconds for the rest.
 _SLOW_FIRST = ("tests/real/", "tests/bench/")
 
+# The heaviest of them, first: worker seconds of one `tests/real` run on a
+# loaded two-core machine (`--durations`). xdist hands out whole modules in
+# this order, and a worker takes the next one while it has two tests or fewer
+# left, so the first worker runs the README's commands and then the demo, and
+# the second the two pip installs and then the modules with a scripted model.
+# In alphabetical order the README's command test (about 230 s there) started
+# 24 minutes into a 28-minute run and set its end. The modules whose turns run
+# on the packaged Qwen model (marked) are kept apart: two of them side by side
+# each took twice as long (README 232 -> 380 s, demo 137 -> 281 s), as both
+# model servers then compete for the same cores. Rough figures do: only the
+# order matters, and a module missing here still runs, merely not first.
+_HEAVIEST_FIRST = (
+    "tests/real/test_readme_commands.py",  # 235 s, Qwen: eight CLI turns, a model load each
+    "tests/real/test_dockerfile_replay.py",  # 138 s: pip wheel + pip install
+    "tests/real/test_demo_competitors_real.py",  # 196 s, Qwen
+    "tests/real/test_install.py",  # 107 s: pip install
+    "tests/real/test_budgets_real.py",  # 103 s
+    "tests/real/test_crash_recovery.py",  # 82 s
+    "tests/real/test_events_real.py",  # 78 s
+    "tests/real/test_events_actions_real.py",  # 69 s
+    "tests/real/test_ui_workbench_browser.py",  # 62 s
+    "tests/real/test_memory_index_real.py",  # 55 s
+    "tests/real/test_memory_real.py",  # 150 s, Qwen
+    "tests/real/test_chat_model_real.py",  # 100 s, Qwen
+    "tests/real/test_openai_clients_real.py",  # 93 s
+    "tests/real/test_runtime_local.py",  # 80 s, Qwen
+    "tests/real/test_replay_real.py",  # 79 s, Qwen
+)
+
 
 def pytest_configure() -> None:
-    """One statement cache for the engines of this test process (tests/statement_cache.py)."""
+    """One statement cache for this test process; the heaviest-first list names real files."""
     share_statement_caches()
+    root = Path(__file__).resolve().parents[1]
+    missing = [name for name in _HEAVIEST_FIRST if not (root / name).is_file()]
+    if missing:
+        # A renamed module would silently lose its early start: say so instead.
+        raise pytest.UsageError(f"tests/conftest.py _HEAVIEST_FIRST names no file: {missing}")
+
+
+def _start_rank(nodeid: str) -> int:
+    """Where a test's module starts: the heaviest first, then the slow, then the rest."""
+    module = nodeid.split("::", 1)[0]
+    if module in _HEAVIEST_FIRST:
+        return _HEAVIEST_FIRST.index(module)
+    if nodeid.startswith(_SLOW_FIRST):
+        return len(_HEAVIEST_FIRST)
+    return len(_HEAVIEST_FIRST) + 1
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the slow modules first, so the suite does not end on one of them.
+    """Run the slow modules first, the heaviest of them first, so the suite does not end on one.
 
     xdist hands out whole modules (``--dist loadscope``, with
     ``--no-loadscope-reorder`` in the Makefile: its own reorder sends the
     modules with the fewest tests last, and those are the slowest here, e.g.
     the one-test ``pip install`` of 100 s). Started first, a slow module runs
     beside the many short ones, which then fill both workers to the end.
+    The sort is stable: a module's tests keep their order.
     """
-    items.sort(key=lambda item: not item.nodeid.startswith(_SLOW_FIRST))
+    items.sort(key=lambda item: _start_rank(item.nodeid))
 
 
 @pytest.fixture
